@@ -1,0 +1,92 @@
+# qkv — GNU make build.
+#   make            library (static + shared) and the qkv command-line tool
+#   make demo       the main job on its built-in default
+#   make test       every test: unit + gradient checks + PyTorch parity, then an ASan+UBSan build
+#   make install PREFIX=/usr/local
+.SUFFIXES:
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   ?= build
+OPT     ?= -O2 -march=x86-64-v3 -mtune=native
+SAN     ?=
+PY      ?= /usr/bin/python3
+
+PKGS    := openblas libcjson
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fopenmp -fPIC -D_POSIX_C_SOURCE=200809L \
+           -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS)) $(SAN) $(EXTRA_CFLAGS)
+LDLIBS  := $(shell pkg-config --libs $(PKGS)) -fopenmp -lm $(SAN)
+
+LIB_SRC := $(sort $(wildcard src/core/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
+             src/training/*.c src/inference/*.c src/io/*.c))
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+
+TEST_COMMON := $(sort $(wildcard tests/common/*.c))
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
+
+.PHONY: all deps demo test unit parity-data test-asan install clean
+all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/qkv
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libqkv.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libqkv.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a $(LDLIBS) -lcmocka
+
+demo: deps all
+	OMP_NUM_THREADS=2 ./$(BUILD)/qkv demo
+
+# PyTorch writes reference tensors (inputs, weights, outputs, gradients) for the parity tests.
+$(BUILD)/parity/.stamp: tests/parity/make_reference.py
+	@mkdir -p $(BUILD)/parity
+	$(PY) tests/parity/make_reference.py $(BUILD)/parity
+	@touch $@
+
+unit: all $(TEST_BIN) $(BUILD)/parity/.stamp
+	QKV_PARITY_DIR=$(BUILD)/parity tests/run.sh $(TEST_BIN)
+
+test: deps
+	$(MAKE) unit
+	$(MAKE) test-asan
+
+# The same tests built with AddressSanitizer and UndefinedBehaviorSanitizer (reference data
+# is shared with the normal build).
+test-asan: $(BUILD)/parity/.stamp
+	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
+	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
+	  build-asan/qkv $(TEST_BIN:$(BUILD)/%=build-asan/%)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  QKV_PARITY_DIR=$(BUILD)/parity tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(BUILD)/libqkv.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libqkv.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/#define QKV_VERSION "\(.*\)"/\1/p' include/qkv.h)|' \
+	  qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,385 @@
+/*
+ * qkv.h — the Transformer of "Attention Is All You Need", in C.
+ *
+ * A short tour.
+ *   Every building block is a pair of plain functions, X_forward and X_backward, over flat
+ *   row-major float arrays. Arguments come in a fixed order: outputs, saved activations,
+ *   inputs, weights, then dimensions. Shapes are given in the comment above each function,
+ *   with the letters
+ *       B batch   n queries   m keys/values   T sequence length   H heads
+ *       d key/query dim   v value dim   C channels (d_model)   F hidden dim   V vocabulary
+ *   A forward saves what its backward needs in buffers the caller owns; a backward
+ *   ACCUMULATES (+=) into gradient buffers, which the caller zeroes once per step, so a
+ *   tensor used twice (self-attention: queries = keys = values) simply gets both
+ *   contributions. A NULL gradient pointer means "not needed".
+ *   Nothing here allocates on the hot path, keeps global state or calls exit(); functions
+ *   that can fail return a qkv_status and fill a qkv_error with a readable message.
+ *
+ * Threads: kernels parallelise with OpenMP; GEMMs go to OpenBLAS built with OpenMP, which
+ * runs single-threaded inside our parallel regions, so the two never oversubscribe the
+ * cores. qkv_set_threads() sets both.
+ */
+#ifndef QKV_H
+#define QKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QKV_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_OK = 0,
+    QKV_ERR_NOMEM,   /* an allocation failed */
+    QKV_ERR_ARG,     /* an argument is out of its documented range */
+    QKV_ERR_IO,      /* a file could not be opened, read or written */
+    QKV_ERR_FORMAT,  /* a file is malformed: truncated, hostile, wrong dtype or shape */
+    QKV_ERR_NUMERIC  /* NaN or Inf where a finite number is required */
+} qkv_status;
+
+/* The reason for the last failure of a call that took this struct. */
+typedef struct {
+    qkv_status code;
+    char msg[512];
+} qkv_error;
+
+/* A constant name for a status code ("ok", "out of memory", ...). */
+const char *qkv_status_name(qkv_status s);
+
+/* Threads used by kernels and by OpenBLAS (n <= 0: leave the runtime's default). */
+void qkv_set_threads(int n);
+int qkv_get_threads(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Random numbers
+ * A counter-based generator: the value at (seed, i) depends on nothing else, so dropout is
+ * reproducible whatever the thread count, and its mask is recomputed in backward, not stored.
+ * ------------------------------------------------------------------------------------- */
+
+/* 32 random bits for counter i of stream seed. */
+uint32_t qkv_random_u32(uint64_t seed, uint64_t i);
+/* A uniform float in [0, 1) for counter i of stream seed. */
+float qkv_random_uniform(uint64_t seed, uint64_t i);
+/* A standard normal float (Box-Muller) for counter i of stream seed. */
+float qkv_random_normal(uint64_t seed, uint64_t i);
+/* Fill x[0..n) with uniform floats in [lo, hi) from stream seed. */
+void qkv_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
+/* Fill x[0..n) with normal floats N(mean, std^2) from stream seed. */
+void qkv_fill_normal(float *x, size_t n, float mean, float std, uint64_t seed);
+/* Xavier-uniform initialisation of a (fan_out, fan_in) matrix: U(-a, a), a = sqrt(6/(in+out)). */
+void qkv_init_xavier_uniform(float *W, int fan_out, int fan_in, uint64_t seed);
+
+/* ---------------------------------------------------------------------------------------
+ * Linear, embedding, activations, dropout
+ * ------------------------------------------------------------------------------------- */
+
+/* y = x W^T + b.  x (N, in), W (out, in), b (out) or NULL, y (N, out). */
+void qkv_linear_forward(float *y, const float *x, const float *W, const float *b,
+                        int N, int in, int out);
+/* dx += dy W;  dW += dy^T x;  db += sum_rows dy.  Any gradient may be NULL. */
+void qkv_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x,
+                         const float *W, int N, int in, int out);
+
+/* y[i] = E[ids[i]].  ids (N), E (V, C), y (N, C).
+ * Fails with QKV_ERR_ARG (naming the position) if an id is outside [0, V). */
+qkv_status qkv_embedding_forward(float *y, const int *ids, const float *E, int N, int V, int C,
+                                 qkv_error *err);
+/* dE[ids[i]] += dy[i] (scatter-add: a repeated id receives every row). */
+void qkv_embedding_backward(float *dE, const float *dy, const int *ids, int N, int C);
+
+/* y = max(x, 0), elementwise over n values (y may alias x). */
+void qkv_relu_forward(float *y, const float *x, size_t n);
+/* dx += dy * [x > 0]. */
+void qkv_relu_backward(float *dx, const float *dy, const float *x, size_t n);
+
+/* y = x * Phi(x), the exact GELU (erf form, as torch.nn.GELU()); y may alias x. */
+void qkv_gelu_forward(float *y, const float *x, size_t n);
+/* dx += dy * (Phi(x) + x * phi(x)). */
+void qkv_gelu_backward(float *dx, const float *dy, const float *x, size_t n);
+
+/* Inverted dropout: y[i] = x[i] * keep(i) / (1 - p), keep(i) = [u(seed, offset + i) >= p].
+ * p in [0, 1); p == 0 copies. y may alias x. */
+void qkv_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed,
+                         uint64_t offset);
+/* dx += dy * keep(i) / (1 - p), the same mask recomputed from (seed, offset). */
+void qkv_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed,
+                          uint64_t offset);
+
+/* ---------------------------------------------------------------------------------------
+ * Normalisation
+ * ------------------------------------------------------------------------------------- */
+
+/* LayerNorm over the last axis: y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps)
+ * (biased variance, as the paper's reference and PyTorch).  x, y (N, C); mean, rstd (N) are
+ * saved for backward; gamma, beta (C). */
+void qkv_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
+                           const float *gamma, const float *beta, int N, int C, float eps);
+void qkv_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+                            const float *x, const float *mean, const float *rstd,
+                            const float *gamma, int N, int C);
+
+/* RMSNorm: y = x * rstd * g, rstd = 1/sqrt(mean(x^2) + eps).  x, y (N, C); rstd (N); g (C). */
+void qkv_rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int N, int C,
+                         float eps);
+void qkv_rmsnorm_backward(float *dx, float *dg, const float *dy, const float *x,
+                          const float *rstd, const float *g, int N, int C);
+
+/* ---------------------------------------------------------------------------------------
+ * Masked softmax
+ * ------------------------------------------------------------------------------------- */
+
+/* Which keys a query may see. All fields zero/NULL: every key.
+ *   valid_lens  NULL, or per sequence (B values: query rows of sequence b see keys j < len[b]),
+ *               or per query (B*n values, per_query = 1: row (b, i) sees keys j < len[b*n+i]);
+ *   causal      query i sees keys j <= i + (m - n) (the last query sees every key, which is
+ *               also how a chunk of new queries sees a cached prefix). */
+typedef struct {
+    const int *valid_lens;
+    int per_query;
+    int causal;
+} qkv_mask;
+
+/* P = softmax(S) over the last axis with masked positions given weight exactly 0; a row with
+ * no visible key is all zeros (never NaN).  S, P (B, H, n, m); the mask is indexed by b and
+ * applies to every head. P may alias S. */
+void qkv_masked_softmax_forward(float *P, const float *S, int B, int H, int n, int m,
+                                const qkv_mask *mask);
+/* dS += P * (dP - rowsum(P * dP)).  Masked positions have P = 0, so they get no gradient. */
+void qkv_masked_softmax_backward(float *dS, const float *dP, const float *P, int rows, int m);
+
+/* ---------------------------------------------------------------------------------------
+ * Scaled dot-product attention:  O = dropout(softmax(Q K^T / sqrt(d))) V
+ * Tensors keep heads interleaved, (B, T, H, d), so the projections of multi-head attention
+ * feed it without transposes; H = 1 gives the plain (B, n, d) layout.
+ * ------------------------------------------------------------------------------------- */
+
+/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v).
+ * P (B, H, n, m) receives the attention weights (after mask, before dropout) for backward
+ * and for inspection.  Dropout with rate p on the weights when p > 0; stream seed. */
+void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, const float *V,
+                           int B, int H, int n, int m, int d, int v, const qkv_mask *mask,
+                           float p, uint64_t seed);
+/* Floats of scratch that qkv_attention_backward needs. */
+size_t qkv_attention_scratch_floats(int B, int H, int n, int m);
+/* dQ, dK, dV += the gradients of O given dO; P and (p, seed) as in forward. */
+void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *P,
+                            const float *Q, const float *K, const float *V, int B, int H,
+                            int n, int m, int d, int v, float p, uint64_t seed, float *scratch);
+
+/* ---------------------------------------------------------------------------------------
+ * Additive attention (Bahdanau):  a(q, k) = w_v^T tanh(W_q q + W_k k)
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    float *W_q; /* (h, dq) */
+    float *W_k; /* (h, dk) */
+    float *w_v; /* (h)     */
+} qkv_additive_weights;
+
+/* What forward saves for backward. */
+typedef struct {
+    float *q;  /* (B, n, h)    W_q q          */
+    float *k;  /* (B, m, h)    W_k k          */
+    float *F;  /* (B, n, m, h) tanh(q_i + k_j) */
+    float *P;  /* (B, n, m)    attention weights, before dropout */
+} qkv_additive_cache;
+
+/* Q (B, n, dq), K (B, m, dk), V (B, m, v) -> O (B, n, v). */
+void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float *Q,
+                                    const float *K, const float *V,
+                                    const qkv_additive_weights *w, int B, int n, int m, int dq,
+                                    int dk, int v, int h, const qkv_mask *mask, float p,
+                                    uint64_t seed);
+size_t qkv_additive_attention_scratch_floats(int B, int n, int m, int h);
+void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additive_weights *dw,
+                                     const float *dO, const qkv_additive_cache *c,
+                                     const float *Q, const float *K, const float *V,
+                                     const qkv_additive_weights *w, int B, int n, int m, int dq,
+                                     int dk, int v, int h, float p, uint64_t seed,
+                                     float *scratch);
+
+/* ---------------------------------------------------------------------------------------
+ * Multi-head attention:  MultiHead(Q, K, V) = Concat(head_1..head_H) W_o,
+ *                        head_i = Attention(Q W_q^i, K W_k^i, V W_v^i)
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int d_q;      /* query input (and output) features, d_model */
+    int d_kv;     /* key/value input features (d_model for self-attention) */
+    int heads;    /* H */
+    int head_dim; /* p: each head sees p = d_model / H features in the paper */
+    int bias;     /* 1: the four projections have biases */
+} qkv_mha_config;
+
+typedef struct {
+    float *W_q, *b_q; /* (H*p, d_q),  (H*p) */
+    float *W_k, *b_k; /* (H*p, d_kv), (H*p) */
+    float *W_v, *b_v; /* (H*p, d_kv), (H*p) */
+    float *W_o, *b_o; /* (d_q, H*p),  (d_q) */
+} qkv_mha_weights;
+
+/* Number of floats of the weights, and a view of them laid out in the order above in one
+ * flat buffer (biases are NULL when cfg->bias is 0). */
+size_t qkv_mha_weights_floats(const qkv_mha_config *cfg);
+qkv_mha_weights qkv_mha_weights_view(float *base, const qkv_mha_config *cfg);
+
+/* What forward saves for backward: projections, weights and the concatenated heads. */
+typedef struct {
+    float *q;   /* (B, n, H*p) */
+    float *k;   /* (B, m, H*p) */
+    float *v;   /* (B, m, H*p) */
+    float *P;   /* (B, H, n, m) attention weights: for backward and to look at */
+    float *ctx; /* (B, n, H*p) */
+} qkv_mha_cache;
+
+size_t qkv_mha_cache_floats(const qkv_mha_config *cfg, int B, int n, int m);
+qkv_mha_cache qkv_mha_cache_view(float *base, const qkv_mha_config *cfg, int B, int n, int m);
+
+/* xq (B, n, d_q) attends to xkv (B, m, d_kv) -> y (B, n, d_q).  Self-attention: xkv = xq. */
+void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
+                     const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
+                     const qkv_mask *mask, float p, uint64_t seed);
+size_t qkv_mha_scratch_floats(const qkv_mha_config *cfg, int B, int n, int m);
+/* dxq, dxkv may be the same buffer (self-attention). */
+void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
+                      const qkv_mha_cache *c, const float *xq, const float *xkv,
+                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
+                      float p, uint64_t seed, float *scratch);
+
+/* ---------------------------------------------------------------------------------------
+ * Positional encoding
+ * ------------------------------------------------------------------------------------- */
+
+/* The sinusoidal table, P (T, C): P[i, 2j] = sin(i / 10000^(2j/C)), P[i, 2j+1] = cos(same). */
+void qkv_sinusoidal_table(float *P, int T, int C);
+/* y[b, t] = x[b, t] * scale + P[pos0 + t].  x, y (B, T, C); P (>= pos0 + T, C).  scale is
+ * sqrt(d_model) when x are token embeddings (paper, section 3.4), else 1.  y may alias x. */
+void qkv_positional_forward(float *y, const float *x, const float *P, int B, int T, int C,
+                            int pos0, float scale);
+/* dx += dy * scale;  dP[pos0 + t] += sum_b dy[b, t] (learned positions; NULL for sinusoidal). */
+void qkv_positional_backward(float *dx, float *dP, const float *dy, int B, int T, int C,
+                             int pos0, float scale);
+
+/* ---------------------------------------------------------------------------------------
+ * Position-wise feed-forward network:  FFN(x) = act(x W_1^T + b_1) W_2^T + b_2
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1 } qkv_activation;
+
+/* x, y (N, C); W1 (F, C), b1 (F), W2 (C, F), b2 (C) (biases may be NULL);
+ * h_pre, h (N, F) are saved: before and after the activation. */
+void qkv_ffn_forward(float *y, float *h_pre, float *h, const float *x, const float *W1,
+                     const float *b1, const float *W2, const float *b2, int N, int C, int F,
+                     qkv_activation act);
+/* scratch: N*F floats. */
+void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
+                      const float *dy, const float *h_pre, const float *h, const float *x,
+                      const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
+                      float *scratch);
+
+/* ---------------------------------------------------------------------------------------
+ * Residual connections
+ * ------------------------------------------------------------------------------------- */
+
+/* y = x + dropout(s)  (the pre-norm form: x + Sublayer(LN(x)) with s = Sublayer(LN(x))). */
+void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, float p,
+                          uint64_t seed);
+/* dx += dy;  ds += dropout'(dy). */
+void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, float p,
+                           uint64_t seed);
+
+/* AddNorm (post-norm, as in the paper): y = LayerNorm(dropout(s) + x).
+ * x, s, y (N, C); z (N, C), mean, rstd (N) are saved. */
+void qkv_addnorm_forward(float *y, float *z, float *mean, float *rstd, const float *x,
+                         const float *s, const float *gamma, const float *beta, int N, int C,
+                         float eps, float p, uint64_t seed);
+/* scratch: N*C floats. */
+void qkv_addnorm_backward(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
+                          const float *z, const float *mean, const float *rstd,
+                          const float *gamma, int N, int C, float p, uint64_t seed,
+                          float *scratch);
+
+/* ---------------------------------------------------------------------------------------
+ * Softmax cross-entropy
+ * ------------------------------------------------------------------------------------- */
+
+/* Per-row loss of logits (N, V) against targets (N); rows whose target is ignore_index
+ * (the padding id) get loss 0 and no gradient.  With label smoothing eps the target
+ * distribution is (1 - eps) one-hot + eps / V (as torch.nn.CrossEntropyLoss).
+ * loss (N) and lse (N, logsumexp, saved for backward) are written; returns the number of
+ * counted rows and stores their summed loss in *sum (may be NULL).
+ * Fails (returns -1, err filled) if a counted target is outside [0, V). */
+int qkv_cross_entropy_forward(float *loss, float *lse, double *sum, const float *logits,
+                              const int *targets, int N, int V, int ignore_index,
+                              float label_smoothing, qkv_error *err);
+/* dlogits = scale * (softmax(logits) - target distribution) for counted rows, 0 for ignored
+ * ones (written, not accumulated; dlogits may alias logits).  scale is dL/d(loss per row),
+ * 1/count for the mean. */
+void qkv_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
+                                const int *targets, int N, int V, int ignore_index,
+                                float label_smoothing, float scale);
+
+/* ---------------------------------------------------------------------------------------
+ * Tensor files (safetensors): a JSON header naming each tensor's dtype, shape and byte range,
+ * then the raw little-endian data. Every offset and shape is checked against the file.
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum { QKV_F32 = 0, QKV_I32 = 1, QKV_I64 = 2, QKV_F64 = 3 } qkv_dtype;
+
+#define QKV_MAX_DIMS 8
+
+typedef struct {
+    char *name;
+    qkv_dtype dtype;
+    int ndim;
+    int64_t shape[QKV_MAX_DIMS];
+    int64_t numel;
+    void *data; /* points into the file's buffer, aligned for the dtype */
+} qkv_tensor;
+
+typedef struct {
+    qkv_tensor *tensors;
+    int count;
+    char *metadata_json; /* the "__metadata__" object as JSON text, or NULL */
+    void *buffer;        /* owned: the file's data section */
+} qkv_tensor_file;
+
+/* Read and validate a safetensors file. On failure *out is empty and err names the file and
+ * the offending tensor. */
+qkv_status qkv_tensor_file_load(qkv_tensor_file *out, const char *path, qkv_error *err);
+/* Parse an in-memory safetensors image (len bytes). */
+qkv_status qkv_tensor_file_parse(qkv_tensor_file *out, const void *bytes, size_t len,
+                                 const char *name_for_errors, qkv_error *err);
+void qkv_tensor_file_free(qkv_tensor_file *f);
+/* The tensor called name, or NULL. */
+const qkv_tensor *qkv_tensor_file_get(const qkv_tensor_file *f, const char *name);
+/* A metadata string value (owned by f until freed; NULL if absent). */
+const char *qkv_tensor_file_meta(const qkv_tensor_file *f, const char *key);
+
+/* A tensor to be written: name, dtype, shape and data (numel * dtype size bytes). */
+typedef struct {
+    const char *name;
+    qkv_dtype dtype;
+    int ndim;
+    int64_t shape[QKV_MAX_DIMS];
+    const void *data;
+} qkv_tensor_ref;
+
+/* Write tensors (and optional metadata key/value string pairs, n_meta of them) to path
+ * atomically: a temporary file in the same directory, flushed, then renamed over path, so
+ * the previous file stays intact on any failure. */
+qkv_status qkv_tensor_file_save(const char *path, const qkv_tensor_ref *tensors, int count,
+                                const char *const *meta_kv, int n_meta, qkv_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_H */

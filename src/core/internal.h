@@ -1,0 +1,31 @@
+/* Private helpers shared by the library's source files. Not part of the API. */
+#ifndef QKV_INTERNAL_H
+#define QKV_INTERNAL_H
+
+#include <cblas.h>
+#include <stddef.h>
+
+#include "qkv.h"
+
+/* Fill err (if not NULL) with code and a printf-style message; returns code. */
+qkv_status qkv_fail(qkv_error *err, qkv_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Row-major C = alpha * op(A) op(B) + beta * C, with op(X) = X or X^T: a thin name for
+ * cblas_sgemm so the math reads as "C (M,N) = A (M,K) B (K,N)". */
+static inline void gemm(int transA, int transB, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                        int ldc)
+{
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                ldc);
+}
+
+/* Whether element i of a dropout stream is kept: u(seed, offset + i) >= p. */
+static inline int dropout_keep(float p, uint64_t seed, uint64_t i)
+{
+    return qkv_random_uniform(seed, i) >= p;
+}
+
+#endif
