@@ -4,6 +4,7 @@
 #   make test       every test: unit + gradient checks + PyTorch parity, then an ASan+UBSan build
 #   make install PREFIX=/usr/local
 .SUFFIXES:
+.SECONDARY:
 CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   ?= build
@@ -11,13 +12,13 @@ OPT     ?= -O2 -march=x86-64-v3 -mtune=native
 SAN     ?=
 PY      ?= /usr/bin/python3
 
-PKGS    := openblas libcjson
+PKGS    := openblas libcjson libpng freetype2
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fopenmp -fPIC -D_POSIX_C_SOURCE=200809L \
-           -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS)) $(SAN) $(EXTRA_CFLAGS)
+           -Iinclude -Isrc -Itests/common $(shell pkg-config --cflags $(PKGS)) $(SAN) $(EXTRA_CFLAGS)
 LDLIBS  := $(shell pkg-config --libs $(PKGS)) -fopenmp -lm $(SAN)
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
-             src/training/*.c src/inference/*.c src/io/*.c))
+             src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)

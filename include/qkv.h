@@ -162,11 +162,12 @@ void qkv_masked_softmax_backward(float *dS, const float *dP, const float *P, int
 
 /* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v).
  * P (B, H, n, m) receives the attention weights (after mask, before dropout) for backward
- * and for inspection.  Dropout with rate p on the weights when p > 0; stream seed. */
+ * and for inspection.  Dropout with rate p on the weights when p > 0, stream seed, counter =
+ * flat index into P; scratch (qkv_attention_scratch_floats) is needed only when p > 0. */
 void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, const float *V,
                            int B, int H, int n, int m, int d, int v, const qkv_mask *mask,
-                           float p, uint64_t seed);
-/* Floats of scratch that qkv_attention_backward needs. */
+                           float p, uint64_t seed, float *scratch);
+/* Floats of scratch that qkv_attention_forward (with dropout) and _backward need. */
 size_t qkv_attention_scratch_floats(int B, int H, int n, int m);
 /* dQ, dK, dV += the gradients of O given dO; P and (p, seed) as in forward. */
 void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *P,
@@ -191,12 +192,13 @@ typedef struct {
     float *P;  /* (B, n, m)    attention weights, before dropout */
 } qkv_additive_cache;
 
-/* Q (B, n, dq), K (B, m, dk), V (B, m, v) -> O (B, n, v). */
+/* Q (B, n, dq), K (B, m, dk), V (B, m, v) -> O (B, n, v).  Dropout counter = flat index
+ * into P; scratch (qkv_additive_attention_scratch_floats) is needed only when p > 0. */
 void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float *Q,
                                     const float *K, const float *V,
                                     const qkv_additive_weights *w, int B, int n, int m, int dq,
                                     int dk, int v, int h, const qkv_mask *mask, float p,
-                                    uint64_t seed);
+                                    uint64_t seed, float *scratch);
 size_t qkv_additive_attention_scratch_floats(int B, int n, int m, int h);
 void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additive_weights *dw,
                                      const float *dO, const qkv_additive_cache *c,
@@ -242,10 +244,12 @@ typedef struct {
 size_t qkv_mha_cache_floats(const qkv_mha_config *cfg, int B, int n, int m);
 qkv_mha_cache qkv_mha_cache_view(float *base, const qkv_mha_config *cfg, int B, int n, int m);
 
-/* xq (B, n, d_q) attends to xkv (B, m, d_kv) -> y (B, n, d_q).  Self-attention: xkv = xq. */
+/* xq (B, n, d_q) attends to xkv (B, m, d_kv) -> y (B, n, d_q).  Self-attention: xkv = xq.
+ * Dropout on the attention weights as in qkv_attention_forward; scratch
+ * (qkv_mha_scratch_floats, shared with backward) is needed only when p > 0. */
 void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                     const qkv_mask *mask, float p, uint64_t seed);
+                     const qkv_mask *mask, float p, uint64_t seed, float *scratch);
 size_t qkv_mha_scratch_floats(const qkv_mha_config *cfg, int B, int n, int m);
 /* dxq, dxkv may be the same buffer (self-attention). */
 void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,

@@ -7,6 +7,7 @@ pkgs=(
   libopenblas-openmp-dev   # CBLAS GEMM; the OpenMP build shares the threads of our kernels
   libcjson-dev             # JSON: config files, safetensors headers
   libcmocka-dev            # unit-test framework
+  libpng-dev libfreetype-dev fonts-dejavu-core  # figures: PNG encoding, text rendering, a font
   python3-torch python3-numpy  # PyTorch parity references (tests only)
 )
 missing=()

@@ -3,6 +3,7 @@
 #define QKV_INTERNAL_H
 
 #include <cblas.h>
+#include <math.h>
 #include <stddef.h>
 
 #include "qkv.h"
@@ -26,6 +27,14 @@ static inline void gemm(int transA, int transB, int M, int N, int K, float alpha
 static inline int dropout_keep(float p, uint64_t seed, uint64_t i)
 {
     return qkv_random_uniform(seed, i) >= p;
+}
+
+/* d/dx GELU(x) = Phi(x) + x phi(x): the normal CDF plus x times the normal density. */
+static inline float gelu_grad(float x)
+{
+    float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
+    float pdf = 0.3989422804014327f * expf(-0.5f * x * x);
+    return cdf + x * pdf;
 }
 
 #endif

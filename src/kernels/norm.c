@@ -1,0 +1,98 @@
+/* Normalisation over the last axis: LayerNorm (Ba et al. 2016), used by AddNorm, and RMSNorm
+ * (Zhang & Sennrich 2019). Forward saves the per-row statistics backward needs. */
+#include <math.h>
+
+#include "core/internal.h"
+
+/* x, y (N, C); mean, rstd (N); gamma, beta (C).  y = (x - mu) / sqrt(var + eps) * gamma + beta */
+void qkv_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
+                           const float *gamma, const float *beta, int N, int C, float eps)
+{
+    #pragma omp parallel for if ((long)N * C > 32768)
+    for (int i = 0; i < N; i++) {
+        const float *xi = x + (size_t)i * C;
+        float *yi = y + (size_t)i * C;
+        float mu = 0.0f, var = 0.0f;
+        for (int c = 0; c < C; c++) mu += xi[c];
+        mu /= (float)C;
+        for (int c = 0; c < C; c++) var += (xi[c] - mu) * (xi[c] - mu);
+        var /= (float)C;
+        float r = 1.0f / sqrtf(var + eps);
+        for (int c = 0; c < C; c++) yi[c] = (xi[c] - mu) * r * gamma[c] + beta[c];
+        mean[i] = mu;
+        rstd[i] = r;
+    }
+}
+
+/* With xhat = (x - mu) rstd and g = dy * gamma:
+ *   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dgamma += sum_i dy xhat,  dbeta += sum_i dy */
+void qkv_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+                            const float *x, const float *mean, const float *rstd,
+                            const float *gamma, int N, int C)
+{
+    if (dx) {
+        #pragma omp parallel for if ((long)N * C > 32768)
+        for (int i = 0; i < N; i++) {
+            const float *xi = x + (size_t)i * C, *dyi = dy + (size_t)i * C;
+            float *dxi = dx + (size_t)i * C;
+            float mu = mean[i], r = rstd[i], g_mean = 0.0f, gx_mean = 0.0f;
+            for (int c = 0; c < C; c++) {
+                float g = dyi[c] * gamma[c];
+                g_mean += g;
+                gx_mean += g * (xi[c] - mu) * r;
+            }
+            g_mean /= (float)C;
+            gx_mean /= (float)C;
+            for (int c = 0; c < C; c++) {
+                float xhat = (xi[c] - mu) * r;
+                dxi[c] += r * (dyi[c] * gamma[c] - g_mean - xhat * gx_mean);
+            }
+        }
+    }
+    for (int i = 0; i < N && (dgamma || dbeta); i++) {
+        const float *xi = x + (size_t)i * C, *dyi = dy + (size_t)i * C;
+        float mu = mean[i], r = rstd[i];
+        for (int c = 0; c < C; c++) {
+            if (dgamma) dgamma[c] += dyi[c] * (xi[c] - mu) * r;
+            if (dbeta) dbeta[c] += dyi[c];
+        }
+    }
+}
+
+/* x, y (N, C); rstd (N); g (C).  y = x / sqrt(mean(x^2) + eps) * g */
+void qkv_rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int N, int C,
+                         float eps)
+{
+    #pragma omp parallel for if ((long)N * C > 32768)
+    for (int i = 0; i < N; i++) {
+        const float *xi = x + (size_t)i * C;
+        float *yi = y + (size_t)i * C;
+        float ms = 0.0f;
+        for (int c = 0; c < C; c++) ms += xi[c] * xi[c];
+        float r = 1.0f / sqrtf(ms / (float)C + eps);
+        for (int c = 0; c < C; c++) yi[c] = xi[c] * r * g[c];
+        rstd[i] = r;
+    }
+}
+
+/* With xhat = x rstd and h = dy * g:  dx = rstd (h - xhat mean(h xhat)),  dg += sum_i dy xhat */
+void qkv_rmsnorm_backward(float *dx, float *dg, const float *dy, const float *x,
+                          const float *rstd, const float *g, int N, int C)
+{
+    if (dx) {
+        #pragma omp parallel for if ((long)N * C > 32768)
+        for (int i = 0; i < N; i++) {
+            const float *xi = x + (size_t)i * C, *dyi = dy + (size_t)i * C;
+            float *dxi = dx + (size_t)i * C;
+            float r = rstd[i], hx_mean = 0.0f;
+            for (int c = 0; c < C; c++) hx_mean += dyi[c] * g[c] * xi[c] * r;
+            hx_mean /= (float)C;
+            for (int c = 0; c < C; c++) dxi[c] += r * (dyi[c] * g[c] - xi[c] * r * hx_mean);
+        }
+    }
+    if (dg)
+        for (int i = 0; i < N; i++) {
+            const float *xi = x + (size_t)i * C, *dyi = dy + (size_t)i * C;
+            for (int c = 0; c < C; c++) dg[c] += dyi[c] * xi[c] * rstd[i];
+        }
+}

@@ -1,0 +1,34 @@
+/* Position-wise feed-forward network (paper, eq. 2): FFN(x) = act(x W_1^T + b_1) W_2^T + b_2,
+ * the same two-layer MLP applied to every position independently. */
+#include <string.h>
+
+#include "core/internal.h"
+
+/* x, y (N, C); h_pre, h (N, F) */
+void qkv_ffn_forward(float *y, float *h_pre, float *h, const float *x, const float *W1,
+                     const float *b1, const float *W2, const float *b2, int N, int C, int F,
+                     qkv_activation act)
+{
+    qkv_linear_forward(h_pre, x, W1, b1, N, C, F);
+    if (act == QKV_ACT_GELU)
+        qkv_gelu_forward(h, h_pre, (size_t)N * F);
+    else
+        qkv_relu_forward(h, h_pre, (size_t)N * F);
+    qkv_linear_forward(y, h, W2, b2, N, F, C);
+}
+
+/* scratch (N, F) holds dh, then d(h_pre). */
+void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
+                      const float *dy, const float *h_pre, const float *h, const float *x,
+                      const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
+                      float *scratch)
+{
+    float *dh = scratch;
+    memset(dh, 0, (size_t)N * F * sizeof *dh);
+    qkv_linear_backward(dh, dW2, db2, dy, h, W2, N, F, C);
+    /* d(h_pre) = dh * act'(h_pre), in place */
+    #pragma omp parallel for if ((long)N * F > 32768)
+    for (size_t e = 0; e < (size_t)N * F; e++)
+        dh[e] *= act == QKV_ACT_GELU ? gelu_grad(h_pre[e]) : (h_pre[e] > 0.0f ? 1.0f : 0.0f);
+    qkv_linear_backward(dx, dW1, db1, dh, x, W1, N, C, F);
+}
