@@ -331,6 +331,121 @@ void qkv_cross_entropy_backward(float *dlogits, const float *logits, const float
                                 float label_smoothing, float scale);
 
 /* ---------------------------------------------------------------------------------------
+ * The encoder-decoder Transformer (paper, figure 1; d2l 11.7)
+ * ------------------------------------------------------------------------------------- */
+
+/* Reserved token ids, shared by every vocabulary (d2l's order). */
+enum { QKV_UNK = 0, QKV_PAD = 1, QKV_BOS = 2, QKV_EOS = 3 };
+
+typedef enum {
+    QKV_TIE_NONE = 0,   /* three separate matrices */
+    QKV_TIE_OUTPUT = 1, /* target embedding = output projection (paper, section 3.4) */
+    QKV_TIE_ALL = 2     /* source and target embeddings and output projection (one vocabulary) */
+} qkv_tie;
+
+typedef struct {
+    int src_vocab, tgt_vocab;
+    int d_model;    /* C */
+    int heads;      /* H; head size d_model / H */
+    int ffn;        /* F, the FFN's hidden size */
+    int enc_layers, dec_layers;
+    int max_len;    /* longest sequence either stack accepts (positions in the table) */
+    float dropout;  /* on embeddings + positions, attention weights, and each sublayer output */
+    int bias;       /* biases in the attention projections (d2l: no, PyTorch: yes) */
+    int pre_norm;   /* 0: LayerNorm(x + Sublayer(x)) as the paper; 1: x + Sublayer(LN(x)) */
+    int final_norm; /* a LayerNorm after the last block of each stack */
+    qkv_activation act;
+    qkv_tie tie;
+    int learned_pos; /* learned positions instead of the sinusoidal table */
+    float ln_eps;
+} qkv_transformer_config;
+
+/* The configuration of d2l's example: 2+2 layers, d_model 32, 4 heads, FFN 64, dropout 0.1,
+ * post-norm, no attention bias, sinusoidal positions, max_len 1000. Vocab sizes left 0. */
+qkv_transformer_config qkv_transformer_default_config(void);
+/* QKV_ERR_ARG with the reason if the configuration cannot build a model. */
+qkv_status qkv_transformer_config_check(const qkv_transformer_config *cfg, qkv_error *err);
+
+typedef struct qkv_transformer qkv_transformer;
+
+/* A model with freshly initialised parameters: Xavier-uniform for every projection (as d2l),
+ * N(0, 1) embeddings (N(0, 1/d_model) when tied to the output), zero biases, unit gains. */
+qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
+                                  uint64_t seed, qkv_error *err);
+void qkv_transformer_free(qkv_transformer *m);
+const qkv_transformer_config *qkv_transformer_get_config(const qkv_transformer *m);
+
+/* The parameters: count tensors, each with a stable name ("encoder.0.attention.W_q"), shape
+ * and its place in one flat buffer of qkv_transformer_num_params floats. */
+int qkv_transformer_num_tensors(const qkv_transformer *m);
+typedef struct {
+    const char *name;
+    int ndim;
+    int shape[2];
+    size_t offset; /* in floats, into the parameter (and gradient) buffer */
+    size_t numel;
+} qkv_param_info;
+qkv_param_info qkv_transformer_tensor(const qkv_transformer *m, int i);
+size_t qkv_transformer_num_params(const qkv_transformer *m);
+float *qkv_transformer_params(qkv_transformer *m);
+/* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
+float *qkv_transformer_grads(qkv_transformer *m);
+
+/* One batch of padded sentence pairs, row-major (B, T). */
+typedef struct {
+    int B, src_len, tgt_len;
+    const int *src;       /* (B, src_len) source ids, <pad> after the valid length */
+    const int *src_valid; /* (B) */
+    const int *tgt_in;    /* (B, tgt_len) decoder input: <bos> then the target without its end */
+    const int *tgt_out;   /* (B, tgt_len) labels; <pad> positions are not counted */
+} qkv_batch;
+
+/* Forward and backward of the loss over one batch with teacher forcing. Gradients are
+ * ACCUMULATED into qkv_transformer_grads (zero them per step). The loss differentiated is
+ * grad_scale * sum over real target tokens of their cross-entropy (1/tokens: the per-token
+ * mean; 1/tgt_len: d2l's sum of per-sequence means). *loss_sum receives the unscaled sum of
+ * token losses and *tokens their count. dropout_seed makes the step's dropout reproducible;
+ * train = 0 disables dropout (evaluation loss). */
+qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int backward,
+                                float grad_scale, float label_smoothing, int train,
+                                uint64_t dropout_seed, double *loss_sum, int *tokens,
+                                qkv_error *err);
+
+/* Greedy decoding of B source sentences at once (src (B, src_len) padded, src_valid (B)),
+ * caching every decoder layer's keys and values, so a step costs work proportional to the
+ * current length. out (B, max_len) receives the ids without <bos> and <eos>, out_len (B)
+ * their counts; a sentence stops at <eos> or after max_len tokens. Each sentence's result is
+ * independent of the others in the batch. */
+qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int *src_valid,
+                                  int B, int src_len, int max_len, int *out, int *out_len,
+                                  qkv_error *err);
+
+/* Logits (B, tgt_len, tgt_vocab) of a teacher-forced forward pass in evaluation mode. */
+qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,
+                                  qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Training
+ * ------------------------------------------------------------------------------------- */
+
+/* Adam (Kingma & Ba 2015) with optional decoupled weight decay (AdamW). */
+typedef struct {
+    float beta1, beta2, eps, weight_decay;
+    int64_t step;
+    size_t n;
+    float *m, *v; /* owned: first and second moments (n each) */
+} qkv_adam;
+
+qkv_status qkv_adam_init(qkv_adam *opt, size_t n, float beta1, float beta2, float eps,
+                         float weight_decay, qkv_error *err);
+void qkv_adam_free(qkv_adam *opt);
+/* One update of params (n) from grads (n) with learning rate lr. */
+void qkv_adam_update(qkv_adam *opt, float *params, const float *grads, float lr);
+/* Scales grads so that their global L2 norm is at most max_norm; returns the norm before
+ * clipping (NaN or Inf if a gradient is not finite, in which case nothing is scaled). */
+double qkv_clip_grad_norm(float *grads, size_t n, double max_norm);
+
+/* ---------------------------------------------------------------------------------------
  * Tensor files (safetensors): a JSON header naming each tensor's dtype, shape and byte range,
  * then the raw little-endian data. Every offset and shape is checked against the file.
  * ------------------------------------------------------------------------------------- */

@@ -1,0 +1,100 @@
+/* The encoder-decoder Transformer's private structures: weights as named views into one
+ * flat buffer, and the activations one training step keeps for its backward pass. */
+#ifndef QKV_TRANSFORMER_INTERNAL_H
+#define QKV_TRANSFORMER_INTERNAL_H
+
+#include "core/internal.h"
+
+typedef struct {
+    float *g, *b; /* LayerNorm gain and bias (C) */
+} norm_w;
+
+typedef struct {
+    float *W1, *b1, *W2, *b2; /* (F, C), (F), (C, F), (C) */
+} ffn_w;
+
+typedef struct {
+    qkv_mha_weights attention;
+    norm_w norm1;
+    ffn_w ffn;
+    norm_w norm2;
+} encoder_block_w;
+
+typedef struct {
+    qkv_mha_weights self_attention;
+    norm_w norm1;
+    qkv_mha_weights cross_attention;
+    norm_w norm2;
+    ffn_w ffn;
+    norm_w norm3;
+} decoder_block_w;
+
+/* Every parameter, as pointers into one buffer (the parameters, or their gradients). */
+typedef struct {
+    float *src_embedding, *tgt_embedding; /* (V_src, C), (V_tgt, C); may alias (tie) */
+    float *src_positions, *tgt_positions; /* (max_len, C) learned, else NULL */
+    encoder_block_w *encoder;             /* enc_layers */
+    norm_w encoder_norm;                  /* final_norm, else NULLs */
+    decoder_block_w *decoder;             /* dec_layers */
+    norm_w decoder_norm;
+    float *out_W, *out_b; /* (V_tgt, C) (may alias tgt_embedding), (V_tgt) */
+} model_w;
+
+/* The saved activations of one residual sublayer connection. Post-norm:
+ *   out = LayerNorm(z), z = x + dropout(s), s = Sublayer(x)
+ * Pre-norm:
+ *   out = x + dropout(s), s = Sublayer(u), u = LayerNorm(x) */
+typedef struct {
+    float *u, *u_mean, *u_rstd; /* pre-norm only */
+    float *s;
+    float *z, *mean, *rstd; /* post-norm only */
+    float *out;
+} sublayer_acts;
+
+typedef struct {
+    sublayer_acts att;
+    qkv_mha_cache cache;
+    sublayer_acts ff;
+    float *h_pre, *h;
+} encoder_block_acts;
+
+typedef struct {
+    sublayer_acts self;
+    qkv_mha_cache self_cache;
+    sublayer_acts cross;
+    qkv_mha_cache cross_cache;
+    sublayer_acts ff;
+    float *h_pre, *h;
+} decoder_block_acts;
+
+typedef struct {
+    int B, Ts, Tt;
+    float *src_x, *tgt_x; /* embedded + positions + dropout: the stacks' inputs */
+    encoder_block_acts *encoder;
+    float *enc_mean, *enc_rstd, *enc_out; /* after the optional final norm */
+    decoder_block_acts *decoder;
+    float *dec_mean, *dec_rstd, *dec_out;
+    float *logits, *lse, *loss; /* (B*Tt, V), (B*Tt), (B*Tt) */
+    /* backward work space */
+    float *d_a, *d_b, *d_c, *d_enc_out, *scratch;
+} model_acts;
+
+struct qkv_transformer {
+    qkv_transformer_config cfg;
+    size_t n_params;
+    float *params;
+    float *grads;
+    model_w w, g; /* views of params and grads */
+    qkv_param_info *tensors;
+    char (*names)[64];
+    int n_tensors;
+    float *pos_table; /* (max_len, C) sinusoidal */
+    float *arena;     /* activations */
+    size_t arena_cap;
+    model_acts acts;
+};
+
+/* Lay the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed). */
+qkv_status transformer_layout_acts(qkv_transformer *m, int B, int Ts, int Tt, qkv_error *err);
+
+#endif

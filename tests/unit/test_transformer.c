@@ -1,0 +1,172 @@
+/* The whole encoder-decoder model: finite-difference gradient checks of the full backward in
+ * every architectural variant, and its structural promises (parameter table, masks). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+enum { B = 2, TS = 5, TT = 4, VS = 11, VT = 9 };
+
+typedef struct {
+    qkv_transformer *m;
+    qkv_batch b;
+    float p;
+} model_ctx;
+
+static const int src[B * TS] = {4, 5, 6, 3, 1, 7, 8, 3, 1, 1};
+static const int src_valid[B] = {4, 3};
+static const int tgt_in[B * TT] = {2, 4, 5, 6, 2, 7, 1, 1};
+static const int tgt_out[B * TT] = {4, 5, 6, 3, 7, 3, 1, 1};
+
+static double model_loss(void *p)
+{
+    model_ctx *c = p;
+    double sum = 0.0;
+    int tokens = 0;
+    qkv_error err = {0};
+    assert_int_equal(qkv_transformer_loss(c->m, &c->b, 0, 1.0f, 0.1f, c->p > 0, 1234, &sum,
+                                          &tokens, &err), QKV_OK);
+    return sum / tokens;
+}
+
+static void check_variant(int pre_norm, int final_norm, int bias, int tie, int learned,
+                          qkv_activation act, float dropout)
+{
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = tie == QKV_TIE_ALL ? VT : VS, cfg.tgt_vocab = VT;
+    cfg.d_model = 8, cfg.heads = 2, cfg.ffn = 12, cfg.enc_layers = 2, cfg.dec_layers = 2;
+    cfg.max_len = 16, cfg.dropout = dropout, cfg.pre_norm = pre_norm, cfg.final_norm = final_norm;
+    cfg.bias = bias, cfg.tie = tie, cfg.learned_pos = learned, cfg.act = act;
+    model_ctx c = {NULL, {B, TS, TT, src, src_valid, tgt_in, tgt_out}, dropout};
+    int src_ids[B * TS];
+    if (tie == QKV_TIE_ALL) { /* the shared vocabulary is the smaller one */
+        for (int i = 0; i < B * TS; i++) src_ids[i] = src[i] % VT;
+        c.b.src = src_ids;
+    }
+    qkv_error err = {0};
+    assert_int_equal(qkv_transformer_create(&c.m, &cfg, 7, &err), QKV_OK);
+    float *params = qkv_transformer_params(c.m), *grads = qkv_transformer_grads(c.m);
+    size_t n = qkv_transformer_num_params(c.m);
+    double sum;
+    int tokens;
+    assert_int_equal(qkv_transformer_loss(c.m, &c.b, 1, 1.0f, 0.1f, dropout > 0, 1234, &sum,
+                                          &tokens, &err), QKV_OK);
+    assert_int_equal(tokens, 6);
+    for (size_t i = 0; i < n; i++) grads[i] /= (float)tokens; /* gradient of the mean */
+    /* A deep stack is more curved than one layer: a smaller step keeps the O(h^2) truncation
+     * error of central differences below the tolerance (the loss is a mean, so rounding is
+     * still far smaller). */
+    for (int t = 0; t < qkv_transformer_num_tensors(c.m); t++) {
+        qkv_param_info info = qkv_transformer_tensor(c.m, t);
+        tu_gradcheck(info.name, params + info.offset, info.numel, grads + info.offset,
+                     model_loss, &c, 3e-3f, TU_FD_TOL, 12);
+    }
+    qkv_transformer_free(c.m);
+}
+
+static void test_gradcheck_post_norm(void **state)
+{
+    (void)state;
+    check_variant(0, 0, 0, QKV_TIE_NONE, 0, QKV_ACT_RELU, 0.0f);
+}
+
+static void test_gradcheck_post_norm_dropout_bias(void **state)
+{
+    (void)state;
+    check_variant(0, 1, 1, QKV_TIE_OUTPUT, 0, QKV_ACT_GELU, 0.2f);
+}
+
+static void test_gradcheck_pre_norm_tied_learned(void **state)
+{
+    (void)state;
+    check_variant(1, 1, 1, QKV_TIE_ALL, 1, QKV_ACT_GELU, 0.1f);
+}
+
+/* Parameter count: per layer 4C^2 (+4C bias) attention, 2CF + F + C FFN, 2C per LayerNorm. */
+static void test_parameter_table(void **state)
+{
+    (void)state;
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = 100, cfg.tgt_vocab = 120;
+    qkv_transformer *m;
+    assert_int_equal(qkv_transformer_create(&m, &cfg, 1, NULL), QKV_OK);
+    const size_t C = 32, F = 64;
+    size_t enc = 4 * C * C + (2 * C * F + F + C) + 2 * 2 * C;
+    size_t dec = 8 * C * C + (2 * C * F + F + C) + 3 * 2 * C;
+    size_t want = 100 * C + 120 * C + 2 * enc + 2 * dec + 120 * C + 120;
+    assert_int_equal(qkv_transformer_num_params(m), want);
+    size_t covered = 0;
+    for (int t = 0; t < qkv_transformer_num_tensors(m); t++) {
+        qkv_param_info info = qkv_transformer_tensor(m, t);
+        assert_int_equal(info.offset, covered); /* contiguous, in order */
+        covered += info.numel;
+    }
+    assert_int_equal(covered, want);
+    assert_string_equal(qkv_transformer_tensor(m, 2).name, "encoder.0.attention.W_q");
+    qkv_transformer_free(m);
+}
+
+/* Padding beyond a source's valid length must not change anything: the encoder masks it. */
+static void test_source_padding_is_invisible(void **state)
+{
+    (void)state;
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = VS, cfg.tgt_vocab = VT, cfg.dropout = 0.0f;
+    qkv_transformer *m;
+    assert_int_equal(qkv_transformer_create(&m, &cfg, 3, NULL), QKV_OK);
+    int s1[TS] = {4, 5, 6, 3, 1}, s2[TS] = {4, 5, 6, 3, 9}, valid = 4;
+    int ti[TT] = {2, 4, 5, 6}, to[TT] = {4, 5, 6, 3};
+    float l1[TT * VT], l2[TT * VT];
+    qkv_batch b1 = {1, TS, TT, s1, &valid, ti, to}, b2 = {1, TS, TT, s2, &valid, ti, to};
+    assert_int_equal(qkv_transformer_logits(m, &b1, l1, NULL), QKV_OK);
+    assert_int_equal(qkv_transformer_logits(m, &b2, l2, NULL), QKV_OK);
+    assert_memory_equal(l1, l2, sizeof l1);
+    /* and the decoder is causal: changing the last input token leaves earlier logits alone */
+    ti[3] = 8;
+    assert_int_equal(qkv_transformer_logits(m, &b1, l2, NULL), QKV_OK);
+    assert_memory_equal(l1, l2, 3 * VT * sizeof *l1);
+    assert_true(memcmp(l1 + 3 * VT, l2 + 3 * VT, VT * sizeof *l1) != 0);
+    qkv_transformer_free(m);
+}
+
+static void test_rejects_bad_input(void **state)
+{
+    (void)state;
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = VS, cfg.tgt_vocab = VT, cfg.max_len = 4;
+    qkv_transformer *m;
+    qkv_error err = {0};
+    cfg.heads = 5;
+    assert_int_equal(qkv_transformer_create(&m, &cfg, 1, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "heads"));
+    cfg.heads = 4;
+    assert_int_equal(qkv_transformer_create(&m, &cfg, 1, &err), QKV_OK);
+    qkv_batch b = {B, TS, TT, src, src_valid, tgt_in, tgt_out};
+    double sum;
+    int tokens;
+    assert_int_equal(qkv_transformer_loss(m, &b, 1, 1.0f, 0.0f, 1, 1, &sum, &tokens, &err),
+                     QKV_ERR_ARG); /* TS = 5 > max_len 4 */
+    assert_non_null(strstr(err.msg, "maximum length"));
+    int bad[B * 4] = {4, 5, 6, 3, 7, 8, 3, 11}; /* 11 is outside the source vocabulary */
+    b.src = bad, b.src_len = 4;
+    int bad_valid[B] = {4, 3};
+    b.src_valid = bad_valid;
+    assert_int_equal(qkv_transformer_loss(m, &b, 1, 1.0f, 0.0f, 1, 1, &sum, &tokens, &err),
+                     QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "token id 11 at position 7"));
+    qkv_transformer_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gradcheck_post_norm),
+        cmocka_unit_test(test_gradcheck_post_norm_dropout_bias),
+        cmocka_unit_test(test_gradcheck_pre_norm_tied_learned),
+        cmocka_unit_test(test_parameter_table),
+        cmocka_unit_test(test_source_padding_is_invisible),
+        cmocka_unit_test(test_rejects_bad_input),
+    };
+    return cmocka_run_group_tests_name("transformer", tests, NULL, NULL);
+}
