@@ -93,22 +93,19 @@ static void final_norm(const qkv_transformer *m, float *out, float *mean, float 
         memcpy(out, x, N * C * sizeof *out);
 }
 
-static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t seed,
-                          qkv_error *err)
+/* The encoder stack over src (B, Ts): fills acts.src_x, the blocks' activations, enc_out. */
+qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src_valid, int B,
+                              int Ts, float p, uint64_t seed, qkv_error *err)
 {
     const qkv_transformer_config *c = &m->cfg;
     model_acts *x = &m->acts;
-    const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = c->d_model, F = c->ffn;
-    const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
+    const int C = c->d_model, F = c->ffn;
+    const size_t Ns = (size_t)B * Ts;
     const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
-    const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
-    qkv_status st = embed(m, x->src_x, b->src, m->w.src_embedding, m->w.src_positions,
-                          c->src_vocab, B, Ts, p, site_seed(seed, 0, 0, 0), err);
-    if (!st)
-        st = embed(m, x->tgt_x, b->tgt_in, m->w.tgt_embedding, m->w.tgt_positions, c->tgt_vocab,
-                   B, Tt, p, site_seed(seed, 1, 0, 0), err);
+    const qkv_mask src_mask = {src_valid, 0, 0};
+    qkv_status st = embed(m, x->src_x, src, m->w.src_embedding, m->w.src_positions, c->src_vocab,
+                          B, Ts, p, site_seed(seed, 0, 0, 0), err);
     if (st) return st;
-
     const float *h = x->src_x;
     for (int l = 0; l < c->enc_layers; l++) {
         encoder_block_acts *a = &x->encoder[l];
@@ -126,7 +123,25 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
         h = a->ff.out;
     }
     final_norm(m, x->enc_out, x->enc_mean, x->enc_rstd, h, &m->w.encoder_norm, Ns);
+    return QKV_OK;
+}
 
+static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t seed,
+                          qkv_error *err)
+{
+    const qkv_transformer_config *c = &m->cfg;
+    model_acts *x = &m->acts;
+    const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = c->d_model, F = c->ffn;
+    const size_t Nt = (size_t)B * Tt;
+    const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
+    const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
+    qkv_status st = transformer_encode(m, b->src, b->src_valid, B, Ts, p, seed, err);
+    if (!st)
+        st = embed(m, x->tgt_x, b->tgt_in, m->w.tgt_embedding, m->w.tgt_positions, c->tgt_vocab,
+                   B, Tt, p, site_seed(seed, 1, 0, 0), err);
+    if (st) return st;
+
+    const float *h;
     h = x->tgt_x;
     for (int l = 0; l < c->dec_layers; l++) {
         decoder_block_acts *a = &x->decoder[l];

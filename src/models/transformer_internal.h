@@ -97,4 +97,9 @@ struct qkv_transformer {
 /* Lay the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed). */
 qkv_status transformer_layout_acts(qkv_transformer *m, int B, int Ts, int Tt, qkv_error *err);
 
+/* The encoder stack alone (dropout rate p, stream seed): fills acts.enc_out (B*Ts, C).
+ * The activations must be laid out for at least (B, Ts). */
+qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src_valid, int B,
+                              int Ts, float p, uint64_t seed, qkv_error *err);
+
 #endif

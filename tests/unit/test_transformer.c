@@ -158,6 +158,54 @@ static void test_rejects_bad_input(void **state)
     qkv_transformer_free(m);
 }
 
+static int argmax(const float *z, int n)
+{
+    int best = 0;
+    for (int k = 1; k < n; k++)
+        if (z[k] > z[best]) best = k;
+    return best;
+}
+
+/* Greedy decoding with the KV cache must pick exactly what a full teacher-forced forward pass
+ * over its own output predicts at every position, and a sentence's translation must not
+ * depend on the batch around it. */
+static void test_greedy_cache_and_batch_independence(void **state)
+{
+    (void)state;
+    for (int pre_norm = 0; pre_norm < 2; pre_norm++) {
+        qkv_transformer_config cfg = qkv_transformer_default_config();
+        cfg.src_vocab = 30, cfg.tgt_vocab = 25, cfg.dropout = 0.0f, cfg.bias = 1;
+        cfg.pre_norm = pre_norm, cfg.final_norm = pre_norm, cfg.max_len = 32;
+        qkv_transformer *m;
+        assert_int_equal(qkv_transformer_create(&m, &cfg, 11, NULL), QKV_OK);
+        enum { NB = 3, SL = 6, ML = 10 };
+        int src_b[NB * SL] = {5, 6, 7, 8, 3, 1, 9, 10, 3, 1, 1, 1, 11, 12, 13, 14, 15, 3};
+        int valid[NB] = {5, 3, 6}, out[NB * ML], len[NB];
+        assert_int_equal(qkv_transformer_greedy(m, src_b, valid, NB, SL, ML, out, len, NULL),
+                         QKV_OK);
+        for (int b = 0; b < NB; b++) {
+            int alone[ML], alone_len;
+            assert_int_equal(qkv_transformer_greedy(m, src_b + b * SL, &valid[b], 1, valid[b],
+                                                    ML, alone, &alone_len, NULL), QKV_OK);
+            assert_int_equal(alone_len, len[b]);
+            assert_memory_equal(alone, out + b * ML, (size_t)len[b] * sizeof(int));
+            /* teacher-forced check of every step */
+            int T = len[b] < ML ? len[b] + 1 : ML, tin[ML], tout[ML];
+            tin[0] = QKV_BOS;
+            for (int t = 1; t < T; t++) tin[t] = out[b * ML + t - 1];
+            for (int t = 0; t < T; t++) tout[t] = t < len[b] ? out[b * ML + t] : QKV_EOS;
+            float *logits = tu_zeros((size_t)T * cfg.tgt_vocab);
+            qkv_batch one = {1, valid[b], T, src_b + b * SL, &valid[b], tin, tout};
+            assert_int_equal(qkv_transformer_logits(m, &one, logits, NULL), QKV_OK);
+            for (int t = 0; t < T; t++)
+                assert_int_equal(argmax(logits + (size_t)t * cfg.tgt_vocab, cfg.tgt_vocab),
+                                 tout[t]);
+            free(logits);
+        }
+        qkv_transformer_free(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -167,6 +215,7 @@ int main(void)
         cmocka_unit_test(test_parameter_table),
         cmocka_unit_test(test_source_padding_is_invisible),
         cmocka_unit_test(test_rejects_bad_input),
+        cmocka_unit_test(test_greedy_cache_and_batch_independence),
     };
     return cmocka_run_group_tests_name("transformer", tests, NULL, NULL);
 }

@@ -1,0 +1,57 @@
+/* Adam (Kingma & Ba 2015, algorithm 1) with bias correction, and decoupled weight decay
+ * (Loshchilov & Hutter 2019) when weight_decay > 0; global-norm gradient clipping. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+qkv_status qkv_adam_init(qkv_adam *opt, size_t n, float beta1, float beta2, float eps,
+                         float weight_decay, qkv_error *err)
+{
+    *opt = (qkv_adam){beta1, beta2, eps, weight_decay, 0, n, NULL, NULL};
+    opt->m = calloc(n ? n : 1, sizeof *opt->m);
+    opt->v = calloc(n ? n : 1, sizeof *opt->v);
+    if (!opt->m || !opt->v) {
+        qkv_adam_free(opt);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for Adam's moments (%zu)", n);
+    }
+    return QKV_OK;
+}
+
+void qkv_adam_free(qkv_adam *opt)
+{
+    free(opt->m), free(opt->v);
+    opt->m = opt->v = NULL;
+}
+
+/* m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+ * p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)  [+ lr wd p] */
+void qkv_adam_update(qkv_adam *opt, float *params, const float *grads, float lr)
+{
+    opt->step++;
+    const float b1 = opt->beta1, b2 = opt->beta2, eps = opt->eps, wd = opt->weight_decay;
+    const float c1 = 1.0f / (1.0f - powf(b1, (float)opt->step));
+    const float c2 = 1.0f / (1.0f - powf(b2, (float)opt->step));
+    float *m = opt->m, *v = opt->v;
+    #pragma omp parallel for if (opt->n > 65536)
+    for (size_t i = 0; i < opt->n; i++) {
+        float g = grads[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        float update = (m[i] * c1) / (sqrtf(v[i] * c2) + eps);
+        params[i] -= lr * (update + wd * params[i]);
+    }
+}
+
+double qkv_clip_grad_norm(float *grads, size_t n, double max_norm)
+{
+    double ss = 0.0;
+    #pragma omp parallel for reduction(+ : ss) if (n > 65536)
+    for (size_t i = 0; i < n; i++) ss += (double)grads[i] * grads[i];
+    double norm = sqrt(ss);
+    if (!isfinite(norm) || max_norm <= 0.0 || norm <= max_norm) return norm;
+    float scale = (float)(max_norm / norm);
+    #pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) grads[i] *= scale;
+    return norm;
+}
