@@ -402,8 +402,8 @@ typedef struct {
 
 /* Forward and backward of the loss over one batch with teacher forcing. Gradients are
  * ACCUMULATED into qkv_transformer_grads (zero them per step). The loss differentiated is
- * grad_scale * sum over real target tokens of their cross-entropy (1/tokens: the per-token
- * mean; 1/tgt_len: d2l's sum of per-sequence means). *loss_sum receives the unscaled sum of
+ * grad_scale * sum over real target tokens of their cross-entropy (grad_scale <= 0: 1/tokens,
+ * the per-token mean; 1/tgt_len: d2l's sum of per-sequence means). *loss_sum receives the unscaled sum of
  * token losses and *tokens their count. dropout_seed makes the step's dropout reproducible;
  * train = 0 disables dropout (evaluation loss). */
 qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int backward,
@@ -444,6 +444,88 @@ void qkv_adam_update(qkv_adam *opt, float *params, const float *grads, float lr)
 /* Scales grads so that their global L2 norm is at most max_norm; returns the norm before
  * clipping (NaN or Inf if a gradient is not finite, in which case nothing is scaled). */
 double qkv_clip_grad_norm(float *grads, size_t n, double max_norm);
+
+/* ---------------------------------------------------------------------------------------
+ * The training loop
+ * ------------------------------------------------------------------------------------- */
+
+/* Sentence pairs as ids padded to num_steps (d2l's build_array_nmt), owned by the caller. */
+typedef struct {
+    int n, num_steps;
+    const int *src, *src_valid; /* (n, num_steps), (n) */
+    const int *tgt, *tgt_valid; /* (n, num_steps), (n): target + <eos>, padded */
+} qkv_dataset;
+
+typedef struct {
+    int epoch, epochs;     /* 1-based epoch being trained */
+    int batch, batches;    /* batches done in this epoch */
+    int64_t step;          /* optimizer steps so far */
+    double loss;           /* per-token loss over this epoch so far */
+    double d2l_loss;       /* what d2l prints: loss / num_steps */
+    double tokens_per_s;   /* target tokens per second in this epoch */
+    double grad_norm;      /* of the last step, before clipping */
+    int end_of_epoch;
+} qkv_train_progress;
+
+typedef struct {
+    const char *out_dir;    /* checkpoint.safetensors, metrics.jsonl, the model at the end */
+    int batch, epochs;
+    float lr, beta1, beta2, adam_eps, weight_decay;
+    float clip;             /* global gradient norm (<= 0: none) */
+    float label_smoothing;
+    int d2l_loss_scale;     /* differentiate d2l's loss (sum of per-sequence means) instead of
+                             * the per-token mean: same minimum, d2l's step sizes */
+    uint64_t seed;          /* data order and dropout */
+    int resume;             /* continue from out_dir/checkpoint.safetensors if it exists */
+    int checkpoint_every;   /* also checkpoint every this many steps (0: at epoch ends only) */
+    int skip_nonfinite;     /* skip a step whose loss or gradient is NaN/Inf instead of failing */
+    int stop_after_steps;   /* stop (cleanly, after checkpointing) at this step; 0: never */
+    void (*progress)(const qkv_train_progress *p, void *ctx); /* after every step, or NULL */
+    void *progress_ctx;
+} qkv_train_options;
+
+/* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam (0.9, 0.98, 1e-9), clip 1,
+ * 200 epochs, seed 0. out_dir must be set. */
+qkv_train_options qkv_train_default_options(void);
+
+/* Trains m on data with teacher forcing. Every epoch end (and every checkpoint_every steps)
+ * writes out_dir/checkpoint.safetensors atomically and appends a line to metrics.jsonl; a
+ * resumed run continues bit for bit as if it had never stopped (same machine and threads).
+ * A non-finite loss or gradient stops with QKV_ERR_NUMERIC before the parameters change. */
+qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *data, const qkv_train_options *o,
+                     qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Model directories and checkpoints
+ * ------------------------------------------------------------------------------------- */
+
+/* The configuration as JSON text (caller frees with free()), and back; from_json names file
+ * and key in its errors and checks the configuration. */
+qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err);
+qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, const char *file,
+                                qkv_error *err);
+
+/* Writes dir/config.json and dir/model.safetensors (each atomically; dir is created). */
+qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err);
+/* Reads a model written by qkv_transformer_save: every tensor must be present with the shape
+ * the configuration implies, no unknown tensor, no NaN/Inf. */
+qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err);
+
+/* Where training stands: enough to resume bit for bit. */
+typedef struct {
+    int epoch;           /* epochs completed */
+    int batch;           /* batches of the current epoch completed */
+    uint64_t seed;       /* the run's seed: data order and dropout derive from it */
+    double epoch_loss;   /* loss summed over the current epoch so far */
+    int64_t epoch_tokens;
+} qkv_train_position;
+
+/* A training checkpoint: parameters, Adam's moments and step, and the position, in one
+ * safetensors file written atomically. Load validates everything before changing m or opt. */
+qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
+                               const qkv_train_position *pos, qkv_error *err);
+qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
+                               qkv_train_position *pos, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
  * Tensor files (safetensors): a JSON header naming each tensor's dtype, shape and byte range,

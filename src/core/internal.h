@@ -29,6 +29,11 @@ static inline int dropout_keep(float p, uint64_t seed, uint64_t i)
     return qkv_random_uniform(seed, i) >= p;
 }
 
+/* Replace path atomically with the concatenation of n_chunks buffers: a temporary file next
+ * to it, fsync, rename. On failure the previous file is untouched and err names the path. */
+qkv_status qkv_atomic_write(const char *path, const void *const *chunks, const size_t *lens,
+                            int n_chunks, qkv_error *err);
+
 /* d/dx GELU(x) = Phi(x) + x phi(x): the normal CDF plus x times the normal density. */
 static inline float gelu_grad(float x)
 {

@@ -327,6 +327,7 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int back
     if (loss_sum) *loss_sum = sum;
     if (tokens) *tokens = count;
     if (!backward_pass) return QKV_OK;
+    if (grad_scale <= 0.0f) grad_scale = 1.0f / (float)(count ? count : 1);
     qkv_cross_entropy_backward(x->logits, x->logits, x->lse, b->tgt_out, Nt, V, QKV_PAD,
                                label_smoothing, grad_scale);
     backward(m, b, p, dropout_seed);
