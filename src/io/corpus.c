@@ -1,0 +1,440 @@
+/*
+ * Sentence pairs for translation, read and cleaned as d2l.ai's "Machine Translation and the
+ * Dataset" does (read_data_nmt, preprocess_nmt, tokenize_nmt), from a tab-separated file
+ * (fra.txt) or two line-aligned files (Multi30k).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "core/internal.h"
+#include "qkv.h"
+
+/* ---------------------------------------------------------------------------------------
+ * UTF-8 and lower case
+ * ------------------------------------------------------------------------------------- */
+
+/* Decodes the character at s[0..len) into *c; returns its length in bytes, or 0 if the
+ * bytes are not well-formed UTF-8 (overlong forms, surrogates and values past U+10FFFF
+ * included, so that what we write back is always valid). */
+static int utf8_decode(const unsigned char *s, size_t len, uint32_t *c)
+{
+    if (s[0] < 0x80) return *c = s[0], 1;
+    int n = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
+    if (n == 0 || s[0] > 0xF4 || (size_t)n > len) return 0;
+    uint32_t v = s[0] & (0x7F >> n);
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        v = v << 6 | (s[i] & 0x3F);
+    }
+    static const uint32_t shortest[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < shortest[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    return *c = v, n;
+}
+
+size_t qkv_utf8_check(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    uint32_t c;
+    size_t i = 0;
+    for (int n; i < len && (n = utf8_decode(s + i, len - i, &c)) > 0 && c != 0;) i += (size_t)n;
+    return i;
+}
+
+/* Writes c as UTF-8 to out; returns the number of bytes. */
+static int utf8_encode(uint32_t c, char *out)
+{
+    unsigned char *o = (unsigned char *)out;
+    if (c < 0x80) return o[0] = (unsigned char)c, 1;
+    if (c < 0x800) {
+        o[0] = (unsigned char)(0xC0 | c >> 6);
+        o[1] = (unsigned char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        o[0] = (unsigned char)(0xE0 | c >> 12);
+        o[1] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+        o[2] = (unsigned char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    o[0] = (unsigned char)(0xF0 | c >> 18);
+    o[1] = (unsigned char)(0x80 | (c >> 12 & 0x3F));
+    o[2] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+    o[3] = (unsigned char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* Python's str.lower() of one character, for ASCII, Latin-1, Latin Extended-A and basic
+ * Cyrillic (the corpora hold nothing else that has a lower case; Greek is left out because
+ * Python lower-cases Σ by context). Writes 1 code point to lo, or 2 for U+0130 'İ', which
+ * Python turns into "i" + U+0307 COMBINING DOT ABOVE. */
+static int lower_char(uint32_t c, uint32_t lo[2])
+{
+    lo[0] = c;
+    if (c >= 'A' && c <= 'Z') lo[0] = c + 32;
+    else if (c >= 0xC0 && c <= 0xDE && c != 0xD7) lo[0] = c + 0x20; /* À..Þ, not × */
+    else if (c == 0x130) return lo[0] = 'i', lo[1] = 0x307, 2;
+    else if (c == 0x178) lo[0] = 0xFF; /* Ÿ -> ÿ */
+    /* Latin Extended-A pairs capital and small letters; the parity of the capital changes
+     * where ı, ĸ and ŉ, which have no capital, break the pattern. */
+    else if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) ||
+             (c >= 0x14A && c <= 0x177))
+        lo[0] = c % 2 == 0 ? c + 1 : c;
+    else if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
+        lo[0] = c % 2 == 1 ? c + 1 : c;
+    else if (c >= 0x400 && c <= 0x40F) lo[0] = c + 0x50; /* Ѐ..Џ */
+    else if (c >= 0x410 && c <= 0x42F) lo[0] = c + 0x20; /* А..Я */
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Preprocessing
+ * ------------------------------------------------------------------------------------- */
+
+static int is_nmt_punct(uint32_t c) { return c == ',' || c == '.' || c == '!' || c == '?'; }
+
+qkv_status qkv_preprocess(char *out, size_t *out_len, const char *text, size_t len,
+                          qkv_error *err)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t c, lo[2];
+        int n = utf8_decode(s + i, len - i, &c);
+        if (n == 0) {
+            out[o] = '\0';
+            return qkv_fail(err, QKV_ERR_FORMAT, "invalid UTF-8 at byte %zu", i);
+        }
+        if (c == 0) {
+            out[o] = '\0';
+            return qkv_fail(err, QKV_ERR_FORMAT, "NUL byte at byte %zu", i);
+        }
+        i += (size_t)n;
+        if (c == 0x202F || c == 0xA0) c = ' '; /* the French side spaces "Va !" this way */
+        int m = lower_char(c, lo);
+        for (int j = 0; j < m; j++) {
+            /* d2l looks at the previous character, never at an inserted space; both are
+             * ' ' exactly when the last byte written is, since punctuation is ASCII. */
+            if (is_nmt_punct(lo[j]) && o > 0 && out[o - 1] != ' ') out[o++] = ' ';
+            o += (size_t)utf8_encode(lo[j], out + o);
+        }
+    }
+    out[o] = '\0';
+    if (out_len) *out_len = o;
+    return QKV_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Collecting sentences
+ * ------------------------------------------------------------------------------------- */
+
+/* Sentences as they are read: token bytes and offsets grow; pointers are made at the end,
+ * once the bytes stop moving. */
+typedef struct {
+    char *bytes;
+    size_t n_bytes, cap_bytes;
+    size_t *token_at; /* offset of each token in bytes */
+    size_t n_tokens, cap_tokens;
+    size_t *start; /* (count + 1) */
+    int count;
+    size_t cap_start;
+} sentence_builder;
+
+/* p (capacity *cap elements of size elem) with room for need >= 1 elements, doubling;
+ * NULL if memory runs out, p then still being valid. */
+static void *grow(void *p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / elem) return NULL;
+        c *= 2;
+    }
+    void *q = realloc(p, c * elem);
+    if (q) *cap = c;
+    return q;
+}
+
+static void builder_free(sentence_builder *b)
+{
+    free(b->bytes);
+    free(b->token_at);
+    free(b->start);
+    memset(b, 0, sizeof *b);
+}
+
+static qkv_status builder_init(sentence_builder *b, qkv_error *err)
+{
+    memset(b, 0, sizeof *b);
+    b->start = grow(NULL, &b->cap_start, 1, sizeof *b->start);
+    if (!b->start) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for sentences");
+    b->start[0] = 0;
+    return QKV_OK;
+}
+
+/* Appends one preprocessed sentence: words split on ' ' as d2l's line.split(' '), minus the
+ * empty strings that split yields around a double space (a token is never ""). */
+static qkv_status builder_add(sentence_builder *b, const char *text, size_t len,
+                              qkv_error *err)
+{
+    if (b->count == INT32_MAX)
+        return qkv_fail(err, QKV_ERR_FORMAT, "more than %d sentences", INT32_MAX);
+    size_t *start = grow(b->start, &b->cap_start, (size_t)b->count + 2, sizeof *start);
+    if (start) b->start = start;
+    char *bytes = grow(b->bytes, &b->cap_bytes, b->n_bytes + len + 1, 1);
+    if (bytes) b->bytes = bytes;
+    if (!start || !bytes)
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for sentence %d", b->count + 1);
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && text[j] != ' ') j++;
+        if (j > i) {
+            size_t *at = grow(b->token_at, &b->cap_tokens, b->n_tokens + 1, sizeof *at);
+            if (!at) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for tokens");
+            b->token_at = at;
+            b->token_at[b->n_tokens++] = b->n_bytes;
+            memcpy(b->bytes + b->n_bytes, text + i, j - i);
+            b->n_bytes += j - i;
+            b->bytes[b->n_bytes++] = '\0';
+        }
+        i = j + 1;
+    }
+    b->start[++b->count] = b->n_tokens;
+    return QKV_OK;
+}
+
+/* Moves the builder's memory into out, turning offsets into pointers. */
+static qkv_status builder_finish(sentence_builder *b, qkv_sentences *out, qkv_error *err)
+{
+    const char **tokens = malloc((b->n_tokens ? b->n_tokens : 1) * sizeof *tokens);
+    if (!tokens) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for tokens");
+    for (size_t t = 0; t < b->n_tokens; t++) tokens[t] = b->bytes + b->token_at[t];
+    out->count = b->count;
+    out->n_tokens = b->n_tokens;
+    out->tokens = tokens;
+    out->start = b->start;
+    out->storage = b->bytes;
+    free(b->token_at);
+    memset(b, 0, sizeof *b);
+    return QKV_OK;
+}
+
+void qkv_sentences_free(qkv_sentences *s)
+{
+    if (!s) return;
+    free(s->tokens);
+    free(s->start);
+    free(s->storage);
+    memset(s, 0, sizeof *s);
+}
+
+void qkv_corpus_free(qkv_corpus *c)
+{
+    if (!c) return;
+    qkv_sentences_free(&c->source);
+    qkv_sentences_free(&c->target);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Reading lines
+ * ------------------------------------------------------------------------------------- */
+
+/* Preprocesses lines into a scratch buffer that grows to the longest line. */
+typedef struct {
+    char *buf;
+    size_t cap;
+    size_t len;
+} preprocessed;
+
+/* Preprocesses text into p; a failure is reported as "<name>:<line>: <reason>". */
+static qkv_status preprocess_line(preprocessed *p, const char *text, size_t len,
+                                  const char *name, long line, qkv_error *err)
+{
+    char *buf = len < SIZE_MAX / 2 ? grow(p->buf, &p->cap, QKV_PREPROCESS_BOUND(len), 1)
+                                   : NULL;
+    if (!buf)
+        return qkv_fail(err, QKV_ERR_NOMEM, "%s:%ld: out of memory for a line of %zu bytes",
+                        name, line, len);
+    p->buf = buf;
+    qkv_error why = {0};
+    if (qkv_preprocess(p->buf, &p->len, text, len, &why) != QKV_OK)
+        return qkv_fail(err, why.code, "%s:%ld: %s", name, line, why.msg);
+    return QKV_OK;
+}
+
+/* One file read line by line with getline, so a line may be as long as memory allows. */
+typedef struct {
+    FILE *f;
+    const char *path;
+    char *line;
+    size_t cap;
+    long number; /* of the line last read, 1-based */
+} line_reader;
+
+static qkv_status reader_open(line_reader *r, const char *path, qkv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->path = path;
+    r->f = fopen(path, "rb");
+    if (!r->f) return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    return QKV_OK;
+}
+
+static void reader_close(line_reader *r)
+{
+    if (r->f) fclose(r->f);
+    free(r->line);
+    memset(r, 0, sizeof *r);
+}
+
+/* Reads the next line into r->line without its "\n" or "\r\n". *len = its length, or -1 at
+ * the end of the file. */
+static qkv_status reader_next(line_reader *r, ptrdiff_t *len, qkv_error *err)
+{
+    errno = 0;
+    ssize_t n = getline(&r->line, &r->cap, r->f);
+    if (n < 0) {
+        if (ferror(r->f) || errno == ENOMEM)
+            return qkv_fail(err, errno == ENOMEM ? QKV_ERR_NOMEM : QKV_ERR_IO,
+                            "%s:%ld: cannot read: %s", r->path, r->number + 1,
+                            strerror(errno ? errno : EIO));
+        *len = -1;
+        return QKV_OK;
+    }
+    r->number++;
+    if (n > 0 && r->line[n - 1] == '\n') n--;
+    if (n > 0 && r->line[n - 1] == '\r') n--;
+    *len = n;
+    return QKV_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Corpora
+ * ------------------------------------------------------------------------------------- */
+
+qkv_status qkv_sentences_from_text(qkv_sentences *out, const char *text, size_t len,
+                                   const char *name_for_errors, qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *name = name_for_errors ? name_for_errors : "text";
+    sentence_builder b;
+    preprocessed p = {0};
+    qkv_status st = builder_init(&b, err);
+    long line = 0;
+    for (size_t i = 0; st == QKV_OK && i < len;) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - text) : len, n = end - i;
+        if (n > 0 && text[i + n - 1] == '\r') n--;
+        st = preprocess_line(&p, text + i, n, name, ++line, err);
+        if (st == QKV_OK) st = builder_add(&b, p.buf, p.len, err);
+        i = end + 1;
+    }
+    if (st == QKV_OK) st = builder_finish(&b, out, err);
+    builder_free(&b);
+    free(p.buf);
+    return st;
+}
+
+/* Whether the first num_examples lines (all when <= 0) have been taken. */
+static int enough(int count, int num_examples)
+{
+    return num_examples > 0 && count >= num_examples;
+}
+
+qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_examples,
+                               qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    line_reader r;
+    qkv_status st = reader_open(&r, path, err);
+    if (st != QKV_OK) return st;
+    sentence_builder src, tgt;
+    preprocessed p = {0};
+    st = builder_init(&src, err);
+    if (st == QKV_OK) st = builder_init(&tgt, err);
+    while (st == QKV_OK && !enough(src.count, num_examples)) {
+        ptrdiff_t n;
+        st = reader_next(&r, &n, err);
+        if (st != QKV_OK || n < 0) break;
+        /* The whole line is preprocessed, as d2l does the whole file: the tab is kept. */
+        st = preprocess_line(&p, r.line, (size_t)n, path, r.number, err);
+        if (st != QKV_OK) break;
+        char *tab = memchr(p.buf, '\t', p.len);
+        if (!tab) {
+            st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%ld: no tab between source and target",
+                          path, r.number);
+            break;
+        }
+        char *target = tab + 1, *end = p.buf + p.len;
+        char *next_tab = memchr(target, '\t', (size_t)(end - target));
+        if (next_tab) end = next_tab; /* columns after the second are not ours */
+        st = builder_add(&src, p.buf, (size_t)(tab - p.buf), err);
+        if (st == QKV_OK) st = builder_add(&tgt, target, (size_t)(end - target), err);
+    }
+    if (st == QKV_OK && src.count == 0)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: empty corpus (no lines)", path);
+    if (st == QKV_OK) st = builder_finish(&src, &out->source, err);
+    if (st == QKV_OK) st = builder_finish(&tgt, &out->target, err);
+    if (st != QKV_OK) qkv_corpus_free(out);
+    builder_free(&src);
+    builder_free(&tgt);
+    free(p.buf);
+    reader_close(&r);
+    return st;
+}
+
+/* Reads the next line of r into b: *more = 0 at the end of the file. */
+static qkv_status read_sentence(line_reader *r, sentence_builder *b, preprocessed *p,
+                                int *more, qkv_error *err)
+{
+    ptrdiff_t n;
+    qkv_status st = reader_next(r, &n, err);
+    *more = st == QKV_OK && n >= 0;
+    if (!*more) return st;
+    st = preprocess_line(p, r->line, (size_t)n, r->path, r->number, err);
+    return st == QKV_OK ? builder_add(b, p->buf, p->len, err) : st;
+}
+
+qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
+                                   const char *target_path, int num_examples, qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    line_reader rs, rt;
+    qkv_status st = reader_open(&rs, source_path, err);
+    if (st != QKV_OK) return st;
+    st = reader_open(&rt, target_path, err);
+    if (st != QKV_OK) {
+        reader_close(&rs);
+        return st;
+    }
+    sentence_builder src, tgt;
+    preprocessed p = {0};
+    st = builder_init(&src, err);
+    if (st == QKV_OK) st = builder_init(&tgt, err);
+    while (st == QKV_OK && !enough(src.count, num_examples)) {
+        int more_src, more_tgt = 0;
+        st = read_sentence(&rs, &src, &p, &more_src, err);
+        if (st == QKV_OK) st = read_sentence(&rt, &tgt, &p, &more_tgt, err);
+        if (st != QKV_OK || (!more_src && !more_tgt)) break;
+        if (more_src != more_tgt) {
+            const line_reader *shorter = more_src ? &rt : &rs, *longer = more_src ? &rs : &rt;
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s ends after line %ld but %s goes on: the files are not "
+                          "line-aligned", shorter->path, shorter->number, longer->path);
+        }
+    }
+    if (st == QKV_OK && src.count == 0)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s, %s: empty corpus (no lines)", source_path,
+                      target_path);
+    if (st == QKV_OK) st = builder_finish(&src, &out->source, err);
+    if (st == QKV_OK) st = builder_finish(&tgt, &out->target, err);
+    if (st != QKV_OK) qkv_corpus_free(out);
+    builder_free(&src);
+    builder_free(&tgt);
+    free(p.buf);
+    reader_close(&rs);
+    reader_close(&rt);
+    return st;
+}
