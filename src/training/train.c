@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/internal.h"
@@ -92,6 +94,9 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
     if (o->batch <= 0 || o->epochs < 0 || !o->out_dir)
         return qkv_fail(err, QKV_ERR_ARG, "training needs batch > 0, epochs >= 0 and an output "
                         "directory");
+    if (mkdir(o->out_dir, 0777) && errno != EEXIST)
+        return qkv_fail(err, QKV_ERR_IO, "%s: cannot create the directory: %s", o->out_dir,
+                        strerror(errno));
     const size_t n = qkv_transformer_num_params(m);
     float *params = qkv_transformer_params(m), *grads = qkv_transformer_grads(m);
     if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");

@@ -1,0 +1,11 @@
+/* The subcommands of the qkv tool. Each returns the process exit status. */
+#ifndef QKV_CLI_COMMANDS_H
+#define QKV_CLI_COMMANDS_H
+
+int cmd_train(int argc, char **argv);
+int cmd_translate(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+#endif

@@ -1,0 +1,41 @@
+/* qkv: train, run and inspect Transformers from the command line. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "qkv.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} COMMANDS[] = {
+    {"demo", cmd_demo, "train on a built-in reversal task and translate (no downloads)"},
+    {"train", cmd_train, "train an encoder-decoder Transformer on a parallel corpus"},
+    {"translate", cmd_translate, "translate sentences with a trained model"},
+    {"eval", cmd_eval, "translate a corpus and report BLEU"},
+    {"info", cmd_info, "parameter counts of a model or a configuration"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: qkv COMMAND [options]   (qkv COMMAND --help for its options)\n\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
+        fprintf(f, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+    fprintf(f, "\n  --version  print the version\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--version")) return printf("qkv %s\n", QKV_VERSION), 0;
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout), 0;
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
+        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc, argv);
+    fprintf(stderr, "qkv: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
