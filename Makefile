@@ -56,7 +56,7 @@ demo: deps all
 	OMP_NUM_THREADS=2 ./$(BUILD)/qkv demo
 
 # PyTorch writes reference tensors (inputs, weights, outputs, gradients) for the parity tests.
-$(BUILD)/parity/.stamp: tests/parity/make_reference.py
+$(BUILD)/parity/.stamp: tests/parity/make_reference.py tests/parity/make_model_reference.py tools/qkv_torch.py
 	@mkdir -p $(BUILD)/parity
 	$(PY) tests/parity/make_reference.py $(BUILD)/parity
 	@touch $@

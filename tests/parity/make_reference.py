@@ -632,6 +632,10 @@ def main():
     case_prenorm("prenorm_gelu_drop", 6, 8, 16, "gelu", 1e-5, 0.25, 77)
     case_prenorm("prenorm_relu_n1", 1, 4, 8, "relu", 1e-5, 0.0, 0)
 
+    # the whole model trained for 20 Adam steps (tests/unit/test_model_parity.c)
+    import make_model_reference
+    make_model_reference.write_all(save)
+
 
 if __name__ == "__main__":
     main()

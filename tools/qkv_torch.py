@@ -1,0 +1,407 @@
+"""qkv's encoder-decoder Transformer in PyTorch: the same model, parameter for parameter.
+
+    import qkv_torch
+    model = qkv_torch.QKVTransformer(cfg)                  # cfg: qkv_transformer_config as a dict
+    model.load_qkv_state(tensors)                          # {qkv name: array of qkv's shape}
+    logits = model(src, src_valid, tgt_in)                 # (B, Tt, tgt_vocab)
+    loss_sum, tokens = model.loss(src, src_valid, tgt_in, tgt_out, label_smoothing=0.1)
+    tensors = model.qkv_state()                            # back to qkv's names and shapes
+
+The configuration has the keys of qkv_transformer_config (include/qkv.h): src_vocab, tgt_vocab,
+d_model, heads, ffn, enc_layers, dec_layers, max_len, dropout, bias, pre_norm, final_norm,
+act ('relu' | 'gelu'), tie ('none' | 'output' | 'all'), learned_pos, ln_eps. Missing keys take
+the values of qkv_transformer_default_config().
+
+What the model computes (src/models/encoder_decoder.c), C = d_model, H = heads, p = C / H:
+  embedding   X = dropout(E[ids] * sqrt(C) + P[:T]), P the sinusoidal table or learned positions
+  sublayer    post-norm: LayerNorm(x + dropout(f(x)))      pre-norm: x + dropout(f(LayerNorm(x)))
+  encoder     per block: self-attention over the source (keys j < src_valid[b]), then the FFN;
+              an optional final LayerNorm ("encoder.norm", final_norm and enc_layers > 0)
+  decoder     per block: causal self-attention (query i sees keys j <= i; the target has no
+              valid lengths), attention over the encoder output (keys j < src_valid[b]), FFN;
+              an optional final LayerNorm ("decoder.norm")
+  output      logits = Y W^T + b, W = output.W, or the target embedding when tied
+  attention   q = x W_q^T + b_q (B, n, C) and likewise k, v; head h is columns h*p..h*p+p-1;
+              O = softmax(q_h k_h^T / sqrt(p)) v_h with masked weights exactly 0 (a row with no
+              visible key is all zeros), dropout on the weights; y = concat(O_h) W_o^T + b_o.
+              Attention biases exist only when bias = 1.
+  FFN         act(x W1^T + b1) W2^T + b2, always with biases; act is ReLU or the exact GELU
+  loss        cross-entropy over the tokens whose label is not <pad> (id 1), with optional
+              label smoothing as torch.nn.CrossEntropyLoss
+
+Parameters live under qkv's names ("encoder.0.attention.W_q", "decoder.1.norm3.beta",
+"output.b", ...) with qkv's shapes, registered in qkv's order, so named_parameters() is qkv's
+tensor table (qkv_transformer_tensor) and state_dict() can be written as a qkv checkpoint.
+
+Dropout here draws from torch's generator: with dropout > 0 in training mode the masks are not
+qkv's (whose counter-based streams are ported in tests/parity/make_reference.py), only their
+distribution is; every other quantity is the same function of the same parameters.
+"""
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PAD, BOS, EOS = 1, 2, 3
+
+DEFAULT_CONFIG = {
+    "src_vocab": 0, "tgt_vocab": 0, "d_model": 32, "heads": 4, "ffn": 64, "enc_layers": 2,
+    "dec_layers": 2, "max_len": 1000, "dropout": 0.1, "bias": 0, "pre_norm": 0, "final_norm": 0,
+    "act": "relu", "tie": "none", "learned_pos": 0, "ln_eps": 1e-5,
+}
+
+_ACTS = {0: "relu", 1: "gelu", "relu": "relu", "gelu": "gelu"}
+_TIES = {0: "none", 1: "output", 2: "all", "none": "none", "output": "output", "all": "all"}
+
+
+def make_config(cfg=None, **overrides):
+    """A complete, normalised configuration: defaults, then cfg, then overrides. act and tie
+    may also be given as qkv's enum values (0/1 and 0/1/2)."""
+    c = dict(DEFAULT_CONFIG)
+    c.update(cfg or {})
+    c.update(overrides)
+    unknown = set(c) - set(DEFAULT_CONFIG)
+    if unknown:
+        raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
+    c["act"], c["tie"] = _ACTS[c["act"]], _TIES[c["tie"]]
+    for k in DEFAULT_CONFIG:
+        if k not in ("act", "tie", "dropout", "ln_eps"):
+            c[k] = int(c[k])
+    c["dropout"], c["ln_eps"] = float(c["dropout"]), float(c["ln_eps"])
+    if c["src_vocab"] < 4 or c["tgt_vocab"] < 4:
+        raise ValueError("vocabulary sizes must be at least 4 (the reserved tokens)")
+    if c["d_model"] % c["heads"]:
+        raise ValueError(f"d_model ({c['d_model']}) must be a multiple of heads ({c['heads']})")
+    if c["tie"] == "all" and c["src_vocab"] != c["tgt_vocab"]:
+        raise ValueError("tie 'all' needs one shared vocabulary")
+    return c
+
+
+def qkv_tensor_table(cfg):
+    """[(name, shape)] of every parameter in qkv's order (the walk() of
+    src/models/transformer.c)."""
+    c = make_config(cfg)
+    C, Fh, Vs, Vt = c["d_model"], c["ffn"], c["src_vocab"], c["tgt_vocab"]
+    t = []
+
+    def mha(prefix):
+        for w in "qkvo":
+            t.append((f"{prefix}.W_{w}", (C, C)))
+            if c["bias"]:
+                t.append((f"{prefix}.b_{w}", (C,)))
+
+    def norm(prefix):
+        t.extend([(f"{prefix}.gamma", (C,)), (f"{prefix}.beta", (C,))])
+
+    def ffn(prefix):
+        t.extend([(f"{prefix}.W1", (Fh, C)), (f"{prefix}.b1", (Fh,)), (f"{prefix}.W2", (C, Fh)),
+                  (f"{prefix}.b2", (C,))])
+
+    if c["tie"] == "all":
+        t.append(("embedding", (Vs, C)))
+    else:
+        t.extend([("src_embedding", (Vs, C)), ("tgt_embedding", (Vt, C))])
+    if c["learned_pos"]:
+        t.extend([("src_positions", (c["max_len"], C)), ("tgt_positions", (c["max_len"], C))])
+    for l in range(c["enc_layers"]):
+        mha(f"encoder.{l}.attention"), norm(f"encoder.{l}.norm1")
+        ffn(f"encoder.{l}.ffn"), norm(f"encoder.{l}.norm2")
+    if c["final_norm"] and c["enc_layers"]:
+        norm("encoder.norm")
+    for l in range(c["dec_layers"]):
+        mha(f"decoder.{l}.self_attention"), norm(f"decoder.{l}.norm1")
+        mha(f"decoder.{l}.cross_attention"), norm(f"decoder.{l}.norm2")
+        ffn(f"decoder.{l}.ffn"), norm(f"decoder.{l}.norm3")
+    if c["final_norm"]:
+        norm("decoder.norm")
+    if c["tie"] == "none":
+        t.append(("output.W", (Vt, C)))
+    t.append(("output.b", (Vt,)))
+    return t
+
+
+def sinusoidal_table(T, C):
+    """P (T, C): P[i, 2j] = sin(i / 10000^(2j/C)), P[i, 2j+1] = cos(same), computed in float64
+    and rounded to float32, as qkv_sinusoidal_table."""
+    pos = np.arange(T, dtype=np.float64)[:, None]
+    two_j = (np.arange(C) & ~1).astype(np.float64)
+    angle = pos / np.power(10000.0, two_j / C)
+    P = np.where(np.arange(C) % 2 == 0, np.sin(angle), np.cos(angle))
+    return torch.from_numpy(P.astype(np.float32))
+
+
+def masked_softmax(S, visible):
+    """softmax(S) over the last axis where visible (broadcastable bool) is True; masked weights
+    are exactly 0 and a row with no visible key is all zeros (never NaN). Masked scores are
+    replaced before exp, so autograd never multiplies 0 by inf."""
+    visible = visible.expand_as(S)
+    S = torch.where(visible, S, torch.full_like(S, -math.inf))
+    row_max = S.amax(-1, keepdim=True).detach()
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    E = torch.where(visible, torch.exp(torch.where(visible, S - row_max, torch.zeros_like(S))),
+                    torch.zeros_like(S))
+    Z = E.sum(-1, keepdim=True)
+    return E / torch.where(Z > 0, Z, torch.ones_like(Z))
+
+
+def key_mask(B, n, m, valid_lens=None, causal=False):
+    """(B, n, m) bool, True where query i of sequence b may see key j: j < valid_lens[b] and,
+    when causal, j <= i + (m - n)."""
+    j = torch.arange(m).view(1, 1, m)
+    vis = torch.ones(B, n, m, dtype=torch.bool)
+    if valid_lens is not None:
+        vis = vis & (j < torch.as_tensor(valid_lens).view(B, 1, 1))
+    if causal:
+        vis = vis & (j <= torch.arange(n).view(1, n, 1) + (m - n))
+    return vis
+
+
+class LayerNorm(nn.Module):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta over the last axis (biased variance)."""
+
+    def __init__(self, C, eps):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(C))
+        self.beta = nn.Parameter(torch.zeros(C))
+        self.eps = eps
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.gamma, self.beta, self.eps)
+
+
+class MultiHeadAttention(nn.Module):
+    """Concat(head_1..head_H) W_o^T + b_o, head_h = Attention(x_q W_q^T + b_q, ...) restricted
+    to columns h*p..h*p+p-1 of the projections; W_* (C, C) as (out, in), like nn.Linear."""
+
+    def __init__(self, C, H, bias):
+        super().__init__()
+        self.H = H
+        for w in "qkvo":
+            self.register_parameter(f"W_{w}", nn.Parameter(torch.empty(C, C)))
+            self.register_parameter(f"b_{w}", nn.Parameter(torch.zeros(C)) if bias else None)
+
+    def forward(self, xq, xkv, visible, p_drop):
+        """xq (B, n, C) attends to xkv (B, m, C) where visible (B, n, m) -> (B, n, C)."""
+        B, n, C = xq.shape
+        m, H = xkv.shape[1], self.H
+        hp = C // H
+        q = F.linear(xq, self.W_q, self.b_q).view(B, n, H, hp).transpose(1, 2)  # (B, H, n, p)
+        k = F.linear(xkv, self.W_k, self.b_k).view(B, m, H, hp).transpose(1, 2)  # (B, H, m, p)
+        v = F.linear(xkv, self.W_v, self.b_v).view(B, m, H, hp).transpose(1, 2)  # (B, H, m, p)
+        S = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hp)                  # (B, H, n, m)
+        P = masked_softmax(S, visible.unsqueeze(1))
+        self.weights = P.detach()  # for inspection, as qkv_mha_cache.P
+        ctx = torch.matmul(F.dropout(P, p_drop, self.training), v)               # (B, H, n, p)
+        return F.linear(ctx.transpose(1, 2).reshape(B, n, C), self.W_o, self.b_o)
+
+
+class FeedForward(nn.Module):
+    """act(x W1^T + b1) W2^T + b2."""
+
+    def __init__(self, C, Fh, act):
+        super().__init__()
+        self.W1 = nn.Parameter(torch.empty(Fh, C))
+        self.b1 = nn.Parameter(torch.zeros(Fh))
+        self.W2 = nn.Parameter(torch.empty(C, Fh))
+        self.b2 = nn.Parameter(torch.zeros(C))
+        self.act = F.relu if act == "relu" else F.gelu  # F.gelu: the exact erf form
+
+    def forward(self, x):
+        return F.linear(self.act(F.linear(x, self.W1, self.b1)), self.W2, self.b2)
+
+
+class _Block(nn.Module):
+    def sublayer(self, x, norm, f):
+        """post-norm: LayerNorm(x + dropout(f(x)));  pre-norm: x + dropout(f(LayerNorm(x)))."""
+        if self.pre_norm:
+            return x + F.dropout(f(norm(x)), self.p, self.training)
+        return norm(x + F.dropout(f(x), self.p, self.training))
+
+
+class EncoderBlock(_Block):
+    def __init__(self, c):
+        super().__init__()
+        C, self.pre_norm, self.p = c["d_model"], c["pre_norm"], c["dropout"]
+        self.attention = MultiHeadAttention(C, c["heads"], c["bias"])
+        self.norm1 = LayerNorm(C, c["ln_eps"])
+        self.ffn = FeedForward(C, c["ffn"], c["act"])
+        self.norm2 = LayerNorm(C, c["ln_eps"])
+
+    def forward(self, x, src_visible):
+        x = self.sublayer(x, self.norm1, lambda u: self.attention(u, u, src_visible, self.p))
+        return self.sublayer(x, self.norm2, self.ffn)
+
+
+class DecoderBlock(_Block):
+    def __init__(self, c):
+        super().__init__()
+        C, self.pre_norm, self.p = c["d_model"], c["pre_norm"], c["dropout"]
+        self.self_attention = MultiHeadAttention(C, c["heads"], c["bias"])
+        self.norm1 = LayerNorm(C, c["ln_eps"])
+        self.cross_attention = MultiHeadAttention(C, c["heads"], c["bias"])
+        self.norm2 = LayerNorm(C, c["ln_eps"])
+        self.ffn = FeedForward(C, c["ffn"], c["act"])
+        self.norm3 = LayerNorm(C, c["ln_eps"])
+
+    def forward(self, y, memory, causal_visible, cross_visible):
+        y = self.sublayer(y, self.norm1,
+                          lambda u: self.self_attention(u, u, causal_visible, self.p))
+        y = self.sublayer(y, self.norm2,
+                          lambda u: self.cross_attention(u, memory, cross_visible, self.p))
+        return self.sublayer(y, self.norm3, self.ffn)
+
+
+class Stack(nn.Module):
+    """Blocks registered as "0", "1", ... and an optional final LayerNorm "norm", so that the
+    parameter names read "encoder.0.attention.W_q" and "encoder.norm.gamma"."""
+
+    def __init__(self, blocks, norm):
+        super().__init__()
+        self.n = len(blocks)
+        for i, b in enumerate(blocks):
+            self.add_module(str(i), b)
+        self.norm = norm
+
+    def blocks(self):
+        return [getattr(self, str(i)) for i in range(self.n)]
+
+
+class Output(nn.Module):
+    """logits = y W^T + b; W is the target embedding when tied (then this holds only b)."""
+
+    def __init__(self, C, V, tied):
+        super().__init__()
+        self.W = None if tied else nn.Parameter(torch.empty(V, C))
+        self.b = nn.Parameter(torch.zeros(V))
+
+
+class QKVTransformer(nn.Module):
+    """qkv's encoder-decoder Transformer; see the module docstring for the exact semantics."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        c = self.cfg = make_config(cfg)
+        C, Vs, Vt = c["d_model"], c["src_vocab"], c["tgt_vocab"]
+        # registered in qkv's order: named_parameters() is qkv's tensor table
+        if c["tie"] == "all":
+            self.embedding = nn.Parameter(torch.empty(Vs, C))
+        else:
+            self.src_embedding = nn.Parameter(torch.empty(Vs, C))
+            self.tgt_embedding = nn.Parameter(torch.empty(Vt, C))
+        if c["learned_pos"]:
+            self.src_positions = nn.Parameter(torch.empty(c["max_len"], C))
+            self.tgt_positions = nn.Parameter(torch.empty(c["max_len"], C))
+        else:
+            self.register_buffer("positions", sinusoidal_table(c["max_len"], C),
+                                 persistent=False)
+        final = c["final_norm"]
+        self.encoder = Stack([EncoderBlock(c) for _ in range(c["enc_layers"])],
+                             LayerNorm(C, c["ln_eps"]) if final and c["enc_layers"] else None)
+        self.decoder = Stack([DecoderBlock(c) for _ in range(c["dec_layers"])],
+                             LayerNorm(C, c["ln_eps"]) if final else None)
+        self.output = Output(C, Vt, c["tie"] != "none")
+        table = [(n, tuple(p.shape)) for n, p in self.named_parameters()]
+        assert table == qkv_tensor_table(c), "parameter registration out of qkv's order"
+        self.reset_parameters()
+
+    # ---- parameters ------------------------------------------------------------------------
+
+    def src_E(self):
+        return self.embedding if self.cfg["tie"] == "all" else self.src_embedding
+
+    def tgt_E(self):
+        return self.embedding if self.cfg["tie"] == "all" else self.tgt_embedding
+
+    def out_W(self):
+        return self.tgt_E() if self.cfg["tie"] != "none" else self.output.W
+
+    def reset_parameters(self, generator=None):
+        """qkv's scheme (qkv_transformer_create) from torch's generator: Xavier-uniform
+        matrices, N(0, 1) embeddings and positions (N(0, 1/C) for an embedding tied to the
+        output), zero biases and LayerNorm shifts, unit LayerNorm gains."""
+        C = self.cfg["d_model"]
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if "embedding" in name:
+                    std = C ** -0.5 if self.cfg["tie"] != "none" else 1.0
+                    p.normal_(0.0, std, generator=generator)
+                elif "positions" in name:
+                    p.normal_(0.0, 1.0, generator=generator)
+                elif name.endswith("gamma"):
+                    p.fill_(1.0)
+                elif p.dim() == 2:
+                    a = math.sqrt(6.0 / (p.shape[0] + p.shape[1]))
+                    p.uniform_(-a, a, generator=generator)
+                else:
+                    p.zero_()
+
+    def qkv_state(self):
+        """{qkv name: float32 numpy array of qkv's shape}, in qkv's order."""
+        return {n: p.detach().cpu().numpy().astype(np.float32).copy()
+                for n, p in self.named_parameters()}
+
+    def load_qkv_state(self, tensors):
+        """Copy every parameter from {qkv name: array-like}; the names must be exactly qkv's
+        tensor table for this configuration and every shape must match."""
+        params = dict(self.named_parameters())
+        missing = [n for n in params if n not in tensors]
+        extra = [n for n in tensors if n not in params]
+        if missing or extra:
+            raise KeyError(f"state does not match the configuration: missing {missing}, "
+                           f"unexpected {extra}")
+        with torch.no_grad():
+            for n, p in params.items():
+                t = torch.as_tensor(np.asarray(tensors[n], dtype=np.float32))
+                if tuple(t.shape) != tuple(p.shape):
+                    raise ValueError(f"tensor '{n}': shape {tuple(t.shape)}, the model needs "
+                                     f"{tuple(p.shape)}")
+                p.copy_(t)
+
+    # ---- forward ---------------------------------------------------------------------------
+
+    def embed(self, ids, E, positions):
+        """dropout(E[ids] * sqrt(C) + P[:T]) (paper, sections 3.4 and 3.5)."""
+        T = ids.shape[1]
+        x = F.embedding(ids.long(), E) * math.sqrt(self.cfg["d_model"]) + positions[:T]
+        return F.dropout(x, self.cfg["dropout"], self.training)
+
+    def encode(self, src, src_valid):
+        """src (B, Ts) ids, src_valid (B) -> the encoder output (B, Ts, C)."""
+        B, Ts = src.shape
+        pos = self.src_positions if self.cfg["learned_pos"] else self.positions
+        x = self.embed(src, self.src_E(), pos)
+        visible = key_mask(B, Ts, Ts, src_valid)
+        for block in self.encoder.blocks():
+            x = block(x, visible)
+        return self.encoder.norm(x) if self.encoder.norm is not None else x
+
+    def decode(self, tgt_in, memory, src_valid):
+        """tgt_in (B, Tt) ids, memory (B, Ts, C) -> logits (B, Tt, tgt_vocab)."""
+        B, Tt = tgt_in.shape
+        Ts = memory.shape[1]
+        pos = self.tgt_positions if self.cfg["learned_pos"] else self.positions
+        y = self.embed(tgt_in, self.tgt_E(), pos)
+        causal = key_mask(B, Tt, Tt, causal=True)
+        cross = key_mask(B, Tt, Ts, src_valid)
+        for block in self.decoder.blocks():
+            y = block(y, memory, causal, cross)
+        if self.decoder.norm is not None:
+            y = self.decoder.norm(y)
+        return F.linear(y, self.out_W(), self.output.b)
+
+    def forward(self, src, src_valid, tgt_in):
+        """Teacher-forced logits (B, Tt, tgt_vocab), as qkv_transformer_logits (in eval mode)."""
+        src, tgt_in = torch.as_tensor(src), torch.as_tensor(tgt_in)
+        src_valid = torch.as_tensor(src_valid).long()
+        return self.decode(tgt_in, self.encode(src, src_valid), src_valid)
+
+    def loss(self, src, src_valid, tgt_in, tgt_out, label_smoothing=0.0):
+        """(sum of the cross-entropy of every token whose label is not <pad>, their count), as
+        qkv_transformer_loss's *loss_sum and *tokens; sum / count is the per-token mean."""
+        logits = self(src, src_valid, tgt_in)
+        labels = torch.as_tensor(tgt_out).long().reshape(-1)
+        total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, ignore_index=PAD,
+                                label_smoothing=label_smoothing, reduction="sum")
+        return total, int((labels != PAD).sum())
