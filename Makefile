@@ -27,6 +27,7 @@ TEST_COMMON := $(sort $(wildcard tests/common/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
+E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
 .PHONY: all deps demo test unit parity-data test-asan install clean
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/qkv
@@ -53,7 +54,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a $(LDLIBS) -lcmocka
 
 demo: deps all
-	OMP_NUM_THREADS=2 ./$(BUILD)/qkv demo
+	./$(BUILD)/qkv demo --out $(BUILD)/demo-model
 
 # PyTorch writes reference tensors (inputs, weights, outputs, gradients) for the parity tests.
 $(BUILD)/parity/.stamp: tests/parity/make_reference.py tests/parity/make_model_reference.py tools/qkv_torch.py
@@ -62,7 +63,7 @@ $(BUILD)/parity/.stamp: tests/parity/make_reference.py tests/parity/make_model_r
 	@touch $@
 
 unit: all $(TEST_BIN) $(BUILD)/parity/.stamp
-	QKV_PARITY_DIR=$(BUILD)/parity tests/run.sh $(TEST_BIN)
+	QKV_PARITY_DIR=$(BUILD)/parity QKV=$(BUILD)/qkv tests/run.sh $(TEST_BIN) $(E2E_TESTS)
 
 test: deps
 	$(MAKE) unit
@@ -74,8 +75,9 @@ test-asan: $(BUILD)/parity/.stamp
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
 	  build-asan/qkv $(TEST_BIN:$(BUILD)/%=build-asan/%)
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  QKV_PARITY_DIR=$(BUILD)/parity tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 QKV_E2E_QUICK=1 \
+	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv \
+	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

@@ -393,6 +393,11 @@ typedef struct {
  * messages ("<name>:<line>: ..."). */
 qkv_status qkv_sentences_from_text(qkv_sentences *out, const char *text, size_t len,
                                    const char *name_for_errors, qkv_error *err);
+/* Each line split on spaces and tabs with no other change (for models whose vocabulary was
+ * made by another tokenizer, e.g. one converted from PyTorch). Invalid UTF-8 fails, naming
+ * the line. */
+qkv_status qkv_sentences_split(qkv_sentences *out, const char *text, size_t len,
+                               const char *name_for_errors, qkv_error *err);
 void qkv_sentences_free(qkv_sentences *s);
 
 /* Pairs from a file of lines "source<TAB>target[<TAB>ignored...]" (fra.txt is
@@ -750,6 +755,46 @@ typedef struct {
  * the previous file stays intact on any failure. */
 qkv_status qkv_tensor_file_save(const char *path, const qkv_tensor_ref *tensors, int count,
                                 const char *const *meta_kv, int n_meta, qkv_error *err);
+
+/* =======================================================================================
+ * Looking inside: the attention weights behind one translation, and Nadaraya-Watson
+ * kernel regression (d2l 11.2), attention pooling at its simplest.
+ * ===================================================================================== */
+
+/* Every layer's and head's attention weights for one sentence pair, from a teacher-forced
+ * forward pass in evaluation mode whose decoder input is <bos> + tgt. With tgt the output of
+ * qkv_transformer_greedy these are the weights that decoding used: predicted[] then repeats
+ * tgt (and ends in <eos> if decoding stopped there). Owned until qkv_attention_maps_free. */
+typedef struct {
+    int enc_layers, dec_layers, heads;
+    int src_len;         /* Ts: source ids as the encoder saw them, <eos> included */
+    int tgt_len;         /* Tt: decoder inputs, <bos> + the translation */
+    float *encoder;      /* (enc_layers, H, Ts, Ts) encoder self-attention */
+    float *decoder_self; /* (dec_layers, H, Tt, Tt) causal decoder self-attention */
+    float *cross;        /* (dec_layers, H, Tt, Ts) encoder-decoder attention */
+    int *predicted;      /* (Tt) each position's argmax token */
+} qkv_attention_maps;
+
+/* src (src_len >= 1) as qkv_vocab_encode writes it, unpadded; tgt (tgt_len >= 0) the
+ * translation without <bos> or <eos>. Both lengths (tgt_len + 1) must fit the model. */
+qkv_status qkv_attention_maps_compute(qkv_attention_maps *out, qkv_transformer *m,
+                                      const int *src, int src_len, const int *tgt, int tgt_len,
+                                      qkv_error *err);
+void qkv_attention_maps_free(qkv_attention_maps *a);
+
+/* Nadaraya-Watson attention pooling with a Gaussian kernel:
+ *   y_i = sum_j P_ij v_j,  P_i = masked_softmax(S_i),  S_ij = -((q_i - k_j) w)^2 / 2.
+ * w = 1 is the non-parametric estimator; a learned w sets the kernel's width to 1/w.
+ * q (B, n), k (B, m), v (B, m) -> y (B, n); P (B, n, m) is saved for backward. The mask is
+ * qkv_masked_softmax_forward's (H = 1). Each batch row has its own keys, so d2l's training,
+ * where every input attends to all the others, is B = n_train, n = 1, m = n_train - 1. */
+void qkv_kernel_regression_forward(float *y, float *P, const float *q, const float *k,
+                                   const float *v, float w, int B, int n, int m,
+                                   const qkv_mask *mask);
+/* dq, dk, dv += their gradients given dy; *dw += dL/dw. Any gradient may be NULL. */
+void qkv_kernel_regression_backward(float *dq, float *dk, float *dv, float *dw, const float *dy,
+                                    const float *P, const float *q, const float *k,
+                                    const float *v, float w, int B, int n, int m);
 
 /* =======================================================================================
  * Figures: attention heatmaps, training curves, positional encodings, kernel

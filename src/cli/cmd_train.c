@@ -127,6 +127,7 @@ int cmd_train(int argc, char **argv)
         {"checkpoint-every", OPT_INT, &o.checkpoint_every, "also checkpoint every N steps"},
         {"skip-nonfinite", OPT_FLAG, &o.skip_nonfinite, "skip steps with NaN/Inf instead of stopping"},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors"},
+        {"stop-after-steps", OPT_INT, &o.stop_after_steps, "checkpoint and stop at this step (0: never)"},
         {"log-every", OPT_INT, &every, "print a line every N epochs (without a terminal)"},
         {"quiet", OPT_FLAG, &quiet, "no progress output"},
         {NULL, 0, NULL, NULL},
@@ -214,7 +215,12 @@ int cmd_train(int argc, char **argv)
     progress_ctx pc = {isatty(2), quiet, every, now_s()};
     o.progress = show_progress, o.progress_ctx = &pc;
     if (qkv_train(cm.model, &ds, &o, &err)) goto fail;
-    if (!quiet) fprintf(stderr, "qkv train: wrote %s in %.1fs\n", out, now_s() - pc.t0);
+    const long total_steps = (long)o.epochs * ((ds.n + o.batch - 1) / o.batch);
+    if (!quiet && o.stop_after_steps > 0 && o.stop_after_steps < total_steps)
+        fprintf(stderr, "qkv train: stopped after step %d; continue with --resume\n",
+                o.stop_after_steps);
+    else if (!quiet)
+        fprintf(stderr, "qkv train: wrote %s in %.1fs\n", out, now_s() - pc.t0);
     rc = 0;
     goto done;
 fail:

@@ -39,7 +39,7 @@ int cmd_translate(int argc, char **argv)
     int *ids = NULL, *lens = NULL;
     rc = 1;
     if (!text) goto done;
-    if (qkv_sentences_from_text(&src, text, len, input ? input : "stdin", &err)) {
+    if (cli_tokenize(&cm, &src, text, len, input ? input : "stdin", &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }

@@ -44,6 +44,28 @@ char *cli_read_all(const char *path, size_t *len)
     return buf;
 }
 
+/* DIR/name parsed as JSON, or NULL if the file is absent or not JSON. */
+static cJSON *read_json(const char *dir, const char *name)
+{
+    char path[4096];
+    join(path, sizeof path, dir, name);
+    FILE *probe = fopen(path, "rb");
+    if (!probe) return NULL;
+    fclose(probe);
+    size_t len;
+    char *text = cli_read_all(path, &len);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return o;
+}
+
+qkv_status cli_tokenize(const cli_model *cm, qkv_sentences *out, const char *text, size_t len,
+                        const char *name, qkv_error *err)
+{
+    return cm->whitespace ? qkv_sentences_split(out, text, len, name, err)
+                          : qkv_sentences_from_text(out, text, len, name, err);
+}
+
 int cli_model_load(cli_model *cm, const char *dir)
 {
     memset(cm, 0, sizeof *cm);
@@ -61,18 +83,22 @@ int cli_model_load(cli_model *cm, const char *dir)
                  c->tgt_vocab);
         goto fail;
     }
-    join(path, sizeof path, dir, "train.json");
-    size_t len;
-    FILE *probe = fopen(path, "rb");
-    if (probe) {
-        fclose(probe);
-        char *text = cli_read_all(path, &len);
-        cJSON *o = text ? cJSON_Parse(text) : NULL;
-        const cJSON *ns = cJSON_GetObjectItemCaseSensitive(o, "num_steps");
-        if (cJSON_IsNumber(ns) && ns->valuedouble >= 1 && ns->valuedouble <= c->max_len)
-            cm->num_steps = (int)ns->valuedouble;
-        cJSON_Delete(o), free(text);
+    cJSON *o = read_json(dir, "train.json");
+    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(o, "num_steps");
+    if (cJSON_IsNumber(ns) && ns->valuedouble >= 1 && ns->valuedouble <= c->max_len)
+        cm->num_steps = (int)ns->valuedouble;
+    cJSON_Delete(o);
+    o = read_json(dir, "text.json");
+    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(o, "tokenizer");
+    cm->whitespace = cJSON_IsString(tk) && !strcmp(tk->valuestring, "whitespace");
+    cm->source_bos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "source_bos"));
+    if (o && cJSON_IsString(tk) && !cm->whitespace && strcmp(tk->valuestring, "d2l")) {
+        snprintf(err.msg, sizeof err.msg, "%s/text.json: unknown tokenizer \"%s\"", dir,
+                 tk->valuestring);
+        cJSON_Delete(o);
+        goto fail;
     }
+    cJSON_Delete(o);
     return 0;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
@@ -93,7 +119,7 @@ int cli_translate(cli_model *cm, const qkv_sentences *src, int max_len, int batc
     const int limit = qkv_transformer_get_config(cm->model)->max_len;
     int longest = 1, warned = 0;
     for (int i = 0; i < src->count; i++) {
-        int n = qkv_sentence_len(src, i) + 1; /* + <eos>, as d2l's predict_seq2seq */
+        int n = qkv_sentence_len(src, i) + 1 + cm->source_bos; /* + <eos> (and <bos>) */
         if (n > limit) {
             if (!warned)
                 fprintf(stderr, "qkv: warning: sentence %d has %d tokens with <eos>; the model "
@@ -112,14 +138,17 @@ int cli_translate(cli_model *cm, const qkv_sentences *src, int max_len, int batc
     for (int first = 0; !rc && first < src->count; first += batch) {
         int B = src->count - first < batch ? src->count - first : batch, T = 1;
         for (int b = 0; b < B; b++) {
-            int n = qkv_sentence_len(src, first + b) + 1;
+            int n = qkv_sentence_len(src, first + b) + 1 + cm->source_bos;
             if (n > limit) n = limit;
             if (n > T) T = n;
         }
         for (int b = 0; b < B; b++) {
             const char *const *tok = src->tokens + src->start[first + b];
-            valid[b] = qkv_vocab_encode(s + (size_t)b * T, &cm->src, tok,
-                                        qkv_sentence_len(src, first + b), T);
+            int *row = s + (size_t)b * T;
+            if (cm->source_bos) row[0] = QKV_BOS;
+            valid[b] = cm->source_bos + qkv_vocab_encode(row + cm->source_bos, &cm->src, tok,
+                                                         qkv_sentence_len(src, first + b),
+                                                         T - cm->source_bos);
         }
         qkv_error err = {0};
         if (qkv_transformer_greedy(cm->model, s, valid, B, T, max_len, out, out_len, &err)) {

@@ -7,8 +7,14 @@
 typedef struct {
     qkv_transformer *model;
     qkv_vocab src, tgt;
-    int num_steps; /* the length training used (train.json), 0 if unknown */
+    int num_steps;   /* the length training used (train.json), 0 if unknown */
+    int whitespace;  /* text.json "tokenizer": "whitespace" (no d2l preprocessing) */
+    int source_bos;  /* text.json "source_bos": sources start with <bos> (PyTorch's tutorial) */
 } cli_model;
+
+/* The sentences of text, tokenised as the model expects. */
+qkv_status cli_tokenize(const cli_model *cm, qkv_sentences *out, const char *text, size_t len,
+                        const char *name, qkv_error *err);
 
 /* Loads DIR (config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt); prints the error
  * and returns -1 on failure. */

@@ -314,8 +314,25 @@ static qkv_status reader_next(line_reader *r, ptrdiff_t *len, qkv_error *err)
  * Corpora
  * ------------------------------------------------------------------------------------- */
 
-qkv_status qkv_sentences_from_text(qkv_sentences *out, const char *text, size_t len,
-                                   const char *name_for_errors, qkv_error *err)
+/* The line as it is, tabs read as spaces, after checking it is UTF-8 without NUL bytes. */
+static qkv_status copy_line(preprocessed *p, const char *text, size_t len, const char *name,
+                            long line, qkv_error *err)
+{
+    size_t bad = qkv_utf8_check(text, len);
+    if (bad < len)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s:%ld: invalid UTF-8 or NUL at byte %zu", name,
+                        line, bad + 1);
+    char *buf = grow(p->buf, &p->cap, len + 1, 1);
+    if (!buf) return qkv_fail(err, QKV_ERR_NOMEM, "%s:%ld: out of memory", name, line);
+    p->buf = buf;
+    for (size_t i = 0; i < len; i++) buf[i] = text[i] == '\t' ? ' ' : text[i];
+    buf[len] = '\0';
+    p->len = len;
+    return QKV_OK;
+}
+
+static qkv_status sentences_from_lines(qkv_sentences *out, const char *text, size_t len,
+                                       const char *name_for_errors, int d2l, qkv_error *err)
 {
     memset(out, 0, sizeof *out);
     const char *name = name_for_errors ? name_for_errors : "text";
@@ -327,7 +344,8 @@ qkv_status qkv_sentences_from_text(qkv_sentences *out, const char *text, size_t 
         const char *nl = memchr(text + i, '\n', len - i);
         size_t end = nl ? (size_t)(nl - text) : len, n = end - i;
         if (n > 0 && text[i + n - 1] == '\r') n--;
-        st = preprocess_line(&p, text + i, n, name, ++line, err);
+        st = d2l ? preprocess_line(&p, text + i, n, name, ++line, err)
+                 : copy_line(&p, text + i, n, name, ++line, err);
         if (st == QKV_OK) st = builder_add(&b, p.buf, p.len, err);
         i = end + 1;
     }
@@ -335,6 +353,18 @@ qkv_status qkv_sentences_from_text(qkv_sentences *out, const char *text, size_t 
     builder_free(&b);
     free(p.buf);
     return st;
+}
+
+qkv_status qkv_sentences_from_text(qkv_sentences *out, const char *text, size_t len,
+                                   const char *name_for_errors, qkv_error *err)
+{
+    return sentences_from_lines(out, text, len, name_for_errors, 1, err);
+}
+
+qkv_status qkv_sentences_split(qkv_sentences *out, const char *text, size_t len,
+                               const char *name_for_errors, qkv_error *err)
+{
+    return sentences_from_lines(out, text, len, name_for_errors, 0, err);
 }
 
 /* Whether the first num_examples lines (all when <= 0) have been taken. */

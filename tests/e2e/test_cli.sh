@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# End-to-end tests of the qkv command line: train -> translate -> eval on real data, exact
+# resume after a stop and after kill -9, parameter accounting, and clear errors on bad input.
+# Usage: test_cli.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run) uses smaller workloads.
+set -u
+QKV=$(realpath "$1")
+DATA=${QKV_DATA_DIR:-../shared/data}
+FRA=$DATA/fra-eng/fra.txt
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+# expect_fail NAME PATTERN CMD...: CMD exits nonzero and stderr matches PATTERN
+expect_fail() {
+  local name=$1 pat=$2; shift 2
+  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
+  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 300 "$T/err")"; fi
+}
+
+# ---- the tool itself
+check "--version" bash -c "'$QKV' --version | grep -q '^qkv [0-9]'"
+check "--help lists commands" bash -c "'$QKV' --help | grep -q translate"
+expect_fail "unknown command" "unknown command" "$QKV" frobnicate
+expect_fail "train needs --out" "needs --out" "$QKV" train --data "$FRA"
+expect_fail "bad number" "not a valid integer" "$QKV" train --data "$FRA" --out "$T/x" --epochs ten
+expect_fail "unknown option" "unknown option" "$QKV" translate --model "$T/x" --beam 4
+check "train --help" bash -c "'$QKV' train --help 2>&1 | grep -q -- --num-steps"
+
+# ---- parameter accounting: BERT-base and BERT-large shaped encoders
+"$QKV" info --d-model 768 --heads 12 --ffn 3072 --enc-layers 12 --dec-layers 0 --vocab 30000 --bias >"$T/base"
+"$QKV" info --d-model 1024 --heads 16 --ffn 4096 --enc-layers 24 --dec-layers 0 --vocab 30000 --bias >"$T/large"
+m_base=$(sed -n 's/^encoder + source embedding: [0-9]* (\([0-9.]*\)M).*/\1/p' "$T/base")
+m_large=$(sed -n 's/^encoder + source embedding: [0-9]* (\([0-9.]*\)M).*/\1/p' "$T/large")
+check "BERT-base about 110M ($m_base M)" awk -v m="$m_base" 'BEGIN { exit !(m > 105 && m < 112) }'
+check "BERT-large about 340M ($m_large M)" awk -v m="$m_large" 'BEGIN { exit !(m > 325 && m < 342) }'
+
+if [ ! -r "$FRA" ]; then
+  echo "skip: $FRA not found (set QKV_DATA_DIR)"; echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit
+fi
+
+# ---- train -> translate -> eval
+N=300; EPOCHS=4
+[ -n "${QKV_E2E_QUICK:-}" ] && N=120 && EPOCHS=2
+TRAIN=(--data "$FRA" --num-examples $N --d-model 16 --heads 2 --ffn 32 --layers 1 --batch 32
+       --num-steps 8 --epochs $EPOCHS --threads 2 --quiet)
+"$QKV" train "${TRAIN[@]}" --out "$T/m" 2>"$T/err"
+check "train writes the model directory" test -s "$T/m/config.json" -a -s "$T/m/model.safetensors" \
+  -a -s "$T/m/src_vocab.txt" -a -s "$T/m/tgt_vocab.txt" -a -s "$T/m/checkpoint.safetensors"
+check "metrics log has one line per epoch" test "$(wc -l <"$T/m/metrics.jsonl")" -eq $EPOCHS
+check "vocabulary starts with the reserved tokens" \
+  test "$(head -n 4 "$T/m/src_vocab.txt" | tr '\n' ' ')" = "<unk> <pad> <bos> <eos> "
+printf 'go .\ni lost .\nhello zyzzyva\n\n' >"$T/in.txt"
+"$QKV" translate --model "$T/m" <"$T/in.txt" >"$T/t1"
+"$QKV" translate --model "$T/m" --input "$T/in.txt" --batch 1 >"$T/t2"
+check "translate prints one line per input line" test "$(wc -l <"$T/t1")" -eq 4
+check "stdin and --input, batch 32 and 1, agree" cmp -s "$T/t1" "$T/t2"
+"$QKV" eval --model "$T/m" --data "$FRA" --num-examples 50 >"$T/eval"
+check "eval reports corpus BLEU" grep -qE '^corpus BLEU-4: [0-9]+\.[0-9]+' "$T/eval"
+
+# ---- exact resume: after a clean stop, and after kill -9 at random moments
+"$QKV" train "${TRAIN[@]}" --out "$T/r" --stop-after-steps 5 2>/dev/null
+"$QKV" train "${TRAIN[@]}" --out "$T/r" --resume 2>/dev/null
+check "stop + resume == uninterrupted (bit for bit)" cmp -s "$T/m/model.safetensors" "$T/r/model.safetensors"
+# kill -9 at random moments of a longer run (the killed run must really be cut short)
+KILLS=3; KEPOCHS=30
+[ -n "${QKV_E2E_QUICK:-}" ] && KILLS=1 && KEPOCHS=8
+KTRAIN=("${TRAIN[@]}" --epochs $KEPOCHS --checkpoint-every 3)
+"$QKV" train "${KTRAIN[@]}" --out "$T/ref" 2>/dev/null
+for k in $(seq 1 $KILLS); do
+  rm -rf "$T/k"
+  "$QKV" train "${KTRAIN[@]}" --out "$T/k" 2>/dev/null &
+  pid=$!
+  while [ ! -e "$T/k/checkpoint.safetensors" ] && kill -0 $pid 2>/dev/null; do sleep 0.05; done
+  sleep "$(awk -v s=$RANDOM 'BEGIN { srand(s); printf "%.2f", rand() * 0.8 }')"
+  kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+  epochs_done=$(wc -l <"$T/k/metrics.jsonl" 2>/dev/null || echo 0)
+  check "kill -9 #$k cut the run short (after $epochs_done of $KEPOCHS epochs)" test "$epochs_done" -lt $KEPOCHS
+  "$QKV" train "${KTRAIN[@]}" --out "$T/k" --resume 2>/dev/null
+  check "kill -9 #$k + resume == uninterrupted (bit for bit)" cmp -s "$T/ref/model.safetensors" "$T/k/model.safetensors"
+done
+
+# ---- bad input: clear messages, nothing lost
+printf 'hello world\n' >"$T/notab.tsv"
+expect_fail "corpus line without a tab names file:line" "notab.tsv:1" "$QKV" train --data "$T/notab.tsv" --out "$T/y"
+: >"$T/empty.tsv"
+expect_fail "empty corpus" "empty|no lines|no sentence" "$QKV" train --data "$T/empty.tsv" --out "$T/y"
+cp -r "$T/m" "$T/broken"
+head -c 1000 "$T/m/model.safetensors" >"$T/broken/model.safetensors"
+expect_fail "truncated model file names the file" "model.safetensors" "$QKV" translate --model "$T/broken" --input "$T/in.txt"
+cp -r "$T/m" "$T/badvocab"
+sed -i '$d' "$T/badvocab/tgt_vocab.txt"
+expect_fail "vocabulary size mismatch" "vocabular" "$QKV" translate --model "$T/badvocab" --input "$T/in.txt"
+expect_fail "missing model directory" "config.json" "$QKV" translate --model "$T/nowhere" --input "$T/in.txt"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
