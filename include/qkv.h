@@ -258,6 +258,62 @@ void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float 
                       float p, uint64_t seed, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
+ * Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"):
+ *     O_i = phi(Q_i)^T S / (phi(Q_i)^T z + eps),  S = sum_j phi(K_j) V_j^T,  z = sum_j phi(K_j)
+ * with phi(x) = elu(x) + 1 (> 0) in place of the softmax kernel, so the sums over keys are
+ * taken once for all queries: O(N) time and memory, S (d, v) and z (d) per (batch, head).
+ * Causal (query i sees keys j <= i + (m - n), as qkv_mask), S and z are prefix sums: a scan
+ * forward, and a backward that never forms an n x m matrix (the paper's algorithm 1: a
+ * forward sweep for dQ, a reverse sweep for dK, dV). The same recurrence, one token at a
+ * time from a state, is the generation step. Layout, argument order and "backward
+ * accumulates" as qkv_attention_*; there is no dropout (there are no weights to drop).
+ * eps = QKV_LINEAR_ATTENTION_EPS keeps a query that sees no key (valid length 0) finite:
+ * its output is 0, as for a fully masked row of softmax attention.
+ * ------------------------------------------------------------------------------------- */
+
+#define QKV_LINEAR_ATTENTION_EPS 1e-6f
+
+/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v).
+ * valid_lens: NULL, or B values: keys j >= valid_lens[b] are left out of sequence b's sums
+ * (clamped to [0, m]). causal: 1 for the causal form. Nothing is saved for backward, which
+ * recomputes the sums from Q, K, V. scratch: qkv_linear_attention_scratch_floats floats. */
+void qkv_linear_attention_forward(float *O, const float *Q, const float *K, const float *V,
+                                  int B, int H, int n, int m, int d, int v,
+                                  const int *valid_lens, int causal, float *scratch);
+/* Floats of scratch forward and backward need, linear in n and m:
+ * B H (n (v + 1) + d v + 2 d) causal, B H (2 (n + m) d + n (v + 2) + 2 d v + 2 d) not. */
+size_t qkv_linear_attention_scratch_floats(int B, int H, int n, int m, int d, int v,
+                                           int causal);
+/* dQ, dK, dV += the gradients of O given dO (any may be NULL); arguments as in forward.
+ * Keys j >= valid_lens[b] get no gradient. */
+void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
+                                   const float *Q, const float *K, const float *V, int B,
+                                   int H, int n, int m, int d, int v, const int *valid_lens,
+                                   int causal, float *scratch);
+
+/* The recurrent form (paper, eq. 18-20) for generation, one sequence: per head the sums of
+ * every token so far. */
+typedef struct {
+    int H, d, v;
+    int64_t t; /* tokens absorbed since init or reset */
+    float *S;  /* owned: (H, d, v) sum_j phi(k_j) v_j^T */
+    float *z;  /* owned: (H, d)    sum_j phi(k_j)       */
+} qkv_linear_attention_state;
+
+/* An empty state (t = 0); fails with QKV_ERR_ARG unless H, d, v > 0. */
+qkv_status qkv_linear_attention_state_init(qkv_linear_attention_state *s, int H, int d, int v,
+                                           qkv_error *err);
+/* Back to empty, for a new sequence. */
+void qkv_linear_attention_state_reset(qkv_linear_attention_state *s);
+/* Frees and zeroes (freeing twice is harmless). */
+void qkv_linear_attention_state_free(qkv_linear_attention_state *s);
+/* One token, q, k (H, d), v (H, v) -> o (H, v), in O(H d v) whatever the position:
+ * S += phi(k) v^T, z += phi(k), then o = S^T phi(q) / (phi(q)^T z + eps). After t steps o is
+ * row t of the causal forward over those tokens. o must not alias the inputs. */
+void qkv_linear_attention_step(float *o, qkv_linear_attention_state *s, const float *q,
+                               const float *k, const float *v);
+
+/* ---------------------------------------------------------------------------------------
  * Positional encoding
  * ------------------------------------------------------------------------------------- */
 
@@ -545,8 +601,9 @@ qkv_status qkv_transformer_config_check(const qkv_transformer_config *cfg, qkv_e
 
 typedef struct qkv_transformer qkv_transformer;
 
-/* A model with freshly initialised parameters: Xavier-uniform for every projection (as d2l),
- * N(0, 1) embeddings (N(0, 1/d_model) when tied to the output), zero biases, unit gains. */
+/* A model with freshly initialised parameters as d2l's: Xavier-uniform for every projection,
+ * PyTorch's defaults elsewhere (biases U(+-1/sqrt(fan_in)), N(0, 1) embeddings — N(0, 1/C)
+ * when tied to the output — unit LayerNorm gains, zero LayerNorm biases). */
 qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
                                   uint64_t seed, qkv_error *err);
 void qkv_transformer_free(qkv_transformer *m);

@@ -144,6 +144,10 @@ static void view(qkv_transformer *m, float *base, model_w *mw)
 
 /* ---- initialisation -------------------------------------------------------------------- */
 
+/* d2l's initialisation: Xavier-uniform for every projection matrix (its xavier_init_weights),
+ * PyTorch's defaults for the rest: biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), embeddings
+ * N(0, 1), LayerNorm gain 1 and bias 0. A table shared with the output projection gets
+ * N(0, 1/C) instead, so that logits start O(1) (it is scaled by sqrt(C) on input). */
 static void init_params(qkv_transformer *m, uint64_t seed)
 {
     const qkv_transformer_config *c = &m->cfg;
@@ -154,17 +158,18 @@ static void init_params(qkv_transformer *m, uint64_t seed)
         const char *leaf = strrchr(t->name, '.');
         leaf = leaf ? leaf + 1 : t->name;
         if (strstr(t->name, "embedding") || strstr(t->name, "positions")) {
-            /* d2l leaves nn.Embedding at N(0, 1); a table shared with the output projection
-             * gets N(0, 1/C) so that logits start O(1) (it is scaled by sqrt(C) on input). */
             float std = c->tie != QKV_TIE_NONE && !strstr(t->name, "positions")
                             ? 1.0f / sqrtf((float)c->d_model) : 1.0f;
             qkv_fill_normal(p, t->numel, 0.0f, std, s);
         } else if (!strcmp(leaf, "gamma")) {
             for (size_t k = 0; k < t->numel; k++) p[k] = 1.0f;
+        } else if (!strcmp(leaf, "beta")) {
+            memset(p, 0, t->numel * sizeof *p);
         } else if (t->ndim == 2) {
             qkv_init_xavier_uniform(p, t->shape[0], t->shape[1], s);
-        } else {
-            memset(p, 0, t->numel * sizeof *p);
+        } else { /* a linear layer's bias: its fan-in is the FFN width for W2, else d_model */
+            float bound = 1.0f / sqrtf((float)(!strcmp(leaf, "b2") ? c->ffn : c->d_model));
+            qkv_fill_uniform(p, t->numel, -bound, bound, s);
         }
     }
 }
