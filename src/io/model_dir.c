@@ -313,7 +313,7 @@ qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *o
                 mt->numel != (int64_t)opt->n || vt->numel != (int64_t)opt->n))
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: Adam moments \"adam.m\"/\"adam.v\" missing or "
                       "not %zu floats", path, opt->n);
-    long long step = 0, epoch = 0, batch = 0, seed = 0, tokens = 0;
+    long long step = 0, epoch = 0, batch = 0, tokens = 0;
     if (!st) st = meta_i64(&f, "step", &step, path, err);
     if (!st) st = meta_i64(&f, "epoch", &epoch, path, err);
     if (!st) st = meta_i64(&f, "batch", &batch, path, err);
@@ -324,7 +324,6 @@ qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *o
     if (!st && (step < 0 || epoch < 0 || batch < 0 || tokens < 0))
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: negative training position", path);
     if (!st) {
-        (void)seed;
         memcpy(m->params, staged, m->n_params * sizeof *staged);
         memcpy(opt->m, mt->data, opt->n * sizeof(float));
         memcpy(opt->v, vt->data, opt->n * sizeof(float));

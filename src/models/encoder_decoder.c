@@ -293,13 +293,12 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
 
 /* ---- entry points ---------------------------------------------------------------------- */
 
-static qkv_status check_batch(const qkv_transformer *m, const qkv_batch *b, qkv_error *err)
+static qkv_status check_batch(const qkv_batch *b, qkv_error *err)
 {
     for (int i = 0; i < b->B; i++)
         if (b->src_valid[i] < 0 || b->src_valid[i] > b->src_len)
             return qkv_fail(err, QKV_ERR_ARG, "source %d: valid length %d outside [0, %d]", i,
                             b->src_valid[i], b->src_len);
-    (void)m;
     return QKV_OK;
 }
 
@@ -309,7 +308,7 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int back
                                 qkv_error *err)
 {
     qkv_status st = transformer_layout_acts(m, b->B, b->src_len, b->tgt_len, err);
-    if (!st) st = check_batch(m, b, err);
+    if (!st) st = check_batch(b, err);
     if (st) return st;
     if (backward_pass && !qkv_transformer_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
@@ -338,7 +337,7 @@ qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float 
                                   qkv_error *err)
 {
     qkv_status st = transformer_layout_acts(m, b->B, b->src_len, b->tgt_len, err);
-    if (!st) st = check_batch(m, b, err);
+    if (!st) st = check_batch(b, err);
     if (!st) st = forward(m, b, 0.0f, 0, err);
     if (st) return st;
     memcpy(logits, m->acts.logits,
