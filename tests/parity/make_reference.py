@@ -635,6 +635,7 @@ def main():
     # the whole model trained for 20 Adam steps (tests/unit/test_model_parity.c)
     import make_model_reference
     make_model_reference.write_all(save)
+    __import__("make_linear_reference").write_all(save)  # linear attention vs its quadratic form
 
 
 if __name__ == "__main__":
