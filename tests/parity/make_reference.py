@@ -635,6 +635,10 @@ def main():
     # the whole model trained for 20 Adam steps (tests/unit/test_model_parity.c)
     import make_model_reference
     make_model_reference.write_all(save)
+
+    # the PyTorch tutorial's model through tools/torch2qkv.py (tests/unit/test_torch2qkv.c)
+    import make_torch2qkv_reference
+    make_torch2qkv_reference.write_all(save, OUT)
     __import__("make_linear_reference").write_all(save)  # linear attention vs its quadratic form
 
 
