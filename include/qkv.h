@@ -718,8 +718,8 @@ typedef struct {
     void *progress_ctx;
 } qkv_train_options;
 
-/* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam (0.9, 0.98, 1e-9), clip 1,
- * 200 epochs, seed 0. out_dir must be set. */
+/* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam with PyTorch's defaults
+ * (0.9, 0.999, 1e-8), clip 1, 200 epochs, seed 0. out_dir must be set. */
 qkv_train_options qkv_train_default_options(void);
 
 /* Trains m on data with teacher forcing. Every epoch end (and every checkpoint_every steps)

@@ -16,7 +16,7 @@ qkv_train_options qkv_train_default_options(void)
 {
     qkv_train_options o = {0};
     o.batch = 64, o.epochs = 200, o.lr = 0.005f;
-    o.beta1 = 0.9f, o.beta2 = 0.98f, o.adam_eps = 1e-9f, o.clip = 1.0f;
+    o.beta1 = 0.9f, o.beta2 = 0.999f, o.adam_eps = 1e-8f, o.clip = 1.0f; /* torch.optim.Adam's */
     return o;
 }
 
