@@ -57,7 +57,7 @@ demo: deps all
 	./$(BUILD)/qkv demo --out $(BUILD)/demo-model
 
 # PyTorch writes reference tensors (inputs, weights, outputs, gradients) for the parity tests.
-$(BUILD)/parity/.stamp: tests/parity/make_reference.py tests/parity/make_model_reference.py tools/qkv_torch.py
+$(BUILD)/parity/.stamp: $(wildcard tests/parity/*.py) $(wildcard tools/*.py)
 	@mkdir -p $(BUILD)/parity
 	$(PY) tests/parity/make_reference.py $(BUILD)/parity
 	@touch $@
@@ -74,7 +74,7 @@ test: deps
 test-asan: $(BUILD)/parity/.stamp
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
-	  build-asan/qkv $(TEST_BIN:$(BUILD)/%=build-asan/%)
+	  build-asan/qkv $(TEST_BIN:$(BUILD)/%=build-asan/%) $(EXAMPLES:$(BUILD)/%=build-asan/%)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 QKV_E2E_QUICK=1 \
 	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv \
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
@@ -93,3 +93,15 @@ clean:
 	rm -rf build build-asan
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+# ---- examples: programs built on the library (examples/*.c -> $(BUILD)/examples/*) ----------
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+.PHONY: examples
+all: examples
+examples: $(EXAMPLES)
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
+
+-include $(EXAMPLES:=.d)

@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/figures.h"
 
 /* n lines of random symbols (a..t, lengths 3..8) and their reversals, from seed. */
 static void make_task(char **src, char **tgt, int n, uint64_t seed)
@@ -131,7 +132,8 @@ int cmd_demo(int argc, char **argv)
     }
     printf("\nheld-out: %d/%d exactly reversed, corpus BLEU-4 %.2f\n", exact, n_test,
            100.0 * qkv_bleu_stats_score(&stats));
-    printf("Try: echo 'a b c d e' | qkv translate --model %s\n", out);
+    if (!fig_training(out, NULL)) printf("Training curves: %s/training.png\n", out);
+    printf("Try: echo 'a b c d e' | qkv translate --model %s --attention %s/attention\n", out, out);
     rc = 0;
     goto done;
 fail:

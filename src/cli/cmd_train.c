@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/figures.h"
 
 typedef struct {
     int tty, quiet, every;
@@ -115,6 +116,9 @@ int cmd_train(int argc, char **argv)
         {"batch", OPT_INT, &o.batch, "sentence pairs per batch"},
         {"num-steps", OPT_INT, &num_steps, "tokens per sentence after truncation/padding"},
         {"lr", OPT_FLOAT, &o.lr, "Adam learning rate"},
+        {"beta1", OPT_FLOAT, &o.beta1, "Adam's first-moment decay"},
+        {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay"},
+        {"adam-eps", OPT_FLOAT, &o.adam_eps, "Adam's epsilon"},
         {"weight-decay", OPT_FLOAT, &o.weight_decay, "decoupled weight decay (AdamW)"},
         {"clip", OPT_FLOAT, &o.clip, "clip the global gradient norm to this (0: off)"},
         {"label-smoothing", OPT_FLOAT, &o.label_smoothing, "label smoothing epsilon"},
@@ -221,6 +225,8 @@ int cmd_train(int argc, char **argv)
                 o.stop_after_steps);
     else if (!quiet)
         fprintf(stderr, "qkv train: wrote %s in %.1fs\n", out, now_s() - pc.t0);
+    if (!fig_training(out, NULL) && !quiet) /* a figure that fails is not a failed training */
+        fprintf(stderr, "qkv train: training curves in %s/training.png\n", out);
     rc = 0;
     goto done;
 fail:

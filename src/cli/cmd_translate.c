@@ -7,20 +7,23 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/figures.h"
 
 int cmd_translate(int argc, char **argv)
 {
-    const char *model = NULL, *input = NULL;
+    const char *model = NULL, *input = NULL, *attention = NULL;
     int max_len = 0, batch = 32, threads = 0;
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory"},
         {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)"},
+        {"attention", OPT_STRING, &attention, "draw every sentence's attention into this directory"},
         {"max-len", OPT_INT, &max_len, "longest translation in tokens (0: the training length)"},
         {"batch", OPT_INT, &batch, "sentences translated together"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
         {NULL, 0, NULL, NULL},
     };
-    int rc = args_parse(argc, argv, 2, opts, "usage: qkv translate --model DIR [--input FILE]");
+    int rc = args_parse(argc, argv, 2, opts,
+                        "usage: qkv translate --model DIR [--input FILE] [--attention OUTDIR]");
     if (rc) return rc > 0 ? 0 : 2;
     if (!model || batch < 1) {
         fprintf(stderr, "qkv translate: needs --model DIR (and --batch >= 1)\n");
@@ -54,7 +57,25 @@ int cmd_translate(int argc, char **argv)
         puts(line);
         free(line);
     }
-    rc = fflush(stdout) ? 1 : 0;
+    if (fflush(stdout)) goto done;
+    if (attention) { /* the weights behind each translation, from the same model */
+        qkv_viz *viz = NULL;
+        qkv_error verr = {0};
+        if (fig_mkdirs(attention)) goto done;
+        if (qkv_viz_open(&viz, NULL, &verr)) {
+            fprintf(stderr, "qkv: %s\n", verr.msg);
+            goto done;
+        }
+        int bad = 0;
+        for (int i = 0; i < src.count && !bad; i++)
+            bad = fig_attention(viz, &cm, attention, i + 1, src.tokens + src.start[i],
+                                qkv_sentence_len(&src, i), ids + (size_t)i * max_len, lens[i]);
+        qkv_viz_close(viz);
+        if (bad) goto done;
+        fprintf(stderr, "qkv translate: attention figures of %d sentence%s in %s/\n", src.count,
+                src.count == 1 ? "" : "s", attention);
+    }
+    rc = 0;
 done:
     free(text), free(ids), free(lens);
     qkv_sentences_free(&src);

@@ -7,5 +7,6 @@ int cmd_translate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

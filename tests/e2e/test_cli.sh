@@ -65,15 +65,18 @@ check "eval reports corpus BLEU" grep -qE '^corpus BLEU-4: [0-9]+\.[0-9]+' "$T/e
 check "stop + resume == uninterrupted (bit for bit)" cmp -s "$T/m/model.safetensors" "$T/r/model.safetensors"
 # kill -9 at random moments of a longer run (the killed run must really be cut short)
 KILLS=3; KEPOCHS=30
-[ -n "${QKV_E2E_QUICK:-}" ] && KILLS=1 && KEPOCHS=8
+[ -n "${QKV_E2E_QUICK:-}" ] && KILLS=1
 KTRAIN=("${TRAIN[@]}" --epochs $KEPOCHS --checkpoint-every 3)
+t0=$(date +%s.%N)
 "$QKV" train "${KTRAIN[@]}" --out "$T/ref" 2>/dev/null
+t_ref=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 for k in $(seq 1 $KILLS); do
   rm -rf "$T/k"
   "$QKV" train "${KTRAIN[@]}" --out "$T/k" 2>/dev/null &
   pid=$!
   while [ ! -e "$T/k/checkpoint.safetensors" ] && kill -0 $pid 2>/dev/null; do sleep 0.05; done
-  sleep "$(awk -v s=$RANDOM 'BEGIN { srand(s); printf "%.2f", rand() * 0.8 }')"
+  # a random moment within the first 60% of the time the whole run takes
+  sleep "$(awk -v s=$RANDOM -v t="$t_ref" 'BEGIN { srand(s); printf "%.3f", rand() * 0.6 * t }')"
   kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
   epochs_done=$(wc -l <"$T/k/metrics.jsonl" 2>/dev/null || echo 0)
   check "kill -9 #$k cut the run short (after $epochs_done of $KEPOCHS epochs)" test "$epochs_done" -lt $KEPOCHS

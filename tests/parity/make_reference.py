@@ -639,6 +639,7 @@ def main():
     # the PyTorch tutorial's model through tools/torch2qkv.py (tests/unit/test_torch2qkv.c)
     import make_torch2qkv_reference
     make_torch2qkv_reference.write_all(save, OUT)
+    __import__("make_nw_reference").write_all(save)  # Nadaraya-Watson (d2l 11.2)
     __import__("make_linear_reference").write_all(save)  # linear attention vs its quadratic form
 
 

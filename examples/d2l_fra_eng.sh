@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# d2l-zh's English->French Transformer (chapter 10.7): the first 600 pairs of fra.txt, d_model 32,
+# 2+2 layers, 4 heads, FFN 64, dropout 0.1, batch 64, num_steps 10, lr 0.005, 200 epochs,
+# min_freq 2, gradient clipping at 1, d2l's loss scaling. Trains one model per seed and
+# translates d2l's four example sentences; d2l reports "va !", "j'ai perdu .", "il est calme .",
+# "je suis chez moi ." each with BLEU 1.000.
+# Usage: [OUT=DIR] examples/d2l_fra_eng.sh [QKV_BINARY] [SEEDS...]   (default: build/qkv, seeds 0..4)
+set -euo pipefail
+QKV=${1:-build/qkv}; shift || true
+SEEDS=("$@"); [ ${#SEEDS[@]} -eq 0 ] && SEEDS=(0 1 2 3 4)
+DATA=${QKV_DATA_DIR:-../shared/data}/fra-eng/fra.txt
+if [ -z "${OUT:-}" ]; then OUT=$(mktemp -d); trap 'rm -rf "$OUT"' EXIT; fi  # OUT=DIR keeps the models
+EN=("go ." "i lost ." "he's calm ." "i'm home .")
+FR=("va !" "j'ai perdu ." "il est calme ." "je suis chez moi .")
+total=0
+for seed in "${SEEDS[@]}"; do
+  # d2l's load_data_nmt(num_examples=600) keeps 601 pairs (its loop stops at i > 600)
+  "$QKV" train --data "$DATA" --num-examples 601 --out "$OUT/seed$seed" --seed "$seed" \
+    --d-model 32 --heads 4 --ffn 64 --layers 2 --dropout 0.1 --batch 64 --num-steps 10 \
+    --lr 0.005 --epochs 200 --min-freq 2 --clip 1 --loss d2l --quiet
+  mapfile -t got < <(printf '%s\n' "${EN[@]}" | "$QKV" translate --model "$OUT/seed$seed")
+  right=0
+  for i in 0 1 2 3; do
+    mark="x"; [ "${got[$i]}" = "${FR[$i]}" ] && mark="=" && right=$((right + 1))
+    printf '  seed %s: %-12s => %-22s %s\n' "$seed" "${EN[$i]}" "${got[$i]}" "$mark"
+  done
+  echo "seed $seed: $right/4 as d2l"
+  total=$((total + right))
+done
+awk -v t=$total -v n=${#SEEDS[@]} 'BEGIN { printf "mean over %d seeds: %.2f/4\n", n, t / n }'

@@ -1,0 +1,43 @@
+/* qkv plot: figures without a display.
+ *   qkv plot DIR                  DIR/metrics.jsonl -> DIR/training.png (training curves)
+ *   qkv plot --positional OUTDIR  d2l 11.6's two figures of the sinusoidal encoding */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/figures.h"
+
+int cmd_plot(int argc, char **argv)
+{
+    const char *out = NULL, *positional = NULL;
+    int positions = 60, d_model = 32;
+    const opt_spec opts[] = {
+        {"out", OPT_STRING, &out, "training curves to this PNG (default DIR/training.png)"},
+        {"positional", OPT_STRING, &positional,
+         "write positional-encoding.png and positional-encoding-heatmap.png into this directory"},
+        {"positions", OPT_INT, &positions, "positions shown with --positional"},
+        {"d-model", OPT_INT, &d_model, "encoding width with --positional"},
+        {NULL, 0, NULL, NULL},
+    };
+    const char *usage = "usage: qkv plot DIR [--out FILE.png]   training curves of a model directory\n"
+                        "       qkv plot --positional OUTDIR    the sinusoidal positional encoding";
+    /* DIR is the one argument that is not an option */
+    const char *dir = argc > 2 && strncmp(argv[2], "--", 2) && strcmp(argv[2], "-h") ? argv[2] : NULL;
+    int rc = args_parse(argc, argv, dir ? 3 : 2, opts, usage);
+    if (rc) return rc > 0 ? 0 : 2;
+    if (!dir == !positional) {
+        fprintf(stderr, "qkv plot: give a model directory or --positional OUTDIR (see --help)\n");
+        return 2;
+    }
+    if (positional) {
+        if (fig_positional(positional, positions, d_model)) return 1;
+        printf("wrote %s/positional-encoding.png and %s/positional-encoding-heatmap.png\n",
+               positional, positional);
+        return 0;
+    }
+    if (fig_training(dir, out)) return 1;
+    if (out) printf("wrote %s\n", out);
+    else printf("wrote %s/training.png\n", dir);
+    return 0;
+}
