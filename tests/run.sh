@@ -4,6 +4,9 @@
 # ($QKV) as its argument and must end with a line "N passed, M failed". Exits nonzero if any
 # test failed or any program crashed.
 set -u
+# Waiting OpenMP threads sleep instead of spinning: on a machine shared with other work,
+# spinning waits make the parallel kernels many times slower (see src/cli/main.c).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 passed=0; failed=0
 for prog in "$@"; do
   echo "== $prog"

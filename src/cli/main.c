@@ -18,6 +18,7 @@ static const struct {
     {"eval", cmd_eval, "translate a corpus and report BLEU"},
     {"info", cmd_info, "parameter counts of a model or a configuration"},
     {"plot", cmd_plot, "training curves of a model directory, positional encoding figures"},
+    {"bench", cmd_bench, "time training, decoding, attention and the BLAS roof (JSON)"},
 };
 
 static void usage(FILE *f)
