@@ -29,7 +29,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo test unit parity-data test-asan install clean
+.PHONY: all deps demo test unit parity-data test-asan install clean bench
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/qkv
 
 deps:
@@ -78,6 +78,10 @@ test-asan: $(BUILD)/parity/.stamp
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 QKV_E2E_QUICK=1 \
 	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv \
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
+
+# qkv beside PyTorch, same shapes and threads, alternating; prints tables of ratios.
+bench: deps all
+	$(PY) bench/bench.py --qkv $(BUILD)/qkv
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
