@@ -137,26 +137,39 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             float scale = o->d2l_loss_scale ? 1.0f / (float)T : 0.0f; /* 0: per-token mean */
             st = qkv_transformer_loss(m, &batch, 1, scale, o->label_smoothing, 1, dropout_seed,
                                       &loss, &tokens, err);
-            if (st == QKV_ERR_NUMERIC && o->skip_nonfinite) {
-                st = QKV_OK;
-                opt.step++; /* keep the dropout streams of later steps where they were */
-                continue;
+            /* A non-finite loss or gradient never reaches the parameters: the step stops the
+             * run (the last checkpoint is intact) or, when asked, is skipped. A skipped step
+             * still counts, so later steps keep their dropout streams. */
+            int skipped = 0;
+            double norm = NAN;
+            if (st == QKV_ERR_NUMERIC) {
+                if (!o->skip_nonfinite) {
+                    char why[sizeof err->msg];
+                    snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");
+                    qkv_fail(err, st, "step %lld: %s; stopping before the parameters change "
+                             "(the last checkpoint is intact)", (long long)opt.step + 1, why);
+                    break;
+                }
+                st = QKV_OK, skipped = 1;
             }
             if (st) break;
-            double norm = qkv_clip_grad_norm(grads, n, o->clip);
-            if (!isfinite(norm)) {
-                if (o->skip_nonfinite) {
-                    opt.step++;
-                    continue;
+            if (!skipped) {
+                norm = qkv_clip_grad_norm(grads, n, o->clip);
+                if (!isfinite(norm) && !o->skip_nonfinite) {
+                    st = qkv_fail(err, QKV_ERR_NUMERIC, "step %lld: the gradient norm is not "
+                                  "finite; stopping before the parameters change (the last "
+                                  "checkpoint is intact)", (long long)opt.step + 1);
+                    break;
                 }
-                st = qkv_fail(err, QKV_ERR_NUMERIC, "step %lld: the gradient norm is not finite; "
-                              "stopping before the parameters change (the last checkpoint is "
-                              "intact)", (long long)opt.step + 1);
-                break;
+                skipped = !isfinite(norm);
             }
-            qkv_adam_update(&opt, params, grads, o->lr);
+            if (skipped)
+                opt.step++;
+            else
+                qkv_adam_update(&opt, params, grads, o->lr);
             pos.batch = bi + 1;
-            pos.epoch_loss += loss, pos.epoch_tokens += tokens, epoch_tokens_timed += tokens;
+            if (!skipped)
+                pos.epoch_loss += loss, pos.epoch_tokens += tokens, epoch_tokens_timed += tokens;
             prog.epoch = epoch + 1, prog.batch = bi + 1, prog.step = opt.step;
             prog.loss = pos.epoch_loss / (double)(pos.epoch_tokens ? pos.epoch_tokens : 1);
             prog.d2l_loss = prog.loss / T;
