@@ -23,10 +23,33 @@ static inline void gemm(int transA, int transB, int M, int N, int K, float alpha
                 ldc);
 }
 
+/* The counter-based generator behind qkv_random_*: value(seed, i) = mix(mix(seed) ^ i), with
+ * the SplitMix64 finaliser as the mixing function. Inline, so that in a loop over i the
+ * compiler hoists mix(seed) and vectorises the rest (dropout draws one value per element). */
+static inline uint64_t splitmix64_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static inline uint32_t random_u32(uint64_t seed, uint64_t i)
+{
+    /* Two rounds so that neighbouring seeds give unrelated streams. */
+    return (uint32_t)(splitmix64_mix(splitmix64_mix(seed + 0x9e3779b97f4a7c15ULL) ^
+                                     (i * 0x9e3779b97f4a7c15ULL)) >> 32);
+}
+
+/* A uniform float in [0, 1) from the top 24 bits. */
+static inline float random_uniform(uint64_t seed, uint64_t i)
+{
+    return (float)(random_u32(seed, i) >> 8) * (1.0f / 16777216.0f);
+}
+
 /* Whether element i of a dropout stream is kept: u(seed, offset + i) >= p. */
 static inline int dropout_keep(float p, uint64_t seed, uint64_t i)
 {
-    return qkv_random_uniform(seed, i) >= p;
+    return random_uniform(seed, i) >= p;
 }
 
 /* Replace path atomically with the concatenation of n_chunks buffers: a temporary file next

@@ -1,28 +1,13 @@
-/* Counter-based random numbers: value(seed, i) = mix(seed, i), with the SplitMix64 finaliser
- * as the mixing function. No state to carry between calls, so any element of any stream can
- * be produced by any thread in any order. */
+/* Counter-based random numbers (the generator itself is inline in core/internal.h): no state
+ * to carry between calls, so any element of any stream can be produced by any thread in any
+ * order. */
 #include <math.h>
 
 #include "core/internal.h"
 
-static inline uint64_t splitmix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+uint32_t qkv_random_u32(uint64_t seed, uint64_t i) { return random_u32(seed, i); }
 
-uint32_t qkv_random_u32(uint64_t seed, uint64_t i)
-{
-    /* Two rounds so that neighbouring seeds give unrelated streams. */
-    return (uint32_t)(splitmix64(splitmix64(seed + 0x9e3779b97f4a7c15ULL) ^
-                                 (i * 0x9e3779b97f4a7c15ULL)) >> 32);
-}
-
-float qkv_random_uniform(uint64_t seed, uint64_t i)
-{
-    return (float)(qkv_random_u32(seed, i) >> 8) * (1.0f / 16777216.0f); /* 24 bits: [0,1) */
-}
+float qkv_random_uniform(uint64_t seed, uint64_t i) { return random_uniform(seed, i); }
 
 float qkv_random_normal(uint64_t seed, uint64_t i)
 {
