@@ -68,6 +68,7 @@ unit: all $(TEST_BIN) $(BUILD)/parity/.stamp
 test: deps
 	$(MAKE) unit
 	$(MAKE) test-asan
+	$(MAKE) fuzz-regress
 
 # The same tests built with AddressSanitizer and UndefinedBehaviorSanitizer (reference data
 # is shared with the normal build).
@@ -97,6 +98,9 @@ clean:
 	rm -rf build build-asan
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+# libFuzzer harnesses of every reader: make fuzz (FUZZ_SECONDS each), make fuzz-regress
+-include tests/fuzz/fuzz.mk
 
 # ---- examples: programs built on the library (examples/*.c -> $(BUILD)/examples/*) ----------
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))

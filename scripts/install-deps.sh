@@ -9,6 +9,7 @@ pkgs=(
   libcmocka-dev            # unit-test framework
   libpng-dev libfreetype-dev fonts-dejavu-core  # figures: PNG encoding, text rendering, a font
   python3-torch python3-numpy  # PyTorch parity references (tests only)
+  clang libclang-rt-14-dev libomp-dev  # make fuzz: libFuzzer and sanitizer runtimes, clang's OpenMP (tests only)
 )
 missing=()
 for p in "${pkgs[@]}"; do

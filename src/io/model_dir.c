@@ -5,6 +5,8 @@
  * A training checkpoint (checkpoint.safetensors) additionally holds Adam's moments and the
  * position in the data, so that training resumes exactly where it stopped. */
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,11 +70,20 @@ static qkv_status get_int(const cJSON *o, const char *key, int *v, const char *f
     return QKV_OK;
 }
 
+static qkv_status get_flag(const cJSON *o, const char *key, int *v, const char *file,
+                           qkv_error *err)
+{
+    qkv_status st = get_int(o, key, v, file, err);
+    if (!st && *v != 0 && *v != 1)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be true or false", file, key);
+    return st;
+}
+
 static qkv_status get_float(const cJSON *o, const char *key, float *v, const char *file,
                             qkv_error *err)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble))
+    if (!cJSON_IsNumber(x) || !(fabs(x->valuedouble) <= FLT_MAX))
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be a number", file, key);
     *v = (float)x->valuedouble;
     return QKV_OK;
@@ -117,17 +128,20 @@ qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, con
     if (!st) st = get_int(o, "dec_layers", &c->dec_layers, file, err);
     if (!st) st = get_int(o, "max_len", &c->max_len, file, err);
     if (!st) st = get_float(o, "dropout", &c->dropout, file, err);
-    if (!st) st = get_int(o, "bias", &c->bias, file, err);
-    if (!st) st = get_int(o, "pre_norm", &c->pre_norm, file, err);
-    if (!st) st = get_int(o, "final_norm", &c->final_norm, file, err);
+    if (!st) st = get_flag(o, "bias", &c->bias, file, err);
+    if (!st) st = get_flag(o, "pre_norm", &c->pre_norm, file, err);
+    if (!st) st = get_flag(o, "final_norm", &c->final_norm, file, err);
     if (!st) st = get_choice(o, "act", acts, 2, &act, file, err);
     if (!st) st = get_choice(o, "tie", ties, 3, &tie, file, err);
-    if (!st) st = get_int(o, "learned_pos", &c->learned_pos, file, err);
+    if (!st) st = get_flag(o, "learned_pos", &c->learned_pos, file, err);
     if (!st) st = get_float(o, "ln_eps", &c->ln_eps, file, err);
     cJSON_Delete(o);
     c->act = (qkv_activation)act, c->tie = (qkv_tie)tie;
-    if (!st && (st = qkv_transformer_config_check(c, err)))
-        qkv_fail(err, st, "%s: %s", file, err ? err->msg : "invalid configuration");
+    if (!st && (st = qkv_transformer_config_check(c, err)) && err) {
+        char why[sizeof err->msg]; /* err->msg cannot be both source and target of vsnprintf */
+        memcpy(why, err->msg, sizeof why);
+        qkv_fail(err, st, "%s: %s", file, why);
+    }
     return st;
 }
 
@@ -319,18 +333,27 @@ qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *o
     if (!st) st = meta_i64(&f, "batch", &batch, path, err);
     if (!st) st = meta_i64(&f, "epoch_tokens", &tokens, path, err);
     const char *seed_s = qkv_tensor_file_meta(&f, "seed"), *loss_s = qkv_tensor_file_meta(&f, "epoch_loss");
-    if (!st && (!seed_s || !loss_s))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata \"seed\"/\"epoch_loss\" missing", path);
-    if (!st && (step < 0 || epoch < 0 || batch < 0 || tokens < 0))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: negative training position", path);
+    char *end_seed = NULL, *end_loss = NULL;
+    unsigned long long seed = 0;
+    double epoch_loss = 0.0;
+    errno = 0;
+    if (seed_s && *seed_s >= '0' && *seed_s <= '9') seed = strtoull(seed_s, &end_seed, 10);
+    if (loss_s) epoch_loss = strtod(loss_s, &end_loss);
+    if (!st && (!end_seed || *end_seed || !end_loss || end_loss == loss_s || *end_loss || errno ||
+                !isfinite(epoch_loss) || epoch_loss < 0.0))
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata \"seed\"/\"epoch_loss\" missing or "
+                      "malformed", path);
+    if (!st && (step < 0 || epoch < 0 || batch < 0 || tokens < 0 || epoch > INT_MAX ||
+                batch > INT_MAX))
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: training position out of range", path);
     if (!st) {
         memcpy(m->params, staged, m->n_params * sizeof *staged);
         memcpy(opt->m, mt->data, opt->n * sizeof(float));
         memcpy(opt->v, vt->data, opt->n * sizeof(float));
         opt->step = step;
         pos->epoch = (int)epoch, pos->batch = (int)batch;
-        pos->seed = strtoull(seed_s, NULL, 10);
-        pos->epoch_loss = strtod(loss_s, NULL), pos->epoch_tokens = tokens;
+        pos->seed = seed;
+        pos->epoch_loss = epoch_loss, pos->epoch_tokens = tokens;
     }
     free(staged);
     qkv_tensor_file_free(&f);

@@ -282,6 +282,9 @@ static qkv_status split_lines(const char **lines, int *n_lines, char *buf, size_
         if (ok < tlen)
             return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: invalid UTF-8 at byte %zu", path,
                             n + 1, ok);
+        if (memchr(buf + i, '\r', tlen))
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: carriage return inside a token",
+                            path, n + 1);
         buf[i + tlen] = '\0';
         lines[n++] = buf + i;
         i = end + 1;

@@ -32,6 +32,8 @@ qkv_status qkv_transformer_config_check(const qkv_transformer_config *c, qkv_err
     if (c->tie == QKV_TIE_ALL && c->src_vocab != c->tgt_vocab)
         return qkv_fail(err, QKV_ERR_ARG, "tying all embeddings needs one shared vocabulary "
                         "(source %d, target %d)", c->src_vocab, c->tgt_vocab);
+    if (!(c->ln_eps > 0.0f && c->ln_eps < 1.0f))
+        return qkv_fail(err, QKV_ERR_ARG, "ln_eps must be in (0, 1), got %g", (double)c->ln_eps);
     if (c->act != QKV_ACT_RELU && c->act != QKV_ACT_GELU)
         return qkv_fail(err, QKV_ERR_ARG, "unknown activation %d", (int)c->act);
     if ((double)c->d_model * c->d_model * (c->enc_layers + c->dec_layers) > 4e10)

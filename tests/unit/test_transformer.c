@@ -269,6 +269,74 @@ static void test_save_load_translate(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+/* A model directory whose files disagree with each other or are malformed is refused with a
+ * message naming the file and the tensor or key. */
+static void test_load_rejects_bad_model_files(void **state)
+{
+    (void)state;
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = VS, cfg.tgt_vocab = VT, cfg.max_len = 16;
+    qkv_transformer *m, *back = NULL;
+    qkv_error err = {0};
+    assert_int_equal(qkv_transformer_create(&m, &cfg, 5, &err), QKV_OK);
+    char dir[] = "/tmp/qkv-bad-XXXXXX", path[96], cmd[128];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(qkv_transformer_save(m, dir, &err), QKV_OK);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const int n = qkv_transformer_num_tensors(m);
+    qkv_tensor_ref *refs = calloc((size_t)n + 1, sizeof *refs);
+    int32_t ints[VT];
+    for (int i = 0; i < n; i++) {
+        qkv_param_info t = qkv_transformer_tensor(m, i);
+        refs[i] = (qkv_tensor_ref){t.name, QKV_F32, t.ndim, {t.shape[0], t.shape[1]},
+                                   qkv_transformer_params(m) + t.offset};
+    }
+    /* a tensor missing */
+    assert_int_equal(qkv_tensor_file_save(path, refs, n - 1, NULL, 0, &err), QKV_OK);
+    assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "\"output.b\" is missing"));
+    /* a tensor too many */
+    refs[n] = (qkv_tensor_ref){"decoder.9.ffn.W1", QKV_F32, 1, {VT}, qkv_transformer_params(m)};
+    assert_int_equal(qkv_tensor_file_save(path, refs, n + 1, NULL, 0, &err), QKV_OK);
+    assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "unexpected tensor \"decoder.9.ffn.W1\""));
+    /* the wrong dtype */
+    for (int i = 0; i < VT; i++) ints[i] = i;
+    refs[n - 1] = (qkv_tensor_ref){"output.b", QKV_I32, 1, {VT}, ints};
+    assert_int_equal(qkv_tensor_file_save(path, refs, n, NULL, 0, &err), QKV_OK);
+    assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "\"output.b\" must be F32"));
+    assert_int_equal(qkv_transformer_save(m, dir, &err), QKV_OK); /* good again */
+    assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_OK);
+    qkv_transformer_free(back);
+    /* config.json: invalid JSON, a missing key, a value of the wrong kind */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, "{\"format\": \"qkv-transformer\", \"version\": 1,");
+    assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "config.json: not a JSON object"));
+    char *json = NULL;
+    assert_int_equal(qkv_config_to_json(&cfg, &json, &err), QKV_OK);
+    char *key = strstr(json, "\"heads\"");
+    assert_non_null(key);
+    memcpy(key, "\"hxads\"", 7);
+    write_text(path, json);
+    assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "\"heads\" must be an integer"));
+    free(json);
+    free(refs);
+    qkv_transformer_free(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_rejects_bad_input),
         cmocka_unit_test(test_greedy_cache_and_batch_independence),
         cmocka_unit_test(test_save_load_translate),
+        cmocka_unit_test(test_load_rejects_bad_model_files),
     };
     return cmocka_run_group_tests_name("transformer", tests, NULL, NULL);
 }

@@ -1,0 +1,56 @@
+/* args_parse of the CLI: the input, split at NUL bytes, is the argument list after
+ * "qkv train", parsed against a table with an option of every type. Each argument is its own
+ * allocation, so reading past one is caught. Whatever the arguments, the result is 0, 1 or
+ * -1, and a string option points at one of the arguments. */
+#include "cli/args.c"
+
+#include <math.h>
+
+#include "fuzz_common.h"
+
+#define MAX_ARGS 64
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *argv[MAX_ARGS + 3] = {"qkv", "train"};
+    int argc = 2;
+    for (size_t i = 0; i <= size && argc < MAX_ARGS + 2;) {
+        const uint8_t *nul = i < size ? memchr(data + i, '\0', size - i) : NULL;
+        size_t end = nul ? (size_t)(nul - data) : size;
+        char *a = malloc(end - i + 1);
+        if (!a) break;
+        memcpy(a, data + i, end - i);
+        a[end - i] = '\0';
+        argv[argc++] = a;
+        i = end + 1;
+    }
+    argv[argc] = NULL;
+
+    int steps = 10, quiet = 0;
+    float lr = 0.005f;
+    uint64_t seed = 0;
+    const char *out = NULL, *tie = "none";
+    const opt_spec opts[] = {
+        {"out", OPT_STRING, &out, "model directory to write"},
+        {"tie", OPT_STRING, &tie, "weight sharing: none, output, all"},
+        {"num-steps", OPT_INT, &steps, "tokens per sentence"},
+        {"lr", OPT_FLOAT, &lr, "Adam learning rate"},
+        {"seed", OPT_U64, &seed, "initialisation, data order and dropout"},
+        {"quiet", OPT_FLAG, &quiet, "no progress output"},
+        {"a-name-long-enough-to-overflow-the-column-of-the-usage-text-by-far", OPT_INT, &steps,
+         "an option whose name does not fit the usage column"},
+        {NULL, 0, NULL, NULL},
+    };
+    int rc = args_parse(argc, argv, 2, opts, "usage: qkv train [options]");
+    FUZZ_CHECK(rc == 0 || rc == 1 || rc == -1);
+    FUZZ_CHECK(isfinite(lr) && (quiet == 0 || quiet == 1));
+    int out_ok = !out, tie_ok = !strcmp(tie, "none");
+    for (int i = 2; i < argc; i++) {
+        uintptr_t a = (uintptr_t)argv[i], z = a + strlen(argv[i]);
+        out_ok |= (uintptr_t)out >= a && (uintptr_t)out <= z;
+        tie_ok |= (uintptr_t)tie >= a && (uintptr_t)tie <= z;
+    }
+    FUZZ_CHECK(out_ok && tie_ok);
+    for (int i = 2; i < argc; i++) free(argv[i]);
+    return 0;
+}

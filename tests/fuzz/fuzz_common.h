@@ -1,0 +1,103 @@
+/* What the libFuzzer harnesses share: a private directory in tmpfs for the readers that take
+ * a path, the small configuration whose model files seed fuzz_checkpoint, and a check that
+ * stops the run (as a crash libFuzzer records) when a property of a reader does not hold. */
+#ifndef QKV_FUZZ_COMMON_H
+#define QKV_FUZZ_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qkv.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The one directory of this process, in /dev/shm (memory, so an iteration costs no disk I/O)
+ * or $TMPDIR when there is no /dev/shm, and the files made in it: removed at exit. */
+typedef struct {
+    char dir[256];
+    char files[8][320];
+    int n_files;
+} fuzz_scratch;
+
+static inline fuzz_scratch *fuzz_scratch_state(void)
+{
+    static fuzz_scratch s;
+    return &s;
+}
+
+static inline void fuzz_dir_remove(void)
+{
+    fuzz_scratch *s = fuzz_scratch_state();
+    for (int i = 0; i < s->n_files; i++) unlink(s->files[i]);
+    rmdir(s->dir);
+}
+
+static inline const char *fuzz_dir(const char *tag)
+{
+    fuzz_scratch *s = fuzz_scratch_state();
+    if (s->dir[0]) return s->dir;
+    struct stat sb;
+    const char *root = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : NULL;
+    if (!root) root = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(s->dir, sizeof s->dir, "%s/qkv-fuzz-%s-%ld", root, tag, (long)getpid());
+    if (mkdir(s->dir, 0700) != 0 && stat(s->dir, &sb) != 0) {
+        perror(s->dir);
+        abort();
+    }
+    atexit(fuzz_dir_remove);
+    return s->dir;
+}
+
+/* A broken property is reported like a crash, so libFuzzer saves the input (the scratch
+ * directory is removed first: abort() skips atexit). */
+#define FUZZ_CHECK(cond)                                                                \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "%s:%d: property failed: %s\n", __FILE__, __LINE__, #cond); \
+            fuzz_dir_remove();                                                          \
+            abort();                                                                    \
+        }                                                                               \
+    } while (0)
+
+/* fuzz_dir(tag)/name, remembered so that it is removed at exit. */
+static inline const char *fuzz_path(const char *tag, const char *name)
+{
+    fuzz_scratch *s = fuzz_scratch_state();
+    for (int i = 0; i < s->n_files; i++) {
+        const char *slash = strrchr(s->files[i], '/');
+        if (slash && !strcmp(slash + 1, name)) return s->files[i];
+    }
+    if (s->n_files == 8) abort();
+    const char *dir = fuzz_dir(tag);
+    char *p = s->files[s->n_files++];
+    snprintf(p, sizeof s->files[0], "%s/%s", dir, name);
+    return p;
+}
+
+/* Replaces the file at path with bytes[0..n). */
+static inline void fuzz_write(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(bytes, 1, n, f) != n) || fclose(f) != 0) {
+        perror(path);
+        abort();
+    }
+}
+
+/* The model of fuzz_checkpoint: every kind of tensor (biases, both stacks, a final norm)
+ * at the smallest sizes, so that a whole model file is a few kilobytes. */
+static inline qkv_transformer_config fuzz_small_config(void)
+{
+    qkv_transformer_config c = qkv_transformer_default_config();
+    c.src_vocab = 6, c.tgt_vocab = 5;
+    c.d_model = 4, c.heads = 2, c.ffn = 4, c.enc_layers = 1, c.dec_layers = 1, c.max_len = 4;
+    c.bias = 1, c.final_norm = 1;
+    return c;
+}
+
+#endif
