@@ -175,6 +175,34 @@ void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, co
                             int n, int m, int d, int v, float p, uint64_t seed, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
+ * Flash attention: the same O = dropout(softmax(Q K^T / sqrt(d))) V, exact, with no n x m
+ * buffer (Dao et al. 2022, FlashAttention; FlashAttention-2's loop order). Keys are visited
+ * in tiles with an online softmax (a running row max and sum); forward saves only the row
+ * log-sum-exp L, and backward recomputes each tile of weights from Q, K and L, so memory is
+ * linear in n and m. Layout, mask, dropout stream (counter = flat index into the (B, H, n, m)
+ * weights) and "backward accumulates" are those of qkv_attention_*, whose results these
+ * match up to float rounding. Faster than qkv_attention_* from about 256 keys on, and more so
+ * with a causal mask (tiles no query sees are skipped). Results do not depend on the thread
+ * count.
+ * ------------------------------------------------------------------------------------- */
+
+/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v), L (B, H, n): L[b, h, i] =
+ * log sum_j exp(Q_i . K_j / sqrt(d)) over the keys row i sees, -INFINITY (and O row 0) when it
+ * sees none. Dropout with rate p in [0, 1) on the weights, stream seed. */
+void qkv_flash_attention_forward(float *O, float *L, const float *Q, const float *K,
+                                 const float *V, int B, int H, int n, int m, int d, int v,
+                                 const qkv_mask *mask, float p, uint64_t seed);
+/* Floats of scratch backward needs: B H n (the row sums of dO * O). */
+size_t qkv_flash_attention_scratch_floats(int B, int H, int n);
+/* dQ, dK, dV += the gradients of O given dO (any may be NULL); O and L from forward, the
+ * other arguments as given to it. */
+void qkv_flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
+                                  const float *O, const float *L, const float *Q,
+                                  const float *K, const float *V, int B, int H, int n, int m,
+                                  int d, int v, const qkv_mask *mask, float p, uint64_t seed,
+                                  float *scratch);
+
+/* ---------------------------------------------------------------------------------------
  * Additive attention (Bahdanau):  a(q, k) = w_v^T tanh(W_q q + W_k k)
  * ------------------------------------------------------------------------------------- */
 
@@ -567,6 +595,77 @@ qkv_status qkv_corpus_bleu(double *score, const int *const *hyps, const int *hyp
                            qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * Subwords: byte-pair encoding (Sennrich, Haddow & Birch 2016)
+ * A word is the characters of a d2l word token after a word-start marker, U+2581 '▁' (as
+ * SentencePiece), so "the cat" is the symbols ▁ t h e ▁ c a t before any merge. Learning
+ * repeatedly merges the most frequent adjacent pair of symbols inside words into a new
+ * symbol; encoding replays the merges, lowest rank first. The pieces of a text, joined,
+ * with every ▁ read as a space and the first one dropped, give the text back exactly.
+ * Vocabulary ids: the reserved four, then symbol i at QKV_N_RESERVED + i.
+ * ------------------------------------------------------------------------------------- */
+
+#define QKV_BPE_SPACE "\xe2\x96\x81" /* U+2581, the word-start marker */
+
+/* A learned encoding. Read-only for users. */
+typedef struct {
+    int n_chars;     /* symbols 0 .. n_chars - 1 are single characters: the alphabet */
+    int n_symbols;   /* the alphabet, then one symbol per merge that made a new string */
+    int n_merges;    /* in the order learned: merge r has rank r */
+    char **symbols;  /* owned: (n_symbols) NUL-terminated UTF-8 strings, all distinct */
+    int *merges;     /* owned: (n_merges, 3) left symbol, right symbol, resulting symbol */
+    int *symbol_slots; /* owned: open-addressing table string -> symbol, -1 = empty */
+    size_t n_symbol_slots;
+    int *merge_slots;  /* owned: open-addressing table (left, right) -> rank, -1 = empty */
+    size_t n_merge_slots;
+} qkv_bpe;
+
+/* Learns from the word tokens of every sentence of texts[0..n_texts) (one text per language
+ * for a per-language encoding, both for a joint one) a vocabulary of at most vocab_size ids,
+ * the reserved four included:
+ *   alphabet  every character of the words (and ▁), most frequent first, ties by UTF-8
+ *             bytes; if they do not all fit, the rarest become unknown (<unk>). Characters
+ *             that cannot be a line of a file ('\r') and a literal U+2581 are unknown.
+ *   merges    while the vocabulary has room: the adjacent pair of symbols counted most often
+ *             over all words (ties: the smaller left, then right, symbol string, compared
+ *             bytewise) is merged everywhere, left to right; a pair seen fewer than twice is
+ *             never merged, nor one that would spell a reserved token.
+ * Pair counts are kept up to date incrementally (each merge touches only the words that
+ * hold the pair): Multi30k (58,000 sentences, 10,000 symbols) learns in 0.1 s.
+ * vocab_size > QKV_N_RESERVED. */
+qkv_status qkv_bpe_learn(qkv_bpe *b, const qkv_sentences *const *texts, int n_texts,
+                         int vocab_size, qkv_error *err);
+void qkv_bpe_free(qkv_bpe *b);
+
+/* The vocabulary of b: <unk> <pad> <bos> <eos>, then the symbols in order. */
+qkv_status qkv_bpe_vocab(qkv_vocab *v, const qkv_bpe *b, qkv_error *err);
+
+/* Ids of text[0..len): one line, words separated by single spaces (runs of spaces, and spaces
+ * at either end, are kept: each extra space is a piece "▁" of its own). ids needs room for
+ * len + 1 values; returns how many were written. A character outside the alphabet (or bytes
+ * that are not UTF-8) becomes one QKV_UNK. */
+int qkv_bpe_encode(int *ids, const qkv_bpe *b, const char *text, size_t len);
+
+/* The text of ids[0..n), up to the first <eos>: pieces concatenated, ▁ read as a space, the
+ * first ▁ of the text dropped; <pad> and <bos> are skipped, <unk> and ids outside the
+ * vocabulary read "<unk>". qkv_bpe_decode(qkv_bpe_encode(text)) == text for every text
+ * whose characters are all in the alphabet. Writes at most cap bytes, NUL included, and
+ * returns the length the whole text needs, as snprintf. */
+size_t qkv_bpe_decode(char *out, size_t cap, const qkv_bpe *b, const int *ids, int n);
+
+/* Word sentences (qkv_sentences_from_text) as sentences of pieces, e.g. "▁the", "▁ca", "t";
+ * an unknown character is the piece "<unk>". Words are looked up in a cache, so encoding a
+ * corpus costs one encoding per distinct word. */
+qkv_status qkv_bpe_encode_sentences(qkv_sentences *out, const qkv_bpe *b,
+                                    const qkv_sentences *words, qkv_error *err);
+
+/* A text file: "#qkv-bpe 1", "chars N" and the alphabet one character a line, then
+ * "merges M" and the merges one "left right" a line, in rank order; written atomically. */
+qkv_status qkv_bpe_save(const qkv_bpe *b, const char *path, qkv_error *err);
+/* Reads qkv_bpe_save's file; QKV_ERR_FORMAT names file and line on anything else (unknown
+ * symbol in a merge, duplicate character, a symbol spelling a reserved token...). */
+qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
  * The encoder-decoder Transformer (paper, figure 1; d2l 11.7)
  * ------------------------------------------------------------------------------------- */
 
@@ -654,9 +753,263 @@ qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int 
                                   int B, int src_len, int max_len, int *out, int *out_len,
                                   qkv_error *err);
 
+/* Beam search (Wu et al. 2016, GNMT, section 7). Per sentence, K hypotheses live in the
+ * decoder's cache; a step keeps the K best one-token extensions by log P(y | x), and an
+ * <eos> ranked among the first K finishes one, scored log P(Y | x) / lp(Y) with the length
+ * penalty lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting its <eos>. A sentence ends with K
+ * finished hypotheses, when no live one can enter its n best any more, or after max_len
+ * tokens, where live hypotheses finish without <eos> (as greedy decoding's do). beam = 1 is
+ * qkv_transformer_greedy exactly; a sentence's result does not depend on the others. */
+typedef struct {
+    int beam;    /* K >= 1 */
+    int n_best;  /* hypotheses returned per sentence, 1 .. K */
+    int max_len; /* tokens per hypothesis, <eos> not counted, 1 .. the model's max_len */
+    float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7) */
+} qkv_beam_options;
+
+/* src (B, src_len) padded, src_valid (B). out (B, n_best, max_len) receives the ids without
+ * <bos> and <eos>, best first; out_len (B, n_best) their counts, -1 for a hypothesis not
+ * found (a tiny vocabulary can have fewer than n_best); score (B, n_best) log P / lp and
+ * logprob (B, n_best) log P (either may be NULL), -INFINITY when not found. */
+qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
+                                int B, int src_len, const qkv_beam_options *o, int *out,
+                                int *out_len, double *score, double *logprob, qkv_error *err);
+
 /* Logits (B, tgt_len, tgt_vocab) of a teacher-forced forward pass in evaluation mode. */
 qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,
                                   qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * The decoder-only language model (GPT; Radford et al. 2018): the Transformer's decoder
+ * without encoder-decoder attention, trained to predict the next token.
+ *   x = dropout(E[ids] sqrt(C) + P);  N x [causal self-attention, FFN], each a residual
+ *   sublayer with LayerNorm, post-norm or pre-norm as the encoder-decoder's;  an optional
+ *   final LayerNorm;  logits = x W_out^T + b_out (W_out = E when tied).
+ * The self-attention is softmax attention (paper, eq. 1) or causal linear attention
+ * (Katharopoulos et al. 2020; qkv_linear_attention_*), chosen per model; both have the same
+ * parameters. Generation feeds one token at a time: softmax models keep every layer's keys
+ * and values (a step costs O(t) at position t), linear models the recurrent state
+ * (qkv_linear_attention_state: O(1) in t).
+ * Parameters, like the encoder-decoder's, are a named table over one flat buffer:
+ *   embedding (V, C); positions (max_len, C) when learned;
+ *   decoder.<l>.attention.{W_q,b_q,W_k,b_k,W_v,b_v,W_o,b_o}, decoder.<l>.norm1.{gamma,beta},
+ *   decoder.<l>.ffn.{W1,b1,W2,b2}, decoder.<l>.norm2.{gamma,beta};  decoder.norm.{gamma,beta}
+ *   when final_norm;  output.W (V, C) unless tied;  output.b (V).
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_ATTENTION_SOFTMAX = 0, /* softmax(q k^T / sqrt(d)) v, with dropout on the weights */
+    QKV_ATTENTION_LINEAR = 1   /* phi(q)^T S / phi(q)^T z, phi = elu + 1: no weights to drop */
+} qkv_attention_kind;
+
+typedef struct {
+    int vocab;      /* V */
+    int d_model;    /* C */
+    int heads;      /* H; head size d_model / H */
+    int ffn;        /* F */
+    int layers;     /* blocks */
+    int max_len;    /* context: the longest sequence, positions in the table */
+    float dropout;  /* on embeddings + positions, attention weights, each sublayer output */
+    int bias;       /* biases in the attention projections */
+    int pre_norm;   /* 0: LayerNorm(x + Sublayer(x)); 1: x + Sublayer(LayerNorm(x)) */
+    int final_norm; /* a LayerNorm after the last block (what pre-norm wants) */
+    qkv_activation act;
+    int tie;        /* output projection = token embedding (paper, section 3.4) */
+    int learned_pos; /* learned positions instead of the sinusoidal table */
+    qkv_attention_kind attention;
+    float ln_eps;
+} qkv_lm_config;
+
+/* 4 layers of d_model 128, 4 heads, FFN 512, context 128, dropout 0.1, post-norm, ReLU,
+ * attention biases, sinusoidal positions, untied, softmax attention. vocab left 0. */
+qkv_lm_config qkv_lm_default_config(void);
+/* QKV_ERR_ARG with the reason if the configuration cannot build a model. */
+qkv_status qkv_lm_config_check(const qkv_lm_config *cfg, qkv_error *err);
+
+typedef struct qkv_lm qkv_lm;
+
+/* A model initialised as qkv_transformer_create initialises (Xavier-uniform projections,
+ * N(0, 1) embedding, N(0, 1/C) when tied, U(+-1/sqrt(fan_in)) biases, unit gains). */
+qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, qkv_error *err);
+void qkv_lm_free(qkv_lm *m);
+const qkv_lm_config *qkv_lm_get_config(const qkv_lm *m);
+
+/* The parameter table, as qkv_transformer_tensor & co. */
+int qkv_lm_num_tensors(const qkv_lm *m);
+qkv_param_info qkv_lm_tensor(const qkv_lm *m, int i);
+size_t qkv_lm_num_params(const qkv_lm *m);
+float *qkv_lm_params(qkv_lm *m);
+/* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
+float *qkv_lm_grads(qkv_lm *m);
+
+/* Forward and backward of the next-token loss over a batch of B sequences of T tokens:
+ * ids (B, T) the inputs, targets (B, T) what each position should predict (ids shifted by
+ * one); a target equal to QKV_PAD is not counted. Gradients are ACCUMULATED into
+ * qkv_lm_grads; the loss differentiated is grad_scale * the sum of token losses (grad_scale
+ * <= 0: 1/tokens, the mean). *loss_sum, *tokens (may be NULL) receive the unscaled sum and the
+ * count. train = 0 disables dropout; dropout_seed makes a training step's dropout
+ * reproducible. T <= max_len; an id outside [0, V) fails with QKV_ERR_ARG naming it. */
+qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int T,
+                       int backward, float grad_scale, int train, uint64_t dropout_seed,
+                       double *loss_sum, int *tokens, qkv_error *err);
+
+/* Logits (B, T, V) of the causal forward pass over ids (B, T) in evaluation mode. */
+qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
+                         qkv_error *err);
+
+/* ---- generation: one sequence, one token per step ----------------------------------------
+ * A state holds what the model remembers of the tokens so far: per layer the keys and values
+ * of every position (softmax), or the sums S, z (linear). At most max_len tokens fit, the
+ * positions the model has. */
+typedef struct qkv_lm_state qkv_lm_state;
+
+qkv_status qkv_lm_state_create(qkv_lm_state **out, const qkv_lm *m, qkv_error *err);
+void qkv_lm_state_free(qkv_lm_state *s);
+/* Tokens the state holds (the position the next token takes). */
+int qkv_lm_state_length(const qkv_lm_state *s);
+
+/* Starts the state over from ids (1 <= n <= max_len) in one batched forward pass and writes
+ * the logits (V) that predict token n. */
+qkv_status qkv_lm_prefill(qkv_lm *m, qkv_lm_state *s, const int *ids, int n, float *logits,
+                          qkv_error *err);
+/* Appends token at position qkv_lm_state_length(s) (< max_len, else QKV_ERR_ARG) and writes
+ * the logits (V) that predict the next one: row t of qkv_lm_logits over the same tokens. */
+qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv_error *err);
+
+/* ---- sampling ------------------------------------------------------------------------- */
+
+typedef struct {
+    float temperature; /* logits / temperature; 0: greedy (the argmax, ties to the lower id) */
+    int top_k;         /* keep the k most probable tokens; 0: all */
+    float top_p;       /* then keep the smallest set of most probable tokens whose probability
+                          is >= top_p (nucleus sampling; Holtzman et al. 2020); >= 1: all */
+} qkv_sampling;
+
+/* The distribution a token is drawn from: probs (V) = softmax(logits / temperature) cut to
+ * top-k then top-p and renormalised; tokens cut get exactly 0. order (V) receives the ids by
+ * decreasing probability (ties: lower id first). Returns how many tokens are kept: they are
+ * order[0 .. kept). temperature 0 keeps just the argmax. */
+int qkv_sampling_probs(float *probs, int *order, const float *logits, int V,
+                       const qkv_sampling *s);
+/* The kept token at which the cumulative probability (in order) first exceeds u in [0, 1). */
+int qkv_sample_token(const float *probs, const int *order, int kept, float u);
+
+typedef struct {
+    int tokens;          /* new tokens to produce */
+    qkv_sampling sampling;
+    uint64_t seed;       /* token i is drawn with u = qkv_random_uniform(seed, i) */
+    /* Called with each new token as soon as it is drawn (NULL: none); nonzero stops early. */
+    int (*on_token)(int id, void *ctx);
+    void *ctx;
+    int text_only;       /* 1: never draw <unk> <pad> <bos> <eos> (a model of raw text never
+                            saw them as targets, but gives them a little probability) */
+} qkv_lm_generation;
+
+/* Continues prompt (n_prompt >= 1 ids) with g->tokens sampled tokens, written to out; *n_out
+ * (may be NULL) receives how many (fewer if on_token stopped it). The model sees the last
+ * max_len tokens at most: when the state is full it restarts from the last max_len / 2 (one
+ * prefill), so a token costs O(max_len) (softmax) or O(1) (linear) work amortised. The same
+ * seed gives the same tokens. */
+qkv_status qkv_lm_generate(qkv_lm *m, const int *prompt, int n_prompt, int *out, int *n_out,
+                           const qkv_lm_generation *g, qkv_error *err);
+
+/* ---- text as tokens --------------------------------------------------------------------
+ * A language model's vocabulary is a qkv_vocab (<unk> <pad> <bos> <eos> first), saved with
+ * qkv_vocab_save, one token per line. Two kinds:
+ *   characters  every distinct UTF-8 character of a text, in code point order. Characters a
+ *               line cannot hold are escaped: newline \n, carriage return \r, tab \t, space
+ *               \s, backslash \\, any other control character (U+0000..U+001F, U+007F) \xHH;
+ *               every other token is the character itself.
+ *   bytes       all 256 bytes as <0x00> .. <0xFF> (any input, no <unk>).
+ * qkv_lm_encode recognises the kind from the vocabulary itself (a byte vocabulary holds
+ * <0x00>). */
+
+/* Builds the vocabulary of text[0..len): bytes = 0 characters (invalid UTF-8 fails with
+ * QKV_ERR_FORMAT naming the byte offset), 1 bytes. */
+qkv_status qkv_lm_vocab_build(qkv_vocab *v, const char *text, size_t len, int bytes,
+                              qkv_error *err);
+/* ids (capacity len) <- the tokens of text[0..len); *n receives their count. A character
+ * outside a character vocabulary becomes QKV_UNK (*unknown, may be NULL, counts them);
+ * invalid UTF-8 fails with QKV_ERR_FORMAT naming the byte offset. */
+qkv_status qkv_lm_encode(int *ids, size_t *n, size_t *unknown, const qkv_vocab *v,
+                         const char *text, size_t len, qkv_error *err);
+/* The text of token id (escapes undone; reserved tokens and ids outside the vocabulary are
+ * ""). Writes at most cap bytes, NUL included, and returns the length needed (<= 4 for
+ * characters, 1 for bytes), as snprintf. */
+size_t qkv_lm_token_text(char *out, size_t cap, const qkv_vocab *v, int id);
+
+/* ---- model directories -----------------------------------------------------------------
+ *   config.json        the qkv_lm_config ("format": "qkv-lm")
+ *   model.safetensors  every parameter under its table name
+ *   vocab.txt          the vocabulary (written by the caller)
+ * and, while qkv_lm_train runs, checkpoint.safetensors: the parameters, Adam's moments and
+ * step, and where training stands. */
+
+qkv_status qkv_lm_config_to_json(const qkv_lm_config *c, char **json, qkv_error *err);
+/* Names file and key in its errors and checks the configuration. */
+qkv_status qkv_lm_config_from_json(qkv_lm_config *c, const char *json, const char *file,
+                                   qkv_error *err);
+/* Writes dir/config.json and dir/model.safetensors (atomically; dir is created). */
+qkv_status qkv_lm_save(const qkv_lm *m, const char *dir, qkv_error *err);
+/* Every tensor present with its configured shape, none unknown, no NaN/Inf. */
+qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err);
+
+/* ---- training ---------------------------------------------------------------------------
+ * Step s trains on B windows of T + 1 consecutive tokens whose starts are drawn uniformly
+ * from (seed, s): the inputs are the first T tokens, the targets the last T. Nothing else is
+ * random, so a resumed run continues bit for bit (same machine and threads), unless its
+ * learning rate follows a time budget. */
+
+typedef struct {
+    int64_t step, steps;   /* optimizer steps so far; the planned total (0: a time budget) */
+    double epoch;          /* training tokens consumed / training text length */
+    double loss;           /* mean training loss per token since the last report */
+    double val_loss;       /* held-out loss per token, NaN unless evaluated at this step */
+    double tokens_per_s;   /* training tokens per second, since this run started */
+    double grad_norm;      /* of the last step, before clipping */
+    double lr;             /* of the last step */
+    double elapsed_s;      /* training time, resumed runs included */
+    int report;            /* 1 when this step wrote a metrics line (every log_every) */
+} qkv_lm_train_progress;
+
+typedef struct {
+    const char *out_dir;   /* checkpoint.safetensors, metrics.jsonl, the model at the end */
+    int batch, context;    /* B windows of T tokens per step; T <= max_len */
+    int64_t steps;         /* stop after this many steps (0: only the time budget) */
+    double minutes;        /* stop when this much training time has passed (0: no budget) */
+    float lr, beta1, beta2, adam_eps, weight_decay;
+    int warmup;            /* the learning rate rises linearly over the first warmup steps */
+    int cosine;            /* then decays along a cosine to lr / 10 at `steps`, or, without
+                              steps, at the end of the time budget (then the schedule follows
+                              the machine's speed: not reproducible bit for bit) */
+    float clip;            /* global gradient norm (<= 0: none) */
+    uint64_t seed;
+    int resume;            /* continue from out_dir/checkpoint.safetensors if it exists */
+    int log_every;         /* a metrics.jsonl line and a checkpoint every N steps */
+    int eval_every;        /* held-out loss every N steps (0: at the end only) */
+    int eval_tokens;       /* held-out tokens each evaluation reads (0: all) */
+    int64_t stop_after_steps; /* stop (cleanly, after checkpointing) at this step; 0: never */
+    void (*progress)(const qkv_lm_train_progress *p, void *ctx); /* every step, or NULL */
+    void *progress_ctx;
+} qkv_lm_train_options;
+
+/* batch 32, context 128, lr 1e-3, Adam (0.9, 0.99, 1e-8), clip 1, warmup 100, log every
+ * 50 steps, evaluate every 500 on 32768 tokens. Set out_dir and steps or minutes. */
+qkv_lm_train_options qkv_lm_train_default_options(void);
+
+/* Trains m on train (n_train tokens; at least context + 1), evaluating on val (n_val tokens,
+ * may be 0). Every log_every steps and at the end: a checkpoint and a line of
+ * out_dir/metrics.jsonl ({"epoch", "step", "loss", "val_loss" when evaluated, "lr",
+ * "tokens_per_s", "elapsed_s"}); at the end the model (qkv_lm_save). A non-finite loss or
+ * gradient stops with QKV_ERR_NUMERIC before the parameters change. */
+qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *val,
+                        size_t n_val, const qkv_lm_train_options *o, qkv_error *err);
+
+/* The mean next-token loss over tokens (n >= 2) in evaluation mode, read as consecutive
+ * windows of T + 1 tokens that overlap by one, so every token after the first is predicted
+ * exactly once, B windows per forward pass. *count (may be NULL) receives n - 1. */
+qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B, double *loss,
+                           int64_t *count, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
  * Training
@@ -699,7 +1052,20 @@ typedef struct {
     double tokens_per_s;   /* target tokens per second in this epoch */
     double grad_norm;      /* of the last step, before clipping */
     int end_of_epoch;
+    double lr;             /* of the last step */
+    int validated;         /* this epoch end ran validation: val_loss (and bleu) hold it */
+    double val_loss;       /* per-token cross-entropy on the held-out pairs, no smoothing */
+    double bleu;           /* corpus BLEU-4 (0..100) of their greedy translations; NaN if off */
+    int best;              /* the best validation so far: the model went to out_dir/best */
+    int stopping;          /* early stopping ends the run after this epoch */
 } qkv_train_progress;
+
+/* The learning rate over steps. */
+typedef enum {
+    QKV_LR_CONSTANT = 0, /* lr */
+    QKV_LR_NOAM = 1      /* the paper's (section 5.3, eq. 3): lr_factor * d_model^-0.5 *
+                            min(step^-0.5, step * warmup^-1.5), steps counted from 1 */
+} qkv_lr_schedule;
 
 typedef struct {
     const char *out_dir;    /* checkpoint.safetensors, metrics.jsonl, the model at the end */
@@ -716,18 +1082,56 @@ typedef struct {
     int stop_after_steps;   /* stop (cleanly, after checkpointing) at this step; 0: never */
     void (*progress)(const qkv_train_progress *p, void *ctx); /* after every step, or NULL */
     void *progress_ctx;
+    qkv_lr_schedule schedule;
+    int warmup;             /* QKV_LR_NOAM: steps of linear warmup (the paper's 4000) */
+    float lr_factor;        /* QKV_LR_NOAM: the factor (the paper's 1) */
+    int batch_tokens;       /* > 0: batches of sentences of similar length instead of `batch`
+                             * pairs: each epoch the shuffled pairs are cut into buckets of
+                             * about 64 batches, each bucket sorted by length (the longer of
+                             * source and target, <eos> included) and packed while
+                             * sentences x longest <= batch_tokens; the batches are then
+                             * shuffled. Batches are cut to their longest sentence. */
+    /* Validation after every epoch (valid != NULL): the loss, and with valid_bleu the corpus
+     * BLEU-4 of greedy translations (max_len = valid->num_steps), go to metrics.jsonl as
+     * "val_loss" and "bleu"; the best model so far (highest BLEU, then lowest loss) is
+     * written to out_dir/best/ (config.json, model.safetensors), and the history to
+     * out_dir/validation.json, from which a resumed run recovers best and patience. */
+    const qkv_dataset *valid;
+    int valid_bleu;
+    /* BLEU compares words: valid_refs[i] (valid_ref_lens[i] ids) is pair i's reference and
+     * valid_words(words, cap, ids, n, ctx) turns a translation (model ids, without <eos>)
+     * into at most cap words in the same id space, returning their count (e.g. subword
+     * pieces joined back into words). Both NULL: model ids against the target side of valid
+     * up to its <eos>. */
+    const int *const *valid_refs;
+    const int *valid_ref_lens;
+    int (*valid_words)(int *words, int cap, const int *ids, int n, void *ctx);
+    void *valid_ctx;
+    int patience;           /* stop after this many validations in a row without a new best
+                             * (0: never) */
+    int keep_epochs;        /* also keep the models of the last N epochs in out_dir/epoch-NNN
+                             * (for checkpoint averaging; 0: none) */
 } qkv_train_options;
 
 /* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam with PyTorch's defaults
- * (0.9, 0.999, 1e-8), clip 1, 200 epochs, seed 0. out_dir must be set. */
+ * (0.9, 0.999, 1e-8), clip 1, 200 epochs, seed 0, constant learning rate (the noam schedule's
+ * warmup 4000 and factor 1 preset), no validation. out_dir must be set. */
 qkv_train_options qkv_train_default_options(void);
 
 /* Trains m on data with teacher forcing. Every epoch end (and every checkpoint_every steps)
  * writes out_dir/checkpoint.safetensors atomically and appends a line to metrics.jsonl; a
- * resumed run continues bit for bit as if it had never stopped (same machine and threads).
+ * resumed run continues bit for bit as if it had never stopped (same machine and threads),
+ * batches by length, validation, best model and early stopping included.
  * A non-finite loss or gradient stops with QKV_ERR_NUMERIC before the parameters change. */
 qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *data, const qkv_train_options *o,
                      qkv_error *err);
+
+/* The batches of similar length that qkv_train makes for epoch `epoch` (0-based) of data
+ * with batch_tokens > 0 and seed: items (data->n) receives the example indices, batch b
+ * being items[first[b] .. first[b + 1]) (first: data->n + 1 ints). Returns the number of
+ * batches, -1 when out of memory or batch_tokens < 1. */
+int qkv_train_batches(int *items, int *first, const qkv_dataset *data, int batch_tokens,
+                      uint64_t seed, int epoch);
 
 /* ---------------------------------------------------------------------------------------
  * Model directories and checkpoints

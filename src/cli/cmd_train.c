@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -15,6 +17,7 @@
 typedef struct {
     int tty, quiet, every;
     double t0;
+    qkv_train_progress last; /* how the run ended */
 } progress_ctx;
 
 static double now_s(void)
@@ -27,6 +30,7 @@ static double now_s(void)
 static void show_progress(const qkv_train_progress *p, void *ctx)
 {
     progress_ctx *pc = ctx;
+    pc->last = *p;
     if (pc->quiet) return;
     double done = (double)(p->epoch - 1) + (double)p->batch / p->batches;
     double elapsed = now_s() - pc->t0, eta = done > 0 ? elapsed * (p->epochs - done) / done : 0;
@@ -44,27 +48,160 @@ static void show_progress(const qkv_train_progress *p, void *ctx)
                 p->epoch, p->epochs, p->loss, p->d2l_loss, p->tokens_per_s, (long long)p->step,
                 elapsed);
     }
+    if (p->validated) {
+        if (pc->tty) fputc('\n', stderr);
+        fprintf(stderr, "epoch %d: validation loss %.4f", p->epoch, p->val_loss);
+        if (p->bleu == p->bleu) fprintf(stderr, ", BLEU %.2f", p->bleu);
+        fprintf(stderr, "%s%s\n", p->best ? " (best so far)" : "",
+                p->stopping ? "; no better for --patience epochs: stopping" : "");
+    }
 }
 
-static int write_train_json(const char *dir, int num_steps, const char *data, int num_examples,
-                            int min_freq)
+/* train.json: how the model was trained, every option (the model directory alone then
+ * says how to train it again). */
+typedef struct {
+    int num_steps, num_examples, min_freq, vocab_size, joint_bpe, valid_bleu;
+    const char *data, *tgt, *tokenizer, *valid, *valid_src, *valid_tgt, *loss;
+    const qkv_train_options *o;
+} train_record;
+
+/* A float option as its shortest decimal (0.005, not 0.004999999888). */
+static double decimal(float x)
 {
-    char path[4096], text[8192];
+    char text[32];
+    snprintf(text, sizeof text, "%.7g", (double)x);
+    return strtod(text, NULL);
+}
+
+static int write_train_json(const char *dir, const train_record *r)
+{
+    char path[4096];
     snprintf(path, sizeof path, "%s/train.json", dir);
-    snprintf(text, sizeof text, "{\n  \"num_steps\": %d,\n  \"num_examples\": %d,\n  "
-             "\"min_freq\": %d,\n  \"data\": \"", num_steps, num_examples, min_freq);
-    size_t n = strlen(text); /* the path, JSON-escaped */
-    for (const char *c = data; *c && n + 8 < sizeof text; c++) {
-        if (*c == '"' || *c == '\\') text[n++] = '\\';
-        if ((unsigned char)*c >= 0x20) text[n++] = *c;
+    const qkv_train_options *o = r->o;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "num_steps", r->num_steps);
+    cJSON_AddNumberToObject(j, "num_examples", r->num_examples);
+    cJSON_AddNumberToObject(j, "min_freq", r->min_freq);
+    cJSON_AddStringToObject(j, "data", r->data);
+    if (r->tgt) cJSON_AddStringToObject(j, "tgt", r->tgt);
+    cJSON_AddStringToObject(j, "tokenizer", r->tokenizer);
+    if (!strcmp(r->tokenizer, "bpe")) {
+        cJSON_AddNumberToObject(j, "vocab_size", r->vocab_size);
+        cJSON_AddBoolToObject(j, "joint_bpe", r->joint_bpe);
     }
-    snprintf(text + n, sizeof text - n, "\"\n}\n");
-    FILE *fp = fopen(path, "w");
-    if (!fp || fputs(text, fp) == EOF || fclose(fp)) {
-        fprintf(stderr, "qkv: %s: %s\n", path, strerror(errno));
+    cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "batch_tokens", o->batch_tokens);
+    cJSON_AddNumberToObject(j, "epochs", o->epochs);
+    cJSON_AddStringToObject(j, "schedule", o->schedule == QKV_LR_NOAM ? "noam" : "constant");
+    cJSON_AddNumberToObject(j, "lr", decimal(o->lr));
+    cJSON_AddNumberToObject(j, "warmup", o->warmup);
+    cJSON_AddNumberToObject(j, "lr_factor", decimal(o->lr_factor));
+    cJSON_AddNumberToObject(j, "beta1", decimal(o->beta1));
+    cJSON_AddNumberToObject(j, "beta2", decimal(o->beta2));
+    cJSON_AddNumberToObject(j, "adam_eps", decimal(o->adam_eps));
+    cJSON_AddNumberToObject(j, "weight_decay", decimal(o->weight_decay));
+    cJSON_AddNumberToObject(j, "clip", decimal(o->clip));
+    cJSON_AddNumberToObject(j, "label_smoothing", decimal(o->label_smoothing));
+    cJSON_AddStringToObject(j, "loss", r->loss);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    if (r->valid || r->valid_src) {
+        if (r->valid) cJSON_AddStringToObject(j, "valid", r->valid);
+        if (r->valid_src) cJSON_AddStringToObject(j, "valid_src", r->valid_src);
+        if (r->valid_tgt) cJSON_AddStringToObject(j, "valid_tgt", r->valid_tgt);
+        cJSON_AddBoolToObject(j, "valid_bleu", r->valid_bleu);
+        cJSON_AddNumberToObject(j, "patience", o->patience);
+    }
+    cJSON_AddNumberToObject(j, "keep_epochs", o->keep_epochs);
+    cJSON_AddNumberToObject(j, "checkpoint_every", o->checkpoint_every);
+    cJSON_AddBoolToObject(j, "skip_nonfinite", o->skip_nonfinite);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    FILE *fp = text ? fopen(path, "w") : NULL;
+    int bad = !fp || fputs(text, fp) == EOF || fputc('\n', fp) == EOF;
+    if (fp && fclose(fp)) bad = 1;
+    free(text);
+    if (bad) {
+        fprintf(stderr, "qkv: %s: %s\n", path, errno ? strerror(errno) : "out of memory");
         return -1;
     }
     return 0;
+}
+
+/* Learns the subword encodings of a new model (one for both languages with joint), writes
+ * src_bpe.txt, tgt_bpe.txt and text.json, and makes the vocabularies from them. */
+static int learn_subwords(cli_model *cm, const qkv_corpus *c, int vocab_size, int joint,
+                          const char *out)
+{
+    qkv_error err = {0};
+    const qkv_sentences *both[2] = {&c->source, &c->target};
+    char path[4096];
+    if (qkv_bpe_learn(&cm->src_bpe, both, joint ? 2 : 1, vocab_size, &err) ||
+        qkv_bpe_learn(&cm->tgt_bpe, joint ? both : both + 1, joint ? 2 : 1, vocab_size, &err) ||
+        qkv_bpe_vocab(&cm->src, &cm->src_bpe, &err) || qkv_bpe_vocab(&cm->tgt, &cm->tgt_bpe, &err))
+        goto fail;
+    snprintf(path, sizeof path, "%s/src_bpe.txt", out);
+    if (qkv_bpe_save(&cm->src_bpe, path, &err)) goto fail;
+    snprintf(path, sizeof path, "%s/tgt_bpe.txt", out);
+    if (qkv_bpe_save(&cm->tgt_bpe, path, &err)) goto fail;
+    snprintf(path, sizeof path, "%s/text.json", out);
+    FILE *fp = fopen(path, "w");
+    if (!fp || fprintf(fp, "{\"tokenizer\": \"bpe\", \"joint\": %s}\n", joint ? "true" : "false") < 0 ||
+        fclose(fp)) {
+        fprintf(stderr, "qkv: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    cm->bpe = 1;
+    return 0;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+    return -1;
+}
+
+/* The words of the validation references, and each reference as ids of them, for BLEU. */
+typedef struct {
+    const cli_model *cm;
+    qkv_vocab words;
+    int **refs, *ref_lens;
+    int n;
+} valid_words_ctx;
+
+static int translation_words(int *words, int cap, const int *ids, int n, void *ctx)
+{
+    const valid_words_ctx *v = ctx;
+    return cli_translation_words(v->cm, &v->words, words, cap, ids, n);
+}
+
+static void valid_words_free(valid_words_ctx *v)
+{
+    for (int i = 0; i < v->n; i++) free(v->refs[i]);
+    free(v->refs), free(v->ref_lens);
+    qkv_vocab_free(&v->words);
+}
+
+static int valid_words_init(valid_words_ctx *v, const cli_model *cm, const qkv_sentences *tgt)
+{
+    qkv_error err = {0};
+    memset(v, 0, sizeof *v);
+    v->cm = cm;
+    if (qkv_vocab_build(&v->words, tgt->tokens, tgt->n_tokens, 1, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return -1;
+    }
+    v->refs = calloc((size_t)tgt->count, sizeof *v->refs);
+    v->ref_lens = malloc((size_t)tgt->count * sizeof *v->ref_lens);
+    if (!v->refs || !v->ref_lens) goto oom;
+    v->n = tgt->count;
+    for (int i = 0; i < tgt->count; i++) {
+        int n = qkv_sentence_len(tgt, i);
+        if (!(v->refs[i] = malloc((size_t)(n ? n : 1) * sizeof **v->refs))) goto oom;
+        for (int k = 0; k < n; k++)
+            v->refs[i][k] = qkv_vocab_id(&v->words, tgt->tokens[tgt->start[i] + k]);
+        v->ref_lens[i] = n;
+    }
+    return 0;
+oom:
+    fprintf(stderr, "qkv: out of memory\n");
+    return -1;
 }
 
 /* Encodes the corpus to num_steps (d2l's build_array_nmt) as a qkv_dataset. */
@@ -90,15 +227,20 @@ int cmd_train(int argc, char **argv)
     qkv_transformer_config cfg = qkv_transformer_default_config();
     qkv_train_options o = qkv_train_default_options();
     const char *data = NULL, *src_path = NULL, *tgt_path = NULL, *out = NULL, *act = "relu",
-               *tie = "none", *loss = "token";
+               *tie = "none", *loss = "token", *tokenizer = "word", *schedule = "constant",
+               *valid = NULL, *valid_src = NULL, *valid_tgt = NULL;
     int layers = 2, enc_layers = -1, dec_layers = -1, num_steps = 10, num_examples = 0,
-        min_freq = 2, threads = 0, quiet = 0, every = 10;
+        min_freq = 2, threads = 0, quiet = 0, every = 10, vocab_size = 8000, joint_bpe = 0,
+        no_bleu = 0;
     o.seed = 0;
     const opt_spec opts[] = {
         {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line (d2l's fra.txt)"},
         {"src", OPT_STRING, &src_path, "source sentences, one per line (with --tgt)"},
         {"tgt", OPT_STRING, &tgt_path, "target sentences, line-aligned with --src"},
         {"out", OPT_STRING, &out, "model directory to write"},
+        {"tokenizer", OPT_STRING, &tokenizer, "word (d2l's words) or bpe (subwords of them)"},
+        {"vocab-size", OPT_INT, &vocab_size, "bpe: tokens per vocabulary, reserved ones included"},
+        {"joint-bpe", OPT_FLAG, &joint_bpe, "bpe: one encoding and vocabulary for both languages"},
         {"d-model", OPT_INT, &cfg.d_model, "model width"},
         {"heads", OPT_INT, &cfg.heads, "attention heads"},
         {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN"},
@@ -114,8 +256,12 @@ int cmd_train(int argc, char **argv)
         {"tie", OPT_STRING, &tie, "weight sharing: none, output (target emb = output), all"},
         {"learned-pos", OPT_FLAG, &cfg.learned_pos, "learned instead of sinusoidal positions"},
         {"batch", OPT_INT, &o.batch, "sentence pairs per batch"},
+        {"batch-tokens", OPT_INT, &o.batch_tokens, "batches of similar length, pairs x longest <= N (0: --batch)"},
         {"num-steps", OPT_INT, &num_steps, "tokens per sentence after truncation/padding"},
-        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate"},
+        {"schedule", OPT_STRING, &schedule, "learning rate: constant (--lr) or noam (the paper's warmup)"},
+        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate (constant schedule)"},
+        {"warmup", OPT_INT, &o.warmup, "noam: warmup steps"},
+        {"lr-factor", OPT_FLOAT, &o.lr_factor, "noam: lr = F d_model^-0.5 min(step^-0.5, step warmup^-1.5)"},
         {"beta1", OPT_FLOAT, &o.beta1, "Adam's first-moment decay"},
         {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay"},
         {"adam-eps", OPT_FLOAT, &o.adam_eps, "Adam's epsilon"},
@@ -125,7 +271,13 @@ int cmd_train(int argc, char **argv)
         {"loss", OPT_STRING, &loss, "gradient of: token (per-token mean) or d2l (d2l's scaling)"},
         {"epochs", OPT_INT, &o.epochs, "passes over the data"},
         {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)"},
-        {"min-freq", OPT_INT, &min_freq, "rarer tokens become <unk>"},
+        {"min-freq", OPT_INT, &min_freq, "word: rarer tokens become <unk>"},
+        {"valid", OPT_STRING, &valid, "held-out pairs (TSV): loss and BLEU every epoch, best model"},
+        {"valid-src", OPT_STRING, &valid_src, "held-out source sentences (with --valid-tgt)"},
+        {"valid-tgt", OPT_STRING, &valid_tgt, "held-out references, line-aligned with --valid-src"},
+        {"no-bleu", OPT_FLAG, &no_bleu, "validation loss only (no decoding for BLEU)"},
+        {"patience", OPT_INT, &o.patience, "stop after N validations without a new best (0: never)"},
+        {"keep-epochs", OPT_INT, &o.keep_epochs, "keep the last N epochs' models in DIR/epoch-NNN"},
         {"seed", OPT_U64, &o.seed, "initialisation, data order and dropout"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
         {"checkpoint-every", OPT_INT, &o.checkpoint_every, "also checkpoint every N steps"},
@@ -147,6 +299,21 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "qkv train: --num-steps must be in [2, --max-len] and --log-every >= 1\n");
         return 2;
     }
+    if ((valid_src != NULL) != (valid_tgt != NULL) || (valid && valid_src)) {
+        fprintf(stderr, "qkv train: validation is --valid FILE.tsv or --valid-src with --valid-tgt\n");
+        return 2;
+    }
+    const int bpe = !strcmp(tokenizer, "bpe");
+    if ((strcmp(tokenizer, "word") && !bpe) ||
+        (strcmp(schedule, "constant") && strcmp(schedule, "noam"))) {
+        fprintf(stderr, "qkv train: --tokenizer is word|bpe, --schedule constant|noam\n");
+        return 2;
+    }
+    if (bpe && vocab_size <= QKV_N_RESERVED) {
+        fprintf(stderr, "qkv train: --vocab-size must exceed the %d reserved tokens\n",
+                QKV_N_RESERVED);
+        return 2;
+    }
     cfg.enc_layers = enc_layers >= 0 ? enc_layers : layers;
     cfg.dec_layers = dec_layers >= 0 ? dec_layers : layers;
     cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
@@ -158,16 +325,24 @@ int cmd_train(int argc, char **argv)
         return 2;
     }
     o.d2l_loss_scale = !strcmp(loss, "d2l");
+    o.schedule = !strcmp(schedule, "noam") ? QKV_LR_NOAM : QKV_LR_CONSTANT;
     o.out_dir = out;
     cli_threads(threads);
 
     qkv_error err = {0};
-    qkv_corpus corpus = {0};
+    qkv_corpus corpus = {0}, held_out = {0};
     cli_model cm = {0};
-    int *bufs[4] = {0};
+    valid_words_ctx vw = {0};
+    int *bufs[8] = {0};
     rc = 1;
     if (data ? qkv_corpus_read_tsv(&corpus, data, num_examples, &err)
              : qkv_corpus_read_aligned(&corpus, src_path, tgt_path, num_examples, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        goto done;
+    }
+    if ((valid || valid_src) &&
+        (valid ? qkv_corpus_read_tsv(&held_out, valid, 0, &err)
+               : qkv_corpus_read_aligned(&held_out, valid_src, valid_tgt, 0, &err))) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
@@ -182,19 +357,22 @@ int cmd_train(int argc, char **argv)
         }
     } else {
         qkv_tie t = cfg.tie;
-        if (qkv_vocab_build(&cm.src, corpus.source.tokens, corpus.source.n_tokens, min_freq, &err) ||
-            qkv_vocab_build(&cm.tgt, corpus.target.tokens, corpus.target.n_tokens, min_freq, &err)) {
+        if (mkdir(out, 0777) && errno != EEXIST) {
+            fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
+            goto done;
+        }
+        if (bpe) {
+            if (learn_subwords(&cm, &corpus, vocab_size, joint_bpe, out)) goto done;
+        } else if (qkv_vocab_build(&cm.src, corpus.source.tokens, corpus.source.n_tokens, min_freq, &err) ||
+                   qkv_vocab_build(&cm.tgt, corpus.target.tokens, corpus.target.n_tokens, min_freq, &err)) {
             fprintf(stderr, "qkv: %s\n", err.msg);
             goto done;
         }
         cfg.src_vocab = cm.src.size, cfg.tgt_vocab = cm.tgt.size;
-        if (t == QKV_TIE_ALL && cfg.src_vocab != cfg.tgt_vocab) {
+        if (t == QKV_TIE_ALL && (cfg.src_vocab != cfg.tgt_vocab || (bpe && !joint_bpe))) {
             fprintf(stderr, "qkv: --tie all needs one vocabulary for both languages (these have "
-                    "%d and %d tokens); use --tie output\n", cfg.src_vocab, cfg.tgt_vocab);
-            goto done;
-        }
-        if (mkdir(out, 0777) && errno != EEXIST) {
-            fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
+                    "%d and %d tokens); use --tie output%s\n", cfg.src_vocab, cfg.tgt_vocab,
+                    bpe ? " or --joint-bpe" : "");
             goto done;
         }
         if (qkv_transformer_create(&cm.model, &cfg, o.seed, &err) ||
@@ -206,25 +384,43 @@ int cmd_train(int argc, char **argv)
         if (qkv_vocab_save(&cm.src, path, &err)) goto fail;
         snprintf(path, sizeof path, "%s/tgt_vocab.txt", out);
         if (qkv_vocab_save(&cm.tgt, path, &err)) goto fail;
-        if (write_train_json(out, num_steps, data ? data : src_path, num_examples, min_freq))
-            goto done;
+        train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
+                          data ? data : src_path, data ? NULL : tgt_path, bpe ? "bpe" : "word",
+                          valid, valid_src, valid_tgt, loss, &o};
+        if (write_train_json(out, &r)) goto done;
     }
-    qkv_dataset ds;
+    /* the references of validation BLEU are words, kept before the subwords replace them */
+    if (held_out.source.count && !no_bleu) {
+        if (valid_words_init(&vw, &cm, &held_out.target)) goto done;
+        o.valid_bleu = 1, o.valid_words = translation_words, o.valid_ctx = &vw;
+        o.valid_refs = (const int *const *)vw.refs, o.valid_ref_lens = vw.ref_lens;
+    }
+    if (cli_subwords(&cm, &corpus.source, 0) || cli_subwords(&cm, &corpus.target, 1) ||
+        cli_subwords(&cm, &held_out.source, 0) || cli_subwords(&cm, &held_out.target, 1))
+        goto done;
+    qkv_dataset ds, vs;
     if (build_dataset(&ds, bufs, &corpus, &cm.src, &cm.tgt, num_steps)) goto done;
+    if (held_out.source.count) {
+        if (build_dataset(&vs, bufs + 4, &held_out, &cm.src, &cm.tgt, num_steps)) goto done;
+        o.valid = &vs;
+    }
     const qkv_transformer_config *mc = qkv_transformer_get_config(cm.model);
     if (!quiet)
-        fprintf(stderr, "qkv train: %d pairs, vocabularies %d/%d, %zu parameters, %d threads%s\n",
-                ds.n, mc->src_vocab, mc->tgt_vocab, qkv_transformer_num_params(cm.model),
+        fprintf(stderr, "qkv train: %d pairs%s, vocabularies %d/%d%s, %zu parameters, %d "
+                "threads%s\n", ds.n, o.valid ? " (+ validation)" : "", mc->src_vocab,
+                mc->tgt_vocab, cm.bpe ? " (subwords)" : "", qkv_transformer_num_params(cm.model),
                 qkv_get_threads(), resuming ? ", resuming" : "");
-    progress_ctx pc = {isatty(2), quiet, every, now_s()};
+    progress_ctx pc = {isatty(2), quiet, every, now_s(), {0}};
     o.progress = show_progress, o.progress_ctx = &pc;
     if (qkv_train(cm.model, &ds, &o, &err)) goto fail;
-    const long total_steps = (long)o.epochs * ((ds.n + o.batch - 1) / o.batch);
-    if (!quiet && o.stop_after_steps > 0 && o.stop_after_steps < total_steps)
+    const qkv_train_progress *end = &pc.last;
+    if (!quiet && o.stop_after_steps > 0 && end->step >= o.stop_after_steps && !end->stopping &&
+        !(end->end_of_epoch && end->epoch == o.epochs))
         fprintf(stderr, "qkv train: stopped after step %d; continue with --resume\n",
                 o.stop_after_steps);
     else if (!quiet)
-        fprintf(stderr, "qkv train: wrote %s in %.1fs\n", out, now_s() - pc.t0);
+        fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", out, now_s() - pc.t0,
+                o.valid ? " (the best model by validation in DIR/best)" : "");
     if (!fig_training(out, NULL) && !quiet) /* a figure that fails is not a failed training */
         fprintf(stderr, "qkv train: training curves in %s/training.png\n", out);
     rc = 0;
@@ -232,8 +428,10 @@ int cmd_train(int argc, char **argv)
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
 done:
-    for (int i = 0; i < 4; i++) free(bufs[i]);
+    for (int i = 0; i < 8; i++) free(bufs[i]);
     qkv_corpus_free(&corpus);
+    qkv_corpus_free(&held_out);
+    valid_words_free(&vw);
     cli_model_free(&cm);
     return rc;
 }

@@ -8,6 +8,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_average(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
 #endif

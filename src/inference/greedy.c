@@ -2,26 +2,19 @@
  * the encoder runs once; each decoder layer keeps the keys and values of every target
  * position so far, and the cross-attention's keys and values of the encoder output are
  * projected once. A step then costs O(t) attention work at position t instead of re-running
- * the whole prefix. */
+ * the whole prefix. The cache and the step (decode.h) serve beam search too: there a row is a
+ * hypothesis, and row_src says which source's encoder output it reads. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/transformer_internal.h"
-
-typedef struct {
-    int B, T, Ts; /* sequences, cache length, source length */
-    float *self_k, *self_v;   /* per layer (B, T, C) */
-    float *cross_k, *cross_v; /* per layer (B, Ts, C) */
-    float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *h_pre, *h, *P, *logits;
-    float *buffer;
-} decode_state;
+#include "inference/decode.h"
 
 static qkv_status state_alloc(decode_state *st, const qkv_transformer_config *c, int B, int T,
-                              int Ts, qkv_error *err)
+                              int Ts, int n_src, qkv_error *err)
 {
-    const size_t C = c->d_model, L = c->dec_layers, Bz = B;
-    size_t sizes[] = {L * Bz * T * C, L * Bz * T * C, L * Bz * Ts * C, L * Bz * Ts * C,
+    const size_t C = c->d_model, L = c->dec_layers, Bz = B, S = n_src;
+    size_t sizes[] = {L * Bz * T * C, L * Bz * T * C, L * S * Ts * C, L * S * Ts * C,
                       Bz * C, Bz * C, Bz * C, Bz * C, Bz * C, Bz * C, Bz * C, Bz, Bz,
                       Bz * c->ffn, Bz * c->ffn, Bz * c->heads * (size_t)(T > Ts ? T : Ts),
                       Bz * c->tgt_vocab};
@@ -36,7 +29,7 @@ static qkv_status state_alloc(decode_state *st, const qkv_transformer_config *c,
                         total * 4 >> 20);
     float *at = st->buffer;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *ptrs[i] = at, at += sizes[i];
-    st->B = B, st->T = T, st->Ts = Ts;
+    st->B = B, st->T = T, st->Ts = Ts, st->cap = B, st->n_src = n_src, st->row_src = NULL;
     return QKV_OK;
 }
 
@@ -59,23 +52,24 @@ static void end(const qkv_transformer_config *c, decode_state *st, const norm_w 
                               c->ln_eps);
 }
 
-/* One query per sequence attends to m keys of its own cache rows: K, V (B, stride, C). */
+/* One query per row attends to m keys of cache row src[b] (NULL: row b): K, V (rows, stride,
+ * C), valid (rows) or NULL. */
 static void attend(const qkv_transformer_config *c, decode_state *st, const float *K,
-                   const float *V, int stride, int m, const int *valid)
+                   const float *V, int stride, int m, const int *valid, const int *src)
 {
     const int C = c->d_model, H = c->heads, p = C / H;
     #pragma omp parallel for if (st->B > 1)
     for (int b = 0; b < st->B; b++) {
-        qkv_mask mask = {valid ? valid + b : NULL, 0, 0};
+        const int r = src ? src[b] : b;
+        qkv_mask mask = {valid ? valid + r : NULL, 0, 0};
         qkv_attention_forward(st->ctx + (size_t)b * C, st->P + (size_t)b * H * stride,
-                              st->q + (size_t)b * C, K + (size_t)b * stride * C,
-                              V + (size_t)b * stride * C, 1, H, 1, m, p, p, &mask, 0.0f, 0, NULL);
+                              st->q + (size_t)b * C, K + (size_t)r * stride * C,
+                              V + (size_t)r * stride * C, 1, H, 1, m, p, p, &mask, 0.0f, 0, NULL);
     }
 }
 
-/* Logits for position t given token ids tok (B): the decoder stack on one new row each. */
-static void decoder_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
-                         const int *src_valid)
+void decode_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
+                 const int *src_valid)
 {
     const qkv_transformer_config *c = &m->cfg;
     const int B = st->B, C = c->d_model;
@@ -87,7 +81,8 @@ static void decoder_step(qkv_transformer *m, decode_state *st, const int *tok, i
     }
     for (int l = 0; l < c->dec_layers; l++) {
         const decoder_block_w *w = &m->w.decoder[l];
-        float *Ks = st->self_k + (size_t)l * B * st->T * C, *Vs = st->self_v + (size_t)l * B * st->T * C;
+        float *Ks = st->self_k + (size_t)l * st->cap * st->T * C;
+        float *Vs = st->self_v + (size_t)l * st->cap * st->T * C;
         /* causal self-attention: append this position's key and value, attend to 0..t */
         const float *in = begin(c, st, &w->norm1);
         const qkv_mha_weights *a = &w->self_attention;
@@ -98,15 +93,16 @@ static void decoder_step(qkv_transformer *m, decode_state *st, const int *tok, i
             memcpy(Ks + ((size_t)b * st->T + t) * C, st->k + (size_t)b * C, C * sizeof(float));
             memcpy(Vs + ((size_t)b * st->T + t) * C, st->v + (size_t)b * C, C * sizeof(float));
         }
-        attend(c, st, Ks, Vs, st->T, t + 1, NULL);
+        attend(c, st, Ks, Vs, st->T, t + 1, NULL, NULL);
         qkv_linear_forward(st->s, st->ctx, a->W_o, a->b_o, B, C, C);
         end(c, st, &w->norm1);
         /* encoder-decoder attention over the cached projections of the encoder output */
         in = begin(c, st, &w->norm2);
         a = &w->cross_attention;
         qkv_linear_forward(st->q, in, a->W_q, a->b_q, B, C, C);
-        attend(c, st, st->cross_k + (size_t)l * B * st->Ts * C,
-               st->cross_v + (size_t)l * B * st->Ts * C, st->Ts, st->Ts, src_valid);
+        attend(c, st, st->cross_k + (size_t)l * st->n_src * st->Ts * C,
+               st->cross_v + (size_t)l * st->n_src * st->Ts * C, st->Ts, st->Ts, src_valid,
+               st->row_src);
         qkv_linear_forward(st->s, st->ctx, a->W_o, a->b_o, B, C, C);
         end(c, st, &w->norm2);
         /* position-wise FFN */
@@ -124,12 +120,38 @@ static void decoder_step(qkv_transformer *m, decode_state *st, const int *tok, i
     qkv_linear_forward(st->logits, y, m->w.out_W, m->w.out_b, B, C, c->tgt_vocab);
 }
 
+qkv_status decode_begin(decode_state *st, qkv_transformer *m, const int *src,
+                        const int *src_valid, int n_src, int Ts, int cap, int T, qkv_error *err)
+{
+    const qkv_transformer_config *c = &m->cfg;
+    const int C = c->d_model;
+    memset(st, 0, sizeof *st);
+    qkv_status stt = transformer_layout_acts(m, n_src, Ts, 1, err);
+    if (!stt) stt = transformer_encode(m, src, src_valid, n_src, Ts, 0.0f, 0, err);
+    if (!stt) stt = state_alloc(st, c, cap, T, Ts, n_src, err);
+    if (stt) return stt;
+    for (int l = 0; l < c->dec_layers; l++) { /* K, V of the encoder output, once */
+        const qkv_mha_weights *a = &m->w.decoder[l].cross_attention;
+        qkv_linear_forward(st->cross_k + (size_t)l * n_src * Ts * C, m->acts.enc_out, a->W_k,
+                           a->b_k, n_src * Ts, C, C);
+        qkv_linear_forward(st->cross_v + (size_t)l * n_src * Ts * C, m->acts.enc_out, a->W_v,
+                           a->b_v, n_src * Ts, C, C);
+    }
+    return QKV_OK;
+}
+
+void decode_end(decode_state *st)
+{
+    free(st->buffer);
+    memset(st, 0, sizeof *st);
+}
+
 qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int *src_valid,
                                   int B, int src_len, int max_len, int *out, int *out_len,
                                   qkv_error *err)
 {
     const qkv_transformer_config *c = &m->cfg;
-    const int C = c->d_model, V = c->tgt_vocab;
+    const int V = c->tgt_vocab;
     if (max_len <= 0 || max_len > c->max_len)
         return qkv_fail(err, QKV_ERR_ARG, "max_len %d outside [1, %d] (the model's maximum "
                         "length)", max_len, c->max_len);
@@ -137,27 +159,18 @@ qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int 
         if (src_valid[b] < 0 || src_valid[b] > src_len)
             return qkv_fail(err, QKV_ERR_ARG, "source %d: valid length %d outside [0, %d]", b,
                             src_valid[b], src_len);
-    qkv_status stt = transformer_layout_acts(m, B, src_len, 1, err);
-    if (!stt) stt = transformer_encode(m, src, src_valid, B, src_len, 0.0f, 0, err);
+    decode_state st;
+    qkv_status stt = decode_begin(&st, m, src, src_valid, B, src_len, B, max_len, err);
     if (stt) return stt;
-    decode_state st = {0};
-    if ((stt = state_alloc(&st, c, B, max_len, src_len, err))) return stt;
-    for (int l = 0; l < c->dec_layers; l++) { /* K, V of the encoder output, once */
-        const qkv_mha_weights *a = &m->w.decoder[l].cross_attention;
-        qkv_linear_forward(st.cross_k + (size_t)l * B * src_len * C, m->acts.enc_out, a->W_k,
-                           a->b_k, B * src_len, C, C);
-        qkv_linear_forward(st.cross_v + (size_t)l * B * src_len * C, m->acts.enc_out, a->W_v,
-                           a->b_v, B * src_len, C, C);
-    }
     int *tok = malloc((size_t)B * sizeof *tok), *done = calloc((size_t)B, sizeof *done);
     if (!tok || !done) {
-        free(tok), free(done), free(st.buffer);
+        free(tok), free(done), decode_end(&st);
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     }
     int remaining = B;
     for (int b = 0; b < B; b++) tok[b] = QKV_BOS, out_len[b] = 0;
     for (int t = 0; t < max_len && remaining > 0; t++) {
-        decoder_step(m, &st, tok, t, src_valid);
+        decode_step(m, &st, tok, t, src_valid);
         for (int b = 0; b < B; b++) {
             const float *z = st.logits + (size_t)b * V;
             int best = 0;
@@ -172,6 +185,6 @@ qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int 
             out[(size_t)b * max_len + out_len[b]++] = best;
         }
     }
-    free(tok), free(done), free(st.buffer);
+    free(tok), free(done), decode_end(&st);
     return QKV_OK;
 }

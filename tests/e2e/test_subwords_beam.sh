@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# End-to-end tests of translation quality features: subword (BPE) models, beam search and
+# n-best lists, batches by tokens with the noam schedule, validation with the best model and
+# early stopping, exact resume of all of it, and checkpoint averaging.
+# Usage: test_subwords_beam.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run) is smaller.
+set -u
+QKV=$(realpath "$1")
+DATA=${QKV_DATA_DIR:-../shared/data}
+FRA=$DATA/fra-eng/fra.txt
+M30=$DATA/multi30k
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+expect_fail() {
+  local name=$1 pat=$2; shift 2
+  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
+  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 300 "$T/err")"; fi
+}
+if [ ! -r "$FRA" ] || [ ! -r "$M30/train.de" ]; then
+  echo "skip: $FRA or $M30 not found (set QKV_DATA_DIR)"; echo "$pass passed, $fail failed"; exit 0
+fi
+
+# ---- bad options say what is wrong
+expect_fail "unknown tokenizer" "tokenizer" "$QKV" train --data "$FRA" --out "$T/x" --tokenizer chars
+expect_fail "vocabulary too small" "vocab-size" "$QKV" train --data "$FRA" --out "$T/x" --tokenizer bpe --vocab-size 4
+expect_fail "--valid-src needs --valid-tgt" "valid-tgt" "$QKV" train --data "$FRA" --out "$T/x" --valid-src "$FRA"
+expect_fail "unknown schedule" "schedule" "$QKV" train --data "$FRA" --out "$T/x" --schedule cosine
+expect_fail "--tie all needs a joint encoding" "joint-bpe" "$QKV" train --data "$FRA" --num-examples 50 \
+  --out "$T/x" --tokenizer bpe --vocab-size 100 --tie all --epochs 1 --quiet
+expect_fail "--beam 0" "beam" "$QKV" translate --model "$T/x" --beam 0
+expect_fail "--n-best above --beam" "n-best" "$QKV" translate --model "$T/x" --beam 2 --n-best 3
+expect_fail "average needs models" "model directory" "$QKV" average --out "$T/avg"
+
+# ---- a subword model on fra.txt: batches by tokens, noam warmup, validation
+N=1500; EPOCHS=8
+[ -n "${QKV_E2E_QUICK:-}" ] && N=400 && EPOCHS=3
+sed -n '1,200p' "$FRA" >"$T/valid.tsv" # seen in training: BLEU rises quickly
+TRAIN=(--data "$FRA" --num-examples $N --tokenizer bpe --vocab-size 500 --joint-bpe --tie all
+       --d-model 32 --heads 2 --ffn 64 --layers 1 --batch-tokens 512 --num-steps 14
+       --schedule noam --warmup 40 --lr-factor 2 --epochs $EPOCHS --valid "$T/valid.tsv"
+       --keep-epochs 2 --threads 2 --quiet)
+"$QKV" train "${TRAIN[@]}" --out "$T/m" 2>"$T/err"
+check "train writes subword files, best/ and the validation history" test -s "$T/m/src_bpe.txt" \
+  -a -s "$T/m/tgt_bpe.txt" -a -s "$T/m/best/model.safetensors" -a -s "$T/m/validation.json"
+check "joint encoding: one vocabulary of at most 500 tokens" \
+  bash -c "cmp -s '$T/m/src_vocab.txt' '$T/m/tgt_vocab.txt' && [ \$(wc -l <'$T/m/src_vocab.txt') -le 500 ]"
+check "text.json names the tokenizer" grep -q '"bpe"' "$T/m/text.json"
+check "metrics have val_loss and bleu every epoch" \
+  test "$(grep -c '"val_loss": .*"bleu": ' "$T/m/metrics.jsonl")" -eq $EPOCHS
+for key in tokenizer vocab_size joint_bpe batch_tokens schedule warmup lr_factor valid patience keep_epochs; do
+  grep -q "\"$key\"" "$T/m/train.json" || bad "train.json records $key"
+done
+ok "train.json records every new option"
+check "the last --keep-epochs models are kept" \
+  bash -c "ls -d '$T/m'/epoch-* | wc -l | grep -qx 2 && test -s '$T/m/epoch-$(printf %03d $EPOCHS)/model.safetensors'"
+
+printf 'je suis content .\nil est grand .\nnous partons !\nbonjour\n' >"$T/in.txt"
+"$QKV" translate --model "$T/m" <"$T/in.txt" >"$T/greedy"
+check "translate prints words, not pieces" bash -c "[ \$(wc -l <'$T/greedy') -eq 4 ] && ! grep -q $'\xe2\x96\x81' '$T/greedy'"
+"$QKV" translate --model "$T/m" --beam 1 <"$T/in.txt" >"$T/beam1"
+check "--beam 1 is greedy decoding" cmp -s "$T/greedy" "$T/beam1"
+"$QKV" translate --model "$T/m" --beam 4 --alpha 0.6 --batch 32 <"$T/in.txt" >"$T/b4"
+"$QKV" translate --model "$T/m" --beam 4 --alpha 0.6 --batch 1 <"$T/in.txt" >"$T/b4one"
+check "beam search: a sentence translates the same alone and in a batch" cmp -s "$T/b4" "$T/b4one"
+"$QKV" translate --model "$T/m" --beam 4 --n-best 3 <"$T/in.txt" >"$T/nbest"
+check "--n-best 3 prints 3 hypotheses a sentence" test "$(grep -c ' ||| ' "$T/nbest")" -eq 12
+check "n-best scores fall within each sentence" awk -F' \\|\\|\\| ' '
+  $1 == prev && $3 > last + 1e-9 { bad = 1 } { prev = $1; last = $3 } END { exit bad }' "$T/nbest"
+check "the first of the n best is the beam's translation" \
+  bash -c "diff <(awk -F' \\\\|\\\\|\\\\| ' '!seen[\$1]++ { print \$2 }' '$T/nbest') <('$QKV' translate --model '$T/m' --beam 4 <'$T/in.txt')"
+"$QKV" translate --model "$T/m/best" <"$T/in.txt" >"$T/best"
+check "best/ loads as a model (vocabularies from its parent)" test "$(wc -l <"$T/best")" -eq 4
+"$QKV" eval --model "$T/m" --data "$T/valid.tsv" >"$T/eval" && \
+"$QKV" eval --model "$T/m" --data "$T/valid.tsv" --beam 4 >"$T/eval4"
+check "eval reports word BLEU, greedy and beam" \
+  bash -c "grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval' && grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval4'"
+
+# ---- validation BLEU is qkv eval's greedy BLEU (a copy task of words, learnt in a few epochs)
+awk 'BEGIN { srand(7); split("red green blue cat dog sun moon tree car book", w, " ")
+             for (i = 0; i < 3000; i++) { n = 4 + int(rand() * 5); s = ""
+               for (k = 0; k < n; k++) s = s (k ? " " : "") w[1 + int(rand() * 10)]
+               print s "\t" s } }' >"$T/copy.tsv"
+head -n 200 "$T/copy.tsv" >"$T/copy_valid.tsv"
+"$QKV" train --data "$T/copy.tsv" --tokenizer bpe --vocab-size 60 --joint-bpe --tie all \
+  --d-model 32 --heads 2 --ffn 64 --layers 2 --batch-tokens 512 --num-steps 24 --lr 0.005 \
+  --epochs 4 --valid "$T/copy_valid.tsv" --threads 2 --quiet --out "$T/copy"
+last_bleu=$(tail -n 1 "$T/copy/metrics.jsonl" | sed 's/.*"bleu": \([0-9.]*\).*/\1/')
+eval_bleu=$("$QKV" eval --model "$T/copy" --data "$T/copy_valid.tsv" | sed -n 's/^corpus BLEU-4: //p')
+check "validation BLEU ($last_bleu) = qkv eval's ($eval_bleu), and above 5" \
+  awk -v a="$last_bleu" -v b="$eval_bleu" 'BEGIN { d = a - b; exit !(d < 0.006 && d > -0.006 && a > 5) }'
+
+# ---- exact resume with subwords, token batches, noam and validation
+"$QKV" train "${TRAIN[@]}" --out "$T/r" --stop-after-steps 7 2>/dev/null
+"$QKV" train "${TRAIN[@]}" --out "$T/r" --resume 2>/dev/null
+check "stop + resume == uninterrupted: model" cmp -s "$T/m/model.safetensors" "$T/r/model.safetensors"
+check "stop + resume == uninterrupted: best model" cmp -s "$T/m/best/model.safetensors" "$T/r/best/model.safetensors"
+check "stop + resume == uninterrupted: validation history" cmp -s "$T/m/validation.json" "$T/r/validation.json"
+
+# ---- checkpoint averaging
+"$QKV" average --out "$T/avg" "$T/m"/epoch-* 2>/dev/null
+check "average writes a model that translates" \
+  bash -c "'$QKV' translate --model '$T/avg' <'$T/in.txt' | wc -l | grep -qx 4"
+"$QKV" average --out "$T/self" "$T/m" "$T/m" 2>/dev/null
+check "the average of a model with itself is the model" cmp -s "$T/m/model.safetensors" "$T/self/model.safetensors"
+
+# ---- early stopping: a rate that wrecks the model stops after --patience epochs
+"$QKV" train --data "$FRA" --num-examples 300 --d-model 16 --heads 2 --ffn 32 --layers 1 \
+  --num-steps 8 --lr 2 --epochs 30 --valid "$T/valid.tsv" --no-bleu --patience 2 --threads 2 \
+  --out "$T/es" 2>"$T/es.err"
+lines=$(wc -l <"$T/es/metrics.jsonl")
+check "--patience 2 stopped early ($lines of 30 epochs)" test "$lines" -lt 30
+check "early stopping says so" grep -q "stopping" "$T/es.err"
+
+# ---- Multi30k-shaped input: --src/--tgt with --valid-src/--valid-tgt, per-language BPE
+head -n 600 "$M30/train.de" >"$T/tr.de"; head -n 600 "$M30/train.en" >"$T/tr.en"
+head -n 100 "$M30/val.de" >"$T/va.de"; head -n 100 "$M30/val.en" >"$T/va.en"
+"$QKV" train --src "$T/tr.de" --tgt "$T/tr.en" --valid-src "$T/va.de" --valid-tgt "$T/va.en" \
+  --tokenizer bpe --vocab-size 300 --d-model 16 --heads 2 --ffn 32 --layers 1 --num-steps 24 \
+  --batch-tokens 400 --epochs 2 --threads 2 --quiet --out "$T/de"
+check "per-language encodings differ" bash -c "! cmp -s '$T/de/src_bpe.txt' '$T/de/tgt_bpe.txt'"
+check "both validations logged" test "$(grep -c '"bleu"' "$T/de/metrics.jsonl")" -eq 2
+"$QKV" eval --model "$T/de" --src "$T/va.de" --tgt "$T/va.en" --beam 3 >"$T/de.eval"
+check "eval on aligned files" grep -q '^sentences: 100$' "$T/de.eval"
+expect_fail "average refuses two configurations" "configuration" "$QKV" average --out "$T/y" "$T/m" "$T/de"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,307 @@
+/* Beam search: beam 1 is greedy decoding exactly; the scores it reports are the teacher-forced
+ * log-probabilities of its outputs; a wider beam finds sequences at least as probable as
+ * greedy's on random models; with a beam as wide as every sequence (K = V^L) it finds the
+ * exact best and the exact n best, with and without a length penalty; a sentence's result is
+ * the same alone and in a batch; bad options are refused. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+/* Raises the output bias of <eos> so that random models end sentences at varied lengths. */
+static void favour_eos(qkv_transformer *m, float bias)
+{
+    for (int i = 0; i < qkv_transformer_num_tensors(m); i++) {
+        qkv_param_info t = qkv_transformer_tensor(m, i);
+        if (!strcmp(t.name, "output.b")) qkv_transformer_params(m)[t.offset + QKV_EOS] += bias;
+    }
+}
+
+static qkv_transformer *random_model(int src_vocab, int tgt_vocab, int pre_norm, uint64_t seed)
+{
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = src_vocab, cfg.tgt_vocab = tgt_vocab, cfg.dropout = 0.0f, cfg.bias = 1;
+    cfg.pre_norm = pre_norm, cfg.final_norm = pre_norm, cfg.max_len = 32;
+    cfg.d_model = 16, cfg.heads = 2, cfg.ffn = 24;
+    qkv_transformer *m;
+    assert_int_equal(qkv_transformer_create(&m, &cfg, seed, NULL), QKV_OK);
+    /* sharper distributions than the initialisation's, so beams and greedy differ often */
+    float *p = qkv_transformer_params(m);
+    for (size_t i = 0; i < qkv_transformer_num_params(m); i++) p[i] *= 1.5f;
+    return m;
+}
+
+/* log P(tokens [+ <eos>] | source) from a teacher-forced pass, in double. */
+static double sequence_logprob(qkv_transformer *m, const int *src, int src_len,
+                               const int *tokens, int len, int eos)
+{
+    const int V = qkv_transformer_get_config(m)->tgt_vocab, T = len + eos;
+    int *tin = malloc((size_t)T * sizeof *tin), *tout = malloc((size_t)T * sizeof *tout);
+    float *logits = tu_zeros((size_t)T * V);
+    for (int t = 0; t < T; t++) {
+        tin[t] = t ? tokens[t - 1] : QKV_BOS;
+        tout[t] = t < len ? tokens[t] : QKV_EOS;
+    }
+    int valid = src_len;
+    qkv_batch b = {1, src_len, T, src, &valid, tin, tout};
+    assert_int_equal(qkv_transformer_logits(m, &b, logits, NULL), QKV_OK);
+    double lp = 0.0;
+    for (int t = 0; t < T; t++) {
+        const float *z = logits + (size_t)t * V;
+        double mx = z[0], s = 0.0;
+        for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+        for (int v = 0; v < V; v++) s += exp(z[v] - mx);
+        lp += z[tout[t]] - mx - log(s);
+    }
+    free(tin), free(tout), free(logits);
+    return lp;
+}
+
+enum { NB = 4, SL = 6 };
+static const int SRC[NB * SL] = {5, 6, 7, 8, 3, 1, 9, 10, 3, 1, 1, 1,
+                                 11, 12, 13, 14, 15, 3, 7, 3, 1, 1, 1, 1};
+static const int VALID[NB] = {5, 3, 6, 2};
+
+/* K = 1 gives greedy's ids, token for token, for a batch and every maximum length. */
+static void test_beam1_is_greedy(void **state)
+{
+    (void)state;
+    int eos_seen = 0, trunc_seen = 0;
+    for (int variant = 0; variant < 6; variant++) {
+        const int V = variant < 3 ? 8 : 40;
+        qkv_transformer *m = random_model(20, V, variant & 1, 100 + variant);
+        favour_eos(m, 0.5f * (float)variant);
+        for (int ml = 1; ml <= 12; ml += 5) {
+            int g[NB * 12], gl[NB], bo[NB * 12], bl[NB];
+            double score[NB], lp[NB];
+            assert_int_equal(qkv_transformer_greedy(m, SRC, VALID, NB, SL, ml, g, gl, NULL), QKV_OK);
+            qkv_beam_options o = {1, 1, ml, 0.0f};
+            assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o, bo, bl, score, lp,
+                                                  NULL), QKV_OK);
+            for (int b = 0; b < NB; b++) {
+                assert_int_equal(bl[b], gl[b]);
+                assert_memory_equal(bo + b * ml, g + b * ml, (size_t)gl[b] * sizeof *g);
+                eos_seen += gl[b] < ml, trunc_seen += gl[b] == ml;
+                assert_true(score[b] == lp[b]); /* alpha = 0: no penalty */
+                double want = sequence_logprob(m, SRC + b * SL, VALID[b], g + b * ml, gl[b],
+                                               gl[b] < ml);
+                assert_true(fabs(lp[b] - want) <= 1e-4 * (1 + fabs(want)));
+            }
+        }
+        qkv_transformer_free(m);
+    }
+    print_message("greedy ended %d times at <eos>, %d at max_len\n", eos_seen, trunc_seen);
+    assert_true(eos_seen > 5 && trunc_seen > 5); /* both ways of ending were compared */
+}
+
+/* With alpha = 0 a wider beam's best is at least as probable as greedy's output on these
+ * random models (beam search does not promise it in general: greedy's path can fall out of
+ * the beam), and every reported log-probability is the teacher-forced one. */
+static void test_wider_beam_not_worse(void **state)
+{
+    (void)state;
+    int better = 0, total = 0;
+    for (int variant = 0; variant < 8; variant++) {
+        qkv_transformer *m = random_model(20, variant < 4 ? 10 : 30, variant & 1, 200 + variant);
+        favour_eos(m, 0.3f * (float)variant);
+        const int ml = 10;
+        int g[NB * ml], gl[NB];
+        assert_int_equal(qkv_transformer_greedy(m, SRC, VALID, NB, SL, ml, g, gl, NULL), QKV_OK);
+        for (int K = 2; K <= 8; K *= 2) {
+            int bo[NB * 2 * ml], bl[NB * 2];
+            double score[NB * 2], lp[NB * 2];
+            qkv_beam_options o = {K, 2, ml, 0.0f};
+            assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o, bo, bl, score, lp,
+                                                  NULL), QKV_OK);
+            for (int b = 0; b < NB; b++) {
+                double lg = sequence_logprob(m, SRC + b * SL, VALID[b], g + b * ml, gl[b],
+                                             gl[b] < ml);
+                for (int k = 0; k < 2; k++) {
+                    const int i = b * 2 + k;
+                    assert_true(bl[i] >= 0 && bl[i] <= ml);
+                    double want = sequence_logprob(m, SRC + b * SL, VALID[b], bo + i * ml,
+                                                   bl[i], bl[i] < ml);
+                    assert_true(fabs(lp[i] - want) <= 1e-4 * (1 + fabs(want)));
+                }
+                assert_true(score[b * 2] >= score[b * 2 + 1]); /* best first */
+                double lb = sequence_logprob(m, SRC + b * SL, VALID[b], bo + b * 2 * ml,
+                                             bl[b * 2], bl[b * 2] < ml);
+                if (lb < lg)
+                    fail_msg("variant %d, K %d, sentence %d: beam %.6f < greedy %.6f", variant,
+                             K, b, lb, lg);
+                better += lb > lg, total++;
+            }
+        }
+        qkv_transformer_free(m);
+    }
+    print_message("beam beat greedy in %d of %d searches\n", better, total);
+    assert_true(better > 0); /* the comparison has teeth */
+}
+
+/* A tiny vocabulary and length, every sequence enumerated: beam K = V^L returns the exact
+ * best sequence and the exact n best, with and without the length penalty. */
+static void test_exhaustive_beam_is_exact(void **state)
+{
+    (void)state;
+    enum { V = 5, L = 3, NBEST = 6, MAXSEQ = 128 };
+    for (int variant = 0; variant < 4; variant++) {
+        qkv_transformer *m = random_model(20, V, variant & 1, 300 + variant);
+        const float alpha = variant < 2 ? 0.0f : 0.8f;
+        for (int b = 0; b < NB; b++) {
+            const int *src = SRC + b * SL;
+            /* every sequence: k < L tokens then <eos>, or L tokens cut off */
+            double scores[MAXSEQ];
+            int n = 0;
+            for (int k = 0; k <= L; k++) {
+                int count = 1;
+                for (int i = 0; i < k; i++) count *= V - 1;
+                for (int c = 0; c < count; c++) {
+                    int tokens[L], x = c;
+                    for (int i = 0; i < k; i++) {
+                        int v = x % (V - 1);
+                        x /= V - 1;
+                        tokens[i] = v >= QKV_EOS ? v + 1 : v; /* any id but <eos> */
+                    }
+                    int eos = k < L, len = k + eos;
+                    double lp = sequence_logprob(m, src, VALID[b], tokens, k, eos);
+                    scores[n++] = lp / pow((5.0 + len) / 6.0, alpha);
+                }
+            }
+            /* the NBEST best scores, sorted */
+            for (int i = 0; i < NBEST; i++)
+                for (int j = i + 1; j < n; j++)
+                    if (scores[j] > scores[i]) {
+                        double t = scores[i];
+                        scores[i] = scores[j], scores[j] = t;
+                    }
+            int K = 1;
+            for (int i = 0; i < L; i++) K *= V; /* 125 >= every candidate of every step */
+            int out[NBEST * L], out_len[NBEST];
+            double score[NBEST], lp[NBEST];
+            qkv_beam_options o = {K, NBEST, L, alpha};
+            int valid = VALID[b];
+            assert_int_equal(qkv_transformer_beam(m, src, &valid, 1, SL, &o, out, out_len,
+                                                  score, lp, NULL), QKV_OK);
+            for (int i = 0; i < NBEST; i++) {
+                assert_true(out_len[i] >= 0);
+                if (fabs(score[i] - scores[i]) > 1e-4 * (1 + fabs(scores[i])))
+                    fail_msg("variant %d sentence %d: hypothesis %d scores %.6f, the %d-th best "
+                             "sequence %.6f", variant, b, i, score[i], i + 1, scores[i]);
+                /* and the score belongs to the sequence returned */
+                int eos = out_len[i] < L;
+                double want = sequence_logprob(m, src, VALID[b], out + i * L, out_len[i], eos);
+                assert_true(fabs(lp[i] - want) <= 1e-4 * (1 + fabs(want)));
+            }
+        }
+        qkv_transformer_free(m);
+    }
+}
+
+/* A sentence's hypotheses and scores are the same alone and in any batch. */
+static void test_batch_independence(void **state)
+{
+    (void)state;
+    enum { K = 4, NBEST = 3, ML = 9 };
+    for (int variant = 0; variant < 2; variant++) {
+        qkv_transformer *m = random_model(20, 12, variant, 400 + variant);
+        int out[NB * NBEST * ML], len[NB * NBEST];
+        double score[NB * NBEST];
+        qkv_beam_options o = {K, NBEST, ML, 0.6f};
+        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o, out, len, score, NULL,
+                                              NULL), QKV_OK);
+        for (int b = 0; b < NB; b++) {
+            int one[NBEST * ML], one_len[NBEST];
+            double one_score[NBEST];
+            /* alone, with its own (shorter) padding */
+            assert_int_equal(qkv_transformer_beam(m, SRC + b * SL, &VALID[b], 1, VALID[b], &o,
+                                                  one, one_len, one_score, NULL, NULL), QKV_OK);
+            for (int k = 0; k < NBEST; k++) {
+                const int i = b * NBEST + k;
+                assert_int_equal(one_len[k], len[i]);
+                assert_memory_equal(one + k * ML, out + (size_t)i * ML, (size_t)len[i] * sizeof *one);
+                assert_true(fabs(one_score[k] - score[i]) <= 1e-5 * (1 + fabs(score[i])));
+            }
+        }
+        /* and in a batch of two, in the other order */
+        int pair_src[2 * SL], pair_valid[2] = {VALID[3], VALID[0]};
+        memcpy(pair_src, SRC + 3 * SL, SL * sizeof *pair_src);
+        memcpy(pair_src + SL, SRC, SL * sizeof *pair_src);
+        int two[2 * NBEST * ML], two_len[2 * NBEST];
+        assert_int_equal(qkv_transformer_beam(m, pair_src, pair_valid, 2, SL, &o, two, two_len,
+                                              NULL, NULL, NULL), QKV_OK);
+        for (int k = 0; k < NBEST; k++) {
+            assert_int_equal(two_len[k], len[3 * NBEST + k]);
+            assert_memory_equal(two + k * ML, out + (size_t)(3 * NBEST + k) * ML,
+                                (size_t)two_len[k] * sizeof *two);
+            assert_int_equal(two_len[NBEST + k], len[k]);
+            assert_memory_equal(two + (NBEST + k) * ML, out + (size_t)k * ML,
+                                (size_t)len[k] * sizeof *two);
+        }
+        qkv_transformer_free(m);
+    }
+}
+
+/* A longer length penalty favours longer hypotheses: the best's length never shrinks as
+ * alpha grows, and the n best come out best first. */
+static void test_length_penalty(void **state)
+{
+    (void)state;
+    qkv_transformer *m = random_model(20, 10, 0, 500);
+    enum { K = 6, ML = 12 };
+    int prev[NB] = {0};
+    const float alphas[] = {0.0f, 0.6f, 1.5f, 4.0f};
+    for (int a = 0; a < 4; a++) {
+        int out[NB * K * ML], len[NB * K];
+        double score[NB * K], lp[NB * K];
+        qkv_beam_options o = {K, K, ML, alphas[a]};
+        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o, out, len, score, lp,
+                                              NULL), QKV_OK);
+        for (int b = 0; b < NB; b++) {
+            for (int k = 0; k + 1 < K; k++)
+                if (len[b * K + k + 1] >= 0) assert_true(score[b * K + k] >= score[b * K + k + 1]);
+            for (int k = 0; k < K; k++) {
+                if (len[b * K + k] < 0) continue;
+                int n = len[b * K + k] + (len[b * K + k] < ML);
+                double want = lp[b * K + k] / pow((5.0 + n) / 6.0, alphas[a]);
+                assert_true(fabs(score[b * K + k] - want) <= 1e-9 * (1 + fabs(want)));
+            }
+            assert_true(len[b * K] >= prev[b]);
+            prev[b] = len[b * K];
+        }
+    }
+    qkv_transformer_free(m);
+}
+
+static void test_rejects_bad_options(void **state)
+{
+    (void)state;
+    qkv_transformer *m = random_model(20, 10, 0, 600);
+    int out[64], len[8];
+    qkv_error err = {0};
+    qkv_beam_options bad[] = {{0, 1, 5, 0.0f}, {2, 3, 5, 0.0f}, {2, 0, 5, 0.0f},
+                              {2, 1, 5, -0.5f}, {2, 1, 0, 0.0f}, {2, 1, 33, 0.0f}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, 1, SL, &bad[k], out, len, NULL,
+                                              NULL, &err), QKV_ERR_ARG);
+    int too_long = SL + 1;
+    qkv_beam_options o = {2, 1, 5, 0.0f};
+    assert_int_equal(qkv_transformer_beam(m, SRC, &too_long, 1, SL, &o, out, len, NULL, NULL,
+                                          &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "valid length"));
+    qkv_transformer_free(m);
+}
+
+int main(void)
+{
+    qkv_set_threads(2);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_beam1_is_greedy),
+        cmocka_unit_test(test_wider_beam_not_worse),
+        cmocka_unit_test(test_exhaustive_beam_is_exact),
+        cmocka_unit_test(test_batch_independence),
+        cmocka_unit_test(test_length_penalty),
+        cmocka_unit_test(test_rejects_bad_options),
+    };
+    return cmocka_run_group_tests_name("beam", tests, NULL, NULL);
+}
