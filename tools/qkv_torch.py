@@ -405,3 +405,175 @@ class QKVTransformer(nn.Module):
         total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, ignore_index=PAD,
                                 label_smoothing=label_smoothing, reduction="sum")
         return total, int((labels != PAD).sum())
+
+
+# ---- the decoder-only language model (src/models/language_model.c) -------------------------
+#
+#   model = qkv_torch.QKVLanguageModel(cfg)     # cfg: qkv_lm_config as a dict
+#   logits = model(ids)                         # ids (B, T) -> (B, T, vocab), causal
+#   loss_sum, tokens = model.loss(ids, targets) # targets equal to <pad> are not counted
+#
+# The configuration has the keys of qkv_lm_config: vocab, d_model, heads, ffn, layers, max_len,
+# dropout, bias, pre_norm, final_norm, act ('relu' | 'gelu'), tie (0/1: output = embedding),
+# learned_pos, attention ('softmax' | 'linear'), ln_eps; missing keys take
+# qkv_lm_default_config()'s values. The model is the encoder-decoder's decoder without
+# cross-attention: X = dropout(E[ids] sqrt(C) + P), per block causal self-attention then the
+# FFN, each a post- or pre-norm residual sublayer as above, an optional final LayerNorm
+# ("decoder.norm"), logits = Y W^T + b. Linear attention (Katharopoulos et al. 2020) has the
+# same four projections; head h computes O_i = sum_{j<=i} M_ij v_j / (sum_{j<=i} M_ij + eps),
+# M_ij = phi(q_i) . phi(k_j), phi = elu + 1, written here in its quadratic form, so it shares
+# nothing with qkv's prefix-sum scan but the formula.
+
+LM_DEFAULT_CONFIG = {
+    "vocab": 0, "d_model": 128, "heads": 4, "ffn": 512, "layers": 4, "max_len": 128,
+    "dropout": 0.1, "bias": 1, "pre_norm": 0, "final_norm": 0, "act": "relu", "tie": 0,
+    "learned_pos": 0, "attention": "softmax", "ln_eps": 1e-5,
+}
+
+_ATTENTIONS = {0: "softmax", 1: "linear", "softmax": "softmax", "linear": "linear"}
+LINEAR_ATTENTION_EPS = float(np.float32(1e-6))  # QKV_LINEAR_ATTENTION_EPS
+
+
+def make_lm_config(cfg=None, **overrides):
+    """A complete, normalised qkv_lm_config: defaults, then cfg, then overrides. act and
+    attention may also be given as qkv's enum values."""
+    c = dict(LM_DEFAULT_CONFIG)
+    c.update(cfg or {})
+    c.update(overrides)
+    unknown = set(c) - set(LM_DEFAULT_CONFIG)
+    if unknown:
+        raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
+    c["act"], c["attention"] = _ACTS[c["act"]], _ATTENTIONS[c["attention"]]
+    for k in LM_DEFAULT_CONFIG:
+        if k not in ("act", "attention", "dropout", "ln_eps"):
+            c[k] = int(c[k])
+    c["dropout"], c["ln_eps"] = float(c["dropout"]), float(c["ln_eps"])
+    if c["vocab"] < 4:
+        raise ValueError("the vocabulary must hold at least the 4 reserved tokens")
+    if c["d_model"] % c["heads"]:
+        raise ValueError(f"d_model ({c['d_model']}) must be a multiple of heads ({c['heads']})")
+    return c
+
+
+def qkv_lm_tensor_table(cfg):
+    """[(name, shape)] of every parameter in qkv's order (the walk() of
+    src/models/language_model.c)."""
+    c = make_lm_config(cfg)
+    C, Fh, V = c["d_model"], c["ffn"], c["vocab"]
+    t = [("embedding", (V, C))]
+    if c["learned_pos"]:
+        t.append(("positions", (c["max_len"], C)))
+    for l in range(c["layers"]):
+        for w in "qkvo":
+            t.append((f"decoder.{l}.attention.W_{w}", (C, C)))
+            if c["bias"]:
+                t.append((f"decoder.{l}.attention.b_{w}", (C,)))
+        t.extend([(f"decoder.{l}.norm1.gamma", (C,)), (f"decoder.{l}.norm1.beta", (C,)),
+                  (f"decoder.{l}.ffn.W1", (Fh, C)), (f"decoder.{l}.ffn.b1", (Fh,)),
+                  (f"decoder.{l}.ffn.W2", (C, Fh)), (f"decoder.{l}.ffn.b2", (C,)),
+                  (f"decoder.{l}.norm2.gamma", (C,)), (f"decoder.{l}.norm2.beta", (C,))])
+    if c["final_norm"]:
+        t.extend([("decoder.norm.gamma", (C,)), ("decoder.norm.beta", (C,))])
+    if not c["tie"]:
+        t.append(("output.W", (V, C)))
+    t.append(("output.b", (V,)))
+    return t
+
+
+class LinearMultiHeadAttention(MultiHeadAttention):
+    """MultiHeadAttention's projections around linear attention instead of softmax: head h is
+    O = (M v_h) / (M 1 + eps), M = (phi(q_h) phi(k_h)^T) masked to the visible keys. There are
+    no attention weights to drop out."""
+
+    def forward(self, xq, xkv, visible, p_drop):
+        B, n, C = xq.shape
+        m, H = xkv.shape[1], self.H
+        hp = C // H
+        phi = lambda x: F.elu(x) + 1.0  # noqa: E731
+        q = F.linear(xq, self.W_q, self.b_q).view(B, n, H, hp).transpose(1, 2)   # (B, H, n, p)
+        k = F.linear(xkv, self.W_k, self.b_k).view(B, m, H, hp).transpose(1, 2)  # (B, H, m, p)
+        v = F.linear(xkv, self.W_v, self.b_v).view(B, m, H, hp).transpose(1, 2)  # (B, H, m, p)
+        M = torch.matmul(phi(q), phi(k).transpose(-1, -2))                        # (B, H, n, m)
+        M = M * visible.unsqueeze(1).to(M.dtype)
+        ctx = torch.matmul(M, v) / (M.sum(-1, keepdim=True) + LINEAR_ATTENTION_EPS)
+        return F.linear(ctx.transpose(1, 2).reshape(B, n, C), self.W_o, self.b_o)
+
+
+class LMBlock(EncoderBlock):
+    """An encoder block (attention, norm1, ffn, norm2) run under a causal mask, with softmax or
+    linear attention."""
+
+    def __init__(self, c):
+        super().__init__(c)
+        if c["attention"] == "linear":
+            self.attention = LinearMultiHeadAttention(C=c["d_model"], H=c["heads"],
+                                                      bias=c["bias"])
+
+
+class QKVLanguageModel(nn.Module):
+    """qkv's decoder-only language model; see the comment above for the exact semantics."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        c = self.cfg = make_lm_config(cfg)
+        C, V = c["d_model"], c["vocab"]
+        # registered in qkv's order: named_parameters() is qkv's tensor table
+        self.embedding = nn.Parameter(torch.empty(V, C))
+        if c["learned_pos"]:
+            self.positions = nn.Parameter(torch.empty(c["max_len"], C))
+        else:
+            self.register_buffer("positions", sinusoidal_table(c["max_len"], C),
+                                 persistent=False)
+        self.decoder = Stack([LMBlock(c) for _ in range(c["layers"])],
+                             LayerNorm(C, c["ln_eps"]) if c["final_norm"] else None)
+        self.output = Output(C, V, bool(c["tie"]))
+        table = [(n, tuple(p.shape)) for n, p in self.named_parameters()]
+        assert table == qkv_lm_tensor_table(c), "parameter registration out of qkv's order"
+        self.reset_parameters()
+
+    def out_W(self):
+        return self.embedding if self.cfg["tie"] else self.output.W
+
+    def reset_parameters(self, generator=None):
+        """qkv_lm_create's scheme from torch's generator: Xavier-uniform matrices, N(0, 1)
+        embedding and positions (N(0, 1/C) for an embedding tied to the output), zero biases
+        and LayerNorm shifts, unit LayerNorm gains."""
+        C = self.cfg["d_model"]
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name in ("embedding", "positions"):
+                    tied = name == "embedding" and self.cfg["tie"]
+                    p.normal_(0.0, C ** -0.5 if tied else 1.0, generator=generator)
+                elif name.endswith("gamma"):
+                    p.fill_(1.0)
+                elif p.dim() == 2:
+                    a = math.sqrt(6.0 / (p.shape[0] + p.shape[1]))
+                    p.uniform_(-a, a, generator=generator)
+                else:
+                    p.zero_()
+
+    qkv_state = QKVTransformer.qkv_state
+    load_qkv_state = QKVTransformer.load_qkv_state
+    embed = QKVTransformer.embed
+
+    def forward(self, ids):
+        """ids (B, T) -> logits (B, T, vocab) of the causal forward pass, as qkv_lm_logits
+        (in eval mode)."""
+        ids = torch.as_tensor(ids)
+        B, T = ids.shape
+        x = self.embed(ids, self.embedding, self.positions)
+        visible = key_mask(B, T, T, causal=True)
+        for block in self.decoder.blocks():
+            x = block(x, visible)
+        if self.decoder.norm is not None:
+            x = self.decoder.norm(x)
+        return F.linear(x, self.out_W(), self.output.b)
+
+    def loss(self, ids, targets):
+        """(sum of the cross-entropy of every position whose target is not <pad>, their count),
+        as qkv_lm_loss's *loss_sum and *tokens."""
+        logits = self(ids)
+        labels = torch.as_tensor(targets).long().reshape(-1)
+        total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, ignore_index=PAD,
+                                reduction="sum")
+        return total, int((labels != PAD).sum())

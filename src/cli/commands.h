@@ -9,6 +9,9 @@ int cmd_info(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_average(int argc, char **argv);
+int cmd_train_lm(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_eval_lm(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
 #endif

@@ -19,6 +19,9 @@ static const struct {
     {"average", cmd_average, "average the parameters of several models (checkpoint averaging)"},
     {"info", cmd_info, "parameter counts of a model or a configuration"},
     {"plot", cmd_plot, "training curves of a model directory, positional encoding figures"},
+    {"train-lm", cmd_train_lm, "train a decoder-only language model on a text file"},
+    {"generate", cmd_generate, "continue a prompt with a trained language model"},
+    {"eval-lm", cmd_eval_lm, "per-token loss and perplexity of a language model on a text"},
     {"bench", cmd_bench, "time training, decoding, attention and the BLAS roof (JSON)"},
 };
 

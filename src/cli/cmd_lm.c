@@ -1,0 +1,456 @@
+/* The decoder-only language model on the command line:
+ *   qkv train-lm  train on a text file (character- or byte-level), holding out its end
+ *   qkv generate  continue a prompt, printing each token as it is drawn
+ *   qkv eval-lm   per-token loss and perplexity of a text
+ * A model directory holds config.json, model.safetensors, vocab.txt (qkv_lm_vocab_build's
+ * escaped tokens) and train.json (how it was trained: the data, the split, batch, context). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/figures.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- model directories ----------------------------------------------------------------- */
+
+typedef struct {
+    qkv_lm *model;
+    qkv_vocab vocab;
+    int byte_level;       /* train.json "vocab": "byte" */
+    int context, batch;   /* train.json, 0 if unknown */
+    float val_fraction;   /* train.json, 0.1 if unknown */
+} lm_dir;
+
+static void lm_dir_free(lm_dir *d)
+{
+    qkv_lm_free(d->model);
+    qkv_vocab_free(&d->vocab);
+    memset(d, 0, sizeof *d);
+}
+
+/* Loads DIR's model, vocabulary and training settings; prints the error and returns -1. */
+static int lm_dir_load(lm_dir *d, const char *dir)
+{
+    memset(d, 0, sizeof *d);
+    d->val_fraction = 0.1f;
+    qkv_error err = {0};
+    char path[4096];
+    if (qkv_lm_load(&d->model, dir, &err)) goto fail;
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    if (qkv_vocab_load(&d->vocab, path, &err)) goto fail;
+    int V = qkv_lm_get_config(d->model)->vocab;
+    if (d->vocab.size != V) {
+        snprintf(err.msg, sizeof err.msg, "%.400s: the vocabulary has %d tokens but the model was "
+                 "built for %d", path, d->vocab.size, V);
+        goto fail;
+    }
+    snprintf(path, sizeof path, "%s/train.json", dir);
+    size_t len;
+    FILE *probe = fopen(path, "rb");
+    char *text = probe ? (fclose(probe), cli_read_all(path, &len)) : NULL;
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *x;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(o, "context"))) d->context = x->valueint;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(o, "batch"))) d->batch = x->valueint;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(o, "val_fraction")))
+        d->val_fraction = (float)x->valuedouble;
+    x = cJSON_GetObjectItemCaseSensitive(o, "vocab");
+    d->byte_level = cJSON_IsString(x) && !strcmp(x->valuestring, "byte");
+    cJSON_Delete(o);
+    return 0;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+    lm_dir_free(d);
+    return -1;
+}
+
+/* text -> ids with the model's vocabulary (a warning when characters are unknown). */
+static int *encode_text(const qkv_vocab *v, const char *text, size_t len, size_t *n,
+                        const char *name)
+{
+    int *ids = malloc((len ? len : 1) * sizeof *ids);
+    qkv_error err = {0};
+    size_t unknown = 0;
+    if (!ids) {
+        fprintf(stderr, "qkv: out of memory for %zu tokens\n", len);
+        return NULL;
+    }
+    if (qkv_lm_encode(ids, n, &unknown, v, text, len, &err)) {
+        fprintf(stderr, "qkv: %s: %s\n", name, err.msg);
+        free(ids);
+        return NULL;
+    }
+    if (unknown)
+        fprintf(stderr, "qkv: warning: %s: %zu character%s not in the model's vocabulary "
+                "(read as <unk>)\n", name, unknown, unknown == 1 ? " is" : "s are");
+    return ids;
+}
+
+/* ---- qkv train-lm ---------------------------------------------------------------------- */
+
+typedef struct {
+    int tty, quiet;
+    double minutes;
+} progress_ctx;
+
+static void show_progress(const qkv_lm_train_progress *p, void *ctx)
+{
+    const progress_ctx *pc = ctx;
+    if (pc->quiet) return;
+    /* how far along: by steps, or by the time budget, whichever ends first */
+    double done = p->steps ? (double)p->step / (double)p->steps : 0.0;
+    if (pc->minutes > 0) done = fmax(done, p->elapsed_s / (pc->minutes * 60.0));
+    done = fmin(done, 1.0);
+    double eta = done > 0 ? p->elapsed_s * (1.0 - done) / done : 0.0;
+    char val[32] = "";
+    if (!isnan(p->val_loss)) snprintf(val, sizeof val, " held-out %.4f", p->val_loss);
+    if (pc->tty) {
+        char bar[21];
+        int fill = (int)(20.0 * done);
+        for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
+        bar[20] = '\0';
+        fprintf(stderr, "\rstep %lld [%s] loss %.4f%s %.0f tok/s ETA %dm%02ds   ",
+                (long long)p->step, bar, p->loss, val, p->tokens_per_s, (int)eta / 60,
+                (int)eta % 60);
+        if (p->report && !isnan(p->val_loss)) fputc('\n', stderr);
+    } else if (p->report) {
+        fprintf(stderr, "step %lld  epoch %.2f  loss %.4f%s  lr %.2g  %.0f tok/s  %.1fs\n",
+                (long long)p->step, p->epoch, p->loss, val, p->lr, p->tokens_per_s,
+                p->elapsed_s);
+    }
+}
+
+static int write_train_json(const char *dir, const char *data, int byte_level, int context,
+                            int batch, float val_fraction, size_t n_train, size_t n_val)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train.json", dir);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "data", data);
+    cJSON_AddStringToObject(o, "vocab", byte_level ? "byte" : "char");
+    cJSON_AddNumberToObject(o, "context", context);
+    cJSON_AddNumberToObject(o, "batch", batch);
+    cJSON_AddNumberToObject(o, "val_fraction", round(val_fraction * 1e6) / 1e6);
+    cJSON_AddNumberToObject(o, "train_tokens", (double)n_train);
+    cJSON_AddNumberToObject(o, "val_tokens", (double)n_val);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    FILE *fp = text ? fopen(path, "w") : NULL;
+    int ok = fp && fputs(text, fp) != EOF && fputc('\n', fp) != EOF;
+    if (fp && fclose(fp)) ok = 0;
+    free(text);
+    if (!ok) fprintf(stderr, "qkv: %s: %s\n", path, strerror(errno));
+    return ok ? 0 : -1;
+}
+
+int cmd_train_lm(int argc, char **argv)
+{
+    qkv_lm_config cfg = qkv_lm_default_config();
+    qkv_lm_train_options o = qkv_lm_train_default_options();
+    const char *data = NULL, *out = NULL, *vocab_kind = "char", *attention = "softmax",
+               *act = "relu";
+    int steps = 0, threads = 0, quiet = 0, no_bias = 0, stop_after = 0;
+    float minutes = 0.0f, val_fraction = 0.1f;
+    o.seed = 0;
+    const opt_spec opts[] = {
+        {"data", OPT_STRING, &data, "a text file; its last --val-fraction is held out"},
+        {"out", OPT_STRING, &out, "model directory to write"},
+        {"vocab", OPT_STRING, &vocab_kind, "char (UTF-8 characters) or byte (the 256 bytes)"},
+        {"attention", OPT_STRING, &attention, "softmax or linear"},
+        {"d-model", OPT_INT, &cfg.d_model, "model width"},
+        {"heads", OPT_INT, &cfg.heads, "attention heads"},
+        {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN"},
+        {"layers", OPT_INT, &cfg.layers, "blocks"},
+        {"dropout", OPT_FLOAT, &cfg.dropout, "dropout rate"},
+        {"context", OPT_INT, &o.context, "tokens per training window: the model's context"},
+        {"pre-norm", OPT_FLAG, &cfg.pre_norm, "x + Sublayer(LayerNorm(x)), and a final LayerNorm"},
+        {"tie", OPT_FLAG, &cfg.tie, "output projection = token embedding"},
+        {"act", OPT_STRING, &act, "FFN activation: relu or gelu"},
+        {"learned-pos", OPT_FLAG, &cfg.learned_pos, "learned instead of sinusoidal positions"},
+        {"no-bias", OPT_FLAG, &no_bias, "no biases in the attention projections"},
+        {"batch", OPT_INT, &o.batch, "windows per step"},
+        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate"},
+        {"warmup", OPT_INT, &o.warmup, "steps of linear learning-rate warm-up"},
+        {"cosine", OPT_FLAG, &o.cosine, "decay the learning rate to lr/10 (cosine) at --steps, "
+                                        "or at the end of --minutes"},
+        {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay"},
+        {"weight-decay", OPT_FLOAT, &o.weight_decay, "decoupled weight decay (AdamW)"},
+        {"clip", OPT_FLOAT, &o.clip, "clip the global gradient norm to this (0: off)"},
+        {"steps", OPT_INT, &steps, "optimizer steps (0: until --minutes)"},
+        {"minutes", OPT_FLOAT, &minutes, "time budget: stop after this many minutes (0: none)"},
+        {"val-fraction", OPT_FLOAT, &val_fraction, "the end of the file held out"},
+        {"eval-every", OPT_INT, &o.eval_every, "held-out loss every N steps (0: at the end)"},
+        {"eval-tokens", OPT_INT, &o.eval_tokens, "held-out tokens each evaluation reads (0: all)"},
+        {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps"},
+        {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout"},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors"},
+        {"stop-after-steps", OPT_INT, &stop_after, "checkpoint and stop at this step (0: never)"},
+        {"quiet", OPT_FLAG, &quiet, "no progress output"},
+        {NULL, 0, NULL, NULL},
+    };
+    int rc = args_parse(argc, argv, 2, opts,
+                        "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes M) "
+                        "[options]");
+    if (rc) return rc > 0 ? 0 : 2;
+    if (!data || !out) {
+        fprintf(stderr, "qkv train-lm: needs --data FILE and --out DIR\n");
+        return 2;
+    }
+    const int byte_level = !strcmp(vocab_kind, "byte");
+    if ((!byte_level && strcmp(vocab_kind, "char")) ||
+        (strcmp(attention, "softmax") && strcmp(attention, "linear")) ||
+        (strcmp(act, "relu") && strcmp(act, "gelu"))) {
+        fprintf(stderr, "qkv train-lm: --vocab is char|byte, --attention softmax|linear, --act "
+                "relu|gelu\n");
+        return 2;
+    }
+    if (steps < 0 || minutes < 0 || (steps == 0 && minutes == 0) || o.context < 2 ||
+        !(val_fraction >= 0.0f && val_fraction < 1.0f) || stop_after < 0) {
+        fprintf(stderr, "qkv train-lm: give --steps N or --minutes M (or both), a --context of at "
+                "least 2 and a --val-fraction in [0, 1)\n");
+        return 2;
+    }
+    cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
+    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
+    cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
+    o.steps = steps, o.minutes = minutes, o.stop_after_steps = stop_after, o.out_dir = out;
+    cli_threads(threads);
+
+    qkv_error err = {0};
+    lm_dir d = {0};
+    size_t len = 0, n = 0;
+    int *ids = NULL;
+    rc = 1;
+    char *text = cli_read_all(data, &len);
+    if (!text) goto done;
+    if (len == 0) {
+        fprintf(stderr, "qkv: %s is empty: there is nothing to learn from\n", data);
+        goto done;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+    const int resuming = o.resume && access(path, R_OK) == 0;
+    if (resuming) {
+        if (lm_dir_load(&d, out)) goto done;
+        if ((d.context && d.context != o.context) || (d.batch && d.batch != o.batch)) {
+            fprintf(stderr, "qkv: %s was trained with --context %d --batch %d; resume with the "
+                    "same\n", out, d.context, d.batch);
+            goto done;
+        }
+    } else {
+        if (qkv_lm_vocab_build(&d.vocab, text, len, byte_level, &err)) {
+            fprintf(stderr, "qkv: %s: %s\n", data, err.msg);
+            goto done;
+        }
+        cfg.vocab = d.vocab.size;
+        if (mkdir(out, 0777) && errno != EEXIST) {
+            fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
+            goto done;
+        }
+        if (qkv_lm_create(&d.model, &cfg, o.seed, &err) || qkv_lm_save(d.model, out, &err))
+            goto fail;
+        snprintf(path, sizeof path, "%s/vocab.txt", out);
+        if (qkv_vocab_save(&d.vocab, path, &err)) goto fail;
+    }
+    if (!(ids = encode_text(&d.vocab, text, len, &n, data))) goto done;
+    /* the last val_fraction of the tokens is held out */
+    const size_t n_val = (size_t)((double)n * val_fraction), n_train = n - n_val;
+    if (n_train < (size_t)o.context + 1) {
+        fprintf(stderr, "qkv: %s: %zu training tokens, but --context %d needs at least %d\n",
+                data, n_train, o.context, o.context + 1);
+        goto done;
+    }
+    if (!resuming && write_train_json(out, data, byte_level, o.context, o.batch, val_fraction,
+                                      n_train, n_val))
+        goto done;
+    const qkv_lm_config *mc = qkv_lm_get_config(d.model);
+    if (!quiet)
+        fprintf(stderr, "qkv train-lm: %zu tokens (%zu training, %zu held out), vocabulary %d, "
+                "%zu parameters, %s attention, %d threads%s\n", n, n_train, n_val, mc->vocab,
+                qkv_lm_num_params(d.model),
+                mc->attention == QKV_ATTENTION_LINEAR ? "linear" : "softmax", qkv_get_threads(),
+                resuming ? ", resuming" : "");
+    progress_ctx pc = {isatty(2), quiet, minutes};
+    o.progress = show_progress, o.progress_ctx = &pc;
+    const double t0 = now_s();
+    if (qkv_lm_train(d.model, ids, n_train, ids + n_train, n_val, &o, &err)) goto fail;
+    if (stop_after > 0 && (steps == 0 || stop_after < steps)) {
+        if (!quiet)
+            fprintf(stderr, "\nqkv train-lm: stopped after step %d; continue with --resume\n",
+                    stop_after);
+    } else {
+        if (!quiet) fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", out, now_s() - t0);
+        if (n_val >= 2) { /* the whole held-out text, once */
+            double loss;
+            int64_t count;
+            if (qkv_lm_evaluate(d.model, ids + n_train, n_val, o.context, o.batch, &loss, &count,
+                                &err))
+                goto fail;
+            printf("held-out loss %.4f nats per token, perplexity %.3f (%lld tokens)\n", loss,
+                   exp(loss), (long long)count);
+        }
+    }
+    if (!fig_training(out, NULL) && !quiet)
+        fprintf(stderr, "qkv train-lm: training curves in %s/training.png\n", out);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+done:
+    free(text), free(ids);
+    lm_dir_free(&d);
+    return rc;
+}
+
+/* ---- qkv generate ---------------------------------------------------------------------- */
+
+typedef struct {
+    const qkv_vocab *vocab;
+    int failed;
+} print_ctx;
+
+/* Each token is written and flushed as soon as it is drawn. */
+static int print_token(int id, void *ctx)
+{
+    print_ctx *pc = ctx;
+    char piece[8];
+    size_t n = qkv_lm_token_text(piece, sizeof piece, pc->vocab, id);
+    if (fwrite(piece, 1, n, stdout) != n || fflush(stdout)) pc->failed = 1;
+    return pc->failed;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    const char *model = NULL, *prompt = "\n";
+    int tokens = 200, top_k = 0, threads = 0;
+    float temperature = 1.0f, top_p = 1.0f;
+    uint64_t seed = 0;
+    const opt_spec opts[] = {
+        {"model", OPT_STRING, &model, "model directory (qkv train-lm)"},
+        {"prompt", OPT_STRING, &prompt, "text to continue (default: a newline)"},
+        {"tokens", OPT_INT, &tokens, "tokens to generate"},
+        {"temperature", OPT_FLOAT, &temperature, "softmax temperature (0: greedy)"},
+        {"top-k", OPT_INT, &top_k, "sample from the k most probable tokens (0: all)"},
+        {"top-p", OPT_FLOAT, &top_p, "sample from the smallest set with this much probability"},
+        {"seed", OPT_U64, &seed, "the same seed gives the same text"},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {NULL, 0, NULL, NULL},
+    };
+    int rc = args_parse(argc, argv, 2, opts,
+                        "usage: qkv generate --model DIR [--prompt TEXT] [--tokens N] "
+                        "[--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+                        "prints the prompt, then each new token as it is drawn");
+    if (rc) return rc > 0 ? 0 : 2;
+    if (!model || tokens < 0 || temperature < 0 || top_k < 0 || !(top_p > 0.0f)) {
+        fprintf(stderr, "qkv generate: needs --model DIR, --tokens >= 0, --temperature >= 0, "
+                "--top-k >= 0 and --top-p in (0, 1]\n");
+        return 2;
+    }
+    cli_threads(threads);
+    lm_dir d;
+    if (lm_dir_load(&d, model)) return 1;
+    if (!*prompt) prompt = "\n";
+    size_t n = 0;
+    int *ids = encode_text(&d.vocab, prompt, strlen(prompt), &n, "the prompt");
+    int *out = malloc((size_t)(tokens ? tokens : 1) * sizeof *out);
+    rc = 1;
+    if (!ids || !out) goto done;
+    print_ctx pc = {&d.vocab, 0};
+    qkv_lm_generation g = {tokens, {temperature, top_k, top_p}, seed, print_token, &pc, 1};
+    qkv_error err = {0};
+    fputs(prompt, stdout);
+    fflush(stdout);
+    if (qkv_lm_generate(d.model, ids, (int)n, out, NULL, &g, &err)) {
+        fprintf(stderr, "\nqkv: %s\n", err.msg);
+        goto done;
+    }
+    if (pc.failed || putchar('\n') == EOF || fflush(stdout)) {
+        fprintf(stderr, "qkv: writing the text failed: %s\n", strerror(errno));
+        goto done;
+    }
+    rc = 0;
+done:
+    free(ids), free(out);
+    lm_dir_free(&d);
+    return rc;
+}
+
+/* ---- qkv eval-lm ----------------------------------------------------------------------- */
+
+int cmd_eval_lm(int argc, char **argv)
+{
+    const char *model = NULL, *data = NULL;
+    int all = 0, batch = 16, context = 0, threads = 0;
+    const opt_spec opts[] = {
+        {"model", OPT_STRING, &model, "model directory (qkv train-lm)"},
+        {"data", OPT_STRING, &data, "a text file"},
+        {"all", OPT_FLAG, &all, "the whole file (default: its held-out end, as in training)"},
+        {"context", OPT_INT, &context, "tokens per window (0: the model's context)"},
+        {"batch", OPT_INT, &batch, "windows per forward pass"},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {NULL, 0, NULL, NULL},
+    };
+    int rc = args_parse(argc, argv, 2, opts,
+                        "usage: qkv eval-lm --model DIR --data FILE [--all]\n"
+                        "per-token loss (nats) and perplexity, each token predicted once from "
+                        "the ones before it in its window");
+    if (rc) return rc > 0 ? 0 : 2;
+    if (!model || !data || batch < 1 || context < 0) {
+        fprintf(stderr, "qkv eval-lm: needs --model DIR and --data FILE (and --batch >= 1)\n");
+        return 2;
+    }
+    cli_threads(threads);
+    lm_dir d;
+    if (lm_dir_load(&d, model)) return 1;
+    const int max_len = qkv_lm_get_config(d.model)->max_len;
+    if (context == 0) context = max_len;
+    size_t len = 0, n = 0;
+    int *ids = NULL;
+    rc = 1;
+    char *text = cli_read_all(data, &len);
+    if (!text) goto done;
+    if (context > max_len) {
+        fprintf(stderr, "qkv eval-lm: --context %d exceeds the model's %d\n", context, max_len);
+        goto done;
+    }
+    if (!(ids = encode_text(&d.vocab, text, len, &n, data))) goto done;
+    /* the held-out end, as train-lm split it */
+    size_t first = all ? 0 : n - (size_t)((double)n * d.val_fraction);
+    if (n - first < 2) {
+        fprintf(stderr, "qkv: %s: %zu tokens to evaluate; at least 2 are needed%s\n", data,
+                n - first, all ? "" : " (use --all for the whole file)");
+        goto done;
+    }
+    double loss;
+    int64_t count;
+    qkv_error err = {0};
+    if (qkv_lm_evaluate(d.model, ids + first, n - first, context, batch, &loss, &count, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        goto done;
+    }
+    printf("tokens: %lld (%s)\nloss: %.6f nats per token\nperplexity: %.6f\n", (long long)count,
+           all ? "the whole file" : "the held-out end", loss, exp(loss));
+    rc = 0;
+done:
+    free(text), free(ids);
+    lm_dir_free(&d);
+    return rc;
+}

@@ -1,0 +1,304 @@
+/* Generation from the decoder-only language model, one token per step (llama2.c's forward):
+ *   softmax attention  each layer caches the keys and values of every position so far; a
+ *                      step appends one row and attends over t + 1 of them: O(t) at position t
+ *   linear attention   each layer keeps the recurrent state S = sum phi(k) v^T, z = sum phi(k)
+ *                      (Katharopoulos et al. 2020, eq. 18-20): O(1) in t
+ * A prompt is absorbed by one batched forward pass (prefill), whose keys and values fill the
+ * cache. Sampling: temperature, top-k, then top-p (nucleus) over what is left, with draws from
+ * the counter-based generator, so a seed reproduces a text exactly. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/language_model_internal.h"
+
+struct qkv_lm_state {
+    int len, capacity;                 /* tokens held; max_len */
+    float *K, *V;                      /* softmax: per layer (capacity, C) keys and values */
+    qkv_linear_attention_state *sums;  /* linear: per layer */
+    int layers;
+    /* one token's work space */
+    float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *h_pre, *h, *P;
+    float *buffer;
+};
+
+qkv_status qkv_lm_state_create(qkv_lm_state **out, const qkv_lm *m, qkv_error *err)
+{
+    *out = NULL;
+    const qkv_lm_config *c = &m->cfg;
+    const size_t C = c->d_model, T = c->max_len, L = c->layers;
+    const int softmax = c->attention == QKV_ATTENTION_SOFTMAX;
+    qkv_lm_state *s = calloc(1, sizeof *s);
+    if (!s) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a generation state");
+    s->capacity = c->max_len, s->layers = c->layers;
+    size_t sizes[] = {softmax ? L * T * C : 0, softmax ? L * T * C : 0, C, C, C, C, C, C, C, 1, 1,
+                      c->ffn, c->ffn, (size_t)c->heads * T};
+    float **ptrs[] = {&s->K, &s->V, &s->x, &s->u, &s->q, &s->k, &s->v, &s->ctx, &s->s, &s->mean,
+                      &s->rstd, &s->h_pre, &s->h, &s->P};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += sizes[i];
+    s->buffer = malloc(total * sizeof(float));
+    if (!s->buffer) {
+        free(s);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the generation cache (%zu MiB)",
+                        total * 4 >> 20);
+    }
+    float *at = s->buffer;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *ptrs[i] = at, at += sizes[i];
+    if (!softmax) {
+        s->sums = calloc(L, sizeof *s->sums);
+        if (!s->sums) {
+            qkv_lm_state_free(s);
+            return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a generation state");
+        }
+        const int d = c->d_model / c->heads;
+        for (size_t l = 0; l < L; l++) {
+            qkv_status st = qkv_linear_attention_state_init(&s->sums[l], c->heads, d, d, err);
+            if (st) return qkv_lm_state_free(s), st;
+        }
+    }
+    *out = s;
+    return QKV_OK;
+}
+
+void qkv_lm_state_free(qkv_lm_state *s)
+{
+    if (!s) return;
+    for (int l = 0; s->sums && l < s->layers; l++) qkv_linear_attention_state_free(&s->sums[l]);
+    free(s->sums), free(s->buffer), free(s);
+}
+
+int qkv_lm_state_length(const qkv_lm_state *s) { return s->len; }
+
+/* ---- one token through the stack ------------------------------------------------------- */
+
+/* The sublayer's input: x (post-norm) or LayerNorm(x) (pre-norm). */
+static const float *begin(const qkv_lm_config *c, qkv_lm_state *s, const norm_w *n)
+{
+    if (!c->pre_norm) return s->x;
+    qkv_layernorm_forward(s->u, s->mean, s->rstd, s->x, n->g, n->b, 1, c->d_model, c->ln_eps);
+    return s->u;
+}
+
+/* x <- LayerNorm(x + s) (post-norm) or x + s (pre-norm). */
+static void end(const qkv_lm_config *c, qkv_lm_state *s, const norm_w *n)
+{
+    for (int i = 0; i < c->d_model; i++) s->x[i] += s->s[i];
+    if (!c->pre_norm)
+        qkv_layernorm_forward(s->x, s->mean, s->rstd, s->x, n->g, n->b, 1, c->d_model, c->ln_eps);
+}
+
+qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv_error *err)
+{
+    const qkv_lm_config *c = &m->cfg;
+    const int C = c->d_model, H = c->heads, d = C / H, t = s->len;
+    if (t >= s->capacity)
+        return qkv_fail(err, QKV_ERR_ARG, "the generation state is full: the model has %d "
+                        "positions (prefill a shorter window to go on)", s->capacity);
+    if (token < 0 || token >= c->vocab)
+        return qkv_fail(err, QKV_ERR_ARG, "token id %d outside the vocabulary [0, %d)", token,
+                        c->vocab);
+    const float *e = m->w.embedding + (size_t)token * C, *pos = lm_positions(m) + (size_t)t * C;
+    const float scale = sqrtf((float)C);
+    for (int i = 0; i < C; i++) s->x[i] = e[i] * scale + pos[i];
+    for (int l = 0; l < c->layers; l++) {
+        const encoder_block_w *w = &m->w.blocks[l];
+        const qkv_mha_weights *a = &w->attention;
+        const float *in = begin(c, s, &w->norm1);
+        qkv_linear_forward(s->q, in, a->W_q, a->b_q, 1, C, C);
+        qkv_linear_forward(s->k, in, a->W_k, a->b_k, 1, C, C);
+        qkv_linear_forward(s->v, in, a->W_v, a->b_v, 1, C, C);
+        if (c->attention == QKV_ATTENTION_SOFTMAX) {
+            /* append this position's key and value, then attend to positions 0..t */
+            float *K = s->K + (size_t)l * s->capacity * C, *V = s->V + (size_t)l * s->capacity * C;
+            memcpy(K + (size_t)t * C, s->k, C * sizeof *K);
+            memcpy(V + (size_t)t * C, s->v, C * sizeof *V);
+            qkv_attention_forward(s->ctx, s->P, s->q, K, V, 1, H, 1, t + 1, d, d, NULL, 0.0f, 0,
+                                  NULL);
+        } else {
+            qkv_linear_attention_step(s->ctx, &s->sums[l], s->q, s->k, s->v);
+        }
+        qkv_linear_forward(s->s, s->ctx, a->W_o, a->b_o, 1, C, C);
+        end(c, s, &w->norm1);
+        in = begin(c, s, &w->norm2);
+        qkv_ffn_forward(s->s, s->h_pre, s->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2, 1,
+                        C, c->ffn, c->act);
+        end(c, s, &w->norm2);
+    }
+    const float *y = s->x;
+    if (m->w.norm.g) {
+        qkv_layernorm_forward(s->u, s->mean, s->rstd, s->x, m->w.norm.g, m->w.norm.b, 1, C,
+                              c->ln_eps);
+        y = s->u;
+    }
+    qkv_linear_forward(logits, y, m->w.out_W, m->w.out_b, 1, C, c->vocab);
+    s->len = t + 1;
+    return QKV_OK;
+}
+
+qkv_status qkv_lm_prefill(qkv_lm *m, qkv_lm_state *s, const int *ids, int n, float *logits,
+                          qkv_error *err)
+{
+    const qkv_lm_config *c = &m->cfg;
+    const int C = c->d_model;
+    if (n < 1 || n > s->capacity)
+        return qkv_fail(err, QKV_ERR_ARG, "a prefill of %d tokens: the model takes 1 to %d", n,
+                        s->capacity);
+    s->len = 0;
+    qkv_status st = lm_forward(m, ids, 1, n, 0.0f, 0, err);
+    if (st) return st;
+    for (int l = 0; l < c->layers; l++) {
+        const qkv_mha_cache *a = &m->acts.blocks[l].cache;
+        if (c->attention == QKV_ATTENTION_SOFTMAX) {
+            memcpy(s->K + (size_t)l * s->capacity * C, a->k, (size_t)n * C * sizeof(float));
+            memcpy(s->V + (size_t)l * s->capacity * C, a->v, (size_t)n * C * sizeof(float));
+        } else { /* absorb the keys and values into S, z (the outputs are the forward's) */
+            qkv_linear_attention_state_reset(&s->sums[l]);
+            for (int j = 0; j < n; j++)
+                qkv_linear_attention_step(s->ctx, &s->sums[l], a->q + (size_t)j * C,
+                                          a->k + (size_t)j * C, a->v + (size_t)j * C);
+        }
+    }
+    memcpy(logits, m->acts.logits + (size_t)(n - 1) * c->vocab, c->vocab * sizeof *logits);
+    s->len = n;
+    return QKV_OK;
+}
+
+/* ---- sampling -------------------------------------------------------------------------- */
+
+/* Whether token a comes before token b: more probable first, ties to the lower id. */
+static int before(const float *p, int a, int b)
+{
+    return p[a] > p[b] || (p[a] == p[b] && a < b);
+}
+
+/* Sorts ids so that before() holds along it: heapsort, O(V log V) in place, no allocation. */
+static void sort_by_probability(int *ids, int n, const float *p)
+{
+    for (int start = n / 2 - 1, end = n;; ) {
+        int root;
+        if (start >= 0) {
+            root = start--; /* heapify: a heap whose root comes last in the order */
+        } else {
+            if (--end <= 0) return;
+            int t = ids[0];
+            ids[0] = ids[end], ids[end] = t;
+            root = 0;
+        }
+        for (int child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && before(p, ids[child], ids[child + 1])) child++;
+            if (!before(p, ids[root], ids[child])) break;
+            int t = ids[root];
+            ids[root] = ids[child], ids[child] = t;
+        }
+    }
+}
+
+int qkv_sampling_probs(float *probs, int *order, const float *logits, int V,
+                       const qkv_sampling *s)
+{
+    for (int i = 0; i < V; i++) order[i] = i;
+    if (!(s->temperature > 0.0f)) { /* greedy: the first largest logit */
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        memset(probs, 0, (size_t)V * sizeof *probs);
+        probs[best] = 1.0f;
+        order[0] = best;
+        for (int i = 0, j = 1; i < V; i++) /* the rest in id order */
+            if (i != best) order[j++] = i;
+        return 1;
+    }
+    /* softmax(logits / temperature), non-finite logits weighing 0 */
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (isfinite(logits[i]) && logits[i] > mx) mx = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        probs[i] = isfinite(logits[i]) ? expf((logits[i] - mx) / s->temperature) : 0.0f;
+        sum += probs[i];
+    }
+    for (int i = 0; i < V; i++) probs[i] = (float)(probs[i] / sum);
+    sort_by_probability(order, V, probs);
+    int kept = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+    if (s->top_p < 1.0f) { /* the smallest prefix whose mass reaches top_p of what is kept */
+        double mass = 0.0, cum = 0.0;
+        for (int i = 0; i < kept; i++) mass += probs[order[i]];
+        int j = 0;
+        while (j < kept && (j == 0 || cum < (double)s->top_p * mass)) cum += probs[order[j++]];
+        kept = j;
+    }
+    double total = 0.0;
+    for (int i = 0; i < kept; i++) total += probs[order[i]];
+    for (int i = kept; i < V; i++) probs[order[i]] = 0.0f;
+    if (!(total > 0.0)) { /* no finite logit at all: the first token */
+        probs[order[0]] = 1.0f;
+        return 1;
+    }
+    for (int i = 0; i < kept; i++) probs[order[i]] = (float)(probs[order[i]] / total);
+    return kept;
+}
+
+int qkv_sample_token(const float *probs, const int *order, int kept, float u)
+{
+    double total = 0.0, cum = 0.0;
+    for (int i = 0; i < kept; i++) total += probs[order[i]];
+    const double target = (double)u * total; /* total is 1 up to rounding */
+    for (int i = 0; i < kept; i++) {
+        cum += probs[order[i]];
+        if (cum > target) return order[i];
+    }
+    return order[kept - 1];
+}
+
+/* ---- the generation loop --------------------------------------------------------------- */
+
+qkv_status qkv_lm_generate(qkv_lm *m, const int *prompt, int n_prompt, int *out, int *n_out,
+                           const qkv_lm_generation *g, qkv_error *err)
+{
+    const qkv_lm_config *c = &m->cfg;
+    const int V = c->vocab, T = c->max_len;
+    if (n_out) *n_out = 0;
+    if (n_prompt < 1)
+        return qkv_fail(err, QKV_ERR_ARG, "generation needs a prompt of at least one token");
+    if (g->tokens < 0) return qkv_fail(err, QKV_ERR_ARG, "tokens must be >= 0, got %d", g->tokens);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return qkv_fail(err, QKV_ERR_ARG, "prompt token %d: id %d outside the vocabulary "
+                            "[0, %d)", i, prompt[i], V);
+    if (g->tokens == 0) return QKV_OK;
+    qkv_lm_state *s = NULL;
+    qkv_status st = qkv_lm_state_create(&s, m, err);
+    if (st) return st;
+    /* the text so far (prompt, then what is drawn): a full state restarts from its end */
+    const size_t total = (size_t)n_prompt + (size_t)g->tokens;
+    int *text = malloc(total * sizeof *text), *order = malloc((size_t)V * sizeof *order);
+    float *logits = malloc((size_t)V * sizeof *logits), *probs = malloc((size_t)V * sizeof *probs);
+    if (!text || !order || !logits || !probs) {
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for generation");
+        goto done;
+    }
+    memcpy(text, prompt, (size_t)n_prompt * sizeof *text);
+    size_t len = (size_t)n_prompt;
+    int window = n_prompt < T ? n_prompt : T;
+    st = qkv_lm_prefill(m, s, text + len - window, window, logits, err);
+    for (int i = 0; !st && i < g->tokens; i++) {
+        if (g->text_only)
+            for (int r = 0; r < QKV_N_RESERVED && r < V - 1; r++) logits[r] = -INFINITY;
+        int kept = qkv_sampling_probs(probs, order, logits, V, &g->sampling);
+        int tok = qkv_sample_token(probs, order, kept, qkv_random_uniform(g->seed, (uint64_t)i));
+        out[i] = tok, text[len++] = tok;
+        if (n_out) *n_out = i + 1;
+        if ((g->on_token && g->on_token(tok, g->ctx)) || i + 1 == g->tokens) break;
+        if (qkv_lm_state_length(s) < T) {
+            st = qkv_lm_step(m, s, tok, logits, err);
+        } else { /* out of positions: go on from the last half of the context */
+            int keep = T / 2 > 0 ? T / 2 : 1;
+            st = qkv_lm_prefill(m, s, text + len - keep, keep, logits, err);
+        }
+    }
+done:
+    free(text), free(order), free(logits), free(probs);
+    qkv_lm_state_free(s);
+    return st;
+}

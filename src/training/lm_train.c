@@ -1,0 +1,234 @@
+/* Training the language model on one long text: each step takes B random windows of T + 1
+ * consecutive tokens (inputs: the first T, targets: the last T), Adam with warm-up and an
+ * optional cosine decay, gradient clipping, and checkpoints from which a run resumes exactly.
+ * The windows and the dropout of step s are pure functions of (seed, s), so the state to save
+ * is the parameters, Adam's moments and the step. Random windows rather than an epoch's
+ * shuffled tiling: any step can be recomputed without replaying an epoch's order, and a time
+ * budget needs no notion of epochs (those reported are tokens consumed / text length). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "models/language_model_internal.h"
+
+qkv_lm_train_options qkv_lm_train_default_options(void)
+{
+    qkv_lm_train_options o = {0};
+    o.batch = 32, o.context = 128, o.lr = 1e-3f;
+    o.beta1 = 0.9f, o.beta2 = 0.99f, o.adam_eps = 1e-8f, o.clip = 1.0f, o.warmup = 100;
+    o.log_every = 50, o.eval_every = 500, o.eval_tokens = 32768;
+    return o;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The learning rate of step s (1-based): linear warm-up, then constant or a cosine from lr
+ * down to lr / 10, over the steps when they are given, else over the time budget (elapsed_s
+ * of budget_s: such a run's schedule depends on the machine's speed). */
+static double learning_rate(const qkv_lm_train_options *o, int64_t s, double elapsed_s,
+                            double budget_s)
+{
+    double lr = o->lr;
+    if (o->warmup > 0 && s <= o->warmup) return lr * (double)s / o->warmup;
+    if (!o->cosine) return lr;
+    double t = o->steps > 0 ? (double)(s - o->warmup) / (double)(o->steps - o->warmup)
+                            : elapsed_s / budget_s;
+    t = t < 0.0 ? 0.0 : t > 1.0 ? 1.0 : t;
+    return lr * (0.1 + 0.45 * (1.0 + cos(3.14159265358979323846 * t)));
+}
+
+/* Windows of step s: inputs ids (B, T) = text[start_b ..), targets (B, T) one token later,
+ * each start uniform in [0, n - T) from the stream of (seed, s). */
+static void gather_windows(int *ids, int *targets, const int *text, size_t n, int B, int T,
+                           uint64_t seed, int64_t s)
+{
+    const uint64_t stream = seed * 0x9e3779b97f4a7c15ULL + 0x5eed;
+    const uint64_t starts = (uint64_t)(n - (size_t)T);
+    for (int b = 0; b < B; b++) {
+        uint64_t i = 2 * ((uint64_t)s * (uint64_t)B + (uint64_t)b);
+        uint64_t r = ((uint64_t)qkv_random_u32(stream, i) << 32) | qkv_random_u32(stream, i + 1);
+        const int *w = text + r % starts;
+        memcpy(ids + (size_t)b * T, w, (size_t)T * sizeof *ids);
+        memcpy(targets + (size_t)b * T, w + 1, (size_t)T * sizeof *targets);
+    }
+}
+
+qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B, double *loss,
+                           int64_t *count, qkv_error *err)
+{
+    if (n < 2 || T < 1 || B < 1 || T > m->cfg.max_len)
+        return qkv_fail(err, QKV_ERR_ARG, "evaluation needs at least 2 tokens, windows of 1 to "
+                        "%d tokens and a batch >= 1 (got %zu tokens, T %d, B %d)",
+                        m->cfg.max_len, n, T, B);
+    const size_t windows = (n - 1) / (size_t)T, rest = (n - 1) % (size_t)T;
+    int *ids = malloc((size_t)B * T * sizeof *ids), *tg = malloc((size_t)B * T * sizeof *tg);
+    qkv_status st = ids && tg ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+    double total = 0.0;
+    int64_t counted = 0;
+    /* full windows B at a time, then the shorter last one */
+    for (size_t w = 0; !st && w < windows + (rest > 0);) {
+        const int len = w < windows ? T : (int)rest;
+        const int b = w < windows ? (windows - w < (size_t)B ? (int)(windows - w) : B) : 1;
+        for (int k = 0; k < b; k++) {
+            const int *x = tokens + (w + (size_t)k) * T;
+            memcpy(ids + (size_t)k * len, x, (size_t)len * sizeof *ids);
+            memcpy(tg + (size_t)k * len, x + 1, (size_t)len * sizeof *tg);
+        }
+        double sum = 0.0;
+        int c = 0;
+        st = qkv_lm_loss(m, ids, tg, b, len, 0, 0.0f, 0, 0, &sum, &c, err);
+        total += sum, counted += c, w += (size_t)b;
+    }
+    free(ids), free(tg);
+    if (st) return st;
+    *loss = counted ? total / (double)counted : 0.0;
+    if (count) *count = counted;
+    return QKV_OK;
+}
+
+static void log_metrics(const char *dir, const qkv_lm_train_progress *p)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *fp = fopen(path, "a");
+    if (!fp) return; /* the log is a convenience; training state lives in the checkpoint */
+    fprintf(fp, "{\"epoch\": %.6f, \"step\": %lld, \"loss\": %.6f", p->epoch,
+            (long long)p->step, p->loss);
+    if (!isnan(p->val_loss)) fprintf(fp, ", \"val_loss\": %.6f", p->val_loss);
+    fprintf(fp, ", \"lr\": %.6g, \"grad_norm\": %.4f, \"tokens_per_s\": %.1f, \"elapsed_s\": "
+            "%.2f}\n", p->lr, p->grad_norm, p->tokens_per_s, p->elapsed_s);
+    fclose(fp);
+}
+
+static qkv_status check_options(const qkv_lm *m, size_t n_train, const qkv_lm_train_options *o,
+                                qkv_error *err)
+{
+    if (!o->out_dir) return qkv_fail(err, QKV_ERR_ARG, "training needs an output directory");
+    if (o->batch < 1 || o->context < 1 || o->context > m->cfg.max_len)
+        return qkv_fail(err, QKV_ERR_ARG, "need batch >= 1 and a context of 1 to %d tokens (the "
+                        "model's max_len), got batch %d, context %d", m->cfg.max_len, o->batch,
+                        o->context);
+    if (n_train < (size_t)o->context + 1)
+        return qkv_fail(err, QKV_ERR_ARG, "the training text has %zu tokens; a context of %d "
+                        "needs at least %d", n_train, o->context, o->context + 1);
+    if (o->steps < 0 || !(o->minutes >= 0.0) || (o->steps == 0 && o->minutes == 0.0))
+        return qkv_fail(err, QKV_ERR_ARG, "give a number of steps, a time budget, or both");
+    if (o->cosine && o->steps > 0 && o->steps <= o->warmup)
+        return qkv_fail(err, QKV_ERR_ARG, "a cosine schedule needs steps (%lld) > warmup (%d)",
+                        (long long)o->steps, o->warmup);
+    if (o->log_every < 1 || o->eval_every < 0 || o->eval_tokens < 0 || o->warmup < 0)
+        return qkv_fail(err, QKV_ERR_ARG, "log_every must be >= 1; eval_every, eval_tokens and "
+                        "warmup >= 0");
+    return QKV_OK;
+}
+
+qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *val,
+                        size_t n_val, const qkv_lm_train_options *o, qkv_error *err)
+{
+    qkv_status st = check_options(m, n_train, o, err);
+    if (st) return st;
+    for (size_t i = 0; i < n_train; i++)
+        if (train[i] < 0 || train[i] >= m->cfg.vocab)
+            return qkv_fail(err, QKV_ERR_ARG, "training token %zu: id %d outside the vocabulary",
+                            i, train[i]);
+    if (mkdir(o->out_dir, 0777) && errno != EEXIST)
+        return qkv_fail(err, QKV_ERR_IO, "%s: cannot create the directory: %s", o->out_dir,
+                        strerror(errno));
+    const size_t n = qkv_lm_num_params(m);
+    const int B = o->batch, T = o->context;
+    float *params = qkv_lm_params(m), *grads = qkv_lm_grads(m);
+    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    qkv_adam opt;
+    if ((st = qkv_adam_init(&opt, n, o->beta1, o->beta2, o->adam_eps, o->weight_decay, err)))
+        return st;
+    char ckpt[4096], metrics[4096];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->out_dir);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", o->out_dir);
+    lm_train_position pos = {o->seed, 0.0, 0.0, 0, (int64_t)n_train};
+    FILE *probe = o->resume ? fopen(ckpt, "rb") : NULL;
+    if (probe) {
+        fclose(probe);
+        /* windows and dropout follow the saved run's seed */
+        if ((st = lm_checkpoint_load(ckpt, m, &opt, &pos, err))) return qkv_adam_free(&opt), st;
+        if (pos.train_tokens != (int64_t)n_train) {
+            qkv_adam_free(&opt);
+            return qkv_fail(err, QKV_ERR_ARG, "%s was trained on a text of %lld tokens, this one "
+                            "has %zu: resume on the same data", ckpt,
+                            (long long)pos.train_tokens, n_train);
+        }
+    } else {
+        remove(metrics); /* a fresh run starts a fresh log */
+    }
+    int *ids = malloc((size_t)B * T * sizeof *ids), *targets = malloc((size_t)B * T * sizeof *ids);
+    if (!ids || !targets) {
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for batches");
+        goto done;
+    }
+    const double t0 = now_s(), elapsed0 = pos.elapsed_s, budget = o->minutes * 60.0;
+    int64_t run_tokens = 0;
+    qkv_lm_train_progress prog = {0};
+    prog.steps = o->steps, prog.val_loss = NAN;
+    for (;;) {
+        double elapsed = elapsed0 + (now_s() - t0);
+        if ((o->steps > 0 && opt.step >= o->steps) || (budget > 0.0 && elapsed >= budget)) break;
+        const int64_t s = opt.step; /* steps done: this is step s + 1 */
+        gather_windows(ids, targets, train, n_train, B, T, pos.seed, s);
+        memset(grads, 0, n * sizeof *grads);
+        double loss = 0.0;
+        int tokens = 0;
+        uint64_t dropout_seed = pos.seed ^ ((uint64_t)(s + 1) * 0xd1b54a32d192ed03ULL);
+        if ((st = qkv_lm_loss(m, ids, targets, B, T, 1, 0.0f, 1, dropout_seed, &loss, &tokens,
+                              err)))
+            break;
+        double norm = qkv_clip_grad_norm(grads, n, o->clip);
+        if (!isfinite(norm)) {
+            st = qkv_fail(err, QKV_ERR_NUMERIC, "step %lld: the gradient norm is not finite; "
+                          "stopping before the parameters change (the last checkpoint is "
+                          "intact)", (long long)s + 1);
+            break;
+        }
+        const double lr = learning_rate(o, s + 1, elapsed0 + (now_s() - t0), budget);
+        qkv_adam_update(&opt, params, grads, (float)lr);
+        pos.loss_sum += loss, pos.loss_tokens += tokens, run_tokens += tokens;
+        elapsed = elapsed0 + (now_s() - t0);
+        pos.elapsed_s = elapsed;
+        const int stop = o->stop_after_steps > 0 && opt.step >= o->stop_after_steps;
+        const int last = (o->steps > 0 && opt.step >= o->steps) ||
+                         (budget > 0.0 && elapsed >= budget);
+        const int evaluate = n_val >= 2 && ((o->eval_every > 0 && opt.step % o->eval_every == 0) ||
+                                            last);
+        prog.step = opt.step;
+        prog.epoch = (double)opt.step * B * T / (double)n_train;
+        prog.loss = pos.loss_sum / (double)(pos.loss_tokens ? pos.loss_tokens : 1);
+        prog.val_loss = NAN;
+        prog.tokens_per_s = (double)run_tokens / (now_s() - t0 + 1e-9);
+        prog.grad_norm = norm, prog.lr = lr, prog.elapsed_s = elapsed;
+        prog.report = opt.step % o->log_every == 0 || evaluate || last || stop;
+        if (evaluate) {
+            size_t nv = o->eval_tokens > 0 && n_val > (size_t)o->eval_tokens ? (size_t)o->eval_tokens
+                                                                              : n_val;
+            if ((st = qkv_lm_evaluate(m, val, nv, T, B, &prog.val_loss, NULL, err))) break;
+        }
+        if (prog.report) {
+            log_metrics(o->out_dir, &prog);
+            pos.loss_sum = 0.0, pos.loss_tokens = 0;
+            if ((st = lm_checkpoint_save(ckpt, m, &opt, &pos, err))) break;
+        }
+        if (o->progress) o->progress(&prog, o->progress_ctx);
+        if (stop && !last) goto done; /* the model is saved only at the end */
+    }
+    if (!st) st = qkv_lm_save(m, o->out_dir, err);
+done:
+    free(ids), free(targets);
+    qkv_adam_free(&opt);
+    return st;
+}
