@@ -8,66 +8,7 @@
 #include <string.h>
 
 #include "models/transformer_internal.h"
-
-/* Every dropout site of a step draws from its own stream. */
-static uint64_t site_seed(uint64_t step_seed, int stack, int layer, int site)
-{
-    uint64_t id = ((uint64_t)stack << 40) | ((uint64_t)layer << 20) | (uint64_t)site;
-    return ((uint64_t)qkv_random_u32(step_seed, 2 * id) << 32) | qkv_random_u32(step_seed, 2 * id + 1);
-}
-
-typedef struct {
-    const qkv_transformer_config *c;
-    size_t N;      /* rows: B * T */
-    float p;       /* dropout rate (0 in evaluation) */
-    uint64_t seed; /* this sublayer's residual-dropout stream */
-    float *scratch;
-} sub_ctx;
-
-/* The sublayer's input: x itself (post-norm) or LayerNorm(x) (pre-norm). */
-static const float *sublayer_in(const sub_ctx *k, sublayer_acts *a, const float *x,
-                                const norm_w *n)
-{
-    if (!k->c->pre_norm) return x;
-    qkv_layernorm_forward(a->u, a->u_mean, a->u_rstd, x, n->g, n->b, (int)k->N, k->c->d_model,
-                          k->c->ln_eps);
-    return a->u;
-}
-
-/* out = LayerNorm(x + dropout(s)) (post-norm) or x + dropout(s) (pre-norm). */
-static void sublayer_out(const sub_ctx *k, sublayer_acts *a, const float *x, const norm_w *n)
-{
-    if (k->c->pre_norm)
-        qkv_residual_forward(a->out, x, a->s, k->N * k->c->d_model, k->p, k->seed);
-    else
-        qkv_addnorm_forward(a->out, a->z, a->mean, a->rstd, x, a->s, n->g, n->b, (int)k->N,
-                            k->c->d_model, k->c->ln_eps, k->p, k->seed);
-}
-
-/* From d(out): dx += the residual path, ds = the gradient of the sublayer's output. */
-static void sublayer_out_backward(const sub_ctx *k, const sublayer_acts *a, float *dx, float *ds,
-                                  const float *dout, const norm_w *n, norm_w *dn)
-{
-    size_t NC = k->N * k->c->d_model;
-    memset(ds, 0, NC * sizeof *ds);
-    if (k->c->pre_norm)
-        qkv_residual_backward(dx, ds, dout, NC, k->p, k->seed);
-    else
-        qkv_addnorm_backward(dx, ds, dn->g, dn->b, dout, a->z, a->mean, a->rstd, n->g, (int)k->N,
-                             k->c->d_model, k->p, k->seed, k->scratch);
-}
-
-/* From d(sublayer input): dx += it directly (post-norm) or through the LayerNorm (pre-norm). */
-static void sublayer_in_backward(const sub_ctx *k, const sublayer_acts *a, float *dx,
-                                 const float *din, const float *x, const norm_w *n, norm_w *dn)
-{
-    if (!k->c->pre_norm) {
-        for (size_t i = 0; i < k->N * k->c->d_model; i++) dx[i] += din[i];
-        return;
-    }
-    qkv_layernorm_backward(dx, dn->g, dn->b, din, x, a->u_mean, a->u_rstd, n->g, (int)k->N,
-                           k->c->d_model);
-}
+#include "models/sublayer.h"
 
 /* ---- forward --------------------------------------------------------------------------- */
 
@@ -98,23 +39,24 @@ qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src
                               int Ts, float p, uint64_t seed, qkv_error *err)
 {
     const qkv_transformer_config *c = &m->cfg;
+    const sublayer_shape sh = {c->pre_norm, c->d_model, c->ln_eps};
     model_acts *x = &m->acts;
     const int C = c->d_model, F = c->ffn;
     const size_t Ns = (size_t)B * Ts;
     const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
     const qkv_mask src_mask = {src_valid, 0, 0};
     qkv_status st = embed(m, x->src_x, src, m->w.src_embedding, m->w.src_positions, c->src_vocab,
-                          B, Ts, p, site_seed(seed, 0, 0, 0), err);
+                          B, Ts, p, dropout_site_seed(seed, 0, 0, 0), err);
     if (st) return st;
     const float *h = x->src_x;
     for (int l = 0; l < c->enc_layers; l++) {
         encoder_block_acts *a = &x->encoder[l];
         const encoder_block_w *w = &m->w.encoder[l];
-        sub_ctx att = {c, Ns, p, site_seed(seed, 0, l, 1), x->scratch};
-        sub_ctx ff = {c, Ns, p, site_seed(seed, 0, l, 2), x->scratch};
+        sublayer_ctx att = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
+        sublayer_ctx ff = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
         const float *in = sublayer_in(&att, &a->att, h, &w->norm1);
         qkv_mha_forward(a->att.s, &a->cache, in, in, &w->attention, &mc, B, Ts, Ts, &src_mask, p,
-                        site_seed(seed, 0, l, 3), x->scratch);
+                        dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_out(&att, &a->att, h, &w->norm1);
         in = sublayer_in(&ff, &a->ff, a->att.out, &w->norm2);
         qkv_ffn_forward(a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
@@ -130,6 +72,7 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
                           qkv_error *err)
 {
     const qkv_transformer_config *c = &m->cfg;
+    const sublayer_shape sh = {c->pre_norm, c->d_model, c->ln_eps};
     model_acts *x = &m->acts;
     const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = c->d_model, F = c->ffn;
     const size_t Nt = (size_t)B * Tt;
@@ -138,7 +81,7 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
     qkv_status st = transformer_encode(m, b->src, b->src_valid, B, Ts, p, seed, err);
     if (!st)
         st = embed(m, x->tgt_x, b->tgt_in, m->w.tgt_embedding, m->w.tgt_positions, c->tgt_vocab,
-                   B, Tt, p, site_seed(seed, 1, 0, 0), err);
+                   B, Tt, p, dropout_site_seed(seed, 1, 0, 0), err);
     if (st) return st;
 
     const float *h;
@@ -146,16 +89,16 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
     for (int l = 0; l < c->dec_layers; l++) {
         decoder_block_acts *a = &x->decoder[l];
         const decoder_block_w *w = &m->w.decoder[l];
-        sub_ctx s1 = {c, Nt, p, site_seed(seed, 1, l, 1), x->scratch};
-        sub_ctx s2 = {c, Nt, p, site_seed(seed, 1, l, 2), x->scratch};
-        sub_ctx s3 = {c, Nt, p, site_seed(seed, 1, l, 3), x->scratch};
+        sublayer_ctx s1 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 1), x->scratch};
+        sublayer_ctx s2 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 2), x->scratch};
+        sublayer_ctx s3 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 3), x->scratch};
         const float *in = sublayer_in(&s1, &a->self, h, &w->norm1);
         qkv_mha_forward(a->self.s, &a->self_cache, in, in, &w->self_attention, &mc, B, Tt, Tt,
-                        &causal, p, site_seed(seed, 1, l, 4), x->scratch);
+                        &causal, p, dropout_site_seed(seed, 1, l, 4), x->scratch);
         sublayer_out(&s1, &a->self, h, &w->norm1);
         in = sublayer_in(&s2, &a->cross, a->self.out, &w->norm2);
         qkv_mha_forward(a->cross.s, &a->cross_cache, in, x->enc_out, &w->cross_attention, &mc, B,
-                        Tt, Ts, &src_mask, p, site_seed(seed, 1, l, 5), x->scratch);
+                        Tt, Ts, &src_mask, p, dropout_site_seed(seed, 1, l, 5), x->scratch);
         sublayer_out(&s2, &a->cross, a->self.out, &w->norm2);
         in = sublayer_in(&s3, &a->ff, a->cross.out, &w->norm3);
         qkv_ffn_forward(a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
@@ -200,6 +143,7 @@ static void embed_backward(qkv_transformer *m, float *dE, float *dlearned, float
 static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t seed)
 {
     const qkv_transformer_config *c = &m->cfg;
+    const sublayer_shape sh = {c->pre_norm, c->d_model, c->ln_eps};
     model_acts *x = &m->acts;
     model_w *g = &m->g;
     const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = c->d_model, F = c->ffn;
@@ -222,9 +166,9 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         const decoder_block_w *w = &m->w.decoder[l];
         decoder_block_w *dw = &g->decoder[l];
         const float *h = l ? x->decoder[l - 1].ff.out : x->tgt_x;
-        sub_ctx s1 = {c, Nt, p, site_seed(seed, 1, l, 1), x->scratch};
-        sub_ctx s2 = {c, Nt, p, site_seed(seed, 1, l, 2), x->scratch};
-        sub_ctx s3 = {c, Nt, p, site_seed(seed, 1, l, 3), x->scratch};
+        sublayer_ctx s1 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 1), x->scratch};
+        sublayer_ctx s2 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 2), x->scratch};
+        sublayer_ctx s3 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 3), x->scratch};
         /* dh holds d(block output). Each step below turns d(sublayer out) into d(sublayer x). */
         float *dstream = dh; /* reused: d(out) in, d(x) out, accumulated in place */
         /* FFN sublayer: x = cross.out */
@@ -243,7 +187,7 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         memset(din, 0, Nt * C * sizeof *din);
         qkv_mha_backward(din, x->d_enc_out, &dw->cross_attention, ds, &a->cross_cache,
                          c->pre_norm ? a->cross.u : a->self.out, x->enc_out, &w->cross_attention,
-                         &mc, B, Tt, Ts, p, site_seed(seed, 1, l, 5), x->scratch);
+                         &mc, B, Tt, Ts, p, dropout_site_seed(seed, 1, l, 5), x->scratch);
         sublayer_in_backward(&s2, &a->cross, dstream, din, a->self.out, &w->norm2, &dw->norm2);
         /* causal self-attention sublayer: x = h */
         memcpy(din, dstream, Nt * C * sizeof *din);
@@ -252,12 +196,12 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         memset(din, 0, Nt * C * sizeof *din);
         const float *in = c->pre_norm ? a->self.u : h;
         qkv_mha_backward(din, din, &dw->self_attention, ds, &a->self_cache, in, in,
-                         &w->self_attention, &mc, B, Tt, Tt, p, site_seed(seed, 1, l, 4),
+                         &w->self_attention, &mc, B, Tt, Tt, p, dropout_site_seed(seed, 1, l, 4),
                          x->scratch);
         sublayer_in_backward(&s1, &a->self, dstream, din, h, &w->norm1, &dw->norm1);
     }
     embed_backward(m, g->tgt_embedding, g->tgt_positions, dh, b->tgt_in, B, Tt, p,
-                   site_seed(seed, 1, 0, 0));
+                   dropout_site_seed(seed, 1, 0, 0));
 
     /* encoder, from d(encoder output) gathered over every cross-attention */
     const float *enc_last = c->enc_layers ? x->encoder[c->enc_layers - 1].ff.out : x->src_x;
@@ -268,8 +212,8 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         const encoder_block_w *w = &m->w.encoder[l];
         encoder_block_w *dw = &g->encoder[l];
         const float *h = l ? x->encoder[l - 1].ff.out : x->src_x;
-        sub_ctx att = {c, Ns, p, site_seed(seed, 0, l, 1), x->scratch};
-        sub_ctx ff = {c, Ns, p, site_seed(seed, 0, l, 2), x->scratch};
+        sublayer_ctx att = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
+        sublayer_ctx ff = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
         memcpy(din, dh, Ns * C * sizeof *din);
         memset(dh, 0, Ns * C * sizeof *dh);
         sublayer_out_backward(&ff, &a->ff, dh, ds, din, &w->norm2, &dw->norm2);
@@ -284,11 +228,11 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         memset(din, 0, Ns * C * sizeof *din);
         const float *in = c->pre_norm ? a->att.u : h;
         qkv_mha_backward(din, din, &dw->attention, ds, &a->cache, in, in, &w->attention, &mc, B,
-                         Ts, Ts, p, site_seed(seed, 0, l, 3), x->scratch);
+                         Ts, Ts, p, dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_in_backward(&att, &a->att, dh, din, h, &w->norm1, &dw->norm1);
     }
     embed_backward(m, g->src_embedding, g->src_positions, dh, b->src, B, Ts, p,
-                   site_seed(seed, 0, 0, 0));
+                   dropout_site_seed(seed, 0, 0, 0));
 }
 
 /* ---- entry points ---------------------------------------------------------------------- */

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "models/language_model_internal.h"
+#include "models/param_table.h"
+#include "models/sublayer.h"
 
 qkv_lm_config qkv_lm_default_config(void)
 {
@@ -51,69 +53,28 @@ qkv_status qkv_lm_config_check(const qkv_lm_config *c, qkv_error *err)
 
 /* ---- the parameter table --------------------------------------------------------------- */
 
-/* Walks the parameters in a fixed order, handing out consecutive slices of a buffer. With a
- * NULL base it only counts; with a model it records names and shapes. */
-typedef struct {
-    float *base;
-    size_t offset;
-    qkv_lm *m;
-    int count;
-} walker;
-
-static float *take(walker *w, const char *name, int rows, int cols)
-{
-    size_t n = (size_t)rows * (cols ? cols : 1);
-    if (w->m) {
-        qkv_param_info *t = &w->m->tensors[w->count];
-        snprintf(w->m->names[w->count], sizeof w->m->names[0], "%s", name);
-        t->name = w->m->names[w->count];
-        t->ndim = cols ? 2 : 1;
-        t->shape[0] = rows, t->shape[1] = cols;
-        t->offset = w->offset, t->numel = n;
-    }
-    float *p = w->base ? w->base + w->offset : NULL;
-    w->offset += n, w->count++;
-    return p;
-}
-
-static norm_w take_norm(walker *w, const char *prefix, int C)
-{
-    char name[64];
-    norm_w n;
-    snprintf(name, sizeof name, "%s.gamma", prefix), n.g = take(w, name, C, 0);
-    snprintf(name, sizeof name, "%s.beta", prefix), n.b = take(w, name, C, 0);
-    return n;
-}
-
-static void walk(walker *w, const qkv_lm_config *c, lm_w *mw)
+/* The table (param_table.h): an LM block is named like a decoder block of the
+ * encoder-decoder but holds an encoder block's tensors (no cross-attention). */
+static void walk(param_walker *w, const qkv_lm_config *c, lm_w *mw)
 {
     const int C = c->d_model, F = c->ffn;
-    char prefix[48], name[64];
-    mw->embedding = take(w, "embedding", c->vocab, C);
-    mw->positions = c->learned_pos ? take(w, "positions", c->max_len, C) : NULL;
+    char prefix[48];
+    mw->embedding = param_take(w, "embedding", c->vocab, C);
+    mw->positions = c->learned_pos ? param_take(w, "positions", c->max_len, C) : NULL;
     for (int l = 0; l < c->layers; l++) {
         encoder_block_w *b = &mw->blocks[l];
-        qkv_mha_weights *a = &b->attention;
-        float **W[4] = {&a->W_q, &a->W_k, &a->W_v, &a->W_o};
-        float **bias[4] = {&a->b_q, &a->b_k, &a->b_v, &a->b_o};
-        *a = (qkv_mha_weights){0};
-        for (int i = 0; i < 4; i++) { /* the order of qkv_mha_weights_view */
-            snprintf(name, sizeof name, "decoder.%d.attention.W_%c", l, "qkvo"[i]);
-            *W[i] = take(w, name, C, C);
-            snprintf(name, sizeof name, "decoder.%d.attention.b_%c", l, "qkvo"[i]);
-            if (c->bias) *bias[i] = take(w, name, C, 0);
-        }
-        snprintf(prefix, sizeof prefix, "decoder.%d.norm1", l), b->norm1 = take_norm(w, prefix, C);
+        snprintf(prefix, sizeof prefix, "decoder.%d.attention", l);
+        b->attention = param_take_mha(w, prefix, C, c->bias);
+        snprintf(prefix, sizeof prefix, "decoder.%d.norm1", l);
+        b->norm1 = param_take_norm(w, prefix, C);
         snprintf(prefix, sizeof prefix, "decoder.%d.ffn", l);
-        snprintf(name, sizeof name, "%s.W1", prefix), b->ffn.W1 = take(w, name, F, C);
-        snprintf(name, sizeof name, "%s.b1", prefix), b->ffn.b1 = take(w, name, F, 0);
-        snprintf(name, sizeof name, "%s.W2", prefix), b->ffn.W2 = take(w, name, C, F);
-        snprintf(name, sizeof name, "%s.b2", prefix), b->ffn.b2 = take(w, name, C, 0);
-        snprintf(prefix, sizeof prefix, "decoder.%d.norm2", l), b->norm2 = take_norm(w, prefix, C);
+        b->ffn = param_take_ffn(w, prefix, C, F);
+        snprintf(prefix, sizeof prefix, "decoder.%d.norm2", l);
+        b->norm2 = param_take_norm(w, prefix, C);
     }
-    mw->norm = c->final_norm ? take_norm(w, "decoder.norm", C) : (norm_w){0};
-    mw->out_W = c->tie ? mw->embedding : take(w, "output.W", c->vocab, C);
-    mw->out_b = take(w, "output.b", c->vocab, 0);
+    mw->norm = c->final_norm ? param_take_norm(w, "decoder.norm", C) : (norm_w){0};
+    mw->out_W = c->tie ? mw->embedding : param_take(w, "output.W", c->vocab, C);
+    mw->out_b = param_take(w, "output.b", c->vocab, 0);
 }
 
 /* The encoder-decoder's initialisation (transformer.c): Xavier-uniform matrices, N(0, 1)
@@ -155,7 +116,7 @@ qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, 
     m->cfg = *cfg;
     m->w.blocks = calloc((size_t)cfg->layers, sizeof *m->w.blocks);
     m->g.blocks = calloc((size_t)cfg->layers, sizeof *m->g.blocks);
-    walker counter = {NULL, 0, NULL, 0};
+    param_walker counter = {NULL, 0, NULL, NULL, 0};
     lm_w scratch_view = {.blocks = m->w.blocks};
     if (m->w.blocks) walk(&counter, cfg, &scratch_view);
     m->n_params = counter.offset, m->n_tensors = counter.count;
@@ -168,7 +129,7 @@ qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, 
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory allocating %zu parameters",
                         counter.offset);
     }
-    walker recorder = {m->params, 0, m, 0};
+    param_walker recorder = {m->params, 0, m->tensors, m->names, 0};
     walk(&recorder, cfg, &m->w);
     qkv_sinusoidal_table(m->pos_table, cfg->max_len, cfg->d_model);
     init_params(m, seed);
@@ -195,7 +156,7 @@ float *qkv_lm_grads(qkv_lm *m)
     if (!m->grads) {
         m->grads = calloc(m->n_params, sizeof *m->grads);
         if (!m->grads) return NULL;
-        walker w = {m->grads, 0, NULL, 0};
+        param_walker w = {m->grads, 0, NULL, NULL, 0};
         walk(&w, &m->cfg, &m->g);
     }
     return m->grads;
@@ -293,69 +254,6 @@ static qkv_status layout_acts(qkv_lm *m, int B, int T, qkv_error *err)
     return QKV_OK;
 }
 
-/* ---- sublayers: the residual and LayerNorm around each block's two functions ----------- */
-
-/* Every dropout site of a step draws from its own stream. */
-static uint64_t site_seed(uint64_t step_seed, int layer, int site)
-{
-    uint64_t id = ((uint64_t)layer << 20) | (uint64_t)site;
-    return ((uint64_t)qkv_random_u32(step_seed, 2 * id) << 32) |
-           qkv_random_u32(step_seed, 2 * id + 1);
-}
-
-typedef struct {
-    const qkv_lm_config *c;
-    size_t N;      /* rows: B * T */
-    float p;       /* dropout rate (0 in evaluation) */
-    uint64_t seed; /* this sublayer's residual-dropout stream */
-    float *scratch;
-} sub_ctx;
-
-/* The sublayer's input: x itself (post-norm) or LayerNorm(x) (pre-norm). */
-static const float *sublayer_in(const sub_ctx *k, sublayer_acts *a, const float *x,
-                                const norm_w *n)
-{
-    if (!k->c->pre_norm) return x;
-    qkv_layernorm_forward(a->u, a->u_mean, a->u_rstd, x, n->g, n->b, (int)k->N, k->c->d_model,
-                          k->c->ln_eps);
-    return a->u;
-}
-
-/* out = LayerNorm(x + dropout(s)) (post-norm) or x + dropout(s) (pre-norm). */
-static void sublayer_out(const sub_ctx *k, sublayer_acts *a, const float *x, const norm_w *n)
-{
-    if (k->c->pre_norm)
-        qkv_residual_forward(a->out, x, a->s, k->N * k->c->d_model, k->p, k->seed);
-    else
-        qkv_addnorm_forward(a->out, a->z, a->mean, a->rstd, x, a->s, n->g, n->b, (int)k->N,
-                            k->c->d_model, k->c->ln_eps, k->p, k->seed);
-}
-
-/* From d(out): dx += the residual path, ds = the gradient of the sublayer's output. */
-static void sublayer_out_backward(const sub_ctx *k, const sublayer_acts *a, float *dx, float *ds,
-                                  const float *dout, const norm_w *n, norm_w *dn)
-{
-    size_t NC = k->N * k->c->d_model;
-    memset(ds, 0, NC * sizeof *ds);
-    if (k->c->pre_norm)
-        qkv_residual_backward(dx, ds, dout, NC, k->p, k->seed);
-    else
-        qkv_addnorm_backward(dx, ds, dn->g, dn->b, dout, a->z, a->mean, a->rstd, n->g, (int)k->N,
-                             k->c->d_model, k->p, k->seed, k->scratch);
-}
-
-/* From d(sublayer input): dx += it directly (post-norm) or through the LayerNorm (pre-norm). */
-static void sublayer_in_backward(const sub_ctx *k, const sublayer_acts *a, float *dx,
-                                 const float *din, const float *x, const norm_w *n, norm_w *dn)
-{
-    if (!k->c->pre_norm) {
-        for (size_t i = 0; i < k->N * k->c->d_model; i++) dx[i] += din[i];
-        return;
-    }
-    qkv_layernorm_backward(dx, dn->g, dn->b, din, x, a->u_mean, a->u_rstd, n->g, (int)k->N,
-                           k->c->d_model);
-}
-
 /* ---- causal self-attention: softmax or linear ------------------------------------------ */
 
 /* u (B, T, C) attends to itself causally -> y (B, T, C); c keeps q, k, v, ctx (and P). */
@@ -409,6 +307,7 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
     qkv_status st = layout_acts(m, B, T, err);
     if (st) return st;
     const qkv_lm_config *c = &m->cfg;
+    const sublayer_shape sh = {c->pre_norm, c->d_model, c->ln_eps};
     lm_acts *x = &m->acts;
     const int C = c->d_model, F = c->ffn;
     const size_t N = (size_t)B * T;
@@ -416,16 +315,16 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
     if ((st = qkv_embedding_forward(x->x, ids, m->w.embedding, (int)N, c->vocab, C, err)))
         return st;
     qkv_positional_forward(x->x, x->x, lm_positions(m), B, T, C, 0, sqrtf((float)C));
-    qkv_dropout_forward(x->x, x->x, N * C, p, site_seed(seed, 0, 0), 0);
+    qkv_dropout_forward(x->x, x->x, N * C, p, dropout_site_seed(seed, 0, 0, 0), 0);
     const float *h = x->x;
     for (int l = 0; l < c->layers; l++) {
         encoder_block_acts *a = &x->blocks[l];
         const encoder_block_w *w = &m->w.blocks[l];
-        sub_ctx att = {c, N, p, site_seed(seed, l, 1), x->scratch};
-        sub_ctx ff = {c, N, p, site_seed(seed, l, 2), x->scratch};
+        sublayer_ctx att = {&sh, N, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
+        sublayer_ctx ff = {&sh, N, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
         const float *in = sublayer_in(&att, &a->att, h, &w->norm1);
         attention_forward(c, a->att.s, &a->cache, in, &w->attention, B, T, p,
-                          site_seed(seed, l, 3), x->scratch);
+                          dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_out(&att, &a->att, h, &w->norm1);
         in = sublayer_in(&ff, &a->ff, a->att.out, &w->norm2);
         qkv_ffn_forward(a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
@@ -447,6 +346,7 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
 static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t seed)
 {
     const qkv_lm_config *c = &m->cfg;
+    const sublayer_shape sh = {c->pre_norm, c->d_model, c->ln_eps};
     lm_acts *x = &m->acts;
     lm_w *g = &m->g;
     const int C = c->d_model, F = c->ffn;
@@ -470,8 +370,8 @@ static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t 
         const encoder_block_w *w = &m->w.blocks[l];
         encoder_block_w *dw = &g->blocks[l];
         const float *h = l ? x->blocks[l - 1].ff.out : x->x;
-        sub_ctx att = {c, N, p, site_seed(seed, l, 1), x->scratch};
-        sub_ctx ff = {c, N, p, site_seed(seed, l, 2), x->scratch};
+        sublayer_ctx att = {&sh, N, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
+        sublayer_ctx ff = {&sh, N, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
         /* dh holds d(block output); each sublayer turns d(out) into d(its x), in place */
         memcpy(din, dh, NC * sizeof *din);
         memset(dh, 0, NC * sizeof *dh);
@@ -486,14 +386,14 @@ static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t 
         sublayer_out_backward(&att, &a->att, dh, ds, din, &w->norm1, &dw->norm1);
         memset(din, 0, NC * sizeof *din);
         attention_backward(c, din, &dw->attention, ds, &a->cache, c->pre_norm ? a->att.u : h,
-                           &w->attention, B, T, p, site_seed(seed, l, 3), x->scratch);
+                           &w->attention, B, T, p, dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_in_backward(&att, &a->att, dh, din, h, &w->norm1, &dw->norm1);
     }
 
     /* dh is the gradient of dropout(E sqrt(C) + P): undo the dropout, then the scale */
     float *e = x->scratch;
     memset(e, 0, NC * sizeof *e);
-    qkv_dropout_backward(e, dh, NC, p, site_seed(seed, 0, 0), 0);
+    qkv_dropout_backward(e, dh, NC, p, dropout_site_seed(seed, 0, 0, 0), 0);
     if (g->positions) qkv_positional_backward(NULL, g->positions, e, B, T, C, 0, 1.0f);
     const float s = sqrtf((float)C);
     for (size_t i = 0; i < NC; i++) e[i] *= s;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/param_table.h"
 #include "models/transformer_internal.h"
 
 qkv_transformer_config qkv_transformer_default_config(void)
@@ -43,104 +44,55 @@ qkv_status qkv_transformer_config_check(const qkv_transformer_config *c, qkv_err
 
 /* ---- the parameter table --------------------------------------------------------------- */
 
-/* Walks the parameters in a fixed order, handing out consecutive slices of a buffer. With a
- * NULL base it only counts (offsets are still right); with a table it records names. */
-typedef struct {
-    float *base;
-    size_t offset;
-    qkv_transformer *m; /* record names/shapes when not NULL */
-    int count;
-} walker;
-
-static float *take(walker *w, const char *name, int rows, int cols)
-{
-    size_t n = (size_t)rows * (cols ? cols : 1);
-    if (w->m) {
-        qkv_param_info *t = &w->m->tensors[w->count];
-        snprintf(w->m->names[w->count], sizeof w->m->names[0], "%s", name);
-        t->name = w->m->names[w->count];
-        t->ndim = cols ? 2 : 1;
-        t->shape[0] = rows, t->shape[1] = cols;
-        t->offset = w->offset, t->numel = n;
-    }
-    float *p = w->base ? w->base + w->offset : NULL;
-    w->offset += n, w->count++;
-    return p;
-}
-
-static norm_w take_norm(walker *w, const char *prefix, int C)
-{
-    char name[64];
-    norm_w n;
-    snprintf(name, sizeof name, "%s.gamma", prefix), n.g = take(w, name, C, 0);
-    snprintf(name, sizeof name, "%s.beta", prefix), n.b = take(w, name, C, 0);
-    return n;
-}
-
-static ffn_w take_ffn(walker *w, const char *prefix, int C, int F)
-{
-    char name[64];
-    ffn_w f;
-    snprintf(name, sizeof name, "%s.W1", prefix), f.W1 = take(w, name, F, C);
-    snprintf(name, sizeof name, "%s.b1", prefix), f.b1 = take(w, name, F, 0);
-    snprintf(name, sizeof name, "%s.W2", prefix), f.W2 = take(w, name, C, F);
-    snprintf(name, sizeof name, "%s.b2", prefix), f.b2 = take(w, name, C, 0);
-    return f;
-}
-
-/* In the order of qkv_mha_weights_view, so one attention's weights are contiguous. */
-static qkv_mha_weights take_mha(walker *w, const char *prefix, int C, int bias)
-{
-    char name[64];
-    qkv_mha_weights a = {0};
-    float **W[4] = {&a.W_q, &a.W_k, &a.W_v, &a.W_o}, **b[4] = {&a.b_q, &a.b_k, &a.b_v, &a.b_o};
-    const char *which = "qkvo";
-    for (int i = 0; i < 4; i++) {
-        snprintf(name, sizeof name, "%s.W_%c", prefix, which[i]), *W[i] = take(w, name, C, C);
-        if (bias) snprintf(name, sizeof name, "%s.b_%c", prefix, which[i]), *b[i] = take(w, name, C, 0);
-    }
-    return a;
-}
-
-static void walk(walker *w, const qkv_transformer_config *c, model_w *mw)
+/* The table's fixed order (param_table.h); saved models and checkpoints depend on it. */
+static void walk(param_walker *w, const qkv_transformer_config *c, model_w *mw)
 {
     const int C = c->d_model, F = c->ffn;
     char prefix[48];
-    mw->src_embedding = take(w, c->tie == QKV_TIE_ALL ? "embedding" : "src_embedding",
-                             c->src_vocab, C);
+    mw->src_embedding = param_take(w, c->tie == QKV_TIE_ALL ? "embedding" : "src_embedding",
+                                   c->src_vocab, C);
     mw->tgt_embedding = c->tie == QKV_TIE_ALL ? mw->src_embedding
-                                              : take(w, "tgt_embedding", c->tgt_vocab, C);
-    mw->src_positions = c->learned_pos ? take(w, "src_positions", c->max_len, C) : NULL;
-    mw->tgt_positions = c->learned_pos ? take(w, "tgt_positions", c->max_len, C) : NULL;
+                                              : param_take(w, "tgt_embedding", c->tgt_vocab,
+                                                           C);
+    mw->src_positions = c->learned_pos ? param_take(w, "src_positions", c->max_len, C) : NULL;
+    mw->tgt_positions = c->learned_pos ? param_take(w, "tgt_positions", c->max_len, C) : NULL;
     for (int l = 0; l < c->enc_layers; l++) {
         encoder_block_w *e = &mw->encoder[l];
         snprintf(prefix, sizeof prefix, "encoder.%d.attention", l);
-        e->attention = take_mha(w, prefix, C, c->bias);
-        snprintf(prefix, sizeof prefix, "encoder.%d.norm1", l), e->norm1 = take_norm(w, prefix, C);
-        snprintf(prefix, sizeof prefix, "encoder.%d.ffn", l), e->ffn = take_ffn(w, prefix, C, F);
-        snprintf(prefix, sizeof prefix, "encoder.%d.norm2", l), e->norm2 = take_norm(w, prefix, C);
+        e->attention = param_take_mha(w, prefix, C, c->bias);
+        snprintf(prefix, sizeof prefix, "encoder.%d.norm1", l);
+        e->norm1 = param_take_norm(w, prefix, C);
+        snprintf(prefix, sizeof prefix, "encoder.%d.ffn", l);
+        e->ffn = param_take_ffn(w, prefix, C, F);
+        snprintf(prefix, sizeof prefix, "encoder.%d.norm2", l);
+        e->norm2 = param_take_norm(w, prefix, C);
     }
-    mw->encoder_norm = c->final_norm && c->enc_layers ? take_norm(w, "encoder.norm", C)
+    mw->encoder_norm = c->final_norm && c->enc_layers ? param_take_norm(w, "encoder.norm", C)
                                                       : (norm_w){0};
     for (int l = 0; l < c->dec_layers; l++) {
         decoder_block_w *d = &mw->decoder[l];
         snprintf(prefix, sizeof prefix, "decoder.%d.self_attention", l);
-        d->self_attention = take_mha(w, prefix, C, c->bias);
-        snprintf(prefix, sizeof prefix, "decoder.%d.norm1", l), d->norm1 = take_norm(w, prefix, C);
+        d->self_attention = param_take_mha(w, prefix, C, c->bias);
+        snprintf(prefix, sizeof prefix, "decoder.%d.norm1", l);
+        d->norm1 = param_take_norm(w, prefix, C);
         snprintf(prefix, sizeof prefix, "decoder.%d.cross_attention", l);
-        d->cross_attention = take_mha(w, prefix, C, c->bias);
-        snprintf(prefix, sizeof prefix, "decoder.%d.norm2", l), d->norm2 = take_norm(w, prefix, C);
-        snprintf(prefix, sizeof prefix, "decoder.%d.ffn", l), d->ffn = take_ffn(w, prefix, C, F);
-        snprintf(prefix, sizeof prefix, "decoder.%d.norm3", l), d->norm3 = take_norm(w, prefix, C);
+        d->cross_attention = param_take_mha(w, prefix, C, c->bias);
+        snprintf(prefix, sizeof prefix, "decoder.%d.norm2", l);
+        d->norm2 = param_take_norm(w, prefix, C);
+        snprintf(prefix, sizeof prefix, "decoder.%d.ffn", l);
+        d->ffn = param_take_ffn(w, prefix, C, F);
+        snprintf(prefix, sizeof prefix, "decoder.%d.norm3", l);
+        d->norm3 = param_take_norm(w, prefix, C);
     }
-    mw->decoder_norm = c->final_norm ? take_norm(w, "decoder.norm", C) : (norm_w){0};
-    mw->out_W = c->tie != QKV_TIE_NONE ? mw->tgt_embedding : take(w, "output.W", c->tgt_vocab, C);
-    mw->out_b = take(w, "output.b", c->tgt_vocab, 0);
+    mw->decoder_norm = c->final_norm ? param_take_norm(w, "decoder.norm", C) : (norm_w){0};
+    mw->out_W = c->tie != QKV_TIE_NONE ? mw->tgt_embedding
+                                       : param_take(w, "output.W", c->tgt_vocab, C);
+    mw->out_b = param_take(w, "output.b", c->tgt_vocab, 0);
 }
 
 static void view(qkv_transformer *m, float *base, model_w *mw)
 {
-    walker w = {base, 0, NULL, 0};
+    param_walker w = {base, 0, NULL, NULL, 0};
     walk(&w, &m->cfg, mw);
 }
 
@@ -191,7 +143,7 @@ qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_c
     m->g.encoder = calloc((size_t)cfg->enc_layers + 1, sizeof *m->g.encoder);
     m->w.decoder = calloc((size_t)cfg->dec_layers, sizeof *m->w.decoder);
     m->g.decoder = calloc((size_t)cfg->dec_layers, sizeof *m->g.decoder);
-    walker counter = {NULL, 0, NULL, 0};
+    param_walker counter = {NULL, 0, NULL, NULL, 0};
     model_w scratch_view = {.encoder = m->w.encoder, .decoder = m->w.decoder};
     if (m->w.encoder && m->w.decoder) walk(&counter, cfg, &scratch_view);
     m->n_params = counter.offset;
@@ -206,7 +158,7 @@ qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_c
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory allocating %zu parameters",
                         counter.offset);
     }
-    walker recorder = {m->params, 0, m, 0};
+    param_walker recorder = {m->params, 0, m->tensors, m->names, 0};
     walk(&recorder, cfg, &m->w);
     qkv_sinusoidal_table(m->pos_table, cfg->max_len, cfg->d_model);
     init_params(m, seed);

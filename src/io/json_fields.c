@@ -1,0 +1,84 @@
+/* config.json reading shared by both model directories; see json_fields.h. */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json_fields.h"
+
+#define MAX_CONFIG_BYTES (1u << 20)
+
+qkv_status json_read_text(const char *path, char **text, qkv_error *err)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return qkv_fail(err, QKV_ERR_IO, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4097 > cap) {
+            cap = (len + 4097) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) return free(buf), fclose(fp), qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+            buf = nb;
+        }
+        size_t r = fread(buf + len, 1, 4096, fp);
+        len += r;
+        if (r < 4096) break;
+        if (len > MAX_CONFIG_BYTES) {
+            free(buf), fclose(fp);
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: too large for a configuration", path);
+        }
+    }
+    int bad = ferror(fp);
+    fclose(fp);
+    if (bad) return free(buf), qkv_fail(err, QKV_ERR_IO, "%s: read error", path);
+    buf[len] = '\0';
+    if (strlen(buf) != len)
+        return free(buf), qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
+    *text = buf;
+    return QKV_OK;
+}
+
+qkv_status json_get_int(const cJSON *o, const char *key, int *v, const char *file,
+                        qkv_error *err)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsBool(x)) return *v = cJSON_IsTrue(x), QKV_OK;
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
+        fabs(x->valuedouble) > 1e9)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be an integer", file, key);
+    *v = (int)x->valuedouble;
+    return QKV_OK;
+}
+
+qkv_status json_get_flag(const cJSON *o, const char *key, int *v, const char *file,
+                         qkv_error *err)
+{
+    qkv_status st = json_get_int(o, key, v, file, err);
+    if (st || (*v != 0 && *v != 1))
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be true or false", file, key);
+    return QKV_OK;
+}
+
+qkv_status json_get_float(const cJSON *o, const char *key, float *v, const char *file,
+                          qkv_error *err)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x) || !(fabs(x->valuedouble) <= FLT_MAX))
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be a number", file, key);
+    *v = (float)x->valuedouble;
+    return QKV_OK;
+}
+
+qkv_status json_get_choice(const cJSON *o, const char *key, const char *const *names, int n,
+                           int *v, const char *file, qkv_error *err)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    for (int i = 0; cJSON_IsString(x) && i < n; i++)
+        if (!strcmp(x->valuestring, names[i])) return *v = i, QKV_OK;
+    return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be one of %s%s%s%s%s", file, key,
+                    names[0], n > 1 ? ", " : "", n > 1 ? names[1] : "", n > 2 ? ", " : "",
+                    n > 2 ? names[2] : "");
+}
