@@ -45,6 +45,7 @@ static double peak_rss_mb(void)
 typedef struct {
     qkv_transformer_config cfg;
     int batch, src_len, tgt_len, steps, warmup, new_tokens, n, m, k, threads;
+    int flash, causal; /* attention: the flash kernel; a causal mask */
     uint64_t seed;
 } bench_args;
 
@@ -157,10 +158,13 @@ done:
 static int bench_attention(const bench_args *a)
 {
     const int H = a->cfg.heads, d = a->cfg.d_model / a->cfg.heads, N = a->n, B = a->batch;
-    const size_t x = (size_t)B * N * H * d, pn = (size_t)B * H * N * N;
+    /* flash keeps the row log-sum-exp L (B, H, N) where the materialised kernel keeps P */
+    const size_t x = (size_t)B * N * H * d, pn = (size_t)B * H * N * (a->flash ? 1 : N);
+    const size_t ns = a->flash ? qkv_flash_attention_scratch_floats(B, H, N)
+                               : qkv_attention_scratch_floats(B, H, N, N);
     float *Q = malloc(x * 4), *K = malloc(x * 4), *V = malloc(x * 4), *O = malloc(x * 4);
     float *dQ = calloc(x, 4), *dK = calloc(x, 4), *dV = calloc(x, 4), *dO = malloc(x * 4);
-    float *P = malloc(pn * 4), *scratch = malloc(qkv_attention_scratch_floats(B, H, N, N) * 4);
+    float *P = malloc(pn * 4), *scratch = malloc(ns * 4);
     double *fwd = malloc((size_t)a->steps * sizeof *fwd), *bwd = malloc((size_t)a->steps * sizeof *bwd);
     int rc = 1;
     if (!Q || !K || !V || !O || !dQ || !dK || !dV || !dO || !P || !scratch || !fwd || !bwd) {
@@ -170,18 +174,26 @@ static int bench_attention(const bench_args *a)
     }
     qkv_fill_normal(Q, x, 0, 1, 1), qkv_fill_normal(K, x, 0, 1, 2);
     qkv_fill_normal(V, x, 0, 1, 3), qkv_fill_normal(dO, x, 0, 1, 4);
-    qkv_mask causal = {NULL, 0, 0};
+    qkv_mask causal = {NULL, 0, a->causal};
     for (int s = -a->warmup; s < a->steps; s++) {
         double t0 = now_ms();
-        qkv_attention_forward(O, P, Q, K, V, B, H, N, N, d, d, &causal, 0.0f, 0, scratch);
+        if (a->flash)
+            qkv_flash_attention_forward(O, P, Q, K, V, B, H, N, N, d, d, &causal, 0.0f, 0);
+        else
+            qkv_attention_forward(O, P, Q, K, V, B, H, N, N, d, d, &causal, 0.0f, 0, scratch);
         double t1 = now_ms();
-        qkv_attention_backward(dQ, dK, dV, dO, P, Q, K, V, B, H, N, N, d, d, 0.0f, 0, scratch);
+        if (a->flash)
+            qkv_flash_attention_backward(dQ, dK, dV, dO, O, P, Q, K, V, B, H, N, N, d, d,
+                                         &causal, 0.0f, 0, scratch);
+        else
+            qkv_attention_backward(dQ, dK, dV, dO, P, Q, K, V, B, H, N, N, d, d, 0.0f, 0, scratch);
         if (s >= 0) fwd[s] = t1 - t0, bwd[s] = now_ms() - t1;
     }
     double f = median(fwd, a->steps), b = median(bwd, a->steps);
-    printf("{\"bench\": \"attention\", \"n\": %d, \"heads\": %d, \"head_dim\": %d, "
-           "\"ms_forward\": %.3f, \"ms_backward\": %.3f, \"gflops\": %.2f, "
-           "\"peak_rss_mb\": %.1f, \"threads\": %d}\n", N, H, d, f, b,
+    printf("{\"bench\": \"attention\", \"kernel\": \"%s\", \"causal\": %d, \"n\": %d, "
+           "\"heads\": %d, \"head_dim\": %d, \"ms_forward\": %.3f, \"ms_backward\": %.3f, "
+           "\"gflops\": %.2f, \"peak_rss_mb\": %.1f, \"threads\": %d}\n",
+           a->flash ? "flash" : "materialised", a->causal, N, H, d, f, b,
            4.0 * 3 * B * H * (double)N * N * d / ((f + b) * 1e6), peak_rss_mb(), qkv_get_threads());
     rc = 0;
 done:
@@ -236,6 +248,8 @@ int cmd_bench(int argc, char **argv)
         {"tgt-len", OPT_INT, &a.tgt_len, "target tokens"},
         {"new-tokens", OPT_INT, &a.new_tokens, "tokens to decode"},
         {"n", OPT_INT, &a.n, "attention: sequence length; sgemm: N"},
+        {"flash", OPT_FLAG, &a.flash, "attention: the flash kernel (no N x N buffer)"},
+        {"causal", OPT_FLAG, &a.causal, "attention: a causal mask"},
         {"m", OPT_INT, &a.m, "sgemm: M"},
         {"k", OPT_INT, &a.k, "sgemm: K"},
         {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)"},

@@ -641,6 +641,7 @@ def main():
     make_torch2qkv_reference.write_all(save, OUT)
     __import__("make_nw_reference").write_all(save)  # Nadaraya-Watson (d2l 11.2)
     __import__("make_linear_reference").write_all(save)  # linear attention vs its quadratic form
+    __import__("make_flash_reference").write_all(save)  # flash attention (tiled, O(N) memory)
     __import__("make_lm_reference").write_all(save)  # the decoder-only language model
 
 
