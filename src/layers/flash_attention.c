@@ -44,21 +44,28 @@ static int visible_keys(const qkv_mask *mask, int b, int i, int n, int m)
     return len < 0 ? 0 : len;
 }
 
+/* a b + c, fused where the hardware has FMA (-std=c11 keeps the compiler from fusing it) */
+#ifdef FP_FAST_FMAF
+#define MULADD(a, b, c) fmaf(a, b, c)
+#else
+#define MULADD(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* e^x for -88 <= x <~ 1 (Cephes expf): x = k ln2 + r with |r| <= ln2 / 2, e^r by a degree-7
  * polynomial, 2^k written into the exponent bits. Relative error < 1e-7; x = -88 gives k =
  * -127, whose 2^k bits are +0, so it returns exactly 0 (e^-88 is below FLT_MIN anyway). */
 static inline float exp_poly(float x)
 {
     float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
-    float r = x - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f; /* ln2 in two parts, so r is exact */
+    float r = MULADD(k, -0.693359375f, x); /* x - k ln2, ln2 in two parts so r stays exact */
+    r = MULADD(k, 2.12194440e-4f, r);
     float e = 1.9875691500e-4f;
-    e = e * r + 1.3981999507e-3f;
-    e = e * r + 8.3334519073e-3f;
-    e = e * r + 4.1665795894e-2f;
-    e = e * r + 1.6666665459e-1f;
-    e = e * r + 5.0000001201e-1f;
-    e = e * r * r + r + 1.0f;
+    e = MULADD(e, r, 1.3981999507e-3f);
+    e = MULADD(e, r, 8.3334519073e-3f);
+    e = MULADD(e, r, 4.1665795894e-2f);
+    e = MULADD(e, r, 1.6666665459e-1f);
+    e = MULADD(e, r, 5.0000001201e-1f);
+    e = MULADD(e * r, r, r) + 1.0f;
     int32_t bits = ((int32_t)k + 127) << 23;
     float two_k;
     memcpy(&two_k, &bits, sizeof two_k);
@@ -97,6 +104,12 @@ static float row_sum(const float *s)
     float sum = 0.0f;
     for (int l = 0; l < LANES; l++) sum += part[l];
     return sum;
+}
+
+/* y[j] *= x[j] over one row of BC entries. */
+static void row_mul(float *restrict y, const float *restrict x)
+{
+    for (int j = 0; j < BC; j++) y[j] *= x[j];
 }
 
 /* tile[r, :] = -c[r] (c NULL: 0) for r < rows: the C of a GEMM with beta = 1, which thus
@@ -251,7 +264,7 @@ static void backward_tile(float *P, float *dS, const flash_args *a, const query_
     const float *D = a->D + ((size_t)t->b * H + t->h) * a->n + t->i0;
     fill_rows(P, lse, rows);
     gemm(0, 1, rows, cols, d, a->scale, q, H * d, k, H * d, 1.0f, P, BC); /* S - L */
-    if (want_dS) { /* dP - D; with dropout dP = dropout'(dO V^T) comes first */
+    if (want_dS) { /* dP - D; with dropout, D comes off below, after dropout' of dO V^T */
         fill_rows(dS, a->p > 0.0f ? NULL : D, rows);
         gemm(0, 1, rows, cols, v, 1.0f, dout, H * v, vv, H * v, 1.0f, dS, BC);
     }
@@ -273,7 +286,7 @@ static void backward_tile(float *P, float *dS, const flash_args *a, const query_
             if (want_dS)
                 for (int j = cnt; j < BC; j++) ds[j] = 0.0f;
         } else if (want_dS) {
-            for (int j = 0; j < BC; j++) ds[j] *= pr[j];
+            row_mul(ds, pr);
         }
     }
 }
