@@ -29,7 +29,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo test unit parity-data test-asan install clean bench
+.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/qkv
 
 deps:
@@ -83,6 +83,11 @@ test-asan: $(BUILD)/parity/.stamp
 # qkv beside PyTorch, same shapes and threads, alternating; prints tables of ratios.
 bench: deps all
 	$(PY) bench/bench.py --qkv $(BUILD)/qkv
+
+# softmax (materialised, flash) vs linear attention and KV-cache vs recurrent generation,
+# qkv and PyTorch side by side (about 30 minutes on 2 cores; --quick: N <= 2048)
+bench-attention: deps all
+	$(PY) bench/attention_bench.py --qkv $(BUILD)/qkv
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

@@ -1111,6 +1111,9 @@ typedef struct {
                              * (0: never) */
     int keep_epochs;        /* also keep the models of the last N epochs in out_dir/epoch-NNN
                              * (for checkpoint averaging; 0: none) */
+    double minutes;         /* time budget of this process (0: none): no epoch starts that
+                             * would end after it, judged by the longest epoch so far
+                             * (validation included) */
 } qkv_train_options;
 
 /* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam with PyTorch's defaults

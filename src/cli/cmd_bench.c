@@ -1,9 +1,12 @@
 /* qkv bench: time the model as a user runs it, and print one JSON line of medians.
  *   train      a full training step (forward, backward, clipping, Adam) on random data
  *   decode     greedy decoding with the KV cache, new tokens per second
- *   attention  scaled dot-product attention forward + backward at length N
+ *   attention  attention forward + backward at length N: softmax attention materialised or
+ *              flash, or linear attention; non-causal or causal
+ *   generate   one token of a decoder-only LM at a given position: KV cache or linear state
  *   sgemm      the BLAS roof on one matrix product, for comparison in the same run
- * bench/bench.py runs these beside the same computations in PyTorch. */
+ * bench/bench.py and bench/attention_bench.py run these beside the same computations in
+ * PyTorch. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -42,10 +46,37 @@ static double peak_rss_mb(void)
     return (double)r.ru_maxrss / 1024.0;
 }
 
+/* Resident memory now, in MiB (Linux's /proc/self/statm; 0 where there is none). */
+static double rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (!f) return 0.0;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+    return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1 << 20);
+}
+
+/* Starts the runtime (OpenMP's threads, OpenBLAS's buffers) with one small GEMM and returns
+ * the resident memory then: the baseline of a benchmark's peak memory, so that what it
+ * reports is what its own tensors cost, as PyTorch's side measures after `import torch`. */
+static double warm_runtime_rss_mb(void)
+{
+    const int n = 256;
+    float *A = calloc((size_t)3 * n * n, sizeof *A);
+    if (A) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n,
+                       A + (size_t)n * n, n, 0.0f, A + (size_t)2 * n * n, n);
+    free(A);
+    return rss_mb();
+}
+
 typedef struct {
     qkv_transformer_config cfg;
     int batch, src_len, tgt_len, steps, warmup, new_tokens, n, m, k, threads;
     int flash, causal; /* attention: the flash kernel; a causal mask */
+    const char *kind;  /* attention: softmax|flash|linear; generate: softmax|linear */
+    const char *dump;  /* attention: write inputs, output and gradients here */
+    int position, max_len; /* generate: the first timed position; the model's context */
     uint64_t seed;
 } bench_args;
 
@@ -155,50 +186,216 @@ done:
     return rc;
 }
 
+/* ---- attention: forward + backward of one kernel at length N ---------------------------- */
+
+/* The kernels `qkv bench attention --kind` times: one computation (softmax attention, or the
+ * linear attention that replaces it), three ways of evaluating it. */
+typedef enum { KERNEL_MATERIALISED, KERNEL_FLASH, KERNEL_LINEAR } attention_kernel;
+
+static const char *const kernel_names[] = {"materialised", "flash", "linear"};
+
+/* --kind softmax|materialised|flash|linear, and the older --flash, as one kernel; -1 if they
+ * disagree or the name is unknown. */
+static int parse_kernel(const char *kind, int flash)
+{
+    if (!kind) return flash ? KERNEL_FLASH : KERNEL_MATERIALISED;
+    int k = !strcmp(kind, "softmax") || !strcmp(kind, "materialised") ? KERNEL_MATERIALISED
+            : !strcmp(kind, "flash")                                  ? KERNEL_FLASH
+            : !strcmp(kind, "linear")                                 ? KERNEL_LINEAR
+                                                                      : -1;
+    return flash && k != KERNEL_FLASH ? -1 : k;
+}
+
+/* What each kernel keeps between forward and backward, and the scratch both need, in floats:
+ *   materialised  P (B, H, N, N) saved, and an N x N scratch per head for dP  (quadratic)
+ *   flash         the row log-sum-exp L (B, H, N) saved, the rows of dO . O   (linear)
+ *   linear        nothing saved (backward recomputes S, z); per-head sums      (linear) */
+static void kernel_buffers(size_t *saved, size_t *scratch, attention_kernel k, int B, int H,
+                           int N, int d, int causal)
+{
+    switch (k) {
+    case KERNEL_MATERIALISED:
+        *saved = (size_t)B * H * N * N, *scratch = qkv_attention_scratch_floats(B, H, N, N);
+        break;
+    case KERNEL_FLASH:
+        *saved = (size_t)B * H * N, *scratch = qkv_flash_attention_scratch_floats(B, H, N);
+        break;
+    case KERNEL_LINEAR:
+        *saved = 0, *scratch = qkv_linear_attention_scratch_floats(B, H, N, N, d, d, causal);
+        break;
+    }
+}
+
+/* Writes the inputs, the output and the gradients of the last step to a safetensors file,
+ * each (B, N, H, d), for a reference implementation to check (bench/attention_bench.py). */
+static int dump_attention(const char *path, float *const t[8], int B, int N, int H, int d)
+{
+    static const char *const names[8] = {"Q", "K", "V", "dO", "O", "dQ", "dK", "dV"};
+    qkv_tensor_ref refs[8];
+    for (int i = 0; i < 8; i++)
+        refs[i] = (qkv_tensor_ref){names[i], QKV_F32, 4, {B, N, H, d}, t[i]};
+    qkv_error err = {0};
+    if (qkv_tensor_file_save(path, refs, 8, NULL, 0, &err))
+        return fprintf(stderr, "qkv: %s\n", err.msg), 1;
+    return 0;
+}
+
 static int bench_attention(const bench_args *a)
 {
     const int H = a->cfg.heads, d = a->cfg.d_model / a->cfg.heads, N = a->n, B = a->batch;
-    /* flash keeps the row log-sum-exp L (B, H, N) where the materialised kernel keeps P */
-    const size_t x = (size_t)B * N * H * d, pn = (size_t)B * H * N * (a->flash ? 1 : N);
-    const size_t ns = a->flash ? qkv_flash_attention_scratch_floats(B, H, N)
-                               : qkv_attention_scratch_floats(B, H, N, N);
+    const int kernel = parse_kernel(a->kind, a->flash);
+    if (kernel < 0) {
+        fprintf(stderr, "qkv bench: --kind is softmax, flash or linear (--flash means flash), "
+                "got '%s'%s\n", a->kind, a->flash ? " with --flash" : "");
+        return 2;
+    }
+    /* the memory baseline: the runtime started (threads, BLAS buffers), no tensor yet */
+    const double rss0 = warm_runtime_rss_mb();
+    const size_t x = (size_t)B * N * H * d;
+    size_t ns_saved, ns_scratch;
+    kernel_buffers(&ns_saved, &ns_scratch, (attention_kernel)kernel, B, H, N, d, a->causal);
     float *Q = malloc(x * 4), *K = malloc(x * 4), *V = malloc(x * 4), *O = malloc(x * 4);
     float *dQ = calloc(x, 4), *dK = calloc(x, 4), *dV = calloc(x, 4), *dO = malloc(x * 4);
-    float *P = malloc(pn * 4), *scratch = malloc(ns * 4);
+    float *saved = malloc((ns_saved ? ns_saved : 1) * 4);
+    float *scratch = malloc((ns_scratch ? ns_scratch : 1) * 4);
     double *fwd = malloc((size_t)a->steps * sizeof *fwd), *bwd = malloc((size_t)a->steps * sizeof *bwd);
+    double *tot = malloc((size_t)a->steps * sizeof *tot);
+    const double buffers_mb = (8.0 * x + (double)ns_saved + (double)ns_scratch) * 4 / (1 << 20);
     int rc = 1;
-    if (!Q || !K || !V || !O || !dQ || !dK || !dV || !dO || !P || !scratch || !fwd || !bwd) {
-        fprintf(stderr, "qkv: out of memory for attention at N = %d (%.1f GiB for the weights)\n",
-                N, pn * 4.0 / (1 << 30));
+    if (!Q || !K || !V || !O || !dQ || !dK || !dV || !dO || !saved || !scratch || !fwd || !bwd ||
+        !tot) {
+        fprintf(stderr, "qkv: out of memory for %s attention at N = %d (%.1f GiB of buffers)\n",
+                kernel_names[kernel], N, buffers_mb / 1024);
         goto done;
     }
     qkv_fill_normal(Q, x, 0, 1, 1), qkv_fill_normal(K, x, 0, 1, 2);
     qkv_fill_normal(V, x, 0, 1, 3), qkv_fill_normal(dO, x, 0, 1, 4);
-    qkv_mask causal = {NULL, 0, a->causal};
+    const qkv_mask mask = {NULL, 0, a->causal};
     for (int s = -a->warmup; s < a->steps; s++) {
+        /* gradients accumulate: zero them, untimed, so each step's are one step's */
+        memset(dQ, 0, x * 4), memset(dK, 0, x * 4), memset(dV, 0, x * 4);
         double t0 = now_ms();
-        if (a->flash)
-            qkv_flash_attention_forward(O, P, Q, K, V, B, H, N, N, d, d, &causal, 0.0f, 0);
-        else
-            qkv_attention_forward(O, P, Q, K, V, B, H, N, N, d, d, &causal, 0.0f, 0, scratch);
+        switch (kernel) {
+        case KERNEL_MATERIALISED:
+            qkv_attention_forward(O, saved, Q, K, V, B, H, N, N, d, d, &mask, 0.0f, 0, scratch);
+            break;
+        case KERNEL_FLASH:
+            qkv_flash_attention_forward(O, saved, Q, K, V, B, H, N, N, d, d, &mask, 0.0f, 0);
+            break;
+        case KERNEL_LINEAR:
+            qkv_linear_attention_forward(O, Q, K, V, B, H, N, N, d, d, NULL, a->causal, scratch);
+            break;
+        }
         double t1 = now_ms();
-        if (a->flash)
-            qkv_flash_attention_backward(dQ, dK, dV, dO, O, P, Q, K, V, B, H, N, N, d, d,
-                                         &causal, 0.0f, 0, scratch);
-        else
-            qkv_attention_backward(dQ, dK, dV, dO, P, Q, K, V, B, H, N, N, d, d, 0.0f, 0, scratch);
-        if (s >= 0) fwd[s] = t1 - t0, bwd[s] = now_ms() - t1;
+        switch (kernel) {
+        case KERNEL_MATERIALISED:
+            qkv_attention_backward(dQ, dK, dV, dO, saved, Q, K, V, B, H, N, N, d, d, 0.0f, 0,
+                                   scratch);
+            break;
+        case KERNEL_FLASH:
+            qkv_flash_attention_backward(dQ, dK, dV, dO, O, saved, Q, K, V, B, H, N, N, d, d,
+                                         &mask, 0.0f, 0, scratch);
+            break;
+        case KERNEL_LINEAR:
+            qkv_linear_attention_backward(dQ, dK, dV, dO, Q, K, V, B, H, N, N, d, d, NULL,
+                                          a->causal, scratch);
+            break;
+        }
+        double t2 = now_ms();
+        if (s >= 0) fwd[s] = t1 - t0, bwd[s] = t2 - t1, tot[s] = t2 - t0;
     }
-    double f = median(fwd, a->steps), b = median(bwd, a->steps);
+    double f = median(fwd, a->steps), b = median(bwd, a->steps), ms = median(tot, a->steps);
+    /* Multiply-adds x 2, forward + backward (backward ~ 2 x forward), causal counted as dense:
+     * softmax 4 N^2 d per head forward, linear 4 N d v (S = phi(K)^T V, then phi(Q) S). */
+    double flops = kernel == KERNEL_LINEAR ? 12.0 * B * H * (double)N * d * d
+                                           : 12.0 * B * H * (double)N * N * d;
+    const double peak = peak_rss_mb();
     printf("{\"bench\": \"attention\", \"kernel\": \"%s\", \"causal\": %d, \"n\": %d, "
-           "\"heads\": %d, \"head_dim\": %d, \"ms_forward\": %.3f, \"ms_backward\": %.3f, "
-           "\"gflops\": %.2f, \"peak_rss_mb\": %.1f, \"threads\": %d}\n",
-           a->flash ? "flash" : "materialised", a->causal, N, H, d, f, b,
-           4.0 * 3 * B * H * (double)N * N * d / ((f + b) * 1e6), peak_rss_mb(), qkv_get_threads());
+           "\"batch\": %d, \"heads\": %d, \"head_dim\": %d, \"ms\": %.3f, \"ms_forward\": %.3f, "
+           "\"ms_backward\": %.3f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f, "
+           "\"rss_delta_mb\": %.1f, \"buffers_mb\": %.1f, \"threads\": %d, \"steps\": %d}\n",
+           kernel_names[kernel], a->causal, N, B, H, d, ms, f, b, flops / (ms * 1e6), peak,
+           peak - rss0, buffers_mb, qkv_get_threads(), a->steps);
+    rc = 0;
+    if (a->dump) {
+        float *const dumped[8] = {Q, K, V, dO, O, dQ, dK, dV};
+        rc = dump_attention(a->dump, dumped, B, N, H, d);
+    }
+done:
+    free(Q), free(K), free(V), free(O), free(dQ), free(dK), free(dV), free(dO), free(saved);
+    free(scratch), free(fwd), free(bwd), free(tot);
+    return rc;
+}
+
+/* ---- generate: the time of one new token at a given position ---------------------------- */
+
+/* A decoder-only LM with random weights generates at position `position`: the prefix (all but
+ * the warmup tokens) goes in by one prefill, the warmup tokens one step each, then `steps`
+ * steps at positions position .. position + steps - 1 are timed one by one. A softmax model's
+ * step attends over a KV cache of t + 1 rows (O(t) at position t); a linear model's updates
+ * its recurrent state (O(1)). */
+static int bench_generate(const bench_args *a, int layers, int vocab)
+{
+    qkv_lm_config cfg = qkv_lm_default_config();
+    cfg.vocab = vocab, cfg.d_model = a->cfg.d_model, cfg.heads = a->cfg.heads;
+    cfg.ffn = a->cfg.ffn, cfg.layers = layers, cfg.dropout = 0.0f;
+    const char *kind = a->kind ? a->kind : "softmax";
+    if (!strcmp(kind, "softmax")) {
+        cfg.attention = QKV_ATTENTION_SOFTMAX;
+    } else if (!strcmp(kind, "linear")) {
+        cfg.attention = QKV_ATTENTION_LINEAR;
+    } else {
+        fprintf(stderr, "qkv bench generate: --kind is softmax (KV cache) or linear (recurrent "
+                "state), got '%s'\n", kind);
+        return 2;
+    }
+    const int P = a->position, W = a->warmup, S = a->steps;
+    if (P - W < 1) {
+        fprintf(stderr, "qkv bench generate: --position (%d) must exceed --warmup (%d): the "
+                "prefill needs a token\n", P, W);
+        return 2;
+    }
+    cfg.max_len = a->max_len > P + S ? a->max_len : P + S;
+    qkv_lm *m = NULL;
+    qkv_lm_state *st = NULL;
+    qkv_error err = {0};
+    int *ids = malloc((size_t)(P + S) * sizeof *ids);
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    double *ms = malloc((size_t)S * sizeof *ms);
+    int rc = 1;
+    if (!ids || !logits || !ms) {
+        fprintf(stderr, "qkv: out of memory\n");
+        goto done;
+    }
+    if (qkv_lm_create(&m, &cfg, a->seed, &err) || qkv_lm_state_create(&st, m, &err)) goto done;
+    random_ids(ids, (size_t)(P + S), vocab, a->seed + 1);
+    double t0 = now_ms();
+    if (qkv_lm_prefill(m, st, ids, P - W, logits, &err)) goto done;
+    const double prefill_ms = now_ms() - t0;
+    for (int i = -W; i < S; i++) {
+        double t = now_ms();
+        if (qkv_lm_step(m, st, ids[P + i], logits, &err)) goto done;
+        if (i >= 0) ms[i] = now_ms() - t;
+    }
+    const double med = median(ms, S);
+    /* what the model remembers of the P + S tokens: keys and values, or S and z */
+    const int hd = cfg.d_model / cfg.heads;
+    const double state = cfg.attention == QKV_ATTENTION_SOFTMAX
+                             ? 2.0 * layers * (double)(P + S) * cfg.d_model
+                             : (double)layers * cfg.heads * ((double)hd * hd + hd);
+    printf("{\"bench\": \"generate\", \"attention\": \"%s\", \"position\": %d, "
+           "\"ms_per_token\": %.4f, \"tokens_per_s\": %.1f, \"ms_prefill\": %.1f, "
+           "\"prefill_tokens\": %d, \"state_mb\": %.3f, \"peak_rss_mb\": %.1f, \"threads\": %d, "
+           "\"d_model\": %d, \"heads\": %d, \"layers\": %d, \"ffn\": %d, \"vocab\": %d, "
+           "\"max_len\": %d, \"steps\": %d}\n",
+           kind, P, med, 1e3 / med, prefill_ms, P - W, state * 4 / (1 << 20), peak_rss_mb(),
+           qkv_get_threads(), cfg.d_model, cfg.heads, layers, cfg.ffn, vocab, cfg.max_len, S);
     rc = 0;
 done:
-    free(Q), free(K), free(V), free(O), free(dQ), free(dK), free(dV), free(dO), free(P);
-    free(scratch), free(fwd), free(bwd);
+    if (rc && err.msg[0]) fprintf(stderr, "qkv: %s\n", err.msg);
+    free(ids), free(logits), free(ms);
+    qkv_lm_state_free(st);
+    qkv_lm_free(m);
     return rc;
 }
 
@@ -222,24 +419,44 @@ static int bench_sgemm(const bench_args *a)
     return 0;
 }
 
+static const char usage[] =
+    "usage: qkv bench train|decode|attention|generate|sgemm [options]\n"
+    "Prints one JSON line of medians over --steps timed repetitions (after --warmup).\n"
+    "  attention  forward + backward of attention over B x heads x N x (d_model / heads), from\n"
+    "             random Q, K, V, dO; --kind softmax (materialised: P is N x N per head), flash\n"
+    "             (softmax, tiled: no N x N buffer) or linear (phi(Q) (phi(K)^T V), phi = elu + 1);\n"
+    "             --causal for the causal mask / the causal scan. Fields: ms (median of forward +\n"
+    "             backward), ms_forward, ms_backward (their own medians), peak_rss_mb (the\n"
+    "             process's peak resident memory), rss_delta_mb (that peak minus the resident\n"
+    "             memory before the first tensor: what the benchmark's tensors cost), buffers_mb\n"
+    "             (what it allocates: Q K V O dO dQ dK dV, the saved tensor and the scratch).\n"
+    "  generate   a decoder-only LM with random weights (--layers default 2, --vocab default\n"
+    "             256) prefills --position minus --warmup tokens, steps --warmup tokens, then\n"
+    "             times --steps single-token steps from --position on; --kind softmax (KV cache)\n"
+    "             or linear (recurrent state). Fields: ms_per_token, ms_prefill, state_mb.";
+
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 3 || argv[2][0] == '-') {
-        fprintf(stderr, "usage: qkv bench train|decode|attention|sgemm [options] (--help)\n");
+        fprintf(stderr, "usage: qkv bench train|decode|attention|generate|sgemm [options] "
+                "(--help)\n");
         return 2;
     }
     const char *what = argv[2];
+    const int generate = !strcmp(what, "generate");
     bench_args a = {0};
     a.cfg = qkv_transformer_default_config();
     a.cfg.d_model = 512, a.cfg.heads = 8, a.cfg.ffn = 2048, a.cfg.dropout = 0.1f, a.cfg.bias = 1;
     a.cfg.src_vocab = a.cfg.tgt_vocab = 10000, a.cfg.max_len = 1024;
-    int layers = 6, vocab = 10000;
+    /* generate defaults to a small LM: 2 blocks over bytes, so that attention, not the
+     * output projection, decides the time of a token */
+    int layers = generate ? 2 : 6, vocab = generate ? 256 : 10000;
     a.batch = 32, a.src_len = 32, a.tgt_len = 32, a.steps = 10, a.warmup = 2, a.new_tokens = 32;
-    a.n = 1024, a.m = 1024, a.k = 1024;
+    a.n = 1024, a.m = 1024, a.k = 1024, a.position = 100, a.max_len = 0;
     const opt_spec opts[] = {
         {"d-model", OPT_INT, &a.cfg.d_model, "model width"},
         {"heads", OPT_INT, &a.cfg.heads, "attention heads"},
-        {"layers", OPT_INT, &layers, "encoder and decoder blocks"},
+        {"layers", OPT_INT, &layers, "encoder and decoder blocks (generate: LM blocks)"},
         {"ffn", OPT_INT, &a.cfg.ffn, "FFN hidden size"},
         {"vocab", OPT_INT, &vocab, "vocabulary size of both sides"},
         {"dropout", OPT_FLOAT, &a.cfg.dropout, "dropout rate"},
@@ -248,8 +465,15 @@ int cmd_bench(int argc, char **argv)
         {"tgt-len", OPT_INT, &a.tgt_len, "target tokens"},
         {"new-tokens", OPT_INT, &a.new_tokens, "tokens to decode"},
         {"n", OPT_INT, &a.n, "attention: sequence length; sgemm: N"},
-        {"flash", OPT_FLAG, &a.flash, "attention: the flash kernel (no N x N buffer)"},
-        {"causal", OPT_FLAG, &a.causal, "attention: a causal mask"},
+        {"kind", OPT_STRING, &a.kind,
+         "attention: softmax|flash|linear (default softmax); generate: softmax|linear"},
+        {"flash", OPT_FLAG, &a.flash, "attention: the flash kernel (the same as --kind flash)"},
+        {"causal", OPT_FLAG, &a.causal, "attention: a causal mask (linear: the causal scan)"},
+        {"dump", OPT_STRING, &a.dump,
+         "attention: write Q K V dO O dQ dK dV of the last step to this safetensors file"},
+        {"position", OPT_INT, &a.position, "generate: the position of the first timed token"},
+        {"max-len", OPT_INT, &a.max_len,
+         "generate: the model's context (0: --position + --steps, the least that fits)"},
         {"m", OPT_INT, &a.m, "sgemm: M"},
         {"k", OPT_INT, &a.k, "sgemm: K"},
         {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)"},
@@ -258,13 +482,15 @@ int cmd_bench(int argc, char **argv)
         {"seed", OPT_U64, &a.seed, "random model and data"},
         {NULL, 0, NULL, NULL},
     };
-    int rc = args_parse(argc, argv, 3, opts, "usage: qkv bench train|decode|attention|sgemm [options]");
+    int rc = args_parse(argc, argv, 3, opts, usage);
     if (rc) return rc > 0 ? 0 : 2;
     a.cfg.enc_layers = a.cfg.dec_layers = layers;
     a.cfg.src_vocab = a.cfg.tgt_vocab = vocab;
     if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.src_len < 1 || a.tgt_len < 1 ||
-        a.new_tokens < 1 || a.n < 1 || a.m < 1 || a.k < 1) {
-        fprintf(stderr, "qkv bench: sizes and --steps must be positive\n");
+        a.new_tokens < 1 || a.n < 1 || a.m < 1 || a.k < 1 || a.position < 1 || a.max_len < 0 ||
+        layers < 1 || vocab < 5 || a.cfg.heads < 1 || a.cfg.d_model % a.cfg.heads) {
+        fprintf(stderr, "qkv bench: sizes and --steps must be positive, --vocab at least 5 and "
+                "--d-model a multiple of --heads\n");
         return 2;
     }
     if (a.src_len > a.cfg.max_len || a.tgt_len > a.cfg.max_len)
@@ -273,6 +499,7 @@ int cmd_bench(int argc, char **argv)
     if (!strcmp(what, "train")) return bench_train(&a);
     if (!strcmp(what, "decode")) return bench_decode(&a);
     if (!strcmp(what, "attention")) return bench_attention(&a);
+    if (generate) return bench_generate(&a, layers, vocab);
     if (!strcmp(what, "sgemm")) return bench_sgemm(&a);
     fprintf(stderr, "qkv bench: unknown benchmark '%s'\n", what);
     return 2;

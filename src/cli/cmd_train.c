@@ -112,6 +112,7 @@ static int write_train_json(const char *dir, const train_record *r)
         cJSON_AddNumberToObject(j, "patience", o->patience);
     }
     cJSON_AddNumberToObject(j, "keep_epochs", o->keep_epochs);
+    cJSON_AddNumberToObject(j, "minutes", decimal((float)o->minutes));
     cJSON_AddNumberToObject(j, "checkpoint_every", o->checkpoint_every);
     cJSON_AddBoolToObject(j, "skip_nonfinite", o->skip_nonfinite);
     char *text = cJSON_Print(j);
@@ -232,6 +233,7 @@ int cmd_train(int argc, char **argv)
     int layers = 2, enc_layers = -1, dec_layers = -1, num_steps = 10, num_examples = 0,
         min_freq = 2, threads = 0, quiet = 0, every = 10, vocab_size = 8000, joint_bpe = 0,
         no_bleu = 0;
+    float minutes = 0.0f;
     o.seed = 0;
     const opt_spec opts[] = {
         {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line (d2l's fra.txt)"},
@@ -270,6 +272,7 @@ int cmd_train(int argc, char **argv)
         {"label-smoothing", OPT_FLOAT, &o.label_smoothing, "label smoothing epsilon"},
         {"loss", OPT_STRING, &loss, "gradient of: token (per-token mean) or d2l (d2l's scaling)"},
         {"epochs", OPT_INT, &o.epochs, "passes over the data"},
+        {"minutes", OPT_FLOAT, &minutes, "time budget: no epoch starts that would end after it (0: none)"},
         {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)"},
         {"min-freq", OPT_INT, &min_freq, "word: rarer tokens become <unk>"},
         {"valid", OPT_STRING, &valid, "held-out pairs (TSV): loss and BLEU every epoch, best model"},
@@ -295,6 +298,7 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "qkv train: needs --out and either --data or --src with --tgt\n");
         return 2;
     }
+    o.minutes = minutes;
     if (num_steps < 2 || num_steps > cfg.max_len || every < 1) {
         fprintf(stderr, "qkv train: --num-steps must be in [2, --max-len] and --log-every >= 1\n");
         return 2;

@@ -875,6 +875,12 @@ qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err)
     if (st) return st;
     if ((st = bpe_init(b, err))) return free(text), st;
     int line = 0, n_chars, n_merges = -1;
+    const char *nul = memchr(text, '\0', len); /* it would cut its line short, unseen */
+    if (nul) {
+        for (const char *c = text; c < nul; c++) line += *c == '\n';
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: NUL byte", path, line + 1);
+        goto done;
+    }
     char *s = next_line(text, len, &at, &line);
     if (!s || strcmp(s, "#qkv-bpe 1")) {
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s:1: expected \"#qkv-bpe 1\" (not a byte-pair "
@@ -894,6 +900,11 @@ qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err)
         if (!s || n == 0 || char_len(s, n) != (int)n || *s == ' ') {
             st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected one UTF-8 character (%d of the "
                           "%d of the alphabet)", path, s ? line : line + 1, i + 1, n_chars);
+            goto done;
+        }
+        if (*s == '\r') { /* qkv_bpe_save would write "\r\n", which reads back as "" */
+            st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: a carriage return cannot be a character "
+                          "of the alphabet", path, line);
             goto done;
         }
         if (symbol_add(b, s, n, &added) < 0) {

@@ -144,18 +144,19 @@ qkv_status lm_checkpoint_save(const char *path, const qkv_lm *m, const qkv_adam 
     return st;
 }
 
-/* Metadata key of f as a number: an integer (integer = 1, non-negative) or a finite double. */
+/* Metadata key of f as a number: decimal digits (integer = 1; strtoull alone would take
+ * " -5" as 2^64 - 5) or a finite double >= 0 (a time, a sum of losses). */
 static qkv_status meta_number(const qkv_tensor_file *f, const char *key, int integer, double *v,
                               unsigned long long *u, const char *path, qkv_error *err)
 {
     const char *s = qkv_tensor_file_meta(f, key);
     char *end = NULL;
     errno = 0;
-    if (s && integer) *u = strtoull(s, &end, 10);
-    else if (s) *v = strtod(s, &end);
-    if (!s || !*s || *end || errno || (integer && *s == '-') || (!integer && !isfinite(*v)))
+    if (s && integer && *s >= '0' && *s <= '9') *u = strtoull(s, &end, 10);
+    else if (s && !integer) *v = strtod(s, &end);
+    if (!s || !*s || !end || *end || errno || (!integer && !(isfinite(*v) && *v >= 0.0)))
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata \"%s\" missing or not a%s number",
-                        path, key, integer ? " non-negative integer" : " finite");
+                        path, key, integer ? " non-negative integer" : " finite non-negative");
     return QKV_OK;
 }
 

@@ -110,8 +110,13 @@ qkv_status qkv_lm_encode(int *ids, size_t *n, size_t *unknown, const qkv_vocab *
         ascii[b] = qkv_vocab_id(v, tok);
     }
     if (bytes) {
-        for (size_t i = 0; i < len; i++) ids[i] = ascii[(unsigned char)text[i]];
+        /* a vocabulary file may lack some bytes: those are <unk>, and counted */
+        for (size_t i = 0; i < len; i++) {
+            ids[i] = ascii[(unsigned char)text[i]];
+            unk += ids[i] == QKV_UNK;
+        }
         *n = len;
+        if (unknown) *unknown = unk;
         return QKV_OK;
     }
     qkv_status st = check_utf8(text, len, err);

@@ -102,6 +102,15 @@ qkv_status adam_find(const qkv_tensor_file *f, const qkv_adam *opt, const char *
         mt->numel != (int64_t)opt->n || vt->numel != (int64_t)opt->n)
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: Adam moments \"adam.m\"/\"adam.v\" missing or "
                         "not %zu floats", path, opt->n);
+    /* a NaN moment, or a negative second moment (sqrt(v) in the update), would reach the
+     * parameters at the next step */
+    const float *mf = mt->data, *vf = vt->data;
+    for (size_t i = 0; i < opt->n; i++)
+        if (!isfinite(mf[i]) || !isfinite(vf[i]) || vf[i] < 0.0f)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor \"%s\" element %zu is %g: Adam "
+                            "moments must be finite (and the second one >= 0)", path,
+                            !isfinite(mf[i]) ? "adam.m" : "adam.v", i,
+                            (double)(!isfinite(mf[i]) ? mf[i] : vf[i]));
     *m = mt, *v = vt;
     return QKV_OK;
 }

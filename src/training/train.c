@@ -258,8 +258,9 @@ static qkv_status check_options(const qkv_train_options *o, qkv_error *err)
                         "positive factor (got %g)", o->warmup, (double)o->lr_factor);
     if (o->schedule != QKV_LR_CONSTANT && o->schedule != QKV_LR_NOAM)
         return qkv_fail(err, QKV_ERR_ARG, "unknown learning-rate schedule %d", (int)o->schedule);
-    if (o->batch_tokens < 0 || o->patience < 0 || o->keep_epochs < 0)
-        return qkv_fail(err, QKV_ERR_ARG, "batch_tokens, patience and keep_epochs must be >= 0");
+    if (o->batch_tokens < 0 || o->patience < 0 || o->keep_epochs < 0 || !(o->minutes >= 0.0))
+        return qkv_fail(err, QKV_ERR_ARG, "batch_tokens, patience, keep_epochs and minutes must "
+                        "be >= 0");
     if (!o->valid && (o->patience > 0 || o->valid_bleu))
         return qkv_fail(err, QKV_ERR_ARG, "patience and BLEU need validation data");
     if (!o->valid_refs != !o->valid_ref_lens || (o->valid_refs && !o->valid_words))
@@ -504,7 +505,11 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
     qkv_train_progress prog = {0};
     prog.epochs = o->epochs;
     int stopped_early = o->patience > 0 && since_best >= o->patience && hist.n > 0;
+    const double run_start = now_s();
+    double longest_epoch = 0.0;
     for (int epoch = pos.epoch; epoch < o->epochs && !st && !stopped_early; epoch++) {
+        const double epoch_start = now_s();
+        if (o->minutes > 0.0 && epoch_start - run_start + longest_epoch > o->minutes * 60.0) break;
         if (by_tokens) plan_tokens(&plan, d, o->batch_tokens, pos.seed, epoch);
         else plan_fixed(&plan, d, o->batch, pos.seed, epoch);
         const int batches = plan.n_batches;
@@ -606,6 +611,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             if (prog.stopping) stopped_early = 1;
         }
         pos.batch = 0;
+        longest_epoch = fmax(longest_epoch, now_s() - epoch_start);
     }
     if (!st) st = qkv_transformer_save(m, o->out_dir, err);
 done:

@@ -64,6 +64,10 @@ check "eval reports corpus BLEU" grep -qE '^corpus BLEU-4: [0-9]+\.[0-9]+' "$T/e
 echo "i i i i i i i i i i i i i i i i i i i i ." | "$QKV" translate --model "$T/short" >"$T/long.out" 2>"$T/long.err"
 check "an over-long sentence is translated (truncated)" test "$(wc -l <"$T/long.out")" -eq 1
 check "the truncation is announced on stderr" grep -q "truncated" "$T/long.err"
+# a time budget stops at an epoch end: a budget shorter than one epoch trains exactly one
+"$QKV" train "${TRAIN[@]}" --epochs 50 --minutes 0.00001 --out "$T/budget" 2>/dev/null
+check "--minutes stops at the end of the first epoch that exhausts it" \
+  test "$(wc -l <"$T/budget/metrics.jsonl")" -eq 1 -a -s "$T/budget/model.safetensors"
 check "unknown words map to <unk> without error" bash -c "echo 'zyzzyva qwxz .' | '$QKV' translate --model '$T/m' >/dev/null"
 
 # ---- exact resume: after a clean stop, and after kill -9 at random moments

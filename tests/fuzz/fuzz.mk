@@ -5,9 +5,11 @@
 #   make fuzz           each harness for FUZZ_SECONDS (default 30), starting from a copy of its
 #                       seeds (tests/fuzz/corpus/<target>) in $(FUZZ_BUILD)/corpus/<target>,
 #                       which keeps what the fuzzer finds between runs
-#   make fuzz-<target>  one of them (safetensors config checkpoint vocab corpus args)
+#   make fuzz-<target>  one of them (safetensors config checkpoint vocab corpus args bpe
+#                       lm_config lm_model lm_vocab lm_text)
 #   make fuzz-regress   each harness once over tests/fuzz/regressions/<target>/* and its seeds
-#   make fuzz-seeds     regenerate the binary seeds (safetensors, config, checkpoint)
+#   make fuzz-seeds     regenerate the binary seeds (safetensors, config, checkpoint,
+#                       lm_config, lm_model)
 #   make fuzz-clean     remove $(FUZZ_BUILD), the accumulated corpus included
 # Any crash, leak, timeout, out-of-memory or sanitizer report makes the target fail; the input
 # is saved under $(FUZZ_BUILD)/artifacts/<target>/ (copy it to tests/fuzz/regressions/<target>/
@@ -16,7 +18,8 @@ FUZZ_SAVED_GOAL := $(.DEFAULT_GOAL)
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := safetensors config checkpoint vocab corpus args
+FUZZ_TARGETS := safetensors config checkpoint vocab corpus args bpe lm_config lm_model lm_vocab \
+                lm_text
 
 PKGS    ?= openblas libcjson libpng freetype2
 LIB_SRC ?= $(sort $(wildcard src/core/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
@@ -36,6 +39,11 @@ FUZZ_MAXLEN_checkpoint  := 32768
 FUZZ_MAXLEN_vocab       := 4096
 FUZZ_MAXLEN_corpus      := 8192
 FUZZ_MAXLEN_args        := 1024
+FUZZ_MAXLEN_bpe         := 4096
+FUZZ_MAXLEN_lm_config   := 4096
+FUZZ_MAXLEN_lm_model    := 8192
+FUZZ_MAXLEN_lm_vocab    := 4096
+FUZZ_MAXLEN_lm_text     := 4096
 # args_parse reports on stderr; libFuzzer keeps its own output and crash reports.
 FUZZ_FLAGS_args         := -close_fd_mask=2
 

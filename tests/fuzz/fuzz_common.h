@@ -1,6 +1,7 @@
 /* What the libFuzzer harnesses share: a private directory in tmpfs for the readers that take
- * a path, the small configuration whose model files seed fuzz_checkpoint, and a check that
- * stops the run (as a crash libFuzzer records) when a property of a reader does not hold. */
+ * a path, the small configurations whose model files seed fuzz_checkpoint and fuzz_lm_model,
+ * and a check that stops the run (as a crash libFuzzer records) when a property of a reader
+ * does not hold. */
 #ifndef QKV_FUZZ_COMMON_H
 #define QKV_FUZZ_COMMON_H
 
@@ -97,6 +98,16 @@ static inline qkv_transformer_config fuzz_small_config(void)
     c.src_vocab = 6, c.tgt_vocab = 5;
     c.d_model = 4, c.heads = 2, c.ffn = 4, c.enc_layers = 1, c.dec_layers = 1, c.max_len = 4;
     c.bias = 1, c.final_norm = 1;
+    return c;
+}
+
+/* The language model of fuzz_lm_model: learned positions, attention biases, a final norm and
+ * an untied output, at the smallest sizes. */
+static inline qkv_lm_config fuzz_lm_small_config(void)
+{
+    qkv_lm_config c = qkv_lm_default_config();
+    c.vocab = 6, c.d_model = 4, c.heads = 2, c.ffn = 4, c.layers = 1, c.max_len = 4;
+    c.bias = 1, c.final_norm = 1, c.learned_pos = 1, c.tie = 0;
     return c;
 }
 

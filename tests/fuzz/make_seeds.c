@@ -3,13 +3,16 @@
  *   <dir>/safetensors/  every dtype, a scalar, an empty tensor, metadata, a tensor at an
  *                       unaligned offset after a gap, an empty header, the small model
  *   <dir>/config/       configurations exercising every key and choice
- *   <dir>/checkpoint/   the model and a training checkpoint of fuzz_small_config() */
+ *   <dir>/checkpoint/   the model and a training checkpoint of fuzz_small_config()
+ *   <dir>/lm_config/    language-model configurations exercising every key and choice
+ *   <dir>/lm_model/     the model and a training checkpoint of fuzz_lm_small_config() */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "fuzz_common.h"
+#include "models/language_model_internal.h"
 
 static void ok(qkv_status st, const qkv_error *err)
 {
@@ -133,6 +136,46 @@ static void checkpoint_seeds(const char *dir)
     qkv_transformer_free(m);
 }
 
+static void lm_config_seeds(const char *dir)
+{
+    qkv_error err;
+    char *json = NULL;
+    qkv_lm_config c = fuzz_lm_small_config();
+    ok(qkv_lm_config_to_json(&c, &json, &err), &err);
+    write_file(dir, "lm_config", "small.json", json, strlen(json));
+    free(json);
+    c = qkv_lm_default_config();
+    c.vocab = 260, c.act = QKV_ACT_GELU, c.attention = QKV_ATTENTION_LINEAR, c.tie = 1;
+    c.pre_norm = 1, c.final_norm = 1, c.bias = 0, c.dropout = 0.0f, c.ln_eps = 1e-6f;
+    ok(qkv_lm_config_to_json(&c, &json, &err), &err);
+    write_file(dir, "lm_config", "bytes_linear_tied.json", json, strlen(json));
+    free(json);
+}
+
+static void lm_model_seeds(const char *dir)
+{
+    char path[512];
+    qkv_error err;
+    qkv_lm_config cfg = fuzz_lm_small_config();
+    qkv_lm *m = NULL;
+    ok(qkv_lm_create(&m, &cfg, 7, &err), &err);
+    snprintf(path, sizeof path, "%s/lm_model", dir);
+    ok(qkv_lm_save(m, path, &err), &err);
+    snprintf(path, sizeof path, "%s/lm_model/config.json", dir);
+    remove(path); /* the harness supplies the configuration */
+
+    qkv_adam opt;
+    ok(qkv_adam_init(&opt, qkv_lm_num_params(m), 0.9f, 0.99f, 1e-8f, 0.0f, &err), &err);
+    for (size_t i = 0; i < opt.n; i++) opt.m[i] = 1e-3f * (float)i, opt.v[i] = 1e-6f;
+    opt.step = 12;
+    lm_train_position pos = {.seed = 5, .elapsed_s = 1.5, .loss_sum = 20.25, .loss_tokens = 9,
+                             .train_tokens = 1000};
+    snprintf(path, sizeof path, "%s/lm_model/checkpoint.safetensors", dir);
+    ok(lm_checkpoint_save(path, m, &opt, &pos, &err), &err);
+    qkv_adam_free(&opt);
+    qkv_lm_free(m);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -143,5 +186,7 @@ int main(int argc, char **argv)
     safetensors_seeds(argv[1]);
     config_seeds(argv[1]);
     checkpoint_seeds(argv[1]);
+    lm_config_seeds(argv[1]);
+    lm_model_seeds(argv[1]);
     return 0;
 }

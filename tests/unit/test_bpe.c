@@ -408,6 +408,9 @@ static void test_file(void **state)
         {"#qkv-bpe 1\nchars 2\na\n" SP "\nmerges 1\na a\nextra\n", ":7: unexpected text"},
         {"#qkv-bpe 1\nchars 2\na\n" SP "\nmerges 2\na a\na a\n", ":7: merge \"a a\" repeated"},
         {"#qkv-bpe 1\nchars x\n", ":2: expected \"chars N\""},
+        {"#qkv-bpe 1\nchars 2\na\n" SP "\nmerges -1\n", ":5: expected \"merges M\""},
+        {"#qkv-bpe 1\nchars 6\n" SP "\n<\nu\nn\nk\n>\nmerges 4\n< u\n<u n\n<un k\n<unk >\n",
+         ":13: merge spells the reserved token <unk>"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         write_file(path, bad[k].text);
@@ -416,6 +419,24 @@ static void test_file(void **state)
             fail_msg("case %zu: \"%s\" lacks \"%s\"", k, err.msg, bad[k].why);
         assert_null(back.symbols);
     }
+    /* found by fuzz_bpe: a carriage return in the alphabet (qkv_bpe_save would write a file
+     * that reads back as an empty line) and a NUL byte (which cut its line short unseen) */
+    char want[512];
+    write_file(path, "#qkv-bpe 1\nchars 2\n" SP "\n\r\r\nmerges 0\n");
+    assert_int_equal(qkv_bpe_load(&back, path, &err), QKV_ERR_FORMAT);
+    snprintf(want, sizeof want, "%s:4: a carriage return cannot be a character of the alphabet",
+             path);
+    assert_string_equal(err.msg, want);
+    assert_null(back.symbols);
+    static const char with_nul[] = "#qkv-bpe 1\nchars 2\n" SP "\na\0junk\nmerges 0\n";
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(with_nul, 1, sizeof with_nul - 1, f), sizeof with_nul - 1);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(qkv_bpe_load(&back, path, &err), QKV_ERR_FORMAT);
+    snprintf(want, sizeof want, "%s:4: NUL byte", path);
+    assert_string_equal(err.msg, want);
+    assert_null(back.symbols);
     snprintf(path, sizeof path, "%s/missing.txt", dir);
     assert_int_equal(qkv_bpe_load(&back, path, &err), QKV_ERR_IO);
     snprintf(path, sizeof path, "%s/bpe.txt", dir);

@@ -393,6 +393,18 @@ static void test_text_tokens(void **state)
         assert_int_equal((unsigned char)piece[0], (unsigned char)raw[i]);
     }
     qkv_vocab_free(&back), qkv_vocab_free(&v);
+    /* a byte vocabulary file that lacks bytes: they are <unk>, and counted as unknown (they
+     * were not: found by fuzz_lm_vocab) */
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    fputs("<unk>\n<pad>\n<bos>\n<eos>\n<0x00>\n<0x61>\n", fp);
+    assert_int_equal(fclose(fp), 0);
+    assert_int_equal(qkv_vocab_load(&back, path, &err), QKV_OK);
+    assert_int_equal(qkv_lm_encode(ids, &n, &unknown, &back, "a\0bc", 4, &err), QKV_OK);
+    assert_int_equal(n, 4), assert_int_equal(unknown, 2);
+    assert_int_equal(ids[0], 5), assert_int_equal(ids[1], 4);
+    assert_int_equal(ids[2], QKV_UNK), assert_int_equal(ids[3], QKV_UNK);
+    qkv_vocab_free(&back);
     snprintf(path, sizeof path, "rm -rf %s", dir);
     assert_int_equal(system(path), 0);
 }
@@ -537,6 +549,121 @@ static void test_train_resume(void **state)
     assert_int_equal(system(a), 0);
 }
 
+/* Rewrites the safetensors file at path with metadata key set to value (the tensors and the
+ * other keys as they were). */
+static void set_checkpoint_meta(const char *path, const char *key, const char *value)
+{
+    static const char *const keys[] = {"format", "step", "seed", "elapsed_s", "loss_sum",
+                                       "loss_tokens", "train_tokens"};
+    enum { N_KEYS = sizeof keys / sizeof *keys };
+    qkv_tensor_file f;
+    qkv_error err = {0};
+    assert_int_equal(qkv_tensor_file_load(&f, path, &err), QKV_OK);
+    qkv_tensor_ref *refs = calloc((size_t)f.count, sizeof *refs);
+    assert_non_null(refs);
+    for (int i = 0; i < f.count; i++) {
+        const qkv_tensor *t = &f.tensors[i];
+        refs[i] = (qkv_tensor_ref){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(refs[i].shape, t->shape, sizeof t->shape);
+    }
+    const char *meta[2 * N_KEYS];
+    for (int k = 0; k < N_KEYS; k++) {
+        meta[2 * k] = keys[k];
+        meta[2 * k + 1] = strcmp(keys[k], key) ? qkv_tensor_file_meta(&f, keys[k]) : value;
+        assert_non_null(meta[2 * k + 1]);
+    }
+    assert_int_equal(qkv_tensor_file_save(path, refs, f.count, meta, N_KEYS, &err), QKV_OK);
+    free(refs);
+    qkv_tensor_file_free(&f);
+}
+
+/* A training checkpoint's position must be plain decimal integers and non-negative times and
+ * loss sums: strtoull alone read a seed " -5" as 2^64 - 5 (found by fuzz_lm_model). Resuming
+ * from such a file is refused, naming the file and the key; the values as written resume. */
+static void test_checkpoint_metadata(void **state)
+{
+    (void)state;
+    int *text = make_text(100);
+    qkv_lm_config c = small_config(QKV_ATTENTION_SOFTMAX, 0);
+    qkv_error err = {0};
+    char dir[] = "/tmp/qkv-lm-XXXXXX", ckpt[96], want[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", dir);
+    qkv_lm *m;
+    assert_int_equal(qkv_lm_create(&m, &c, 4, &err), QKV_OK);
+    qkv_lm_train_options o = qkv_lm_train_default_options();
+    o.out_dir = dir, o.batch = 2, o.context = 8, o.steps = 2, o.log_every = 1, o.seed = 5;
+    assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_OK);
+    struct {
+        const char *key, *value, *kind;
+    } bad[] = {
+        {"seed", " -5", "a non-negative integer"},
+        {"seed", "+5", "a non-negative integer"},
+        {"step", " 2", "a non-negative integer"},
+        {"loss_tokens", "-1", "a non-negative integer"},
+        {"elapsed_s", "-1", "a finite non-negative"},
+        {"loss_sum", "-2.5", "a finite non-negative"},
+        {"loss_sum", "nan", "a finite non-negative"},
+    };
+    enum { N_BAD = sizeof bad / sizeof *bad };
+    char written[N_BAD][64]; /* what training wrote, to put back */
+    qkv_tensor_file f;
+    assert_int_equal(qkv_tensor_file_load(&f, ckpt, &err), QKV_OK);
+    assert_string_equal(qkv_tensor_file_meta(&f, "seed"), "5");
+    assert_string_equal(qkv_tensor_file_meta(&f, "step"), "2");
+    for (int k = 0; k < N_BAD; k++)
+        snprintf(written[k], sizeof written[k], "%s", qkv_tensor_file_meta(&f, bad[k].key));
+    qkv_tensor_file_free(&f);
+    o.resume = 1, o.steps = 3;
+    for (int k = 0; k < N_BAD; k++) {
+        set_checkpoint_meta(ckpt, bad[k].key, bad[k].value);
+        assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_ERR_FORMAT);
+        snprintf(want, sizeof want, "%s: metadata \"%s\" missing or not %s number", ckpt,
+                 bad[k].key, bad[k].kind);
+        assert_string_equal(err.msg, want);
+        set_checkpoint_meta(ckpt, bad[k].key, written[k]);
+    }
+    assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_OK); /* step 3 */
+    qkv_lm_free(m);
+    free(text);
+    snprintf(want, sizeof want, "rm -rf %s", dir);
+    assert_int_equal(system(want), 0);
+}
+
+/* config.json read from a directory: a NUL byte is refused naming the file; a valid
+ * configuration without its model.safetensors is an I/O error naming that file. */
+static void test_config_file_errors(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/qkv-lm-XXXXXX", path[96], want[256];
+    assert_non_null(mkdtemp(dir));
+    qkv_lm_config c = small_config(QKV_ATTENTION_SOFTMAX, 0);
+    qkv_error err = {0};
+    char *json = NULL;
+    assert_int_equal(qkv_lm_config_to_json(&c, &json, &err), QKV_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    fputs(json, fp);
+    assert_int_equal(fclose(fp), 0);
+    qkv_lm *m = NULL;
+    assert_int_equal(qkv_lm_load(&m, dir, &err), QKV_ERR_IO);
+    assert_null(m);
+    snprintf(want, sizeof want, "%s/model.safetensors: cannot open", dir);
+    assert_ptr_equal(strstr(err.msg, want), err.msg);
+    fp = fopen(path, "wb");
+    assert_non_null(fp);
+    fwrite(json, 1, strlen(json) + 1, fp); /* the terminating NUL too */
+    assert_int_equal(fclose(fp), 0);
+    assert_int_equal(qkv_lm_load(&m, dir, &err), QKV_ERR_FORMAT);
+    assert_null(m);
+    snprintf(want, sizeof want, "%s: contains a NUL byte", path);
+    assert_string_equal(err.msg, want);
+    free(json);
+    snprintf(want, sizeof want, "rm -rf %s", dir);
+    assert_int_equal(system(want), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -552,6 +679,8 @@ int main(void)
         cmocka_unit_test(test_text_tokens),
         cmocka_unit_test(test_save_load),
         cmocka_unit_test(test_train_resume),
+        cmocka_unit_test(test_checkpoint_metadata),
+        cmocka_unit_test(test_config_file_errors),
     };
     return cmocka_run_group_tests_name("language_model", tests, NULL, NULL);
 }

@@ -262,6 +262,15 @@ static void test_save_load_translate(void **state)
     assert_int_equal(qkv_checkpoint_load(ckpt, wrong, &opt2, &pos2, &err), QKV_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "ffn.W1"));
     qkv_transformer_free(wrong);
+    /* moments that would put NaN into the parameters at the next step are refused */
+    opt.v[3] = -1.0f;
+    assert_int_equal(qkv_checkpoint_save(ckpt, m, &opt, &pos, &err), QKV_OK);
+    assert_int_equal(qkv_checkpoint_load(ckpt, back, &opt2, &pos2, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "\"adam.v\" element 3 is -1"));
+    opt.v[3] = 0.0f, opt.m[5] = NAN;
+    assert_int_equal(qkv_checkpoint_save(ckpt, m, &opt, &pos, &err), QKV_OK);
+    assert_int_equal(qkv_checkpoint_load(ckpt, back, &opt2, &pos2, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "\"adam.m\" element 5 is nan"));
     qkv_adam_free(&opt), qkv_adam_free(&opt2);
     qkv_transformer_free(m), qkv_transformer_free(back);
     char cmd[128];
