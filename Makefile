@@ -13,7 +13,7 @@ SAN     ?=
 PY      ?= /usr/bin/python3
 
 PKGS    := openblas libcjson libpng freetype2
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fopenmp -fPIC -D_POSIX_C_SOURCE=200809L \
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -D_POSIX_C_SOURCE=200809L \
            -Iinclude -Isrc -Itests/common $(shell pkg-config --cflags $(PKGS)) $(SAN) $(EXTRA_CFLAGS)
 LDLIBS  := $(shell pkg-config --libs $(PKGS)) -fopenmp -lm $(SAN)
 
@@ -102,7 +102,7 @@ install: all
 clean:
 	rm -rf build build-asan
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d)
 
 # libFuzzer harnesses of every reader: make fuzz (FUZZ_SECONDS each), make fuzz-regress
 -include tests/fuzz/fuzz.mk

@@ -12,6 +12,9 @@ typedef struct {
     int B, T, Ts;       /* rows in this step, cache positions, source positions */
     int cap, n_src;     /* rows and sources the buffers hold */
     const int *row_src; /* (B) the source row b reads; NULL: source b */
+    /* (B, T) the cache row that holds position j of row b: slot[b * T + j]; NULL: row b. A
+     * step writes row b's new key and value into cache row b, so slot[b * T + t] must be b. */
+    const int *slot;
     float *self_k, *self_v;   /* per layer (cap, T, C): keys and values of every position */
     float *cross_k, *cross_v; /* per layer (n_src, Ts, C): the encoder output projected */
     float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *h_pre, *h, *P, *logits;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "inference/cached_attention.h"
 #include "models/language_model_internal.h"
 
 struct qkv_lm_state {
@@ -113,8 +114,7 @@ qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv
             float *K = s->K + (size_t)l * s->capacity * C, *V = s->V + (size_t)l * s->capacity * C;
             memcpy(K + (size_t)t * C, s->k, C * sizeof *K);
             memcpy(V + (size_t)t * C, s->v, C * sizeof *V);
-            qkv_attention_forward(s->ctx, s->P, s->q, K, V, 1, H, 1, t + 1, d, d, NULL, 0.0f, 0,
-                                  NULL);
+            cached_attention(s->ctx, s->P, s->q, K, V, 0, 1, H, d, t + 1, NULL, NULL, NULL, 0);
         } else {
             qkv_linear_attention_step(s->ctx, &s->sums[l], s->q, s->k, s->v);
         }

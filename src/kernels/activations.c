@@ -7,13 +7,13 @@
 
 void qkv_relu_forward(float *y, const float *x, size_t n)
 {
-    #pragma omp parallel for if (n > PARALLEL_MIN)
+    #pragma omp parallel for simd if (n > PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 void qkv_relu_backward(float *dx, const float *dy, const float *x, size_t n)
 {
-    #pragma omp parallel for if (n > PARALLEL_MIN)
+    #pragma omp parallel for simd if (n > PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
 }
 

@@ -1,9 +1,11 @@
 /* Inverted dropout (Srivastava et al. 2014): keep each value with probability 1 - p and scale
  * by 1/(1 - p) so the expectation is unchanged and evaluation needs no rescaling. The mask is
- * a pure function of (seed, offset + i), so backward recomputes it instead of storing it. */
+ * a pure function of (seed, offset + i), so backward recomputes it instead of storing it;
+ * the decision selects bits instead of taking a branch (kernels/dropout_mask.h). */
 #include <string.h>
 
 #include "core/internal.h"
+#include "kernels/dropout_mask.h"
 
 void qkv_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed,
                          uint64_t offset)
@@ -12,20 +14,20 @@ void qkv_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t s
         if (y != x) memmove(y, x, n * sizeof *y);
         return;
     }
-    const float scale = 1.0f / (1.0f - p);
+    const dropout_rule d = dropout_rule_of(p, seed);
     #pragma omp parallel for if (n > 16384)
-    for (size_t i = 0; i < n; i++) y[i] = dropout_keep(p, seed, offset + i) ? x[i] * scale : 0.0f;
+    for (size_t i = 0; i < n; i++) y[i] = dropout_apply(&d, offset + i, x[i]);
 }
 
 void qkv_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed,
                           uint64_t offset)
 {
     if (p <= 0.0f) {
+        #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) dx[i] += dy[i];
         return;
     }
-    const float scale = 1.0f / (1.0f - p);
+    const dropout_rule d = dropout_rule_of(p, seed);
     #pragma omp parallel for if (n > 16384)
-    for (size_t i = 0; i < n; i++)
-        if (dropout_keep(p, seed, offset + i)) dx[i] += dy[i] * scale;
+    for (size_t i = 0; i < n; i++) dx[i] += dropout_apply(&d, offset + i, dy[i]);
 }

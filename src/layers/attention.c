@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "core/internal.h"
+#include "kernels/dropout_mask.h"
 
 /* The mask of sequence b alone: lengths are indexed by b, so shift the pointer to it. */
 static qkv_mask mask_of_sequence(const qkv_mask *mask, int b, int n)
@@ -77,15 +78,17 @@ void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, co
             }
             if (!dQ && !dK) continue;
             gemm(0, 1, n, m, v, 1.0f, dout, H * v, vv, H * v, 0.0f, ds, m); /* dPd = dO V^T */
-            if (p > 0.0f) {
-                const float keep_scale = 1.0f / (1.0f - p);
+            if (p > 0.0f) { /* dP = dropout'(dPd) */
+                const dropout_rule dr = dropout_rule_of(p, seed);
                 for (size_t e = 0; e < (size_t)n * m; e++)
-                    ds[e] = dropout_keep(p, seed, bh + e) ? ds[e] * keep_scale : 0.0f;
+                    ds[e] = dropout_apply(&dr, bh + e, ds[e]);
             }
             for (int i = 0; i < n; i++) { /* softmax backward, in place */
                 const float *pr = pw + (size_t)i * m;
                 float *r = ds + (size_t)i * m, dot = 0.0f;
+                #pragma omp simd reduction(+ : dot)
                 for (int j = 0; j < m; j++) dot += pr[j] * r[j];
+                #pragma omp simd
                 for (int j = 0; j < m; j++) r[j] = pr[j] * (r[j] - dot);
             }
             if (dQ)

@@ -22,6 +22,7 @@ void qkv_embedding_backward(float *dE, const float *dy, const int *ids, int N, i
     for (int i = 0; i < N; i++) {
         float *row = dE + (size_t)ids[i] * C;
         const float *g = dy + (size_t)i * C;
+        #pragma omp simd
         for (int c = 0; c < C; c++) row[c] += g[c];
     }
 }

@@ -27,8 +27,13 @@ void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
     memset(dh, 0, (size_t)N * F * sizeof *dh);
     qkv_linear_backward(dh, dW2, db2, dy, h, W2, N, F, C);
     /* d(h_pre) = dh * act'(h_pre), in place */
-    #pragma omp parallel for if ((long)N * F > 32768)
-    for (size_t e = 0; e < (size_t)N * F; e++)
-        dh[e] *= act == QKV_ACT_GELU ? gelu_grad(h_pre[e]) : (h_pre[e] > 0.0f ? 1.0f : 0.0f);
+    const size_t NF = (size_t)N * F;
+    if (act == QKV_ACT_GELU) {
+        #pragma omp parallel for if (NF > 32768)
+        for (size_t e = 0; e < NF; e++) dh[e] *= gelu_grad(h_pre[e]);
+    } else {
+        #pragma omp parallel for simd if (NF > 32768)
+        for (size_t e = 0; e < NF; e++) dh[e] = h_pre[e] > 0.0f ? dh[e] : 0.0f;
+    }
     qkv_linear_backward(dx, dW1, db1, dh, x, W1, N, C, F);
 }

@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "kernels/dropout_mask.h"
+#include "kernels/fast_exp.h"
 
 /* BR x BC tiles: a tile of scores and one of their gradients sit on each thread's stack
  * (2 BR BC floats = 128 KiB) and in L2 with the rows of Q, K, V they come from. Measured on
@@ -42,34 +44,6 @@ static int visible_keys(const qkv_mask *mask, int b, int i, int n, int m)
     }
     if (mask->causal && i + (m - n) + 1 < len) len = i + (m - n) + 1;
     return len < 0 ? 0 : len;
-}
-
-/* a b + c, fused where the hardware has FMA (-std=c11 keeps the compiler from fusing it) */
-#ifdef FP_FAST_FMAF
-#define MULADD(a, b, c) fmaf(a, b, c)
-#else
-#define MULADD(a, b, c) ((a) * (b) + (c))
-#endif
-
-/* e^x for -88 <= x <~ 1 (Cephes expf): x = k ln2 + r with |r| <= ln2 / 2, e^r by a degree-7
- * polynomial, 2^k written into the exponent bits. Relative error < 1e-7; x = -88 gives k =
- * -127, whose 2^k bits are +0, so it returns exactly 0 (e^-88 is below FLT_MIN anyway). */
-static inline float exp_poly(float x)
-{
-    float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
-    float r = MULADD(k, -0.693359375f, x); /* x - k ln2, ln2 in two parts so r stays exact */
-    r = MULADD(k, 2.12194440e-4f, r);
-    float e = 1.9875691500e-4f;
-    e = MULADD(e, r, 1.3981999507e-3f);
-    e = MULADD(e, r, 8.3334519073e-3f);
-    e = MULADD(e, r, 4.1665795894e-2f);
-    e = MULADD(e, r, 1.6666665459e-1f);
-    e = MULADD(e, r, 5.0000001201e-1f);
-    e = MULADD(e * r, r, r) + 1.0f;
-    int32_t bits = ((int32_t)k + 127) << 23;
-    float two_k;
-    memcpy(&two_k, &bits, sizeof two_k);
-    return e * two_k;
 }
 
 /* max_j s[j] over one row of BC scores, in LANES running maxima so that it vectorises. */
@@ -171,7 +145,7 @@ static inline uint64_t weight_index(const flash_args *a, const query_tile *t, in
 static void forward_tile(float *O, float *L, const flash_args *a, const query_tile *t)
 {
     const int H = a->H, d = a->d, v = a->v, rows = t->rows;
-    const float keep_scale = a->p > 0.0f ? 1.0f / (1.0f - a->p) : 1.0f;
+    const dropout_rule drop = dropout_rule_of(a->p, a->seed); /* the weights' dropout */
     const float *q = a->Q + (((size_t)t->b * a->n + t->i0) * H + t->h) * d; /* (rows, d) */
     float *o = O + (((size_t)t->b * a->n + t->i0) * H + t->h) * v;         /* (rows, v) */
     float *lse = L + ((size_t)t->b * H + t->h) * a->n + t->i0;              /* (rows) */
@@ -202,8 +176,7 @@ static void forward_tile(float *O, float *L, const flash_args *a, const query_ti
             mx[r] = m_new;
             if (a->p > 0.0f)
                 for (int j = 0; j < cnt; j++)
-                    s[j] = dropout_keep(a->p, a->seed, weight_index(a, t, r, j0 + j))
-                               ? s[j] * keep_scale : 0.0f;
+                    s[j] = dropout_apply(&drop, weight_index(a, t, r, j0 + j), s[j]);
         }
         for (int r = 0; r < rows; r++)
             if (alpha[r] != 1.0f)
@@ -255,7 +228,7 @@ static void backward_tile(float *P, float *dS, const flash_args *a, const query_
                           int j0, int cols, int want_dS)
 {
     const int H = a->H, d = a->d, v = a->v, rows = t->rows;
-    const float keep_scale = a->p > 0.0f ? 1.0f / (1.0f - a->p) : 1.0f;
+    const dropout_rule drop = dropout_rule_of(a->p, a->seed); /* the weights' dropout */
     const float *q = a->Q + (((size_t)t->b * a->n + t->i0) * H + t->h) * d;
     const float *dout = a->dO + (((size_t)t->b * a->n + t->i0) * H + t->h) * v;
     const float *k = a->K + (((size_t)t->b * a->m + j0) * H + t->h) * d;
@@ -279,9 +252,9 @@ static void backward_tile(float *P, float *dS, const flash_args *a, const query_
         row_exp(pr, 0.0f); /* P = exp(S - L), 0 where masked */
         if (a->p > 0.0f) {
             for (int j = 0; j < cnt; j++) {
-                int keep = dropout_keep(a->p, a->seed, weight_index(a, t, r, j0 + j));
-                if (want_dS) ds[j] = pr[j] * ((keep ? ds[j] * keep_scale : 0.0f) - D[r]);
-                pr[j] = keep ? pr[j] * keep_scale : 0.0f;
+                const uint32_t keep = dropout_mask(&drop, weight_index(a, t, r, j0 + j));
+                if (want_dS) ds[j] = pr[j] * (dropout_select(ds[j] * drop.scale, keep) - D[r]);
+                pr[j] = dropout_select(pr[j] * drop.scale, keep);
             }
             if (want_dS)
                 for (int j = cnt; j < BC; j++) ds[j] = 0.0f;

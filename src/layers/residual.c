@@ -1,26 +1,49 @@
 /* Residual connections around each sublayer (paper, section 5.4: dropout on the sublayer's
  * output before it is added). Post-norm AddNorm is the paper's LayerNorm(x + Sublayer(x));
- * the pre-norm form x + Sublayer(LayerNorm(x)) uses the plain residual add. */
+ * the pre-norm form x + Sublayer(LayerNorm(x)) uses the plain residual add. AddNorm runs row
+ * by row, the residual, the dropout and the LayerNorm of a row in one pass while the row is
+ * in L1. */
+#include <string.h>
+
 #include "core/internal.h"
+#include "kernels/dropout_mask.h"
+#include "kernels/fused.h"
+
+/* One row of z = x + dropout(s) (C values from flat index i0, the dropout counter). */
+static void residual_row(float *z, const float *x, const float *s, int C, float p,
+                         uint64_t seed, uint64_t i0)
+{
+    if (p <= 0.0f) {
+        #pragma omp simd
+        for (int c = 0; c < C; c++) z[c] = x[c] + s[c];
+        return;
+    }
+    const dropout_rule d = dropout_rule_of(p, seed);
+    for (int c = 0; c < C; c++) z[c] = x[c] + dropout_apply(&d, i0 + c, s[c]);
+}
 
 /* x, s, y (n):  y = x + dropout(s) */
 void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, float p,
                           uint64_t seed)
 {
     if (p <= 0.0f) {
+        #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) y[i] = x[i] + s[i];
         return;
     }
-    const float scale = 1.0f / (1.0f - p);
+    const dropout_rule d = dropout_rule_of(p, seed);
     #pragma omp parallel for if (n > 16384)
-    for (size_t i = 0; i < n; i++) y[i] = x[i] + (dropout_keep(p, seed, i) ? s[i] * scale : 0.0f);
+    for (size_t i = 0; i < n; i++) y[i] = x[i] + dropout_apply(&d, i, s[i]);
 }
 
+/* dx += dy;  ds += dropout'(dy) */
 void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, float p,
                            uint64_t seed)
 {
-    if (dx)
+    if (dx) {
+        #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) dx[i] += dy[i];
+    }
     if (ds) qkv_dropout_backward(ds, dy, n, p, seed, 0);
 }
 
@@ -29,18 +52,39 @@ void qkv_addnorm_forward(float *y, float *z, float *mean, float *rstd, const flo
                          const float *s, const float *gamma, const float *beta, int N, int C,
                          float eps, float p, uint64_t seed)
 {
-    qkv_residual_forward(z, x, s, (size_t)N * C, p, seed);
-    qkv_layernorm_forward(y, mean, rstd, z, gamma, beta, N, C, eps);
+    #pragma omp parallel for if ((long)N * C > 16384)
+    for (int i = 0; i < N; i++) {
+        const size_t row = (size_t)i * C;
+        residual_row(z + row, x + row, s + row, C, p, seed, row);
+        layernorm_row_forward(y + row, mean + i, rstd + i, z + row, gamma, beta, C, eps);
+    }
 }
 
-/* scratch (N, C) holds dz. */
+/* dz = LayerNorm'(dy) row by row into scratch (N, C), then dx += dz and ds += dropout'(dz)
+ * while the row is in L1. */
 void qkv_addnorm_backward(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
                           const float *z, const float *mean, const float *rstd,
                           const float *gamma, int N, int C, float p, uint64_t seed,
                           float *scratch)
 {
-    float *dz = scratch;
-    for (size_t i = 0; i < (size_t)N * C; i++) dz[i] = 0.0f;
-    qkv_layernorm_backward(dz, dgamma, dbeta, dy, z, mean, rstd, gamma, N, C);
-    qkv_residual_backward(dx, ds, dz, (size_t)N * C, p, seed);
+    const dropout_rule d = dropout_rule_of(p, seed);
+    #pragma omp parallel for if ((long)N * C > 16384)
+    for (int i = 0; i < N; i++) {
+        const size_t row = (size_t)i * C;
+        float *dz = scratch + row;
+        memset(dz, 0, (size_t)C * sizeof *dz);
+        layernorm_row_backward(dz, dy + row, z + row, mean[i], rstd[i], gamma, C);
+        if (dx) {
+            #pragma omp simd
+            for (int c = 0; c < C; c++) dx[row + c] += dz[c];
+        }
+        if (!ds) continue;
+        if (p <= 0.0f) {
+            #pragma omp simd
+            for (int c = 0; c < C; c++) ds[row + c] += dz[c];
+        } else {
+            for (int c = 0; c < C; c++) ds[row + c] += dropout_apply(&d, row + c, dz[c]);
+        }
+    }
+    layernorm_param_backward(dgamma, dbeta, dy, z, mean, rstd, N, C);
 }

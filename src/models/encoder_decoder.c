@@ -3,12 +3,18 @@
  *             a residual connection with LayerNorm
  *   decoder:  Y = dropout(E_tgt[tgt_in] sqrt(C) + P);  N x [causal self-attention,
  *             encoder-decoder attention, FFN];  logits = Y W_out^T + b_out
- *   loss:     cross-entropy over the real (non-padding) target tokens */
+ *   loss:     cross-entropy over the real (non-padding) target tokens; in training one pass
+ *             over the logits gives the loss and their gradient (kernels/fused.h)
+ * Each attention runs the materialised kernel or, from FLASH_MIN_KEYS keys on, the flash
+ * kernel, as its activations were laid out (model_attention.h). */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
-#include "models/transformer_internal.h"
+#include "kernels/fused.h"
+#include "models/model_attention.h"
 #include "models/sublayer.h"
+#include "models/transformer_internal.h"
 
 /* ---- forward --------------------------------------------------------------------------- */
 
@@ -55,8 +61,8 @@ qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src
         sublayer_ctx att = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
         sublayer_ctx ff = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
         const float *in = sublayer_in(&att, &a->att, h, &w->norm1);
-        qkv_mha_forward(a->att.s, &a->cache, in, in, &w->attention, &mc, B, Ts, Ts, &src_mask, p,
-                        dropout_site_seed(seed, 0, l, 3), x->scratch);
+        model_mha_forward(a->att.s, &a->cache, a->L, in, in, &w->attention, &mc, B, Ts, Ts,
+                          &src_mask, p, dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_out(&att, &a->att, h, &w->norm1);
         in = sublayer_in(&ff, &a->ff, a->att.out, &w->norm2);
         qkv_ffn_forward(a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
@@ -93,12 +99,13 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
         sublayer_ctx s2 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 2), x->scratch};
         sublayer_ctx s3 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 3), x->scratch};
         const float *in = sublayer_in(&s1, &a->self, h, &w->norm1);
-        qkv_mha_forward(a->self.s, &a->self_cache, in, in, &w->self_attention, &mc, B, Tt, Tt,
-                        &causal, p, dropout_site_seed(seed, 1, l, 4), x->scratch);
+        model_mha_forward(a->self.s, &a->self_cache, a->self_L, in, in, &w->self_attention, &mc,
+                          B, Tt, Tt, &causal, p, dropout_site_seed(seed, 1, l, 4), x->scratch);
         sublayer_out(&s1, &a->self, h, &w->norm1);
         in = sublayer_in(&s2, &a->cross, a->self.out, &w->norm2);
-        qkv_mha_forward(a->cross.s, &a->cross_cache, in, x->enc_out, &w->cross_attention, &mc, B,
-                        Tt, Ts, &src_mask, p, dropout_site_seed(seed, 1, l, 5), x->scratch);
+        model_mha_forward(a->cross.s, &a->cross_cache, a->cross_L, in, x->enc_out,
+                          &w->cross_attention, &mc, B, Tt, Ts, &src_mask, p,
+                          dropout_site_seed(seed, 1, l, 5), x->scratch);
         sublayer_out(&s2, &a->cross, a->self.out, &w->norm2);
         in = sublayer_in(&s3, &a->ff, a->cross.out, &w->norm3);
         qkv_ffn_forward(a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
@@ -149,12 +156,14 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
     const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = c->d_model, F = c->ffn;
     const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
     const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
+    const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
     float *dh = x->d_a, *ds = x->d_b, *din = x->d_c; /* d(stream), d(sublayer out), d(its in) */
 
-    /* logits -> decoder output (the logits buffer already holds dlogits) */
+    /* logits -> decoder output (the logits buffer already holds dlogits, and the output
+     * bias its gradient) */
     float *dout = din;
     memset(dout, 0, Nt * C * sizeof *dout);
-    qkv_linear_backward(dout, g->out_W, g->out_b, x->logits, x->dec_out, m->w.out_W, (int)Nt, C,
+    qkv_linear_backward(dout, g->out_W, NULL, x->logits, x->dec_out, m->w.out_W, (int)Nt, C,
                         c->tgt_vocab);
     const float *dec_last = c->dec_layers ? x->decoder[c->dec_layers - 1].ff.out : x->tgt_x;
     final_norm_backward(m, dh, dout, dec_last, x->dec_mean, x->dec_rstd, &m->w.decoder_norm,
@@ -185,9 +194,10 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         memset(dstream, 0, Nt * C * sizeof *dstream);
         sublayer_out_backward(&s2, &a->cross, dstream, ds, din, &w->norm2, &dw->norm2);
         memset(din, 0, Nt * C * sizeof *din);
-        qkv_mha_backward(din, x->d_enc_out, &dw->cross_attention, ds, &a->cross_cache,
-                         c->pre_norm ? a->cross.u : a->self.out, x->enc_out, &w->cross_attention,
-                         &mc, B, Tt, Ts, p, dropout_site_seed(seed, 1, l, 5), x->scratch);
+        model_mha_backward(din, x->d_enc_out, &dw->cross_attention, ds, &a->cross_cache,
+                           a->cross_L, c->pre_norm ? a->cross.u : a->self.out, x->enc_out,
+                           &w->cross_attention, &mc, B, Tt, Ts, &src_mask, p,
+                           dropout_site_seed(seed, 1, l, 5), x->scratch);
         sublayer_in_backward(&s2, &a->cross, dstream, din, a->self.out, &w->norm2, &dw->norm2);
         /* causal self-attention sublayer: x = h */
         memcpy(din, dstream, Nt * C * sizeof *din);
@@ -195,9 +205,9 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         sublayer_out_backward(&s1, &a->self, dstream, ds, din, &w->norm1, &dw->norm1);
         memset(din, 0, Nt * C * sizeof *din);
         const float *in = c->pre_norm ? a->self.u : h;
-        qkv_mha_backward(din, din, &dw->self_attention, ds, &a->self_cache, in, in,
-                         &w->self_attention, &mc, B, Tt, Tt, p, dropout_site_seed(seed, 1, l, 4),
-                         x->scratch);
+        model_mha_backward(din, din, &dw->self_attention, ds, &a->self_cache, a->self_L, in, in,
+                           &w->self_attention, &mc, B, Tt, Tt, &causal, p,
+                           dropout_site_seed(seed, 1, l, 4), x->scratch);
         sublayer_in_backward(&s1, &a->self, dstream, din, h, &w->norm1, &dw->norm1);
     }
     embed_backward(m, g->tgt_embedding, g->tgt_positions, dh, b->tgt_in, B, Tt, p,
@@ -227,8 +237,9 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         sublayer_out_backward(&att, &a->att, dh, ds, din, &w->norm1, &dw->norm1);
         memset(din, 0, Ns * C * sizeof *din);
         const float *in = c->pre_norm ? a->att.u : h;
-        qkv_mha_backward(din, din, &dw->attention, ds, &a->cache, in, in, &w->attention, &mc, B,
-                         Ts, Ts, p, dropout_site_seed(seed, 0, l, 3), x->scratch);
+        model_mha_backward(din, din, &dw->attention, ds, &a->cache, a->L, in, in, &w->attention,
+                           &mc, B, Ts, Ts, &src_mask, p, dropout_site_seed(seed, 0, l, 3),
+                           x->scratch);
         sublayer_in_backward(&att, &a->att, dh, din, h, &w->norm1, &dw->norm1);
     }
     embed_backward(m, g->src_embedding, g->src_positions, dh, b->src, B, Ts, p,
@@ -262,25 +273,29 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int back
     model_acts *x = &m->acts;
     const int Nt = b->B * b->tgt_len, V = m->cfg.tgt_vocab;
     double sum = 0.0;
-    int count = qkv_cross_entropy_forward(x->loss, x->lse, &sum, x->logits, b->tgt_out, Nt, V,
-                                          QKV_PAD, label_smoothing, err);
+    /* with backward, the loss pass also turns the logits into their gradient, and sums it
+     * into the output bias's */
+    int count = backward_pass
+                    ? cross_entropy_fused(x->loss, x->lse, &sum, x->logits, m->g.out_b,
+                                          b->tgt_out, Nt, V, QKV_PAD, label_smoothing,
+                                          grad_scale, x->scratch, err)
+                    : qkv_cross_entropy_forward(x->loss, x->lse, &sum, x->logits, b->tgt_out,
+                                                Nt, V, QKV_PAD, label_smoothing, err);
     if (count < 0) return err ? err->code : QKV_ERR_ARG;
     if (!isfinite(sum))
         return qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", sum);
     if (loss_sum) *loss_sum = sum;
     if (tokens) *tokens = count;
-    if (!backward_pass) return QKV_OK;
-    if (grad_scale <= 0.0f) grad_scale = 1.0f / (float)(count ? count : 1);
-    qkv_cross_entropy_backward(x->logits, x->logits, x->lse, b->tgt_out, Nt, V, QKV_PAD,
-                               label_smoothing, grad_scale);
-    backward(m, b, p, dropout_seed);
+    if (backward_pass) backward(m, b, p, dropout_seed);
     return QKV_OK;
 }
 
+/* Every attention keeps its weights P here, whatever the length: the attention maps
+ * (src/inference/attention_maps.c) read them from the caches after this pass. */
 qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,
                                   qkv_error *err)
 {
-    qkv_status st = transformer_layout_acts(m, b->B, b->src_len, b->tgt_len, err);
+    qkv_status st = transformer_layout(m, b->B, b->src_len, b->tgt_len, INT_MAX, err);
     if (!st) st = check_batch(b, err);
     if (!st) st = forward(m, b, 0.0f, 0, err);
     if (st) return st;

@@ -5,14 +5,17 @@
  *        dropout(f(x))) or pre-norm x + dropout(f(LayerNorm(x))), as encoder_decoder.c
  *   Y = LayerNorm(X) when final_norm;  logits = Y W_out^T + b_out
  *   loss = cross-entropy of every position against the next token
- * The self-attention is softmax attention (qkv_mha_*) or causal linear attention
+ * The self-attention is softmax attention (the materialised kernel, or from FLASH_MIN_KEYS
+ * keys on the flash kernel: model_attention.h) or causal linear attention
  * (qkv_linear_attention_*) between the same four projections. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fused.h"
 #include "models/language_model_internal.h"
+#include "models/model_attention.h"
 #include "models/param_table.h"
 #include "models/sublayer.h"
 
@@ -133,6 +136,7 @@ qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, 
     walk(&recorder, cfg, &m->w);
     qkv_sinusoidal_table(m->pos_table, cfg->max_len, cfg->d_model);
     init_params(m, seed);
+    m->flash_min_keys = FLASH_MIN_KEYS;
     *out = m;
     return QKV_OK;
 }
@@ -191,10 +195,11 @@ static qkv_mha_config mha_config(const qkv_lm_config *c)
 }
 
 /* Floats of scratch the attention of one block needs, forward and backward. */
-static size_t attention_scratch(const qkv_lm_config *c, int B, int T)
+static size_t attention_scratch(const qkv_lm_config *c, int B, int T, int flash)
 {
     const qkv_mha_config mc = mha_config(c);
-    if (c->attention == QKV_ATTENTION_SOFTMAX) return qkv_mha_scratch_floats(&mc, B, T, T);
+    if (c->attention == QKV_ATTENTION_SOFTMAX)
+        return model_mha_scratch_floats(&mc, B, T, T, flash);
     return 4 * (size_t)B * T * c->d_model +
            qkv_linear_attention_scratch_floats(B, c->heads, T, T, mc.head_dim, mc.head_dim, 1);
 }
@@ -205,15 +210,18 @@ static void layout(qkv_lm *m, arena *a, int B, int T)
     const int C = c->d_model, F = c->ffn, V = c->vocab;
     const size_t N = (size_t)B * T;
     const qkv_mha_config mc = mha_config(c);
+    const int flash = T >= m->flash_min_keys; /* P (B, H, T, T) only for short contexts */
     lm_acts *x = &m->acts;
     x->B = B, x->T = T;
     x->x = grab(a, N * C);
     for (int l = 0; l < c->layers; l++) {
         encoder_block_acts *e = &x->blocks[l];
         layout_sublayer(a, &e->att, N, C, c->pre_norm);
+        e->L = NULL;
         if (c->attention == QKV_ATTENTION_SOFTMAX) {
-            float *base = grab(a, qkv_mha_cache_floats(&mc, B, T, T));
-            e->cache = base ? qkv_mha_cache_view(base, &mc, B, T, T) : (qkv_mha_cache){0};
+            float *base = grab(a, model_mha_cache_floats(&mc, B, T, T, flash));
+            e->cache = base ? model_mha_cache_view(base, &e->L, &mc, B, T, T, flash)
+                            : (qkv_mha_cache){0};
         } else { /* the backward recomputes linear attention's sums from q, k, v */
             e->cache.q = grab(a, N * C), e->cache.k = grab(a, N * C);
             e->cache.v = grab(a, N * C), e->cache.ctx = grab(a, N * C), e->cache.P = NULL;
@@ -224,9 +232,11 @@ static void layout(qkv_lm *m, arena *a, int B, int T)
     x->mean = grab(a, N), x->rstd = grab(a, N), x->out = grab(a, N * C);
     x->logits = grab(a, N * V), x->lse = grab(a, N), x->loss = grab(a, N);
     x->d_a = grab(a, N * C), x->d_b = grab(a, N * C), x->d_c = grab(a, N * C);
-    size_t scratch = attention_scratch(c, B, T);
+    size_t scratch = attention_scratch(c, B, T, flash);
     if (N * F > scratch) scratch = N * F;
     if (N * C > scratch) scratch = N * C;
+    if (cross_entropy_fused_scratch_floats((int)N, V) > scratch)
+        scratch = cross_entropy_fused_scratch_floats((int)N, V);
     x->scratch = grab(a, scratch);
 }
 
@@ -256,15 +266,16 @@ static qkv_status layout_acts(qkv_lm *m, int B, int T, qkv_error *err)
 
 /* ---- causal self-attention: softmax or linear ------------------------------------------ */
 
-/* u (B, T, C) attends to itself causally -> y (B, T, C); c keeps q, k, v, ctx (and P). */
-static void attention_forward(const qkv_lm_config *cfg, float *y, qkv_mha_cache *c,
+/* u (B, T, C) attends to itself causally -> y (B, T, C); c keeps q, k, v, ctx (and P, or
+ * L with the flash kernel). */
+static void attention_forward(const qkv_lm_config *cfg, float *y, qkv_mha_cache *c, float *L,
                               const float *u, const qkv_mha_weights *w, int B, int T, float p,
                               uint64_t seed, float *scratch)
 {
     const qkv_mha_config mc = mha_config(cfg);
     if (cfg->attention == QKV_ATTENTION_SOFTMAX) {
         const qkv_mask causal = {NULL, 0, 1};
-        qkv_mha_forward(y, c, u, u, w, &mc, B, T, T, &causal, p, seed, scratch);
+        model_mha_forward(y, c, L, u, u, w, &mc, B, T, T, &causal, p, seed, scratch);
         return;
     }
     const int N = B * T, C = cfg->d_model, d = mc.head_dim;
@@ -278,13 +289,14 @@ static void attention_forward(const qkv_lm_config *cfg, float *y, qkv_mha_cache 
 
 /* du += d(u) given dy; dw += the projections' gradients. */
 static void attention_backward(const qkv_lm_config *cfg, float *du, qkv_mha_weights *dw,
-                               const float *dy, const qkv_mha_cache *c, const float *u,
-                               const qkv_mha_weights *w, int B, int T, float p, uint64_t seed,
-                               float *scratch)
+                               const float *dy, const qkv_mha_cache *c, const float *L,
+                               const float *u, const qkv_mha_weights *w, int B, int T, float p,
+                               uint64_t seed, float *scratch)
 {
     const qkv_mha_config mc = mha_config(cfg);
     if (cfg->attention == QKV_ATTENTION_SOFTMAX) {
-        qkv_mha_backward(du, du, dw, dy, c, u, u, w, &mc, B, T, T, p, seed, scratch);
+        const qkv_mask causal = {NULL, 0, 1};
+        model_mha_backward(du, du, dw, dy, c, L, u, u, w, &mc, B, T, T, &causal, p, seed, scratch);
         return;
     }
     const int N = B * T, C = cfg->d_model, d = mc.head_dim;
@@ -323,7 +335,7 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
         sublayer_ctx att = {&sh, N, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
         sublayer_ctx ff = {&sh, N, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
         const float *in = sublayer_in(&att, &a->att, h, &w->norm1);
-        attention_forward(c, a->att.s, &a->cache, in, &w->attention, B, T, p,
+        attention_forward(c, a->att.s, &a->cache, a->L, in, &w->attention, B, T, p,
                           dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_out(&att, &a->att, h, &w->norm1);
         in = sublayer_in(&ff, &a->ff, a->att.out, &w->norm2);
@@ -353,10 +365,10 @@ static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t 
     const size_t N = (size_t)B * T, NC = N * C;
     float *dh = x->d_a, *ds = x->d_b, *din = x->d_c; /* d(stream), d(sublayer out), d(its in) */
 
-    /* logits -> the last block's output, through the final norm */
+    /* logits -> the last block's output, through the final norm (the logits buffer already
+     * holds dlogits, and the output bias its gradient) */
     memset(din, 0, NC * sizeof *din);
-    qkv_linear_backward(din, g->out_W, g->out_b, x->logits, x->out, m->w.out_W, (int)N, C,
-                        c->vocab);
+    qkv_linear_backward(din, g->out_W, NULL, x->logits, x->out, m->w.out_W, (int)N, C, c->vocab);
     const float *last = x->blocks[c->layers - 1].ff.out;
     memset(dh, 0, NC * sizeof *dh);
     if (m->w.norm.g)
@@ -385,8 +397,9 @@ static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t 
         memset(dh, 0, NC * sizeof *dh);
         sublayer_out_backward(&att, &a->att, dh, ds, din, &w->norm1, &dw->norm1);
         memset(din, 0, NC * sizeof *din);
-        attention_backward(c, din, &dw->attention, ds, &a->cache, c->pre_norm ? a->att.u : h,
-                           &w->attention, B, T, p, dropout_site_seed(seed, 0, l, 3), x->scratch);
+        attention_backward(c, din, &dw->attention, ds, &a->cache, a->L,
+                           c->pre_norm ? a->att.u : h, &w->attention, B, T, p,
+                           dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_in_backward(&att, &a->att, dh, din, h, &w->norm1, &dw->norm1);
     }
 
@@ -414,17 +427,18 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     lm_acts *x = &m->acts;
     const int N = B * T, V = m->cfg.vocab;
     double sum = 0.0;
-    int count = qkv_cross_entropy_forward(x->loss, x->lse, &sum, x->logits, targets, N, V,
-                                          QKV_PAD, 0.0f, err);
+    /* with backward, the loss pass also turns the logits into their gradient, and sums it
+     * into the output bias's */
+    int count = backward_pass ? cross_entropy_fused(x->loss, x->lse, &sum, x->logits, m->g.out_b,
+                                                    targets, N, V, QKV_PAD, 0.0f, grad_scale,
+                                                    x->scratch, err)
+                              : qkv_cross_entropy_forward(x->loss, x->lse, &sum, x->logits,
+                                                          targets, N, V, QKV_PAD, 0.0f, err);
     if (count < 0) return err ? err->code : QKV_ERR_ARG;
     if (!isfinite(sum)) return qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", sum);
     if (loss_sum) *loss_sum = sum;
     if (tokens) *tokens = count;
-    if (!backward_pass) return QKV_OK;
-    if (grad_scale <= 0.0f) grad_scale = 1.0f / (float)(count ? count : 1);
-    qkv_cross_entropy_backward(x->logits, x->logits, x->lse, targets, N, V, QKV_PAD, 0.0f,
-                               grad_scale);
-    backward(m, ids, B, T, p, dropout_seed);
+    if (backward_pass) backward(m, ids, B, T, p, dropout_seed);
     return QKV_OK;
 }
 

@@ -17,7 +17,7 @@ typedef struct {
 typedef struct {
     int B, T;
     float *x;                   /* (B*T, C) embedded + positions + dropout */
-    encoder_block_acts *blocks; /* cache.P is NULL for linear attention */
+    encoder_block_acts *blocks; /* cache.P is NULL for linear and flash attention */
     float *mean, *rstd, *out;   /* after the optional final norm */
     float *logits, *lse, *loss; /* (B*T, V), (B*T), (B*T) */
     float *d_a, *d_b, *d_c, *scratch; /* backward work space */
@@ -35,6 +35,7 @@ struct qkv_lm {
     float *arena;     /* activations */
     size_t arena_cap;
     lm_acts acts;
+    int flash_min_keys; /* softmax attention over this many keys or more runs the flash kernel */
 };
 
 /* The positions added to token t's embedding: the learned table or the sinusoidal one. */

@@ -44,7 +44,9 @@ void sublayer_in_backward(const sublayer_ctx *k, const sublayer_acts *a, float *
                           const float *din, const float *x, const norm_w *n, norm_w *dn)
 {
     if (!k->sh->pre_norm) {
-        for (size_t i = 0; i < k->N * k->sh->C; i++) dx[i] += din[i];
+        const size_t NC = k->N * k->sh->C;
+        #pragma omp parallel for simd if (NC > 65536)
+        for (size_t i = 0; i < NC; i++) dx[i] += din[i];
         return;
     }
     qkv_layernorm_backward(dx, dn->g, dn->b, din, x, a->u_mean, a->u_rstd, n->g, (int)k->N,

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fused.h"
+#include "models/model_attention.h"
 #include "models/param_table.h"
 #include "models/transformer_internal.h"
 
@@ -162,6 +164,7 @@ qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_c
     walk(&recorder, cfg, &m->w);
     qkv_sinusoidal_table(m->pos_table, cfg->max_len, cfg->d_model);
     init_params(m, seed);
+    m->flash_min_keys = FLASH_MIN_KEYS;
     *out = m;
     return QKV_OK;
 }
@@ -221,25 +224,29 @@ static void layout_sublayer(arena *a, sublayer_acts *s, size_t N, int C, int pre
     s->out = grab(a, N * C);
 }
 
-static qkv_mha_cache layout_mha(arena *a, const qkv_mha_config *mc, int B, int n, int k)
+/* One attention over B x (n queries, m keys): flash from flash_min_keys keys on. */
+static qkv_mha_cache layout_mha(arena *a, float **L, const qkv_mha_config *mc, int B, int n,
+                                int m, int flash_min_keys)
 {
-    float *base = grab(a, qkv_mha_cache_floats(mc, B, n, k));
-    return base ? qkv_mha_cache_view(base, mc, B, n, k) : (qkv_mha_cache){0};
+    const int flash = m >= flash_min_keys;
+    float *base = grab(a, model_mha_cache_floats(mc, B, n, m, flash));
+    *L = NULL;
+    return base ? model_mha_cache_view(base, L, mc, B, n, m, flash) : (qkv_mha_cache){0};
 }
 
-static void layout(qkv_transformer *m, arena *a, int B, int Ts, int Tt)
+static void layout(qkv_transformer *m, arena *a, int B, int Ts, int Tt, int flash_min_keys)
 {
     const qkv_transformer_config *c = &m->cfg;
     const int C = c->d_model, F = c->ffn, V = c->tgt_vocab;
     const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt, Nmax = Ns > Nt ? Ns : Nt;
-    qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
+    const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
     model_acts *x = &m->acts;
     x->B = B, x->Ts = Ts, x->Tt = Tt;
     x->src_x = grab(a, Ns * C);
     for (int l = 0; l < c->enc_layers; l++) {
         encoder_block_acts *e = &x->encoder[l];
         layout_sublayer(a, &e->att, Ns, C, c->pre_norm);
-        e->cache = layout_mha(a, &mc, B, Ts, Ts);
+        e->cache = layout_mha(a, &e->L, &mc, B, Ts, Ts, flash_min_keys);
         layout_sublayer(a, &e->ff, Ns, C, c->pre_norm);
         e->h_pre = grab(a, Ns * F), e->h = grab(a, Ns * F);
     }
@@ -248,9 +255,9 @@ static void layout(qkv_transformer *m, arena *a, int B, int Ts, int Tt)
     for (int l = 0; l < c->dec_layers; l++) {
         decoder_block_acts *d = &x->decoder[l];
         layout_sublayer(a, &d->self, Nt, C, c->pre_norm);
-        d->self_cache = layout_mha(a, &mc, B, Tt, Tt);
+        d->self_cache = layout_mha(a, &d->self_L, &mc, B, Tt, Tt, flash_min_keys);
         layout_sublayer(a, &d->cross, Nt, C, c->pre_norm);
-        d->cross_cache = layout_mha(a, &mc, B, Tt, Ts);
+        d->cross_cache = layout_mha(a, &d->cross_L, &mc, B, Tt, Ts, flash_min_keys);
         layout_sublayer(a, &d->ff, Nt, C, c->pre_norm);
         d->h_pre = grab(a, Nt * F), d->h = grab(a, Nt * F);
     }
@@ -258,15 +265,27 @@ static void layout(qkv_transformer *m, arena *a, int B, int Ts, int Tt)
     x->logits = grab(a, Nt * V), x->lse = grab(a, Nt), x->loss = grab(a, Nt);
     x->d_a = grab(a, Nmax * C), x->d_b = grab(a, Nmax * C), x->d_c = grab(a, Nmax * C);
     x->d_enc_out = grab(a, Ns * C);
-    size_t scratch = qkv_mha_scratch_floats(&mc, B, Tt, Ts > Tt ? Ts : Tt);
-    size_t s2 = qkv_mha_scratch_floats(&mc, B, Ts, Ts);
-    if (s2 > scratch) scratch = s2;
-    if (Nmax * F > scratch) scratch = Nmax * F;
-    if (Nmax * C > scratch) scratch = Nmax * C;
+    /* scratch: the largest of the attentions' (each kernel its own), the FFN's dh (N, F), a
+     * sublayer's (N, C) and the loss's partial bias gradients */
+    size_t scratch = Nmax * (F > C ? F : C), s;
+    if ((s = cross_entropy_fused_scratch_floats((int)Nt, V)) > scratch) scratch = s;
+    if (c->enc_layers &&
+        (s = model_mha_scratch_floats(&mc, B, Ts, Ts, Ts >= flash_min_keys)) > scratch)
+        scratch = s;
+    if ((s = model_mha_scratch_floats(&mc, B, Tt, Tt, Tt >= flash_min_keys)) > scratch)
+        scratch = s;
+    if ((s = model_mha_scratch_floats(&mc, B, Tt, Ts, Ts >= flash_min_keys)) > scratch)
+        scratch = s;
     x->scratch = grab(a, scratch);
 }
 
 qkv_status transformer_layout_acts(qkv_transformer *m, int B, int Ts, int Tt, qkv_error *err)
+{
+    return transformer_layout(m, B, Ts, Tt, m->flash_min_keys, err);
+}
+
+qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int flash_min_keys,
+                              qkv_error *err)
 {
     const qkv_transformer_config *c = &m->cfg;
     if (B <= 0 || Ts <= 0 || Tt <= 0)
@@ -282,7 +301,7 @@ qkv_status transformer_layout_acts(qkv_transformer *m, int B, int Ts, int Tt, qk
             return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for activations");
     }
     arena counter = {NULL, 0};
-    layout(m, &counter, B, Ts, Tt);
+    layout(m, &counter, B, Ts, Tt, flash_min_keys);
     if (counter.used > m->arena_cap) {
         free(m->arena);
         m->arena = NULL, m->arena_cap = 0;
@@ -292,6 +311,6 @@ qkv_status transformer_layout_acts(qkv_transformer *m, int B, int Ts, int Tt, qk
         m->arena_cap = counter.used;
     }
     arena real = {m->arena, 0};
-    layout(m, &real, B, Ts, Tt);
+    layout(m, &real, B, Ts, Tt, flash_min_keys);
     return QKV_OK;
 }

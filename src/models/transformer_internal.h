@@ -51,9 +51,12 @@ typedef struct {
     float *out;
 } sublayer_acts;
 
+/* An attention's cache holds the weights P when it runs the materialised kernel, or P = NULL
+ * and its L (B, H, n), the row log-sum-exp, when it runs the flash kernel (model_attention.h). */
 typedef struct {
     sublayer_acts att;
     qkv_mha_cache cache;
+    float *L;
     sublayer_acts ff;
     float *h_pre, *h;
 } encoder_block_acts;
@@ -61,8 +64,10 @@ typedef struct {
 typedef struct {
     sublayer_acts self;
     qkv_mha_cache self_cache;
+    float *self_L;
     sublayer_acts cross;
     qkv_mha_cache cross_cache;
+    float *cross_L;
     sublayer_acts ff;
     float *h_pre, *h;
 } decoder_block_acts;
@@ -92,10 +97,17 @@ struct qkv_transformer {
     float *arena;     /* activations */
     size_t arena_cap;
     model_acts acts;
+    int flash_min_keys; /* attention over this many keys or more runs the flash kernel */
 };
 
-/* Lay the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed). */
+/* Lay the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed),
+ * attention over m->flash_min_keys keys or more with the flash kernel's L instead of the
+ * weights P. */
 qkv_status transformer_layout_acts(qkv_transformer *m, int B, int Ts, int Tt, qkv_error *err);
+/* The same with the flash kernel from flash_min_keys keys on (INT_MAX: every attention keeps
+ * its weights P, for whoever wants to look at them). */
+qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int flash_min_keys,
+                              qkv_error *err);
 
 /* The encoder stack alone (dropout rate p, stream seed): fills acts.enc_out (B*Ts, C).
  * The activations must be laid out for at least (B, Ts). */

@@ -1,0 +1,25 @@
+/* Attention of one new query per sequence over a key-value cache: the attention of a decoding
+ * step (greedy, beam search, language-model generation). Not part of the API. */
+#ifndef QKV_CACHED_ATTENTION_H
+#define QKV_CACHED_ATTENTION_H
+
+#include <stddef.h>
+
+/* For each row b and head h, over the n keys the row sees:
+ *     O[b, h] = sum_{j < n} softmax_j(Q[b, h] . K[b, j, h] / sqrt(d)) V[b, j, h]
+ * Q, O (B, H, d). The cache holds rows of positions, heads interleaved (as
+ * qkv_attention_forward lays them out): position j of cache row r at K + r * stride +
+ * j * H * d, and the same for V. Row b reads
+ *   - cache row r = row[b] (row NULL: r = b) at every position, seeing n = len[r] keys (len
+ *     NULL: n = m), clamped to m;
+ *   - or, with slots given, position j from cache row slots[b * ld_slots + j], n = m (beam
+ *     search: hypotheses share the keys of their common prefix, where their ancestors
+ *     computed them, so reordering the hypotheses moves no keys).
+ * A row that sees no key gets O = 0. S (B, H, m) receives the attention weights (0 for keys
+ * not seen). Equal to qkv_attention_forward with n = 1 up to float rounding, without its GEMM
+ * calls, which for a single query cost more in set-up than in arithmetic. */
+void cached_attention(float *O, float *S, const float *Q, const float *K, const float *V,
+                      size_t stride, int B, int H, int d, int m, const int *row,
+                      const int *len, const int *slots, int ld_slots);
+
+#endif
