@@ -7,12 +7,14 @@
 # only scored at the end, never used for a choice.
 # qkv lower-cases its input as d2l does and separates . , ! ?, so the output is detokenised and
 # its first letter upper-cased before scoring; the lower-cased score (sacreBLEU -lc) is printed too.
-# Usage: [OUT=DIR] [MINUTES=52] examples/multi30k.sh [QKV_BINARY]        (needs: pip install sacrebleu)
+# Usage: [OUT=DIR] [MINUTES=52] [PYTHON=python3] examples/multi30k.sh [QKV_BINARY]
+# (scoring needs sacreBLEU from PyPI; the script installs it with pip when it is missing)
 set -euo pipefail
 QKV=${1:-build/qkv}
 D=${QKV_DATA_DIR:-../shared/data}/multi30k
 OUT=${OUT:-multi30k-model}
 PY=${PYTHON:-python3}
+"$PY" -c "import sacrebleu" 2>/dev/null || "$PY" -m pip install --quiet sacrebleu
 start=$(date +%s)
 "$QKV" train --src "$D/train.de" --tgt "$D/train.en" --valid-src "$D/val.de" --valid-tgt "$D/val.en" \
   --tokenizer bpe --joint-bpe --vocab-size 8000 --tie all \
