@@ -48,7 +48,7 @@ static void progress(const qkv_train_progress *p, void *ctx)
 int cmd_demo(int argc, char **argv)
 {
     const char *out = "qkv-demo-model";
-    int epochs = 30, threads = 0, n_train = 4000, n_test = 200;
+    int epochs = 10, threads = 0, n_train = 20000, n_test = 200;
     uint64_t seed = 0;
     const opt_spec opts[] = {
         {"out", OPT_STRING, &out, "where to write the trained model"},

@@ -308,7 +308,7 @@ int cmd_train_lm(int argc, char **argv)
                    exp(loss), (long long)count);
         }
     }
-    if (!fig_training(out, NULL) && !quiet)
+    if (!fig_training_after_run(out) && !quiet)
         fprintf(stderr, "qkv train-lm: training curves in %s/training.png\n", out);
     rc = 0;
     goto done;

@@ -425,7 +425,7 @@ int cmd_train(int argc, char **argv)
     else if (!quiet)
         fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", out, now_s() - pc.t0,
                 o.valid ? " (the best model by validation in DIR/best)" : "");
-    if (!fig_training(out, NULL) && !quiet) /* a figure that fails is not a failed training */
+    if (!fig_training_after_run(out) && !quiet) /* a figure that fails is not a failed training */
         fprintf(stderr, "qkv train: training curves in %s/training.png\n", out);
     rc = 0;
     goto done;

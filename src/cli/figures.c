@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -132,6 +133,14 @@ static qkv_status side_by_side(qkv_canvas *a, const qkv_canvas *b, qkv_error *er
     qkv_canvas_free(a);
     *a = c;
     return QKV_OK;
+}
+
+int fig_training_after_run(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (access(path, F_OK) != 0) return 1;
+    return fig_training(dir, NULL);
 }
 
 int fig_training(const char *dir, const char *out_png)

@@ -8,6 +8,8 @@
 /* DIR/metrics.jsonl (one JSON object per epoch: epoch, loss, optional val_loss and bleu) as
  * training curves in out_png (NULL: DIR/training.png). */
 int fig_training(const char *dir, const char *out_png);
+/* fig_training(dir, NULL) after a run: 1, silently, when the run logged no epoch. */
+int fig_training_after_run(const char *dir);
 
 /* d2l 11.6's figures of the sinusoidal table P (positions, d_model) in out_dir:
  * positional-encoding.png (columns 6-9 against the position) and

@@ -40,6 +40,18 @@ static inline uint32_t random_u32(uint64_t seed, uint64_t i)
                                      (i * 0x9e3779b97f4a7c15ULL)) >> 32);
 }
 
+/* The stream for one purpose of a run: value(seed, purpose, index) mixes all three, so the
+ * streams of initialisation, data order and dropout never share numbers, whatever the seed
+ * (arithmetic on the seed, such as seed * k + i, let the stream of tensor i's initialisation
+ * be that of epoch i - 1's shuffle when the seed was 0). */
+enum { STREAM_INIT = 1, STREAM_ORDER, STREAM_BATCHES, STREAM_DROPOUT, STREAM_WINDOWS };
+
+static inline uint64_t stream_of(uint64_t seed, uint64_t purpose, uint64_t index)
+{
+    return splitmix64_mix(splitmix64_mix(seed ^ (purpose * 0xd1b54a32d192ed03ULL)) ^
+                          (index * 0x9e3779b97f4a7c15ULL + purpose));
+}
+
 /* A uniform float in [0, 1) from the top 24 bits. */
 static inline float random_uniform(uint64_t seed, uint64_t i)
 {

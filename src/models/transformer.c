@@ -110,7 +110,7 @@ static void init_params(qkv_transformer *m, uint64_t seed)
     for (int i = 0; i < m->n_tensors; i++) {
         const qkv_param_info *t = &m->tensors[i];
         float *p = m->params + t->offset;
-        uint64_t s = seed * 1000003ULL + (uint64_t)i;
+        uint64_t s = stream_of(seed, STREAM_INIT, (uint64_t)i);
         const char *leaf = strrchr(t->name, '.');
         leaf = leaf ? leaf + 1 : t->name;
         if (strstr(t->name, "embedding") || strstr(t->name, "positions")) {

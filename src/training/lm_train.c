@@ -51,7 +51,7 @@ static double learning_rate(const qkv_lm_train_options *o, int64_t s, double ela
 static void gather_windows(int *ids, int *targets, const int *text, size_t n, int B, int T,
                            uint64_t seed, int64_t s)
 {
-    const uint64_t stream = seed * 0x9e3779b97f4a7c15ULL + 0x5eed;
+    const uint64_t stream = stream_of(seed, STREAM_WINDOWS, 0);
     const uint64_t starts = (uint64_t)(n - (size_t)T);
     for (int b = 0; b < B; b++) {
         uint64_t i = 2 * ((uint64_t)s * (uint64_t)B + (uint64_t)b);
@@ -185,7 +185,7 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         memset(grads, 0, n * sizeof *grads);
         double loss = 0.0;
         int tokens = 0;
-        uint64_t dropout_seed = pos.seed ^ ((uint64_t)(s + 1) * 0xd1b54a32d192ed03ULL);
+        uint64_t dropout_seed = stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)s + 1);
         if ((st = qkv_lm_loss(m, ids, targets, B, T, 1, 0.0f, 1, dropout_seed, &loss, &tokens,
                               err)))
             break;

@@ -56,7 +56,7 @@ static void shuffle(int *order, int n, uint64_t stream)
 /* The order of the examples in an epoch, drawn from (seed, epoch). */
 static void epoch_order(int *order, int n, uint64_t seed, int epoch)
 {
-    shuffle(order, n, seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch + 1);
+    shuffle(order, n, stream_of(seed, STREAM_ORDER, (uint64_t)epoch));
 }
 
 /* An epoch's batches: batch b is the examples items[first[b] .. first[b + 1]). */
@@ -151,7 +151,7 @@ static void plan_tokens(epoch_plan *p, const qkv_dataset *d, int budget, uint64_
     p->bounds[nb++] = n - count;
     p->bounds[nb] = n;
     /* the batches in an order from a second stream of (seed, epoch) */
-    shuffle(p->perm, nb, (seed ^ 0xb7e151628aed2a6bULL) * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch + 1);
+    shuffle(p->perm, nb, stream_of(seed, STREAM_BATCHES, (uint64_t)epoch));
     int at = 0;
     for (int k = 0; k < nb; k++) {
         p->first[k] = at;
@@ -524,7 +524,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             memset(grads, 0, n * sizeof *grads);
             double loss = 0.0;
             int tokens = 0;
-            uint64_t dropout_seed = pos.seed ^ ((uint64_t)(opt.step + 1) * 0xd1b54a32d192ed03ULL);
+            uint64_t dropout_seed = stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)opt.step + 1);
             /* d2l differentiates sum_seq mean_t(loss): each token counts 1/num_steps. */
             float scale = o->d2l_loss_scale ? 1.0f / (float)T : 0.0f; /* 0: per-token mean */
             st = qkv_transformer_loss(m, &batch, 1, scale, o->label_smoothing, 1, dropout_seed,

@@ -36,6 +36,16 @@ m_large=$(sed -n 's/^encoder + source embedding: [0-9]* (\([0-9.]*\)M).*/\1/p' "
 check "BERT-base about 110M ($m_base M)" awk -v m="$m_base" 'BEGIN { exit !(m > 105 && m < 112) }'
 check "BERT-large about 340M ($m_large M)" awk -v m="$m_large" 'BEGIN { exit !(m > 325 && m < 342) }'
 
+# ---- the README's main job: qkv demo learns to reverse (about 40 s on 2 cores)
+if [ -z "${QKV_E2E_QUICK:-}" ]; then
+  "$QKV" demo --out "$T/demo" >"$T/demo.out" 2>/dev/null
+  exact=$(sed -n 's/^held-out: \([0-9]*\)\/200 exactly reversed.*/\1/p' "$T/demo.out")
+  bleu=$(sed -n 's/.*corpus BLEU-4 \([0-9.]*\)$/\1/p' "$T/demo.out")
+  check "qkv demo reverses held-out sequences (${exact:-?}/200 exact, BLEU ${bleu:-?}; need 170, 90)" \
+    awk -v e="${exact:-0}" -v b="${bleu:-0}" 'BEGIN { exit !(e >= 170 && b >= 90) }'
+  check "qkv demo shows five example translations" test "$(grep -c ' => ' "$T/demo.out")" -eq 5
+fi
+
 if [ ! -r "$FRA" ]; then
   echo "skip: $FRA not found (set QKV_DATA_DIR)"; echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit
 fi

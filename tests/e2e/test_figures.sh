@@ -175,7 +175,7 @@ expect_fail "a broken line is named" "metrics.jsonl:3" "$QKV" plot "$T/bad"
 expect_fail "a missing log is named" "nope/metrics.jsonl" "$QKV" plot "$T/nope"
 
 # ---- a model that reverses 5 symbols; qkv train draws its curves when it finishes
-PAIRS=2000; EPOCHS=25
+PAIRS=2000; EPOCHS=30
 [ -n "${QKV_E2E_QUICK:-}" ] && PAIRS=200 && EPOCHS=2
 awk -v n=$PAIRS 'BEGIN { s = 12345
   for (i = 0; i < n; i++) { src = ""; tgt = ""
@@ -184,7 +184,7 @@ awk -v n=$PAIRS 'BEGIN { s = 12345
     print src "\t" tgt } }' >"$T/rev.tsv"
 run_ok "qkv train on $PAIRS reversal pairs, $EPOCHS epochs" "$QKV" train --data "$T/rev.tsv" \
   --out "$T/rev" --layers 2 --d-model 32 --heads 2 --ffn 64 --dropout 0 --min-freq 1 \
-  --num-steps 7 --batch 32 --lr 0.01 --epochs $EPOCHS --threads 1 --quiet
+  --num-steps 7 --batch 32 --lr 0.005 --epochs $EPOCHS --threads 1 --quiet
 check "qkv train drew training.png (720 x 480)" size_is "$T/rev/training.png" 720 480
 
 # ---- qkv translate --attention
