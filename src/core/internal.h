@@ -69,12 +69,4 @@ static inline int dropout_keep(float p, uint64_t seed, uint64_t i)
 qkv_status qkv_atomic_write(const char *path, const void *const *chunks, const size_t *lens,
                             int n_chunks, qkv_error *err);
 
-/* d/dx GELU(x) = Phi(x) + x phi(x): the normal CDF plus x times the normal density. */
-static inline float gelu_grad(float x)
-{
-    float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
-    float pdf = 0.3989422804014327f * expf(-0.5f * x * x);
-    return cdf + x * pdf;
-}
-
 #endif

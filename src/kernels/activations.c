@@ -2,8 +2,10 @@
 #include <math.h>
 
 #include "core/internal.h"
+#include "kernels/fast_exp.h"
 
 #define PARALLEL_MIN 32768
+#define GELU_CHUNK 1024 /* values per GELU work item: a multiple of CDF_LANES */
 
 void qkv_relu_forward(float *y, const float *x, size_t n)
 {
@@ -21,11 +23,17 @@ void qkv_relu_backward(float *dx, const float *dy, const float *x, size_t n)
 void qkv_gelu_forward(float *y, const float *x, size_t n)
 {
     #pragma omp parallel for if (n > PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.7071067811865476f));
+    for (size_t i = 0; i < n; i += GELU_CHUNK)
+        gelu_block(y + i, x + i, n - i < GELU_CHUNK ? n - i : GELU_CHUNK);
 }
 
 void qkv_gelu_backward(float *dx, const float *dy, const float *x, size_t n)
 {
     #pragma omp parallel for if (n > PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) dx[i] += dy[i] * gelu_grad(x[i]);
+    for (size_t i = 0; i < n; i += GELU_CHUNK) {
+        const size_t c = n - i < GELU_CHUNK ? n - i : GELU_CHUNK;
+        float g[GELU_CHUNK];
+        gelu_grad_block(g, dy + i, x + i, c);
+        for (size_t k = 0; k < c; k++) dx[i + k] += g[k];
+    }
 }

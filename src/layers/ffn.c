@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "kernels/fast_exp.h"
 
 /* x, y (N, C); h_pre, h (N, F) */
 void qkv_ffn_forward(float *y, float *h_pre, float *h, const float *x, const float *W1,
@@ -30,7 +31,8 @@ void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
     const size_t NF = (size_t)N * F;
     if (act == QKV_ACT_GELU) {
         #pragma omp parallel for if (NF > 32768)
-        for (size_t e = 0; e < NF; e++) dh[e] *= gelu_grad(h_pre[e]);
+        for (size_t e = 0; e < NF; e += 1024)
+            gelu_grad_block(dh + e, dh + e, h_pre + e, NF - e < 1024 ? NF - e : 1024);
     } else {
         #pragma omp parallel for simd if (NF > 32768)
         for (size_t e = 0; e < NF; e++) dh[e] = h_pre[e] > 0.0f ? dh[e] : 0.0f;
