@@ -666,6 +666,29 @@ qkv_status qkv_bpe_save(const qkv_bpe *b, const char *path, qkv_error *err);
 qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * Precision of the models' matrix products
+ * QKV_PRECISION_BF16 runs every product of a model's linear layers (attention projections,
+ * FFN, output logits; forward, dX and dW) with both operands rounded to bfloat16 (to
+ * nearest even: a relative error of at most 2^-8 each) and float32 sums, on AVX512-BF16
+ * (VDPBF16PS: twice float32's multiply-adds per instruction). Parameters, gradients, Adam's
+ * moments, attention itself, norms, softmax and the loss stay float32. Decoding reads a
+ * bf16 copy of the weights, half the bytes, which the model owns. The standalone blocks
+ * (qkv_linear_*, qkv_ffn_*, qkv_mha_*) are always float32.
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_PRECISION_FP32 = 0, /* float32 throughout: the default */
+    QKV_PRECISION_BF16 = 1  /* the linear layers' products in bf16 with float32 sums */
+} qkv_precision;
+
+/* Whether this CPU runs QKV_PRECISION_BF16 (AVX512F, BW, VL, DQ and BF16). */
+int qkv_bf16_supported(void);
+/* "fp32" or "bf16". */
+const char *qkv_precision_name(qkv_precision p);
+/* *p from "fp32" or "bf16"; QKV_ERR_ARG naming the choices otherwise. */
+qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
  * The encoder-decoder Transformer (paper, figure 1; d2l 11.7)
  * ------------------------------------------------------------------------------------- */
 
@@ -779,6 +802,16 @@ qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *s
 qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,
                                   qkv_error *err);
 
+/* Sets how the model's linear layers multiply from now on (a run-time setting: it is not
+ * saved with the model; a new or loaded model is QKV_PRECISION_FP32). At bf16 it makes the
+ * weights' bf16 copy for decoding (2 bytes per parameter) and the products' packing buffers,
+ * and decoding makes the copy again whenever the parameters may have changed since: after a
+ * backward pass, qkv_transformer_params or a load. A caller that writes the parameters
+ * through a pointer taken earlier calls this again before decoding. QKV_ERR_ARG on a CPU
+ * without AVX512-BF16 (qkv_bf16_supported), the model unchanged. */
+qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err);
+qkv_precision qkv_transformer_get_precision(const qkv_transformer *m);
+
 /* ---------------------------------------------------------------------------------------
  * The decoder-only language model (GPT; Radford et al. 2018): the Transformer's decoder
  * without encoder-decoder attention, trained to predict the next token.
@@ -856,6 +889,12 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
 /* Logits (B, T, V) of the causal forward pass over ids (B, T) in evaluation mode. */
 qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
                          qkv_error *err);
+
+/* The precision of the model's linear layers, as qkv_transformer_set_precision (generation
+ * reads the weights' bf16 copy at bf16; it is made again after a backward pass, qkv_lm_params
+ * or a load). */
+qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err);
+qkv_precision qkv_lm_get_precision(const qkv_lm *m);
 
 /* ---- generation: one sequence, one token per step ----------------------------------------
  * A state holds what the model remembers of the tokens so far: per layer the keys and values

@@ -19,6 +19,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "kernels/bf16.h" /* sgemm --precision bf16 times the library's own bf16 kernel */
 
 static double now_ms(void)
 {
@@ -77,6 +78,8 @@ typedef struct {
     const char *kind;  /* attention: softmax|flash|linear; generate: softmax|linear */
     const char *dump;  /* attention: write inputs, output and gradients here */
     int position, max_len; /* generate: the first timed position; the model's context */
+    int trans_a, trans_b;  /* sgemm: op(A) = A^T, op(B) = B^T */
+    qkv_precision precision;
     uint64_t seed;
 } bench_args;
 
@@ -101,7 +104,12 @@ static int bench_train(const bench_args *a)
     const int B = a->batch, Ts = a->src_len, Tt = a->tgt_len;
     qkv_transformer *m = NULL;
     qkv_error err = {0};
-    if (qkv_transformer_create(&m, &a->cfg, a->seed, &err)) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
+    if (qkv_transformer_create(&m, &a->cfg, a->seed, &err) ||
+        qkv_transformer_set_precision(m, a->precision, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        qkv_transformer_free(m);
+        return 1;
+    }
     int *src = malloc((size_t)B * Ts * sizeof *src), *valid = malloc((size_t)B * sizeof *valid);
     int *tin = malloc((size_t)B * Tt * sizeof *tin), *tout = malloc((size_t)B * Tt * sizeof *tout);
     double *ms = malloc((size_t)a->steps * sizeof *ms);
@@ -134,10 +142,11 @@ static int bench_train(const bench_args *a)
     printf("{\"bench\": \"train\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
            "\"gflops\": %.2f, \"peak_rss_mb\": %.1f, \"params\": %zu, \"threads\": %d, "
            "\"d_model\": %d, \"heads\": %d, \"layers\": %d, \"ffn\": %d, \"vocab\": %d, "
-           "\"batch\": %d, \"src_len\": %d, \"tgt_len\": %d, \"steps\": %d}\n",
+           "\"batch\": %d, \"src_len\": %d, \"tgt_len\": %d, \"steps\": %d, "
+           "\"precision\": \"%s\"}\n",
            med, B * Tt / (med * 1e-3), flops / (med * 1e6), peak_rss_mb(), n, qkv_get_threads(),
            a->cfg.d_model, a->cfg.heads, a->cfg.enc_layers, a->cfg.ffn, a->cfg.tgt_vocab, B, Ts,
-           Tt, a->steps);
+           Tt, a->steps, qkv_precision_name(a->precision));
     rc = 0;
 done:
     if (rc && err.msg[0]) fprintf(stderr, "qkv: %s\n", err.msg);
@@ -154,7 +163,12 @@ static int bench_decode(const bench_args *a)
     qkv_error err = {0};
     qkv_transformer_config cfg = a->cfg;
     if (T + 1 > cfg.max_len) cfg.max_len = T + 1;
-    if (qkv_transformer_create(&m, &cfg, a->seed, &err)) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
+    if (qkv_transformer_create(&m, &cfg, a->seed, &err) ||
+        qkv_transformer_set_precision(m, a->precision, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        qkv_transformer_free(m);
+        return 1;
+    }
     /* A random model may say <eos> at any step; forbid it so every run decodes T tokens. */
     for (int i = 0; i < qkv_transformer_num_tensors(m); i++) {
         qkv_param_info t = qkv_transformer_tensor(m, i);
@@ -175,9 +189,10 @@ static int bench_decode(const bench_args *a)
     double med = median(ms, a->steps);
     printf("{\"bench\": \"decode\", \"ms_per_run\": %.3f, \"ms_per_token\": %.4f, "
            "\"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f, \"threads\": %d, \"d_model\": %d, "
-           "\"layers\": %d, \"vocab\": %d, \"batch\": %d, \"src_len\": %d, \"new_tokens\": %d}\n",
+           "\"layers\": %d, \"vocab\": %d, \"batch\": %d, \"src_len\": %d, \"new_tokens\": %d, "
+           "\"precision\": \"%s\"}\n",
            med, med / T, B * T / (med * 1e-3), peak_rss_mb(), qkv_get_threads(), cfg.d_model,
-           cfg.dec_layers, cfg.tgt_vocab, B, Ts, T);
+           cfg.dec_layers, cfg.tgt_vocab, B, Ts, T, qkv_precision_name(a->precision));
     rc = 0;
 done:
     if (rc && err.msg[0]) fprintf(stderr, "qkv: %s\n", err.msg);
@@ -367,7 +382,9 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
         fprintf(stderr, "qkv: out of memory\n");
         goto done;
     }
-    if (qkv_lm_create(&m, &cfg, a->seed, &err) || qkv_lm_state_create(&st, m, &err)) goto done;
+    if (qkv_lm_create(&m, &cfg, a->seed, &err) || qkv_lm_set_precision(m, a->precision, &err) ||
+        qkv_lm_state_create(&st, m, &err))
+        goto done;
     random_ids(ids, (size_t)(P + S), vocab, a->seed + 1);
     double t0 = now_ms();
     if (qkv_lm_prefill(m, st, ids, P - W, logits, &err)) goto done;
@@ -387,9 +404,10 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
            "\"ms_per_token\": %.4f, \"tokens_per_s\": %.1f, \"ms_prefill\": %.1f, "
            "\"prefill_tokens\": %d, \"state_mb\": %.3f, \"peak_rss_mb\": %.1f, \"threads\": %d, "
            "\"d_model\": %d, \"heads\": %d, \"layers\": %d, \"ffn\": %d, \"vocab\": %d, "
-           "\"max_len\": %d, \"steps\": %d}\n",
+           "\"max_len\": %d, \"steps\": %d, \"precision\": \"%s\"}\n",
            kind, P, med, 1e3 / med, prefill_ms, P - W, state * 4 / (1 << 20), peak_rss_mb(),
-           qkv_get_threads(), cfg.d_model, cfg.heads, layers, cfg.ffn, vocab, cfg.max_len, S);
+           qkv_get_threads(), cfg.d_model, cfg.heads, layers, cfg.ffn, vocab, cfg.max_len, S,
+           qkv_precision_name(a->precision));
     rc = 0;
 done:
     if (rc && err.msg[0]) fprintf(stderr, "qkv: %s\n", err.msg);
@@ -399,24 +417,45 @@ done:
     return rc;
 }
 
+/* C (M, N) = op(A) op(B), A and B uniform in [-1, 1): OpenBLAS's sgemm, or with --precision
+ * bf16 the library's bf16 kernel (kernels/bf16.h; the one the models' linear layers use). */
 static int bench_sgemm(const bench_args *a)
 {
-    const int M = a->m, N = a->n, K = a->k;
-    float *A = malloc((size_t)M * K * 4), *Bm = malloc((size_t)K * N * 4), *C = malloc((size_t)M * N * 4);
+    const int M = a->m, N = a->n, K = a->k, bf16 = a->precision == QKV_PRECISION_BF16;
+    const int lda = a->trans_a ? M : K, ldb = a->trans_b ? K : N;
+    float *A = malloc((size_t)M * K * 4), *Bm = malloc((size_t)K * N * 4);
+    float *C = malloc((size_t)M * N * 4);
     double *ms = malloc((size_t)a->steps * sizeof *ms);
-    if (!A || !Bm || !C || !ms) return free(A), free(Bm), free(C), free(ms), 1;
+    gemm_bf16_workspace ws = {0};
+    qkv_error err = {0};
+    int rc = 1;
+    if (!A || !Bm || !C || !ms) goto done;
+    if (bf16 && (!gemm_bf16_supported() || gemm_bf16_reserve(&ws, qkv_get_threads(), &err))) {
+        fprintf(stderr, "qkv bench sgemm: %s\n",
+                err.msg[0] ? err.msg : "this CPU has no AVX512-BF16");
+        goto done;
+    }
     qkv_fill_uniform(A, (size_t)M * K, -1, 1, 1), qkv_fill_uniform(Bm, (size_t)K * N, -1, 1, 2);
     for (int s = -a->warmup; s < a->steps; s++) {
         double t0 = now_ms();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, Bm, N, 0.0f, C, N);
+        if (bf16)
+            gemm_bf16(a->trans_a, a->trans_b, M, N, K, 1.0f, A, lda, Bm, ldb, 0.0f, C, N, &ws);
+        else
+            cblas_sgemm(CblasRowMajor, a->trans_a ? CblasTrans : CblasNoTrans,
+                        a->trans_b ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda, Bm, ldb,
+                        0.0f, C, N);
         if (s >= 0) ms[s] = now_ms() - t0;
     }
     double med = median(ms, a->steps);
-    printf("{\"bench\": \"sgemm\", \"m\": %d, \"n\": %d, \"k\": %d, \"ms\": %.3f, "
-           "\"gflops\": %.2f, \"threads\": %d}\n", M, N, K, med, 2.0 * M * N * K / (med * 1e6),
-           qkv_get_threads());
+    printf("{\"bench\": \"sgemm\", \"m\": %d, \"n\": %d, \"k\": %d, \"trans_a\": %d, "
+           "\"trans_b\": %d, \"ms\": %.3f, \"gflops\": %.2f, \"threads\": %d, "
+           "\"precision\": \"%s\"}\n", M, N, K, a->trans_a, a->trans_b, med,
+           2.0 * M * N * K / (med * 1e6), qkv_get_threads(), qkv_precision_name(a->precision));
+    rc = 0;
+done:
     free(A), free(Bm), free(C), free(ms);
-    return 0;
+    gemm_bf16_workspace_free(&ws);
+    return rc;
 }
 
 static const char usage[] =
@@ -451,6 +490,7 @@ int cmd_bench(int argc, char **argv)
     /* generate defaults to a small LM: 2 blocks over bytes, so that attention, not the
      * output projection, decides the time of a token */
     int layers = generate ? 2 : 6, vocab = generate ? 256 : 10000;
+    const char *precision = "fp32";
     a.batch = 32, a.src_len = 32, a.tgt_len = 32, a.steps = 10, a.warmup = 2, a.new_tokens = 32;
     a.n = 1024, a.m = 1024, a.k = 1024, a.position = 100, a.max_len = 0;
     const opt_spec opts[] = {
@@ -476,6 +516,10 @@ int cmd_bench(int argc, char **argv)
          "generate: the model's context (0: --position + --steps, the least that fits)"},
         {"m", OPT_INT, &a.m, "sgemm: M"},
         {"k", OPT_INT, &a.k, "sgemm: K"},
+        {"trans-a", OPT_FLAG, &a.trans_a, "sgemm: op(A) = A^T (A stored K x M)"},
+        {"trans-b", OPT_FLAG, &a.trans_b, "sgemm: op(B) = B^T (B stored N x K)"},
+        {"precision", OPT_STRING, &precision,
+         "fp32 or bf16 (train, decode, generate: the model's; sgemm: the bf16 kernel)"},
         {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)"},
         {"warmup", OPT_INT, &a.warmup, "untimed repetitions first"},
         {"threads", OPT_INT, &a.threads, "threads (0: all cores)"},
@@ -484,6 +528,7 @@ int cmd_bench(int argc, char **argv)
     };
     int rc = args_parse(argc, argv, 3, opts, usage);
     if (rc) return rc > 0 ? 0 : 2;
+    if (cli_precision(precision, &a.precision)) return 2;
     a.cfg.enc_layers = a.cfg.dec_layers = layers;
     a.cfg.src_vocab = a.cfg.tgt_vocab = vocab;
     if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.src_len < 1 || a.tgt_len < 1 ||

@@ -165,7 +165,7 @@ int cmd_train_lm(int argc, char **argv)
     qkv_lm_config cfg = qkv_lm_default_config();
     qkv_lm_train_options o = qkv_lm_train_default_options();
     const char *data = NULL, *out = NULL, *vocab_kind = "char", *attention = "softmax",
-               *act = "relu";
+               *act = "relu", *precision = "fp32";
     int steps = 0, threads = 0, quiet = 0, no_bias = 0, stop_after = 0;
     float minutes = 0.0f, val_fraction = 0.1f;
     o.seed = 0;
@@ -201,6 +201,7 @@ int cmd_train_lm(int argc, char **argv)
         {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps"},
         {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors"},
         {"stop-after-steps", OPT_INT, &stop_after, "checkpoint and stop at this step (0: never)"},
         {"quiet", OPT_FLAG, &quiet, "no progress output"},
@@ -228,6 +229,8 @@ int cmd_train_lm(int argc, char **argv)
                 "least 2 and a --val-fraction in [0, 1)\n");
         return 2;
     }
+    qkv_precision prec;
+    if (cli_precision(precision, &prec)) return 2;
     cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
     cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
@@ -281,6 +284,7 @@ int cmd_train_lm(int argc, char **argv)
     if (!resuming && write_train_json(out, data, byte_level, o.context, o.batch, val_fraction,
                                       n_train, n_val))
         goto done;
+    if (qkv_lm_set_precision(d.model, prec, &err)) goto fail;
     const qkv_lm_config *mc = qkv_lm_get_config(d.model);
     if (!quiet)
         fprintf(stderr, "qkv train-lm: %zu tokens (%zu training, %zu held out), vocabulary %d, "
@@ -339,7 +343,7 @@ static int print_token(int id, void *ctx)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "\n";
+    const char *model = NULL, *prompt = "\n", *precision = "fp32";
     int tokens = 200, top_k = 0, threads = 0;
     float temperature = 1.0f, top_p = 1.0f;
     uint64_t seed = 0;
@@ -352,6 +356,7 @@ int cmd_generate(int argc, char **argv)
         {"top-p", OPT_FLOAT, &top_p, "sample from the smallest set with this much probability"},
         {"seed", OPT_U64, &seed, "the same seed gives the same text"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
         {NULL, 0, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -364,9 +369,17 @@ int cmd_generate(int argc, char **argv)
                 "--top-k >= 0 and --top-p in (0, 1]\n");
         return 2;
     }
+    qkv_precision prec;
+    if (cli_precision(precision, &prec)) return 2;
     cli_threads(threads);
     lm_dir d;
     if (lm_dir_load(&d, model)) return 1;
+    qkv_error err = {0};
+    if (qkv_lm_set_precision(d.model, prec, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        lm_dir_free(&d);
+        return 1;
+    }
     if (!*prompt) prompt = "\n";
     size_t n = 0;
     int *ids = encode_text(&d.vocab, prompt, strlen(prompt), &n, "the prompt");
@@ -375,7 +388,6 @@ int cmd_generate(int argc, char **argv)
     if (!ids || !out) goto done;
     print_ctx pc = {&d.vocab, 0};
     qkv_lm_generation g = {tokens, {temperature, top_k, top_p}, seed, print_token, &pc, 1};
-    qkv_error err = {0};
     fputs(prompt, stdout);
     fflush(stdout);
     if (qkv_lm_generate(d.model, ids, (int)n, out, NULL, &g, &err)) {
@@ -397,7 +409,7 @@ done:
 
 int cmd_eval_lm(int argc, char **argv)
 {
-    const char *model = NULL, *data = NULL;
+    const char *model = NULL, *data = NULL, *precision = "fp32";
     int all = 0, batch = 16, context = 0, threads = 0;
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory (qkv train-lm)"},
@@ -406,6 +418,7 @@ int cmd_eval_lm(int argc, char **argv)
         {"context", OPT_INT, &context, "tokens per window (0: the model's context)"},
         {"batch", OPT_INT, &batch, "windows per forward pass"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
         {NULL, 0, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -417,9 +430,17 @@ int cmd_eval_lm(int argc, char **argv)
         fprintf(stderr, "qkv eval-lm: needs --model DIR and --data FILE (and --batch >= 1)\n");
         return 2;
     }
+    qkv_precision prec;
+    if (cli_precision(precision, &prec)) return 2;
     cli_threads(threads);
     lm_dir d;
     if (lm_dir_load(&d, model)) return 1;
+    qkv_error err = {0};
+    if (qkv_lm_set_precision(d.model, prec, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        lm_dir_free(&d);
+        return 1;
+    }
     const int max_len = qkv_lm_get_config(d.model)->max_len;
     if (context == 0) context = max_len;
     size_t len = 0, n = 0;
@@ -441,7 +462,6 @@ int cmd_eval_lm(int argc, char **argv)
     }
     double loss;
     int64_t count;
-    qkv_error err = {0};
     if (qkv_lm_evaluate(d.model, ids + first, n - first, context, batch, &loss, &count, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;

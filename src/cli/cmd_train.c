@@ -229,7 +229,7 @@ int cmd_train(int argc, char **argv)
     qkv_train_options o = qkv_train_default_options();
     const char *data = NULL, *src_path = NULL, *tgt_path = NULL, *out = NULL, *act = "relu",
                *tie = "none", *loss = "token", *tokenizer = "word", *schedule = "constant",
-               *valid = NULL, *valid_src = NULL, *valid_tgt = NULL;
+               *valid = NULL, *valid_src = NULL, *valid_tgt = NULL, *precision = "fp32";
     int layers = 2, enc_layers = -1, dec_layers = -1, num_steps = 10, num_examples = 0,
         min_freq = 2, threads = 0, quiet = 0, every = 10, vocab_size = 8000, joint_bpe = 0,
         no_bleu = 0;
@@ -283,6 +283,7 @@ int cmd_train(int argc, char **argv)
         {"keep-epochs", OPT_INT, &o.keep_epochs, "keep the last N epochs' models in DIR/epoch-NNN"},
         {"seed", OPT_U64, &o.seed, "initialisation, data order and dropout"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
         {"checkpoint-every", OPT_INT, &o.checkpoint_every, "also checkpoint every N steps"},
         {"skip-nonfinite", OPT_FLAG, &o.skip_nonfinite, "skip steps with NaN/Inf instead of stopping"},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors"},
@@ -328,6 +329,8 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "qkv train: --act is relu|gelu, --tie none|output|all, --loss token|d2l\n");
         return 2;
     }
+    qkv_precision prec;
+    if (cli_precision(precision, &prec)) return 2;
     o.d2l_loss_scale = !strcmp(loss, "d2l");
     o.schedule = !strcmp(schedule, "noam") ? QKV_LR_NOAM : QKV_LR_CONSTANT;
     o.out_dir = out;
@@ -408,12 +411,13 @@ int cmd_train(int argc, char **argv)
         if (build_dataset(&vs, bufs + 4, &held_out, &cm.src, &cm.tgt, num_steps)) goto done;
         o.valid = &vs;
     }
+    if (qkv_transformer_set_precision(cm.model, prec, &err)) goto fail;
     const qkv_transformer_config *mc = qkv_transformer_get_config(cm.model);
     if (!quiet)
         fprintf(stderr, "qkv train: %d pairs%s, vocabularies %d/%d%s, %zu parameters, %d "
-                "threads%s\n", ds.n, o.valid ? " (+ validation)" : "", mc->src_vocab,
+                "threads, %s%s\n", ds.n, o.valid ? " (+ validation)" : "", mc->src_vocab,
                 mc->tgt_vocab, cm.bpe ? " (subwords)" : "", qkv_transformer_num_params(cm.model),
-                qkv_get_threads(), resuming ? ", resuming" : "");
+                qkv_get_threads(), qkv_precision_name(prec), resuming ? ", resuming" : "");
     progress_ctx pc = {isatty(2), quiet, every, now_s(), {0}};
     o.progress = show_progress, o.progress_ctx = &pc;
     if (qkv_train(cm.model, &ds, &o, &err)) goto fail;

@@ -23,7 +23,7 @@ static int check_beam(const char *cmd, const qkv_beam_options *o)
 
 int cmd_translate(int argc, char **argv)
 {
-    const char *model = NULL, *input = NULL, *attention = NULL;
+    const char *model = NULL, *input = NULL, *attention = NULL, *precision = "fp32";
     int max_len = 0, batch = 32, threads = 0;
     qkv_beam_options beam = {1, 1, 0, 0.0f};
     const opt_spec opts[] = {
@@ -36,6 +36,7 @@ int cmd_translate(int argc, char **argv)
         {"n-best", OPT_INT, &beam.n_best, "print the M best hypotheses: i ||| text ||| score"},
         {"batch", OPT_INT, &batch, "sentences translated together"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
         {NULL, 0, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -47,9 +48,17 @@ int cmd_translate(int argc, char **argv)
         return 2;
     }
     if (check_beam("translate", &beam)) return 2;
+    qkv_precision prec;
+    if (cli_precision(precision, &prec)) return 2;
     cli_threads(threads);
     cli_model cm;
     if (cli_model_load(&cm, model)) return 1;
+    qkv_error perr = {0};
+    if (qkv_transformer_set_precision(cm.model, prec, &perr)) {
+        fprintf(stderr, "qkv: %s\n", perr.msg);
+        cli_model_free(&cm);
+        return 1;
+    }
     int limit = qkv_transformer_get_config(cm.model)->max_len;
     if (max_len <= 0) max_len = cm.num_steps ? cm.num_steps : 100;
     if (max_len > limit) max_len = limit;
@@ -111,7 +120,8 @@ done:
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *model = NULL, *data = NULL, *src_path = NULL, *tgt_path = NULL;
+    const char *model = NULL, *data = NULL, *src_path = NULL, *tgt_path = NULL,
+               *precision = "fp32";
     int max_len = 0, batch = 32, threads = 0, num_examples = 0, show = 0;
     qkv_beam_options beam = {1, 1, 0, 0.0f};
     const opt_spec opts[] = {
@@ -126,6 +136,7 @@ int cmd_eval(int argc, char **argv)
         {"batch", OPT_INT, &batch, "sentences translated together"},
         {"show", OPT_INT, &show, "print the first N translations with their BLEU"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
         {NULL, 0, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -137,9 +148,17 @@ int cmd_eval(int argc, char **argv)
         return 2;
     }
     if (check_beam("eval", &beam)) return 2;
+    qkv_precision prec;
+    if (cli_precision(precision, &prec)) return 2;
     cli_threads(threads);
     cli_model cm;
     if (cli_model_load(&cm, model)) return 1;
+    qkv_error perr = {0};
+    if (qkv_transformer_set_precision(cm.model, prec, &perr)) {
+        fprintf(stderr, "qkv: %s\n", perr.msg);
+        cli_model_free(&cm);
+        return 1;
+    }
     int limit = qkv_transformer_get_config(cm.model)->max_len;
     if (max_len <= 0) max_len = cm.num_steps ? cm.num_steps : 100;
     if (max_len > limit) max_len = limit;

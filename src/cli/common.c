@@ -276,3 +276,11 @@ void cli_threads(int n)
 {
     if (n > 0) qkv_set_threads(n);
 }
+
+int cli_precision(const char *name, qkv_precision *p)
+{
+    qkv_error err = {0};
+    if (!qkv_precision_parse(p, name, &err)) return 0;
+    fprintf(stderr, "qkv: --precision: %s\n", err.msg);
+    return -1;
+}

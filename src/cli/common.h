@@ -57,4 +57,9 @@ char *cli_read_all(const char *path, size_t *len);
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
 
+/* The help line of --precision, and its value: fp32 or bf16; prints why and returns -1 for
+ * anything else. */
+#define CLI_PRECISION_HELP "fp32, or bf16: the linear layers' products in bfloat16 (AVX512-BF16)"
+int cli_precision(const char *name, qkv_precision *p);
+
 #endif

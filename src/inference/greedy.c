@@ -6,7 +6,7 @@
  * hypothesis, and row_src says which source's encoder output it reads.
  * With one row per sequence, a step is memory-bound: every weight of the decoder and of the
  * output projection is read once per token (108 MB at d_model 512, 6 layers, 10k words),
- * and the rest is small. qkv_linear_forward takes few rows as matrix-vector products that
+ * and the rest is small. linear_forward takes few rows as matrix-vector products that
  * stream each weight once (a GEMM would first copy it), and the attention over the cache is
  * cached_attention.c's, without GEMM calls. */
 #include <math.h>
@@ -77,6 +77,7 @@ void decode_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
     const qkv_transformer_config *c = &m->cfg;
     const int B = st->B, C = c->d_model;
     const float *pos = m->w.tgt_positions ? m->w.tgt_positions : m->pos_table;
+    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
     for (int b = 0; b < B; b++) {
         const float *e = m->w.tgt_embedding + (size_t)tok[b] * C;
         for (int i = 0; i < C; i++)
@@ -89,29 +90,29 @@ void decode_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
         /* causal self-attention: append this position's key and value, attend to 0..t */
         const float *in = begin(c, st, &w->norm1);
         const qkv_mha_weights *a = &w->self_attention;
-        qkv_linear_forward(st->q, in, a->W_q, a->b_q, B, C, C);
-        qkv_linear_forward(st->k, in, a->W_k, a->b_k, B, C, C);
-        qkv_linear_forward(st->v, in, a->W_v, a->b_v, B, C, C);
+        linear_forward(&lm, st->q, in, a->W_q, a->b_q, B, C, C);
+        linear_forward(&lm, st->k, in, a->W_k, a->b_k, B, C, C);
+        linear_forward(&lm, st->v, in, a->W_v, a->b_v, B, C, C);
         for (int b = 0; b < B; b++) {
             memcpy(Ks + ((size_t)b * st->T + t) * C, st->k + (size_t)b * C, C * sizeof(float));
             memcpy(Vs + ((size_t)b * st->T + t) * C, st->v + (size_t)b * C, C * sizeof(float));
         }
         attend(c, st, Ks, Vs, st->T, t + 1, NULL, NULL, st->slot);
-        qkv_linear_forward(st->s, st->ctx, a->W_o, a->b_o, B, C, C);
+        linear_forward(&lm, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
         end(c, st, &w->norm1);
         /* encoder-decoder attention over the cached projections of the encoder output */
         in = begin(c, st, &w->norm2);
         a = &w->cross_attention;
-        qkv_linear_forward(st->q, in, a->W_q, a->b_q, B, C, C);
+        linear_forward(&lm, st->q, in, a->W_q, a->b_q, B, C, C);
         attend(c, st, st->cross_k + (size_t)l * st->n_src * st->Ts * C,
                st->cross_v + (size_t)l * st->n_src * st->Ts * C, st->Ts, st->Ts, src_valid,
                st->row_src, NULL);
-        qkv_linear_forward(st->s, st->ctx, a->W_o, a->b_o, B, C, C);
+        linear_forward(&lm, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
         end(c, st, &w->norm2);
         /* position-wise FFN */
         in = begin(c, st, &w->norm3);
-        qkv_ffn_forward(st->s, st->h_pre, st->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
-                        B, C, c->ffn, c->act);
+        ffn_forward(&lm, st->s, st->h_pre, st->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
+                    B, C, c->ffn, c->act);
         end(c, st, &w->norm3);
     }
     const float *y = st->x;
@@ -120,7 +121,7 @@ void decode_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
                               m->w.decoder_norm.b, B, C, c->ln_eps);
         y = st->u;
     }
-    qkv_linear_forward(st->logits, y, m->w.out_W, m->w.out_b, B, C, c->tgt_vocab);
+    linear_forward(&lm, st->logits, y, m->w.out_W, m->w.out_b, B, C, c->tgt_vocab);
 }
 
 qkv_status decode_begin(decode_state *st, qkv_transformer *m, const int *src,
@@ -129,16 +130,19 @@ qkv_status decode_begin(decode_state *st, qkv_transformer *m, const int *src,
     const qkv_transformer_config *c = &m->cfg;
     const int C = c->d_model;
     memset(st, 0, sizeof *st);
-    qkv_status stt = transformer_layout_acts(m, n_src, Ts, 1, err);
+    /* at bf16, the weights' copy made current before anything reads it */
+    qkv_status stt = precision_prepare(&m->prec, m->params, m->n_params, 1, err);
+    if (!stt) stt = transformer_layout_acts(m, n_src, Ts, 1, err);
     if (!stt) stt = transformer_encode(m, src, src_valid, n_src, Ts, 0.0f, 0, err);
     if (!stt) stt = state_alloc(st, c, cap, T, Ts, n_src, err);
     if (stt) return stt;
+    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
     for (int l = 0; l < c->dec_layers; l++) { /* K, V of the encoder output, once */
         const qkv_mha_weights *a = &m->w.decoder[l].cross_attention;
-        qkv_linear_forward(st->cross_k + (size_t)l * n_src * Ts * C, m->acts.enc_out, a->W_k,
-                           a->b_k, n_src * Ts, C, C);
-        qkv_linear_forward(st->cross_v + (size_t)l * n_src * Ts * C, m->acts.enc_out, a->W_v,
-                           a->b_v, n_src * Ts, C, C);
+        linear_forward(&lm, st->cross_k + (size_t)l * n_src * Ts * C, m->acts.enc_out, a->W_k,
+                       a->b_k, n_src * Ts, C, C);
+        linear_forward(&lm, st->cross_v + (size_t)l * n_src * Ts * C, m->acts.enc_out, a->W_v,
+                       a->b_v, n_src * Ts, C, C);
     }
     return QKV_OK;
 }

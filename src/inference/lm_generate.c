@@ -99,6 +99,9 @@ qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv
     if (token < 0 || token >= c->vocab)
         return qkv_fail(err, QKV_ERR_ARG, "token id %d outside the vocabulary [0, %d)", token,
                         c->vocab);
+    qkv_status st = precision_prepare(&m->prec, m->params, m->n_params, 1, err);
+    if (st) return st;
+    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
     const float *e = m->w.embedding + (size_t)token * C, *pos = lm_positions(m) + (size_t)t * C;
     const float scale = sqrtf((float)C);
     for (int i = 0; i < C; i++) s->x[i] = e[i] * scale + pos[i];
@@ -106,9 +109,9 @@ qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv
         const encoder_block_w *w = &m->w.blocks[l];
         const qkv_mha_weights *a = &w->attention;
         const float *in = begin(c, s, &w->norm1);
-        qkv_linear_forward(s->q, in, a->W_q, a->b_q, 1, C, C);
-        qkv_linear_forward(s->k, in, a->W_k, a->b_k, 1, C, C);
-        qkv_linear_forward(s->v, in, a->W_v, a->b_v, 1, C, C);
+        linear_forward(&lm, s->q, in, a->W_q, a->b_q, 1, C, C);
+        linear_forward(&lm, s->k, in, a->W_k, a->b_k, 1, C, C);
+        linear_forward(&lm, s->v, in, a->W_v, a->b_v, 1, C, C);
         if (c->attention == QKV_ATTENTION_SOFTMAX) {
             /* append this position's key and value, then attend to positions 0..t */
             float *K = s->K + (size_t)l * s->capacity * C, *V = s->V + (size_t)l * s->capacity * C;
@@ -118,11 +121,11 @@ qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv
         } else {
             qkv_linear_attention_step(s->ctx, &s->sums[l], s->q, s->k, s->v);
         }
-        qkv_linear_forward(s->s, s->ctx, a->W_o, a->b_o, 1, C, C);
+        linear_forward(&lm, s->s, s->ctx, a->W_o, a->b_o, 1, C, C);
         end(c, s, &w->norm1);
         in = begin(c, s, &w->norm2);
-        qkv_ffn_forward(s->s, s->h_pre, s->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2, 1,
-                        C, c->ffn, c->act);
+        ffn_forward(&lm, s->s, s->h_pre, s->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2, 1,
+                    C, c->ffn, c->act);
         end(c, s, &w->norm2);
     }
     const float *y = s->x;
@@ -131,7 +134,7 @@ qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv
                               c->ln_eps);
         y = s->u;
     }
-    qkv_linear_forward(logits, y, m->w.out_W, m->w.out_b, 1, C, c->vocab);
+    linear_forward(&lm, logits, y, m->w.out_W, m->w.out_b, 1, C, c->vocab);
     s->len = t + 1;
     return QKV_OK;
 }
@@ -145,7 +148,8 @@ qkv_status qkv_lm_prefill(qkv_lm *m, qkv_lm_state *s, const int *ids, int n, flo
         return qkv_fail(err, QKV_ERR_ARG, "a prefill of %d tokens: the model takes 1 to %d", n,
                         s->capacity);
     s->len = 0;
-    qkv_status st = lm_forward(m, ids, 1, n, 0.0f, 0, err);
+    qkv_status st = precision_prepare(&m->prec, m->params, m->n_params, 1, err);
+    if (!st) st = lm_forward(m, ids, 1, n, 0.0f, 0, err);
     if (st) return st;
     for (int l = 0; l < c->layers; l++) {
         const qkv_mha_cache *a = &m->acts.blocks[l].cache;

@@ -187,6 +187,7 @@ qkv_status lm_checkpoint_load(const char *path, qkv_lm *m, qkv_adam *opt,
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: training position out of range", path);
     if (!st) {
         memcpy(m->params, staged, m->n_params * sizeof *staged);
+        precision_touch(&m->prec); /* the bf16 copy, if any, is of the old parameters */
         memcpy(opt->m, mt->data, opt->n * sizeof(float));
         memcpy(opt->v, vt->data, opt->n * sizeof(float));
         opt->step = (int64_t)step;

@@ -195,6 +195,7 @@ qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *o
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: training position out of range", path);
     if (!st) {
         memcpy(m->params, staged, m->n_params * sizeof *staged);
+        precision_touch(&m->prec); /* the bf16 copy, if any, is of the old parameters */
         memcpy(opt->m, mt->data, opt->n * sizeof(float));
         memcpy(opt->v, vt->data, opt->n * sizeof(float));
         opt->step = step;

@@ -1,5 +1,7 @@
-/* Linear layer: y = x W^T + b (the projections W_q, W_k, W_v, W_o and the FFN's two layers). */
+/* Linear layer: y = x W^T + b (the projections W_q, W_k, W_v, W_o and the FFN's two layers),
+ * in float32, or at a model's bf16 precision (linear_mode.h). */
 #include "core/internal.h"
+#include "layers/linear_mode.h"
 
 /* ---- few rows: one token per sequence, as in a decoding step ---------------------------
  * With a handful of rows (a decoding step has one per sequence or hypothesis) y = x W^T is a
@@ -152,40 +154,90 @@ static void linear_forward_rows(float *y, const float *x, const float *W, const 
     }
 }
 
-/* x (N, in), W (out, in), b (out) -> y (N, out) */
-void qkv_linear_forward(float *y, const float *x, const float *W, const float *b, int N, int in,
-                        int out)
+/* ---- the layer, at either precision ---------------------------------------------------- */
+
+static int is_bf16(const linear_mode *lm) { return lm && lm->precision == QKV_PRECISION_BF16; }
+
+/* W's bf16 copy (n values), or NULL: not bf16, no current copy, or W not among the model's
+ * parameters. */
+static const uint16_t *bf16_weights(const linear_mode *lm, const float *W, size_t n)
 {
-    if (N <= SMALL_ROWS) {
-        linear_forward_rows(y, x, W, b, N, in, out);
-        return;
-    }
-    gemm(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
-    if (!b) return;
+    if (!is_bf16(lm) || !lm->params_bf16) return NULL;
+    /* compared as addresses: W need not point into the parameters at all */
+    const uintptr_t w = (uintptr_t)W, p0 = (uintptr_t)lm->params;
+    if (w < p0 || w + n * sizeof *W > p0 + lm->n_params * sizeof *W) return NULL;
+    return lm->params_bf16 + (w - p0) / sizeof *W;
+}
+
+/* y += b on every row */
+static void add_bias(float *y, const float *b, int N, int out)
+{
     #pragma omp parallel for if ((long)N * out > 65536)
     for (int i = 0; i < N; i++)
         for (int o = 0; o < out; o++) y[(size_t)i * out + o] += b[o];
 }
 
+/* x (N, in), W (out, in), b (out) -> y (N, out) */
+void linear_forward(const linear_mode *lm, float *y, const float *x, const float *W,
+                    const float *b, int N, int in, int out)
+{
+    const uint16_t *W16 = bf16_weights(lm, W, (size_t)in * out);
+    if (N <= SMALL_ROWS) { /* a decoding step: bound by reading W */
+        if (W16)
+            linear_rows_bf16(y, x, W16, b, N, in, out);
+        else
+            linear_forward_rows(y, x, W, b, N, in, out);
+        return;
+    }
+    if (W16)
+        gemm_bf16_wt(N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out, lm->ws);
+    else if (is_bf16(lm))
+        gemm_bf16(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out, lm->ws);
+    else
+        gemm(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+    if (b) add_bias(y, b, N, out);
+}
+
+/* db (out) += sum_i dy[i] */
+static void bias_backward(float *db, const float *dy, int N, int out)
+{
+    /* Column sums, walking dy row by row (contiguous) over one block of columns per
+     * thread: a strided walk down each column would miss the cache on every element. */
+    const int block = 256;
+    #pragma omp parallel for if ((long)N * out > 65536)
+    for (int o0 = 0; o0 < out; o0 += block) {
+        const int o1 = o0 + block < out ? o0 + block : out;
+        for (int i = 0; i < N; i++) {
+            const float *row = dy + (size_t)i * out;
+            /* vectorised (GCC's -O2 cost model leaves it scalar otherwise): 3.5x faster */
+            #pragma omp simd
+            for (int o = o0; o < o1; o++) db[o] += row[o];
+        }
+    }
+}
+
 /* dx (N, in) += dy W;  dW (out, in) += dy^T x;  db (out) += sum_i dy[i] */
+void linear_backward(const linear_mode *lm, float *dx, float *dW, float *db, const float *dy,
+                     const float *x, const float *W, int N, int in, int out)
+{
+    if (is_bf16(lm)) {
+        if (dx) gemm_bf16(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in, lm->ws);
+        if (dW) gemm_bf16(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, lm->ws);
+    } else {
+        if (dx) gemm(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
+        if (dW) gemm(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+    }
+    if (db) bias_backward(db, dy, N, out);
+}
+
+void qkv_linear_forward(float *y, const float *x, const float *W, const float *b, int N, int in,
+                        int out)
+{
+    linear_forward(NULL, y, x, W, b, N, in, out);
+}
+
 void qkv_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x,
                          const float *W, int N, int in, int out)
 {
-    if (dx) gemm(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
-    if (dW) gemm(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
-    if (db) {
-        /* Column sums, walking dy row by row (contiguous) over one block of columns per
-         * thread: a strided walk down each column would miss the cache on every element. */
-        const int block = 256;
-        #pragma omp parallel for if ((long)N * out > 65536)
-        for (int o0 = 0; o0 < out; o0 += block) {
-            const int o1 = o0 + block < out ? o0 + block : out;
-            for (int i = 0; i < N; i++) {
-                const float *row = dy + (size_t)i * out;
-                /* vectorised (GCC's -O2 cost model leaves it scalar otherwise): 3.5x faster */
-                #pragma omp simd
-                for (int o = o0; o < o1; o++) db[o] += row[o];
-            }
-        }
-    }
+    linear_backward(NULL, dx, dW, db, dy, x, W, N, in, out);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "layers/linear_mode.h"
 
 size_t qkv_mha_weights_floats(const qkv_mha_config *cfg)
 {
@@ -54,23 +55,23 @@ size_t qkv_mha_scratch_floats(const qkv_mha_config *cfg, int B, int n, int m)
 }
 
 /* xq (B, n, d_q), xkv (B, m, d_kv) -> y (B, n, d_q) */
-void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
-                     const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                     const qkv_mask *mask, float p, uint64_t seed, float *scratch)
+void mha_forward(const linear_mode *lm, float *y, qkv_mha_cache *c, const float *xq,
+                 const float *xkv, const qkv_mha_weights *w, const qkv_mha_config *cfg, int B,
+                 int n, int m, const qkv_mask *mask, float p, uint64_t seed, float *scratch)
 {
     const int H = cfg->heads, hd = cfg->head_dim, hp = H * hd;
-    qkv_linear_forward(c->q, xq, w->W_q, w->b_q, B * n, cfg->d_q, hp);
-    qkv_linear_forward(c->k, xkv, w->W_k, w->b_k, B * m, cfg->d_kv, hp);
-    qkv_linear_forward(c->v, xkv, w->W_v, w->b_v, B * m, cfg->d_kv, hp);
+    linear_forward(lm, c->q, xq, w->W_q, w->b_q, B * n, cfg->d_q, hp);
+    linear_forward(lm, c->k, xkv, w->W_k, w->b_k, B * m, cfg->d_kv, hp);
+    linear_forward(lm, c->v, xkv, w->W_v, w->b_v, B * m, cfg->d_kv, hp);
     qkv_attention_forward(c->ctx, c->P, c->q, c->k, c->v, B, H, n, m, hd, hd, mask, p, seed,
                           scratch);
-    qkv_linear_forward(y, c->ctx, w->W_o, w->b_o, B * n, hp, cfg->d_q);
+    linear_forward(lm, y, c->ctx, w->W_o, w->b_o, B * n, hp, cfg->d_q);
 }
 
-void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
-                      const qkv_mha_cache *c, const float *xq, const float *xkv,
-                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                      float p, uint64_t seed, float *scratch)
+void mha_backward(const linear_mode *lm, float *dxq, float *dxkv, qkv_mha_weights *dw,
+                  const float *dy, const qkv_mha_cache *c, const float *xq, const float *xkv,
+                  const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
+                  float p, uint64_t seed, float *scratch)
 {
     const int H = cfg->heads, hd = cfg->head_dim, hp = H * hd;
     qkv_mha_weights none = {0};
@@ -81,10 +82,25 @@ void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float 
     float *dk = dq + (size_t)B * n * hp;
     float *dv = dk + (size_t)B * m * hp;
     memset(dctx, 0, (2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp) * sizeof *dctx);
-    qkv_linear_backward(dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, B * n, hp, cfg->d_q);
+    linear_backward(lm, dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, B * n, hp, cfg->d_q);
     qkv_attention_backward(dq, dk, dv, dctx, c->P, c->q, c->k, c->v, B, H, n, m, hd, hd, p, seed,
                            att_scratch);
-    qkv_linear_backward(dxq, dw->W_q, dw->b_q, dq, xq, w->W_q, B * n, cfg->d_q, hp);
-    qkv_linear_backward(dxkv, dw->W_k, dw->b_k, dk, xkv, w->W_k, B * m, cfg->d_kv, hp);
-    qkv_linear_backward(dxkv, dw->W_v, dw->b_v, dv, xkv, w->W_v, B * m, cfg->d_kv, hp);
+    linear_backward(lm, dxq, dw->W_q, dw->b_q, dq, xq, w->W_q, B * n, cfg->d_q, hp);
+    linear_backward(lm, dxkv, dw->W_k, dw->b_k, dk, xkv, w->W_k, B * m, cfg->d_kv, hp);
+    linear_backward(lm, dxkv, dw->W_v, dw->b_v, dv, xkv, w->W_v, B * m, cfg->d_kv, hp);
+}
+
+void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
+                     const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
+                     const qkv_mask *mask, float p, uint64_t seed, float *scratch)
+{
+    mha_forward(NULL, y, c, xq, xkv, w, cfg, B, n, m, mask, p, seed, scratch);
+}
+
+void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
+                      const qkv_mha_cache *c, const float *xq, const float *xkv,
+                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
+                      float p, uint64_t seed, float *scratch)
+{
+    mha_backward(NULL, dxq, dxkv, dw, dy, c, xq, xkv, w, cfg, B, n, m, p, seed, scratch);
 }

@@ -51,6 +51,7 @@ qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src
     const size_t Ns = (size_t)B * Ts;
     const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
     const qkv_mask src_mask = {src_valid, 0, 0};
+    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
     qkv_status st = embed(m, x->src_x, src, m->w.src_embedding, m->w.src_positions, c->src_vocab,
                           B, Ts, p, dropout_site_seed(seed, 0, 0, 0), err);
     if (st) return st;
@@ -61,12 +62,12 @@ qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src
         sublayer_ctx att = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
         sublayer_ctx ff = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
         const float *in = sublayer_in(&att, &a->att, h, &w->norm1);
-        model_mha_forward(a->att.s, &a->cache, a->L, in, in, &w->attention, &mc, B, Ts, Ts,
+        model_mha_forward(&lm, a->att.s, &a->cache, a->L, in, in, &w->attention, &mc, B, Ts, Ts,
                           &src_mask, p, dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_out(&att, &a->att, h, &w->norm1);
         in = sublayer_in(&ff, &a->ff, a->att.out, &w->norm2);
-        qkv_ffn_forward(a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
-                        (int)Ns, C, F, c->act);
+        ffn_forward(&lm, a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2,
+                    w->ffn.b2, (int)Ns, C, F, c->act);
         sublayer_out(&ff, &a->ff, a->att.out, &w->norm2);
         h = a->ff.out;
     }
@@ -84,6 +85,7 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
     const size_t Nt = (size_t)B * Tt;
     const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
     const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
+    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
     qkv_status st = transformer_encode(m, b->src, b->src_valid, B, Ts, p, seed, err);
     if (!st)
         st = embed(m, x->tgt_x, b->tgt_in, m->w.tgt_embedding, m->w.tgt_positions, c->tgt_vocab,
@@ -99,22 +101,24 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
         sublayer_ctx s2 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 2), x->scratch};
         sublayer_ctx s3 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 3), x->scratch};
         const float *in = sublayer_in(&s1, &a->self, h, &w->norm1);
-        model_mha_forward(a->self.s, &a->self_cache, a->self_L, in, in, &w->self_attention, &mc,
-                          B, Tt, Tt, &causal, p, dropout_site_seed(seed, 1, l, 4), x->scratch);
+        model_mha_forward(&lm, a->self.s, &a->self_cache, a->self_L, in, in, &w->self_attention,
+                          &mc, B, Tt, Tt, &causal, p, dropout_site_seed(seed, 1, l, 4),
+                          x->scratch);
         sublayer_out(&s1, &a->self, h, &w->norm1);
         in = sublayer_in(&s2, &a->cross, a->self.out, &w->norm2);
-        model_mha_forward(a->cross.s, &a->cross_cache, a->cross_L, in, x->enc_out,
+        model_mha_forward(&lm, a->cross.s, &a->cross_cache, a->cross_L, in, x->enc_out,
                           &w->cross_attention, &mc, B, Tt, Ts, &src_mask, p,
                           dropout_site_seed(seed, 1, l, 5), x->scratch);
         sublayer_out(&s2, &a->cross, a->self.out, &w->norm2);
         in = sublayer_in(&s3, &a->ff, a->cross.out, &w->norm3);
-        qkv_ffn_forward(a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
-                        (int)Nt, C, F, c->act);
+        ffn_forward(&lm, a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2,
+                    w->ffn.b2, (int)Nt, C, F, c->act);
         sublayer_out(&s3, &a->ff, a->cross.out, &w->norm3);
         h = a->ff.out;
     }
     final_norm(m, x->dec_out, x->dec_mean, x->dec_rstd, h, &m->w.decoder_norm, Nt);
-    qkv_linear_forward(x->logits, x->dec_out, m->w.out_W, m->w.out_b, (int)Nt, C, c->tgt_vocab);
+    linear_forward(&lm, x->logits, x->dec_out, m->w.out_W, m->w.out_b, (int)Nt, C,
+                   c->tgt_vocab);
     return QKV_OK;
 }
 
@@ -157,14 +161,15 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
     const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
     const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
     const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
+    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
     float *dh = x->d_a, *ds = x->d_b, *din = x->d_c; /* d(stream), d(sublayer out), d(its in) */
 
     /* logits -> decoder output (the logits buffer already holds dlogits, and the output
      * bias its gradient) */
     float *dout = din;
     memset(dout, 0, Nt * C * sizeof *dout);
-    qkv_linear_backward(dout, g->out_W, NULL, x->logits, x->dec_out, m->w.out_W, (int)Nt, C,
-                        c->tgt_vocab);
+    linear_backward(&lm, dout, g->out_W, NULL, x->logits, x->dec_out, m->w.out_W, (int)Nt, C,
+                    c->tgt_vocab);
     const float *dec_last = c->dec_layers ? x->decoder[c->dec_layers - 1].ff.out : x->tgt_x;
     final_norm_backward(m, dh, dout, dec_last, x->dec_mean, x->dec_rstd, &m->w.decoder_norm,
                         &g->decoder_norm, Nt);
@@ -185,16 +190,16 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         memset(dstream, 0, Nt * C * sizeof *dstream);
         sublayer_out_backward(&s3, &a->ff, dstream, ds, din, &w->norm3, &dw->norm3);
         memset(din, 0, Nt * C * sizeof *din);
-        qkv_ffn_backward(din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre, a->h,
-                         c->pre_norm ? a->ff.u : a->cross.out, w->ffn.W1, w->ffn.W2, (int)Nt, C,
-                         F, c->act, x->scratch);
+        ffn_backward(&lm, din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre,
+                     a->h, c->pre_norm ? a->ff.u : a->cross.out, w->ffn.W1, w->ffn.W2, (int)Nt,
+                     C, F, c->act, x->scratch);
         sublayer_in_backward(&s3, &a->ff, dstream, din, a->cross.out, &w->norm3, &dw->norm3);
         /* cross-attention sublayer: x = self.out, keys/values = encoder output */
         memcpy(din, dstream, Nt * C * sizeof *din);
         memset(dstream, 0, Nt * C * sizeof *dstream);
         sublayer_out_backward(&s2, &a->cross, dstream, ds, din, &w->norm2, &dw->norm2);
         memset(din, 0, Nt * C * sizeof *din);
-        model_mha_backward(din, x->d_enc_out, &dw->cross_attention, ds, &a->cross_cache,
+        model_mha_backward(&lm, din, x->d_enc_out, &dw->cross_attention, ds, &a->cross_cache,
                            a->cross_L, c->pre_norm ? a->cross.u : a->self.out, x->enc_out,
                            &w->cross_attention, &mc, B, Tt, Ts, &src_mask, p,
                            dropout_site_seed(seed, 1, l, 5), x->scratch);
@@ -205,8 +210,8 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         sublayer_out_backward(&s1, &a->self, dstream, ds, din, &w->norm1, &dw->norm1);
         memset(din, 0, Nt * C * sizeof *din);
         const float *in = c->pre_norm ? a->self.u : h;
-        model_mha_backward(din, din, &dw->self_attention, ds, &a->self_cache, a->self_L, in, in,
-                           &w->self_attention, &mc, B, Tt, Tt, &causal, p,
+        model_mha_backward(&lm, din, din, &dw->self_attention, ds, &a->self_cache, a->self_L, in,
+                           in, &w->self_attention, &mc, B, Tt, Tt, &causal, p,
                            dropout_site_seed(seed, 1, l, 4), x->scratch);
         sublayer_in_backward(&s1, &a->self, dstream, din, h, &w->norm1, &dw->norm1);
     }
@@ -228,18 +233,18 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
         memset(dh, 0, Ns * C * sizeof *dh);
         sublayer_out_backward(&ff, &a->ff, dh, ds, din, &w->norm2, &dw->norm2);
         memset(din, 0, Ns * C * sizeof *din);
-        qkv_ffn_backward(din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre, a->h,
-                         c->pre_norm ? a->ff.u : a->att.out, w->ffn.W1, w->ffn.W2, (int)Ns, C, F,
-                         c->act, x->scratch);
+        ffn_backward(&lm, din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre,
+                     a->h, c->pre_norm ? a->ff.u : a->att.out, w->ffn.W1, w->ffn.W2, (int)Ns, C,
+                     F, c->act, x->scratch);
         sublayer_in_backward(&ff, &a->ff, dh, din, a->att.out, &w->norm2, &dw->norm2);
         memcpy(din, dh, Ns * C * sizeof *din);
         memset(dh, 0, Ns * C * sizeof *dh);
         sublayer_out_backward(&att, &a->att, dh, ds, din, &w->norm1, &dw->norm1);
         memset(din, 0, Ns * C * sizeof *din);
         const float *in = c->pre_norm ? a->att.u : h;
-        model_mha_backward(din, din, &dw->attention, ds, &a->cache, a->L, in, in, &w->attention,
-                           &mc, B, Ts, Ts, &src_mask, p, dropout_site_seed(seed, 0, l, 3),
-                           x->scratch);
+        model_mha_backward(&lm, din, din, &dw->attention, ds, &a->cache, a->L, in, in,
+                           &w->attention, &mc, B, Ts, Ts, &src_mask, p,
+                           dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_in_backward(&att, &a->att, dh, din, h, &w->norm1, &dw->norm1);
     }
     embed_backward(m, g->src_embedding, g->src_positions, dh, b->src, B, Ts, p,
@@ -286,7 +291,10 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int back
         return qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", sum);
     if (loss_sum) *loss_sum = sum;
     if (tokens) *tokens = count;
-    if (backward_pass) backward(m, b, p, dropout_seed);
+    if (backward_pass) {
+        precision_touch(&m->prec); /* an optimizer step will follow */
+        backward(m, b, p, dropout_seed);
+    }
     return QKV_OK;
 }
 

@@ -146,6 +146,7 @@ void qkv_lm_free(qkv_lm *m)
     if (!m) return;
     free(m->w.blocks), free(m->g.blocks), free(m->tensors), free(m->names);
     free(m->params), free(m->grads), free(m->pos_table), free(m->acts.blocks), free(m->arena);
+    precision_free(&m->prec);
     free(m);
 }
 
@@ -153,7 +154,19 @@ const qkv_lm_config *qkv_lm_get_config(const qkv_lm *m) { return &m->cfg; }
 int qkv_lm_num_tensors(const qkv_lm *m) { return m->n_tensors; }
 qkv_param_info qkv_lm_tensor(const qkv_lm *m, int i) { return m->tensors[i]; }
 size_t qkv_lm_num_params(const qkv_lm *m) { return m->n_params; }
-float *qkv_lm_params(qkv_lm *m) { return m->params; }
+/* The caller may write through this pointer: generation will not trust the bf16 copy. */
+float *qkv_lm_params(qkv_lm *m)
+{
+    precision_touch(&m->prec);
+    return m->params;
+}
+
+qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
+{
+    return precision_set(&m->prec, p, m->params, m->n_params, err);
+}
+
+qkv_precision qkv_lm_get_precision(const qkv_lm *m) { return m->prec.precision; }
 
 float *qkv_lm_grads(qkv_lm *m)
 {
@@ -261,54 +274,56 @@ static qkv_status layout_acts(qkv_lm *m, int B, int T, qkv_error *err)
     }
     arena real = {m->arena, 0};
     layout(m, &real, B, T);
-    return QKV_OK;
+    return precision_prepare(&m->prec, m->params, m->n_params, 0, err);
 }
 
 /* ---- causal self-attention: softmax or linear ------------------------------------------ */
 
 /* u (B, T, C) attends to itself causally -> y (B, T, C); c keeps q, k, v, ctx (and P, or
  * L with the flash kernel). */
-static void attention_forward(const qkv_lm_config *cfg, float *y, qkv_mha_cache *c, float *L,
-                              const float *u, const qkv_mha_weights *w, int B, int T, float p,
-                              uint64_t seed, float *scratch)
+static void attention_forward(const qkv_lm_config *cfg, const linear_mode *lm, float *y,
+                              qkv_mha_cache *c, float *L, const float *u,
+                              const qkv_mha_weights *w, int B, int T, float p, uint64_t seed,
+                              float *scratch)
 {
     const qkv_mha_config mc = mha_config(cfg);
     if (cfg->attention == QKV_ATTENTION_SOFTMAX) {
         const qkv_mask causal = {NULL, 0, 1};
-        model_mha_forward(y, c, L, u, u, w, &mc, B, T, T, &causal, p, seed, scratch);
+        model_mha_forward(lm, y, c, L, u, u, w, &mc, B, T, T, &causal, p, seed, scratch);
         return;
     }
     const int N = B * T, C = cfg->d_model, d = mc.head_dim;
-    qkv_linear_forward(c->q, u, w->W_q, w->b_q, N, C, C);
-    qkv_linear_forward(c->k, u, w->W_k, w->b_k, N, C, C);
-    qkv_linear_forward(c->v, u, w->W_v, w->b_v, N, C, C);
+    linear_forward(lm, c->q, u, w->W_q, w->b_q, N, C, C);
+    linear_forward(lm, c->k, u, w->W_k, w->b_k, N, C, C);
+    linear_forward(lm, c->v, u, w->W_v, w->b_v, N, C, C);
     qkv_linear_attention_forward(c->ctx, c->q, c->k, c->v, B, cfg->heads, T, T, d, d, NULL, 1,
                                  scratch);
-    qkv_linear_forward(y, c->ctx, w->W_o, w->b_o, N, C, C);
+    linear_forward(lm, y, c->ctx, w->W_o, w->b_o, N, C, C);
 }
 
 /* du += d(u) given dy; dw += the projections' gradients. */
-static void attention_backward(const qkv_lm_config *cfg, float *du, qkv_mha_weights *dw,
-                               const float *dy, const qkv_mha_cache *c, const float *L,
-                               const float *u, const qkv_mha_weights *w, int B, int T, float p,
-                               uint64_t seed, float *scratch)
+static void attention_backward(const qkv_lm_config *cfg, const linear_mode *lm, float *du,
+                               qkv_mha_weights *dw, const float *dy, const qkv_mha_cache *c,
+                               const float *L, const float *u, const qkv_mha_weights *w, int B,
+                               int T, float p, uint64_t seed, float *scratch)
 {
     const qkv_mha_config mc = mha_config(cfg);
     if (cfg->attention == QKV_ATTENTION_SOFTMAX) {
         const qkv_mask causal = {NULL, 0, 1};
-        model_mha_backward(du, du, dw, dy, c, L, u, u, w, &mc, B, T, T, &causal, p, seed, scratch);
+        model_mha_backward(lm, du, du, dw, dy, c, L, u, u, w, &mc, B, T, T, &causal, p, seed,
+                           scratch);
         return;
     }
     const int N = B * T, C = cfg->d_model, d = mc.head_dim;
     const size_t NC = (size_t)N * C;
     float *dctx = scratch, *dq = dctx + NC, *dk = dq + NC, *dv = dk + NC, *rest = dv + NC;
     memset(dctx, 0, 4 * NC * sizeof *dctx);
-    qkv_linear_backward(dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, N, C, C);
+    linear_backward(lm, dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, N, C, C);
     qkv_linear_attention_backward(dq, dk, dv, dctx, c->q, c->k, c->v, B, cfg->heads, T, T, d, d,
                                   NULL, 1, rest);
-    qkv_linear_backward(du, dw->W_q, dw->b_q, dq, u, w->W_q, N, C, C);
-    qkv_linear_backward(du, dw->W_k, dw->b_k, dk, u, w->W_k, N, C, C);
-    qkv_linear_backward(du, dw->W_v, dw->b_v, dv, u, w->W_v, N, C, C);
+    linear_backward(lm, du, dw->W_q, dw->b_q, dq, u, w->W_q, N, C, C);
+    linear_backward(lm, du, dw->W_k, dw->b_k, dk, u, w->W_k, N, C, C);
+    linear_backward(lm, du, dw->W_v, dw->b_v, dv, u, w->W_v, N, C, C);
 }
 
 /* ---- forward --------------------------------------------------------------------------- */
@@ -323,6 +338,7 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
     lm_acts *x = &m->acts;
     const int C = c->d_model, F = c->ffn;
     const size_t N = (size_t)B * T;
+    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
     /* X = dropout(E[ids] sqrt(C) + P) (paper, sections 3.4 and 3.5) */
     if ((st = qkv_embedding_forward(x->x, ids, m->w.embedding, (int)N, c->vocab, C, err)))
         return st;
@@ -335,12 +351,12 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
         sublayer_ctx att = {&sh, N, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
         sublayer_ctx ff = {&sh, N, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
         const float *in = sublayer_in(&att, &a->att, h, &w->norm1);
-        attention_forward(c, a->att.s, &a->cache, a->L, in, &w->attention, B, T, p,
+        attention_forward(c, &lm, a->att.s, &a->cache, a->L, in, &w->attention, B, T, p,
                           dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_out(&att, &a->att, h, &w->norm1);
         in = sublayer_in(&ff, &a->ff, a->att.out, &w->norm2);
-        qkv_ffn_forward(a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
-                        (int)N, C, F, c->act);
+        ffn_forward(&lm, a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
+                    (int)N, C, F, c->act);
         sublayer_out(&ff, &a->ff, a->att.out, &w->norm2);
         h = a->ff.out;
     }
@@ -349,7 +365,7 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
                               c->ln_eps);
     else
         memcpy(x->out, h, N * C * sizeof *x->out);
-    qkv_linear_forward(x->logits, x->out, m->w.out_W, m->w.out_b, (int)N, C, c->vocab);
+    linear_forward(&lm, x->logits, x->out, m->w.out_W, m->w.out_b, (int)N, C, c->vocab);
     return QKV_OK;
 }
 
@@ -363,12 +379,13 @@ static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t 
     lm_w *g = &m->g;
     const int C = c->d_model, F = c->ffn;
     const size_t N = (size_t)B * T, NC = N * C;
+    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
     float *dh = x->d_a, *ds = x->d_b, *din = x->d_c; /* d(stream), d(sublayer out), d(its in) */
 
     /* logits -> the last block's output, through the final norm (the logits buffer already
      * holds dlogits, and the output bias its gradient) */
     memset(din, 0, NC * sizeof *din);
-    qkv_linear_backward(din, g->out_W, NULL, x->logits, x->out, m->w.out_W, (int)N, C, c->vocab);
+    linear_backward(&lm, din, g->out_W, NULL, x->logits, x->out, m->w.out_W, (int)N, C, c->vocab);
     const float *last = x->blocks[c->layers - 1].ff.out;
     memset(dh, 0, NC * sizeof *dh);
     if (m->w.norm.g)
@@ -389,15 +406,15 @@ static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t 
         memset(dh, 0, NC * sizeof *dh);
         sublayer_out_backward(&ff, &a->ff, dh, ds, din, &w->norm2, &dw->norm2);
         memset(din, 0, NC * sizeof *din);
-        qkv_ffn_backward(din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre, a->h,
-                         c->pre_norm ? a->ff.u : a->att.out, w->ffn.W1, w->ffn.W2, (int)N, C, F,
-                         c->act, x->scratch);
+        ffn_backward(&lm, din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre, a->h,
+                     c->pre_norm ? a->ff.u : a->att.out, w->ffn.W1, w->ffn.W2, (int)N, C, F,
+                     c->act, x->scratch);
         sublayer_in_backward(&ff, &a->ff, dh, din, a->att.out, &w->norm2, &dw->norm2);
         memcpy(din, dh, NC * sizeof *din);
         memset(dh, 0, NC * sizeof *dh);
         sublayer_out_backward(&att, &a->att, dh, ds, din, &w->norm1, &dw->norm1);
         memset(din, 0, NC * sizeof *din);
-        attention_backward(c, din, &dw->attention, ds, &a->cache, a->L,
+        attention_backward(c, &lm, din, &dw->attention, ds, &a->cache, a->L,
                            c->pre_norm ? a->att.u : h, &w->attention, B, T, p,
                            dropout_site_seed(seed, 0, l, 3), x->scratch);
         sublayer_in_backward(&att, &a->att, dh, din, h, &w->norm1, &dw->norm1);
@@ -438,7 +455,10 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     if (!isfinite(sum)) return qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", sum);
     if (loss_sum) *loss_sum = sum;
     if (tokens) *tokens = count;
-    if (backward_pass) backward(m, ids, B, T, p, dropout_seed);
+    if (backward_pass) {
+        precision_touch(&m->prec); /* an optimizer step will follow */
+        backward(m, ids, B, T, p, dropout_seed);
+    }
     return QKV_OK;
 }
 

@@ -36,6 +36,7 @@ struct qkv_lm {
     size_t arena_cap;
     lm_acts acts;
     int flash_min_keys; /* softmax attention over this many keys or more runs the flash kernel */
+    model_precision prec; /* how the linear layers multiply (qkv_lm_set_precision) */
 };
 
 /* The positions added to token t's embedding: the learned table or the sinusoidal one. */

@@ -32,31 +32,31 @@ size_t model_mha_scratch_floats(const qkv_mha_config *mc, int B, int n, int m, i
 }
 
 /* xq (B, n, d_q), xkv (B, m, d_kv) -> y (B, n, d_q) */
-void model_mha_forward(float *y, qkv_mha_cache *c, float *L, const float *xq,
-                       const float *xkv, const qkv_mha_weights *w, const qkv_mha_config *mc,
-                       int B, int n, int m, const qkv_mask *mask, float p, uint64_t seed,
-                       float *scratch)
+void model_mha_forward(const linear_mode *lm, float *y, qkv_mha_cache *c, float *L,
+                       const float *xq, const float *xkv, const qkv_mha_weights *w,
+                       const qkv_mha_config *mc, int B, int n, int m, const qkv_mask *mask,
+                       float p, uint64_t seed, float *scratch)
 {
     if (c->P) {
-        qkv_mha_forward(y, c, xq, xkv, w, mc, B, n, m, mask, p, seed, scratch);
+        mha_forward(lm, y, c, xq, xkv, w, mc, B, n, m, mask, p, seed, scratch);
         return;
     }
     const int H = mc->heads, hd = mc->head_dim, hp = H * hd;
-    qkv_linear_forward(c->q, xq, w->W_q, w->b_q, B * n, mc->d_q, hp);     /* Q W_q */
-    qkv_linear_forward(c->k, xkv, w->W_k, w->b_k, B * m, mc->d_kv, hp);   /* K W_k */
-    qkv_linear_forward(c->v, xkv, w->W_v, w->b_v, B * m, mc->d_kv, hp);   /* V W_v */
+    linear_forward(lm, c->q, xq, w->W_q, w->b_q, B * n, mc->d_q, hp);   /* Q W_q */
+    linear_forward(lm, c->k, xkv, w->W_k, w->b_k, B * m, mc->d_kv, hp); /* K W_k */
+    linear_forward(lm, c->v, xkv, w->W_v, w->b_v, B * m, mc->d_kv, hp); /* V W_v */
     qkv_flash_attention_forward(c->ctx, L, c->q, c->k, c->v, B, H, n, m, hd, hd, mask, p, seed);
-    qkv_linear_forward(y, c->ctx, w->W_o, w->b_o, B * n, hp, mc->d_q);     /* Concat W_o */
+    linear_forward(lm, y, c->ctx, w->W_o, w->b_o, B * n, hp, mc->d_q);  /* Concat W_o */
 }
 
-void model_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
-                        const qkv_mha_cache *c, const float *L, const float *xq,
+void model_mha_backward(const linear_mode *lm, float *dxq, float *dxkv, qkv_mha_weights *dw,
+                        const float *dy, const qkv_mha_cache *c, const float *L, const float *xq,
                         const float *xkv, const qkv_mha_weights *w, const qkv_mha_config *mc,
                         int B, int n, int m, const qkv_mask *mask, float p, uint64_t seed,
                         float *scratch)
 {
     if (c->P) {
-        qkv_mha_backward(dxq, dxkv, dw, dy, c, xq, xkv, w, mc, B, n, m, p, seed, scratch);
+        mha_backward(lm, dxq, dxkv, dw, dy, c, xq, xkv, w, mc, B, n, m, p, seed, scratch);
         return;
     }
     const int H = mc->heads, hd = mc->head_dim, hp = H * hd;
@@ -66,10 +66,10 @@ void model_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const floa
     float *dv = dk + (size_t)B * m * hp;   /* (B, m, H p) */
     float *D = dv + (size_t)B * m * hp;    /* (B, H, n) */
     memset(dctx, 0, (2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp) * sizeof *dctx);
-    qkv_linear_backward(dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, B * n, hp, mc->d_q);
+    linear_backward(lm, dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, B * n, hp, mc->d_q);
     qkv_flash_attention_backward(dq, dk, dv, dctx, c->ctx, L, c->q, c->k, c->v, B, H, n, m, hd,
                                  hd, mask, p, seed, D);
-    qkv_linear_backward(dxq, dw->W_q, dw->b_q, dq, xq, w->W_q, B * n, mc->d_q, hp);
-    qkv_linear_backward(dxkv, dw->W_k, dw->b_k, dk, xkv, w->W_k, B * m, mc->d_kv, hp);
-    qkv_linear_backward(dxkv, dw->W_v, dw->b_v, dv, xkv, w->W_v, B * m, mc->d_kv, hp);
+    linear_backward(lm, dxq, dw->W_q, dw->b_q, dq, xq, w->W_q, B * n, mc->d_q, hp);
+    linear_backward(lm, dxkv, dw->W_k, dw->b_k, dk, xkv, w->W_k, B * m, mc->d_kv, hp);
+    linear_backward(lm, dxkv, dw->W_v, dw->b_v, dv, xkv, w->W_v, B * m, mc->d_kv, hp);
 }

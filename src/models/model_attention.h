@@ -13,6 +13,7 @@
 #ifndef QKV_MODEL_ATTENTION_H
 #define QKV_MODEL_ATTENTION_H
 
+#include "layers/linear_mode.h"
 #include "models/transformer_internal.h"
 
 /* The number of keys from which attention runs the flash kernel, unless a model is told
@@ -30,15 +31,16 @@ qkv_mha_cache model_mha_cache_view(float *base, float **L, const qkv_mha_config 
 size_t model_mha_scratch_floats(const qkv_mha_config *mc, int B, int n, int m, int flash);
 
 /* xq (B, n, d_q) attends to xkv (B, m, d_kv) under mask -> y (B, n, d_q); the kernel is the
- * cache's (c->P NULL: flash, saving L). Dropout rate p on the weights, stream seed. */
-void model_mha_forward(float *y, qkv_mha_cache *c, float *L, const float *xq,
+ * cache's (c->P NULL: flash, saving L). Dropout rate p on the weights, stream seed. The four
+ * projections multiply at the model's precision lm. */
+void model_mha_forward(const linear_mode *lm, float *y, qkv_mha_cache *c, float *L, const float *xq,
                        const float *xkv, const qkv_mha_weights *w, const qkv_mha_config *mc,
                        int B, int n, int m, const qkv_mask *mask, float p, uint64_t seed,
                        float *scratch);
 /* dxq, dxkv (may be one buffer: self-attention) and dw += the gradients given dy; the same
  * mask, p and seed as forward. */
-void model_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
-                        const qkv_mha_cache *c, const float *L, const float *xq,
+void model_mha_backward(const linear_mode *lm, float *dxq, float *dxkv, qkv_mha_weights *dw,
+                        const float *dy, const qkv_mha_cache *c, const float *L, const float *xq,
                         const float *xkv, const qkv_mha_weights *w, const qkv_mha_config *mc,
                         int B, int n, int m, const qkv_mask *mask, float p, uint64_t seed,
                         float *scratch);

@@ -175,6 +175,7 @@ void qkv_transformer_free(qkv_transformer *m)
     free(m->w.encoder), free(m->g.encoder), free(m->w.decoder), free(m->g.decoder);
     free(m->tensors), free(m->names), free(m->params), free(m->grads), free(m->pos_table);
     free(m->acts.encoder), free(m->acts.decoder), free(m->arena);
+    precision_free(&m->prec);
     free(m);
 }
 
@@ -189,7 +190,19 @@ qkv_param_info qkv_transformer_tensor(const qkv_transformer *m, int i) { return 
 
 size_t qkv_transformer_num_params(const qkv_transformer *m) { return m->n_params; }
 
-float *qkv_transformer_params(qkv_transformer *m) { return m->params; }
+/* The caller may write through this pointer: decoding will not trust the bf16 copy. */
+float *qkv_transformer_params(qkv_transformer *m)
+{
+    precision_touch(&m->prec);
+    return m->params;
+}
+
+qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
+{
+    return precision_set(&m->prec, p, m->params, m->n_params, err);
+}
+
+qkv_precision qkv_transformer_get_precision(const qkv_transformer *m) { return m->prec.precision; }
 
 float *qkv_transformer_grads(qkv_transformer *m)
 {
@@ -312,5 +325,5 @@ qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int fla
     }
     arena real = {m->arena, 0};
     layout(m, &real, B, Ts, Tt, flash_min_keys);
-    return QKV_OK;
+    return precision_prepare(&m->prec, m->params, m->n_params, 0, err);
 }

@@ -4,6 +4,7 @@
 #define QKV_TRANSFORMER_INTERNAL_H
 
 #include "core/internal.h"
+#include "models/precision.h"
 
 typedef struct {
     float *g, *b; /* LayerNorm gain and bias (C) */
@@ -98,6 +99,7 @@ struct qkv_transformer {
     size_t arena_cap;
     model_acts acts;
     int flash_min_keys; /* attention over this many keys or more runs the flash kernel */
+    model_precision prec; /* how the linear layers multiply (qkv_transformer_set_precision) */
 };
 
 /* Lay the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed),

@@ -1,0 +1,35 @@
+/* A model's precision setting (qkv_transformer_set_precision, qkv_lm_set_precision) and what
+ * it owns for it: the bf16 GEMM's packing buffers and a bf16 copy of the parameters that
+ * decoding reads. Shared by both models. */
+#ifndef QKV_PRECISION_H
+#define QKV_PRECISION_H
+
+#include "layers/linear_mode.h"
+
+typedef struct {
+    qkv_precision precision;
+    uint16_t *bf16;   /* (n_params) the parameters in bf16, at QKV_PRECISION_BF16 */
+    int bf16_current; /* whether bf16 holds the parameters as they are now */
+    gemm_bf16_workspace ws;
+} model_precision;
+
+/* Sets p: at bf16, checks the CPU, allocates and fills the copy and the buffers. */
+qkv_status precision_set(model_precision *mp, qkv_precision p, const float *params, size_t n,
+                         qkv_error *err);
+
+/* Before a pass: room in the packing buffers for the threads there are now; for decoding,
+ * the copy made current (a pass that reads a copy older than the parameters would be
+ * wrong, and one conversion per decoding call after training costs little). */
+qkv_status precision_prepare(model_precision *mp, const float *params, size_t n, int decoding,
+                             qkv_error *err);
+
+/* The linear layers' mode over params (n): the copy only while it is current. */
+linear_mode precision_mode(model_precision *mp, const float *params, size_t n);
+
+/* The parameters may be about to change (a backward pass, a load, a mutable pointer handed
+ * out): the copy is no longer trusted until the next decoding refreshes it. */
+static inline void precision_touch(model_precision *mp) { mp->bf16_current = 0; }
+
+void precision_free(model_precision *mp);
+
+#endif
