@@ -326,6 +326,7 @@ typedef struct {
     int64_t t; /* tokens absorbed since init or reset */
     float *S;  /* owned: (H, d, v) sum_j phi(k_j) v_j^T */
     float *z;  /* owned: (H, d)    sum_j phi(k_j)       */
+    float *phi; /* owned workspace: phi(k), phi(q) of one head (2 d) */
 } qkv_linear_attention_state;
 
 /* An empty state (t = 0); fails with QKV_ERR_ARG unless H, d, v > 0. */

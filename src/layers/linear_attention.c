@@ -23,11 +23,32 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "kernels/fast_exp.h"
 
-/* phi(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise; always > 0, so den_i > 0. */
+/* phi(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise; always > 0, so den_i > 0 (e^x is
+ * exp_poly's, clamped at -88 where it is 0 in float32 anyway). */
 static inline float phi(float x)
 {
-    return x > 0.0f ? x + 1.0f : expf(x);
+    return x > 0.0f ? x + 1.0f : exp_poly(x < -88.0f ? -88.0f : x);
+}
+
+/* y = phi(x) over n values. The exponentials are most of linear attention's work outside its
+ * GEMMs (one per element of Q and K, against d v multiply-adds per key that vectorise): taken
+ * VEC_LANES at a time in local arrays, the pattern GCC vectorises (fast_exp.h), they cost a
+ * sixteenth of libm's expf. */
+static void phi_block(float *y, const float *x, int n)
+{
+    int i = 0;
+    float xs[CDF_LANES], e[CDF_LANES];
+    for (; i + CDF_LANES <= n; i += CDF_LANES) {
+        for (int l = 0; l < CDF_LANES; l++) xs[l] = x[i + l];
+        for (int l = 0; l < CDF_LANES; l++) e[l] = xs[l] < 0.0f ? xs[l] : 0.0f;
+        for (int l = 0; l < CDF_LANES; l++) e[l] = e[l] < -88.0f ? -88.0f : e[l];
+        for (int l = 0; l < CDF_LANES; l++) e[l] = exp_poly(e[l]);
+        for (int l = 0; l < CDF_LANES; l++) e[l] = xs[l] > 0.0f ? xs[l] + 1.0f : e[l];
+        for (int l = 0; l < CDF_LANES; l++) y[i + l] = e[l];
+    }
+    for (; i < n; i++) y[i] = phi(x[i]);
 }
 
 /* phi'(x) from phi(x) itself: 1 where x > 0 (phi > 1), e^x = phi(x) elsewhere. */
@@ -52,23 +73,23 @@ static inline void axpy(float *y, float alpha, const float *x, int n)
 }
 
 /* The RNN update (eq. 18-19) for one key: S += phi(k) v^T, z += phi(k).
- * S (d, v), z (d), k (d), vv (v). */
-static void absorb_key(float *S, float *z, const float *k, const float *vv, int d, int v)
+ * S (d, v), z (d), fk = phi(k) (d), vv (v). */
+static void absorb_key(float *S, float *z, const float *fk, const float *vv, int d, int v)
 {
     for (int a = 0; a < d; a++) {
-        float f = phi(k[a]);
-        z[a] += f;
-        axpy(S + (size_t)a * v, f, vv, v);
+        z[a] += fk[a];
+        axpy(S + (size_t)a * v, fk[a], vv, v);
     }
 }
 
-/* The output (eq. 20) for one query: o = S^T phi(q) / (phi(q)^T z + eps).  o (v). */
-static void read_out(float *o, const float *S, const float *z, const float *q, int d, int v)
+/* The output (eq. 20) for one query: o = S^T phi(q) / (phi(q)^T z + eps), fq = phi(q) (d),
+ * o (v). */
+static void read_out(float *o, const float *S, const float *z, const float *fq, int d, int v)
 {
     float den = QKV_LINEAR_ATTENTION_EPS;
-    for (int a = 0; a < d; a++) den += phi(q[a]) * z[a];
+    for (int a = 0; a < d; a++) den += fq[a] * z[a];
     memset(o, 0, (size_t)v * sizeof *o);
-    for (int a = 0; a < d; a++) axpy(o, phi(q[a]), S + (size_t)a * v, v);
+    for (int a = 0; a < d; a++) axpy(o, fq[a], S + (size_t)a * v, v);
     const float inv = 1.0f / den;
     for (int c = 0; c < v; c++) o[c] *= inv;
 }
@@ -82,12 +103,12 @@ static int keys_of_sequence(const int *valid_lens, int b, int m)
 }
 
 /* Per (batch, head) scratch, in floats. Non-causal: phi(K) and dphi(K) (m, d); phi(Q) and
- * W = A S^T (n, d); A (n, v); den and c (n); S and dS (d, v); z and dz (d). Causal: A (n, v),
- * c (n), S (d, v), z (d), w = S g (d). */
+ * W = A S^T (n, d); A (n, v); den and c (n); S and dS (d, v); z and dz (d). Causal: phi(Q)
+ * (n, d), phi(K) (m, d), A (n, v), c (n), S (d, v), z (d), w = S g (d). */
 static size_t scratch_per_head(int n, int m, int d, int v, int causal)
 {
     size_t N = (size_t)n, M = (size_t)m, D = (size_t)d, Vd = (size_t)v;
-    if (causal) return N * (Vd + 1) + D * Vd + 2 * D;
+    if (causal) return (N + M) * D + N * (Vd + 1) + D * Vd + 2 * D;
     return 2 * M * D + 2 * N * D + N * Vd + 2 * N + 2 * D * Vd + 2 * D;
 }
 
@@ -130,8 +151,7 @@ static full_buffers full_buffers_at(float *base, int n, int m, int d, int v)
 /* phi(X) of L rows of one head (row stride ld) into a contiguous (L, d) matrix. */
 static void phi_rows(float *out, const float *x, int L, int d, int ld)
 {
-    for (int j = 0; j < L; j++)
-        for (int a = 0; a < d; a++) out[(size_t)j * d + a] = phi(x[(size_t)j * ld + a]);
+    for (int j = 0; j < L; j++) phi_block(out + (size_t)j * d, x + (size_t)j * ld, d);
 }
 
 /* S = phi(K)^T V (d, v), z = sum_j phi(K_j) (d) over the L valid keys; phi(Q) (n, d) and
@@ -211,12 +231,15 @@ static int visible_keys(int i, int n, int m, int L)
 static void causal_forward(float *o, const float *q, const float *k, const float *vv, int n,
                            int m, int L, int d, int v, int H, float *scratch)
 {
-    float *S = scratch, *z = S + (size_t)d * v; /* (d, v), (d) */
+    float *phiQ = scratch, *phiK = phiQ + (size_t)n * d;        /* (n, d), (m, d) */
+    float *S = phiK + (size_t)m * d, *z = S + (size_t)d * v; /* (d, v), (d)    */
+    phi_rows(phiQ, q, n, d, H * d);
+    phi_rows(phiK, k, L, d, H * d);
     memset(S, 0, ((size_t)d * v + d) * sizeof *S);
     for (int i = 0, j = 0; i < n; i++) {
         for (int hi = visible_keys(i, n, m, L); j < hi; j++)
-            absorb_key(S, z, k + (size_t)j * H * d, vv + (size_t)j * H * v, d, v);
-        read_out(o + (size_t)i * H * v, S, z, q + (size_t)i * H * d, d, v);
+            absorb_key(S, z, phiK + (size_t)j * d, vv + (size_t)j * H * v, d, v);
+        read_out(o + (size_t)i * H * v, S, z, phiQ + (size_t)i * d, d, v);
     }
 }
 
@@ -224,23 +247,25 @@ static void causal_backward(float *dq, float *dk, float *dv, const float *g, con
                             const float *k, const float *vv, int n, int m, int L, int d, int v,
                             int H, float *scratch)
 {
-    float *A = scratch;                       /* (n, v)  a_i = g_i / den_i        */
+    float *phiQ = scratch, *phiK = phiQ + (size_t)n * d; /* (n, d), (m, d) phi(Q), phi(K) */
+    float *A = phiK + (size_t)m * d;          /* (n, v)  a_i = g_i / den_i        */
     float *c = A + (size_t)n * v;             /* (n)     c_i                      */
     float *S = c + n, *z = S + (size_t)d * v; /* (d, v), (d): S_i, z_i; then R, r */
     float *w = z + d;                         /* (d)     S_i g_i                  */
+    phi_rows(phiQ, q, n, d, H * d);
+    phi_rows(phiK, k, L, d, H * d);
 
     /* Forward sweep: rebuild S_i, z_i; dphi(Q_i) = (S_i g_i) / den_i + c_i z_i. */
     memset(S, 0, ((size_t)d * v + d) * sizeof *S);
     for (int i = 0, j = 0; i < n; i++) {
         for (int hi = visible_keys(i, n, m, L); j < hi; j++)
-            absorb_key(S, z, k + (size_t)j * H * d, vv + (size_t)j * H * v, d, v);
-        const float *qi = q + (size_t)i * H * d, *gi = g + (size_t)i * H * v;
+            absorb_key(S, z, phiK + (size_t)j * d, vv + (size_t)j * H * v, d, v);
+        const float *fq = phiQ + (size_t)i * d, *gi = g + (size_t)i * H * v;
         float den = QKV_LINEAR_ATTENTION_EPS, wq = 0.0f;
         for (int a = 0; a < d; a++) {
-            float f = phi(qi[a]);
             w[a] = dot(S + (size_t)a * v, gi, v);
-            den += f * z[a];
-            wq += f * w[a];
+            den += fq[a] * z[a];
+            wq += fq[a] * w[a];
         }
         const float inv = 1.0f / den;
         c[i] = -wq * inv * inv;
@@ -248,7 +273,7 @@ static void causal_backward(float *dq, float *dk, float *dv, const float *g, con
         if (dq) {
             float *dqi = dq + (size_t)i * H * d;
             for (int a = 0; a < d; a++)
-                dqi[a] += (w[a] * inv + c[i] * z[a]) * phi_grad(phi(qi[a]));
+                dqi[a] += (w[a] * inv + c[i] * z[a]) * phi_grad(fq[a]);
         }
     }
     if (!dk && !dv) return;
@@ -260,19 +285,18 @@ static void causal_backward(float *dq, float *dk, float *dv, const float *g, con
     int i = n - 1;
     for (int j = L - 1; j >= 0; j--) {
         for (; i >= 0 && (long)i >= (long)j - (m - n); i--) {
-            const float *qi = q + (size_t)i * H * d;
+            const float *fq = phiQ + (size_t)i * d;
             for (int a = 0; a < d; a++) {
-                float f = phi(qi[a]);
-                r[a] += c[i] * f;
-                axpy(R + (size_t)a * v, f, A + (size_t)i * v, v);
+                r[a] += c[i] * fq[a];
+                axpy(R + (size_t)a * v, fq[a], A + (size_t)i * v, v);
             }
         }
-        const float *kj = k + (size_t)j * H * d, *vj = vv + (size_t)j * H * v;
+        const float *fk = phiK + (size_t)j * d, *vj = vv + (size_t)j * H * v;
         for (int a = 0; a < d; a++) {
-            float f = phi(kj[a]);
             if (dk)
-                dk[(size_t)j * H * d + a] += (dot(R + (size_t)a * v, vj, v) + r[a]) * phi_grad(f);
-            if (dv) axpy(dv + (size_t)j * H * v, f, R + (size_t)a * v, v);
+                dk[(size_t)j * H * d + a] +=
+                    (dot(R + (size_t)a * v, vj, v) + r[a]) * phi_grad(fk[a]);
+            if (dv) axpy(dv + (size_t)j * H * v, fk[a], R + (size_t)a * v, v);
         }
     }
 }
@@ -341,7 +365,8 @@ qkv_status qkv_linear_attention_state_init(qkv_linear_attention_state *s, int H,
                         H, d, v);
     s->S = calloc((size_t)H * d * v, sizeof *s->S);
     s->z = calloc((size_t)H * d, sizeof *s->z);
-    if (!s->S || !s->z) {
+    s->phi = malloc(2 * (size_t)d * sizeof *s->phi);
+    if (!s->S || !s->z || !s->phi) {
         qkv_linear_attention_state_free(s);
         return qkv_fail(err, QKV_ERR_NOMEM,
                         "out of memory for a linear attention state (%d heads, %d x %d)", H, d,
@@ -360,7 +385,7 @@ void qkv_linear_attention_state_reset(qkv_linear_attention_state *s)
 
 void qkv_linear_attention_state_free(qkv_linear_attention_state *s)
 {
-    free(s->S), free(s->z);
+    free(s->S), free(s->z), free(s->phi);
     *s = (qkv_linear_attention_state){0};
 }
 
@@ -371,8 +396,11 @@ void qkv_linear_attention_step(float *o, qkv_linear_attention_state *s, const fl
     const int d = s->d, dv = s->v;
     for (int h = 0; h < s->H; h++) {
         float *S = s->S + (size_t)h * d * dv, *z = s->z + (size_t)h * d;
-        absorb_key(S, z, k + (size_t)h * d, v + (size_t)h * dv, d, dv);
-        read_out(o + (size_t)h * dv, S, z, q + (size_t)h * d, d, dv);
+        float *fk = s->phi, *fq = s->phi + d;
+        phi_block(fk, k + (size_t)h * d, d);
+        phi_block(fq, q + (size_t)h * d, d);
+        absorb_key(S, z, fk, v + (size_t)h * dv, d, dv);
+        read_out(o + (size_t)h * dv, S, z, fq, d, dv);
     }
     s->t++;
 }

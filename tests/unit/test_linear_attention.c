@@ -326,7 +326,7 @@ static void test_scratch_linear(void **state)
      * floats per head, 4 orders of magnitude more than it has). */
     enum { N = 4096, H1 = 1, D1 = 4, V1 = 4 };
     size_t ns = qkv_linear_attention_scratch_floats(1, H1, N, N, D1, V1, 1);
-    assert_true(ns < (size_t)N * (D1 + V1 + 2) + 64);
+    assert_true(ns < (size_t)N * (2 * D1 + V1 + 2) + 64); /* phi(Q), phi(K), A, c */
     size_t nq = (size_t)N * H1 * D1, nv = (size_t)N * H1 * V1;
     float *Q = tu_rand(nq, 401), *K = tu_rand(nq, 402), *V = tu_rand(nv, 403);
     float *dO = tu_rand(nv, 404), *O = nans(nv), *scratch = fenced(ns);
