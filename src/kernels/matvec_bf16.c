@@ -3,15 +3,15 @@
  * A decoding step is bound by reading the weights: every row of W crosses the memory bus once
  * per token. Stored in bf16, W is half the bytes; each weight is widened back to float32
  * (exactly: a bf16 is the top half of a float32) and multiplied in float32 with the float32
- * activations, so the only rounding beyond float32's is the weights' own. The tiling is that of
- * the float32 kernel in src/layers/linear.c: per tile of 8 rows of W, row 0 of x reads the tile
- * from memory, the other rows reuse it from cache, 2 rows x 4 weights at a time. Every y[i, o]
- * is the same sequence of operations whichever variant computes it (16 lanes of partial sums
- * over k in order, then one fixed reduction), so a row's result does not depend on M. */
+ * activations, so the only rounding beyond float32's is the weights' own. The tiling is
+ * kernels/row_tiles.h's, as for float32 weights. Every y[i, o] is the same sequence of
+ * operations whichever kernel computes it (16 lanes of partial sums over k in order, then one
+ * fixed reduction), so a row's result does not depend on M. */
 #include <immintrin.h>
 
 #include "core/internal.h"
 #include "kernels/bf16.h"
+#include "kernels/row_tiles.h"
 
 #define AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
@@ -29,8 +29,9 @@ AVX512_BF16 static inline __m512 widen(const uint16_t *w, __mmask16 m)
 }
 
 /* y[o] = x . w_o for 1 row of x and 8 rows of W (in, row stride in): 8 streams from memory. */
-AVX512_BF16 static void dot_1x8(float *y, const float *x, const uint16_t *W, int in)
+AVX512_BF16 static void dot_1x8(float *y, const float *x, const void *W_, int in)
 {
+    const uint16_t *W = W_;
     __m512 acc[8];
     for (int o = 0; o < 8; o++) acc[o] = _mm512_setzero_ps();
     for (int k = 0; k < in; k += 16) {
@@ -44,8 +45,9 @@ AVX512_BF16 static void dot_1x8(float *y, const float *x, const uint16_t *W, int
 }
 
 /* y[i, o] = x_i . w_o for 2 rows of x (row stride in) and 4 rows of W; y row stride ldy. */
-AVX512_BF16 static void dot_2x4(float *y, int ldy, const float *x, const uint16_t *W, int in)
+AVX512_BF16 static void dot_2x4(float *y, int ldy, const float *x, const void *W_, int in)
 {
+    const uint16_t *W = W_;
     __m512 a0[4], a1[4];
     for (int o = 0; o < 4; o++) a0[o] = a1[o] = _mm512_setzero_ps();
     for (int k = 0; k < in; k += 16) {
@@ -66,8 +68,9 @@ AVX512_BF16 static void dot_2x4(float *y, int ldy, const float *x, const uint16_
 }
 
 /* x . w for one row of each (the out % 8 rows of W left over by the tiles). */
-AVX512_BF16 static float dot_1x1(const float *x, const uint16_t *w, int in)
+AVX512_BF16 static float dot_1x1(const float *x, const void *w_, int in)
 {
+    const uint16_t *w = w_;
     __m512 acc = _mm512_setzero_ps();
     for (int k = 0; k < in; k += 16) {
         const __mmask16 m = first16(in - k);
@@ -76,35 +79,12 @@ AVX512_BF16 static float dot_1x1(const float *x, const uint16_t *w, int in)
     return _mm512_reduce_add_ps(acc);
 }
 
-AVX512_BF16 static void tile(float *yt, int out, const float *x, const uint16_t *Wt, int M,
-                             int in, int width)
-{
-    if (width == 8 && M > 0) {
-        dot_1x8(yt, x, Wt, in);
-        int i = 1;
-        for (; i + 2 <= M; i += 2) {
-            dot_2x4(yt + (size_t)i * out, out, x + (size_t)i * in, Wt, in);
-            dot_2x4(yt + (size_t)i * out + 4, out, x + (size_t)i * in, Wt + (size_t)4 * in, in);
-        }
-        if (i < M) dot_1x8(yt + (size_t)i * out, x + (size_t)i * in, Wt, in);
-    } else {
-        for (int i = 0; i < M; i++)
-            for (int o = 0; o < width; o++)
-                yt[(size_t)i * out + o] = dot_1x1(x + (size_t)i * in, Wt + (size_t)o * in, in);
-    }
-}
+static const row_kernels BF16_ROWS = {dot_1x8, dot_2x4, dot_1x1, sizeof(uint16_t),
+                                      PARALLEL_MIN};
 
 /* x (M, in), W (out, in) bf16, b (out) or NULL -> y (M, out) */
 void linear_rows_bf16(float *y, const float *x, const uint16_t *W, const float *b, int M,
                       int in, int out)
 {
-    const int tiles = (out + 7) / 8; /* the last one may be partial */
-    #pragma omp parallel for schedule(dynamic, 4) if ((long)in * out >= PARALLEL_MIN)
-    for (int t = 0; t < tiles; t++) {
-        const int o0 = 8 * t, width = out - o0 < 8 ? out - o0 : 8;
-        tile(y + o0, out, x, W + (size_t)o0 * in, M, in, width);
-        if (b)
-            for (int i = 0; i < M; i++)
-                for (int o = 0; o < width; o++) y[(size_t)i * out + o0 + o] += b[o0 + o];
-    }
+    row_tiles_forward(&BF16_ROWS, y, x, W, b, M, in, out);
 }

@@ -1,22 +1,16 @@
 /* Linear layer: y = x W^T + b (the projections W_q, W_k, W_v, W_o and the FFN's two layers),
  * in float32, or at a model's bf16 precision (linear_mode.h). */
 #include "core/internal.h"
+#include "kernels/row_tiles.h"
 #include "layers/linear_mode.h"
 
 /* ---- few rows: one token per sequence, as in a decoding step ---------------------------
- * With a handful of rows (a decoding step has one per sequence or hypothesis) y = x W^T is a
- * few matrix-vector products, and its cost is reading W from memory once: the weights of a
- * model do not fit in cache, so each of its rows crosses the memory bus on every token. A
- * GEMM would first copy W into its packed layout (which for one row costs more than the
- * product), so these rows get a kernel of their own: each tile of 8 rows of W is read once,
- * from memory, by the first row of x, and then from cache by the others. Threads split the
- * output features, so each reads its own part of W, in chunks of 4 tiles taken as threads
- * come free: a thread that starts late (a sleeping OpenMP worker takes ~10 us to wake, more
- * on a core busy with other work) finds its share taken instead of holding the others at
- * the closing barrier.
- * Every y[i, o] is the same sequence of operations whichever kernel computes it (8 lanes of
- * partial sums over k, summed in a fixed order, then the k % 8 tail), so a row's result does
- * not depend on how many rows come with it or on the thread count. */
+ * With a handful of rows y = x W^T is a few matrix-vector products, and its cost is reading
+ * W from memory once. A GEMM would first copy W into its packed layout (which for one row
+ * costs more than the product), so these rows get kernels of their own, tiled as
+ * kernels/row_tiles.h describes. Every y[i, o] is the same sequence of operations whichever
+ * kernel computes it (8 lanes of partial sums over k, summed in a fixed order, then the
+ * k % 8 tail). */
 
 /* Up to this many rows, the matrix-vector kernel; from SMALL_ROWS + 1, the GEMM. Measured on
  * the decoder's shapes (512 x 512, 512 x 2048, 2048 x 512, 512 x 10000; 2 threads of an AMD
@@ -54,8 +48,9 @@ static inline float dot_tail(float s, const float *x, const float *w, int k0, in
 /* y[i, o] = x_i . w_o for 2 rows of x and 4 rows of W: 8 dot products, whose accumulators
  * (8 registers) each meet a load of x or of w, so the loads are shared across products.
  * x (2, in) with row stride in; W (4, in); y (2, ldy). */
-static void dot_2x4(float *y, int ldy, const float *x, const float *W, int in)
+static void dot_2x4(float *y, int ldy, const float *x, const void *W_, int in)
 {
+    const float *W = W_;
     const float *x0 = x, *x1 = x + in;
     const float *w0 = W, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
     float a00[LANES] = {0}, a01[LANES] = {0}, a02[LANES] = {0}, a03[LANES] = {0};
@@ -85,8 +80,9 @@ static void dot_2x4(float *y, int ldy, const float *x, const float *W, int in)
 /* y[o] = x . w_o for 1 row of x and 8 rows of W: the matrix-vector product proper. Eight
  * rows are eight streams from memory at once, which keeps more reads in flight than four
  * (about 20% faster at in = 512).  x (in), W (8, in), y (8). */
-static void dot_1x8(float *y, const float *x, const float *W, int in)
+static void dot_1x8(float *y, const float *x, const void *W_, int in)
 {
+    const float *W = W_;
     const float *w0 = W, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
     const float *w4 = w3 + in, *w5 = w4 + in, *w6 = w5 + in, *w7 = w6 + in;
     float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
@@ -114,8 +110,9 @@ static void dot_1x8(float *y, const float *x, const float *W, int in)
 }
 
 /* x . w for one row of each (the out % 8 features left over by the tiles). */
-static float dot_1x1(const float *x, const float *w, int in)
+static float dot_1x1(const float *x, const void *w_, int in)
 {
+    const float *w = w_;
     float a[LANES] = {0};
     int k = 0;
     for (; k + LANES <= in; k += LANES)
@@ -123,36 +120,8 @@ static float dot_1x1(const float *x, const float *w, int in)
     return dot_tail(lanes_sum(a), x, w, k, in);
 }
 
-/* x (M, in), W (out, in), b (out) or NULL -> y (M, out), M <= SMALL_ROWS.
- * Per tile of 8 rows of W: row 0 of x reads the tile from memory (dot_1x8), the other rows
- * reuse it from cache, two at a time (dot_2x4 on each half), an unpaired last one alone. */
-static void linear_forward_rows(float *y, const float *x, const float *W, const float *b,
-                                int M, int in, int out)
-{
-    const int tiles = (out + 7) / 8; /* the last one may be partial */
-    #pragma omp parallel for schedule(dynamic, 4) if ((long)in * out >= SMALL_PARALLEL_MIN)
-    for (int t = 0; t < tiles; t++) {
-        const int o0 = 8 * t, width = out - o0 < 8 ? out - o0 : 8;
-        const float *Wt = W + (size_t)o0 * in;
-        float *yt = y + o0;
-        if (width == 8 && M > 0) {
-            dot_1x8(yt, x, Wt, in);
-            int i = 1;
-            for (; i + 2 <= M; i += 2) {
-                dot_2x4(yt + (size_t)i * out, out, x + (size_t)i * in, Wt, in);
-                dot_2x4(yt + (size_t)i * out + 4, out, x + (size_t)i * in, Wt + (size_t)4 * in, in);
-            }
-            if (i < M) dot_1x8(yt + (size_t)i * out, x + (size_t)i * in, Wt, in);
-        } else {
-            for (int i = 0; i < M; i++)
-                for (int o = 0; o < width; o++)
-                    yt[(size_t)i * out + o] = dot_1x1(x + (size_t)i * in, Wt + (size_t)o * in, in);
-        }
-        if (b)
-            for (int i = 0; i < M; i++)
-                for (int o = 0; o < width; o++) yt[(size_t)i * out + o] += b[o0 + o];
-    }
-}
+static const row_kernels FLOAT_ROWS = {dot_1x8, dot_2x4, dot_1x1, sizeof(float),
+                                       SMALL_PARALLEL_MIN};
 
 /* ---- the layer, at either precision ---------------------------------------------------- */
 
@@ -186,7 +155,7 @@ void linear_forward(const linear_mode *lm, float *y, const float *x, const float
         if (W16)
             linear_rows_bf16(y, x, W16, b, N, in, out);
         else
-            linear_forward_rows(y, x, W, b, N, in, out);
+            row_tiles_forward(&FLOAT_ROWS, y, x, W, b, N, in, out);
         return;
     }
     if (W16)
