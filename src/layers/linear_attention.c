@@ -39,13 +39,17 @@ static inline float phi(float x)
 static void phi_block(float *y, const float *x, int n)
 {
     int i = 0;
-    float xs[CDF_LANES], e[CDF_LANES];
+    float e[CDF_LANES];
     for (; i + CDF_LANES <= n; i += CDF_LANES) {
-        for (int l = 0; l < CDF_LANES; l++) xs[l] = x[i + l];
-        for (int l = 0; l < CDF_LANES; l++) e[l] = xs[l] < 0.0f ? xs[l] : 0.0f;
+        /* e^min(x, 0) + max(x, 0): exp_poly(0) is exactly 1, so x > 0 gives x + 1 exactly,
+         * and a NaN x goes through the exponential and stays NaN. A select between x + 1
+         * and e^x instead compiles to a branch per value (mispredicted on real data); x is
+         * read in place (a copy into a local array stalls its loads on the narrower
+         * stores, measured). */
+        for (int l = 0; l < CDF_LANES; l++) e[l] = x[i + l] > 0.0f ? 0.0f : x[i + l];
         for (int l = 0; l < CDF_LANES; l++) e[l] = e[l] < -88.0f ? -88.0f : e[l];
         for (int l = 0; l < CDF_LANES; l++) e[l] = exp_poly(e[l]);
-        for (int l = 0; l < CDF_LANES; l++) e[l] = xs[l] > 0.0f ? xs[l] + 1.0f : e[l];
+        for (int l = 0; l < CDF_LANES; l++) e[l] += x[i + l] > 0.0f ? x[i + l] : 0.0f;
         for (int l = 0; l < CDF_LANES; l++) y[i + l] = e[l];
     }
     for (; i < n; i++) y[i] = phi(x[i]);
@@ -200,6 +204,7 @@ static void full_backward(float *dq, float *dk, float *dv, const float *g, const
         for (int i = 0; i < n; i++) {
             const float *w = f.W + (size_t)i * d, *pq = f.phiQ + (size_t)i * d;
             float *dqi = dq + (size_t)i * H * d;
+            #pragma omp simd
             for (int a = 0; a < d; a++) dqi[a] += (w[a] + f.c[i] * f.z[a]) * phi_grad(pq[a]);
         }
     if ((!dk && !dv) || L == 0) return;
@@ -212,6 +217,7 @@ static void full_backward(float *dq, float *dk, float *dv, const float *g, const
         for (int j = 0; j < L; j++) {
             const float *e = f.dphiK + (size_t)j * d, *pk = f.phiK + (size_t)j * d;
             float *dkj = dk + (size_t)j * H * d;
+            #pragma omp simd
             for (int a = 0; a < d; a++) dkj[a] += (e[a] + f.dz[a]) * phi_grad(pk[a]);
         }
     }
@@ -272,6 +278,7 @@ static void causal_backward(float *dq, float *dk, float *dv, const float *g, con
         for (int e = 0; e < v; e++) A[(size_t)i * v + e] = gi[e] * inv;
         if (dq) {
             float *dqi = dq + (size_t)i * H * d;
+            #pragma omp simd
             for (int a = 0; a < d; a++)
                 dqi[a] += (w[a] * inv + c[i] * z[a]) * phi_grad(fq[a]);
         }
