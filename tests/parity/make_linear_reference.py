@@ -35,7 +35,11 @@ CASES = [("linattn_one_query",  1, 1,  1,   3,  4,  3, 0, None),
          ("linattn_causal_lens", 3, 2, 5,   5,  3,  6, 1, [5, 1, 3]),
          ("linattn_causal_prefix", 2, 2, 3, 7,  4,  3, 1, [7, 5]),
          ("linattn_causal_fewkeys", 1, 2, 5, 3, 3,  2, 1, None),
-         ("linattn_causal_long", 2, 4, 96, 96, 16,  8, 1, [96, 50])]
+         ("linattn_causal_long", 2, 4, 96, 96, 16,  8, 1, [96, 50]),
+         # head dims of real models: phi's vector path (32 values at a time), with and
+         # without a tail after it
+         ("linattn_wide",       2, 2, 40,  50, 64, 64, 0, [50, 17]),
+         ("linattn_causal_wide", 1, 2, 33, 33, 40, 16, 1, None)]
 
 
 def phi(x):

@@ -16,7 +16,11 @@
  *                   non-causal attention of query t over keys 0..t (valid length t + 1) is row
  *                   t of the causal form; with every key valid, the last row.
  *   scratch_linear  the causal backward's scratch is affine in N (N, 2N, 3N) and O(N (d + v)
- *                   + d v), and a backward over N = 4096 runs inside it. */
+ *                   + d v), and a backward over N = 4096 runs inside it.
+ *   phi_values      phi = elu + 1 itself, read from a fresh state's z after one step (z =
+ *                   phi(k)) over 40 values (the vectorised 32 and a scalar tail): x + 1
+ *                   exactly for x >= 0, e^x within 3e-7 relative below, 0 at -100 and -inf,
+ *                   NaN stays NaN. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +308,35 @@ static void test_noncausal_prefix_equals_causal(void **state)
  * Memory: linear in the sequence length
  * ---------------------------------------------------------------------------------------- */
 
+static void test_phi_values(void **state)
+{
+    (void)state;
+    enum { D = 40 }; /* 32 values through the vector loop, 8 through the scalar tail */
+    float k[D], v[1] = {1.0f}, q[D] = {0}, o[1];
+    for (int a = 0; a < D; a++) k[a] = (float)((a * 37) % 23 - 11) * 0.61f; /* both signs */
+    k[3] = 0.0f, k[5] = -80.0f, k[7] = -100.0f, k[9] = -INFINITY, k[11] = 1e30f;
+    k[13] = NAN, k[35] = NAN, k[36] = 0.0f, k[37] = -100.0f, k[38] = 3.5f;
+    qkv_linear_attention_state s;
+    qkv_error err = {0};
+    assert_int_equal(qkv_linear_attention_state_init(&s, 1, D, 1, &err), QKV_OK);
+    qkv_linear_attention_step(o, &s, q, k, v);
+    for (int a = 0; a < D; a++) {
+        const float x = k[a], f = s.z[a];
+        if (isnan(x)) {
+            if (!isnan(f)) fail_msg("phi(NaN) at %d is %g, not NaN", a, f);
+        } else if (x >= 0.0f) {
+            if (f != x + 1.0f) fail_msg("phi(%g) at %d is %.9g, not x + 1 exactly", x, a, f);
+        } else if (x < -88.0f) {
+            if (!(f >= 0.0f && f <= 1e-37f)) fail_msg("phi(%g) at %d is %g, not ~0", x, a, f);
+        } else {
+            const double want = exp((double)x);
+            if (!(fabs(f - want) <= 3e-7 * want))
+                fail_msg("phi(%g) at %d is %.9g, e^x is %.9g", x, a, f, want);
+        }
+    }
+    qkv_linear_attention_state_free(&s);
+}
+
 static void test_scratch_linear(void **state)
 {
     (void)state;
@@ -362,9 +395,12 @@ int main(void)
         CASE("linattn_causal_prefix"),
         CASE("linattn_causal_fewkeys"),
         CASE("linattn_causal_long"),
+        CASE("linattn_wide"),
+        CASE("linattn_causal_wide"),
         cmocka_unit_test(test_step_equals_causal),
         cmocka_unit_test(test_step_first_token_and_errors),
         cmocka_unit_test(test_noncausal_prefix_equals_causal),
+        cmocka_unit_test(test_phi_values),
         cmocka_unit_test(test_scratch_linear),
     };
     return cmocka_run_group_tests_name("linear_attention", tests, NULL, NULL);
