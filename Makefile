@@ -17,7 +17,7 @@ CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -D_PO
            -Iinclude -Isrc -Itests/common $(shell pkg-config --cflags $(PKGS)) $(SAN) $(EXTRA_CFLAGS)
 LDLIBS  := $(shell pkg-config --libs $(PKGS)) -fopenmp -lm $(SAN)
 
-LIB_SRC := $(sort $(wildcard src/core/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
+LIB_SRC := $(sort $(wildcard src/core/*.c src/backend/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
              src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

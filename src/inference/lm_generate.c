@@ -10,54 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inference/cached_attention.h"
 #include "models/language_model_internal.h"
 
 struct qkv_lm_state {
-    int len, capacity;                 /* tokens held; max_len */
-    float *K, *V;                      /* softmax: per layer (capacity, C) keys and values */
-    qkv_linear_attention_state *sums;  /* linear: per layer */
-    int layers;
-    /* one token's work space */
-    float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *h_pre, *h, *P;
-    float *buffer;
+    int len;         /* tokens held */
+    decode_state st; /* one row of max_len positions */
 };
 
 qkv_status qkv_lm_state_create(qkv_lm_state **out, const qkv_lm *m, qkv_error *err)
 {
     *out = NULL;
-    const qkv_lm_config *c = &m->cfg;
-    const size_t C = c->d_model, T = c->max_len, L = c->layers;
-    const int softmax = c->attention == QKV_ATTENTION_SOFTMAX;
     qkv_lm_state *s = calloc(1, sizeof *s);
     if (!s) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a generation state");
-    s->capacity = c->max_len, s->layers = c->layers;
-    size_t sizes[] = {softmax ? L * T * C : 0, softmax ? L * T * C : 0, C, C, C, C, C, C, C, 1, 1,
-                      c->ffn, c->ffn, (size_t)c->heads * T};
-    float **ptrs[] = {&s->K, &s->V, &s->x, &s->u, &s->q, &s->k, &s->v, &s->ctx, &s->s, &s->mean,
-                      &s->rstd, &s->h_pre, &s->h, &s->P};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += sizes[i];
-    s->buffer = malloc(total * sizeof(float));
-    if (!s->buffer) {
-        free(s);
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the generation cache (%zu MiB)",
-                        total * 4 >> 20);
-    }
-    float *at = s->buffer;
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *ptrs[i] = at, at += sizes[i];
-    if (!softmax) {
-        s->sums = calloc(L, sizeof *s->sums);
-        if (!s->sums) {
-            qkv_lm_state_free(s);
-            return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a generation state");
-        }
-        const int d = c->d_model / c->heads;
-        for (size_t l = 0; l < L; l++) {
-            qkv_status st = qkv_linear_attention_state_init(&s->sums[l], c->heads, d, d, err);
-            if (st) return qkv_lm_state_free(s), st;
-        }
-    }
+    qkv_status st = decode_state_init(&s->st, &m->dims, 1, m->cfg.max_len, 0, 0, 0, err);
+    if (st) return free(s), st;
     *out = s;
     return QKV_OK;
 }
@@ -65,76 +31,26 @@ qkv_status qkv_lm_state_create(qkv_lm_state **out, const qkv_lm *m, qkv_error *e
 void qkv_lm_state_free(qkv_lm_state *s)
 {
     if (!s) return;
-    for (int l = 0; s->sums && l < s->layers; l++) qkv_linear_attention_state_free(&s->sums[l]);
-    free(s->sums), free(s->buffer), free(s);
+    decode_state_free(&s->st);
+    free(s);
 }
 
 int qkv_lm_state_length(const qkv_lm_state *s) { return s->len; }
 
-/* ---- one token through the stack ------------------------------------------------------- */
-
-/* The sublayer's input: x (post-norm) or LayerNorm(x) (pre-norm). */
-static const float *begin(const qkv_lm_config *c, qkv_lm_state *s, const norm_w *n)
-{
-    if (!c->pre_norm) return s->x;
-    qkv_layernorm_forward(s->u, s->mean, s->rstd, s->x, n->g, n->b, 1, c->d_model, c->ln_eps);
-    return s->u;
-}
-
-/* x <- LayerNorm(x + s) (post-norm) or x + s (pre-norm). */
-static void end(const qkv_lm_config *c, qkv_lm_state *s, const norm_w *n)
-{
-    for (int i = 0; i < c->d_model; i++) s->x[i] += s->s[i];
-    if (!c->pre_norm)
-        qkv_layernorm_forward(s->x, s->mean, s->rstd, s->x, n->g, n->b, 1, c->d_model, c->ln_eps);
-}
-
 qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv_error *err)
 {
-    const qkv_lm_config *c = &m->cfg;
-    const int C = c->d_model, H = c->heads, d = C / H, t = s->len;
-    if (t >= s->capacity)
+    const int t = s->len;
+    if (t >= s->st.T)
         return qkv_fail(err, QKV_ERR_ARG, "the generation state is full: the model has %d "
-                        "positions (prefill a shorter window to go on)", s->capacity);
-    if (token < 0 || token >= c->vocab)
+                        "positions (prefill a shorter window to go on)", s->st.T);
+    if (token < 0 || token >= m->cfg.vocab)
         return qkv_fail(err, QKV_ERR_ARG, "token id %d outside the vocabulary [0, %d)", token,
-                        c->vocab);
-    qkv_status st = precision_prepare(&m->prec, m->params, m->n_params, 1, err);
+                        m->cfg.vocab);
+    qkv_status st = precision_prepare(&m->core.prec, m->core.params, m->core.n_params, 1, err);
     if (st) return st;
-    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
-    const float *e = m->w.embedding + (size_t)token * C, *pos = lm_positions(m) + (size_t)t * C;
-    const float scale = sqrtf((float)C);
-    for (int i = 0; i < C; i++) s->x[i] = e[i] * scale + pos[i];
-    for (int l = 0; l < c->layers; l++) {
-        const encoder_block_w *w = &m->w.blocks[l];
-        const qkv_mha_weights *a = &w->attention;
-        const float *in = begin(c, s, &w->norm1);
-        linear_forward(&lm, s->q, in, a->W_q, a->b_q, 1, C, C);
-        linear_forward(&lm, s->k, in, a->W_k, a->b_k, 1, C, C);
-        linear_forward(&lm, s->v, in, a->W_v, a->b_v, 1, C, C);
-        if (c->attention == QKV_ATTENTION_SOFTMAX) {
-            /* append this position's key and value, then attend to positions 0..t */
-            float *K = s->K + (size_t)l * s->capacity * C, *V = s->V + (size_t)l * s->capacity * C;
-            memcpy(K + (size_t)t * C, s->k, C * sizeof *K);
-            memcpy(V + (size_t)t * C, s->v, C * sizeof *V);
-            cached_attention(s->ctx, s->P, s->q, K, V, 0, 1, H, d, t + 1, NULL, NULL, NULL, 0);
-        } else {
-            qkv_linear_attention_step(s->ctx, &s->sums[l], s->q, s->k, s->v);
-        }
-        linear_forward(&lm, s->s, s->ctx, a->W_o, a->b_o, 1, C, C);
-        end(c, s, &w->norm1);
-        in = begin(c, s, &w->norm2);
-        ffn_forward(&lm, s->s, s->h_pre, s->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2, 1,
-                    C, c->ffn, c->act);
-        end(c, s, &w->norm2);
-    }
-    const float *y = s->x;
-    if (m->w.norm.g) {
-        qkv_layernorm_forward(s->u, s->mean, s->rstd, s->x, m->w.norm.g, m->w.norm.b, 1, C,
-                              c->ln_eps);
-        y = s->u;
-    }
-    linear_forward(&lm, logits, y, m->w.out_W, m->w.out_b, 1, C, c->vocab);
+    const backend be = core_backend(&m->core);
+    stack_step(&be, &m->dims, &m->w.stack, m->core.pos_table, &s->st, &token, t, NULL);
+    head_step(&be, &m->dims, &m->w.stack, m->w.out_W, m->w.out_b, &s->st, logits, m->cfg.vocab);
     s->len = t + 1;
     return QKV_OK;
 }
@@ -143,27 +59,28 @@ qkv_status qkv_lm_prefill(qkv_lm *m, qkv_lm_state *s, const int *ids, int n, flo
                           qkv_error *err)
 {
     const qkv_lm_config *c = &m->cfg;
-    const int C = c->d_model;
-    if (n < 1 || n > s->capacity)
+    const int C = c->d_model, T = s->st.T;
+    if (n < 1 || n > T)
         return qkv_fail(err, QKV_ERR_ARG, "a prefill of %d tokens: the model takes 1 to %d", n,
-                        s->capacity);
+                        T);
     s->len = 0;
-    qkv_status st = precision_prepare(&m->prec, m->params, m->n_params, 1, err);
+    qkv_status st = precision_prepare(&m->core.prec, m->core.params, m->core.n_params, 1, err);
     if (!st) st = lm_forward(m, ids, 1, n, 0.0f, 0, err);
     if (st) return st;
+    const backend be = core_backend(&m->core);
     for (int l = 0; l < c->layers; l++) {
-        const qkv_mha_cache *a = &m->acts.blocks[l].cache;
-        if (c->attention == QKV_ATTENTION_SOFTMAX) {
-            memcpy(s->K + (size_t)l * s->capacity * C, a->k, (size_t)n * C * sizeof(float));
-            memcpy(s->V + (size_t)l * s->capacity * C, a->v, (size_t)n * C * sizeof(float));
+        const qkv_mha_cache *a = &m->acts.s.blocks[l].self_att.c;
+        if (!m->dims.linear_attention) {
+            be.ops->copy(s->st.self_k + (size_t)l * T * C, a->k, (size_t)n * C);
+            be.ops->copy(s->st.self_v + (size_t)l * T * C, a->v, (size_t)n * C);
         } else { /* absorb the keys and values into S, z (the outputs are the forward's) */
-            qkv_linear_attention_state_reset(&s->sums[l]);
+            qkv_linear_attention_state_reset(&s->st.sums[l]);
             for (int j = 0; j < n; j++)
-                qkv_linear_attention_step(s->ctx, &s->sums[l], a->q + (size_t)j * C,
-                                          a->k + (size_t)j * C, a->v + (size_t)j * C);
+                be.ops->linear_attention_step(s->st.ctx, &s->st.sums[l], a->q + (size_t)j * C,
+                                              a->k + (size_t)j * C, a->v + (size_t)j * C);
         }
     }
-    memcpy(logits, m->acts.logits + (size_t)(n - 1) * c->vocab, c->vocab * sizeof *logits);
+    be.ops->copy(logits, m->acts.logits + (size_t)(n - 1) * c->vocab, c->vocab);
     s->len = n;
     return QKV_OK;
 }

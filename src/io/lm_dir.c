@@ -97,7 +97,7 @@ qkv_status qkv_lm_save(const qkv_lm *m, const char *dir, qkv_error *err)
     char *json = NULL;
     qkv_status st = qkv_lm_config_to_json(&m->cfg, &json, err);
     if (st) return st;
-    st = param_dir_save(dir, json, m->tensors, m->n_tensors, m->params, FORMAT_NAME, err);
+    st = param_dir_save(dir, json, m->core.tensors, m->core.n_tensors, m->core.params, FORMAT_NAME, err);
     free(json);
     return st;
 }
@@ -115,7 +115,7 @@ qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
     if (st) return st;
     qkv_lm *m = NULL;
     if ((st = qkv_lm_create(&m, &cfg, 0, err))) return st;
-    st = param_dir_load(dir, m->tensors, m->n_tensors, m->params, err);
+    st = param_dir_load(dir, m->core.tensors, m->core.n_tensors, m->core.params, err);
     if (st) return qkv_lm_free(m), st;
     *out = m;
     return QKV_OK;
@@ -126,9 +126,9 @@ qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
 qkv_status lm_checkpoint_save(const char *path, const qkv_lm *m, const qkv_adam *opt,
                               const lm_train_position *pos, qkv_error *err)
 {
-    qkv_tensor_ref *refs = param_refs(m->tensors, m->n_tensors, m->params, 2);
+    qkv_tensor_ref *refs = param_refs(m->core.tensors, m->core.n_tensors, m->core.params, 2);
     if (!refs) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    adam_refs(refs + m->n_tensors, opt);
+    adam_refs(refs + m->core.n_tensors, opt);
     char vals[6][32];
     snprintf(vals[0], 32, "%lld", (long long)opt->step);
     snprintf(vals[1], 32, "%llu", (unsigned long long)pos->seed);
@@ -139,7 +139,7 @@ qkv_status lm_checkpoint_save(const char *path, const qkv_lm *m, const qkv_adam 
     const char *meta[] = {"format", FORMAT_NAME "-checkpoint", "step", vals[0], "seed", vals[1],
                           "elapsed_s", vals[2], "loss_sum", vals[3], "loss_tokens", vals[4],
                           "train_tokens", vals[5]};
-    qkv_status st = qkv_tensor_file_save(path, refs, m->n_tensors + 2, meta, 7, err);
+    qkv_status st = qkv_tensor_file_save(path, refs, m->core.n_tensors + 2, meta, 7, err);
     free(refs);
     return st;
 }
@@ -170,9 +170,9 @@ qkv_status lm_checkpoint_load(const char *path, qkv_lm *m, qkv_adam *opt,
     if (!fmt || strcmp(fmt, FORMAT_NAME "-checkpoint"))
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: not a language-model checkpoint (format \"%s\")",
                       path, fmt ? fmt : "");
-    float *staged = st ? NULL : malloc(m->n_params * sizeof *staged); /* commit only if valid */
+    float *staged = st ? NULL : malloc(m->core.n_params * sizeof *staged); /* commit only if valid */
     if (!st && !staged) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    if (!st) st = param_copy(m->tensors, m->n_tensors, staged, &f, path, "adam.", err);
+    if (!st) st = param_copy(m->core.tensors, m->core.n_tensors, staged, &f, path, "adam.", err);
     const qkv_tensor *mt = NULL, *vt = NULL;
     if (!st) st = adam_find(&f, opt, path, &mt, &vt, err);
     unsigned long long step = 0, seed = 0, tokens = 0, train_tokens = 0;
@@ -186,8 +186,8 @@ qkv_status lm_checkpoint_load(const char *path, qkv_lm *m, qkv_adam *opt,
     if (!st && (step > INT64_MAX || tokens > INT64_MAX || train_tokens > INT64_MAX))
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: training position out of range", path);
     if (!st) {
-        memcpy(m->params, staged, m->n_params * sizeof *staged);
-        precision_touch(&m->prec); /* the bf16 copy, if any, is of the old parameters */
+        memcpy(m->core.params, staged, m->core.n_params * sizeof *staged);
+        precision_touch(&m->core.prec); /* the bf16 copy, if any, is of the old parameters */
         memcpy(opt->m, mt->data, opt->n * sizeof(float));
         memcpy(opt->v, vt->data, opt->n * sizeof(float));
         opt->step = (int64_t)step;

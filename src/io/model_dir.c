@@ -103,7 +103,7 @@ qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_e
     char *json = NULL;
     qkv_status st = qkv_config_to_json(&m->cfg, &json, err);
     if (st) return st;
-    st = param_dir_save(dir, json, m->tensors, m->n_tensors, m->params, FORMAT_NAME, err);
+    st = param_dir_save(dir, json, m->core.tensors, m->core.n_tensors, m->core.params, FORMAT_NAME, err);
     free(json);
     return st;
 }
@@ -121,7 +121,7 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
     if (st) return st;
     qkv_transformer *m = NULL;
     if ((st = qkv_transformer_create(&m, &cfg, 0, err))) return st;
-    st = param_dir_load(dir, m->tensors, m->n_tensors, m->params, err);
+    st = param_dir_load(dir, m->core.tensors, m->core.n_tensors, m->core.params, err);
     if (st) return qkv_transformer_free(m), st;
     *out = m;
     return QKV_OK;
@@ -132,9 +132,9 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
 qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
                                const qkv_train_position *pos, qkv_error *err)
 {
-    qkv_tensor_ref *refs = param_refs(m->tensors, m->n_tensors, m->params, 2);
+    qkv_tensor_ref *refs = param_refs(m->core.tensors, m->core.n_tensors, m->core.params, 2);
     if (!refs) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    adam_refs(refs + m->n_tensors, opt);
+    adam_refs(refs + m->core.n_tensors, opt);
     char vals[6][32];
     snprintf(vals[0], 32, "%lld", (long long)opt->step);
     snprintf(vals[1], 32, "%d", pos->epoch);
@@ -145,7 +145,7 @@ qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const
     const char *meta[] = {"format", FORMAT_NAME "-checkpoint", "step", vals[0], "epoch", vals[1],
                           "batch", vals[2], "seed", vals[3], "epoch_loss", vals[4],
                           "epoch_tokens", vals[5]};
-    qkv_status st = qkv_tensor_file_save(path, refs, m->n_tensors + 2, meta, 7, err);
+    qkv_status st = qkv_tensor_file_save(path, refs, m->core.n_tensors + 2, meta, 7, err);
     free(refs);
     return st;
 }
@@ -169,9 +169,9 @@ qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *o
     qkv_tensor_file f = {0};
     qkv_status st = qkv_tensor_file_load(&f, path, err);
     if (st) return st;
-    float *staged = malloc(m->n_params * sizeof *staged); /* commit only a fully valid file */
+    float *staged = malloc(m->core.n_params * sizeof *staged); /* commit only a fully valid file */
     if (!staged) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    if (!st) st = param_copy(m->tensors, m->n_tensors, staged, &f, path, "adam.", err);
+    if (!st) st = param_copy(m->core.tensors, m->core.n_tensors, staged, &f, path, "adam.", err);
     const qkv_tensor *mt = NULL, *vt = NULL;
     if (!st) st = adam_find(&f, opt, path, &mt, &vt, err);
     long long step = 0, epoch = 0, batch = 0, tokens = 0;
@@ -194,8 +194,8 @@ qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *o
                 batch > INT_MAX))
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: training position out of range", path);
     if (!st) {
-        memcpy(m->params, staged, m->n_params * sizeof *staged);
-        precision_touch(&m->prec); /* the bf16 copy, if any, is of the old parameters */
+        memcpy(m->core.params, staged, m->core.n_params * sizeof *staged);
+        precision_touch(&m->core.prec); /* the bf16 copy, if any, is of the old parameters */
         memcpy(opt->m, mt->data, opt->n * sizeof(float));
         memcpy(opt->v, vt->data, opt->n * sizeof(float));
         opt->step = step;

@@ -37,3 +37,16 @@ void qkv_gelu_backward(float *dx, const float *dy, const float *x, size_t n)
         for (size_t k = 0; k < c; k++) dx[i + k] += g[k];
     }
 }
+
+/* The FFN's backward through its activation: dh = dh * act'(h_pre), in place. */
+void activation_grad_inplace(qkv_activation act, float *dh, const float *h_pre, size_t n)
+{
+    if (act == QKV_ACT_GELU) {
+        #pragma omp parallel for if (n > PARALLEL_MIN)
+        for (size_t e = 0; e < n; e += GELU_CHUNK)
+            gelu_grad_block(dh + e, dh + e, h_pre + e, n - e < GELU_CHUNK ? n - e : GELU_CHUNK);
+    } else {
+        #pragma omp parallel for simd if (n > PARALLEL_MIN)
+        for (size_t e = 0; e < n; e++) dh[e] = h_pre[e] > 0.0f ? dh[e] : 0.0f;
+    }
+}

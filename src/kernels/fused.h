@@ -17,6 +17,10 @@ int cross_entropy_fused(float *loss, float *lse, double *sum, float *logits, flo
                         float label_smoothing, float scale, float *scratch, qkv_error *err);
 size_t cross_entropy_fused_scratch_floats(int N, int V);
 
+/* dh = dh * act'(h_pre) over n values, in place: the FFN's backward through its activation
+ * without a second buffer. */
+void activation_grad_inplace(qkv_activation act, float *dh, const float *h_pre, size_t n);
+
 /* One row (C) of qkv_layernorm_forward: y, and the row's *mean and *rstd. */
 void layernorm_row_forward(float *y, float *mean, float *rstd, const float *x,
                            const float *gamma, const float *beta, int C, float eps);

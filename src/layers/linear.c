@@ -1,8 +1,9 @@
-/* Linear layer: y = x W^T + b (the projections W_q, W_k, W_v, W_o and the FFN's two layers),
- * in float32, or at a model's bf16 precision (linear_mode.h). */
+/* Linear layer: y = x W^T + b (the projections W_q, W_k, W_v, W_o and the FFN's two layers):
+ * the linear entries of the CPU backends' tables (backend/backend.h), in float32 through
+ * OpenBLAS or with bf16 products (kernels/bf16.h). */
 #include "core/internal.h"
 #include "kernels/row_tiles.h"
-#include "layers/linear_mode.h"
+#include "layers/linear.h"
 
 /* ---- few rows: one token per sequence, as in a decoding step ---------------------------
  * With a handful of rows y = x W^T is a few matrix-vector products, and its cost is reading
@@ -12,12 +13,12 @@
  * kernel computes it (8 lanes of partial sums over k, summed in a fixed order, then the
  * k % 8 tail). */
 
-/* Up to this many rows, the matrix-vector kernel; from SMALL_ROWS + 1, the GEMM. Measured on
+/* The CPU tables' few_rows (backend.h): up to this many rows, the matrix-vector kernel; from
+ * SMALL_ROWS + 1, the GEMM. Measured on
  * the decoder's shapes (512 x 512, 512 x 2048, 2048 x 512, 512 x 10000; 2 threads of an AMD
  * EPYC, Zen 3): against OpenBLAS's GEMM the kernel is 2-3x faster at 1 to 4 rows, where it
  * reads W at the memory's speed, and still 1.7-2x at 8 to 12, where it is bound by its
  * multiply-adds; 1.3x at 14, even at 15, 0.75x at 16. */
-#define SMALL_ROWS 12
 
 /* Weight matrices smaller than this many floats (in * out) run on one thread: waking a
  * second one costs more than reading them. */
@@ -123,20 +124,7 @@ static float dot_1x1(const float *x, const void *w_, int in)
 static const row_kernels FLOAT_ROWS = {dot_1x8, dot_2x4, dot_1x1, sizeof(float),
                                        SMALL_PARALLEL_MIN};
 
-/* ---- the layer, at either precision ---------------------------------------------------- */
-
-static int is_bf16(const linear_mode *lm) { return lm && lm->precision == QKV_PRECISION_BF16; }
-
-/* W's bf16 copy (n values), or NULL: not bf16, no current copy, or W not among the model's
- * parameters. */
-static const uint16_t *bf16_weights(const linear_mode *lm, const float *W, size_t n)
-{
-    if (!is_bf16(lm) || !lm->params_bf16) return NULL;
-    /* compared as addresses: W need not point into the parameters at all */
-    const uintptr_t w = (uintptr_t)W, p0 = (uintptr_t)lm->params;
-    if (w < p0 || w + n * sizeof *W > p0 + lm->n_params * sizeof *W) return NULL;
-    return lm->params_bf16 + (w - p0) / sizeof *W;
-}
+/* ---- float32 ---------------------------------------------------------------------------- */
 
 /* y += b on every row */
 static void add_bias(float *y, const float *b, int N, int out)
@@ -146,24 +134,19 @@ static void add_bias(float *y, const float *b, int N, int out)
         for (int o = 0; o < out; o++) y[(size_t)i * out + o] += b[o];
 }
 
-/* x (N, in), W (out, in), b (out) -> y (N, out) */
-void linear_forward(const linear_mode *lm, float *y, const float *x, const float *W,
-                    const float *b, int N, int in, int out)
+/* a decoding step: bound by reading W once */
+void linear_rows_f32(const backend *be, float *y, const float *x, const float *W, const float *b,
+                     int N, int in, int out)
 {
-    const uint16_t *W16 = bf16_weights(lm, W, (size_t)in * out);
-    if (N <= SMALL_ROWS) { /* a decoding step: bound by reading W */
-        if (W16)
-            linear_rows_bf16(y, x, W16, b, N, in, out);
-        else
-            row_tiles_forward(&FLOAT_ROWS, y, x, W, b, N, in, out);
-        return;
-    }
-    if (W16)
-        gemm_bf16_wt(N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out, lm->ws);
-    else if (is_bf16(lm))
-        gemm_bf16(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out, lm->ws);
-    else
-        gemm(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+    (void)be;
+    row_tiles_forward(&FLOAT_ROWS, y, x, W, b, N, in, out);
+}
+
+void linear_gemm_f32(const backend *be, float *y, const float *x, const float *W, const float *b,
+                     int N, int in, int out)
+{
+    (void)be;
+    gemm(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
     if (b) add_bias(y, b, N, out);
 }
 
@@ -186,27 +169,70 @@ static void bias_backward(float *db, const float *dy, int N, int out)
 }
 
 /* dx (N, in) += dy W;  dW (out, in) += dy^T x;  db (out) += sum_i dy[i] */
-void linear_backward(const linear_mode *lm, float *dx, float *dW, float *db, const float *dy,
-                     const float *x, const float *W, int N, int in, int out)
+void linear_backward_f32(const backend *be, float *dx, float *dW, float *db, const float *dy,
+                         const float *x, const float *W, int N, int in, int out)
 {
-    if (is_bf16(lm)) {
-        if (dx) gemm_bf16(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in, lm->ws);
-        if (dW) gemm_bf16(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, lm->ws);
-    } else {
-        if (dx) gemm(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
-        if (dW) gemm(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
-    }
+    (void)be;
+    if (dx) gemm(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
+    if (dW) gemm(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
     if (db) bias_backward(db, dy, N, out);
 }
+
+/* ---- bf16 products, float32 sums --------------------------------------------------------- */
+
+/* W's bf16 copy (n values), or NULL: no current copy, or W not among the model's parameters. */
+static const uint16_t *bf16_weights(const backend *be, const float *W, size_t n)
+{
+    if (!be->params_bf16) return NULL;
+    /* compared as addresses: W need not point into the parameters at all */
+    const uintptr_t w = (uintptr_t)W, p0 = (uintptr_t)be->params;
+    if (w < p0 || w + n * sizeof *W > p0 + be->n_params * sizeof *W) return NULL;
+    return be->params_bf16 + (w - p0) / sizeof *W;
+}
+
+/* Decoding reads the weights' bf16 copy at half the bytes; without one (a training pass of a
+ * few rows), the float32 kernel. */
+void linear_rows_bf16w(const backend *be, float *y, const float *x, const float *W,
+                       const float *b, int N, int in, int out)
+{
+    const uint16_t *W16 = bf16_weights(be, W, (size_t)in * out);
+    if (W16)
+        linear_rows_bf16(y, x, W16, b, N, in, out);
+    else
+        row_tiles_forward(&FLOAT_ROWS, y, x, W, b, N, in, out);
+}
+
+void linear_gemm_bf16(const backend *be, float *y, const float *x, const float *W,
+                      const float *b, int N, int in, int out)
+{
+    const uint16_t *W16 = bf16_weights(be, W, (size_t)in * out);
+    if (W16)
+        gemm_bf16_wt(N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out, be->ws);
+    else
+        gemm_bf16(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out, be->ws);
+    if (b) add_bias(y, b, N, out);
+}
+
+void linear_backward_bf16(const backend *be, float *dx, float *dW, float *db, const float *dy,
+                          const float *x, const float *W, int N, int in, int out)
+{
+    if (dx) gemm_bf16(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in, be->ws);
+    if (dW) gemm_bf16(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, be->ws);
+    if (db) bias_backward(db, dy, N, out);
+}
+
+/* ---- the public layer: float32 on the CPU ------------------------------------------------ */
 
 void qkv_linear_forward(float *y, const float *x, const float *W, const float *b, int N, int in,
                         int out)
 {
-    linear_forward(NULL, y, x, W, b, N, in, out);
+    const backend be = backend_cpu();
+    op_linear_forward(&be, y, x, W, b, N, in, out);
 }
 
 void qkv_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x,
                          const float *W, int N, int in, int out)
 {
-    linear_backward(NULL, dx, dW, db, dy, x, W, N, in, out);
+    const backend be = backend_cpu();
+    op_linear_backward(&be, dx, dW, db, dy, x, W, N, in, out);
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "layers/linear_mode.h"
+#include "layers/layers.h"
 
 size_t qkv_mha_weights_floats(const qkv_mha_config *cfg)
 {
@@ -49,52 +49,92 @@ qkv_mha_cache qkv_mha_cache_view(float *base, const qkv_mha_config *cfg, int B, 
 
 size_t qkv_mha_scratch_floats(const qkv_mha_config *cfg, int B, int n, int m)
 {
-    size_t hp = (size_t)cfg->heads * cfg->head_dim;
-    return qkv_attention_scratch_floats(B, cfg->heads, n, m) + 2 * (size_t)B * n * hp +
-           2 * (size_t)B * m * hp;
+    const backend be = backend_cpu();
+    return mha_scratch_floats(&be, ATTENTION_MATERIALISED, cfg, B, n, m);
+}
+
+static attention_shape shape_of(const qkv_mha_config *mc, int B, int n, int m)
+{
+    attention_shape s = {B, mc->heads, n, m, mc->head_dim, mc->head_dim};
+    return s;
+}
+
+size_t mha_saved_floats(const backend *be, attention_kernel k, const qkv_mha_config *mc, int B,
+                        int n, int m)
+{
+    const size_t hp = (size_t)mc->heads * mc->head_dim;
+    const attention_shape s = shape_of(mc, B, n, m);
+    return 2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp + be->ops->attention_saved_floats(k, &s);
+}
+
+/* q, k, v, ctx as qkv_mha_cache_view lays them out, then what the kernel keeps */
+mha_acts mha_acts_view(const backend *be, attention_kernel k, float *base,
+                       const qkv_mha_config *mc, int B, int n, int m)
+{
+    (void)be;
+    mha_acts a = {k, qkv_mha_cache_view(base, mc, B, n, m), NULL};
+    if (k != ATTENTION_LINEAR) a.S = a.c.P;
+    if (k != ATTENTION_MATERIALISED) a.c.P = NULL;
+    return a;
+}
+
+size_t mha_scratch_floats(const backend *be, attention_kernel k, const qkv_mha_config *mc, int B,
+                          int n, int m)
+{
+    const size_t hp = (size_t)mc->heads * mc->head_dim;
+    const attention_shape s = shape_of(mc, B, n, m);
+    /* backward's dctx, dq (B n H p), dk, dv (B m H p), then the kernel's own */
+    return 2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp +
+           be->ops->attention_scratch_floats(k, &s);
 }
 
 /* xq (B, n, d_q), xkv (B, m, d_kv) -> y (B, n, d_q) */
-void mha_forward(const linear_mode *lm, float *y, qkv_mha_cache *c, const float *xq,
-                 const float *xkv, const qkv_mha_weights *w, const qkv_mha_config *cfg, int B,
-                 int n, int m, const qkv_mask *mask, float p, uint64_t seed, float *scratch)
+void mha_forward(const backend *be, float *y, mha_acts *a, const float *xq, const float *xkv,
+                 const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
+                 const qkv_mask *mask, dropout_draw drop, float *scratch)
 {
-    const int H = cfg->heads, hd = cfg->head_dim, hp = H * hd;
-    linear_forward(lm, c->q, xq, w->W_q, w->b_q, B * n, cfg->d_q, hp);
-    linear_forward(lm, c->k, xkv, w->W_k, w->b_k, B * m, cfg->d_kv, hp);
-    linear_forward(lm, c->v, xkv, w->W_v, w->b_v, B * m, cfg->d_kv, hp);
-    qkv_attention_forward(c->ctx, c->P, c->q, c->k, c->v, B, H, n, m, hd, hd, mask, p, seed,
-                          scratch);
-    linear_forward(lm, y, c->ctx, w->W_o, w->b_o, B * n, hp, cfg->d_q);
+    const int hp = mc->heads * mc->head_dim;
+    const attention_shape s = shape_of(mc, B, n, m);
+    qkv_mha_cache *c = &a->c;
+    op_linear_forward(be, c->q, xq, w->W_q, w->b_q, B * n, mc->d_q, hp);  /* Q W_q */
+    op_linear_forward(be, c->k, xkv, w->W_k, w->b_k, B * m, mc->d_kv, hp); /* K W_k */
+    op_linear_forward(be, c->v, xkv, w->W_v, w->b_v, B * m, mc->d_kv, hp); /* V W_v */
+    be->ops->attention_forward(a->kernel, c->ctx, a->S, c->q, c->k, c->v, &s, mask, drop,
+                               scratch);
+    op_linear_forward(be, y, c->ctx, w->W_o, w->b_o, B * n, hp, mc->d_q); /* Concat W_o */
 }
 
-void mha_backward(const linear_mode *lm, float *dxq, float *dxkv, qkv_mha_weights *dw,
-                  const float *dy, const qkv_mha_cache *c, const float *xq, const float *xkv,
-                  const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                  float p, uint64_t seed, float *scratch)
+void mha_backward(const backend *be, float *dxq, float *dxkv, qkv_mha_weights *dw,
+                  const float *dy, const mha_acts *a, const float *xq, const float *xkv,
+                  const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
+                  const qkv_mask *mask, dropout_draw drop, float *scratch)
 {
-    const int H = cfg->heads, hd = cfg->head_dim, hp = H * hd;
+    const int hp = mc->heads * mc->head_dim;
+    const attention_shape s = shape_of(mc, B, n, m);
+    const qkv_mha_cache *c = &a->c;
     qkv_mha_weights none = {0};
     if (!dw) dw = &none;
-    float *att_scratch = scratch;
-    float *dctx = att_scratch + qkv_attention_scratch_floats(B, H, n, m);
-    float *dq = dctx + (size_t)B * n * hp;
-    float *dk = dq + (size_t)B * n * hp;
-    float *dv = dk + (size_t)B * m * hp;
-    memset(dctx, 0, (2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp) * sizeof *dctx);
-    linear_backward(lm, dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, B * n, hp, cfg->d_q);
-    qkv_attention_backward(dq, dk, dv, dctx, c->P, c->q, c->k, c->v, B, H, n, m, hd, hd, p, seed,
-                           att_scratch);
-    linear_backward(lm, dxq, dw->W_q, dw->b_q, dq, xq, w->W_q, B * n, cfg->d_q, hp);
-    linear_backward(lm, dxkv, dw->W_k, dw->b_k, dk, xkv, w->W_k, B * m, cfg->d_kv, hp);
-    linear_backward(lm, dxkv, dw->W_v, dw->b_v, dv, xkv, w->W_v, B * m, cfg->d_kv, hp);
+    float *dctx = scratch;                 /* (B, n, H p) */
+    float *dq = dctx + (size_t)B * n * hp; /* (B, n, H p) */
+    float *dk = dq + (size_t)B * n * hp;   /* (B, m, H p) */
+    float *dv = dk + (size_t)B * m * hp;   /* (B, m, H p) */
+    float *rest = dv + (size_t)B * m * hp;
+    be->ops->zero(dctx, 2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp);
+    op_linear_backward(be, dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, B * n, hp, mc->d_q);
+    be->ops->attention_backward(a->kernel, dq, dk, dv, dctx, c->ctx, a->S, c->q, c->k, c->v, &s,
+                                mask, drop, rest);
+    op_linear_backward(be, dxq, dw->W_q, dw->b_q, dq, xq, w->W_q, B * n, mc->d_q, hp);
+    op_linear_backward(be, dxkv, dw->W_k, dw->b_k, dk, xkv, w->W_k, B * m, mc->d_kv, hp);
+    op_linear_backward(be, dxkv, dw->W_v, dw->b_v, dv, xkv, w->W_v, B * m, mc->d_kv, hp);
 }
 
 void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
                      const qkv_mask *mask, float p, uint64_t seed, float *scratch)
 {
-    mha_forward(NULL, y, c, xq, xkv, w, cfg, B, n, m, mask, p, seed, scratch);
+    const backend be = backend_cpu();
+    mha_acts a = {ATTENTION_MATERIALISED, *c, c->P};
+    mha_forward(&be, y, &a, xq, xkv, w, cfg, B, n, m, mask, (dropout_draw){p, seed}, scratch);
 }
 
 void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
@@ -102,5 +142,8 @@ void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float 
                       const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
                       float p, uint64_t seed, float *scratch)
 {
-    mha_backward(NULL, dxq, dxkv, dw, dy, c, xq, xkv, w, cfg, B, n, m, p, seed, scratch);
+    const backend be = backend_cpu();
+    const mha_acts a = {ATTENTION_MATERIALISED, *c, c->P};
+    mha_backward(&be, dxq, dxkv, dw, dy, &a, xq, xkv, w, cfg, B, n, m, NULL,
+                 (dropout_draw){p, seed}, scratch);
 }

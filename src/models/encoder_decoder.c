@@ -1,254 +1,313 @@
-/* Forward and backward of the encoder-decoder Transformer with teacher forcing (d2l 11.7):
- *   encoder:  X = dropout(E_src[src] sqrt(C) + P);  N x [self-attention, FFN], each wrapped in
- *             a residual connection with LayerNorm
+/* The encoder-decoder Transformer (paper, figure 1; d2l 11.7) with teacher forcing:
+ *   encoder:  X = dropout(E_src[src] sqrt(C) + P);  N x [self-attention, FFN]
  *   decoder:  Y = dropout(E_tgt[tgt_in] sqrt(C) + P);  N x [causal self-attention,
  *             encoder-decoder attention, FFN];  logits = Y W_out^T + b_out
- *   loss:     cross-entropy over the real (non-padding) target tokens; in training one pass
- *             over the logits gives the loss and their gradient (kernels/fused.h)
- * Each attention runs the materialised kernel or, from FLASH_MIN_KEYS keys on, the flash
- * kernel, as its activations were laid out (model_attention.h). */
+ *   loss:     cross-entropy over the real (non-padding) target tokens
+ * Both stacks are block.c's; this file holds the configuration, the parameter table and the
+ * passes that join the two stacks and the output layer. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "kernels/fused.h"
-#include "models/model_attention.h"
-#include "models/sublayer.h"
 #include "models/transformer_internal.h"
 
-/* ---- forward --------------------------------------------------------------------------- */
-
-static qkv_status embed(qkv_transformer *m, float *x, const int *ids, const float *E,
-                        const float *learned, int V, int B, int T, float p, uint64_t seed,
-                        qkv_error *err)
+qkv_transformer_config qkv_transformer_default_config(void)
 {
-    const int C = m->cfg.d_model;
-    qkv_status st = qkv_embedding_forward(x, ids, E, B * T, V, C, err);
-    if (st) return st;
-    qkv_positional_forward(x, x, learned ? learned : m->pos_table, B, T, C, 0, sqrtf((float)C));
-    qkv_dropout_forward(x, x, (size_t)B * T * C, p, seed, 0);
+    qkv_transformer_config c = {0};
+    c.d_model = 32, c.heads = 4, c.ffn = 64, c.enc_layers = 2, c.dec_layers = 2;
+    c.max_len = 1000, c.dropout = 0.1f, c.bias = 0, c.pre_norm = 0, c.final_norm = 0;
+    c.act = QKV_ACT_RELU, c.tie = QKV_TIE_NONE, c.learned_pos = 0, c.ln_eps = 1e-5f;
+    return c;
+}
+
+qkv_status qkv_transformer_config_check(const qkv_transformer_config *c, qkv_error *err)
+{
+    if (c->src_vocab < 4 || c->tgt_vocab < 4)
+        return qkv_fail(err, QKV_ERR_ARG, "vocabulary sizes must be at least 4 (the reserved "
+                        "tokens), got %d and %d", c->src_vocab, c->tgt_vocab);
+    if (c->d_model <= 0 || c->heads <= 0 || c->d_model % c->heads)
+        return qkv_fail(err, QKV_ERR_ARG, "d_model (%d) must be a positive multiple of heads "
+                        "(%d)", c->d_model, c->heads);
+    if (c->ffn <= 0 || c->enc_layers < 0 || c->dec_layers < 1 || c->max_len < 2)
+        return qkv_fail(err, QKV_ERR_ARG, "need ffn > 0, enc_layers >= 0, dec_layers >= 1 and "
+                        "max_len >= 2");
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+        return qkv_fail(err, QKV_ERR_ARG, "dropout must be in [0, 1), got %g", (double)c->dropout);
+    if (c->tie == QKV_TIE_ALL && c->src_vocab != c->tgt_vocab)
+        return qkv_fail(err, QKV_ERR_ARG, "tying all embeddings needs one shared vocabulary "
+                        "(source %d, target %d)", c->src_vocab, c->tgt_vocab);
+    if (!(c->ln_eps > 0.0f && c->ln_eps < 1.0f))
+        return qkv_fail(err, QKV_ERR_ARG, "ln_eps must be in (0, 1), got %g", (double)c->ln_eps);
+    if (c->act != QKV_ACT_RELU && c->act != QKV_ACT_GELU)
+        return qkv_fail(err, QKV_ERR_ARG, "unknown activation %d", (int)c->act);
+    if ((double)c->d_model * c->d_model * (c->enc_layers + c->dec_layers) > 4e10)
+        return qkv_fail(err, QKV_ERR_ARG, "model too large");
     return QKV_OK;
 }
 
-static void final_norm(const qkv_transformer *m, float *out, float *mean, float *rstd,
-                       const float *x, const norm_w *n, size_t N)
+static stack_dims dims_of(const qkv_transformer_config *c, int decoder)
 {
-    const int C = m->cfg.d_model;
-    if (n->g)
-        qkv_layernorm_forward(out, mean, rstd, x, n->g, n->b, (int)N, C, m->cfg.ln_eps);
-    else if (out != x)
-        memcpy(out, x, N * C * sizeof *out);
+    stack_dims d = {decoder ? c->tgt_vocab : c->src_vocab, c->d_model, c->ffn, c->heads,
+                    decoder ? c->dec_layers : c->enc_layers, c->pre_norm, c->bias, decoder, 0,
+                    decoder, c->act, c->ln_eps};
+    return d;
 }
 
-/* The encoder stack over src (B, Ts): fills acts.src_x, the blocks' activations, enc_out. */
+/* ---- the parameter table: its fixed order and names are those of saved models ------------ */
+
+static void walk_stack(param_walker *w, const qkv_transformer_config *c, stack_w *s, int decoder)
+{
+    const int C = c->d_model, F = c->ffn;
+    const char *name = decoder ? "decoder" : "encoder";
+    char prefix[48];
+    for (int l = 0; l < (decoder ? c->dec_layers : c->enc_layers); l++) {
+        block_w *b = &s->blocks[l];
+        /* an encoder block's sublayers are attention, norm1, ffn, norm2; a decoder block's
+         * self_attention, norm1, cross_attention, norm2, ffn, norm3 */
+        snprintf(prefix, sizeof prefix, "%s.%d.%s", name, l, decoder ? "self_attention" : "attention");
+        b->self = param_take_mha(w, prefix, C, c->bias);
+        snprintf(prefix, sizeof prefix, "%s.%d.norm1", name, l);
+        b->self_norm = param_take_norm(w, prefix, C);
+        if (decoder) {
+            snprintf(prefix, sizeof prefix, "decoder.%d.cross_attention", l);
+            b->cross = param_take_mha(w, prefix, C, c->bias);
+            snprintf(prefix, sizeof prefix, "decoder.%d.norm2", l);
+            b->cross_norm = param_take_norm(w, prefix, C);
+        }
+        snprintf(prefix, sizeof prefix, "%s.%d.ffn", name, l);
+        b->ffn = param_take_ffn(w, prefix, C, F);
+        snprintf(prefix, sizeof prefix, "%s.%d.norm%d", name, l, decoder ? 3 : 2);
+        b->ffn_norm = param_take_norm(w, prefix, C);
+    }
+    snprintf(prefix, sizeof prefix, "%s.norm", name);
+    s->norm = c->final_norm && (decoder || c->enc_layers) ? param_take_norm(w, prefix, C)
+                                                          : (norm_w){0};
+}
+
+static void walk(param_walker *w, const qkv_transformer_config *c, model_w *mw)
+{
+    const int C = c->d_model;
+    mw->encoder.embedding = param_take(w, c->tie == QKV_TIE_ALL ? "embedding" : "src_embedding",
+                                       c->src_vocab, C);
+    mw->decoder.embedding = c->tie == QKV_TIE_ALL
+                                ? mw->encoder.embedding
+                                : param_take(w, "tgt_embedding", c->tgt_vocab, C);
+    mw->encoder.positions = c->learned_pos ? param_take(w, "src_positions", c->max_len, C) : NULL;
+    mw->decoder.positions = c->learned_pos ? param_take(w, "tgt_positions", c->max_len, C) : NULL;
+    walk_stack(w, c, &mw->encoder, 0);
+    walk_stack(w, c, &mw->decoder, 1);
+    mw->out_W = c->tie != QKV_TIE_NONE ? mw->decoder.embedding
+                                       : param_take(w, "output.W", c->tgt_vocab, C);
+    mw->out_b = param_take(w, "output.b", c->tgt_vocab, 0);
+}
+
+static void view(const qkv_transformer_config *c, float *base, model_w *mw)
+{
+    param_walker w = {base, 0, NULL, NULL, 0};
+    walk(&w, c, mw);
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
+                                  uint64_t seed, qkv_error *err)
+{
+    *out = NULL;
+    qkv_status st = qkv_transformer_config_check(cfg, err);
+    if (st) return st;
+    qkv_transformer *m = calloc(1, sizeof *m);
+    if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory creating the model");
+    m->cfg = *cfg;
+    m->enc_dims = dims_of(cfg, 0), m->dec_dims = dims_of(cfg, 1);
+    /* one block array per stack and purpose (+1: an encoder may have no layers) */
+    block_w **arrays[] = {&m->w.encoder.blocks, &m->g.encoder.blocks, &m->w.decoder.blocks,
+                          &m->g.decoder.blocks};
+    for (int i = 0; i < 4; i++)
+        *arrays[i] = calloc((size_t)(i < 2 ? cfg->enc_layers : cfg->dec_layers) + 1,
+                            sizeof(block_w));
+    m->acts.enc.blocks = calloc((size_t)cfg->enc_layers + 1, sizeof(block_acts));
+    m->acts.dec.blocks = calloc((size_t)cfg->dec_layers, sizeof(block_acts));
+    if (!m->w.encoder.blocks || !m->g.encoder.blocks || !m->w.decoder.blocks ||
+        !m->g.decoder.blocks || !m->acts.enc.blocks || !m->acts.dec.blocks) {
+        qkv_transformer_free(m);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory creating the model");
+    }
+    param_walker counter = {NULL, 0, NULL, NULL, 0};
+    model_w scratch_view = m->w;
+    walk(&counter, cfg, &scratch_view);
+    if ((st = core_init(&m->core, counter.offset, counter.count, cfg->max_len, cfg->d_model,
+                        err))) {
+        qkv_transformer_free(m);
+        return st;
+    }
+    param_walker recorder = {m->core.params, 0, m->core.tensors, m->core.names, 0};
+    walk(&recorder, cfg, &m->w);
+    core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie != QKV_TIE_NONE);
+    *out = m;
+    return QKV_OK;
+}
+
+void qkv_transformer_free(qkv_transformer *m)
+{
+    if (!m) return;
+    free(m->w.encoder.blocks), free(m->g.encoder.blocks);
+    free(m->w.decoder.blocks), free(m->g.decoder.blocks);
+    free(m->acts.enc.blocks), free(m->acts.dec.blocks);
+    core_free(&m->core);
+    free(m);
+}
+
+const qkv_transformer_config *qkv_transformer_get_config(const qkv_transformer *m)
+{
+    return &m->cfg;
+}
+
+int qkv_transformer_num_tensors(const qkv_transformer *m) { return m->core.n_tensors; }
+
+qkv_param_info qkv_transformer_tensor(const qkv_transformer *m, int i)
+{
+    return m->core.tensors[i];
+}
+
+size_t qkv_transformer_num_params(const qkv_transformer *m) { return m->core.n_params; }
+
+/* The caller may write through this pointer: decoding will not trust the bf16 copy. */
+float *qkv_transformer_params(qkv_transformer *m)
+{
+    precision_touch(&m->core.prec);
+    return m->core.params;
+}
+
+qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
+{
+    return precision_set(&m->core.prec, p, m->core.params, m->core.n_params, err);
+}
+
+qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
+{
+    return m->core.prec.precision;
+}
+
+float *qkv_transformer_grads(qkv_transformer *m)
+{
+    int fresh;
+    float *g = core_grads(&m->core, &fresh);
+    if (fresh) view(&m->cfg, g, &m->g);
+    return g;
+}
+
+/* ---- the activations --------------------------------------------------------------------- */
+
+typedef struct {
+    qkv_transformer *m;
+    int B, Ts, Tt, flash_min_keys;
+} layout_request;
+
+static void layout(void *request, arena *a)
+{
+    const layout_request *r = request;
+    qkv_transformer *m = r->m;
+    const backend be = core_backend(&m->core);
+    const int C = m->cfg.d_model, F = m->cfg.ffn, V = m->cfg.tgt_vocab;
+    const size_t Ns = (size_t)r->B * r->Ts, Nt = (size_t)r->B * r->Tt, Nmax = Ns > Nt ? Ns : Nt;
+    model_acts *x = &m->acts;
+    x->B = r->B, x->Ts = r->Ts, x->Tt = r->Tt;
+    size_t enc = stack_layout(a, &be, &x->enc, &m->enc_dims, r->B, r->Ts, 0, r->flash_min_keys);
+    size_t dec = stack_layout(a, &be, &x->dec, &m->dec_dims, r->B, r->Tt, r->Ts,
+                              r->flash_min_keys);
+    x->logits = arena_take(a, Nt * V), x->lse = arena_take(a, Nt), x->loss = arena_take(a, Nt);
+    x->work.dh = arena_take(a, Nmax * C), x->work.ds = arena_take(a, Nmax * C);
+    x->work.din = arena_take(a, Nmax * C);
+    x->d_enc_out = arena_take(a, Ns * C);
+    /* scratch: the largest of the attentions', the FFN's dh (N, F), a sublayer's (N, C) and
+     * the loss's partial bias gradients */
+    size_t scratch = Nmax * (F > C ? F : C), s;
+    if ((s = be.ops->cross_entropy_scratch_floats((int)Nt, V)) > scratch) scratch = s;
+    if (enc > scratch) scratch = enc;
+    if (dec > scratch) scratch = dec;
+    x->scratch = arena_take(a, scratch);
+}
+
+qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int flash_min_keys,
+                              qkv_error *err)
+{
+    const qkv_transformer_config *c = &m->cfg;
+    if (B <= 0 || Ts <= 0 || Tt <= 0)
+        return qkv_fail(err, QKV_ERR_ARG, "empty batch (B %d, source length %d, target length "
+                        "%d)", B, Ts, Tt);
+    if (Ts > c->max_len || Tt > c->max_len)
+        return qkv_fail(err, QKV_ERR_ARG, "sequence length %d exceeds the model's maximum "
+                        "length %d", Ts > Tt ? Ts : Tt, c->max_len);
+    layout_request r = {m, B, Ts, Tt, flash_min_keys};
+    char what[64];
+    snprintf(what, sizeof what, "batch %d x (%d, %d)", B, Ts, Tt);
+    return core_layout(&m->core, layout, &r, what, err);
+}
+
+/* ---- forward and backward ------------------------------------------------------------------ */
+
+static stack_pass encoder_pass(qkv_transformer *m, const qkv_mask *src_mask, int B, int Ts,
+                               float p, uint64_t seed)
+{
+    stack_pass k = {&m->enc_dims, B, Ts, 0, src_mask, NULL, NULL, p, seed, m->acts.scratch};
+    return k;
+}
+
+static stack_pass decoder_pass(qkv_transformer *m, const qkv_mask *causal,
+                               const qkv_mask *src_mask, int B, int Ts, int Tt, float p,
+                               uint64_t seed)
+{
+    stack_pass k = {&m->dec_dims, B, Tt, Ts, causal, src_mask, m->acts.enc.out, p, seed,
+                    m->acts.scratch};
+    return k;
+}
+
 qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src_valid, int B,
                               int Ts, float p, uint64_t seed, qkv_error *err)
 {
-    const qkv_transformer_config *c = &m->cfg;
-    const sublayer_shape sh = {c->pre_norm, c->d_model, c->ln_eps};
-    model_acts *x = &m->acts;
-    const int C = c->d_model, F = c->ffn;
-    const size_t Ns = (size_t)B * Ts;
-    const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
+    const backend be = core_backend(&m->core);
     const qkv_mask src_mask = {src_valid, 0, 0};
-    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
-    qkv_status st = embed(m, x->src_x, src, m->w.src_embedding, m->w.src_positions, c->src_vocab,
-                          B, Ts, p, dropout_site_seed(seed, 0, 0, 0), err);
-    if (st) return st;
-    const float *h = x->src_x;
-    for (int l = 0; l < c->enc_layers; l++) {
-        encoder_block_acts *a = &x->encoder[l];
-        const encoder_block_w *w = &m->w.encoder[l];
-        sublayer_ctx att = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
-        sublayer_ctx ff = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
-        const float *in = sublayer_in(&att, &a->att, h, &w->norm1);
-        model_mha_forward(&lm, a->att.s, &a->cache, a->L, in, in, &w->attention, &mc, B, Ts, Ts,
-                          &src_mask, p, dropout_site_seed(seed, 0, l, 3), x->scratch);
-        sublayer_out(&att, &a->att, h, &w->norm1);
-        in = sublayer_in(&ff, &a->ff, a->att.out, &w->norm2);
-        ffn_forward(&lm, a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2,
-                    w->ffn.b2, (int)Ns, C, F, c->act);
-        sublayer_out(&ff, &a->ff, a->att.out, &w->norm2);
-        h = a->ff.out;
-    }
-    final_norm(m, x->enc_out, x->enc_mean, x->enc_rstd, h, &m->w.encoder_norm, Ns);
-    return QKV_OK;
+    const stack_pass k = encoder_pass(m, &src_mask, B, Ts, p, seed);
+    return stack_forward(&be, &k, &m->acts.enc, &m->w.encoder, m->core.pos_table, src, err);
 }
 
 static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t seed,
                           qkv_error *err)
 {
-    const qkv_transformer_config *c = &m->cfg;
-    const sublayer_shape sh = {c->pre_norm, c->d_model, c->ln_eps};
-    model_acts *x = &m->acts;
-    const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = c->d_model, F = c->ffn;
-    const size_t Nt = (size_t)B * Tt;
-    const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
+    const backend be = core_backend(&m->core);
     const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
-    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
-    qkv_status st = transformer_encode(m, b->src, b->src_valid, B, Ts, p, seed, err);
-    if (!st)
-        st = embed(m, x->tgt_x, b->tgt_in, m->w.tgt_embedding, m->w.tgt_positions, c->tgt_vocab,
-                   B, Tt, p, dropout_site_seed(seed, 1, 0, 0), err);
+    const int C = m->cfg.d_model, Nt = b->B * b->tgt_len;
+    qkv_status st = transformer_encode(m, b->src, b->src_valid, b->B, b->src_len, p, seed, err);
     if (st) return st;
-
-    const float *h;
-    h = x->tgt_x;
-    for (int l = 0; l < c->dec_layers; l++) {
-        decoder_block_acts *a = &x->decoder[l];
-        const decoder_block_w *w = &m->w.decoder[l];
-        sublayer_ctx s1 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 1), x->scratch};
-        sublayer_ctx s2 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 2), x->scratch};
-        sublayer_ctx s3 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 3), x->scratch};
-        const float *in = sublayer_in(&s1, &a->self, h, &w->norm1);
-        model_mha_forward(&lm, a->self.s, &a->self_cache, a->self_L, in, in, &w->self_attention,
-                          &mc, B, Tt, Tt, &causal, p, dropout_site_seed(seed, 1, l, 4),
-                          x->scratch);
-        sublayer_out(&s1, &a->self, h, &w->norm1);
-        in = sublayer_in(&s2, &a->cross, a->self.out, &w->norm2);
-        model_mha_forward(&lm, a->cross.s, &a->cross_cache, a->cross_L, in, x->enc_out,
-                          &w->cross_attention, &mc, B, Tt, Ts, &src_mask, p,
-                          dropout_site_seed(seed, 1, l, 5), x->scratch);
-        sublayer_out(&s2, &a->cross, a->self.out, &w->norm2);
-        in = sublayer_in(&s3, &a->ff, a->cross.out, &w->norm3);
-        ffn_forward(&lm, a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2,
-                    w->ffn.b2, (int)Nt, C, F, c->act);
-        sublayer_out(&s3, &a->ff, a->cross.out, &w->norm3);
-        h = a->ff.out;
-    }
-    final_norm(m, x->dec_out, x->dec_mean, x->dec_rstd, h, &m->w.decoder_norm, Nt);
-    linear_forward(&lm, x->logits, x->dec_out, m->w.out_W, m->w.out_b, (int)Nt, C,
-                   c->tgt_vocab);
+    const stack_pass k = decoder_pass(m, &causal, &src_mask, b->B, b->src_len, b->tgt_len, p,
+                                      seed);
+    st = stack_forward(&be, &k, &m->acts.dec, &m->w.decoder, m->core.pos_table, b->tgt_in, err);
+    if (st) return st;
+    head_forward(&be, m->acts.logits, m->acts.dec.out, m->w.out_W, m->w.out_b, Nt, C,
+                 m->cfg.tgt_vocab);
     return QKV_OK;
 }
 
-/* ---- backward -------------------------------------------------------------------------- */
-
-static void final_norm_backward(const qkv_transformer *m, float *dx, const float *dout,
-                                const float *x, const float *mean, const float *rstd,
-                                const norm_w *n, norm_w *dn, size_t N)
-{
-    const int C = m->cfg.d_model;
-    memset(dx, 0, N * C * sizeof *dx);
-    if (n->g)
-        qkv_layernorm_backward(dx, dn->g, dn->b, dout, x, mean, rstd, n->g, (int)N, C);
-    else
-        memcpy(dx, dout, N * C * sizeof *dx);
-}
-
-static void embed_backward(qkv_transformer *m, float *dE, float *dlearned, float *dx,
-                           const int *ids, int B, int T, float p, uint64_t seed)
-{
-    const int C = m->cfg.d_model;
-    const size_t n = (size_t)B * T * C;
-    /* dx is the gradient of dropout(E sqrt(C) + P): undo the dropout, then the scale. */
-    float *g = m->acts.scratch;
-    memset(g, 0, n * sizeof *g);
-    qkv_dropout_backward(g, dx, n, p, seed, 0);
-    if (dlearned) qkv_positional_backward(NULL, dlearned, g, B, T, C, 0, 1.0f);
-    const float s = sqrtf((float)C);
-    for (size_t i = 0; i < n; i++) g[i] *= s;
-    qkv_embedding_backward(dE, g, ids, B * T, C);
-}
-
+/* acts.logits holds dL/dlogits, and the output bias its gradient */
 static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t seed)
 {
-    const qkv_transformer_config *c = &m->cfg;
-    const sublayer_shape sh = {c->pre_norm, c->d_model, c->ln_eps};
-    model_acts *x = &m->acts;
-    model_w *g = &m->g;
-    const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = c->d_model, F = c->ffn;
-    const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
-    const qkv_mha_config mc = {C, C, c->heads, C / c->heads, c->bias};
+    const backend be = core_backend(&m->core);
     const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
-    const linear_mode lm = precision_mode(&m->prec, m->params, m->n_params);
-    float *dh = x->d_a, *ds = x->d_b, *din = x->d_c; /* d(stream), d(sublayer out), d(its in) */
-
-    /* logits -> decoder output (the logits buffer already holds dlogits, and the output
-     * bias its gradient) */
-    float *dout = din;
-    memset(dout, 0, Nt * C * sizeof *dout);
-    linear_backward(&lm, dout, g->out_W, NULL, x->logits, x->dec_out, m->w.out_W, (int)Nt, C,
-                    c->tgt_vocab);
-    const float *dec_last = c->dec_layers ? x->decoder[c->dec_layers - 1].ff.out : x->tgt_x;
-    final_norm_backward(m, dh, dout, dec_last, x->dec_mean, x->dec_rstd, &m->w.decoder_norm,
-                        &g->decoder_norm, Nt);
-
-    memset(x->d_enc_out, 0, Ns * C * sizeof *x->d_enc_out);
-    for (int l = c->dec_layers - 1; l >= 0; l--) {
-        decoder_block_acts *a = &x->decoder[l];
-        const decoder_block_w *w = &m->w.decoder[l];
-        decoder_block_w *dw = &g->decoder[l];
-        const float *h = l ? x->decoder[l - 1].ff.out : x->tgt_x;
-        sublayer_ctx s1 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 1), x->scratch};
-        sublayer_ctx s2 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 2), x->scratch};
-        sublayer_ctx s3 = {&sh, Nt, p, dropout_site_seed(seed, 1, l, 3), x->scratch};
-        /* dh holds d(block output). Each step below turns d(sublayer out) into d(sublayer x). */
-        float *dstream = dh; /* reused: d(out) in, d(x) out, accumulated in place */
-        /* FFN sublayer: x = cross.out */
-        memcpy(din, dstream, Nt * C * sizeof *din);
-        memset(dstream, 0, Nt * C * sizeof *dstream);
-        sublayer_out_backward(&s3, &a->ff, dstream, ds, din, &w->norm3, &dw->norm3);
-        memset(din, 0, Nt * C * sizeof *din);
-        ffn_backward(&lm, din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre,
-                     a->h, c->pre_norm ? a->ff.u : a->cross.out, w->ffn.W1, w->ffn.W2, (int)Nt,
-                     C, F, c->act, x->scratch);
-        sublayer_in_backward(&s3, &a->ff, dstream, din, a->cross.out, &w->norm3, &dw->norm3);
-        /* cross-attention sublayer: x = self.out, keys/values = encoder output */
-        memcpy(din, dstream, Nt * C * sizeof *din);
-        memset(dstream, 0, Nt * C * sizeof *dstream);
-        sublayer_out_backward(&s2, &a->cross, dstream, ds, din, &w->norm2, &dw->norm2);
-        memset(din, 0, Nt * C * sizeof *din);
-        model_mha_backward(&lm, din, x->d_enc_out, &dw->cross_attention, ds, &a->cross_cache,
-                           a->cross_L, c->pre_norm ? a->cross.u : a->self.out, x->enc_out,
-                           &w->cross_attention, &mc, B, Tt, Ts, &src_mask, p,
-                           dropout_site_seed(seed, 1, l, 5), x->scratch);
-        sublayer_in_backward(&s2, &a->cross, dstream, din, a->self.out, &w->norm2, &dw->norm2);
-        /* causal self-attention sublayer: x = h */
-        memcpy(din, dstream, Nt * C * sizeof *din);
-        memset(dstream, 0, Nt * C * sizeof *dstream);
-        sublayer_out_backward(&s1, &a->self, dstream, ds, din, &w->norm1, &dw->norm1);
-        memset(din, 0, Nt * C * sizeof *din);
-        const float *in = c->pre_norm ? a->self.u : h;
-        model_mha_backward(&lm, din, din, &dw->self_attention, ds, &a->self_cache, a->self_L, in,
-                           in, &w->self_attention, &mc, B, Tt, Tt, &causal, p,
-                           dropout_site_seed(seed, 1, l, 4), x->scratch);
-        sublayer_in_backward(&s1, &a->self, dstream, din, h, &w->norm1, &dw->norm1);
-    }
-    embed_backward(m, g->tgt_embedding, g->tgt_positions, dh, b->tgt_in, B, Tt, p,
-                   dropout_site_seed(seed, 1, 0, 0));
-
-    /* encoder, from d(encoder output) gathered over every cross-attention */
-    const float *enc_last = c->enc_layers ? x->encoder[c->enc_layers - 1].ff.out : x->src_x;
-    final_norm_backward(m, dh, x->d_enc_out, enc_last, x->enc_mean, x->enc_rstd,
-                        &m->w.encoder_norm, &g->encoder_norm, Ns);
-    for (int l = c->enc_layers - 1; l >= 0; l--) {
-        encoder_block_acts *a = &x->encoder[l];
-        const encoder_block_w *w = &m->w.encoder[l];
-        encoder_block_w *dw = &g->encoder[l];
-        const float *h = l ? x->encoder[l - 1].ff.out : x->src_x;
-        sublayer_ctx att = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 1), x->scratch};
-        sublayer_ctx ff = {&sh, Ns, p, dropout_site_seed(seed, 0, l, 2), x->scratch};
-        memcpy(din, dh, Ns * C * sizeof *din);
-        memset(dh, 0, Ns * C * sizeof *dh);
-        sublayer_out_backward(&ff, &a->ff, dh, ds, din, &w->norm2, &dw->norm2);
-        memset(din, 0, Ns * C * sizeof *din);
-        ffn_backward(&lm, din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre,
-                     a->h, c->pre_norm ? a->ff.u : a->att.out, w->ffn.W1, w->ffn.W2, (int)Ns, C,
-                     F, c->act, x->scratch);
-        sublayer_in_backward(&ff, &a->ff, dh, din, a->att.out, &w->norm2, &dw->norm2);
-        memcpy(din, dh, Ns * C * sizeof *din);
-        memset(dh, 0, Ns * C * sizeof *dh);
-        sublayer_out_backward(&att, &a->att, dh, ds, din, &w->norm1, &dw->norm1);
-        memset(din, 0, Ns * C * sizeof *din);
-        const float *in = c->pre_norm ? a->att.u : h;
-        model_mha_backward(&lm, din, din, &dw->attention, ds, &a->cache, a->L, in, in,
-                           &w->attention, &mc, B, Ts, Ts, &src_mask, p,
-                           dropout_site_seed(seed, 0, l, 3), x->scratch);
-        sublayer_in_backward(&att, &a->att, dh, din, h, &w->norm1, &dw->norm1);
-    }
-    embed_backward(m, g->src_embedding, g->src_positions, dh, b->src, B, Ts, p,
-                   dropout_site_seed(seed, 0, 0, 0));
+    model_acts *x = &m->acts;
+    const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = m->cfg.d_model;
+    float *dout = x->work.din; /* d(decoder output) */
+    be.ops->zero(dout, (size_t)B * Tt * C);
+    op_linear_backward(&be, dout, m->g.out_W, NULL, x->logits, x->dec.out, m->w.out_W, B * Tt, C,
+                       m->cfg.tgt_vocab);
+    be.ops->zero(x->d_enc_out, (size_t)B * Ts * C);
+    const stack_pass dec = decoder_pass(m, &causal, &src_mask, B, Ts, Tt, p, seed);
+    stack_backward(&be, &dec, &x->dec, &m->w.decoder, &m->g.decoder, b->tgt_in, dout,
+                   x->d_enc_out, &x->work);
+    const stack_pass enc = encoder_pass(m, &src_mask, B, Ts, p, seed);
+    stack_backward(&be, &enc, &x->enc, &m->w.encoder, &m->g.encoder, b->src, x->d_enc_out, NULL,
+                   &x->work);
 }
 
 /* ---- entry points ---------------------------------------------------------------------- */
@@ -267,39 +326,33 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int back
                                 uint64_t dropout_seed, double *loss_sum, int *tokens,
                                 qkv_error *err)
 {
-    qkv_status st = transformer_layout_acts(m, b->B, b->src_len, b->tgt_len, err);
+    qkv_status st = transformer_layout(m, b->B, b->src_len, b->tgt_len, m->core.flash_min_keys,
+                                       err);
     if (!st) st = check_batch(b, err);
     if (st) return st;
     if (backward_pass && !qkv_transformer_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     const float p = train ? m->cfg.dropout : 0.0f;
-    st = forward(m, b, p, dropout_seed, err);
-    if (st) return st;
+    if ((st = forward(m, b, p, dropout_seed, err))) return st;
+    const backend be = core_backend(&m->core);
     model_acts *x = &m->acts;
-    const int Nt = b->B * b->tgt_len, V = m->cfg.tgt_vocab;
-    double sum = 0.0;
-    /* with backward, the loss pass also turns the logits into their gradient, and sums it
-     * into the output bias's */
-    int count = backward_pass
-                    ? cross_entropy_fused(x->loss, x->lse, &sum, x->logits, m->g.out_b,
-                                          b->tgt_out, Nt, V, QKV_PAD, label_smoothing,
-                                          grad_scale, x->scratch, err)
-                    : qkv_cross_entropy_forward(x->loss, x->lse, &sum, x->logits, b->tgt_out,
-                                                Nt, V, QKV_PAD, label_smoothing, err);
-    if (count < 0) return err ? err->code : QKV_ERR_ARG;
-    if (!isfinite(sum))
-        return qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", sum);
+    const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, b->tgt_out,
+                              b->B * b->tgt_len, m->cfg.tgt_vocab, label_smoothing,
+                              backward_pass, grad_scale, x->scratch};
+    double sum;
+    int count;
+    if ((st = head_loss(&be, &h, &sum, &count, err))) return st;
     if (loss_sum) *loss_sum = sum;
     if (tokens) *tokens = count;
     if (backward_pass) {
-        precision_touch(&m->prec); /* an optimizer step will follow */
+        precision_touch(&m->core.prec); /* an optimizer step will follow */
         backward(m, b, p, dropout_seed);
     }
     return QKV_OK;
 }
 
 /* Every attention keeps its weights P here, whatever the length: the attention maps
- * (src/inference/attention_maps.c) read them from the caches after this pass. */
+ * (src/inference/attention_maps.c) read them from the activations after this pass. */
 qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,
                                   qkv_error *err)
 {

@@ -59,10 +59,11 @@ qkv_status precision_prepare(model_precision *mp, const float *params, size_t n,
     return st;
 }
 
-linear_mode precision_mode(model_precision *mp, const float *params, size_t n)
+backend precision_backend(model_precision *mp, const float *params, size_t n)
 {
-    linear_mode lm = {mp->precision, params, n, mp->bf16_current ? mp->bf16 : NULL, &mp->ws};
-    return lm;
+    if (mp->precision != QKV_PRECISION_BF16) return backend_cpu();
+    backend be = {&backend_cpu_bf16, params, n, mp->bf16_current ? mp->bf16 : NULL, &mp->ws};
+    return be;
 }
 
 void precision_free(model_precision *mp)

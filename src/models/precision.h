@@ -4,7 +4,7 @@
 #ifndef QKV_PRECISION_H
 #define QKV_PRECISION_H
 
-#include "layers/linear_mode.h"
+#include "backend/backend.h"
 
 typedef struct {
     qkv_precision precision;
@@ -23,8 +23,9 @@ qkv_status precision_set(model_precision *mp, qkv_precision p, const float *para
 qkv_status precision_prepare(model_precision *mp, const float *params, size_t n, int decoding,
                              qkv_error *err);
 
-/* The linear layers' mode over params (n): the copy only while it is current. */
-linear_mode precision_mode(model_precision *mp, const float *params, size_t n);
+/* The backend of this precision over params (n): its table, and the copy only while it is
+ * current. */
+backend precision_backend(model_precision *mp, const float *params, size_t n);
 
 /* The parameters may be about to change (a backward pass, a load, a mutable pointer handed
  * out): the copy is no longer trusted until the next decoding refreshes it. */

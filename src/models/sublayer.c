@@ -1,6 +1,7 @@
-/* The residual sublayer connection of both models; see sublayer.h. */
-#include <string.h>
-
+/* The residual connection and LayerNorm around every sublayer (paper, section 3.1):
+ *   post-norm: out = LayerNorm(x + dropout(Sublayer(x)))
+ *   pre-norm:  out = x + dropout(Sublayer(LayerNorm(x)))
+ * in its three uses: forward over every position, backward, and one decoding step. */
 #include "models/sublayer.h"
 
 uint64_t dropout_site_seed(uint64_t step_seed, int stack, int layer, int site)
@@ -10,45 +11,71 @@ uint64_t dropout_site_seed(uint64_t step_seed, int stack, int layer, int site)
            qkv_random_u32(step_seed, 2 * id + 1);
 }
 
-const float *sublayer_in(const sublayer_ctx *k, sublayer_acts *a, const float *x,
-                         const norm_w *n)
+const float *sublayer_in(const backend *be, const sublayer_ctx *k, sublayer_acts *a,
+                         const float *x, const norm_w *n)
 {
-    if (!k->sh->pre_norm) return x;
-    qkv_layernorm_forward(a->u, a->u_mean, a->u_rstd, x, n->g, n->b, (int)k->N, k->sh->C,
-                          k->sh->ln_eps);
+    const stack_dims *d = k->d;
+    if (!d->pre_norm) return x;
+    be->ops->layernorm_forward(a->u, a->u_mean, a->u_rstd, x, n->g, n->b, (int)k->N, d->C,
+                               d->ln_eps);
     return a->u;
 }
 
-void sublayer_out(const sublayer_ctx *k, sublayer_acts *a, const float *x, const norm_w *n)
+void sublayer_out(const backend *be, const sublayer_ctx *k, sublayer_acts *a, const float *x,
+                  const norm_w *n)
 {
-    if (k->sh->pre_norm)
-        qkv_residual_forward(a->out, x, a->s, k->N * k->sh->C, k->p, k->seed);
+    const stack_dims *d = k->d;
+    if (d->pre_norm)
+        be->ops->residual_forward(a->out, x, a->s, k->N * d->C, k->p, k->seed);
     else
-        qkv_addnorm_forward(a->out, a->z, a->mean, a->rstd, x, a->s, n->g, n->b, (int)k->N,
-                            k->sh->C, k->sh->ln_eps, k->p, k->seed);
+        be->ops->addnorm_forward(a->out, a->z, a->mean, a->rstd, x, a->s, n->g, n->b, (int)k->N,
+                                 d->C, d->ln_eps, k->p, k->seed);
 }
 
-void sublayer_out_backward(const sublayer_ctx *k, const sublayer_acts *a, float *dx, float *ds,
-                           const float *dout, const norm_w *n, norm_w *dn)
+/* dh: d(out) on entry; on return the residual path's share of d(x), and ds = d(sublayer
+ * output). din is work space, zeroed for the sublayer's backward to accumulate into. */
+void sublayer_out_backward(const backend *be, const sublayer_ctx *k, const sublayer_acts *a,
+                           float *dh, float *ds, float *din, const norm_w *n, norm_w *dn)
 {
-    size_t NC = k->N * k->sh->C;
-    memset(ds, 0, NC * sizeof *ds);
-    if (k->sh->pre_norm)
-        qkv_residual_backward(dx, ds, dout, NC, k->p, k->seed);
+    const stack_dims *d = k->d;
+    const size_t NC = k->N * d->C;
+    be->ops->copy(din, dh, NC);
+    be->ops->zero(dh, NC);
+    be->ops->zero(ds, NC);
+    if (d->pre_norm)
+        be->ops->residual_backward(dh, ds, din, NC, k->p, k->seed);
     else
-        qkv_addnorm_backward(dx, ds, dn->g, dn->b, dout, a->z, a->mean, a->rstd, n->g, (int)k->N,
-                             k->sh->C, k->p, k->seed, k->scratch);
+        be->ops->addnorm_backward(dh, ds, dn->g, dn->b, din, a->z, a->mean, a->rstd, n->g,
+                                  (int)k->N, d->C, k->p, k->seed, k->scratch);
+    be->ops->zero(din, NC);
 }
 
-void sublayer_in_backward(const sublayer_ctx *k, const sublayer_acts *a, float *dx,
-                          const float *din, const float *x, const norm_w *n, norm_w *dn)
+void sublayer_in_backward(const backend *be, const sublayer_ctx *k, const sublayer_acts *a,
+                          float *dh, const float *din, const float *x, const norm_w *n,
+                          norm_w *dn)
 {
-    if (!k->sh->pre_norm) {
-        const size_t NC = k->N * k->sh->C;
-        #pragma omp parallel for simd if (NC > 65536)
-        for (size_t i = 0; i < NC; i++) dx[i] += din[i];
-        return;
-    }
-    qkv_layernorm_backward(dx, dn->g, dn->b, din, x, a->u_mean, a->u_rstd, n->g, (int)k->N,
-                           k->sh->C);
+    const stack_dims *d = k->d;
+    if (!d->pre_norm)
+        be->ops->add(dh, din, k->N * d->C);
+    else
+        be->ops->layernorm_backward(dh, dn->g, dn->b, din, x, a->u_mean, a->u_rstd, n->g,
+                                    (int)k->N, d->C);
+}
+
+const float *sublayer_step_in(const backend *be, const stack_dims *d, decode_state *st,
+                              const norm_w *n)
+{
+    if (!d->pre_norm) return st->x;
+    be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, n->g, n->b, st->B, d->C,
+                               d->ln_eps);
+    return st->u;
+}
+
+void sublayer_step_out(const backend *be, const stack_dims *d, decode_state *st,
+                       const norm_w *n)
+{
+    be->ops->add(st->x, st->s, (size_t)st->B * d->C);
+    if (!d->pre_norm)
+        be->ops->layernorm_forward(st->x, st->mean, st->rstd, st->x, n->g, n->b, st->B, d->C,
+                                   d->ln_eps);
 }

@@ -1,20 +1,12 @@
-/* The residual connection and LayerNorm around every sublayer (paper, section 3.1), shared by
- * the encoder-decoder (encoder_decoder.c) and the language model (language_model.c):
- *   post-norm: out = LayerNorm(x + dropout(Sublayer(x)))
- *   pre-norm:  out = x + dropout(Sublayer(LayerNorm(x))) */
+/* The residual sublayer connection of every block (sublayer.c), in its three uses. Private to
+ * the library. */
 #ifndef QKV_SUBLAYER_H
 #define QKV_SUBLAYER_H
 
-#include "models/transformer_internal.h"
-
-/* The model-wide part: where the norm sits, the width C and LayerNorm's epsilon. */
-typedef struct {
-    int pre_norm, C;
-    float ln_eps;
-} sublayer_shape;
+#include "models/model.h"
 
 typedef struct {
-    const sublayer_shape *sh;
+    const stack_dims *d;
     size_t N;      /* rows: B * T */
     float p;       /* dropout rate (0 in evaluation) */
     uint64_t seed; /* this sublayer's residual-dropout stream */
@@ -25,18 +17,26 @@ typedef struct {
 uint64_t dropout_site_seed(uint64_t step_seed, int stack, int layer, int site);
 
 /* The sublayer's input: x itself (post-norm) or LayerNorm(x) (pre-norm). */
-const float *sublayer_in(const sublayer_ctx *k, sublayer_acts *a, const float *x,
-                         const norm_w *n);
-
+const float *sublayer_in(const backend *be, const sublayer_ctx *k, sublayer_acts *a,
+                         const float *x, const norm_w *n);
 /* out = LayerNorm(x + dropout(s)) (post-norm) or x + dropout(s) (pre-norm). */
-void sublayer_out(const sublayer_ctx *k, sublayer_acts *a, const float *x, const norm_w *n);
+void sublayer_out(const backend *be, const sublayer_ctx *k, sublayer_acts *a, const float *x,
+                  const norm_w *n);
 
-/* From d(out): dx += the residual path, ds = the gradient of the sublayer's output. */
-void sublayer_out_backward(const sublayer_ctx *k, const sublayer_acts *a, float *dx, float *ds,
-                           const float *dout, const norm_w *n, norm_w *dn);
+/* From dh = d(out): dh becomes the residual path's share of d(x), ds = d(sublayer output),
+ * and din is zeroed for the sublayer's backward to accumulate d(its input) into. */
+void sublayer_out_backward(const backend *be, const sublayer_ctx *k, const sublayer_acts *a,
+                           float *dh, float *ds, float *din, const norm_w *n, norm_w *dn);
+/* dh += d(input) through din directly (post-norm) or through the LayerNorm (pre-norm). */
+void sublayer_in_backward(const backend *be, const sublayer_ctx *k, const sublayer_acts *a,
+                          float *dh, const float *din, const float *x, const norm_w *n,
+                          norm_w *dn);
 
-/* From d(sublayer input): dx += it directly (post-norm) or through the LayerNorm (pre-norm). */
-void sublayer_in_backward(const sublayer_ctx *k, const sublayer_acts *a, float *dx,
-                          const float *din, const float *x, const norm_w *n, norm_w *dn);
+/* One decoding step over st->x (B, C): the sublayer reads what step_in returns and leaves its
+ * output in st->s; step_out folds it back into st->x. */
+const float *sublayer_step_in(const backend *be, const stack_dims *d, decode_state *st,
+                              const norm_w *n);
+void sublayer_step_out(const backend *be, const stack_dims *d, decode_state *st,
+                       const norm_w *n);
 
 #endif

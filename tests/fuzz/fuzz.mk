@@ -22,7 +22,7 @@ FUZZ_TARGETS := safetensors config checkpoint vocab corpus args bpe lm_config lm
                 lm_text
 
 PKGS    ?= openblas libcjson libpng freetype2
-LIB_SRC ?= $(sort $(wildcard src/core/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
+LIB_SRC ?= $(sort $(wildcard src/core/*.c src/backend/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
              src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
 
 FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=all

@@ -1,6 +1,6 @@
-/* Flash attention inside the models (src/models/model_attention.c): from flash_min_keys keys
- * on, the encoder-decoder and the language model run qkv_flash_attention_* instead of the
- * materialised kernel, and must compute the same thing.
+/* Flash attention inside the models (the backend chooses it, src/backend/cpu.c): from
+ * flash_min_keys keys on, the encoder-decoder and the language model run
+ * qkv_flash_attention_* instead of the materialised kernel, and must compute the same thing.
  *
  *   lm_*, seq2seq_*   the same model and batch, once with every attention materialised
  *                     (flash_min_keys = INT_MAX) and once with flash (the threshold lowered so
@@ -27,7 +27,6 @@
 #include "test_util.h"
 
 #include "models/language_model_internal.h"
-#include "models/model_attention.h"
 #include "models/transformer_internal.h"
 
 /* Flash and materialised attention differ by float rounding (summation order, the exp
@@ -79,12 +78,23 @@ static qkv_lm_config lm_config(int pre_norm, float dropout)
     return c;
 }
 
+/* Whether an attention's activations say the flash kernel ran, failing if they are
+ * inconsistent: flash keeps L and no weights P, the materialised kernel P. */
+static int used_flash(const mha_acts *a, const char *what, int l)
+{
+    const int flash = a->kernel == ATTENTION_FLASH;
+    if (flash ? (a->c.P || !a->S) : (a->kernel != ATTENTION_MATERIALISED || !a->c.P || a->S != a->c.P))
+        fail_msg("%s %d: kernel %d with P %p and S %p", what, l, (int)a->kernel, (void *)a->c.P,
+                 (void *)a->S);
+    return flash;
+}
+
 /* One step of the loss (mean over tokens) with attention over min_keys keys or more on the
  * flash kernel; the gradients go to grads (n params). Returns the summed loss. */
 static double lm_step(qkv_lm *m, int min_keys, const lm_batch *b, int backward, int train,
                       uint64_t seed, float *grads)
 {
-    m->flash_min_keys = min_keys;
+    m->core.flash_min_keys = min_keys;
     float *g = qkv_lm_grads(m);
     const size_t n = qkv_lm_num_params(m);
     memset(g, 0, n * sizeof *g);
@@ -98,9 +108,8 @@ static double lm_step(qkv_lm *m, int min_keys, const lm_batch *b, int backward, 
     /* the kernel that ran, by what its cache holds */
     const int flash = b->T >= min_keys;
     for (int l = 0; l < m->cfg.layers; l++) {
-        const encoder_block_acts *a = &m->acts.blocks[l];
-        if (flash && (a->cache.P || !a->L)) fail_msg("layer %d: T %d should use flash", l, b->T);
-        if (!flash && (!a->cache.P || a->L)) fail_msg("layer %d: T %d should not", l, b->T);
+        if (used_flash(&m->acts.s.blocks[l].self_att, "layer", l) != flash)
+            fail_msg("layer %d: T %d should%s use flash", l, b->T, flash ? "" : " not");
     }
     return sum;
 }
@@ -134,7 +143,7 @@ static void check_grads(const qkv_param_info *tensors, int count, const float *f
 
 static void check_lm_grads(const qkv_lm *m, const float *flash, const float *ref)
 {
-    check_grads(m->tensors, m->n_tensors, flash, ref);
+    check_grads(m->core.tensors, m->core.n_tensors, flash, ref);
 }
 
 static void lm_equal(int pre_norm, float dropout)
@@ -192,7 +201,7 @@ static size_t lm_arena(int min_keys, const lm_batch *b)
     qkv_lm *m = NULL;
     assert_int_equal(qkv_lm_create(&m, &cfg, 5, NULL), QKV_OK);
     lm_step(m, min_keys, b, 1, 1, 3, NULL);
-    size_t cap = m->arena_cap;
+    size_t cap = m->core.arena_cap;
     qkv_lm_free(m);
     return cap;
 }
@@ -260,25 +269,19 @@ static qkv_transformer_config s2s_config(int pre_norm, float dropout)
     return c;
 }
 
-/* Whether the cache says the flash kernel ran, failing if it is inconsistent. */
-static int used_flash(const qkv_mha_cache *c, const float *L, const char *what, int l)
-{
-    if (!c->P == !L) fail_msg("%s %d: P %p and L %p", what, l, (void *)c->P, (const void *)L);
-    return L != NULL;
-}
 
 /* The kernels of the last pass against the rule: flash from min_keys keys on. */
 static void check_kernels(const qkv_transformer *m, int min_keys, int Ts, int Tt)
 {
     for (int l = 0; l < m->cfg.enc_layers; l++)
-        if (used_flash(&m->acts.encoder[l].cache, m->acts.encoder[l].L, "encoder", l) !=
+        if (used_flash(&m->acts.enc.blocks[l].self_att, "encoder", l) !=
             (Ts >= min_keys))
             fail_msg("encoder %d: wrong kernel for %d keys, threshold %d", l, Ts, min_keys);
     for (int l = 0; l < m->cfg.dec_layers; l++) {
-        const decoder_block_acts *d = &m->acts.decoder[l];
-        if (used_flash(&d->self_cache, d->self_L, "decoder self", l) != (Tt >= min_keys))
+        const block_acts *d = &m->acts.dec.blocks[l];
+        if (used_flash(&d->self_att, "decoder self", l) != (Tt >= min_keys))
             fail_msg("decoder self %d: wrong kernel for %d keys, threshold %d", l, Tt, min_keys);
-        if (used_flash(&d->cross_cache, d->cross_L, "decoder cross", l) != (Ts >= min_keys))
+        if (used_flash(&d->cross_att, "decoder cross", l) != (Ts >= min_keys))
             fail_msg("decoder cross %d: wrong kernel for %d keys, threshold %d", l, Ts, min_keys);
     }
 }
@@ -286,7 +289,7 @@ static void check_kernels(const qkv_transformer *m, int min_keys, int Ts, int Tt
 static double s2s_step(qkv_transformer *m, int min_keys, const s2s_batch *s, int backward,
                        int train, uint64_t seed, float *grads)
 {
-    m->flash_min_keys = min_keys;
+    m->core.flash_min_keys = min_keys;
     float *g = qkv_transformer_grads(m);
     const size_t n = qkv_transformer_num_params(m);
     memset(g, 0, n * sizeof *g);
@@ -313,7 +316,7 @@ static void s2s_equal(int Ts, int Tt, int min_keys, int pre_norm, float dropout)
     double want = s2s_step(m, MATERIALISED, &s, 1, train, 123, ref);
     double have = s2s_step(m, min_keys, &s, 1, train, 123, got);
     check_loss("seq2seq", have, want);
-    check_grads(m->tensors, m->n_tensors, got, ref);
+    check_grads(m->core.tensors, m->core.n_tensors, got, ref);
     check_loss("seq2seq eval", s2s_step(m, min_keys, &s, 0, 0, 0, NULL),
                s2s_step(m, MATERIALISED, &s, 0, 0, 0, NULL));
     if (train) {
@@ -365,7 +368,7 @@ static size_t s2s_arena(int min_keys, const s2s_batch *s)
     qkv_transformer *m = NULL;
     assert_int_equal(qkv_transformer_create(&m, &cfg, 9, NULL), QKV_OK);
     s2s_step(m, min_keys, s, 1, 1, 3, NULL);
-    size_t cap = m->arena_cap;
+    size_t cap = m->core.arena_cap;
     qkv_transformer_free(m);
     return cap;
 }
@@ -399,7 +402,7 @@ static void test_default_threshold(void **state)
     lc.layers = 1;
     qkv_lm *lm = NULL;
     assert_int_equal(qkv_lm_create(&lm, &lc, 1, NULL), QKV_OK);
-    assert_int_equal(lm->flash_min_keys, FLASH_MIN_KEYS);
+    assert_int_equal(lm->core.flash_min_keys, FLASH_MIN_KEYS);
     for (int T = 255; T <= 256; T++) {
         const int lens[1] = {T};
         lm_batch b = lm_batch_make(1, T, lc.vocab, lens);
@@ -413,7 +416,7 @@ static void test_default_threshold(void **state)
     tc.enc_layers = tc.dec_layers = 1;
     qkv_transformer *m = NULL;
     assert_int_equal(qkv_transformer_create(&m, &tc, 1, NULL), QKV_OK);
-    assert_int_equal(m->flash_min_keys, FLASH_MIN_KEYS);
+    assert_int_equal(m->core.flash_min_keys, FLASH_MIN_KEYS);
     s2s_batch s = s2s_batch_make(256, 9, tc.tgt_vocab);
     s2s_step(m, FLASH_MIN_KEYS, &s, 0, 0, 0, NULL);
     /* qkv_transformer_logits keeps every attention's weights for the attention maps */

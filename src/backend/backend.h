@@ -1,0 +1,167 @@
+/* The seam between the models and the kernels (ggml's backends, the Linux kernel's ops tables).
+ *
+ * A backend is a table of the operations the models run (backend_ops) and the state those
+ * kernels need (a backend). The models, their blocks and the decoding loops compute only
+ * through it: they never call a kernel by name, never choose between kernels, and never touch
+ * activation memory except through zero/copy/add. So the choices live here, in one place:
+ *   precision   the table: backend_cpu_fp32 (OpenBLAS) or backend_cpu_bf16 (qkv's AVX512-BF16
+ *               GEMM; kernels/bf16.h), picked by qkv_transformer_set_precision /
+ *               qkv_lm_set_precision;
+ *   few rows    op_linear_forward takes ops->linear_rows (matrix-vector products that read
+ *               the weights once: a decoding step) up to ops->few_rows rows, else
+ *               ops->linear_gemm;
+ *   attention   ops->choose_attention picks the kernel of each attention when the activations
+ *               are laid out: linear attention if the model has it, else the materialised
+ *               softmax (keeps the weights P: attention maps, short sequences) or the flash
+ *               kernel (keeps only the row log-sum-exp L; from flash_min_keys keys on).
+ * A new precision (int8) or device (CUDA) is one more table: fill every entry, and the
+ * models run on it unchanged. Private to the library. */
+#ifndef QKV_BACKEND_H
+#define QKV_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/bf16.h"
+#include "qkv.h"
+
+typedef enum {
+    ATTENTION_MATERIALISED, /* softmax, keeping P (B, H, n, m) */
+    ATTENTION_FLASH,        /* softmax, keeping L (B, H, n): memory linear in the length */
+    ATTENTION_LINEAR,       /* phi(Q) (phi(K)^T V), phi = elu + 1: O(n) (no weights dropout) */
+} attention_kernel;
+
+/* B sequences, H heads, n queries over m keys, key width d, value width v. */
+typedef struct {
+    int B, H, n, m, d, v;
+} attention_shape;
+
+/* Inverted dropout with rate p (0: none) drawing from the counter-based stream seed. */
+typedef struct {
+    float p;
+    uint64_t seed;
+} dropout_draw;
+
+typedef struct backend backend;
+
+typedef struct {
+    const char *name;
+
+    /* ---- y (N, out) = x (N, in) W^T + b; W (out, in) a view into the model's parameters */
+    int few_rows; /* up to this many rows linear_rows, more linear_gemm (op_linear_forward) */
+    void (*linear_rows)(const backend *be, float *y, const float *x, const float *W,
+                        const float *b, int N, int in, int out);
+    void (*linear_gemm)(const backend *be, float *y, const float *x, const float *W,
+                        const float *b, int N, int in, int out);
+    /* dx (N, in) += dy W;  dW (out, in) += dy^T x;  db (out) += column sums of dy (any may be
+     * NULL) */
+    void (*linear_backward)(const backend *be, float *dx, float *dW, float *db, const float *dy,
+                            const float *x, const float *W, int N, int in, int out);
+
+    /* ---- attention O (B, n, H v) from Q (B, n, H d), K (B, m, H d), V (B, m, H v) --------- */
+    attention_kernel (*choose_attention)(int linear, int keys, int flash_min_keys);
+    /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear) */
+    void (*attention_forward)(attention_kernel k, float *O, float *S, const float *Q,
+                              const float *K, const float *V, const attention_shape *s,
+                              const qkv_mask *mask, dropout_draw drop, float *scratch);
+    /* dQ, dK, dV (zeroed by the caller) += the gradients given dO */
+    void (*attention_backward)(attention_kernel k, float *dQ, float *dK, float *dV,
+                               const float *dO, const float *O, const float *S, const float *Q,
+                               const float *K, const float *V, const attention_shape *s,
+                               const qkv_mask *mask, dropout_draw drop, float *scratch);
+    size_t (*attention_saved_floats)(attention_kernel k, const attention_shape *s); /* S */
+    size_t (*attention_scratch_floats)(attention_kernel k, const attention_shape *s);
+    /* one query per row over a key-value cache (inference/cached_attention.h) */
+    void (*cached_attention)(float *O, float *S, const float *Q, const float *K, const float *V,
+                             size_t stride, int B, int H, int d, int m, const int *row,
+                             const int *len, const int *slots, int ld_slots);
+    /* one position of causal linear attention from its recurrent state */
+    void (*linear_attention_step)(float *o, qkv_linear_attention_state *s, const float *q,
+                                  const float *k, const float *v);
+
+    /* ---- position-wise: as the qkv_ functions of the same names -------------------------- */
+    void (*activation_forward)(qkv_activation act, float *h, const float *h_pre, size_t n);
+    /* dh *= act'(h_pre), in place */
+    void (*activation_backward)(qkv_activation act, float *dh, const float *h_pre, size_t n);
+    void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
+                              const float *gamma, const float *beta, int N, int C, float eps);
+    void (*layernorm_backward)(float *dx, float *dgamma, float *dbeta, const float *dy,
+                               const float *x, const float *mean, const float *rstd,
+                               const float *gamma, int N, int C);
+    void (*addnorm_forward)(float *y, float *z, float *mean, float *rstd, const float *x,
+                            const float *s, const float *gamma, const float *beta, int N, int C,
+                            float eps, float p, uint64_t seed);
+    void (*addnorm_backward)(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
+                             const float *z, const float *mean, const float *rstd,
+                             const float *gamma, int N, int C, float p, uint64_t seed,
+                             float *scratch);
+    void (*residual_forward)(float *y, const float *x, const float *s, size_t n, float p,
+                             uint64_t seed);
+    void (*residual_backward)(float *dx, float *ds, const float *dy, size_t n, float p,
+                              uint64_t seed);
+    qkv_status (*embedding_forward)(float *y, const int *ids, const float *E, int N, int V, int C,
+                                    qkv_error *err);
+    void (*embedding_backward)(float *dE, const float *dy, const int *ids, int N, int C);
+    void (*positional_forward)(float *y, const float *x, const float *P, int B, int T, int C,
+                               int pos0, float scale);
+    void (*positional_backward)(float *dx, float *dP, const float *dy, int B, int T, int C,
+                                int pos0, float scale);
+    void (*dropout_forward)(float *y, const float *x, size_t n, float p, uint64_t seed,
+                            uint64_t offset);
+    void (*dropout_backward)(float *dx, const float *dy, size_t n, float p, uint64_t seed,
+                             uint64_t offset);
+
+    /* ---- the loss: as qkv_cross_entropy_forward and kernels/fused.h ---------------------- */
+    int (*cross_entropy_forward)(float *loss, float *lse, double *sum, const float *logits,
+                                 const int *targets, int N, int V, int ignore_index,
+                                 float label_smoothing, qkv_error *err);
+    int (*cross_entropy_fused)(float *loss, float *lse, double *sum, float *logits, float *db,
+                               const int *targets, int N, int V, int ignore_index,
+                               float label_smoothing, float scale, float *scratch,
+                               qkv_error *err);
+    size_t (*cross_entropy_scratch_floats)(int N, int V);
+
+    /* ---- activation memory ---------------------------------------------------------------- */
+    void (*zero)(float *x, size_t n);
+    void (*copy)(float *dst, const float *src, size_t n);
+    void (*add)(float *y, const float *x, size_t n); /* y += x */
+    void (*scale)(float *x, size_t n, float s);     /* x *= s */
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+    /* bf16: the model's parameters and their bf16 copy when it is current (else NULL); a
+     * weight's copy sits at the weight's offset in it */
+    const float *params;
+    size_t n_params;
+    const uint16_t *params_bf16;
+    gemm_bf16_workspace *ws; /* the bf16 GEMM's packing buffers */
+};
+
+extern const backend_ops backend_cpu_fp32, backend_cpu_bf16;
+
+/* The float32 CPU backend with no model behind it: what the public qkv_ layer functions run. */
+static inline backend backend_cpu(void)
+{
+    backend be = {&backend_cpu_fp32, NULL, 0, NULL, NULL};
+    return be;
+}
+
+/* y (N, out) = x (N, in) W^T + b, on the table's few-rows or GEMM kernel. */
+static inline void op_linear_forward(const backend *be, float *y, const float *x, const float *W,
+                                     const float *b, int N, int in, int out)
+{
+    if (N <= be->ops->few_rows)
+        be->ops->linear_rows(be, y, x, W, b, N, in, out);
+    else
+        be->ops->linear_gemm(be, y, x, W, b, N, in, out);
+}
+
+static inline void op_linear_backward(const backend *be, float *dx, float *dW, float *db,
+                                      const float *dy, const float *x, const float *W, int N,
+                                      int in, int out)
+{
+    be->ops->linear_backward(be, dx, dW, db, dy, x, W, N, in, out);
+}
+
+#endif

@@ -1,0 +1,141 @@
+/* The CPU backends (backend.h): float32 (OpenBLAS for the products) and bf16 products
+ * (AVX512-BF16, float32 sums). The two tables differ only in their linear entries; every other
+ * operation is the library's own CPU kernel. */
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/internal.h"
+#include "inference/cached_attention.h"
+#include "kernels/fused.h"
+#include "layers/linear.h"
+
+/* The number of keys from which softmax attention runs the flash kernel: the crossover of
+ * qkv bench attention (forward + backward, d = 64) on AVX2 is about 256 (models.h). */
+static attention_kernel choose_attention(int linear, int keys, int flash_min_keys)
+{
+    if (linear) return ATTENTION_LINEAR;
+    return keys >= flash_min_keys ? ATTENTION_FLASH : ATTENTION_MATERIALISED;
+}
+
+static void attention_forward(attention_kernel k, float *O, float *S, const float *Q,
+                              const float *K, const float *V, const attention_shape *s,
+                              const qkv_mask *mask, dropout_draw drop, float *scratch)
+{
+    switch (k) {
+    case ATTENTION_MATERIALISED:
+        qkv_attention_forward(O, S, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v, mask, drop.p,
+                              drop.seed, scratch);
+        break;
+    case ATTENTION_FLASH:
+        qkv_flash_attention_forward(O, S, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v, mask,
+                                    drop.p, drop.seed);
+        break;
+    case ATTENTION_LINEAR: /* no weights to drop out; the mask's lengths and causality */
+        qkv_linear_attention_forward(O, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v,
+                                     mask ? mask->valid_lens : NULL, mask ? mask->causal : 0,
+                                     scratch);
+        break;
+    }
+}
+
+static void attention_backward(attention_kernel k, float *dQ, float *dK, float *dV,
+                               const float *dO, const float *O, const float *S, const float *Q,
+                               const float *K, const float *V, const attention_shape *s,
+                               const qkv_mask *mask, dropout_draw drop, float *scratch)
+{
+    switch (k) {
+    case ATTENTION_MATERIALISED:
+        qkv_attention_backward(dQ, dK, dV, dO, S, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v,
+                               drop.p, drop.seed, scratch);
+        break;
+    case ATTENTION_FLASH:
+        qkv_flash_attention_backward(dQ, dK, dV, dO, O, S, Q, K, V, s->B, s->H, s->n, s->m, s->d,
+                                     s->v, mask, drop.p, drop.seed, scratch);
+        break;
+    case ATTENTION_LINEAR:
+        qkv_linear_attention_backward(dQ, dK, dV, dO, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v,
+                                      mask ? mask->valid_lens : NULL, mask ? mask->causal : 0,
+                                      scratch);
+        break;
+    }
+}
+
+static size_t attention_saved_floats(attention_kernel k, const attention_shape *s)
+{
+    const size_t BH = (size_t)s->B * s->H;
+    return k == ATTENTION_MATERIALISED ? BH * s->n * s->m : k == ATTENTION_FLASH ? BH * s->n : 0;
+}
+
+static size_t attention_scratch_floats(attention_kernel k, const attention_shape *s)
+{
+    switch (k) {
+    case ATTENTION_MATERIALISED: return qkv_attention_scratch_floats(s->B, s->H, s->n, s->m);
+    case ATTENTION_FLASH: return qkv_flash_attention_scratch_floats(s->B, s->H, s->n);
+    case ATTENTION_LINEAR:
+        return qkv_linear_attention_scratch_floats(s->B, s->H, s->n, s->m, s->d, s->v, 1);
+    }
+    return 0;
+}
+
+static void activation_forward(qkv_activation act, float *h, const float *h_pre, size_t n)
+{
+    if (act == QKV_ACT_GELU)
+        qkv_gelu_forward(h, h_pre, n);
+    else
+        qkv_relu_forward(h, h_pre, n);
+}
+
+/* Vectors of this many floats or more are worth a second thread. */
+#define PARALLEL_MIN 65536
+
+static void zero(float *x, size_t n) { memset(x, 0, n * sizeof *x); }
+static void copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
+
+static void add(float *y, const float *x, size_t n)
+{
+    #pragma omp parallel for simd if (n > PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void scale(float *x, size_t n, float s)
+{
+    #pragma omp parallel for simd if (n > PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Every entry but the linear ones, which set the table's precision. */
+#define CPU_OPS                                                                                  \
+    .choose_attention = choose_attention, .attention_forward = attention_forward,              \
+    .attention_backward = attention_backward, .attention_saved_floats = attention_saved_floats, \
+    .attention_scratch_floats = attention_scratch_floats, .cached_attention = cached_attention, \
+    .linear_attention_step = qkv_linear_attention_step,                                         \
+    .activation_forward = activation_forward, .activation_backward = activation_grad_inplace,   \
+    .layernorm_forward = qkv_layernorm_forward, .layernorm_backward = qkv_layernorm_backward,   \
+    .addnorm_forward = qkv_addnorm_forward, .addnorm_backward = qkv_addnorm_backward,           \
+    .residual_forward = qkv_residual_forward, .residual_backward = qkv_residual_backward,       \
+    .embedding_forward = qkv_embedding_forward, .embedding_backward = qkv_embedding_backward,   \
+    .positional_forward = qkv_positional_forward,                                               \
+    .positional_backward = qkv_positional_backward, .dropout_forward = qkv_dropout_forward,     \
+    .dropout_backward = qkv_dropout_backward,                                                   \
+    .cross_entropy_forward = qkv_cross_entropy_forward,                                         \
+    .cross_entropy_fused = cross_entropy_fused,                                                 \
+    .cross_entropy_scratch_floats = cross_entropy_fused_scratch_floats, .zero = zero,           \
+    .copy = copy, .add = add, .scale = scale
+
+const backend_ops backend_cpu_fp32 = {
+    .name = "cpu-fp32",
+    .few_rows = SMALL_ROWS,
+    .linear_rows = linear_rows_f32,
+    .linear_gemm = linear_gemm_f32,
+    .linear_backward = linear_backward_f32,
+    CPU_OPS,
+};
+
+const backend_ops backend_cpu_bf16 = {
+    .name = "cpu-bf16",
+    .few_rows = SMALL_ROWS,
+    .linear_rows = linear_rows_bf16w,
+    .linear_gemm = linear_gemm_bf16,
+    .linear_backward = linear_backward_bf16,
+    CPU_OPS,
+};

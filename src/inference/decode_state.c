@@ -1,0 +1,50 @@
+/* The key-value cache and work space of decoding (model.h's decode_state): one buffer for
+ * every layer's keys and values, the encoder output's projections and one step's vectors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model.h"
+
+qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int T, int n_src,
+                             int Ts, int V, qkv_error *err)
+{
+    memset(st, 0, sizeof *st);
+    const size_t C = d->C, L = d->layers, R = cap, S = n_src;
+    const size_t kv = d->linear_attention ? 0 : L * R * T * C, cross = d->cross ? L * S * Ts * C : 0;
+    size_t sizes[] = {kv, kv, cross, cross, R * C, R * C, R * C, R * C, R * C, R * C, R * C, R, R,
+                      R * d->F, R * d->F, R * d->heads * (size_t)(T > Ts ? T : Ts), R * V};
+    float **ptrs[] = {&st->self_k, &st->self_v, &st->cross_k, &st->cross_v, &st->x, &st->u,
+                      &st->q, &st->k, &st->v, &st->ctx, &st->s, &st->mean, &st->rstd,
+                      &st->h_pre, &st->h, &st->P, &st->logits};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += sizes[i];
+    st->buffer = malloc(total * sizeof(float));
+    if (!st->buffer)
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the decoding cache (%zu MiB)",
+                        total * 4 >> 20);
+    float *at = st->buffer;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *ptrs[i] = at, at += sizes[i];
+    st->B = cap, st->T = T, st->Ts = Ts, st->cap = cap, st->n_src = n_src;
+    if (d->linear_attention) {
+        const int hd = d->C / d->heads;
+        st->sums = calloc(L * R, sizeof *st->sums);
+        if (!st->sums) {
+            decode_state_free(st);
+            return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a generation state");
+        }
+        st->n_sums = (int)(L * R);
+        for (int i = 0; i < st->n_sums; i++) {
+            qkv_status s = qkv_linear_attention_state_init(&st->sums[i], d->heads, hd, hd, err);
+            if (s) return decode_state_free(st), s;
+        }
+    }
+    return QKV_OK;
+}
+
+void decode_state_free(decode_state *st)
+{
+    for (int i = 0; st->sums && i < st->n_sums; i++)
+        qkv_linear_attention_state_free(&st->sums[i]);
+    free(st->sums), free(st->buffer);
+    memset(st, 0, sizeof *st);
+}

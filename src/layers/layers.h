@@ -1,0 +1,51 @@
+/* The layers as the models run them: on a backend (backend/backend.h), whose table supplies
+ * every kernel. The public qkv_ffn_* and qkv_mha_* are these on the float32 CPU backend.
+ * Private to the library. */
+#ifndef QKV_LAYERS_H
+#define QKV_LAYERS_H
+
+#include "backend/backend.h"
+
+/* ---- position-wise feed-forward network (paper, eq. 2) ----------------------------------
+ * y = act(x W1^T + b1) W2^T + b2 over N rows; x, y (N, C); h_pre, h (N, F). */
+void ffn_forward(const backend *be, float *y, float *h_pre, float *h, const float *x,
+                 const float *W1, const float *b1, const float *W2, const float *b2, int N, int C,
+                 int F, qkv_activation act);
+/* dx += its gradient and the weights' into dW1.. (any may be NULL); scratch (N, F). */
+void ffn_backward(const backend *be, float *dx, float *dW1, float *db1, float *dW2, float *db2,
+                  const float *dy, const float *h_pre, const float *h, const float *x,
+                  const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
+                  float *scratch);
+
+/* ---- multi-head attention (paper, section 3.2.2) -----------------------------------------
+ *   MultiHead(Q, K, V) = Concat(head_1..head_H) W_o,  head_i = Attention(Q W_q^i, K W_k^i, V W_v^i)
+ * with Attention one of the backend's kernels. What one call keeps for its backward: */
+typedef struct {
+    attention_kernel kernel;
+    qkv_mha_cache c; /* q, ctx (B n H p), k, v (B m H p); c.P the weights when materialised */
+    float *S;        /* what the kernel keeps beside ctx: c.P, the flash kernel's L, or NULL */
+} mha_acts;
+
+/* Floats of one attention's saved activations over B x (n queries, m keys), and their views
+ * in base (mha_saved_floats long). */
+size_t mha_saved_floats(const backend *be, attention_kernel k, const qkv_mha_config *mc, int B,
+                        int n, int m);
+mha_acts mha_acts_view(const backend *be, attention_kernel k, float *base,
+                       const qkv_mha_config *mc, int B, int n, int m);
+/* Floats of scratch forward and backward need. */
+size_t mha_scratch_floats(const backend *be, attention_kernel k, const qkv_mha_config *mc, int B,
+                          int n, int m);
+
+/* xq (B, n, d_q) attends to xkv (B, m, d_kv) under mask -> y (B, n, d_q); dropout on the
+ * weights (not with linear attention). */
+void mha_forward(const backend *be, float *y, mha_acts *a, const float *xq, const float *xkv,
+                 const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
+                 const qkv_mask *mask, dropout_draw drop, float *scratch);
+/* dxq, dxkv (may be one buffer: self-attention) and dw (may be NULL) += the gradients given
+ * dy; the same mask and dropout as forward. */
+void mha_backward(const backend *be, float *dxq, float *dxkv, qkv_mha_weights *dw,
+                  const float *dy, const mha_acts *a, const float *xq, const float *xkv,
+                  const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
+                  const qkv_mask *mask, dropout_draw drop, float *scratch);
+
+#endif

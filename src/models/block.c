@@ -1,0 +1,292 @@
+/* A Transformer stack (model.h): the embedding, the blocks and the final norm, forward,
+ * backward and one decoding step. A block's sublayers, in order:
+ *   self-attention   causal in a decoder or language model, over the source lengths in an
+ *                    encoder (paper, section 3.2.3)
+ *   cross-attention  decoder blocks: queries from the decoder, keys and values from the
+ *                    encoder's output
+ *   FFN              position-wise (eq. 2)
+ * each wrapped in the residual connection of sublayer.c. Dropout sites of block l: the
+ * residual of sublayer i draws stream (stack, l, 1 + i), the weights of attention j stream
+ * (stack, l, 1 + n_sublayers + j); the embedding's is (stack, 0, 0). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/sublayer.h"
+
+static int sublayers(const stack_dims *d) { return d->cross ? 3 : 2; }
+
+static uint64_t residual_seed(const stack_pass *k, int l, int i)
+{
+    return dropout_site_seed(k->seed, k->d->id, l, 1 + i);
+}
+
+static dropout_draw weights_dropout(const stack_pass *k, int l, int j)
+{
+    dropout_draw drop = {k->p, dropout_site_seed(k->seed, k->d->id, l, 1 + sublayers(k->d) + j)};
+    return drop;
+}
+
+static sublayer_ctx sublayer_of(const stack_pass *k, int l, int i)
+{
+    sublayer_ctx s = {k->d, (size_t)k->B * k->T, k->p, residual_seed(k, l, i), k->scratch};
+    return s;
+}
+
+/* ---- the embedding: X = dropout(E[ids] sqrt(C) + P) (paper, sections 3.4 and 3.5) -------- */
+
+static const float *positions_of(const stack_w *w, const float *pos_table)
+{
+    return w->positions ? w->positions : pos_table;
+}
+
+static qkv_status embed_forward(const backend *be, const stack_pass *k, float *x, const stack_w *w,
+                                const float *pos_table, const int *ids, qkv_error *err)
+{
+    const int C = k->d->C, B = k->B, T = k->T;
+    qkv_status st = be->ops->embedding_forward(x, ids, w->embedding, B * T, k->d->vocab, C, err);
+    if (st) return st;
+    be->ops->positional_forward(x, x, positions_of(w, pos_table), B, T, C, 0, sqrtf((float)C));
+    be->ops->dropout_forward(x, x, (size_t)B * T * C, k->p,
+                             dropout_site_seed(k->seed, k->d->id, 0, 0), 0);
+    return QKV_OK;
+}
+
+/* dx is the gradient of dropout(E sqrt(C) + P): undo the dropout, then the scale. */
+static void embed_backward(const backend *be, const stack_pass *k, stack_w *g, const float *dx,
+                           const int *ids)
+{
+    const int C = k->d->C, B = k->B, T = k->T;
+    const size_t n = (size_t)B * T * C;
+    float *e = k->scratch;
+    be->ops->zero(e, n);
+    be->ops->dropout_backward(e, dx, n, k->p, dropout_site_seed(k->seed, k->d->id, 0, 0), 0);
+    if (g->positions) be->ops->positional_backward(NULL, g->positions, e, B, T, C, 0, 1.0f);
+    be->ops->scale(e, n, sqrtf((float)C));
+    be->ops->embedding_backward(g->embedding, e, ids, B * T, C);
+}
+
+/* ---- one block ----------------------------------------------------------------------------- */
+
+/* x (B*T, C) -> a->ff.out */
+static void block_forward(const backend *be, const stack_pass *k, block_acts *a,
+                          const block_w *w, int l, const float *x)
+{
+    const stack_dims *d = k->d;
+    const qkv_mha_config mc = stack_mha_config(d);
+    const int B = k->B, T = k->T, N = B * T;
+    sublayer_ctx s = sublayer_of(k, l, 0);
+    const float *in = sublayer_in(be, &s, &a->self, x, &w->self_norm);
+    mha_forward(be, a->self.s, &a->self_att, in, in, &w->self, &mc, B, T, T, k->self_mask,
+                weights_dropout(k, l, 0), k->scratch);
+    sublayer_out(be, &s, &a->self, x, &w->self_norm);
+    x = a->self.out;
+    if (d->cross) {
+        s = sublayer_of(k, l, 1);
+        in = sublayer_in(be, &s, &a->cross, x, &w->cross_norm);
+        mha_forward(be, a->cross.s, &a->cross_att, in, k->mem, &w->cross, &mc, B, T, k->Tm,
+                    k->mem_mask, weights_dropout(k, l, 1), k->scratch);
+        sublayer_out(be, &s, &a->cross, x, &w->cross_norm);
+        x = a->cross.out;
+    }
+    s = sublayer_of(k, l, sublayers(d) - 1);
+    in = sublayer_in(be, &s, &a->ff, x, &w->ffn_norm);
+    ffn_forward(be, a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2, N,
+                d->C, d->F, d->act);
+    sublayer_out(be, &s, &a->ff, x, &w->ffn_norm);
+}
+
+/* The sublayers in reverse. work->dh holds d(block output) on entry and d(x) on return;
+ * d_mem += the memory's gradient (cross-attention's keys and values). */
+static void block_backward(const backend *be, const stack_pass *k, const block_acts *a,
+                           const block_w *w, block_w *dw, int l, const float *x, float *d_mem,
+                           const stack_grad_work *work)
+{
+    const stack_dims *d = k->d;
+    const qkv_mha_config mc = stack_mha_config(d);
+    const int B = k->B, T = k->T, N = B * T;
+    float *dh = work->dh, *ds = work->ds, *din = work->din;
+    const float *x_ff = d->cross ? a->cross.out : a->self.out; /* the FFN sublayer's input */
+
+    sublayer_ctx s = sublayer_of(k, l, sublayers(d) - 1);
+    sublayer_out_backward(be, &s, &a->ff, dh, ds, din, &w->ffn_norm, &dw->ffn_norm);
+    ffn_backward(be, din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre, a->h,
+                 d->pre_norm ? a->ff.u : x_ff, w->ffn.W1, w->ffn.W2, N, d->C, d->F, d->act,
+                 k->scratch);
+    sublayer_in_backward(be, &s, &a->ff, dh, din, x_ff, &w->ffn_norm, &dw->ffn_norm);
+
+    if (d->cross) {
+        s = sublayer_of(k, l, 1);
+        sublayer_out_backward(be, &s, &a->cross, dh, ds, din, &w->cross_norm, &dw->cross_norm);
+        mha_backward(be, din, d_mem, &dw->cross, ds, &a->cross_att,
+                     d->pre_norm ? a->cross.u : a->self.out, k->mem, &w->cross, &mc, B, T, k->Tm,
+                     k->mem_mask, weights_dropout(k, l, 1), k->scratch);
+        sublayer_in_backward(be, &s, &a->cross, dh, din, a->self.out, &w->cross_norm,
+                             &dw->cross_norm);
+    }
+
+    s = sublayer_of(k, l, 0);
+    sublayer_out_backward(be, &s, &a->self, dh, ds, din, &w->self_norm, &dw->self_norm);
+    const float *in = d->pre_norm ? a->self.u : x;
+    mha_backward(be, din, din, &dw->self, ds, &a->self_att, in, in, &w->self, &mc, B, T, T,
+                 k->self_mask, weights_dropout(k, l, 0), k->scratch);
+    sublayer_in_backward(be, &s, &a->self, dh, din, x, &w->self_norm, &dw->self_norm);
+}
+
+/* ---- the stack ------------------------------------------------------------------------------ */
+
+qkv_status stack_forward(const backend *be, const stack_pass *k, stack_acts *a, const stack_w *w,
+                         const float *pos_table, const int *ids, qkv_error *err)
+{
+    const stack_dims *d = k->d;
+    const int N = k->B * k->T;
+    qkv_status st = embed_forward(be, k, a->x, w, pos_table, ids, err);
+    if (st) return st;
+    const float *h = a->x;
+    for (int l = 0; l < d->layers; l++) {
+        block_forward(be, k, &a->blocks[l], &w->blocks[l], l, h);
+        h = a->blocks[l].ff.out;
+    }
+    if (w->norm.g)
+        be->ops->layernorm_forward(a->out, a->mean, a->rstd, h, w->norm.g, w->norm.b, N, d->C,
+                                   d->ln_eps);
+    else if (a->out != h)
+        be->ops->copy(a->out, h, (size_t)N * d->C);
+    return QKV_OK;
+}
+
+void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a, const stack_w *w,
+                    stack_w *g, const int *ids, const float *dout, float *d_mem,
+                    const stack_grad_work *work)
+{
+    const stack_dims *d = k->d;
+    const int N = k->B * k->T, L = d->layers;
+    const float *last = L ? a->blocks[L - 1].ff.out : a->x;
+    be->ops->zero(work->dh, (size_t)N * d->C);
+    if (w->norm.g)
+        be->ops->layernorm_backward(work->dh, g->norm.g, g->norm.b, dout, last, a->mean, a->rstd,
+                                    w->norm.g, N, d->C);
+    else
+        be->ops->copy(work->dh, dout, (size_t)N * d->C);
+    for (int l = L - 1; l >= 0; l--)
+        block_backward(be, k, &a->blocks[l], &w->blocks[l], &g->blocks[l], l,
+                       l ? a->blocks[l - 1].ff.out : a->x, d_mem, work);
+    embed_backward(be, k, g, work->dh, ids);
+}
+
+/* ---- one decoding step ----------------------------------------------------------------------
+ * A step costs O(t) attention work at position t instead of re-running the prefix (d2l
+ * 10.7.6, llama2.c's forward): each block appends the new position's key and value to its
+ * cache and attends over the cache (or, with linear attention, advances the recurrent state
+ * S = sum phi(k) v^T, z = sum phi(k): Katharopoulos et al. 2020, eq. 18-20, O(1) in t). With
+ * one row per sequence a step is bound by reading the weights once; the linear layers take
+ * few rows as matrix-vector products (the backend's linear_rows), and the attention over the
+ * cache has no GEMM. */
+
+static void self_attention_step(const backend *be, const stack_dims *d, decode_state *st,
+                                const qkv_mha_weights *a, const float *in, int l, int t)
+{
+    const int B = st->B, C = d->C, H = d->heads;
+    op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
+    op_linear_forward(be, st->k, in, a->W_k, a->b_k, B, C, C);
+    op_linear_forward(be, st->v, in, a->W_v, a->b_v, B, C, C);
+    if (d->linear_attention) {
+        for (int b = 0; b < B; b++) {
+            const size_t r = (size_t)b * C;
+            be->ops->linear_attention_step(st->ctx + r, &st->sums[l * st->cap + b], st->q + r,
+                                           st->k + r, st->v + r);
+        }
+    } else { /* append this position's key and value, then attend to positions 0..t */
+        float *K = st->self_k + (size_t)l * st->cap * st->T * C;
+        float *V = st->self_v + (size_t)l * st->cap * st->T * C;
+        for (int b = 0; b < B; b++) {
+            be->ops->copy(K + ((size_t)b * st->T + t) * C, st->k + (size_t)b * C, C);
+            be->ops->copy(V + ((size_t)b * st->T + t) * C, st->v + (size_t)b * C, C);
+        }
+        be->ops->cached_attention(st->ctx, st->P, st->q, K, V, (size_t)st->T * C, B, H, C / H,
+                                  t + 1, NULL, NULL, st->slot, st->T);
+    }
+    op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
+}
+
+/* over the encoder output's keys and values, projected once (decode_state.cross_k) */
+static void cross_attention_step(const backend *be, const stack_dims *d, decode_state *st,
+                                 const qkv_mha_weights *a, const float *in, int l,
+                                 const int *src_valid)
+{
+    const int B = st->B, C = d->C, H = d->heads;
+    const size_t layer = (size_t)l * st->n_src * st->Ts * C;
+    op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
+    be->ops->cached_attention(st->ctx, st->P, st->q, st->cross_k + layer, st->cross_v + layer,
+                              (size_t)st->Ts * C, B, H, C / H, st->Ts, st->row_src, src_valid,
+                              NULL, st->Ts);
+    op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
+}
+
+static void block_step(const backend *be, const stack_dims *d, const block_w *w,
+                       decode_state *st, int l, int t, const int *src_valid)
+{
+    const float *in = sublayer_step_in(be, d, st, &w->self_norm);
+    self_attention_step(be, d, st, &w->self, in, l, t);
+    sublayer_step_out(be, d, st, &w->self_norm);
+    if (d->cross) {
+        in = sublayer_step_in(be, d, st, &w->cross_norm);
+        cross_attention_step(be, d, st, &w->cross, in, l, src_valid);
+        sublayer_step_out(be, d, st, &w->cross_norm);
+    }
+    in = sublayer_step_in(be, d, st, &w->ffn_norm);
+    ffn_forward(be, st->s, st->h_pre, st->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
+                st->B, d->C, d->F, d->act);
+    sublayer_step_out(be, d, st, &w->ffn_norm);
+}
+
+void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
+                decode_state *st, const int *tok, int t, const int *src_valid)
+{
+    const int C = d->C;
+    /* the tokens are the model's own choices, or checked by the caller */
+    be->ops->embedding_forward(st->x, tok, w->embedding, st->B, d->vocab, C, NULL);
+    be->ops->positional_forward(st->x, st->x, positions_of(w, pos_table), st->B, 1, C, t,
+                                sqrtf((float)C));
+    for (int l = 0; l < d->layers; l++) block_step(be, d, &w->blocks[l], st, l, t, src_valid);
+}
+
+/* ---- the output layer ----------------------------------------------------------------------- */
+
+void head_forward(const backend *be, float *logits, const float *y, const float *W,
+                  const float *b, int N, int C, int V)
+{
+    op_linear_forward(be, logits, y, W, b, N, C, V);
+}
+
+void head_step(const backend *be, const stack_dims *d, const stack_w *w, const float *W,
+               const float *b, decode_state *st, float *logits, int V)
+{
+    const float *y = st->x;
+    if (w->norm.g) {
+        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, w->norm.g, w->norm.b, st->B,
+                                   d->C, d->ln_eps);
+        y = st->u;
+    }
+    head_forward(be, logits, y, W, b, st->B, d->C, V);
+}
+
+qkv_status head_loss(const backend *be, const head_loss_args *h, double *sum, int *count,
+                     qkv_error *err)
+{
+    float *loss = h->loss, *lse = h->lse, *logits = h->logits, *db = h->db, *scratch = h->scratch;
+    const int *targets = h->targets;
+    const int N = h->N, V = h->V, backward = h->backward;
+    const float label_smoothing = h->label_smoothing, grad_scale = h->grad_scale;
+    /* with backward, the loss pass also turns the logits into their gradient, and sums it
+     * into the output bias's */
+    *sum = 0.0;
+    *count = backward ? be->ops->cross_entropy_fused(loss, lse, sum, logits, db, targets, N, V,
+                                                     QKV_PAD, label_smoothing, grad_scale,
+                                                     scratch, err)
+                      : be->ops->cross_entropy_forward(loss, lse, sum, logits, targets, N, V,
+                                                       QKV_PAD, label_smoothing, err);
+    if (*count < 0) return err ? err->code : QKV_ERR_ARG;
+    if (!isfinite(*sum)) return qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", *sum);
+    return QKV_OK;
+}

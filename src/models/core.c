@@ -1,0 +1,200 @@
+/* What both models own and do alike: the parameter table and its initialisation, the
+ * gradients, the backend, and the activation arena. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model.h"
+
+/* ---- the parameter table --------------------------------------------------------------- */
+
+float *param_take(param_walker *w, const char *name, int rows, int cols)
+{
+    size_t n = (size_t)rows * (cols ? cols : 1);
+    if (w->tensors) {
+        qkv_param_info *t = &w->tensors[w->count];
+        snprintf(w->names[w->count], sizeof w->names[0], "%s", name);
+        t->name = w->names[w->count];
+        t->ndim = cols ? 2 : 1;
+        t->shape[0] = rows, t->shape[1] = cols;
+        t->offset = w->offset, t->numel = n;
+    }
+    float *p = w->base ? w->base + w->offset : NULL;
+    w->offset += n, w->count++;
+    return p;
+}
+
+norm_w param_take_norm(param_walker *w, const char *prefix, int C)
+{
+    char name[64];
+    norm_w n;
+    snprintf(name, sizeof name, "%s.gamma", prefix), n.g = param_take(w, name, C, 0);
+    snprintf(name, sizeof name, "%s.beta", prefix), n.b = param_take(w, name, C, 0);
+    return n;
+}
+
+ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F)
+{
+    char name[64];
+    ffn_w f;
+    snprintf(name, sizeof name, "%s.W1", prefix), f.W1 = param_take(w, name, F, C);
+    snprintf(name, sizeof name, "%s.b1", prefix), f.b1 = param_take(w, name, F, 0);
+    snprintf(name, sizeof name, "%s.W2", prefix), f.W2 = param_take(w, name, C, F);
+    snprintf(name, sizeof name, "%s.b2", prefix), f.b2 = param_take(w, name, C, 0);
+    return f;
+}
+
+qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int bias)
+{
+    char name[64];
+    qkv_mha_weights a = {0};
+    float **W[4] = {&a.W_q, &a.W_k, &a.W_v, &a.W_o}, **b[4] = {&a.b_q, &a.b_k, &a.b_v, &a.b_o};
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%s.W_%c", prefix, "qkvo"[i]);
+        *W[i] = param_take(w, name, C, C);
+        if (!bias) continue;
+        snprintf(name, sizeof name, "%s.b_%c", prefix, "qkvo"[i]);
+        *b[i] = param_take(w, name, C, 0);
+    }
+    return a;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+qkv_status core_init(model_core *c, size_t n_params, int n_tensors, int max_len, int C,
+                     qkv_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->n_params = n_params, c->n_tensors = n_tensors;
+    c->tensors = calloc((size_t)n_tensors + 1, sizeof *c->tensors);
+    c->names = calloc((size_t)n_tensors + 1, sizeof *c->names);
+    c->params = malloc(n_params * sizeof *c->params);
+    c->pos_table = malloc((size_t)max_len * C * sizeof *c->pos_table);
+    if (!c->tensors || !c->names || !c->params || !c->pos_table)
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory allocating %zu parameters", n_params);
+    qkv_sinusoidal_table(c->pos_table, max_len, C);
+    c->flash_min_keys = FLASH_MIN_KEYS;
+    return QKV_OK;
+}
+
+void core_free(model_core *c)
+{
+    free(c->tensors), free(c->names), free(c->params), free(c->grads), free(c->pos_table);
+    free(c->arena);
+    precision_free(&c->prec);
+    memset(c, 0, sizeof *c);
+}
+
+/* d2l's initialisation: Xavier-uniform for every projection matrix (its xavier_init_weights),
+ * PyTorch's defaults for the rest: biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), embeddings
+ * N(0, 1), LayerNorm gain 1 and bias 0. With tied weights the embeddings get N(0, 1/C)
+ * instead, so that logits start O(1) (an embedding is scaled by sqrt(C) on input). */
+void core_init_params(model_core *c, uint64_t seed, int C, int F, int tied)
+{
+    for (int i = 0; i < c->n_tensors; i++) {
+        const qkv_param_info *t = &c->tensors[i];
+        float *p = c->params + t->offset;
+        uint64_t s = stream_of(seed, STREAM_INIT, (uint64_t)i);
+        const char *leaf = strrchr(t->name, '.');
+        leaf = leaf ? leaf + 1 : t->name;
+        if (strstr(t->name, "embedding") || strstr(t->name, "positions")) {
+            float std = tied && !strstr(t->name, "positions") ? 1.0f / sqrtf((float)C) : 1.0f;
+            qkv_fill_normal(p, t->numel, 0.0f, std, s);
+        } else if (!strcmp(leaf, "gamma")) {
+            for (size_t k = 0; k < t->numel; k++) p[k] = 1.0f;
+        } else if (!strcmp(leaf, "beta")) {
+            memset(p, 0, t->numel * sizeof *p);
+        } else if (t->ndim == 2) {
+            qkv_init_xavier_uniform(p, t->shape[0], t->shape[1], s);
+        } else { /* a linear layer's bias: its fan-in is the FFN width for W2, else d_model */
+            float bound = 1.0f / sqrtf((float)(!strcmp(leaf, "b2") ? F : C));
+            qkv_fill_uniform(p, t->numel, -bound, bound, s);
+        }
+    }
+}
+
+float *core_grads(model_core *c, int *fresh)
+{
+    *fresh = 0;
+    if (!c->grads) {
+        if (!(c->grads = calloc(c->n_params, sizeof *c->grads))) return NULL;
+        *fresh = 1;
+    }
+    return c->grads;
+}
+
+backend core_backend(model_core *c) { return precision_backend(&c->prec, c->params, c->n_params); }
+
+/* ---- the activation arena -------------------------------------------------------------- */
+
+float *arena_take(arena *a, size_t n)
+{
+    float *p = a->base ? a->base + a->used : NULL;
+    a->used += (n + 15) & ~(size_t)15; /* 64-byte aligned slices */
+    return p;
+}
+
+static void layout_sublayer(arena *a, sublayer_acts *s, size_t N, int C, int pre_norm)
+{
+    memset(s, 0, sizeof *s);
+    if (pre_norm) s->u = arena_take(a, N * C), s->u_mean = arena_take(a, N), s->u_rstd = arena_take(a, N);
+    s->s = arena_take(a, N * C);
+    if (!pre_norm) s->z = arena_take(a, N * C), s->mean = arena_take(a, N), s->rstd = arena_take(a, N);
+    s->out = arena_take(a, N * C);
+}
+
+/* One attention of B x (n queries, m keys) on the kernel the backend chooses; returns its
+ * scratch. */
+static size_t layout_attention(arena *a, const backend *be, mha_acts *att, const stack_dims *d,
+                               int linear, int B, int n, int m, int flash_min_keys)
+{
+    const qkv_mha_config mc = stack_mha_config(d);
+    const attention_kernel k = be->ops->choose_attention(linear, m, flash_min_keys);
+    float *base = arena_take(a, mha_saved_floats(be, k, &mc, B, n, m));
+    *att = base ? mha_acts_view(be, k, base, &mc, B, n, m) : (mha_acts){k, {0}, NULL};
+    return mha_scratch_floats(be, k, &mc, B, n, m);
+}
+
+size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims *d, int B,
+                    int T, int Tm, int flash_min_keys)
+{
+    const int C = d->C, F = d->F;
+    const size_t N = (size_t)B * T;
+    size_t scratch = 0, need;
+    s->x = arena_take(a, N * C);
+    for (int l = 0; l < d->layers; l++) {
+        block_acts *b = &s->blocks[l];
+        layout_sublayer(a, &b->self, N, C, d->pre_norm);
+        need = layout_attention(a, be, &b->self_att, d, d->linear_attention, B, T, T,
+                                flash_min_keys);
+        if (need > scratch) scratch = need;
+        if (d->cross) {
+            layout_sublayer(a, &b->cross, N, C, d->pre_norm);
+            need = layout_attention(a, be, &b->cross_att, d, 0, B, T, Tm, flash_min_keys);
+            if (need > scratch) scratch = need;
+        }
+        layout_sublayer(a, &b->ff, N, C, d->pre_norm);
+        b->h_pre = arena_take(a, N * F), b->h = arena_take(a, N * F);
+    }
+    s->mean = arena_take(a, N), s->rstd = arena_take(a, N), s->out = arena_take(a, N * C);
+    return scratch;
+}
+
+qkv_status core_layout(model_core *c, void (*layout)(void *model, arena *a), void *model,
+                       const char *what, qkv_error *err)
+{
+    arena counter = {NULL, 0};
+    layout(model, &counter);
+    if (counter.used > c->arena_cap) {
+        free(c->arena);
+        c->arena = NULL, c->arena_cap = 0;
+        if (posix_memalign((void **)&c->arena, 64, counter.used * sizeof(float)))
+            return qkv_fail(err, QKV_ERR_NOMEM, "out of memory: activations for %s need %zu MiB",
+                            what, counter.used * 4 >> 20);
+        c->arena_cap = counter.used;
+    }
+    arena real = {c->arena, 0};
+    layout(model, &real);
+    return precision_prepare(&c->prec, c->params, c->n_params, 0, err);
+}

@@ -1,0 +1,245 @@
+/* What both models are made of. Private to the library.
+ *
+ * A Transformer block is [self-attention, encoder-decoder attention (decoder blocks only),
+ * position-wise FFN], each wrapped in a residual sublayer connection with its LayerNorm
+ * (paper, section 3.1). A stack is the embedding (scaled by sqrt(d_model), plus positions,
+ * dropout), its blocks and an optional final LayerNorm. Then
+ *   the encoder-decoder (encoder_decoder.c)  an encoder stack, whose output every decoder
+ *                                             block attends to, and a causal decoder stack
+ *   the language model (language_model.c)     one causal stack without cross-attention
+ * each with an output projection to the vocabulary. A stack runs three ways, one function
+ * each in block.c, side by side per sublayer: forward (training and evaluation, every
+ * position at once), backward, and step (decoding: one new position per sequence over a
+ * key-value cache). Every kernel comes from the backend (backend/backend.h). */
+#ifndef QKV_MODEL_H
+#define QKV_MODEL_H
+
+#include "core/internal.h"
+#include "layers/layers.h"
+#include "models/precision.h"
+
+/* The number of keys from which softmax attention runs the flash kernel, unless a model is
+ * told otherwise (model_core.flash_min_keys): the crossover of qkv bench attention (forward +
+ * backward, d = 64) on AVX2 is about 256. */
+enum { FLASH_MIN_KEYS = 256 };
+
+/* ---- weights: named views into one flat parameter buffer (or its gradients) -------------- */
+
+typedef struct {
+    float *g, *b; /* LayerNorm gain and bias (C) */
+} norm_w;
+
+typedef struct {
+    float *W1, *b1, *W2, *b2; /* (F, C), (F), (C, F), (C) */
+} ffn_w;
+
+typedef struct {
+    qkv_mha_weights self; /* self-attention */
+    norm_w self_norm;
+    qkv_mha_weights cross; /* encoder-decoder attention: decoder blocks only, else NULLs */
+    norm_w cross_norm;
+    ffn_w ffn;
+    norm_w ffn_norm;
+} block_w;
+
+typedef struct {
+    float *embedding; /* (V, C) */
+    float *positions; /* (max_len, C) learned, or NULL: the sinusoidal table */
+    block_w *blocks;
+    norm_w norm; /* after the last block (final_norm), else NULLs */
+} stack_w;
+
+/* ---- the shape of a stack ------------------------------------------------------------------ */
+
+typedef struct {
+    int vocab; /* the embedding's rows */
+    int C, F, heads, layers;
+    int pre_norm, bias;
+    int cross;            /* its blocks attend to an encoder's output */
+    int linear_attention; /* self-attention by linear attention (phi = elu + 1) */
+    int id;               /* 0 encoder or language model, 1 decoder: names its dropout streams */
+    qkv_activation act;
+    float ln_eps;
+} stack_dims;
+
+static inline qkv_mha_config stack_mha_config(const stack_dims *d)
+{
+    qkv_mha_config mc = {d->C, d->C, d->heads, d->C / d->heads, d->bias};
+    return mc;
+}
+
+/* ---- activations of a forward pass, kept for its backward ---------------------------------
+ * One residual sublayer connection. Post-norm:
+ *   out = LayerNorm(z), z = x + dropout(s), s = Sublayer(x)
+ * Pre-norm:
+ *   out = x + dropout(s), s = Sublayer(u), u = LayerNorm(x) */
+typedef struct {
+    float *u, *u_mean, *u_rstd; /* pre-norm only */
+    float *s;
+    float *z, *mean, *rstd; /* post-norm only */
+    float *out;
+} sublayer_acts;
+
+typedef struct {
+    sublayer_acts self;
+    mha_acts self_att;
+    sublayer_acts cross; /* decoder blocks only */
+    mha_acts cross_att;
+    sublayer_acts ff;
+    float *h_pre, *h; /* (N, F) the FFN's hidden layer before and after its activation */
+} block_acts;
+
+typedef struct {
+    float *x; /* (B*T, C) embedded + positions + dropout: the first block's input */
+    block_acts *blocks;
+    float *mean, *rstd, *out; /* (B*T, C) after the final norm (a copy without one) */
+} stack_acts;
+
+/* ---- one pass of a stack --------------------------------------------------------------------- */
+
+typedef struct {
+    const stack_dims *d;
+    int B, T;                  /* sequences and positions */
+    int Tm;                    /* positions of the memory (cross-attention) */
+    const qkv_mask *self_mask; /* encoder: the source lengths; decoder, LM: causal */
+    const qkv_mask *mem_mask;  /* cross-attention: the source lengths */
+    const float *mem;          /* (B*Tm, C) the encoder's output, or NULL */
+    float p;                   /* dropout rate (0 in evaluation) */
+    uint64_t seed;             /* the step's dropout seed: each site draws its own stream */
+    float *scratch;
+} stack_pass;
+
+/* Work space of a backward pass, (B*T, C) each. */
+typedef struct {
+    float *dh, *ds, *din; /* d(the stream), d(a sublayer's output), d(its input) */
+} stack_grad_work;
+
+/* Embedding, blocks, final norm: a->out. pos_table: the sinusoidal table, when the stack has
+ * no learned positions. Fails only on a token id outside the vocabulary. */
+qkv_status stack_forward(const backend *be, const stack_pass *k, stack_acts *a, const stack_w *w,
+                         const float *pos_table, const int *ids, qkv_error *err);
+/* g += the gradients of the stack's parameters given dout = d(a->out) (B*T, C); d_mem (B*Tm,
+ * C) += the memory's. */
+void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a, const stack_w *w,
+                    stack_w *g, const int *ids, const float *dout, float *d_mem,
+                    const stack_grad_work *work);
+
+/* ---- decoding: one new position per row, over a key-value cache ----------------------------
+ * Rows are the sequences being decoded (a sentence in greedy decoding, a hypothesis in beam
+ * search, the text of a language model); each may read the encoder output of one source. The
+ * buffers hold `cap` rows of up to T positions and n_src sources; a step may run on any B <=
+ * cap of the rows. */
+typedef struct {
+    int B, T, Ts;       /* rows in this step, cache positions, source positions */
+    int cap, n_src;     /* rows and sources the buffers hold */
+    const int *row_src; /* (B) the source row b reads; NULL: source b */
+    /* (B, T) the cache row that holds position j of row b: slot[b * T + j]; NULL: row b. A
+     * step writes row b's new key and value into cache row b, so slot[b * T + t] must be b. */
+    const int *slot;
+    float *self_k, *self_v;           /* per layer (cap, T, C): keys and values so far */
+    float *cross_k, *cross_v;         /* per layer (n_src, Ts, C): the encoder output projected */
+    qkv_linear_attention_state *sums; /* linear attention: per layer and row, the state */
+    int n_sums;
+    float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *h_pre, *h, *P, *logits;
+    float *buffer;
+} decode_state;
+
+/* Room for cap rows of T positions of a stack, n_src sources of Ts positions (0 without
+ * cross-attention) and logits over V tokens (0: none). */
+qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int T, int n_src,
+                             int Ts, int V, qkv_error *err);
+void decode_state_free(decode_state *st);
+
+/* Position t of the rows' input tokens tok (B): the stack on one new row each, appending its
+ * keys and values to the rows' caches (or advancing their linear-attention state); st->x
+ * holds the last block's output. src_valid (n_src): the sources' lengths. */
+void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
+                decode_state *st, const int *tok, int t, const int *src_valid);
+
+/* ---- the output layer ---------------------------------------------------------------------- */
+
+/* logits (N, V) = y W_out^T + b_out. */
+void head_forward(const backend *be, float *logits, const float *y, const float *W,
+                  const float *b, int N, int C, int V);
+/* After stack_step: the final norm (when the stack has one), then logits (B, V). */
+void head_step(const backend *be, const stack_dims *d, const stack_w *w, const float *W,
+               const float *b, decode_state *st, float *logits, int V);
+/* The loss over N rows of logits (V) against targets (QKV_PAD not counted). With backward
+ * the logits become their gradient, scaled by grad_scale (<= 0: 1 / count), and db += its
+ * column sums (the output bias's gradient). */
+typedef struct {
+    float *loss, *lse, *logits; /* (N), (N), (N, V) */
+    float *db;                  /* (V) */
+    const int *targets;         /* (N) */
+    int N, V;
+    float label_smoothing;
+    int backward;
+    float grad_scale;
+    float *scratch;
+} head_loss_args;
+/* *sum of the token losses and *count of the tokens counted; fails on a target outside the
+ * vocabulary or a loss that is not finite. */
+qkv_status head_loss(const backend *be, const head_loss_args *h, double *sum, int *count,
+                     qkv_error *err);
+
+/* ---- what both models own --------------------------------------------------------------- */
+
+typedef struct {
+    size_t n_params;
+    float *params, *grads;   /* grads: NULL until training asks for them */
+    qkv_param_info *tensors; /* the parameter table: name, shape, offset of each tensor */
+    char (*names)[64];
+    int n_tensors;
+    float *pos_table; /* (max_len, C) sinusoidal */
+    float *arena;     /* activations */
+    size_t arena_cap;
+    int flash_min_keys;   /* softmax attention over this many keys or more runs flash */
+    model_precision prec; /* the backend's state: how the linear layers multiply */
+} model_core;
+
+/* The parameter walk: a model's table in a fixed order hands out consecutive slices of one
+ * flat buffer, so that parameters, gradients and Adam's moments share one layout and a
+ * checkpoint is one write. With a NULL base it only counts (the offsets are still right);
+ * with tensors and names it records each tensor's name, shape and offset. */
+typedef struct {
+    float *base;
+    size_t offset;
+    qkv_param_info *tensors;
+    char (*names)[64];
+    int count;
+} param_walker;
+
+float *param_take(param_walker *w, const char *name, int rows, int cols); /* cols 0: vector */
+norm_w param_take_norm(param_walker *w, const char *prefix, int C);       /* .gamma, .beta */
+ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F);  /* .W1 .b1 .W2 .b2 */
+/* .W_q, .b_q, ..., .W_o, .b_o (biases only with bias), contiguous as qkv_mha_weights_view. */
+qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int bias);
+
+/* Allocates the table (n_tensors), the parameters (n_params) and the sinusoidal table. */
+qkv_status core_init(model_core *c, size_t n_params, int n_tensors, int max_len, int C,
+                     qkv_error *err);
+void core_free(model_core *c);
+/* d2l's initialisation; tied: the embeddings are also output projections. */
+void core_init_params(model_core *c, uint64_t seed, int C, int F, int tied);
+/* The gradient buffer, allocated (zeroed) on first use; *fresh says it was just made. */
+float *core_grads(model_core *c, int *fresh);
+/* The backend the model computes on now. */
+backend core_backend(model_core *c);
+
+/* Activations laid out in the arena: an arena with a NULL base only counts. */
+typedef struct {
+    float *base;
+    size_t used;
+} arena;
+
+float *arena_take(arena *a, size_t n);
+/* A stack's activations over B x T positions (Tm memory positions), each attention on the
+ * kernel the backend chooses for its key count; returns the scratch its attentions need. */
+size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims *d, int B,
+                    int T, int Tm, int flash_min_keys);
+/* Counts with layout(NULL base), grows the arena, lays out for real, and prepares the
+ * backend's buffers for the pass. */
+qkv_status core_layout(model_core *c, void (*layout)(void *model, arena *a), void *model,
+                       const char *what, qkv_error *err);
+
+#endif
