@@ -103,39 +103,36 @@ static void scale(float *x, size_t n, float s)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-/* Every entry but the linear ones, which set the table's precision. */
-#define CPU_OPS                                                                                  \
-    .choose_attention = choose_attention, .attention_forward = attention_forward,              \
-    .attention_backward = attention_backward, .attention_saved_floats = attention_saved_floats, \
-    .attention_scratch_floats = attention_scratch_floats, .cached_attention = cached_attention, \
-    .linear_attention_step = qkv_linear_attention_step,                                         \
-    .activation_forward = activation_forward, .activation_backward = activation_grad_inplace,   \
-    .layernorm_forward = qkv_layernorm_forward, .layernorm_backward = qkv_layernorm_backward,   \
-    .addnorm_forward = qkv_addnorm_forward, .addnorm_backward = qkv_addnorm_backward,           \
-    .residual_forward = qkv_residual_forward, .residual_backward = qkv_residual_backward,       \
-    .embedding_forward = qkv_embedding_forward, .embedding_backward = qkv_embedding_backward,   \
-    .positional_forward = qkv_positional_forward,                                               \
-    .positional_backward = qkv_positional_backward, .dropout_forward = qkv_dropout_forward,     \
-    .dropout_backward = qkv_dropout_backward,                                                   \
-    .cross_entropy_forward = qkv_cross_entropy_forward,                                         \
-    .cross_entropy_fused = cross_entropy_fused,                                                 \
-    .cross_entropy_scratch_floats = cross_entropy_fused_scratch_floats, .zero = zero,           \
-    .copy = copy, .add = add, .scale = scale
+/* A CPU table: its name and linear entries, which set the precision, and the CPU's own
+ * kernels for everything else. */
+#define CPU_TABLE(table_name, rows, gemm, backward)                                             \
+    {                                                                                           \
+        .name = table_name, .few_rows = SMALL_ROWS, .linear_rows = rows, .linear_gemm = gemm,   \
+        .linear_backward = backward, .choose_attention = choose_attention,                      \
+        .attention_forward = attention_forward, .attention_backward = attention_backward,       \
+        .attention_saved_floats = attention_saved_floats,                                       \
+        .attention_scratch_floats = attention_scratch_floats,                                   \
+        .cached_attention = cached_attention, .linear_attention_step = qkv_linear_attention_step,\
+        .activation_forward = activation_forward, .activation_backward = activation_grad_inplace,\
+        .layernorm_forward = qkv_layernorm_forward, .layernorm_backward = qkv_layernorm_backward,\
+        .addnorm_forward = qkv_addnorm_forward, .addnorm_backward = qkv_addnorm_backward,       \
+        .residual_forward = qkv_residual_forward, .residual_backward = qkv_residual_backward,   \
+        .embedding_forward = qkv_embedding_forward,                                             \
+        .embedding_backward = qkv_embedding_backward,                                           \
+        .positional_forward = qkv_positional_forward,                                           \
+        .positional_backward = qkv_positional_backward,                                         \
+        .dropout_forward = qkv_dropout_forward, .dropout_backward = qkv_dropout_backward,       \
+        .cross_entropy_forward = qkv_cross_entropy_forward,                                     \
+        .cross_entropy_fused = cross_entropy_fused,                                             \
+        .cross_entropy_scratch_floats = cross_entropy_fused_scratch_floats, .zero = zero,       \
+        .copy = copy, .add = add, .scale = scale,                                               \
+    }
 
-const backend_ops backend_cpu_fp32 = {
-    .name = "cpu-fp32",
-    .few_rows = SMALL_ROWS,
-    .linear_rows = linear_rows_f32,
-    .linear_gemm = linear_gemm_f32,
-    .linear_backward = linear_backward_f32,
-    CPU_OPS,
-};
+/* float32: OpenBLAS's sgemm, and matrix-vector kernels for a decoding step's few rows */
+const backend_ops backend_cpu_fp32 =
+    CPU_TABLE("cpu-fp32", linear_rows_f32, linear_gemm_f32, linear_backward_f32);
 
-const backend_ops backend_cpu_bf16 = {
-    .name = "cpu-bf16",
-    .few_rows = SMALL_ROWS,
-    .linear_rows = linear_rows_bf16w,
-    .linear_gemm = linear_gemm_bf16,
-    .linear_backward = linear_backward_bf16,
-    CPU_OPS,
-};
+/* bf16 products with float32 sums (kernels/bf16.h); decoding reads a bf16 copy of the
+ * weights. Parameters, gradients and everything but the products stay float32. */
+const backend_ops backend_cpu_bf16 =
+    CPU_TABLE("cpu-bf16", linear_rows_bf16w, linear_gemm_bf16, linear_backward_bf16);

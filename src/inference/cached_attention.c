@@ -10,25 +10,11 @@
 #include <math.h>
 
 #include "inference/cached_attention.h"
-
-/* a b + c, fused where the hardware has FMA (-std=c11 keeps the compiler from fusing it) */
-#ifdef FP_FAST_FMAF
-#define MULADD(a, b, c) fmaf(a, b, c)
-#else
-#define MULADD(a, b, c) ((a) * (b) + (c))
-#endif
-
-enum { LANES = 8 }; /* partial sums per dot product: one AVX register */
+#include "kernels/dot_lanes.h"
 
 /* Work (keys x features over every row and head) below which one thread does it all: about
  * 64 keys of a 512-wide model, some 20 us, where waking a second thread costs ~10 us. */
 #define PARALLEL_MIN (1L << 15)
-
-/* The LANES partial sums of a dot product, in a fixed order. */
-static inline float lanes_sum(const float *a)
-{
-    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-}
 
 /* q . k over d features, in LANES partial sums so that it vectorises. */
 static float dot(const float *q, const float *k, int d)

@@ -3,6 +3,7 @@
  * OpenBLAS or with bf16 products (kernels/bf16.h). */
 #include "core/internal.h"
 #include "kernels/row_tiles.h"
+#include "kernels/dot_lanes.h"
 #include "layers/linear.h"
 
 /* ---- few rows: one token per sequence, as in a decoding step ---------------------------
@@ -24,20 +25,6 @@
  * second one costs more than reading them. */
 #define SMALL_PARALLEL_MIN (1L << 15)
 
-/* a b + c, fused where the hardware has FMA (-std=c11 keeps the compiler from fusing it) */
-#ifdef FP_FAST_FMAF
-#define MULADD(a, b, c) fmaf(a, b, c)
-#else
-#define MULADD(a, b, c) ((a) * (b) + (c))
-#endif
-
-enum { LANES = 8 }; /* partial sums per dot product: one AVX register */
-
-/* The 8 partial sums of a dot product, in a fixed order. */
-static inline float lanes_sum(const float *p)
-{
-    return ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
-}
 
 /* x . w over the tail k0 <= k < in that the lanes did not cover, added to s. */
 static inline float dot_tail(float s, const float *x, const float *w, int k0, int in)

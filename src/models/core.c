@@ -62,17 +62,22 @@ qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int b
 
 /* ---- life cycle ------------------------------------------------------------------------ */
 
-qkv_status core_init(model_core *c, size_t n_params, int n_tensors, int max_len, int C,
-                     qkv_error *err)
+qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *view, int max_len,
+                      int C, qkv_error *err)
 {
     memset(c, 0, sizeof *c);
-    c->n_params = n_params, c->n_tensors = n_tensors;
-    c->tensors = calloc((size_t)n_tensors + 1, sizeof *c->tensors);
-    c->names = calloc((size_t)n_tensors + 1, sizeof *c->names);
-    c->params = malloc(n_params * sizeof *c->params);
+    param_walker counter = {NULL, 0, NULL, NULL, 0};
+    walk(&counter, cfg, view);
+    c->n_params = counter.offset, c->n_tensors = counter.count;
+    c->tensors = calloc((size_t)c->n_tensors + 1, sizeof *c->tensors);
+    c->names = calloc((size_t)c->n_tensors + 1, sizeof *c->names);
+    c->params = malloc(c->n_params * sizeof *c->params);
     c->pos_table = malloc((size_t)max_len * C * sizeof *c->pos_table);
     if (!c->tensors || !c->names || !c->params || !c->pos_table)
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory allocating %zu parameters", n_params);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory allocating %zu parameters",
+                        c->n_params);
+    param_walker recorder = {c->params, 0, c->tensors, c->names, 0};
+    walk(&recorder, cfg, view);
     qkv_sinusoidal_table(c->pos_table, max_len, C);
     c->flash_min_keys = FLASH_MIN_KEYS;
     return QKV_OK;
@@ -114,17 +119,28 @@ void core_init_params(model_core *c, uint64_t seed, int C, int F, int tied)
     }
 }
 
-float *core_grads(model_core *c, int *fresh)
+float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view)
 {
-    *fresh = 0;
     if (!c->grads) {
         if (!(c->grads = calloc(c->n_params, sizeof *c->grads))) return NULL;
-        *fresh = 1;
+        param_walker w = {c->grads, 0, NULL, NULL, 0};
+        walk(&w, cfg, view);
     }
     return c->grads;
 }
 
 backend core_backend(model_core *c) { return precision_backend(&c->prec, c->params, c->n_params); }
+
+float *core_params(model_core *c)
+{
+    precision_touch(&c->prec);
+    return c->params;
+}
+
+qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err)
+{
+    return precision_set(&c->prec, p, c->params, c->n_params, err);
+}
 
 /* ---- the activation arena -------------------------------------------------------------- */
 

@@ -86,8 +86,10 @@ static void walk_stack(param_walker *w, const qkv_transformer_config *c, stack_w
                                                           : (norm_w){0};
 }
 
-static void walk(param_walker *w, const qkv_transformer_config *c, model_w *mw)
+static void walk(param_walker *w, const void *cfg, void *view)
 {
+    const qkv_transformer_config *c = cfg;
+    model_w *mw = view;
     const int C = c->d_model;
     mw->encoder.embedding = param_take(w, c->tie == QKV_TIE_ALL ? "embedding" : "src_embedding",
                                        c->src_vocab, C);
@@ -101,12 +103,6 @@ static void walk(param_walker *w, const qkv_transformer_config *c, model_w *mw)
     mw->out_W = c->tie != QKV_TIE_NONE ? mw->decoder.embedding
                                        : param_take(w, "output.W", c->tgt_vocab, C);
     mw->out_b = param_take(w, "output.b", c->tgt_vocab, 0);
-}
-
-static void view(const qkv_transformer_config *c, float *base, model_w *mw)
-{
-    param_walker w = {base, 0, NULL, NULL, 0};
-    walk(&w, c, mw);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------ */
@@ -134,16 +130,10 @@ qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_c
         qkv_transformer_free(m);
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory creating the model");
     }
-    param_walker counter = {NULL, 0, NULL, NULL, 0};
-    model_w scratch_view = m->w;
-    walk(&counter, cfg, &scratch_view);
-    if ((st = core_init(&m->core, counter.offset, counter.count, cfg->max_len, cfg->d_model,
-                        err))) {
+    if ((st = core_build(&m->core, walk, cfg, &m->w, cfg->max_len, cfg->d_model, err))) {
         qkv_transformer_free(m);
         return st;
     }
-    param_walker recorder = {m->core.params, 0, m->core.tensors, m->core.names, 0};
-    walk(&recorder, cfg, &m->w);
     core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie != QKV_TIE_NONE);
     *out = m;
     return QKV_OK;
@@ -173,16 +163,11 @@ qkv_param_info qkv_transformer_tensor(const qkv_transformer *m, int i)
 
 size_t qkv_transformer_num_params(const qkv_transformer *m) { return m->core.n_params; }
 
-/* The caller may write through this pointer: decoding will not trust the bf16 copy. */
-float *qkv_transformer_params(qkv_transformer *m)
-{
-    precision_touch(&m->core.prec);
-    return m->core.params;
-}
+float *qkv_transformer_params(qkv_transformer *m) { return core_params(&m->core); }
 
 qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
 {
-    return precision_set(&m->core.prec, p, m->core.params, m->core.n_params, err);
+    return core_set_precision(&m->core, p, err);
 }
 
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
@@ -192,10 +177,7 @@ qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
 
 float *qkv_transformer_grads(qkv_transformer *m)
 {
-    int fresh;
-    float *g = core_grads(&m->core, &fresh);
-    if (fresh) view(&m->cfg, g, &m->g);
-    return g;
+    return core_grads(&m->core, walk, &m->cfg, &m->g);
 }
 
 /* ---- the activations --------------------------------------------------------------------- */

@@ -51,8 +51,10 @@ qkv_status qkv_lm_config_check(const qkv_lm_config *c, qkv_error *err)
 
 /* An LM block is named like a decoder block of the encoder-decoder but holds an encoder
  * block's tensors (no cross-attention). The order is that of saved models. */
-static void walk(param_walker *w, const qkv_lm_config *c, lm_w *mw)
+static void walk(param_walker *w, const void *cfg, void *view)
 {
+    const qkv_lm_config *c = cfg;
+    lm_w *mw = view;
     const int C = c->d_model, F = c->ffn;
     char prefix[48];
     stack_w *s = &mw->stack;
@@ -92,16 +94,10 @@ qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, 
         qkv_lm_free(m);
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory creating the model");
     }
-    param_walker counter = {NULL, 0, NULL, NULL, 0};
-    lm_w scratch_view = m->w;
-    walk(&counter, cfg, &scratch_view);
-    if ((st = core_init(&m->core, counter.offset, counter.count, cfg->max_len, cfg->d_model,
-                        err))) {
+    if ((st = core_build(&m->core, walk, cfg, &m->w, cfg->max_len, cfg->d_model, err))) {
         qkv_lm_free(m);
         return st;
     }
-    param_walker recorder = {m->core.params, 0, m->core.tensors, m->core.names, 0};
-    walk(&recorder, cfg, &m->w);
     core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie);
     *out = m;
     return QKV_OK;
@@ -119,30 +115,16 @@ const qkv_lm_config *qkv_lm_get_config(const qkv_lm *m) { return &m->cfg; }
 int qkv_lm_num_tensors(const qkv_lm *m) { return m->core.n_tensors; }
 qkv_param_info qkv_lm_tensor(const qkv_lm *m, int i) { return m->core.tensors[i]; }
 size_t qkv_lm_num_params(const qkv_lm *m) { return m->core.n_params; }
-/* The caller may write through this pointer: generation will not trust the bf16 copy. */
-float *qkv_lm_params(qkv_lm *m)
-{
-    precision_touch(&m->core.prec);
-    return m->core.params;
-}
+float *qkv_lm_params(qkv_lm *m) { return core_params(&m->core); }
 
 qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
 {
-    return precision_set(&m->core.prec, p, m->core.params, m->core.n_params, err);
+    return core_set_precision(&m->core, p, err);
 }
 
 qkv_precision qkv_lm_get_precision(const qkv_lm *m) { return m->core.prec.precision; }
 
-float *qkv_lm_grads(qkv_lm *m)
-{
-    int fresh;
-    float *g = core_grads(&m->core, &fresh);
-    if (fresh) {
-        param_walker w = {g, 0, NULL, NULL, 0};
-        walk(&w, &m->cfg, &m->g);
-    }
-    return g;
-}
+float *qkv_lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }
 
 /* ---- the activations --------------------------------------------------------------------- */
 

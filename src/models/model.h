@@ -215,16 +215,24 @@ ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F);  /* .W1
 /* .W_q, .b_q, ..., .W_o, .b_o (biases only with bias), contiguous as qkv_mha_weights_view. */
 qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int bias);
 
-/* Allocates the table (n_tensors), the parameters (n_params) and the sinusoidal table. */
-qkv_status core_init(model_core *c, size_t n_params, int n_tensors, int max_len, int C,
-                     qkv_error *err);
+/* A model's walk over its parameter table: hands out the slices of w's buffer into view. */
+typedef void (*param_walk)(param_walker *w, const void *cfg, void *view);
+
+/* Counts the table, allocates it, the parameters and the sinusoidal table (max_len, C), and
+ * points view into the parameters. */
+qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *view, int max_len,
+                      int C, qkv_error *err);
 void core_free(model_core *c);
 /* d2l's initialisation; tied: the embeddings are also output projections. */
 void core_init_params(model_core *c, uint64_t seed, int C, int F, int tied);
-/* The gradient buffer, allocated (zeroed) on first use; *fresh says it was just made. */
-float *core_grads(model_core *c, int *fresh);
+/* The gradient buffer, allocated (zeroed) on first use and viewed into view. */
+float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view);
 /* The backend the model computes on now. */
 backend core_backend(model_core *c);
+/* The parameters for a caller that may write to them: decoding stops trusting the bf16
+ * copy. */
+float *core_params(model_core *c);
+qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err);
 
 /* Activations laid out in the arena: an arena with a NULL base only counts. */
 typedef struct {
