@@ -82,142 +82,200 @@ static double log_normaliser(const float *z, int V)
     return mx + log(s);
 }
 
-qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
-                                int B, int src_len, const qkv_beam_options *o, int *out,
-                                int *out_len, double *score, double *logprob, qkv_error *err)
+/* The search's state: the live rows (hypotheses in the cache), their histories and cache
+ * slots, and each sentence's finished list. Arrays named 2 are the next step's. */
+typedef struct {
+    int B, K, N, T, V, n_cand;
+    float alpha;
+    int *tok, *row_src, *first; /* per row; first[b]: sentence b's first row */
+    int *hist, *hist2;          /* (cap, T) the tokens of each row so far */
+    int *slot, *slot2;          /* (cap, T) the cache row of each position's key and value */
+    double *row_score, *lse;
+    int *next_parent, *next_tok, *next_src; /* the next rows, per sentence in rank order */
+    double *next_score;
+    candidate *cand; /* (n_cand) one sentence's best extensions */
+    finished_list *fin;
+    hypothesis *hyps;
+    int *hyp_tokens;
+} beam_search;
+
+static void beam_free(beam_search *s)
 {
-    const qkv_transformer_config *c = &m->cfg;
-    const int K = o->beam, N = o->n_best, T = o->max_len, V = c->tgt_vocab;
+    free(s->tok), free(s->row_src), free(s->first), free(s->hist), free(s->hist2);
+    free(s->slot), free(s->slot2), free(s->row_score), free(s->lse), free(s->next_parent);
+    free(s->next_tok), free(s->next_src), free(s->next_score), free(s->cand), free(s->fin);
+    free(s->hyps), free(s->hyp_tokens);
+}
+
+static qkv_status beam_alloc(beam_search *s, int B, int K, int N, int T, int V, float alpha,
+                             qkv_error *err)
+{
+    const size_t cap = (size_t)B * K;
+    memset(s, 0, sizeof *s);
+    s->B = B, s->K = K, s->N = N, s->T = T, s->V = V, s->alpha = alpha;
+    s->n_cand = 2 * K < K * V ? 2 * K : K * V;
+    int **ints[] = {&s->tok, &s->row_src, &s->next_parent, &s->next_tok, &s->next_src};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) *ints[i] = malloc(cap * sizeof(int));
+    int **rows[] = {&s->hist, &s->hist2, &s->slot, &s->slot2};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) *rows[i] = malloc(cap * T * sizeof(int));
+    s->first = malloc(((size_t)B + 1) * sizeof *s->first);
+    s->row_score = malloc(cap * sizeof *s->row_score), s->lse = malloc(cap * sizeof *s->lse);
+    s->next_score = malloc(cap * sizeof *s->next_score);
+    s->cand = malloc((size_t)s->n_cand * sizeof *s->cand);
+    s->fin = calloc((size_t)B, sizeof *s->fin);
+    s->hyps = calloc(cap, sizeof *s->hyps);
+    s->hyp_tokens = malloc(cap * T * sizeof *s->hyp_tokens);
+    if (!s->tok || !s->row_src || !s->next_parent || !s->next_tok || !s->next_src || !s->hist ||
+        !s->hist2 || !s->slot || !s->slot2 || !s->first || !s->row_score || !s->lse ||
+        !s->next_score || !s->cand || !s->fin || !s->hyps || !s->hyp_tokens) {
+        beam_free(s);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d x %d hypotheses", B, K);
+    }
+    for (int b = 0; b < B; b++) {
+        s->fin[b].h = s->hyps + (size_t)b * K;
+        for (int k = 0; k < K; k++) s->fin[b].h[k].tokens = s->hyp_tokens + ((size_t)b * K + k) * T;
+        /* one live hypothesis, <bos>, per sentence */
+        s->tok[b] = QKV_BOS, s->row_src[b] = b, s->row_score[b] = 0.0, s->first[b] = b;
+    }
+    s->first[B] = B;
+    return QKV_OK;
+}
+
+/* The best extensions of the nr rows from r0 (logits (rows, V)), into s->cand in rank order;
+ * returns how many. */
+static int rank_extensions(beam_search *s, const float *logits, int r0, int nr)
+{
+    const int V = s->V, want = s->n_cand < nr * V ? s->n_cand : nr * V;
+    candidate *cand = s->cand;
+    int n = 0;
+    for (int k = 0; k < nr; k++) {
+        const float *z = logits + (size_t)(r0 + k) * V;
+        for (int v = 0; v < V; v++) {
+            candidate x = {s->row_score[r0 + k] + ((double)z[v] - s->lse[r0 + k]), k, v};
+            if (n == want && !before(&x, &cand[n - 1])) continue;
+            int at = n < want ? n++ : n - 1;
+            while (at > 0 && before(&x, &cand[at - 1])) cand[at] = cand[at - 1], at--;
+            cand[at] = x;
+        }
+    }
+    return n;
+}
+
+/* Sentence b at step t, from its n ranked extensions of rows r0..: an <eos> among the first
+ * K finishes a hypothesis, the K best others are queued as next rows from next_rows on.
+ * Returns how many rows the sentence keeps (0 when it is done). */
+static int advance_sentence(beam_search *s, int b, int r0, int n, int t, int next_rows)
+{
+    const int K = s->K, N = s->N, T = s->T;
+    finished_list *f = &s->fin[b];
+    int live = 0;
+    for (int i = 0; i < n && live < K; i++) {
+        const candidate *x = &s->cand[i];
+        const int *h = s->hist + (size_t)(r0 + x->row) * T;
+        if (x->token == QKV_EOS) {
+            if (i < K) finish(f, K, h, t, t + 1, x->score, s->alpha);
+        } else if (t == T - 1) { /* out of room: finishes as it is */
+            int *h2 = s->hist2 + (size_t)next_rows * T; /* scratch: the row is not kept */
+            memcpy(h2, h, (size_t)t * sizeof *h2);
+            h2[t] = x->token;
+            finish(f, K, h2, t + 1, t + 1, x->score, s->alpha);
+            live++;
+        } else {
+            const int r = next_rows + live++;
+            s->next_parent[r] = r0 + x->row, s->next_tok[r] = x->token;
+            s->next_score[r] = x->score, s->next_src[r] = b;
+        }
+    }
+    int done = t == T - 1 || live == 0 || f->found >= K;
+    if (!done && f->n >= N) /* can the best live hypothesis still enter the n best? */
+        done = s->next_score[next_rows] / length_penalty(T, s->alpha) <= f->h[N - 1].score;
+    return done ? 0 : live;
+}
+
+/* The kept rows inherit their parents' histories and cache slots up to t. */
+static void inherit_rows(beam_search *s, int rows, int t)
+{
+    const int T = s->T;
+    for (int r = 0; r < rows; r++) {
+        int *h = s->hist2 + (size_t)r * T;
+        memcpy(h, s->hist + (size_t)s->next_parent[r] * T, (size_t)t * sizeof *h);
+        h[t] = s->next_tok[r];
+        memcpy(s->slot2 + (size_t)r * T, s->slot + (size_t)s->next_parent[r] * T,
+               (size_t)(t + 1) * sizeof *s->slot2);
+        s->tok[r] = s->next_tok[r], s->row_src[r] = s->next_src[r];
+        s->row_score[r] = s->next_score[r];
+    }
+    int *swap = s->hist;
+    s->hist = s->hist2, s->hist2 = swap;
+    swap = s->slot, s->slot = s->slot2, s->slot2 = swap;
+}
+
+static qkv_status check_beam(const qkv_transformer *m, const int *src_valid, int B, int src_len,
+                             const qkv_beam_options *o, qkv_error *err)
+{
+    const int K = o->beam, N = o->n_best, T = o->max_len;
     if (K < 1 || N < 1 || N > K)
         return qkv_fail(err, QKV_ERR_ARG, "beam %d and n_best %d: need 1 <= n_best <= beam", K,
                         N);
     if (!(o->alpha >= 0.0f) || !isfinite(o->alpha))
         return qkv_fail(err, QKV_ERR_ARG, "length penalty alpha %g must be finite and >= 0",
                         (double)o->alpha);
-    if (T <= 0 || T > c->max_len)
+    if (T <= 0 || T > m->cfg.max_len)
         return qkv_fail(err, QKV_ERR_ARG, "max_len %d outside [1, %d] (the model's maximum "
-                        "length)", T, c->max_len);
-    if (B < 1) return QKV_OK;
+                        "length)", T, m->cfg.max_len);
+    if (B < 1) return QKV_OK; /* nothing to translate */
     for (int b = 0; b < B; b++)
         if (src_valid[b] < 0 || src_valid[b] > src_len)
             return qkv_fail(err, QKV_ERR_ARG, "source %d: valid length %d outside [0, %d]", b,
                             src_valid[b], src_len);
     if ((size_t)B * K > (size_t)1 << 30)
         return qkv_fail(err, QKV_ERR_ARG, "%d sentences x beam %d: too many hypotheses", B, K);
-    const int cap = B * K, n_cand = 2 * K < K * V ? 2 * K : K * V;
+    return QKV_OK;
+}
+
+qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
+                                int B, int src_len, const qkv_beam_options *o, int *out,
+                                int *out_len, double *score, double *logprob, qkv_error *err)
+{
+    const int K = o->beam, N = o->n_best, T = o->max_len, V = m->cfg.tgt_vocab;
+    qkv_status stt = check_beam(m, src_valid, B, src_len, o, err);
+    if (stt || B < 1) return stt;
+    beam_search s;
     decode_state st;
-    qkv_status stt = decode_begin(&st, m, src, src_valid, B, src_len, cap, T, err);
-    if (stt) return stt;
-    int *tok = malloc((size_t)cap * sizeof *tok), *row_src = malloc((size_t)cap * sizeof *row_src);
-    int *first = malloc(((size_t)B + 1) * sizeof *first); /* sentence b's rows: first[b].. */
-    int *hist = malloc((size_t)cap * T * sizeof *hist), *hist2 = malloc((size_t)cap * T * sizeof *hist2);
-    /* slot[r * T + j]: the cache row that holds position j of row r's keys and values */
-    int *slot = malloc((size_t)cap * T * sizeof *slot);
-    int *slot2 = malloc((size_t)cap * T * sizeof *slot2);
-    double *row_score = malloc((size_t)cap * sizeof *row_score);
-    double *lse = malloc((size_t)cap * sizeof *lse);
-    /* the next rows: parent, token, score, per sentence in rank order */
-    int *next_parent = malloc((size_t)cap * sizeof *next_parent);
-    int *next_tok = malloc((size_t)cap * sizeof *next_tok), *next_src = malloc((size_t)cap * sizeof *next_src);
-    double *next_score = malloc((size_t)cap * sizeof *next_score);
-    candidate *cand = malloc((size_t)n_cand * sizeof *cand);
-    finished_list *fin = calloc((size_t)B, sizeof *fin);
-    hypothesis *hyps = calloc((size_t)B * K, sizeof *hyps);
-    int *hyp_tokens = malloc((size_t)B * K * T * sizeof *hyp_tokens);
-    if (!slot || !slot2 || !tok || !row_src || !first || !hist || !hist2 || !row_score ||
-        !lse || !next_parent || !next_tok || !next_src || !next_score || !cand || !fin ||
-        !hyps || !hyp_tokens) {
-        stt = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d x %d hypotheses", B, K);
-        goto done;
+    if ((stt = beam_alloc(&s, B, K, N, T, V, o->alpha, err))) return stt;
+    if ((stt = decode_begin(&st, m, src, src_valid, B, src_len, B * K, T, err))) {
+        beam_free(&s);
+        return stt;
     }
-    for (int b = 0; b < B; b++) {
-        fin[b].h = hyps + (size_t)b * K;
-        for (int k = 0; k < K; k++) fin[b].h[k].tokens = hyp_tokens + ((size_t)b * K + k) * T;
-        /* one live hypothesis, <bos>, per sentence */
-        tok[b] = QKV_BOS, row_src[b] = b, row_score[b] = 0.0, first[b] = b;
-    }
-    first[B] = B;
     int rows = B;
-    const double lp_max = length_penalty(T, o->alpha);
     for (int t = 0; t < T && rows > 0; t++) {
-        for (int r = 0; r < rows; r++) slot[(size_t)r * T + t] = r; /* where the step writes */
-        st.B = rows, st.row_src = row_src, st.slot = slot;
-        decode_step(m, &st, tok, t, src_valid);
+        for (int r = 0; r < rows; r++) s.slot[(size_t)r * T + t] = r; /* where the step writes */
+        st.B = rows, st.row_src = s.row_src, st.slot = s.slot;
+        decode_step(m, &st, s.tok, t, src_valid);
         #pragma omp parallel for if (rows > 1)
-        for (int r = 0; r < rows; r++) lse[r] = log_normaliser(st.logits + (size_t)r * V, V);
+        for (int r = 0; r < rows; r++) s.lse[r] = log_normaliser(st.logits + (size_t)r * V, V);
         int next_rows = 0;
         for (int b = 0; b < B; b++) {
-            const int r0 = first[b], nr = first[b + 1] - first[b];
-            first[b] = next_rows;
+            const int r0 = s.first[b], nr = s.first[b + 1] - s.first[b];
+            s.first[b] = next_rows;
             if (nr == 0) continue; /* done */
-            /* the n_cand best extensions of the sentence's rows, in rank order */
-            int n = 0;
-            const int want = n_cand < nr * V ? n_cand : nr * V;
-            for (int k = 0; k < nr; k++) {
-                const float *z = st.logits + (size_t)(r0 + k) * V;
-                for (int v = 0; v < V; v++) {
-                    candidate x = {row_score[r0 + k] + ((double)z[v] - lse[r0 + k]), k, v};
-                    if (n == want && !before(&x, &cand[n - 1])) continue;
-                    int at = n < want ? n++ : n - 1;
-                    while (at > 0 && before(&x, &cand[at - 1])) cand[at] = cand[at - 1], at--;
-                    cand[at] = x;
-                }
-            }
-            finished_list *f = &fin[b];
-            int live = 0;
-            for (int i = 0; i < n && live < K; i++) {
-                const candidate *x = &cand[i];
-                const int *h = hist + (size_t)(r0 + x->row) * T;
-                if (x->token == QKV_EOS) {
-                    if (i < K) finish(f, K, h, t, t + 1, x->score, o->alpha);
-                } else if (t == T - 1) { /* out of room: finishes as it is */
-                    int *h2 = hist2 + (size_t)next_rows * T; /* scratch: the row is not kept */
-                    memcpy(h2, h, (size_t)t * sizeof *h2);
-                    h2[t] = x->token;
-                    finish(f, K, h2, t + 1, t + 1, x->score, o->alpha);
-                    live++;
-                } else {
-                    next_parent[next_rows + live] = r0 + x->row;
-                    next_tok[next_rows + live] = x->token;
-                    next_score[next_rows + live] = x->score;
-                    next_src[next_rows + live] = b;
-                    live++;
-                }
-            }
-            int done = t == T - 1 || live == 0 || f->found >= K;
-            if (!done && f->n >= N) /* can the best live hypothesis still enter the n best? */
-                done = next_score[next_rows] / lp_max <= f->h[N - 1].score;
-            if (!done) next_rows += live;
+            const int n = rank_extensions(&s, st.logits, r0, nr);
+            next_rows += advance_sentence(&s, b, r0, n, t, next_rows);
         }
-        first[B] = next_rows;
-        /* the kept rows inherit their parents' histories and cache slots up to t */
-        for (int r = 0; r < next_rows; r++) {
-            int *h = hist2 + (size_t)r * T;
-            memcpy(h, hist + (size_t)next_parent[r] * T, (size_t)t * sizeof *h);
-            h[t] = next_tok[r];
-            memcpy(slot2 + (size_t)r * T, slot + (size_t)next_parent[r] * T,
-                   (size_t)(t + 1) * sizeof *slot2);
-            tok[r] = next_tok[r], row_src[r] = next_src[r], row_score[r] = next_score[r];
-        }
-        int *hs = hist;
-        hist = hist2, hist2 = hs;
-        hs = slot, slot = slot2, slot2 = hs;
+        s.first[B] = next_rows;
+        inherit_rows(&s, next_rows, t);
         rows = next_rows;
     }
     for (int b = 0; b < B; b++)
         for (int k = 0; k < N; k++) {
             const size_t i = (size_t)b * N + k;
-            const hypothesis *h = k < fin[b].n ? &fin[b].h[k] : NULL;
+            const hypothesis *h = k < s.fin[b].n ? &s.fin[b].h[k] : NULL;
             out_len[i] = h ? h->len : -1;
             if (h) memcpy(out + i * T, h->tokens, (size_t)h->len * sizeof *out);
             if (score) score[i] = h ? h->score : -INFINITY;
             if (logprob) logprob[i] = h ? h->logprob : -INFINITY;
         }
-done:
     decode_end(&st);
-    free(slot), free(slot2);
-    free(tok), free(row_src), free(first), free(hist), free(hist2), free(row_score), free(lse);
-    free(next_parent), free(next_tok), free(next_src), free(next_score), free(cand), free(fin);
-    free(hyps), free(hyp_tokens);
-    return stt;
+    beam_free(&s);
+    return QKV_OK;
 }
