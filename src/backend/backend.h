@@ -121,7 +121,7 @@ typedef struct {
                                qkv_error *err);
     size_t (*cross_entropy_scratch_floats)(int N, int V);
 
-    /* ---- activation memory ---------------------------------------------------------------- */
+    /* ---- activation memory (copy also hands results to the caller: logits, attention maps) */
     void (*zero)(float *x, size_t n);
     void (*copy)(float *dst, const float *src, size_t n);
     void (*add)(float *y, const float *x, size_t n); /* y += x */

@@ -52,11 +52,12 @@ qkv_status qkv_attention_maps_compute(qkv_attention_maps *out, qkv_transformer *
     out->encoder = maps;
     out->decoder_self = maps + c->enc_layers * enc;
     out->cross = out->decoder_self + c->dec_layers * self;
+    const backend be = core_backend(&m->core);
     for (int l = 0; l < c->enc_layers; l++)
-        memcpy(out->encoder + l * enc, m->acts.enc.blocks[l].self_att.c.P, enc * sizeof *maps);
+        be.ops->copy(out->encoder + l * enc, m->acts.enc.blocks[l].self_att.c.P, enc);
     for (int l = 0; l < c->dec_layers; l++) {
-        memcpy(out->decoder_self + l * self, m->acts.dec.blocks[l].self_att.c.P, self * sizeof *maps);
-        memcpy(out->cross + l * cross, m->acts.dec.blocks[l].cross_att.c.P, cross * sizeof *maps);
+        be.ops->copy(out->decoder_self + l * self, m->acts.dec.blocks[l].self_att.c.P, self);
+        be.ops->copy(out->cross + l * cross, m->acts.dec.blocks[l].cross_att.c.P, cross);
     }
     for (int t = 0; t < Tt; t++) { /* the same first-maximum rule as greedy decoding */
         const float *z = logits + (size_t)t * V;

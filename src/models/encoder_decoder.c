@@ -342,7 +342,7 @@ qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float 
     if (!st) st = check_batch(b, err);
     if (!st) st = forward(m, b, 0.0f, 0, err);
     if (st) return st;
-    memcpy(logits, m->acts.logits,
-           (size_t)b->B * b->tgt_len * m->cfg.tgt_vocab * sizeof *logits);
+    const backend be = core_backend(&m->core);
+    be.ops->copy(logits, m->acts.logits, (size_t)b->B * b->tgt_len * m->cfg.tgt_vocab);
     return QKV_OK;
 }

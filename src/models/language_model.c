@@ -237,6 +237,7 @@ qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
 {
     qkv_status st = lm_forward(m, ids, B, T, 0.0f, 0, err);
     if (st) return st;
-    memcpy(logits, m->acts.logits, (size_t)B * T * m->cfg.vocab * sizeof *logits);
+    const backend be = core_backend(&m->core);
+    be.ops->copy(logits, m->acts.logits, (size_t)B * T * m->cfg.vocab);
     return QKV_OK;
 }
