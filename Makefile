@@ -13,9 +13,19 @@ SAN     ?=
 PY      ?= /usr/bin/python3
 
 PKGS    := openblas libcjson libpng freetype2
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -D_POSIX_C_SOURCE=200809L \
+# -fvisibility=hidden: only what include/qkv.h marks QKV_API leaves libqkv.so (the tests and the
+# CLI link the static library, so they still reach the internal functions).
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
+           -D_POSIX_C_SOURCE=200809L \
            -Iinclude -Isrc -Itests/common $(shell pkg-config --cflags $(PKGS)) $(SAN) $(EXTRA_CFLAGS)
 LDLIBS  := $(shell pkg-config --libs $(PKGS)) -fopenmp -lm $(SAN)
+
+# The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
+# number), exports limited to qkv_* by a version script.
+VERSION   := $(shell sed -n 's/^.define QKV_VERSION "\(.*\)"/\1/p' include/qkv.h)
+SOVERSION := $(firstword $(subst ., ,$(VERSION)))
+SONAME    := libqkv.so.$(SOVERSION)
+LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
              src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
@@ -30,7 +40,7 @@ TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
 .PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention
-all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/qkv
+all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv
 
 deps:
 	@scripts/install-deps.sh
@@ -43,8 +53,12 @@ $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libqkv.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+$(LIB_SO): $(LIB_OBJ) src/libqkv.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/libqkv.map -o $@ $(LIB_OBJ) \
+	  $(LDLIBS)
+
+$(BUILD)/$(SONAME) $(BUILD)/libqkv.so: $(LIB_SO)
+	ln -sf $(notdir $<) $@
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS)
@@ -93,10 +107,12 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libqkv.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libqkv.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libqkv.so
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/#define QKV_VERSION "\(.*\)"/\1/p' include/qkv.h)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	  qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
 
 clean:
