@@ -13,12 +13,24 @@ SAN     ?=
 PY      ?= /usr/bin/python3
 
 PKGS    := openblas libcjson libpng freetype2
+
+# pkg-config's flags are asked for the first time a recipe needs them, and once only: not when
+# this file is read, since on a fresh machine the packages are not there yet. `make demo` and
+# `make test` first install what is missing (scripts/install-deps.sh, the `deps` target) and
+# only then build, in a second make (see `demo` below), so they work on their first run; a plain
+# `make` on a machine without the packages stops with a message saying so.
+pkg_query   = $(shell pkg-config $1 || echo __failed__)
+pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PKGS); \
+                run `make deps` (scripts/install-deps.sh) to install them),$1)
+PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS))))$(PKG_CFLAGS)
+PKG_LIBS    = $(eval PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(PKGS))))$(PKG_LIBS)
+
 # -fvisibility=hidden: only what include/qkv.h marks QKV_API leaves libqkv.so (the tests and the
 # CLI link the static library, so they still reach the internal functions).
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
-           -D_POSIX_C_SOURCE=200809L \
-           -Iinclude -Isrc -Itests/common $(shell pkg-config --cflags $(PKGS)) $(SAN) $(EXTRA_CFLAGS)
-LDLIBS  := $(shell pkg-config --libs $(PKGS)) -fopenmp -lm $(SAN)
+CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
+          -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
+          $(EXTRA_CFLAGS)
+LDLIBS  = $(PKG_LIBS) -fopenmp -lm $(SAN)
 
 # The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
 # number), exports limited to qkv_* by a version script.
@@ -67,7 +79,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a $(LDLIBS) -lcmocka
 
-demo: deps all
+# deps first, then the build in a second make that asks pkg-config only now (also with -j).
+demo: deps
+	$(MAKE) all
 	./$(BUILD)/qkv demo --out $(BUILD)/demo-model
 
 # PyTorch writes reference tensors (inputs, weights, outputs, gradients) for the parity tests.
@@ -95,12 +109,14 @@ test-asan: $(BUILD)/parity/.stamp
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
 
 # qkv beside PyTorch, same shapes and threads, alternating; prints tables of ratios.
-bench: deps all
+bench: deps
+	$(MAKE) all
 	$(PY) bench/bench.py --qkv $(BUILD)/qkv
 
 # softmax (materialised, flash) vs linear attention and KV-cache vs recurrent generation,
 # qkv and PyTorch side by side (about 30 minutes on 2 cores; --quick: N <= 2048)
-bench-attention: deps all
+bench-attention: deps
+	$(MAKE) all
 	$(PY) bench/attention_bench.py --qkv $(BUILD)/qkv
 
 install: all
