@@ -19,18 +19,31 @@ PKGS    := openblas libcjson libpng freetype2
 # `make test` first install what is missing (scripts/install-deps.sh, the `deps` target) and
 # only then build, in a second make (see `demo` below), so they work on their first run; a plain
 # `make` on a machine without the packages stops with a message saying so.
-pkg_query   = $(shell pkg-config $1 || echo __failed__)
+pkg_query   = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC)$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} \
+                pkg-config $1 || echo __failed__)
 pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PKGS); \
                 run `make deps` (scripts/install-deps.sh) to install them),$1)
 PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS))))$(PKG_CFLAGS)
 PKG_LIBS    = $(eval PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(PKGS))))$(PKG_LIBS)
+
+# OpenBLAS: its OpenMP build, the one qkv's threads need (README, "Dependencies"). pkg-config
+# reads that build's own openblas.pc, not the one Debian's alternatives point at, and everything
+# linked here (libqkv.so, qkv, tests, examples) carries that build's directory as RUNPATH, so
+# libopenblas.so.0 is the OpenMP one even where the alternatives rank the pthreads build first.
+# (LD_LIBRARY_PATH still comes first; qkv_blas_check, which the CLI calls at start-up, catches it.)
+MULTIARCH   = $(eval MULTIARCH := $(shell $(CC) -print-multiarch))$(MULTIARCH)
+OPENBLAS_PC ?= /usr/lib/$(MULTIARCH)/openblas-openmp/pkgconfig
+OPENBLAS_LIBDIR = $(eval OPENBLAS_LIBDIR := $(patsubst %/,%,$(call pkg_checked,$(call pkg_query,\
+                    --variable=libdir openblas))))$(OPENBLAS_LIBDIR)
+OPENBLAS_RPATH  = $(if $(OPENBLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(OPENBLAS_LIBDIR))
+comma := ,
 
 # -fvisibility=hidden: only what include/qkv.h marks QKV_API leaves libqkv.so (the tests and the
 # CLI link the static library, so they still reach the internal functions).
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
           $(EXTRA_CFLAGS)
-LDLIBS  = $(PKG_LIBS) -fopenmp -lm $(SAN)
+LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -fopenmp -lm $(SAN)
 
 # The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
 # number), exports limited to qkv_* by a version script.

@@ -26,10 +26,11 @@ LIB_SRC ?= $(sort $(wildcard src/core/*.c src/kernels/*.c src/layers/*.c src/mod
 
 FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=all
 # -Wno-pass-failed: clang would report the "#pragma omp simd" loops -O1 does not vectorise.
-# PKG_CFLAGS, PKG_LIBS: the main Makefile's, asked of pkg-config when a recipe first needs them.
+# PKG_CFLAGS, PKG_LIBS, OPENBLAS_RPATH: the main Makefile's, asked of pkg-config when a recipe
+# first needs them.
 FUZZ_CFLAGS  = -std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Wno-pass-failed -fopenmp \
                -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/fuzz $(PKG_CFLAGS) $(FUZZ_SAN)
-FUZZ_LDLIBS  = $(PKG_LIBS) -fopenmp -lm
+FUZZ_LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -fopenmp -lm
 
 # Inputs longer than this are not generated: a little over the largest seed of each target.
 FUZZ_MAXLEN_safetensors := 16384
