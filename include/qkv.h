@@ -68,6 +68,14 @@ QKV_API
 void qkv_set_threads(int n);
 QKV_API
 int qkv_get_threads(void);
+/* QKV_OK if the OpenBLAS loaded is its OpenMP build, the one qkv needs: its GEMMs share qkv's
+ * OpenMP threads and run single-threaded inside qkv's parallel regions. With its pthreads build
+ * two thread pools compete for the cores and results change with the thread count; with its
+ * sequential build every GEMM runs on one core. For those, QKV_ERR_ARG and a message that names
+ * the build and the file loaded, and how to get the OpenMP one. The qkv command checks this at
+ * start-up and refuses to run without it. */
+QKV_API
+qkv_status qkv_blas_check(qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
  * Random numbers
