@@ -142,7 +142,7 @@ install: all
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
-	  qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
+	  -e 's|@OPENBLAS_LIBDIR@|$(OPENBLAS_LIBDIR)|' qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
 
 clean:
 	rm -rf build build-asan
