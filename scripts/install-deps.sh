@@ -24,7 +24,8 @@ missing=(); missing_pinned=()
 for p in "${pkgs[@]}"; do is_missing "$p" && missing+=("$p"); done
 for p in "${pinned[@]}"; do is_missing "$p" && missing_pinned+=("$p"); done
 [ ${#missing[@]} -eq 0 ] && [ ${#missing_pinned[@]} -eq 0 ] && exit 0
-echo "install-deps: installing ${missing[*]+${missing[*]} }${missing_pinned[*]}" >&2
+all=("${missing[@]}" "${missing_pinned[@]}")
+echo "install-deps: installing ${all[*]}" >&2
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
