@@ -70,7 +70,9 @@ all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/
 deps:
 	@scripts/install-deps.sh
 
-$(BUILD)/%.o: %.c
+# Objects depend on the Makefile too: a change of flags (visibility, RUNPATH) rebuilds them and
+# everything linked from them.
+$(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 

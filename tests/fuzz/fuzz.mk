@@ -65,7 +65,7 @@ fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 fuzz-regress: $(FUZZ_TARGETS:%=fuzz-regress-%)
 
 # The library, instrumented for coverage (fuzzer-no-link) and sanitizers.
-$(FUZZ_BUILD)/src/%.o: src/%.c
+$(FUZZ_BUILD)/src/%.o: src/%.c Makefile tests/fuzz/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
@@ -73,7 +73,7 @@ $(FUZZ_BUILD)/libqkv.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(FUZZ_BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
+$(FUZZ_BUILD)/tests/fuzz/%.o: tests/fuzz/%.c Makefile tests/fuzz/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -c $< -o $@
 
