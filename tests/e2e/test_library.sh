@@ -79,6 +79,7 @@ int main(void)
 }
 EOF
 export PKG_CONFIG_PATH=$P/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+# shellcheck disable=SC2046 # pkg-config answers with several words
 if cc -std=c11 -Wall -Wextra -o "$T/prog" "$T/prog.c" $(pkg-config --cflags --libs qkv) \
      -Wl,-rpath,"$P/lib" 2>"$T/cc.err"; then
   ok "a program builds with pkg-config --cflags --libs qkv"
@@ -99,6 +100,7 @@ cat >"$T/internal.c" <<'EOF'
 void linear_forward(void);
 int main(void) { linear_forward(); return 0; }
 EOF
+# shellcheck disable=SC2046
 if cc -o "$T/internal" "$T/internal.c" $(pkg-config --libs qkv) 2>"$T/cc.err"; then
   bad "a program links against the internal linear_forward"
 elif grep -q "undefined reference to .linear_forward" "$T/cc.err"; then
