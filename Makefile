@@ -13,9 +13,44 @@ SAN     ?=
 PY      ?= /usr/bin/python3
 
 PKGS    := openblas libcjson libpng freetype2
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -D_POSIX_C_SOURCE=200809L \
-           -Iinclude -Isrc -Itests/common $(shell pkg-config --cflags $(PKGS)) $(SAN) $(EXTRA_CFLAGS)
-LDLIBS  := $(shell pkg-config --libs $(PKGS)) -fopenmp -lm $(SAN)
+
+# pkg-config's flags are asked for the first time a recipe needs them, and once only: not when
+# this file is read, since on a fresh machine the packages are not there yet. `make demo` and
+# `make test` first install what is missing (scripts/install-deps.sh, the `deps` target) and
+# only then build, in a second make (see `demo` below), so they work on their first run; a plain
+# `make` on a machine without the packages stops with a message saying so.
+pkg_query   = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC)$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} \
+                pkg-config $1 || echo __failed__)
+pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PKGS); \
+                run `make deps` (scripts/install-deps.sh) to install them),$1)
+PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS))))$(PKG_CFLAGS)
+PKG_LIBS    = $(eval PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(PKGS))))$(PKG_LIBS)
+
+# OpenBLAS: its OpenMP build, the one qkv's threads need (README, "Dependencies"). pkg-config
+# reads that build's own openblas.pc, not the one Debian's alternatives point at, and everything
+# linked here (libqkv.so, qkv, tests, examples) carries that build's directory as RUNPATH, so
+# libopenblas.so.0 is the OpenMP one even where the alternatives rank the pthreads build first.
+# (LD_LIBRARY_PATH still comes first; qkv_blas_check, which the CLI calls at start-up, catches it.)
+MULTIARCH   = $(eval MULTIARCH := $(shell $(CC) -print-multiarch))$(MULTIARCH)
+OPENBLAS_PC ?= /usr/lib/$(MULTIARCH)/openblas-openmp/pkgconfig
+OPENBLAS_LIBDIR = $(eval OPENBLAS_LIBDIR := $(patsubst %/,%,$(call pkg_checked,$(call pkg_query,\
+                    --variable=libdir openblas))))$(OPENBLAS_LIBDIR)
+OPENBLAS_RPATH  = $(if $(OPENBLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(OPENBLAS_LIBDIR))
+comma := ,
+
+# -fvisibility=hidden: only what include/qkv.h marks QKV_API leaves libqkv.so (the tests and the
+# CLI link the static library, so they still reach the internal functions).
+CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
+          -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
+          $(EXTRA_CFLAGS)
+LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -fopenmp -lm $(SAN)
+
+# The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
+# number), exports limited to qkv_* by a version script.
+VERSION   := $(shell sed -n 's/^.define QKV_VERSION "\(.*\)"/\1/p' include/qkv.h)
+SOVERSION := $(firstword $(subst ., ,$(VERSION)))
+SONAME    := libqkv.so.$(SOVERSION)
+LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/backend/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
              src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
@@ -30,12 +65,14 @@ TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
 .PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention
-all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/qkv
+all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv
 
 deps:
 	@scripts/install-deps.sh
 
-$(BUILD)/%.o: %.c
+# Objects depend on the Makefile too: a change of flags (visibility, RUNPATH) rebuilds them and
+# everything linked from them.
+$(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
@@ -43,8 +80,12 @@ $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libqkv.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+$(LIB_SO): $(LIB_OBJ) src/libqkv.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/libqkv.map -o $@ $(LIB_OBJ) \
+	  $(LDLIBS)
+
+$(BUILD)/$(SONAME) $(BUILD)/libqkv.so: $(LIB_SO)
+	ln -sf $(notdir $<) $@
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS)
@@ -53,7 +94,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a $(LDLIBS) -lcmocka
 
-demo: deps all
+# deps first, then the build in a second make that asks pkg-config only now (also with -j).
+demo: deps
+	$(MAKE) all
 	./$(BUILD)/qkv demo --out $(BUILD)/demo-model
 
 # PyTorch writes reference tensors (inputs, weights, outputs, gradients) for the parity tests.
@@ -81,23 +124,27 @@ test-asan: $(BUILD)/parity/.stamp
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
 
 # qkv beside PyTorch, same shapes and threads, alternating; prints tables of ratios.
-bench: deps all
+bench: deps
+	$(MAKE) all
 	$(PY) bench/bench.py --qkv $(BUILD)/qkv
 
 # softmax (materialised, flash) vs linear attention and KV-cache vs recurrent generation,
 # qkv and PyTorch side by side (about 30 minutes on 2 cores; --quick: N <= 2048)
-bench-attention: deps all
+bench-attention: deps
+	$(MAKE) all
 	$(PY) bench/attention_bench.py --qkv $(BUILD)/qkv
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libqkv.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libqkv.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libqkv.so
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/#define QKV_VERSION "\(.*\)"/\1/p' include/qkv.h)|' \
-	  qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	  -e 's|@OPENBLAS_LIBDIR@|$(OPENBLAS_LIBDIR)|' qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
 
 clean:
 	rm -rf build build-asan

@@ -31,6 +31,15 @@ extern "C" {
 
 #define QKV_VERSION "0.1.0"
 
+/* Marks what libqkv.so exports: every function declared in this header, and nothing else (the
+ * library is compiled with -fvisibility=hidden and linked with a version script that keeps
+ * only qkv_* symbols; see the Makefile). */
+#if defined(__GNUC__) || defined(__clang__)
+#define QKV_API __attribute__((visibility("default")))
+#else
+#define QKV_API
+#endif
+
 /* ---------------------------------------------------------------------------------------
  * Errors
  * ------------------------------------------------------------------------------------- */
@@ -51,11 +60,22 @@ typedef struct {
 } qkv_error;
 
 /* A constant name for a status code ("ok", "out of memory", ...). */
+QKV_API
 const char *qkv_status_name(qkv_status s);
 
 /* Threads used by kernels and by OpenBLAS (n <= 0: leave the runtime's default). */
+QKV_API
 void qkv_set_threads(int n);
+QKV_API
 int qkv_get_threads(void);
+/* QKV_OK if the OpenBLAS loaded is its OpenMP build, the one qkv needs: its GEMMs share qkv's
+ * OpenMP threads and run single-threaded inside qkv's parallel regions. With its pthreads build
+ * two thread pools compete for the cores and results change with the thread count; with its
+ * sequential build every GEMM runs on one core. For those, QKV_ERR_ARG and a message that names
+ * the build and the file loaded, and how to get the OpenMP one. The qkv command checks this at
+ * start-up and refuses to run without it. */
+QKV_API
+qkv_status qkv_blas_check(qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
  * Random numbers
@@ -64,16 +84,22 @@ int qkv_get_threads(void);
  * ------------------------------------------------------------------------------------- */
 
 /* 32 random bits for counter i of stream seed. */
+QKV_API
 uint32_t qkv_random_u32(uint64_t seed, uint64_t i);
 /* A uniform float in [0, 1) for counter i of stream seed. */
+QKV_API
 float qkv_random_uniform(uint64_t seed, uint64_t i);
 /* A standard normal float (Box-Muller) for counter i of stream seed. */
+QKV_API
 float qkv_random_normal(uint64_t seed, uint64_t i);
 /* Fill x[0..n) with uniform floats in [lo, hi) from stream seed. */
+QKV_API
 void qkv_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
 /* Fill x[0..n) with normal floats N(mean, std^2) from stream seed. */
+QKV_API
 void qkv_fill_normal(float *x, size_t n, float mean, float std, uint64_t seed);
 /* Xavier-uniform initialisation of a (fan_out, fan_in) matrix: U(-a, a), a = sqrt(6/(in+out)). */
+QKV_API
 void qkv_init_xavier_uniform(float *W, int fan_out, int fan_in, uint64_t seed);
 
 /* ---------------------------------------------------------------------------------------
@@ -81,34 +107,44 @@ void qkv_init_xavier_uniform(float *W, int fan_out, int fan_in, uint64_t seed);
  * ------------------------------------------------------------------------------------- */
 
 /* y = x W^T + b.  x (N, in), W (out, in), b (out) or NULL, y (N, out). */
+QKV_API
 void qkv_linear_forward(float *y, const float *x, const float *W, const float *b,
                         int N, int in, int out);
 /* dx += dy W;  dW += dy^T x;  db += sum_rows dy.  Any gradient may be NULL. */
+QKV_API
 void qkv_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x,
                          const float *W, int N, int in, int out);
 
 /* y[i] = E[ids[i]].  ids (N), E (V, C), y (N, C).
  * Fails with QKV_ERR_ARG (naming the position) if an id is outside [0, V). */
+QKV_API
 qkv_status qkv_embedding_forward(float *y, const int *ids, const float *E, int N, int V, int C,
                                  qkv_error *err);
 /* dE[ids[i]] += dy[i] (scatter-add: a repeated id receives every row). */
+QKV_API
 void qkv_embedding_backward(float *dE, const float *dy, const int *ids, int N, int C);
 
 /* y = max(x, 0), elementwise over n values (y may alias x). */
+QKV_API
 void qkv_relu_forward(float *y, const float *x, size_t n);
 /* dx += dy * [x > 0]. */
+QKV_API
 void qkv_relu_backward(float *dx, const float *dy, const float *x, size_t n);
 
 /* y = x * Phi(x), the exact GELU (erf form, as torch.nn.GELU()); y may alias x. */
+QKV_API
 void qkv_gelu_forward(float *y, const float *x, size_t n);
 /* dx += dy * (Phi(x) + x * phi(x)). */
+QKV_API
 void qkv_gelu_backward(float *dx, const float *dy, const float *x, size_t n);
 
 /* Inverted dropout: y[i] = x[i] * keep(i) / (1 - p), keep(i) = [u(seed, offset + i) >= p].
  * p in [0, 1); p == 0 copies. y may alias x. */
+QKV_API
 void qkv_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed,
                          uint64_t offset);
 /* dx += dy * keep(i) / (1 - p), the same mask recomputed from (seed, offset). */
+QKV_API
 void qkv_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed,
                           uint64_t offset);
 
@@ -119,15 +155,19 @@ void qkv_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_
 /* LayerNorm over the last axis: y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps)
  * (biased variance, as the paper's reference and PyTorch).  x, y (N, C); mean, rstd (N) are
  * saved for backward; gamma, beta (C). */
+QKV_API
 void qkv_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                            const float *gamma, const float *beta, int N, int C, float eps);
+QKV_API
 void qkv_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                             const float *x, const float *mean, const float *rstd,
                             const float *gamma, int N, int C);
 
 /* RMSNorm: y = x * rstd * g, rstd = 1/sqrt(mean(x^2) + eps).  x, y (N, C); rstd (N); g (C). */
+QKV_API
 void qkv_rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int N, int C,
                          float eps);
+QKV_API
 void qkv_rmsnorm_backward(float *dx, float *dg, const float *dy, const float *x,
                           const float *rstd, const float *g, int N, int C);
 
@@ -149,9 +189,11 @@ typedef struct {
 /* P = softmax(S) over the last axis with masked positions given weight exactly 0; a row with
  * no visible key is all zeros (never NaN).  S, P (B, H, n, m); the mask is indexed by b and
  * applies to every head. P may alias S. */
+QKV_API
 void qkv_masked_softmax_forward(float *P, const float *S, int B, int H, int n, int m,
                                 const qkv_mask *mask);
 /* dS += P * (dP - rowsum(P * dP)).  Masked positions have P = 0, so they get no gradient. */
+QKV_API
 void qkv_masked_softmax_backward(float *dS, const float *dP, const float *P, int rows, int m);
 
 /* ---------------------------------------------------------------------------------------
@@ -164,12 +206,15 @@ void qkv_masked_softmax_backward(float *dS, const float *dP, const float *P, int
  * P (B, H, n, m) receives the attention weights (after mask, before dropout) for backward
  * and for inspection.  Dropout with rate p on the weights when p > 0, stream seed, counter =
  * flat index into P; scratch (qkv_attention_scratch_floats) is needed only when p > 0. */
+QKV_API
 void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, const float *V,
                            int B, int H, int n, int m, int d, int v, const qkv_mask *mask,
                            float p, uint64_t seed, float *scratch);
 /* Floats of scratch that qkv_attention_forward (with dropout) and _backward need. */
+QKV_API
 size_t qkv_attention_scratch_floats(int B, int H, int n, int m);
 /* dQ, dK, dV += the gradients of O given dO; P and (p, seed) as in forward. */
+QKV_API
 void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *P,
                             const float *Q, const float *K, const float *V, int B, int H,
                             int n, int m, int d, int v, float p, uint64_t seed, float *scratch);
@@ -189,13 +234,16 @@ void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, co
 /* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v), L (B, H, n): L[b, h, i] =
  * log sum_j exp(Q_i . K_j / sqrt(d)) over the keys row i sees, -INFINITY (and O row 0) when it
  * sees none. Dropout with rate p in [0, 1) on the weights, stream seed. */
+QKV_API
 void qkv_flash_attention_forward(float *O, float *L, const float *Q, const float *K,
                                  const float *V, int B, int H, int n, int m, int d, int v,
                                  const qkv_mask *mask, float p, uint64_t seed);
 /* Floats of scratch backward needs: B H n (the row sums of dO * O). */
+QKV_API
 size_t qkv_flash_attention_scratch_floats(int B, int H, int n);
 /* dQ, dK, dV += the gradients of O given dO (any may be NULL); O and L from forward, the
  * other arguments as given to it. */
+QKV_API
 void qkv_flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
                                   const float *O, const float *L, const float *Q,
                                   const float *K, const float *V, int B, int H, int n, int m,
@@ -222,12 +270,15 @@ typedef struct {
 
 /* Q (B, n, dq), K (B, m, dk), V (B, m, v) -> O (B, n, v).  Dropout counter = flat index
  * into P; scratch (qkv_additive_attention_scratch_floats) is needed only when p > 0. */
+QKV_API
 void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float *Q,
                                     const float *K, const float *V,
                                     const qkv_additive_weights *w, int B, int n, int m, int dq,
                                     int dk, int v, int h, const qkv_mask *mask, float p,
                                     uint64_t seed, float *scratch);
+QKV_API
 size_t qkv_additive_attention_scratch_floats(int B, int n, int m, int h);
+QKV_API
 void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additive_weights *dw,
                                      const float *dO, const qkv_additive_cache *c,
                                      const float *Q, const float *K, const float *V,
@@ -257,7 +308,9 @@ typedef struct {
 
 /* Number of floats of the weights, and a view of them laid out in the order above in one
  * flat buffer (biases are NULL when cfg->bias is 0). */
+QKV_API
 size_t qkv_mha_weights_floats(const qkv_mha_config *cfg);
+QKV_API
 qkv_mha_weights qkv_mha_weights_view(float *base, const qkv_mha_config *cfg);
 
 /* What forward saves for backward: projections, weights and the concatenated heads. */
@@ -269,17 +322,22 @@ typedef struct {
     float *ctx; /* (B, n, H*p) */
 } qkv_mha_cache;
 
+QKV_API
 size_t qkv_mha_cache_floats(const qkv_mha_config *cfg, int B, int n, int m);
+QKV_API
 qkv_mha_cache qkv_mha_cache_view(float *base, const qkv_mha_config *cfg, int B, int n, int m);
 
 /* xq (B, n, d_q) attends to xkv (B, m, d_kv) -> y (B, n, d_q).  Self-attention: xkv = xq.
  * Dropout on the attention weights as in qkv_attention_forward; scratch
  * (qkv_mha_scratch_floats, shared with backward) is needed only when p > 0. */
+QKV_API
 void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
                      const qkv_mask *mask, float p, uint64_t seed, float *scratch);
+QKV_API
 size_t qkv_mha_scratch_floats(const qkv_mha_config *cfg, int B, int n, int m);
 /* dxq, dxkv may be the same buffer (self-attention). */
+QKV_API
 void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
                       const qkv_mha_cache *c, const float *xq, const float *xkv,
                       const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
@@ -305,15 +363,18 @@ void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float 
  * valid_lens: NULL, or B values: keys j >= valid_lens[b] are left out of sequence b's sums
  * (clamped to [0, m]). causal: 1 for the causal form. Nothing is saved for backward, which
  * recomputes the sums from Q, K, V. scratch: qkv_linear_attention_scratch_floats floats. */
+QKV_API
 void qkv_linear_attention_forward(float *O, const float *Q, const float *K, const float *V,
                                   int B, int H, int n, int m, int d, int v,
                                   const int *valid_lens, int causal, float *scratch);
 /* Floats of scratch forward and backward need, linear in n and m:
  * B H (n (v + 1) + d v + 2 d) causal, B H (2 (n + m) d + n (v + 2) + 2 d v + 2 d) not. */
+QKV_API
 size_t qkv_linear_attention_scratch_floats(int B, int H, int n, int m, int d, int v,
                                            int causal);
 /* dQ, dK, dV += the gradients of O given dO (any may be NULL); arguments as in forward.
  * Keys j >= valid_lens[b] get no gradient. */
+QKV_API
 void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
                                    const float *Q, const float *K, const float *V, int B,
                                    int H, int n, int m, int d, int v, const int *valid_lens,
@@ -330,15 +391,19 @@ typedef struct {
 } qkv_linear_attention_state;
 
 /* An empty state (t = 0); fails with QKV_ERR_ARG unless H, d, v > 0. */
+QKV_API
 qkv_status qkv_linear_attention_state_init(qkv_linear_attention_state *s, int H, int d, int v,
                                            qkv_error *err);
 /* Back to empty, for a new sequence. */
+QKV_API
 void qkv_linear_attention_state_reset(qkv_linear_attention_state *s);
 /* Frees and zeroes (freeing twice is harmless). */
+QKV_API
 void qkv_linear_attention_state_free(qkv_linear_attention_state *s);
 /* One token, q, k (H, d), v (H, v) -> o (H, v), in O(H d v) whatever the position:
  * S += phi(k) v^T, z += phi(k), then o = S^T phi(q) / (phi(q)^T z + eps). After t steps o is
  * row t of the causal forward over those tokens. o must not alias the inputs. */
+QKV_API
 void qkv_linear_attention_step(float *o, qkv_linear_attention_state *s, const float *q,
                                const float *k, const float *v);
 
@@ -347,12 +412,15 @@ void qkv_linear_attention_step(float *o, qkv_linear_attention_state *s, const fl
  * ------------------------------------------------------------------------------------- */
 
 /* The sinusoidal table, P (T, C): P[i, 2j] = sin(i / 10000^(2j/C)), P[i, 2j+1] = cos(same). */
+QKV_API
 void qkv_sinusoidal_table(float *P, int T, int C);
 /* y[b, t] = x[b, t] * scale + P[pos0 + t].  x, y (B, T, C); P (>= pos0 + T, C).  scale is
  * sqrt(d_model) when x are token embeddings (paper, section 3.4), else 1.  y may alias x. */
+QKV_API
 void qkv_positional_forward(float *y, const float *x, const float *P, int B, int T, int C,
                             int pos0, float scale);
 /* dx += dy * scale;  dP[pos0 + t] += sum_b dy[b, t] (learned positions; NULL for sinusoidal). */
+QKV_API
 void qkv_positional_backward(float *dx, float *dP, const float *dy, int B, int T, int C,
                              int pos0, float scale);
 
@@ -364,10 +432,12 @@ typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1 } qkv_activation;
 
 /* x, y (N, C); W1 (F, C), b1 (F), W2 (C, F), b2 (C) (biases may be NULL);
  * h_pre, h (N, F) are saved: before and after the activation. */
+QKV_API
 void qkv_ffn_forward(float *y, float *h_pre, float *h, const float *x, const float *W1,
                      const float *b1, const float *W2, const float *b2, int N, int C, int F,
                      qkv_activation act);
 /* scratch: N*F floats. */
+QKV_API
 void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
                       const float *dy, const float *h_pre, const float *h, const float *x,
                       const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
@@ -378,18 +448,22 @@ void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
  * ------------------------------------------------------------------------------------- */
 
 /* y = x + dropout(s)  (the pre-norm form: x + Sublayer(LN(x)) with s = Sublayer(LN(x))). */
+QKV_API
 void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, float p,
                           uint64_t seed);
 /* dx += dy;  ds += dropout'(dy). */
+QKV_API
 void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, float p,
                            uint64_t seed);
 
 /* AddNorm (post-norm, as in the paper): y = LayerNorm(dropout(s) + x).
  * x, s, y (N, C); z (N, C), mean, rstd (N) are saved. */
+QKV_API
 void qkv_addnorm_forward(float *y, float *z, float *mean, float *rstd, const float *x,
                          const float *s, const float *gamma, const float *beta, int N, int C,
                          float eps, float p, uint64_t seed);
 /* scratch: N*C floats. */
+QKV_API
 void qkv_addnorm_backward(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
                           const float *z, const float *mean, const float *rstd,
                           const float *gamma, int N, int C, float p, uint64_t seed,
@@ -405,12 +479,14 @@ void qkv_addnorm_backward(float *dx, float *ds, float *dgamma, float *dbeta, con
  * loss (N) and lse (N, logsumexp, saved for backward) are written; returns the number of
  * counted rows and stores their summed loss in *sum (may be NULL).
  * Fails (returns -1, err filled) if a counted target is outside [0, V). */
+QKV_API
 int qkv_cross_entropy_forward(float *loss, float *lse, double *sum, const float *logits,
                               const int *targets, int N, int V, int ignore_index,
                               float label_smoothing, qkv_error *err);
 /* dlogits = scale * (softmax(logits) - target distribution) for counted rows, 0 for ignored
  * ones (written, not accumulated; dlogits may alias logits).  scale is dL/d(loss per row),
  * 1/count for the mean. */
+QKV_API
 void qkv_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
                                 const int *targets, int N, int V, int ignore_index,
                                 float label_smoothing, float scale);
@@ -442,11 +518,13 @@ void qkv_cross_entropy_backward(float *dlogits, const float *logits, const float
  * out (capacity >= QKV_PREPROCESS_BOUND(len)) receives the NUL-terminated result and
  * *out_len its length. Fails with QKV_ERR_FORMAT, naming the byte offset, on invalid UTF-8
  * or a NUL byte. */
+QKV_API
 qkv_status qkv_preprocess(char *out, size_t *out_len, const char *text, size_t len,
                           qkv_error *err);
 
 /* The length of the longest prefix of text[0..len) that is well-formed UTF-8 without a NUL
  * byte: len when all of it is, else the offset of the first offending byte. */
+QKV_API
 size_t qkv_utf8_check(const char *text, size_t len);
 
 /* Sentences of word tokens, stored flat: sentence i is
@@ -476,13 +554,16 @@ typedef struct {
  * space produces are dropped, so a token is never "" (fra.txt's French side has 17 of
  * them, the only place where the two differ). name_for_errors labels the text in
  * messages ("<name>:<line>: ..."). */
+QKV_API
 qkv_status qkv_sentences_from_text(qkv_sentences *out, const char *text, size_t len,
                                    const char *name_for_errors, qkv_error *err);
 /* Each line split on spaces and tabs with no other change (for models whose vocabulary was
  * made by another tokenizer, e.g. one converted from PyTorch). Invalid UTF-8 fails, naming
  * the line. */
+QKV_API
 qkv_status qkv_sentences_split(qkv_sentences *out, const char *text, size_t len,
                                const char *name_for_errors, qkv_error *err);
+QKV_API
 void qkv_sentences_free(qkv_sentences *s);
 
 /* Pairs from a file of lines "source<TAB>target[<TAB>ignored...]" (fra.txt is
@@ -491,6 +572,7 @@ void qkv_sentences_free(qkv_sentences *s);
  * tokenize_nmt(text, 600) keeps 601 pairs, because it stops at i > num_examples; pass 601
  * to get d2l's load_data_nmt(num_examples=600) data.) A line without a tab, invalid UTF-8,
  * a NUL byte or a file with no lines fails with QKV_ERR_FORMAT naming file and line. */
+QKV_API
 qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_examples,
                                qkv_error *err);
 
@@ -498,8 +580,10 @@ qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_exampl
  * train.en), each line preprocessed and tokenised as qkv_sentences_from_text. num_examples
  * as above. Files of different line counts (within the first num_examples lines) fail with
  * QKV_ERR_FORMAT naming both files and the line where the shorter one ends. */
+QKV_API
 qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
                                    const char *target_path, int num_examples, qkv_error *err);
+QKV_API
 void qkv_corpus_free(qkv_corpus *c);
 
 /* ---------------------------------------------------------------------------------------
@@ -524,21 +608,27 @@ typedef struct {
  * frequency >= min_freq, most frequent first, ties in order of first occurrence (Python's
  * stable sort over a Counter built in corpus order); a token equal to a reserved one keeps
  * its reserved id. tokens (n_tokens): a flat list, e.g. qkv_sentences.tokens. */
+QKV_API
 qkv_status qkv_vocab_build(qkv_vocab *v, const char *const *tokens, size_t n_tokens,
                            int min_freq, qkv_error *err);
 /* The id of token, QKV_UNK if it is not in the vocabulary. */
+QKV_API
 int qkv_vocab_id(const qkv_vocab *v, const char *token);
 /* The token of id, NULL if id is outside [0, size). */
+QKV_API
 const char *qkv_vocab_token(const qkv_vocab *v, int id);
 
 /* Writes the vocabulary as text, line i + 1 holding token i, atomically (a temporary file
  * in the same directory, flushed, then renamed over path). A token that is empty or holds
  * '\n' or '\r' cannot be a line: QKV_ERR_ARG. */
+QKV_API
 qkv_status qkv_vocab_save(const qkv_vocab *v, const char *path, qkv_error *err);
 /* Reads a file written by qkv_vocab_save ("\r\n" endings accepted). Fails with
  * QKV_ERR_FORMAT, naming file and line, on an empty line, a duplicate token, invalid UTF-8,
  * or first four lines other than <unk> <pad> <bos> <eos>. */
+QKV_API
 qkv_status qkv_vocab_load(qkv_vocab *v, const char *path, qkv_error *err);
+QKV_API
 void qkv_vocab_free(qkv_vocab *v);
 
 /* ---------------------------------------------------------------------------------------
@@ -548,16 +638,19 @@ void qkv_vocab_free(qkv_vocab *v);
 /* ids (num_steps) = truncate_pad(vocab[tokens] + [<eos>], num_steps, <pad>).  Returns
  * valid_len, the number of ids that are not <pad> (so a truncated sentence loses its
  * <eos>, as in d2l). num_steps <= 0 writes nothing and returns 0. */
+QKV_API
 int qkv_vocab_encode(int *ids, const qkv_vocab *v, const char *const *tokens, int n,
                      int num_steps);
 /* Every sentence of s: ids (s->count, num_steps), valid_len (s->count).
  * num_steps < 1 fails with QKV_ERR_ARG. */
+QKV_API
 qkv_status qkv_sentences_encode(int *ids, int *valid_len, const qkv_sentences *s,
                                 const qkv_vocab *v, int num_steps, qkv_error *err);
 /* The tokens of ids[0..n) joined by single spaces, up to the first <eos> (d2l's
  * ' '.join(vocab.to_tokens(output_seq))); ids outside the vocabulary read as <unk>.
  * Writes at most cap bytes, NUL included (nothing if cap is 0), and returns the length the
  * whole text needs, as snprintf does. */
+QKV_API
 size_t qkv_vocab_decode(char *out, size_t cap, const qkv_vocab *v, const int *ids, int n);
 
 /* ---------------------------------------------------------------------------------------
@@ -571,6 +664,7 @@ size_t qkv_vocab_decode(char *out, size_t cap, const qkv_vocab *v, const int *id
  * d2l divides by zero when len_pred < k; here an order the prediction is too short for
  * has p_n = 0, so the score is 0 (as it already is in d2l whenever the label is the one
  * shorter than k); an empty prediction scores 0. k >= 1, else QKV_ERR_ARG. */
+QKV_API
 qkv_status qkv_bleu(double *score, const int *pred, int len_pred, const int *label,
                     int len_label, int k, qkv_error *err);
 
@@ -584,13 +678,16 @@ typedef struct {
 } qkv_bleu_stats;
 
 /* Adds one pair to st (zero-initialise st first). */
+QKV_API
 qkv_status qkv_bleu_stats_add(qkv_bleu_stats *st, const int *hyp, int hyp_len,
                               const int *ref, int ref_len, qkv_error *err);
 /* Standard corpus BLEU in [0, 1]:  BP * exp(mean_n log(matches_n / totals_n)),
  * BP = exp(1 - r / c) when c < r, else 1; 0 if any order has no match or c is 0.
  * sacreBLEU's score (tokenize='none', smooth_method='none') divided by 100. */
+QKV_API
 double qkv_bleu_stats_score(const qkv_bleu_stats *st);
 /* The same over count pairs: hyps[i] (hyp_lens[i]) against refs[i] (ref_lens[i]). */
+QKV_API
 qkv_status qkv_corpus_bleu(double *score, const int *const *hyps, const int *hyp_lens,
                            const int *const *refs, const int *ref_lens, int count,
                            qkv_error *err);
@@ -633,17 +730,21 @@ typedef struct {
  * Pair counts are kept up to date incrementally (each merge touches only the words that
  * hold the pair): Multi30k (58,000 sentences, 10,000 symbols) learns in 0.1 s.
  * vocab_size > QKV_N_RESERVED. */
+QKV_API
 qkv_status qkv_bpe_learn(qkv_bpe *b, const qkv_sentences *const *texts, int n_texts,
                          int vocab_size, qkv_error *err);
+QKV_API
 void qkv_bpe_free(qkv_bpe *b);
 
 /* The vocabulary of b: <unk> <pad> <bos> <eos>, then the symbols in order. */
+QKV_API
 qkv_status qkv_bpe_vocab(qkv_vocab *v, const qkv_bpe *b, qkv_error *err);
 
 /* Ids of text[0..len): one line, words separated by single spaces (runs of spaces, and spaces
  * at either end, are kept: each extra space is a piece "▁" of its own). ids needs room for
  * len + 1 values; returns how many were written. A character outside the alphabet (or bytes
  * that are not UTF-8) becomes one QKV_UNK. */
+QKV_API
 int qkv_bpe_encode(int *ids, const qkv_bpe *b, const char *text, size_t len);
 
 /* The text of ids[0..n), up to the first <eos>: pieces concatenated, ▁ read as a space, the
@@ -651,19 +752,23 @@ int qkv_bpe_encode(int *ids, const qkv_bpe *b, const char *text, size_t len);
  * vocabulary read "<unk>". qkv_bpe_decode(qkv_bpe_encode(text)) == text for every text
  * whose characters are all in the alphabet. Writes at most cap bytes, NUL included, and
  * returns the length the whole text needs, as snprintf. */
+QKV_API
 size_t qkv_bpe_decode(char *out, size_t cap, const qkv_bpe *b, const int *ids, int n);
 
 /* Word sentences (qkv_sentences_from_text) as sentences of pieces, e.g. "▁the", "▁ca", "t";
  * an unknown character is the piece "<unk>". Words are looked up in a cache, so encoding a
  * corpus costs one encoding per distinct word. */
+QKV_API
 qkv_status qkv_bpe_encode_sentences(qkv_sentences *out, const qkv_bpe *b,
                                     const qkv_sentences *words, qkv_error *err);
 
 /* A text file: "#qkv-bpe 1", "chars N" and the alphabet one character a line, then
  * "merges M" and the merges one "left right" a line, in rank order; written atomically. */
+QKV_API
 qkv_status qkv_bpe_save(const qkv_bpe *b, const char *path, qkv_error *err);
 /* Reads qkv_bpe_save's file; QKV_ERR_FORMAT names file and line on anything else (unknown
  * symbol in a merge, duplicate character, a symbol spelling a reserved token...). */
+QKV_API
 qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
@@ -683,10 +788,13 @@ typedef enum {
 } qkv_precision;
 
 /* Whether this CPU runs QKV_PRECISION_BF16 (AVX512F, BW, VL, DQ and BF16). */
+QKV_API
 int qkv_bf16_supported(void);
 /* "fp32" or "bf16". */
+QKV_API
 const char *qkv_precision_name(qkv_precision p);
 /* *p from "fp32" or "bf16"; QKV_ERR_ARG naming the choices otherwise. */
+QKV_API
 qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
@@ -718,8 +826,10 @@ typedef struct {
 
 /* The configuration of d2l's example: 2+2 layers, d_model 32, 4 heads, FFN 64, dropout 0.1,
  * post-norm, no attention bias, sinusoidal positions, max_len 1000. Vocab sizes left 0. */
+QKV_API
 qkv_transformer_config qkv_transformer_default_config(void);
 /* QKV_ERR_ARG with the reason if the configuration cannot build a model. */
+QKV_API
 qkv_status qkv_transformer_config_check(const qkv_transformer_config *cfg, qkv_error *err);
 
 typedef struct qkv_transformer qkv_transformer;
@@ -727,13 +837,17 @@ typedef struct qkv_transformer qkv_transformer;
 /* A model with freshly initialised parameters as d2l's: Xavier-uniform for every projection,
  * PyTorch's defaults elsewhere (biases U(+-1/sqrt(fan_in)), N(0, 1) embeddings — N(0, 1/C)
  * when tied to the output — unit LayerNorm gains, zero LayerNorm biases). */
+QKV_API
 qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
                                   uint64_t seed, qkv_error *err);
+QKV_API
 void qkv_transformer_free(qkv_transformer *m);
+QKV_API
 const qkv_transformer_config *qkv_transformer_get_config(const qkv_transformer *m);
 
 /* The parameters: count tensors, each with a stable name ("encoder.0.attention.W_q"), shape
  * and its place in one flat buffer of qkv_transformer_num_params floats. */
+QKV_API
 int qkv_transformer_num_tensors(const qkv_transformer *m);
 typedef struct {
     const char *name;
@@ -742,10 +856,14 @@ typedef struct {
     size_t offset; /* in floats, into the parameter (and gradient) buffer */
     size_t numel;
 } qkv_param_info;
+QKV_API
 qkv_param_info qkv_transformer_tensor(const qkv_transformer *m, int i);
+QKV_API
 size_t qkv_transformer_num_params(const qkv_transformer *m);
+QKV_API
 float *qkv_transformer_params(qkv_transformer *m);
 /* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
+QKV_API
 float *qkv_transformer_grads(qkv_transformer *m);
 
 /* One batch of padded sentence pairs, row-major (B, T). */
@@ -763,6 +881,7 @@ typedef struct {
  * the per-token mean; 1/tgt_len: d2l's sum of per-sequence means). *loss_sum receives the unscaled sum of
  * token losses and *tokens their count. dropout_seed makes the step's dropout reproducible;
  * train = 0 disables dropout (evaluation loss). */
+QKV_API
 qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int backward,
                                 float grad_scale, float label_smoothing, int train,
                                 uint64_t dropout_seed, double *loss_sum, int *tokens,
@@ -773,6 +892,7 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int back
  * current length. out (B, max_len) receives the ids without <bos> and <eos>, out_len (B)
  * their counts; a sentence stops at <eos> or after max_len tokens. Each sentence's result is
  * independent of the others in the batch. */
+QKV_API
 qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int *src_valid,
                                   int B, int src_len, int max_len, int *out, int *out_len,
                                   qkv_error *err);
@@ -795,11 +915,13 @@ typedef struct {
  * <bos> and <eos>, best first; out_len (B, n_best) their counts, -1 for a hypothesis not
  * found (a tiny vocabulary can have fewer than n_best); score (B, n_best) log P / lp and
  * logprob (B, n_best) log P (either may be NULL), -INFINITY when not found. */
+QKV_API
 qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
                                 int B, int src_len, const qkv_beam_options *o, int *out,
                                 int *out_len, double *score, double *logprob, qkv_error *err);
 
 /* Logits (B, tgt_len, tgt_vocab) of a teacher-forced forward pass in evaluation mode. */
+QKV_API
 qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,
                                   qkv_error *err);
 
@@ -810,7 +932,9 @@ qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float 
  * backward pass, qkv_transformer_params or a load. A caller that writes the parameters
  * through a pointer taken earlier calls this again before decoding. QKV_ERR_ARG on a CPU
  * without AVX512-BF16 (qkv_bf16_supported), the model unchanged. */
+QKV_API
 qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err);
+QKV_API
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m);
 
 /* ---------------------------------------------------------------------------------------
@@ -856,24 +980,34 @@ typedef struct {
 
 /* 4 layers of d_model 128, 4 heads, FFN 512, context 128, dropout 0.1, post-norm, ReLU,
  * attention biases, sinusoidal positions, untied, softmax attention. vocab left 0. */
+QKV_API
 qkv_lm_config qkv_lm_default_config(void);
 /* QKV_ERR_ARG with the reason if the configuration cannot build a model. */
+QKV_API
 qkv_status qkv_lm_config_check(const qkv_lm_config *cfg, qkv_error *err);
 
 typedef struct qkv_lm qkv_lm;
 
 /* A model initialised as qkv_transformer_create initialises (Xavier-uniform projections,
  * N(0, 1) embedding, N(0, 1/C) when tied, U(+-1/sqrt(fan_in)) biases, unit gains). */
+QKV_API
 qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, qkv_error *err);
+QKV_API
 void qkv_lm_free(qkv_lm *m);
+QKV_API
 const qkv_lm_config *qkv_lm_get_config(const qkv_lm *m);
 
 /* The parameter table, as qkv_transformer_tensor & co. */
+QKV_API
 int qkv_lm_num_tensors(const qkv_lm *m);
+QKV_API
 qkv_param_info qkv_lm_tensor(const qkv_lm *m, int i);
+QKV_API
 size_t qkv_lm_num_params(const qkv_lm *m);
+QKV_API
 float *qkv_lm_params(qkv_lm *m);
 /* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
+QKV_API
 float *qkv_lm_grads(qkv_lm *m);
 
 /* Forward and backward of the next-token loss over a batch of B sequences of T tokens:
@@ -883,18 +1017,22 @@ float *qkv_lm_grads(qkv_lm *m);
  * <= 0: 1/tokens, the mean). *loss_sum, *tokens (may be NULL) receive the unscaled sum and the
  * count. train = 0 disables dropout; dropout_seed makes a training step's dropout
  * reproducible. T <= max_len; an id outside [0, V) fails with QKV_ERR_ARG naming it. */
+QKV_API
 qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int T,
                        int backward, float grad_scale, int train, uint64_t dropout_seed,
                        double *loss_sum, int *tokens, qkv_error *err);
 
 /* Logits (B, T, V) of the causal forward pass over ids (B, T) in evaluation mode. */
+QKV_API
 qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
                          qkv_error *err);
 
 /* The precision of the model's linear layers, as qkv_transformer_set_precision (generation
  * reads the weights' bf16 copy at bf16; it is made again after a backward pass, qkv_lm_params
  * or a load). */
+QKV_API
 qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err);
+QKV_API
 qkv_precision qkv_lm_get_precision(const qkv_lm *m);
 
 /* ---- generation: one sequence, one token per step ----------------------------------------
@@ -903,17 +1041,22 @@ qkv_precision qkv_lm_get_precision(const qkv_lm *m);
  * positions the model has. */
 typedef struct qkv_lm_state qkv_lm_state;
 
+QKV_API
 qkv_status qkv_lm_state_create(qkv_lm_state **out, const qkv_lm *m, qkv_error *err);
+QKV_API
 void qkv_lm_state_free(qkv_lm_state *s);
 /* Tokens the state holds (the position the next token takes). */
+QKV_API
 int qkv_lm_state_length(const qkv_lm_state *s);
 
 /* Starts the state over from ids (1 <= n <= max_len) in one batched forward pass and writes
  * the logits (V) that predict token n. */
+QKV_API
 qkv_status qkv_lm_prefill(qkv_lm *m, qkv_lm_state *s, const int *ids, int n, float *logits,
                           qkv_error *err);
 /* Appends token at position qkv_lm_state_length(s) (< max_len, else QKV_ERR_ARG) and writes
  * the logits (V) that predict the next one: row t of qkv_lm_logits over the same tokens. */
+QKV_API
 qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv_error *err);
 
 /* ---- sampling ------------------------------------------------------------------------- */
@@ -929,9 +1072,11 @@ typedef struct {
  * top-k then top-p and renormalised; tokens cut get exactly 0. order (V) receives the ids by
  * decreasing probability (ties: lower id first). Returns how many tokens are kept: they are
  * order[0 .. kept). temperature 0 keeps just the argmax. */
+QKV_API
 int qkv_sampling_probs(float *probs, int *order, const float *logits, int V,
                        const qkv_sampling *s);
 /* The kept token at which the cumulative probability (in order) first exceeds u in [0, 1). */
+QKV_API
 int qkv_sample_token(const float *probs, const int *order, int kept, float u);
 
 typedef struct {
@@ -950,6 +1095,7 @@ typedef struct {
  * max_len tokens at most: when the state is full it restarts from the last max_len / 2 (one
  * prefill), so a token costs O(max_len) (softmax) or O(1) (linear) work amortised. The same
  * seed gives the same tokens. */
+QKV_API
 qkv_status qkv_lm_generate(qkv_lm *m, const int *prompt, int n_prompt, int *out, int *n_out,
                            const qkv_lm_generation *g, qkv_error *err);
 
@@ -966,16 +1112,19 @@ qkv_status qkv_lm_generate(qkv_lm *m, const int *prompt, int n_prompt, int *out,
 
 /* Builds the vocabulary of text[0..len): bytes = 0 characters (invalid UTF-8 fails with
  * QKV_ERR_FORMAT naming the byte offset), 1 bytes. */
+QKV_API
 qkv_status qkv_lm_vocab_build(qkv_vocab *v, const char *text, size_t len, int bytes,
                               qkv_error *err);
 /* ids (capacity len) <- the tokens of text[0..len); *n receives their count. A character
  * outside a character vocabulary becomes QKV_UNK (*unknown, may be NULL, counts them);
  * invalid UTF-8 fails with QKV_ERR_FORMAT naming the byte offset. */
+QKV_API
 qkv_status qkv_lm_encode(int *ids, size_t *n, size_t *unknown, const qkv_vocab *v,
                          const char *text, size_t len, qkv_error *err);
 /* The text of token id (escapes undone; reserved tokens and ids outside the vocabulary are
  * ""). Writes at most cap bytes, NUL included, and returns the length needed (<= 4 for
  * characters, 1 for bytes), as snprintf. */
+QKV_API
 size_t qkv_lm_token_text(char *out, size_t cap, const qkv_vocab *v, int id);
 
 /* ---- model directories -----------------------------------------------------------------
@@ -985,13 +1134,17 @@ size_t qkv_lm_token_text(char *out, size_t cap, const qkv_vocab *v, int id);
  * and, while qkv_lm_train runs, checkpoint.safetensors: the parameters, Adam's moments and
  * step, and where training stands. */
 
+QKV_API
 qkv_status qkv_lm_config_to_json(const qkv_lm_config *c, char **json, qkv_error *err);
 /* Names file and key in its errors and checks the configuration. */
+QKV_API
 qkv_status qkv_lm_config_from_json(qkv_lm_config *c, const char *json, const char *file,
                                    qkv_error *err);
 /* Writes dir/config.json and dir/model.safetensors (atomically; dir is created). */
+QKV_API
 qkv_status qkv_lm_save(const qkv_lm *m, const char *dir, qkv_error *err);
 /* Every tensor present with its configured shape, none unknown, no NaN/Inf. */
+QKV_API
 qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err);
 
 /* ---- training ---------------------------------------------------------------------------
@@ -1035,6 +1188,7 @@ typedef struct {
 
 /* batch 32, context 128, lr 1e-3, Adam (0.9, 0.99, 1e-8), clip 1, warmup 100, log every
  * 50 steps, evaluate every 500 on 32768 tokens. Set out_dir and steps or minutes. */
+QKV_API
 qkv_lm_train_options qkv_lm_train_default_options(void);
 
 /* Trains m on train (n_train tokens; at least context + 1), evaluating on val (n_val tokens,
@@ -1042,12 +1196,14 @@ qkv_lm_train_options qkv_lm_train_default_options(void);
  * out_dir/metrics.jsonl ({"epoch", "step", "loss", "val_loss" when evaluated, "lr",
  * "tokens_per_s", "elapsed_s"}); at the end the model (qkv_lm_save). A non-finite loss or
  * gradient stops with QKV_ERR_NUMERIC before the parameters change. */
+QKV_API
 qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *val,
                         size_t n_val, const qkv_lm_train_options *o, qkv_error *err);
 
 /* The mean next-token loss over tokens (n >= 2) in evaluation mode, read as consecutive
  * windows of T + 1 tokens that overlap by one, so every token after the first is predicted
  * exactly once, B windows per forward pass. *count (may be NULL) receives n - 1. */
+QKV_API
 qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B, double *loss,
                            int64_t *count, qkv_error *err);
 
@@ -1063,13 +1219,17 @@ typedef struct {
     float *m, *v; /* owned: first and second moments (n each) */
 } qkv_adam;
 
+QKV_API
 qkv_status qkv_adam_init(qkv_adam *opt, size_t n, float beta1, float beta2, float eps,
                          float weight_decay, qkv_error *err);
+QKV_API
 void qkv_adam_free(qkv_adam *opt);
 /* One update of params (n) from grads (n) with learning rate lr. */
+QKV_API
 void qkv_adam_update(qkv_adam *opt, float *params, const float *grads, float lr);
 /* Scales grads so that their global L2 norm is at most max_norm; returns the norm before
  * clipping (NaN or Inf if a gradient is not finite, in which case nothing is scaled). */
+QKV_API
 double qkv_clip_grad_norm(float *grads, size_t n, double max_norm);
 
 /* ---------------------------------------------------------------------------------------
@@ -1159,6 +1319,7 @@ typedef struct {
 /* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam with PyTorch's defaults
  * (0.9, 0.999, 1e-8), clip 1, 200 epochs, seed 0, constant learning rate (the noam schedule's
  * warmup 4000 and factor 1 preset), no validation. out_dir must be set. */
+QKV_API
 qkv_train_options qkv_train_default_options(void);
 
 /* Trains m on data with teacher forcing. Every epoch end (and every checkpoint_every steps)
@@ -1166,6 +1327,7 @@ qkv_train_options qkv_train_default_options(void);
  * resumed run continues bit for bit as if it had never stopped (same machine and threads),
  * batches by length, validation, best model and early stopping included.
  * A non-finite loss or gradient stops with QKV_ERR_NUMERIC before the parameters change. */
+QKV_API
 qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *data, const qkv_train_options *o,
                      qkv_error *err);
 
@@ -1173,6 +1335,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *data, const qkv_trai
  * with batch_tokens > 0 and seed: items (data->n) receives the example indices, batch b
  * being items[first[b] .. first[b + 1]) (first: data->n + 1 ints). Returns the number of
  * batches, -1 when out of memory or batch_tokens < 1. */
+QKV_API
 int qkv_train_batches(int *items, int *first, const qkv_dataset *data, int batch_tokens,
                       uint64_t seed, int epoch);
 
@@ -1182,14 +1345,18 @@ int qkv_train_batches(int *items, int *first, const qkv_dataset *data, int batch
 
 /* The configuration as JSON text (caller frees with free()), and back; from_json names file
  * and key in its errors and checks the configuration. */
+QKV_API
 qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err);
+QKV_API
 qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, const char *file,
                                 qkv_error *err);
 
 /* Writes dir/config.json and dir/model.safetensors (each atomically; dir is created). */
+QKV_API
 qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err);
 /* Reads a model written by qkv_transformer_save: every tensor must be present with the shape
  * the configuration implies, no unknown tensor, no NaN/Inf. */
+QKV_API
 qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err);
 
 /* Where training stands: enough to resume bit for bit. */
@@ -1203,8 +1370,10 @@ typedef struct {
 
 /* A training checkpoint: parameters, Adam's moments and step, and the position, in one
  * safetensors file written atomically. Load validates everything before changing m or opt. */
+QKV_API
 qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
                                const qkv_train_position *pos, qkv_error *err);
+QKV_API
 qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
                                qkv_train_position *pos, qkv_error *err);
 
@@ -1235,14 +1404,19 @@ typedef struct {
 
 /* Read and validate a safetensors file. On failure *out is empty and err names the file and
  * the offending tensor. */
+QKV_API
 qkv_status qkv_tensor_file_load(qkv_tensor_file *out, const char *path, qkv_error *err);
 /* Parse an in-memory safetensors image (len bytes). */
+QKV_API
 qkv_status qkv_tensor_file_parse(qkv_tensor_file *out, const void *bytes, size_t len,
                                  const char *name_for_errors, qkv_error *err);
+QKV_API
 void qkv_tensor_file_free(qkv_tensor_file *f);
 /* The tensor called name, or NULL. */
+QKV_API
 const qkv_tensor *qkv_tensor_file_get(const qkv_tensor_file *f, const char *name);
 /* A metadata string value (owned by f until freed; NULL if absent). */
+QKV_API
 const char *qkv_tensor_file_meta(const qkv_tensor_file *f, const char *key);
 
 /* A tensor to be written: name, dtype, shape and data (numel * dtype size bytes). */
@@ -1257,6 +1431,7 @@ typedef struct {
 /* Write tensors (and optional metadata key/value string pairs, n_meta of them) to path
  * atomically: a temporary file in the same directory, flushed, then renamed over path, so
  * the previous file stays intact on any failure. */
+QKV_API
 qkv_status qkv_tensor_file_save(const char *path, const qkv_tensor_ref *tensors, int count,
                                 const char *const *meta_kv, int n_meta, qkv_error *err);
 
@@ -1281,9 +1456,11 @@ typedef struct {
 
 /* src (src_len >= 1) as qkv_vocab_encode writes it, unpadded; tgt (tgt_len >= 0) the
  * translation without <bos> or <eos>. Both lengths (tgt_len + 1) must fit the model. */
+QKV_API
 qkv_status qkv_attention_maps_compute(qkv_attention_maps *out, qkv_transformer *m,
                                       const int *src, int src_len, const int *tgt, int tgt_len,
                                       qkv_error *err);
+QKV_API
 void qkv_attention_maps_free(qkv_attention_maps *a);
 
 /* Nadaraya-Watson attention pooling with a Gaussian kernel:
@@ -1292,10 +1469,12 @@ void qkv_attention_maps_free(qkv_attention_maps *a);
  * q (B, n), k (B, m), v (B, m) -> y (B, n); P (B, n, m) is saved for backward. The mask is
  * qkv_masked_softmax_forward's (H = 1). Each batch row has its own keys, so d2l's training,
  * where every input attends to all the others, is B = n_train, n = 1, m = n_train - 1. */
+QKV_API
 void qkv_kernel_regression_forward(float *y, float *P, const float *q, const float *k,
                                    const float *v, float w, int B, int n, int m,
                                    const qkv_mask *mask);
 /* dq, dk, dv += their gradients given dy; *dw += dL/dw. Any gradient may be NULL. */
+QKV_API
 void qkv_kernel_regression_backward(float *dq, float *dk, float *dv, float *dw, const float *dy,
                                     const float *P, const float *q, const float *k,
                                     const float *v, float w, int B, int n, int m);
@@ -1327,7 +1506,9 @@ typedef struct qkv_viz qkv_viz;
 
 /* Load the font at font_path (NULL: QKV_VIZ_DEFAULT_FONT) into a new context *out.
  * A missing or unreadable file is QKV_ERR_IO, a file that is not a font QKV_ERR_FORMAT. */
+QKV_API
 qkv_status qkv_viz_open(qkv_viz **out, const char *font_path, qkv_error *err);
+QKV_API
 void qkv_viz_close(qkv_viz *v);
 
 typedef struct {
@@ -1353,19 +1534,26 @@ typedef struct {
 #define QKV_CANVAS_MAX_SIDE 16384
 
 /* Allocate a width x height canvas filled with background (1 <= sides <= QKV_CANVAS_MAX_SIDE). */
+QKV_API
 qkv_status qkv_canvas_init(qkv_canvas *c, int width, int height, qkv_rgb background,
                            qkv_error *err);
 /* Free the pixels; c is left zeroed. Safe on a zeroed canvas. */
+QKV_API
 void qkv_canvas_free(qkv_canvas *c);
 /* Restrict drawing to the rectangle at (x, y) of size w x h (intersected with the canvas). */
+QKV_API
 void qkv_canvas_set_clip(qkv_canvas *c, int x, int y, int w, int h);
+QKV_API
 void qkv_canvas_reset_clip(qkv_canvas *c);
 /* The colour of pixel (x, y); (x, y) must lie inside the canvas. */
+QKV_API
 qkv_rgb qkv_canvas_get(const qkv_canvas *c, int x, int y);
 
 /* Fill the w x h rectangle whose top-left pixel is (x, y). */
+QKV_API
 void qkv_canvas_fill_rect(qkv_canvas *c, int x, int y, int w, int h, qkv_rgb color);
 /* A 1-pixel outline just inside the w x h rectangle at (x, y). */
+QKV_API
 void qkv_canvas_stroke_rect(qkv_canvas *c, int x, int y, int w, int h, qkv_rgb color);
 
 typedef enum {
@@ -1381,14 +1569,17 @@ typedef enum {
  * pixels wide with round joins and caps. A non-finite point breaks the line in two. Every
  * pixel is blended once, at the largest coverage any segment gives it, so joins do not
  * darken. QKV_LINE_AUTO and QKV_LINE_NONE draw solid. Fails only on allocation. */
+QKV_API
 qkv_status qkv_canvas_polyline(qkv_canvas *c, const float *x, const float *y, int n,
                                float width, qkv_line_style style, qkv_rgb color,
                                qkv_error *err);
 /* One antialiased segment (a two-point solid polyline). */
+QKV_API
 qkv_status qkv_canvas_line(qkv_canvas *c, float x0, float y0, float x1, float y1, float width,
                            qkv_rgb color, qkv_error *err);
 /* A filled antialiased disc of the given radius centred at (cx, cy), blended with opacity
  * alpha in [0, 1]. */
+QKV_API
 void qkv_canvas_disc(qkv_canvas *c, float cx, float cy, float radius, qkv_rgb color,
                      float alpha);
 
@@ -1407,22 +1598,26 @@ typedef enum {
 
 /* The box of UTF-8 text at size_px (the font's pixel size, as FreeType's), unrotated:
  * *w its width, *h the line height. Invalid UTF-8 bytes count as U+FFFD. */
+QKV_API
 qkv_status qkv_text_size(int *w, int *h, qkv_viz *v, const char *text, float size_px,
                          qkv_error *err);
 /* Draw text with antialiasing. rotate90 = 1 turns it a quarter turn counter-clockwise (reading
  * bottom to top, as a y-axis label). The box (rotated: h wide, w tall) is placed so that its
  * (halign, valign) point is at (x, y). If box is not NULL it receives {x, y, w, h} of the box
  * on the canvas. NULL or empty text draws nothing. */
+QKV_API
 qkv_status qkv_canvas_text(qkv_canvas *c, qkv_viz *v, const char *text, float size_px, int x,
                            int y, qkv_halign halign, qkv_valign valign, int rotate90,
                            qkv_rgb color, int box[4], qkv_error *err);
 /* Write into out (size cap bytes) the longest prefix of text that, followed by an ellipsis
  * when cut, is at most max_w pixels wide at size_px. *w receives the result's width. */
+QKV_API
 qkv_status qkv_text_fit(char *out, size_t cap, int *w, qkv_viz *v, const char *text, float size_px,
                         int max_w, qkv_error *err);
 
 /* Write the canvas as an 8-bit RGB PNG. The file appears atomically: the image goes to a
  * temporary file in the same directory, which is renamed over path only when complete. */
+QKV_API
 qkv_status qkv_canvas_write_png(const qkv_canvas *c, const char *path, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
@@ -1432,19 +1627,23 @@ qkv_status qkv_canvas_write_png(const qkv_canvas *c, const char *path, qkv_error
 /* The sequential colour map of heatmaps: t in [0, 1] (clamped) from dark violet through blue,
  * teal and green to yellow, with CIELAB lightness L* rising linearly from 16 to 92, so equal
  * steps in value look like equal steps in brightness, and it stays ordered in grey. */
+QKV_API
 qkv_rgb qkv_colormap(float t);
 /* Colour of a non-finite heatmap cell (NaN, +-Inf): a neutral grey no ramp colour is near. */
 #define QKV_COLOR_NONFINITE 0xC0C0C0u
 
 /* The i-th colour of the default series palette (Okabe-Ito, legible by colour-blind readers). */
+QKV_API
 qkv_rgb qkv_palette(int i);
 
 /* "Nice" tick values in [lo, hi]: multiples of 1, 2, 2.5 or 5 x 10^k, about `target` of them
  * (target >= 2). Writes at most cap values to ticks, returns the count, and the step in *step
  * (if not NULL). lo < hi, both finite; otherwise returns 0. */
+QKV_API
 int qkv_nice_ticks(double *ticks, int cap, double *step, double lo, double hi, int target);
 /* A tick label for value v on an axis with tick spacing step: as many decimals as the step
  * needs, no "-0", exponent form for very large or small magnitudes. */
+QKV_API
 void qkv_tick_label(char *out, size_t cap, double v, double step);
 
 /* ---------------------------------------------------------------------------------------
@@ -1488,9 +1687,11 @@ typedef struct {
 /* Lay out and draw the figure into *out, which this call initialises (free it with
  * qkv_canvas_free). geom may be NULL. Fails with QKV_ERR_ARG (naming the field) on empty or
  * inconsistent dimensions, a NULL data pointer or a reversed colour range. */
+QKV_API
 qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz *v,
                             const qkv_heatmap_spec *s, qkv_error *err);
 /* qkv_heatmap_draw, then write the PNG to path. */
+QKV_API
 qkv_status qkv_heatmap_save(const char *path, qkv_heatmap_geometry *geom, qkv_viz *v,
                             const qkv_heatmap_spec *s, qkv_error *err);
 
@@ -1541,9 +1742,11 @@ typedef struct {
 /* Lay out and draw the plot into *out, which this call initialises. geom may be NULL.
  * QKV_ERR_ARG names the series and field at fault (no series, n < 1, NULL y, size out of
  * range, reversed limits); QKV_ERR_NUMERIC if no series has a single drawable point. */
+QKV_API
 qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
                          const qkv_plot_spec *s, qkv_error *err);
 /* qkv_plot_draw, then write the PNG to path. */
+QKV_API
 qkv_status qkv_plot_save(const char *path, qkv_plot_geometry *geom, qkv_viz *v,
                          const qkv_plot_spec *s, qkv_error *err);
 

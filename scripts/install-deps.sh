@@ -11,14 +11,36 @@ pkgs=(
   python3-torch python3-numpy  # PyTorch parity references (tests only)
   clang libclang-rt-14-dev libomp-dev  # make fuzz: libFuzzer and sanitizer runtimes, clang's OpenMP (tests only)
 )
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "install-deps: installing ${missing[*]}" >&2
+# Tests only: OpenBLAS's pthreads build, which tests/e2e/test_blas.sh loads on purpose to see qkv
+# refuse it. Installed as it is, it would become every program's libopenblas.so.0, libblas.so.3
+# and liblapack.so.3 (Debian's alternatives rank it above the OpenMP build, 100 to 95), PyTorch's
+# included. So it is installed last, after those alternatives have been fixed (manual mode) to
+# what they are then: the machine keeps the BLAS it had. qkv itself would not care (it finds the
+# OpenMP build through its RUNPATH), other programs would.
+pinned=(libopenblas0-pthread)
+
+is_missing() { ! dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+missing=(); missing_pinned=()
+for p in "${pkgs[@]}"; do is_missing "$p" && missing+=("$p"); done
+for p in "${pinned[@]}"; do is_missing "$p" && missing_pinned+=("$p"); done
+[ ${#missing[@]} -eq 0 ] && [ ${#missing_pinned[@]} -eq 0 ] && exit 0
+all=("${missing[@]}" "${missing_pinned[@]}")
+echo "install-deps: installing ${all[*]}" >&2
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ${#missing_pinned[@]} -gt 0 ]; then
+  ma=$(gcc -print-multiarch)
+  for alt in libopenblas.so.0 libblas.so.3 liblapack.so.3; do
+    value=$(update-alternatives --query "$alt-$ma" 2>/dev/null | sed -n 's/^Value: //p')
+    if [ -n "$value" ]; then
+      echo "install-deps: keeping $alt at $value" >&2
+      $SUDO update-alternatives --quiet --set "$alt-$ma" "$value"
+    fi
+  done
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing_pinned[@]}" >/dev/null
+fi

@@ -54,6 +54,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--version")) return printf("qkv %s\n", QKV_VERSION), 0;
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout), 0;
+    /* The BLAS qkv was built for, or no run at all (see qkv_blas_check). */
+    qkv_error err;
+    if (qkv_blas_check(&err)) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
     for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
         if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc, argv);
     fprintf(stderr, "qkv: unknown command '%s'\n\n", argv[1]);

@@ -21,16 +21,16 @@ FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := safetensors config checkpoint vocab corpus args bpe lm_config lm_model lm_vocab \
                 lm_text
 
-PKGS    ?= openblas libcjson libpng freetype2
 LIB_SRC ?= $(sort $(wildcard src/core/*.c src/backend/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
              src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
 
 FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=all
 # -Wno-pass-failed: clang would report the "#pragma omp simd" loops -O1 does not vectorise.
-FUZZ_CFLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Wno-pass-failed -fopenmp \
-               -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/fuzz \
-               $(shell pkg-config --cflags $(PKGS)) $(FUZZ_SAN)
-FUZZ_LDLIBS := $(shell pkg-config --libs $(PKGS)) -fopenmp -lm
+# PKG_CFLAGS, PKG_LIBS, OPENBLAS_RPATH: the main Makefile's, asked of pkg-config when a recipe
+# first needs them.
+FUZZ_CFLAGS  = -std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Wno-pass-failed -fopenmp \
+               -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/fuzz $(PKG_CFLAGS) $(FUZZ_SAN)
+FUZZ_LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -fopenmp -lm
 
 # Inputs longer than this are not generated: a little over the largest seed of each target.
 FUZZ_MAXLEN_safetensors := 16384
@@ -65,7 +65,7 @@ fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 fuzz-regress: $(FUZZ_TARGETS:%=fuzz-regress-%)
 
 # The library, instrumented for coverage (fuzzer-no-link) and sanitizers.
-$(FUZZ_BUILD)/src/%.o: src/%.c
+$(FUZZ_BUILD)/src/%.o: src/%.c Makefile tests/fuzz/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
@@ -73,7 +73,7 @@ $(FUZZ_BUILD)/libqkv.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(FUZZ_BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
+$(FUZZ_BUILD)/tests/fuzz/%.o: tests/fuzz/%.c Makefile tests/fuzz/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -c $< -o $@
 
