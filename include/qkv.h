@@ -667,6 +667,62 @@ qkv_status qkv_bpe_save(const qkv_bpe *b, const char *path, qkv_error *err);
 qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * A model's tokenizer: how its text becomes tokens and ids, and ids text again
+ * Lines become words (d2l's preprocessing and words, or plain whitespace-separated tokens
+ * for a model whose vocabulary another tokenizer made), words become the model's tokens (the
+ * words themselves, or their subword pieces), and tokens become ids through the side's
+ * vocabulary. A model directory records the choice in text.json
+ * ({"tokenizer": "d2l" | "whitespace" | "bpe", "source_bos": false}; absent: d2l).
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_TOKENIZER_D2L = 0,        /* qkv_sentences_from_text's words */
+    QKV_TOKENIZER_WHITESPACE = 1, /* qkv_sentences_split's tokens */
+    QKV_TOKENIZER_BPE = 2         /* d2l's words, then the pieces of src_bpe / tgt_bpe */
+} qkv_tokenizer_kind;
+
+/* Filled by qkv_tokenizer_load, or by hand from vocabularies (and subword encodings) being
+ * trained; qkv_tokenizer_free frees every member. */
+typedef struct {
+    qkv_tokenizer_kind kind;
+    int source_bos;          /* sources start with <bos> (PyTorch's translation tutorial) */
+    qkv_vocab src, tgt;
+    qkv_bpe src_bpe, tgt_bpe; /* QKV_TOKENIZER_BPE (one file for both sides when joint) */
+} qkv_tokenizer;
+
+/* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its
+ * parent has it (training writes dir/best and dir/epoch-NNN with the model alone). Returns
+ * whether the file exists (path is dir/name when it does not). */
+int qkv_model_dir_file(char *path, size_t cap, const char *dir, const char *name);
+
+/* Reads src_vocab.txt, tgt_vocab.txt, text.json (optional) and, for a subword model,
+ * src_bpe.txt and tgt_bpe.txt, each from dir or its parent (qkv_model_dir_file). Errors name
+ * the file: a vocabulary's own, text.json that is not JSON or names an unknown tokenizer, a
+ * subword encoding whose symbols are not its vocabulary's tokens. */
+qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err);
+void qkv_tokenizer_free(qkv_tokenizer *t);
+
+/* The lines of text as words the way the model's text was split (see qkv_tokenizer_kind);
+ * name labels the text in messages, as in qkv_sentences_from_text. */
+qkv_status qkv_tokenizer_words(const qkv_tokenizer *t, qkv_sentences *out, const char *text,
+                               size_t len, const char *name, qkv_error *err);
+/* Word sentences as the model's tokens on one side (target = 0: source, 1: target): their
+ * subword pieces, or a copy of the words. */
+qkv_status qkv_tokenizer_tokens(const qkv_tokenizer *t, qkv_sentences *out,
+                                const qkv_sentences *words, int target, qkv_error *err);
+/* The text of target ids[0..n) up to the first <eos>: tokens joined by spaces, or subword
+ * pieces joined into words. snprintf's contract: at most cap bytes, NUL included; returns
+ * the length of the whole text. */
+size_t qkv_tokenizer_decode(const qkv_tokenizer *t, char *out, size_t cap, const int *ids,
+                            int n);
+/* The words of the text of target ids[0..n) as ids of `words` (a vocabulary of reference
+ * words), for BLEU over words whatever the model's tokens: a word that vocabulary lacks gets
+ * the id -1 - its position, so it matches nothing ("<unk>" itself is QKV_UNK). Writes at
+ * most cap ids and returns their count, -1 when out of memory. */
+int qkv_tokenizer_word_ids(const qkv_tokenizer *t, const qkv_vocab *words, int *out, int cap,
+                           const int *ids, int n);
+
+/* ---------------------------------------------------------------------------------------
  * Precision of the models' matrix products
  * QKV_PRECISION_BF16 runs every product of a model's linear layers (attention projections,
  * FFN, output logits; forward, dX and dW) with both operands rounded to bfloat16 (to
