@@ -1194,15 +1194,13 @@ typedef struct {
      * out_dir/validation.json, from which a resumed run recovers best and patience. */
     const qkv_dataset *valid;
     int valid_bleu;
-    /* BLEU compares words: valid_refs[i] (valid_ref_lens[i] ids) is pair i's reference and
-     * valid_words(words, cap, ids, n, ctx) turns a translation (model ids, without <eos>)
-     * into at most cap words in the same id space, returning their count (e.g. subword
-     * pieces joined back into words). Both NULL: model ids against the target side of valid
-     * up to its <eos>. */
-    const int *const *valid_refs;
-    const int *valid_ref_lens;
-    int (*valid_words)(int *words, int cap, const int *ids, int n, void *ctx);
-    void *valid_ctx;
+    /* BLEU over words: with valid_tokenizer set, each translation's text (subword pieces
+     * joined into words, qkv_tokenizer_word_ids) is compared word for word with sentence i
+     * of valid_references, pair i's reference as words (the target side as
+     * qkv_corpus_read_* gives it, before any subword encoding). Both NULL: model ids against
+     * the target side of valid up to its <eos>. */
+    const qkv_tokenizer *valid_tokenizer;
+    const qkv_sentences *valid_references;
     int patience;           /* stop after this many validations in a row without a new best
                              * (0: never) */
     int keep_epochs;        /* also keep the models of the last N epochs in out_dir/epoch-NNN

@@ -160,55 +160,6 @@ fail:
     return -1;
 }
 
-/* The words of the validation references, and each reference as ids of them, for BLEU. */
-typedef struct {
-    const qkv_tokenizer *tok;
-    qkv_vocab words;
-    int **refs, *ref_lens;
-    int n;
-} valid_words_ctx;
-
-static int translation_words(int *words, int cap, const int *ids, int n, void *ctx)
-{
-    const valid_words_ctx *v = ctx;
-    const int count = qkv_tokenizer_word_ids(v->tok, &v->words, words, cap, ids, n);
-    return count > 0 ? count : 0; /* out of memory: no words, as before */
-}
-
-static void valid_words_free(valid_words_ctx *v)
-{
-    for (int i = 0; i < v->n; i++) free(v->refs[i]);
-    free(v->refs), free(v->ref_lens);
-    qkv_vocab_free(&v->words);
-}
-
-static int valid_words_init(valid_words_ctx *v, const qkv_tokenizer *tok,
-                            const qkv_sentences *tgt)
-{
-    qkv_error err = {0};
-    memset(v, 0, sizeof *v);
-    v->tok = tok;
-    if (qkv_vocab_build(&v->words, tgt->tokens, tgt->n_tokens, 1, &err)) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        return -1;
-    }
-    v->refs = calloc((size_t)tgt->count, sizeof *v->refs);
-    v->ref_lens = malloc((size_t)tgt->count * sizeof *v->ref_lens);
-    if (!v->refs || !v->ref_lens) goto oom;
-    v->n = tgt->count;
-    for (int i = 0; i < tgt->count; i++) {
-        int n = qkv_sentence_len(tgt, i);
-        if (!(v->refs[i] = malloc((size_t)(n ? n : 1) * sizeof **v->refs))) goto oom;
-        for (int k = 0; k < n; k++)
-            v->refs[i][k] = qkv_vocab_id(&v->words, tgt->tokens[tgt->start[i] + k]);
-        v->ref_lens[i] = n;
-    }
-    return 0;
-oom:
-    fprintf(stderr, "qkv: out of memory\n");
-    return -1;
-}
-
 /* Replaces word sentences by the model's tokens on one side; -1 (message printed) on
  * failure. */
 static int to_tokens(const qkv_tokenizer *tok, qkv_sentences *s, int target)
@@ -299,7 +250,6 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     qkv_corpus corpus = {0}, held_out = {0};
     qkv_sentences held_out_tgt = {0}; /* the held-out targets as the model's tokens */
     qkv_translator *t = NULL;
-    valid_words_ctx vw = {0};
     int *bufs[8] = {0};
     const char *out = o->out_dir;
     int rc = 1;
@@ -330,11 +280,8 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     qkv_transformer *m = qkv_translator_model(t);
     const qkv_tokenizer *tok = qkv_translator_tokenizer(t);
     /* the model learns from its tokens, validation BLEU compares the references' words */
-    if (held_out.source.count && r->valid_bleu) {
-        if (valid_words_init(&vw, tok, &held_out.target)) goto done;
-        o->valid_bleu = 1, o->valid_words = translation_words, o->valid_ctx = &vw;
-        o->valid_refs = (const int *const *)vw.refs, o->valid_ref_lens = vw.ref_lens;
-    }
+    if (held_out.source.count && r->valid_bleu)
+        o->valid_bleu = 1, o->valid_tokenizer = tok, o->valid_references = &held_out.target;
     if (to_tokens(tok, &corpus.source, 0) || to_tokens(tok, &corpus.target, 1)) goto done;
     qkv_dataset ds, vs;
     if (build_dataset(&ds, bufs, &corpus.source, &corpus.target, tok, T)) goto done;
@@ -374,7 +321,6 @@ done:
     qkv_corpus_free(&corpus);
     qkv_corpus_free(&held_out);
     qkv_sentences_free(&held_out_tgt);
-    valid_words_free(&vw);
     qkv_translator_free(t);
     return rc;
 }

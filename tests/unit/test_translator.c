@@ -4,7 +4,8 @@
  * is the ids' detokenised text; n-best scores are beam search's; over-long sources are cut
  * and reported; empty input and batches larger than the batch size work; a best/ directory
  * takes its vocabularies from its parent; bad directories and options fail with messages
- * naming the file or the option. */
+ * naming the file or the option. And validation BLEU in qkv_train, given the tokenizer and
+ * the references as words, is BLEU over the translations' words. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -596,6 +597,122 @@ static void test_word_ids(void **state)
     qkv_sentences_free(&s), qkv_sentences_free(&t);
 }
 
+/* ---- validation BLEU in training -------------------------------------------------------- */
+
+typedef struct {
+    double bleu;
+    int validated;
+} last_validation;
+
+static void keep(const qkv_train_progress *p, void *ctx)
+{
+    last_validation *v = ctx;
+    if (p->validated) v->bleu = p->bleu, v->validated++;
+}
+
+/* The id of word w in a list of distinct words, added if new: BLEU's tokens, made here
+ * without the library's vocabularies. */
+static int intern(const char **list, int *n, const char *w)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(list[i], w)) return i;
+    list[*n] = w;
+    return (*n)++;
+}
+
+/* A copy task in subword pieces: qkv_train's validation BLEU (tokenizer + references as
+ * words) is corpus BLEU-4 of the greedy translations' words against the reference words,
+ * recomputed here from the text; it is not the BLEU over pieces. */
+static void test_validation_bleu_over_words(void **state)
+{
+    (void)state;
+    enum { N = 160, NV = 24, T = 16 };
+    static const char *const W[] = {"ab", "ba", "abc", "cab", "bc", "ca", "cc", "bab"};
+    char text[N * 24] = "", *at = text;
+    for (int e = 0; e < N; e++) {
+        int len = 2 + (int)(qkv_random_u32(11, (uint64_t)e * 9) % 4);
+        for (int k = 0; k < len; k++)
+            at += sprintf(at, "%s%s", k ? " " : "", W[qkv_random_u32(12, (uint64_t)e * 9 + k) % 8]);
+        *at++ = '\n';
+    }
+    *at = '\0';
+    qkv_sentences words, pieces, refs = {0};
+    qkv_tokenizer tok = {0};
+    assert_int_equal(qkv_sentences_from_text(&words, text, strlen(text), "copy", NULL), QKV_OK);
+    const qkv_sentences *texts[1] = {&words};
+    assert_int_equal(qkv_bpe_learn(&tok.src_bpe, texts, 1, 14, NULL), QKV_OK);
+    assert_int_equal(qkv_bpe_learn(&tok.tgt_bpe, texts, 1, 14, NULL), QKV_OK);
+    assert_int_equal(qkv_bpe_vocab(&tok.src, &tok.src_bpe, NULL), QKV_OK);
+    assert_int_equal(qkv_bpe_vocab(&tok.tgt, &tok.tgt_bpe, NULL), QKV_OK);
+    tok.kind = QKV_TOKENIZER_BPE;
+    assert_int_equal(qkv_tokenizer_tokens(&tok, &pieces, &words, 0, NULL), QKV_OK);
+    int *ids = malloc(N * T * sizeof *ids), *valid = malloc(N * sizeof *valid);
+    assert_int_equal(qkv_sentences_encode(ids, valid, &pieces, &tok.src, T, NULL), QKV_OK);
+    qkv_dataset d = {N, T, ids, valid, ids, valid}, v = {NV, T, ids, valid, ids, valid};
+    /* the references: the first NV sentences, as words */
+    const char *end = text;
+    for (int e = 0; e < NV; e++) end = strchr(end, '\n') + 1;
+    assert_int_equal(qkv_sentences_from_text(&refs, text, (size_t)(end - text), "refs", NULL),
+                     QKV_OK);
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = tok.src.size, cfg.tgt_vocab = tok.tgt.size, cfg.d_model = 32;
+    cfg.heads = 2, cfg.ffn = 64, cfg.enc_layers = cfg.dec_layers = 1, cfg.max_len = 16;
+    cfg.dropout = 0.0f;
+    qkv_transformer *m;
+    assert_int_equal(qkv_transformer_create(&m, &cfg, 3, NULL), QKV_OK);
+    char dir[64];
+    temp_dir(dir, sizeof dir);
+    last_validation last = {0};
+    qkv_train_options o = qkv_train_default_options();
+    o.out_dir = dir, o.batch = 16, o.epochs = 30, o.lr = 0.005f, o.valid = &v, o.valid_bleu = 1;
+    o.valid_tokenizer = &tok, o.valid_references = &refs;
+    o.progress = keep, o.progress_ctx = &last;
+    qkv_error err = {0};
+    assert_int_equal(qkv_train(m, &d, &o, &err), QKV_OK);
+    assert_int_equal(last.validated, o.epochs);
+    /* recomputed: translations' text split into words, ids interned with the references' */
+    int out[NV * T], len[NV], hyp[NV][T + 1], ref[NV][T], hn[NV], rn[NV], n_list = 0;
+    const char *list[NV * (T + 8)];
+    char line[NV][128];
+    assert_int_equal(qkv_transformer_greedy(m, ids, valid, NV, T, T, out, len, NULL), QKV_OK);
+    for (int e = 0; e < NV; e++) {
+        rn[e] = qkv_sentence_len(&refs, e);
+        for (int k = 0; k < rn[e]; k++)
+            ref[e][k] = intern(list, &n_list, refs.tokens[refs.start[e] + k]);
+    }
+    const int known = n_list;
+    int pieces_differ = 0;
+    for (int e = 0; e < NV; e++) {
+        qkv_tokenizer_decode(&tok, line[e], sizeof line[e], out + e * T, len[e]);
+        hn[e] = 0;
+        for (char *w = strtok(line[e], " "); w; w = strtok(NULL, " ")) {
+            const int id = intern(list, &n_list, w);
+            hyp[e][hn[e]] = id < known ? id : -1 - hn[e];
+            hn[e]++;
+        }
+        pieces_differ += hn[e] != len[e];
+    }
+    const int *hp[NV], *rp[NV];
+    for (int e = 0; e < NV; e++) hp[e] = hyp[e], rp[e] = ref[e];
+    double bleu;
+    assert_int_equal(qkv_corpus_bleu(&bleu, hp, hn, rp, rn, NV, NULL), QKV_OK);
+    print_message("validation BLEU over words %.2f\n", last.bleu);
+    assert_true(fabs(last.bleu - 100.0 * bleu) < 1e-9);
+    assert_true(bleu > 0.0);       /* the comparison has teeth */
+    assert_true(pieces_differ > 0); /* and words are not pieces here */
+    /* the references must be one per validation pair, and come with the tokenizer */
+    o.valid_references = &words;
+    assert_int_equal(qkv_train(m, &d, &o, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "references"));
+    o.valid_references = &refs, o.valid_tokenizer = NULL;
+    assert_int_equal(qkv_train(m, &d, &o, &err), QKV_ERR_ARG);
+    qkv_transformer_free(m);
+    qkv_tokenizer_free(&tok);
+    qkv_sentences_free(&words), qkv_sentences_free(&pieces), qkv_sentences_free(&refs);
+    free(ids), free(valid);
+    remove_tree(dir);
+}
+
 int main(void)
 {
     qkv_set_threads(2);
@@ -611,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_bad_options_and_sources),
         cmocka_unit_test(test_create_from_memory),
         cmocka_unit_test(test_word_ids),
+        cmocka_unit_test(test_validation_bleu_over_words),
     };
     return cmocka_run_group_tests_name("translator", tests, NULL, NULL);
 }
