@@ -772,6 +772,69 @@ QKV_API
 qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * A model's tokenizer: how its text becomes tokens and ids, and ids text again
+ * Lines become words (d2l's preprocessing and words, or plain whitespace-separated tokens
+ * for a model whose vocabulary another tokenizer made), words become the model's tokens (the
+ * words themselves, or their subword pieces), and tokens become ids through the side's
+ * vocabulary. A model directory records the choice in text.json
+ * ({"tokenizer": "d2l" | "whitespace" | "bpe", "source_bos": false}; absent: d2l).
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_TOKENIZER_D2L = 0,        /* qkv_sentences_from_text's words */
+    QKV_TOKENIZER_WHITESPACE = 1, /* qkv_sentences_split's tokens */
+    QKV_TOKENIZER_BPE = 2         /* d2l's words, then the pieces of src_bpe / tgt_bpe */
+} qkv_tokenizer_kind;
+
+/* Filled by qkv_tokenizer_load, or by hand from vocabularies (and subword encodings) being
+ * trained; qkv_tokenizer_free frees every member. */
+typedef struct {
+    qkv_tokenizer_kind kind;
+    int source_bos;          /* sources start with <bos> (PyTorch's translation tutorial) */
+    qkv_vocab src, tgt;
+    qkv_bpe src_bpe, tgt_bpe; /* QKV_TOKENIZER_BPE (one file for both sides when joint) */
+} qkv_tokenizer;
+
+/* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its
+ * parent has it (training writes dir/best and dir/epoch-NNN with the model alone). Returns
+ * whether the file exists (path is dir/name when it does not). */
+QKV_API
+int qkv_model_dir_file(char *path, size_t cap, const char *dir, const char *name);
+
+/* Reads src_vocab.txt, tgt_vocab.txt, text.json (optional) and, for a subword model,
+ * src_bpe.txt and tgt_bpe.txt, each from dir or its parent (qkv_model_dir_file). Errors name
+ * the file: a vocabulary's own, text.json that is not JSON or names an unknown tokenizer, a
+ * subword encoding whose symbols are not its vocabulary's tokens. */
+QKV_API
+qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err);
+QKV_API
+void qkv_tokenizer_free(qkv_tokenizer *t);
+
+/* The lines of text as words the way the model's text was split (see qkv_tokenizer_kind);
+ * name labels the text in messages, as in qkv_sentences_from_text. */
+QKV_API
+qkv_status qkv_tokenizer_words(const qkv_tokenizer *t, qkv_sentences *out, const char *text,
+                               size_t len, const char *name, qkv_error *err);
+/* Word sentences as the model's tokens on one side (target = 0: source, 1: target): their
+ * subword pieces, or a copy of the words. */
+QKV_API
+qkv_status qkv_tokenizer_tokens(const qkv_tokenizer *t, qkv_sentences *out,
+                                const qkv_sentences *words, int target, qkv_error *err);
+/* The text of target ids[0..n) up to the first <eos>: tokens joined by spaces, or subword
+ * pieces joined into words. snprintf's contract: at most cap bytes, NUL included; returns
+ * the length of the whole text. */
+QKV_API
+size_t qkv_tokenizer_decode(const qkv_tokenizer *t, char *out, size_t cap, const int *ids,
+                            int n);
+/* The words of the text of target ids[0..n) as ids of `words` (a vocabulary of reference
+ * words), for BLEU over words whatever the model's tokens: a word that vocabulary lacks gets
+ * the id -1 - its position, so it matches nothing ("<unk>" itself is QKV_UNK). Writes at
+ * most cap ids and returns their count, -1 when out of memory. */
+QKV_API
+int qkv_tokenizer_word_ids(const qkv_tokenizer *t, const qkv_vocab *words, int *out, int cap,
+                           const int *ids, int n);
+
+/* ---------------------------------------------------------------------------------------
  * Precision of the models' matrix products
  * QKV_PRECISION_BF16 runs every product of a model's linear layers (attention projections,
  * FFN, output logits; forward, dX and dW) with both operands rounded to bfloat16 (to
@@ -1298,15 +1361,13 @@ typedef struct {
      * out_dir/validation.json, from which a resumed run recovers best and patience. */
     const qkv_dataset *valid;
     int valid_bleu;
-    /* BLEU compares words: valid_refs[i] (valid_ref_lens[i] ids) is pair i's reference and
-     * valid_words(words, cap, ids, n, ctx) turns a translation (model ids, without <eos>)
-     * into at most cap words in the same id space, returning their count (e.g. subword
-     * pieces joined back into words). Both NULL: model ids against the target side of valid
-     * up to its <eos>. */
-    const int *const *valid_refs;
-    const int *valid_ref_lens;
-    int (*valid_words)(int *words, int cap, const int *ids, int n, void *ctx);
-    void *valid_ctx;
+    /* BLEU over words: with valid_tokenizer set, each translation's text (subword pieces
+     * joined into words, qkv_tokenizer_word_ids) is compared word for word with sentence i
+     * of valid_references, pair i's reference as words (the target side as
+     * qkv_corpus_read_* gives it, before any subword encoding). Both NULL: model ids against
+     * the target side of valid up to its <eos>. */
+    const qkv_tokenizer *valid_tokenizer;
+    const qkv_sentences *valid_references;
     int patience;           /* stop after this many validations in a row without a new best
                              * (0: never) */
     int keep_epochs;        /* also keep the models of the last N epochs in out_dir/epoch-NNN
@@ -1376,6 +1437,85 @@ qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const
 QKV_API
 qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
                                qkv_train_position *pos, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * The translator: a model directory as one object that turns sentences into translations
+ * (the model, its tokenizer and the length it was trained for), with batching, truncation
+ * of over-long sources, greedy or beam decoding, and the text of every hypothesis. It owns
+ * the model's decoding buffers, so a translator serves one thread at a time; separate
+ * translators share nothing.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct qkv_translator qkv_translator;
+
+/* Opens a model directory: config.json and model.safetensors (qkv_transformer_load), the
+ * tokenizer's files (qkv_tokenizer_load, from dir or its parent, so dir/best and
+ * dir/epoch-NNN open too) and train.json's num_steps (optional, from dir or its parent).
+ * Errors name the file; vocabularies of other sizes than the model's are QKV_ERR_FORMAT. */
+QKV_API
+qkv_status qkv_translator_open(qkv_translator **out, const char *dir, qkv_error *err);
+/* A translator around a model and tokenizer made in memory (e.g. while training one);
+ * num_steps as train.json's (0: unknown). On success it owns m and what *tok held (*tok is
+ * zeroed); on failure (vocabulary sizes other than the model's: QKV_ERR_ARG) the caller
+ * still owns both. */
+QKV_API
+qkv_status qkv_translator_create(qkv_translator **out, qkv_transformer *m, qkv_tokenizer *tok,
+                                 int num_steps, qkv_error *err);
+QKV_API
+void qkv_translator_free(qkv_translator *t);
+
+QKV_API
+qkv_transformer *qkv_translator_model(qkv_translator *t);
+QKV_API
+const qkv_tokenizer *qkv_translator_tokenizer(const qkv_translator *t);
+/* The sentence length the model was trained with (train.json's num_steps), 0 if unknown. */
+QKV_API
+int qkv_translator_num_steps(const qkv_translator *t);
+
+typedef struct {
+    int beam;      /* K >= 1; K = 1 with n_best = 1 is greedy decoding */
+    int n_best;    /* hypotheses per sentence, 1 .. beam */
+    float alpha;   /* length penalty exponent of beam search >= 0 (qkv_beam_options) */
+    int max_len;   /* longest translation in tokens, <eos> not counted; 0: the training
+                    * length (else 100); at most the model's max_len (longer is cut to it) */
+    int batch;     /* sentences decoded together, >= 1 (results do not depend on it) */
+    qkv_precision precision; /* set on the model for this and later translations */
+} qkv_translate_options;
+
+/* Greedy decoding, max_len 0, batches of 32, float32. */
+QKV_API
+qkv_translate_options qkv_translate_default_options(void);
+
+/* The translations of count sentences, hypothesis k of sentence i at h = i * n_best + k,
+ * best first. Owned until qkv_translations_free. */
+typedef struct {
+    int count, n_best;
+    int max_len;    /* the length decoding allowed: the row length of ids */
+    char **text;    /* (count * n_best) the translations as text; NULL where beam search found
+                     * fewer hypotheses than n_best (a tiny vocabulary) */
+    int *ids;       /* (count * n_best, max_len) target ids without <bos> and <eos> */
+    int *len;       /* (count * n_best) their counts; -1 where text is NULL */
+    double *score;  /* (count * n_best) beam search's log P / lp; NaN from greedy decoding */
+    int truncated;  /* sources longer than the model accepts, cut to its max_len (losing
+                     * their <eos>, as d2l's truncate_pad) */
+    int first_truncated, first_truncated_len; /* the first of them (0-based; -1 if none) and
+                                               * its tokens, <eos> (and <bos>) included */
+} qkv_translations;
+
+/* Translates sources[0..n), one sentence of raw UTF-8 text each (no line break inside), as
+ * the model's tokenizer reads them; messages name a source "source:<i + 1>". On failure *out
+ * is left empty. n = 0 gives zero translations. */
+QKV_API
+qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *const *sources,
+                         int n, const qkv_translate_options *o, qkv_error *err);
+/* The same from sentences already split into words (qkv_tokenizer_words, or a corpus read
+ * by qkv_corpus_read_*), which a subword model turns into pieces. */
+QKV_API
+qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
+                               const qkv_sentences *words, const qkv_translate_options *o,
+                               qkv_error *err);
+QKV_API
+void qkv_translations_free(qkv_translations *r);
 
 /* ---------------------------------------------------------------------------------------
  * Tensor files (safetensors): a JSON header naming each tensor's dtype, shape and byte range,

@@ -16,13 +16,7 @@ static const char *const AUX[] = {"src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt
 static int copy_aux(const char *dir, const char *out, const char *name)
 {
     char from[4096], to[4096];
-    snprintf(from, sizeof from, "%s/%s", dir, name);
-    FILE *in = fopen(from, "rb");
-    if (!in) {
-        snprintf(from, sizeof from, "%s/../%s", dir, name);
-        if (!(in = fopen(from, "rb"))) return 0;
-    }
-    fclose(in);
+    if (!qkv_model_dir_file(from, sizeof from, dir, name)) return 0;
     size_t len;
     char *text = cli_read_all(from, &len);
     if (!text) return -1;

@@ -69,28 +69,35 @@ int cmd_demo(int argc, char **argv)
     make_task(&src_text, &tgt_text, n_train, seed * 2 + 1);
     make_task(&test_src, &test_tgt, n_test, seed * 2 + 2);
     qkv_corpus train = {0}, test = {0};
-    cli_model cm = {0};
+    qkv_tokenizer tok = {0};
+    qkv_transformer *model = NULL;
+    qkv_translator *tr = NULL;
+    qkv_translations r = {0};
     qkv_error err = {0};
-    int *bufs[4] = {0}, *ids = NULL, *lens = NULL, *ref = NULL;
+    int *bufs[4] = {0}, *ref = NULL;
     rc = 1;
     if (!src_text || !tgt_text || !test_src || !test_tgt ||
         qkv_sentences_from_text(&train.source, src_text, strlen(src_text), "demo", &err) ||
         qkv_sentences_from_text(&train.target, tgt_text, strlen(tgt_text), "demo", &err) ||
         qkv_sentences_from_text(&test.source, test_src, strlen(test_src), "demo", &err) ||
         qkv_sentences_from_text(&test.target, test_tgt, strlen(test_tgt), "demo", &err) ||
-        qkv_vocab_build(&cm.src, train.source.tokens, train.source.n_tokens, 1, &err) ||
-        qkv_vocab_build(&cm.tgt, train.target.tokens, train.target.n_tokens, 1, &err))
+        qkv_vocab_build(&tok.src, train.source.tokens, train.source.n_tokens, 1, &err) ||
+        qkv_vocab_build(&tok.tgt, train.target.tokens, train.target.n_tokens, 1, &err))
         goto fail;
     const int T = 10;
     qkv_transformer_config cfg = qkv_transformer_default_config();
-    cfg.src_vocab = cm.src.size, cfg.tgt_vocab = cm.tgt.size, cfg.max_len = 64;
+    cfg.src_vocab = tok.src.size, cfg.tgt_vocab = tok.tgt.size, cfg.max_len = 64;
     cfg.d_model = 64, cfg.heads = 4, cfg.ffn = 128, cfg.dropout = 0.0f;
-    if (qkv_transformer_create(&cm.model, &cfg, seed, &err)) goto fail;
+    if (qkv_transformer_create(&model, &cfg, seed, &err) ||
+        qkv_translator_create(&tr, model, &tok, T, &err))
+        goto fail;
+    model = NULL; /* the translator's now, as are the vocabularies */
+    const qkv_tokenizer *vocab = qkv_translator_tokenizer(tr);
     const size_t n = (size_t)n_train;
     for (int i = 0; i < 4; i++) bufs[i] = malloc(n * (i % 2 ? 1 : T) * sizeof(int));
     if (!bufs[0] || !bufs[1] || !bufs[2] || !bufs[3] ||
-        qkv_sentences_encode(bufs[0], bufs[1], &train.source, &cm.src, T, &err) ||
-        qkv_sentences_encode(bufs[2], bufs[3], &train.target, &cm.tgt, T, &err))
+        qkv_sentences_encode(bufs[0], bufs[1], &train.source, &vocab->src, T, &err) ||
+        qkv_sentences_encode(bufs[2], bufs[3], &train.target, &vocab->tgt, T, &err))
         goto fail;
     qkv_dataset ds = {n_train, T, bufs[0], bufs[1], bufs[2], bufs[3]};
     qkv_train_options o = qkv_train_default_options();
@@ -98,36 +105,38 @@ int cmd_demo(int argc, char **argv)
     o.progress = progress;
     printf("Training a %d+%d-layer Transformer (d_model %d, %d heads, %zu parameters) on %d "
            "pairs with %d threads...\n", cfg.enc_layers, cfg.dec_layers, cfg.d_model, cfg.heads,
-           qkv_transformer_num_params(cm.model), n_train, qkv_get_threads());
+           qkv_transformer_num_params(qkv_translator_model(tr)), n_train, qkv_get_threads());
     fflush(stdout);
     double t0 = now_s();
-    if (qkv_train(cm.model, &ds, &o, &err)) goto fail;
+    if (qkv_train(qkv_translator_model(tr), &ds, &o, &err)) goto fail;
     char path[4096];
     snprintf(path, sizeof path, "%s/src_vocab.txt", out);
-    if (qkv_vocab_save(&cm.src, path, &err)) goto fail;
+    if (qkv_vocab_save(&vocab->src, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/tgt_vocab.txt", out);
-    if (qkv_vocab_save(&cm.tgt, path, &err)) goto fail;
+    if (qkv_vocab_save(&vocab->tgt, path, &err)) goto fail;
     printf("Trained in %.1fs; the model is in %s/.\n\nHeld-out sequences (greedy decoding with "
            "the KV cache):\n", now_s() - t0, out);
-    ids = malloc((size_t)n_test * T * sizeof *ids), lens = malloc((size_t)n_test * sizeof *lens);
-    ref = malloc(T * sizeof *ref);
-    if (!ids || !lens || !ref || cli_translate(&cm, &test.source, T, 64, ids, lens)) goto done;
+    qkv_translate_options to = qkv_translate_default_options();
+    to.max_len = T, to.batch = 64;
+    if (!(ref = malloc(T * sizeof *ref))) {
+        fprintf(stderr, "qkv: out of memory\n");
+        goto done;
+    }
+    if (qkv_translate_words(&r, tr, &test.source, &to, &err)) goto fail;
     qkv_bleu_stats stats = {0};
     int exact = 0;
     for (int i = 0; i < n_test; i++) {
         int rn = qkv_sentence_len(&test.target, i);
         for (int k = 0; k < rn; k++)
-            ref[k] = qkv_vocab_id(&cm.tgt, test.target.tokens[test.target.start[i] + k]);
-        const int *hyp = ids + (size_t)i * T;
-        qkv_bleu_stats_add(&stats, hyp, lens[i], ref, rn, NULL);
-        exact += lens[i] == rn && !memcmp(hyp, ref, rn * sizeof *ref);
+            ref[k] = qkv_vocab_id(&vocab->tgt, test.target.tokens[test.target.start[i] + k]);
+        const int *hyp = r.ids + (size_t)i * r.max_len;
+        qkv_bleu_stats_add(&stats, hyp, r.len[i], ref, rn, NULL);
+        exact += r.len[i] == rn && !memcmp(hyp, ref, rn * sizeof *ref);
         if (i < 5) {
-            char line[256];
-            qkv_vocab_decode(line, sizeof line, &cm.tgt, hyp, lens[i]);
             printf("  ");
             for (int k = 0; k < qkv_sentence_len(&test.source, i); k++)
                 printf("%s ", test.source.tokens[test.source.start[i] + k]);
-            printf("=> %s\n", line);
+            printf("=> %s\n", r.text[i]);
         }
     }
     printf("\nheld-out: %d/%d exactly reversed, corpus BLEU-4 %.2f\n", exact, n_test,
@@ -140,8 +149,11 @@ fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
 done:
     for (int i = 0; i < 4; i++) free(bufs[i]);
-    free(src_text), free(tgt_text), free(test_src), free(test_tgt), free(ids), free(lens), free(ref);
+    free(src_text), free(tgt_text), free(test_src), free(test_tgt), free(ref);
     qkv_corpus_free(&train), qkv_corpus_free(&test);
-    cli_model_free(&cm);
+    qkv_translations_free(&r);
+    qkv_translator_free(tr);
+    qkv_transformer_free(model);
+    qkv_tokenizer_free(&tok);
     return rc;
 }

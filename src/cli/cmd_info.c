@@ -60,10 +60,14 @@ int cmd_info(int argc, char **argv)
     int rc = args_parse(argc, argv, 2, opts, "usage: qkv info (--model DIR | configuration flags)");
     if (rc) return rc > 0 ? 0 : 2;
     if (model) {
-        cli_model cm;
-        if (cli_model_load(&cm, model)) return 1;
-        report(qkv_transformer_get_config(cm.model), cm.model);
-        cli_model_free(&cm);
+        qkv_translator *t;
+        qkv_error err = {0};
+        if (qkv_translator_open(&t, model, &err)) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            return 1;
+        }
+        report(qkv_transformer_get_config(qkv_translator_model(t)), qkv_translator_model(t));
+        qkv_translator_free(t);
         return 0;
     }
     if (vocab > 0) cfg.src_vocab = cfg.tgt_vocab = vocab;

@@ -57,8 +57,9 @@ static void show_progress(const qkv_train_progress *p, void *ctx)
     }
 }
 
-/* train.json: how the model was trained, every option (the model directory alone then
- * says how to train it again). */
+/* How the model is trained, every option: what the run reads, and train.json (the model
+ * directory alone then says how to train it again). data is the TSV file, or the source
+ * file when tgt is set. */
 typedef struct {
     int num_steps, num_examples, min_freq, vocab_size, joint_bpe, valid_bleu;
     const char *data, *tgt, *tokenizer, *valid, *valid_src, *valid_tgt, *loss;
@@ -130,20 +131,21 @@ static int write_train_json(const char *dir, const train_record *r)
 
 /* Learns the subword encodings of a new model (one for both languages with joint), writes
  * src_bpe.txt, tgt_bpe.txt and text.json, and makes the vocabularies from them. */
-static int learn_subwords(cli_model *cm, const qkv_corpus *c, int vocab_size, int joint,
+static int learn_subwords(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_size, int joint,
                           const char *out)
 {
     qkv_error err = {0};
     const qkv_sentences *both[2] = {&c->source, &c->target};
     char path[4096];
-    if (qkv_bpe_learn(&cm->src_bpe, both, joint ? 2 : 1, vocab_size, &err) ||
-        qkv_bpe_learn(&cm->tgt_bpe, joint ? both : both + 1, joint ? 2 : 1, vocab_size, &err) ||
-        qkv_bpe_vocab(&cm->src, &cm->src_bpe, &err) || qkv_bpe_vocab(&cm->tgt, &cm->tgt_bpe, &err))
+    if (qkv_bpe_learn(&tok->src_bpe, both, joint ? 2 : 1, vocab_size, &err) ||
+        qkv_bpe_learn(&tok->tgt_bpe, joint ? both : both + 1, joint ? 2 : 1, vocab_size, &err) ||
+        qkv_bpe_vocab(&tok->src, &tok->src_bpe, &err) ||
+        qkv_bpe_vocab(&tok->tgt, &tok->tgt_bpe, &err))
         goto fail;
     snprintf(path, sizeof path, "%s/src_bpe.txt", out);
-    if (qkv_bpe_save(&cm->src_bpe, path, &err)) goto fail;
+    if (qkv_bpe_save(&tok->src_bpe, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/tgt_bpe.txt", out);
-    if (qkv_bpe_save(&cm->tgt_bpe, path, &err)) goto fail;
+    if (qkv_bpe_save(&tok->tgt_bpe, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/text.json", out);
     FILE *fp = fopen(path, "w");
     if (!fp || fprintf(fp, "{\"tokenizer\": \"bpe\", \"joint\": %s}\n", joint ? "true" : "false") < 0 ||
@@ -151,76 +153,176 @@ static int learn_subwords(cli_model *cm, const qkv_corpus *c, int vocab_size, in
         fprintf(stderr, "qkv: %s: %s\n", path, strerror(errno));
         return -1;
     }
-    cm->bpe = 1;
+    tok->kind = QKV_TOKENIZER_BPE;
     return 0;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
     return -1;
 }
 
-/* The words of the validation references, and each reference as ids of them, for BLEU. */
-typedef struct {
-    const cli_model *cm;
-    qkv_vocab words;
-    int **refs, *ref_lens;
-    int n;
-} valid_words_ctx;
-
-static int translation_words(int *words, int cap, const int *ids, int n, void *ctx)
+/* Replaces word sentences by the model's tokens on one side; -1 (message printed) on
+ * failure. */
+static int to_tokens(const qkv_tokenizer *tok, qkv_sentences *s, int target)
 {
-    const valid_words_ctx *v = ctx;
-    return cli_translation_words(v->cm, &v->words, words, cap, ids, n);
-}
-
-static void valid_words_free(valid_words_ctx *v)
-{
-    for (int i = 0; i < v->n; i++) free(v->refs[i]);
-    free(v->refs), free(v->ref_lens);
-    qkv_vocab_free(&v->words);
-}
-
-static int valid_words_init(valid_words_ctx *v, const cli_model *cm, const qkv_sentences *tgt)
-{
+    qkv_sentences tokens;
     qkv_error err = {0};
-    memset(v, 0, sizeof *v);
-    v->cm = cm;
-    if (qkv_vocab_build(&v->words, tgt->tokens, tgt->n_tokens, 1, &err)) {
+    if (qkv_tokenizer_tokens(tok, &tokens, s, target, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         return -1;
     }
-    v->refs = calloc((size_t)tgt->count, sizeof *v->refs);
-    v->ref_lens = malloc((size_t)tgt->count * sizeof *v->ref_lens);
-    if (!v->refs || !v->ref_lens) goto oom;
-    v->n = tgt->count;
-    for (int i = 0; i < tgt->count; i++) {
-        int n = qkv_sentence_len(tgt, i);
-        if (!(v->refs[i] = malloc((size_t)(n ? n : 1) * sizeof **v->refs))) goto oom;
-        for (int k = 0; k < n; k++)
-            v->refs[i][k] = qkv_vocab_id(&v->words, tgt->tokens[tgt->start[i] + k]);
-        v->ref_lens[i] = n;
-    }
+    qkv_sentences_free(s);
+    *s = tokens;
     return 0;
-oom:
-    fprintf(stderr, "qkv: out of memory\n");
-    return -1;
 }
 
-/* Encodes the corpus to num_steps (d2l's build_array_nmt) as a qkv_dataset. */
-static int build_dataset(qkv_dataset *d, int **bufs, const qkv_corpus *c, const qkv_vocab *sv,
-                         const qkv_vocab *tv, int num_steps)
+/* Encodes sentence pairs (the model's tokens) to num_steps (d2l's build_array_nmt) as a
+ * qkv_dataset. */
+static int build_dataset(qkv_dataset *d, int **bufs, const qkv_sentences *src,
+                         const qkv_sentences *tgt, const qkv_tokenizer *tok, int num_steps)
 {
-    const size_t n = (size_t)c->source.count;
+    const size_t n = (size_t)src->count;
     bufs[0] = malloc(n * num_steps * sizeof(int)), bufs[1] = malloc(n * sizeof(int));
     bufs[2] = malloc(n * num_steps * sizeof(int)), bufs[3] = malloc(n * sizeof(int));
     qkv_error err = {0};
     if (!bufs[0] || !bufs[1] || !bufs[2] || !bufs[3] ||
-        qkv_sentences_encode(bufs[0], bufs[1], &c->source, sv, num_steps, &err) ||
-        qkv_sentences_encode(bufs[2], bufs[3], &c->target, tv, num_steps, &err)) {
+        qkv_sentences_encode(bufs[0], bufs[1], src, &tok->src, num_steps, &err) ||
+        qkv_sentences_encode(bufs[2], bufs[3], tgt, &tok->tgt, num_steps, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg[0] ? err.msg : "out of memory");
         return -1;
     }
     *d = (qkv_dataset){(int)n, num_steps, bufs[0], bufs[1], bufs[2], bufs[3]};
     return 0;
+}
+
+/* A new model in out: vocabularies (or subword encodings) learned from the corpus, the
+ * parameters initialised from the seed, each written to out with train.json. NULL (message
+ * printed) on failure. */
+static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *corpus,
+                                 const char *out, const train_record *r)
+{
+    const int bpe = !strcmp(r->tokenizer, "bpe");
+    qkv_tokenizer tok = {0};
+    qkv_transformer *m = NULL;
+    qkv_translator *t = NULL;
+    qkv_error err = {0};
+    char path[4096];
+    if (mkdir(out, 0777) && errno != EEXIST) {
+        fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
+        return NULL;
+    }
+    if (bpe) {
+        if (learn_subwords(&tok, corpus, r->vocab_size, r->joint_bpe, out)) goto done;
+    } else if (qkv_vocab_build(&tok.src, corpus->source.tokens, corpus->source.n_tokens,
+                               r->min_freq, &err) ||
+               qkv_vocab_build(&tok.tgt, corpus->target.tokens, corpus->target.n_tokens,
+                               r->min_freq, &err)) {
+        goto fail;
+    }
+    cfg->src_vocab = tok.src.size, cfg->tgt_vocab = tok.tgt.size;
+    if (cfg->tie == QKV_TIE_ALL && (cfg->src_vocab != cfg->tgt_vocab || (bpe && !r->joint_bpe))) {
+        fprintf(stderr, "qkv: --tie all needs one vocabulary for both languages (these have "
+                "%d and %d tokens); use --tie output%s\n", cfg->src_vocab, cfg->tgt_vocab,
+                bpe ? " or --joint-bpe" : "");
+        goto done;
+    }
+    if (qkv_transformer_create(&m, cfg, r->o->seed, &err) || qkv_transformer_save(m, out, &err))
+        goto fail;
+    snprintf(path, sizeof path, "%s/src_vocab.txt", out);
+    if (qkv_vocab_save(&tok.src, path, &err)) goto fail;
+    snprintf(path, sizeof path, "%s/tgt_vocab.txt", out);
+    if (qkv_vocab_save(&tok.tgt, path, &err)) goto fail;
+    if (write_train_json(out, r)) goto done;
+    if (!qkv_translator_create(&t, m, &tok, r->num_steps, &err)) return t;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+done:
+    qkv_transformer_free(m);
+    qkv_tokenizer_free(&tok);
+    return NULL;
+}
+
+/* Trains as r and o say (a new model in o->out_dir, or the one there with --resume): reads
+ * the corpora, makes the model and its tokenizer, trains, draws the curves. The exit status. */
+static int run(const train_record *r, qkv_train_options *o, qkv_transformer_config *cfg,
+               qkv_precision prec, int quiet, int every)
+{
+    qkv_error err = {0};
+    qkv_corpus corpus = {0}, held_out = {0};
+    qkv_sentences held_out_tgt = {0}; /* the held-out targets as the model's tokens */
+    qkv_translator *t = NULL;
+    int *bufs[8] = {0};
+    const char *out = o->out_dir;
+    int rc = 1;
+    if (r->tgt ? qkv_corpus_read_aligned(&corpus, r->data, r->tgt, r->num_examples, &err)
+               : qkv_corpus_read_tsv(&corpus, r->data, r->num_examples, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        goto done;
+    }
+    if ((r->valid || r->valid_src) &&
+        (r->valid ? qkv_corpus_read_tsv(&held_out, r->valid, 0, &err)
+                  : qkv_corpus_read_aligned(&held_out, r->valid_src, r->valid_tgt, 0, &err))) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        goto done;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+    const int resuming = o->resume && access(path, R_OK) == 0, T = r->num_steps;
+    if (resuming) {
+        if (qkv_translator_open(&t, out, &err)) goto fail;
+        if (qkv_translator_num_steps(t) && qkv_translator_num_steps(t) != T) {
+            fprintf(stderr, "qkv: %s was trained with --num-steps %d\n", out,
+                    qkv_translator_num_steps(t));
+            goto done;
+        }
+    } else if (!(t = new_model(cfg, &corpus, out, r))) {
+        goto done;
+    }
+    qkv_transformer *m = qkv_translator_model(t);
+    const qkv_tokenizer *tok = qkv_translator_tokenizer(t);
+    /* the model learns from its tokens, validation BLEU compares the references' words */
+    if (held_out.source.count && r->valid_bleu)
+        o->valid_bleu = 1, o->valid_tokenizer = tok, o->valid_references = &held_out.target;
+    if (to_tokens(tok, &corpus.source, 0) || to_tokens(tok, &corpus.target, 1)) goto done;
+    qkv_dataset ds, vs;
+    if (build_dataset(&ds, bufs, &corpus.source, &corpus.target, tok, T)) goto done;
+    if (held_out.source.count) {
+        if (to_tokens(tok, &held_out.source, 0)) goto done;
+        if (qkv_tokenizer_tokens(tok, &held_out_tgt, &held_out.target, 1, &err)) goto fail;
+        if (build_dataset(&vs, bufs + 4, &held_out.source, &held_out_tgt, tok, T)) goto done;
+        o->valid = &vs;
+    }
+    if (qkv_transformer_set_precision(m, prec, &err)) goto fail;
+    const qkv_transformer_config *mc = qkv_transformer_get_config(m);
+    if (!quiet)
+        fprintf(stderr, "qkv train: %d pairs%s, vocabularies %d/%d%s, %zu parameters, %d "
+                "threads, %s%s\n", ds.n, o->valid ? " (+ validation)" : "", mc->src_vocab,
+                mc->tgt_vocab, tok->kind == QKV_TOKENIZER_BPE ? " (subwords)" : "",
+                qkv_transformer_num_params(m), qkv_get_threads(), qkv_precision_name(prec),
+                resuming ? ", resuming" : "");
+    progress_ctx pc = {isatty(2), quiet, every, now_s(), {0}};
+    o->progress = show_progress, o->progress_ctx = &pc;
+    if (qkv_train(m, &ds, o, &err)) goto fail;
+    const qkv_train_progress *end = &pc.last;
+    if (!quiet && o->stop_after_steps > 0 && end->step >= o->stop_after_steps &&
+        !end->stopping && !(end->end_of_epoch && end->epoch == o->epochs))
+        fprintf(stderr, "qkv train: stopped after step %d; continue with --resume\n",
+                o->stop_after_steps);
+    else if (!quiet)
+        fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", out, now_s() - pc.t0,
+                o->valid ? " (the best model by validation in DIR/best)" : "");
+    if (!fig_training_after_run(out) && !quiet) /* a figure that fails is not a failed training */
+        fprintf(stderr, "qkv train: training curves in %s/training.png\n", out);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+done:
+    for (int i = 0; i < 8; i++) free(bufs[i]);
+    qkv_corpus_free(&corpus);
+    qkv_corpus_free(&held_out);
+    qkv_sentences_free(&held_out_tgt);
+    qkv_translator_free(t);
+    return rc;
 }
 
 int cmd_train(int argc, char **argv)
@@ -336,110 +438,8 @@ int cmd_train(int argc, char **argv)
     o.out_dir = out;
     cli_threads(threads);
 
-    qkv_error err = {0};
-    qkv_corpus corpus = {0}, held_out = {0};
-    cli_model cm = {0};
-    valid_words_ctx vw = {0};
-    int *bufs[8] = {0};
-    rc = 1;
-    if (data ? qkv_corpus_read_tsv(&corpus, data, num_examples, &err)
-             : qkv_corpus_read_aligned(&corpus, src_path, tgt_path, num_examples, &err)) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        goto done;
-    }
-    if ((valid || valid_src) &&
-        (valid ? qkv_corpus_read_tsv(&held_out, valid, 0, &err)
-               : qkv_corpus_read_aligned(&held_out, valid_src, valid_tgt, 0, &err))) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        goto done;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
-    int resuming = o.resume && access(path, R_OK) == 0;
-    if (resuming) {
-        if (cli_model_load(&cm, out)) goto done;
-        if (cm.num_steps && cm.num_steps != num_steps) {
-            fprintf(stderr, "qkv: %s was trained with --num-steps %d\n", out, cm.num_steps);
-            goto done;
-        }
-    } else {
-        qkv_tie t = cfg.tie;
-        if (mkdir(out, 0777) && errno != EEXIST) {
-            fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
-            goto done;
-        }
-        if (bpe) {
-            if (learn_subwords(&cm, &corpus, vocab_size, joint_bpe, out)) goto done;
-        } else if (qkv_vocab_build(&cm.src, corpus.source.tokens, corpus.source.n_tokens, min_freq, &err) ||
-                   qkv_vocab_build(&cm.tgt, corpus.target.tokens, corpus.target.n_tokens, min_freq, &err)) {
-            fprintf(stderr, "qkv: %s\n", err.msg);
-            goto done;
-        }
-        cfg.src_vocab = cm.src.size, cfg.tgt_vocab = cm.tgt.size;
-        if (t == QKV_TIE_ALL && (cfg.src_vocab != cfg.tgt_vocab || (bpe && !joint_bpe))) {
-            fprintf(stderr, "qkv: --tie all needs one vocabulary for both languages (these have "
-                    "%d and %d tokens); use --tie output%s\n", cfg.src_vocab, cfg.tgt_vocab,
-                    bpe ? " or --joint-bpe" : "");
-            goto done;
-        }
-        if (qkv_transformer_create(&cm.model, &cfg, o.seed, &err) ||
-            qkv_transformer_save(cm.model, out, &err)) {
-            fprintf(stderr, "qkv: %s\n", err.msg);
-            goto done;
-        }
-        snprintf(path, sizeof path, "%s/src_vocab.txt", out);
-        if (qkv_vocab_save(&cm.src, path, &err)) goto fail;
-        snprintf(path, sizeof path, "%s/tgt_vocab.txt", out);
-        if (qkv_vocab_save(&cm.tgt, path, &err)) goto fail;
-        train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
-                          data ? data : src_path, data ? NULL : tgt_path, bpe ? "bpe" : "word",
-                          valid, valid_src, valid_tgt, loss, &o};
-        if (write_train_json(out, &r)) goto done;
-    }
-    /* the references of validation BLEU are words, kept before the subwords replace them */
-    if (held_out.source.count && !no_bleu) {
-        if (valid_words_init(&vw, &cm, &held_out.target)) goto done;
-        o.valid_bleu = 1, o.valid_words = translation_words, o.valid_ctx = &vw;
-        o.valid_refs = (const int *const *)vw.refs, o.valid_ref_lens = vw.ref_lens;
-    }
-    if (cli_subwords(&cm, &corpus.source, 0) || cli_subwords(&cm, &corpus.target, 1) ||
-        cli_subwords(&cm, &held_out.source, 0) || cli_subwords(&cm, &held_out.target, 1))
-        goto done;
-    qkv_dataset ds, vs;
-    if (build_dataset(&ds, bufs, &corpus, &cm.src, &cm.tgt, num_steps)) goto done;
-    if (held_out.source.count) {
-        if (build_dataset(&vs, bufs + 4, &held_out, &cm.src, &cm.tgt, num_steps)) goto done;
-        o.valid = &vs;
-    }
-    if (qkv_transformer_set_precision(cm.model, prec, &err)) goto fail;
-    const qkv_transformer_config *mc = qkv_transformer_get_config(cm.model);
-    if (!quiet)
-        fprintf(stderr, "qkv train: %d pairs%s, vocabularies %d/%d%s, %zu parameters, %d "
-                "threads, %s%s\n", ds.n, o.valid ? " (+ validation)" : "", mc->src_vocab,
-                mc->tgt_vocab, cm.bpe ? " (subwords)" : "", qkv_transformer_num_params(cm.model),
-                qkv_get_threads(), qkv_precision_name(prec), resuming ? ", resuming" : "");
-    progress_ctx pc = {isatty(2), quiet, every, now_s(), {0}};
-    o.progress = show_progress, o.progress_ctx = &pc;
-    if (qkv_train(cm.model, &ds, &o, &err)) goto fail;
-    const qkv_train_progress *end = &pc.last;
-    if (!quiet && o.stop_after_steps > 0 && end->step >= o.stop_after_steps && !end->stopping &&
-        !(end->end_of_epoch && end->epoch == o.epochs))
-        fprintf(stderr, "qkv train: stopped after step %d; continue with --resume\n",
-                o.stop_after_steps);
-    else if (!quiet)
-        fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", out, now_s() - pc.t0,
-                o.valid ? " (the best model by validation in DIR/best)" : "");
-    if (!fig_training_after_run(out) && !quiet) /* a figure that fails is not a failed training */
-        fprintf(stderr, "qkv train: training curves in %s/training.png\n", out);
-    rc = 0;
-    goto done;
-fail:
-    fprintf(stderr, "qkv: %s\n", err.msg);
-done:
-    for (int i = 0; i < 8; i++) free(bufs[i]);
-    qkv_corpus_free(&corpus);
-    qkv_corpus_free(&held_out);
-    valid_words_free(&vw);
-    cli_model_free(&cm);
-    return rc;
+    train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
+                      data ? data : src_path, data ? NULL : tgt_path, bpe ? "bpe" : "word",
+                      valid, valid_src, valid_tgt, loss, &o};
+    return run(&r, &o, &cfg, prec, quiet, every);
 }

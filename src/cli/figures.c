@@ -336,10 +336,12 @@ static int cell_size(int n, int m, int cols)
     return want;
 }
 
-int fig_attention(qkv_viz *viz, const cli_model *cm, const char *out_dir, int number,
+int fig_attention(qkv_viz *viz, qkv_translator *tr, const char *out_dir, int number,
                   const char *const *src_tok, int n_src, const int *tgt, int n_tgt)
 {
-    const qkv_transformer_config *c = qkv_transformer_get_config(cm->model);
+    qkv_transformer *model = qkv_translator_model(tr);
+    const qkv_tokenizer *tok = qkv_translator_tokenizer(tr);
+    const qkv_transformer_config *c = qkv_transformer_get_config(model);
     const int limit = c->max_len, H = c->heads;
     if (n_tgt > limit - 1) n_tgt = limit - 1; /* the decoder input adds <bos> */
     int T = n_src + 1 < limit ? n_src + 1 : limit;
@@ -357,16 +359,16 @@ int fig_attention(qkv_viz *viz, const cli_model *cm, const char *out_dir, int nu
         fprintf(stderr, "qkv: out of memory\n");
         goto done;
     }
-    const int Ts = qkv_vocab_encode(src, &cm->src, src_tok, n_src, T);
-    if (qkv_attention_maps_compute(&a, cm->model, src, Ts, tgt, n_tgt, &err)) {
+    const int Ts = qkv_vocab_encode(src, &tok->src, src_tok, n_src, T);
+    if (qkv_attention_maps_compute(&a, model, src, Ts, tgt, n_tgt, &err)) {
         fprintf(stderr, "qkv: sentence %d: %s\n", number, err.msg);
         goto done;
     }
     /* the tokens as the model saw them: <unk> for unknown words, <eos>, <bos> */
-    for (int j = 0; j < Ts; j++) src_lab[j] = qkv_vocab_token(&cm->src, src[j]);
+    for (int j = 0; j < Ts; j++) src_lab[j] = qkv_vocab_token(&tok->src, src[j]);
     tgt_lab[0] = "<bos>";
     for (int t = 0; t < n_tgt; t++) {
-        const char *w = qkv_vocab_token(&cm->tgt, tgt[t]);
+        const char *w = qkv_vocab_token(&tok->tgt, tgt[t]);
         tgt_lab[t + 1] = w ? w : "<unk>";
     }
     const int Tt = a.tgt_len;

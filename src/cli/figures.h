@@ -16,11 +16,12 @@ int fig_training_after_run(const char *dir);
  * positional-encoding-heatmap.png (all of P). d_model >= 10. */
 int fig_positional(const char *out_dir, int positions, int d_model);
 
-/* For sentence number `number` (1-based) of a translation: src_tok (n_src) the source words,
- * tgt (n_tgt) the translation's ids. Writes out_dir/sentence-<number>-encoder.png,
+/* For sentence number `number` (1-based) of a translation by tr: src_tok (n_src) the source
+ * as the model's tokens (subword pieces for a subword model), tgt (n_tgt) the translation's
+ * ids. Writes out_dir/sentence-<number>-encoder.png,
  * -decoder-self.png, -cross.png and sentence-<number>.json (tokens, weights, and where each
  * figure put its panels). viz is an open figure context. */
-int fig_attention(qkv_viz *viz, const cli_model *cm, const char *out_dir, int number,
+int fig_attention(qkv_viz *viz, qkv_translator *tr, const char *out_dir, int number,
                   const char *const *src_tok, int n_src, const int *tgt, int n_tgt);
 
 /* mkdir -p. */

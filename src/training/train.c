@@ -263,15 +263,48 @@ static qkv_status check_options(const qkv_train_options *o, qkv_error *err)
                         "be >= 0");
     if (!o->valid && (o->patience > 0 || o->valid_bleu))
         return qkv_fail(err, QKV_ERR_ARG, "patience and BLEU need validation data");
-    if (!o->valid_refs != !o->valid_ref_lens || (o->valid_refs && !o->valid_words))
-        return qkv_fail(err, QKV_ERR_ARG, "valid_refs, valid_ref_lens and valid_words go "
-                        "together");
+    if (!o->valid_tokenizer != !o->valid_references)
+        return qkv_fail(err, QKV_ERR_ARG, "valid_tokenizer and valid_references go together");
+    if (o->valid_references && o->valid && o->valid_references->count != o->valid->n)
+        return qkv_fail(err, QKV_ERR_ARG, "%d validation references for %d validation pairs",
+                        o->valid_references->count, o->valid->n);
     return QKV_OK;
 }
 
 /* ---------------------------------------------------------------------------------------
  * Validation
  * ------------------------------------------------------------------------------------- */
+
+/* The reference words of validation BLEU as ids of a vocabulary of those words, into which
+ * the translations' words are looked up (qkv_tokenizer_word_ids). Made for each validation:
+ * milliseconds beside the decoding. */
+typedef struct {
+    qkv_vocab words;
+    int *ids; /* reference i is ids[start[i] .. start[i + 1]) of valid_references */
+} reference_words;
+
+static void references_free(reference_words *r)
+{
+    qkv_vocab_free(&r->words);
+    free(r->ids);
+    memset(r, 0, sizeof *r);
+}
+
+static qkv_status references_init(reference_words *r, const qkv_sentences *refs,
+                                  qkv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!refs) return QKV_OK;
+    qkv_status st = qkv_vocab_build(&r->words, refs->tokens, refs->n_tokens, 1, err);
+    if (st) return st;
+    if (!(r->ids = malloc((refs->n_tokens ? refs->n_tokens : 1) * sizeof *r->ids))) {
+        references_free(r);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the validation references");
+    }
+    for (size_t i = 0; i < refs->n_tokens; i++)
+        r->ids[i] = qkv_vocab_id(&r->words, refs->tokens[i]);
+    return QKV_OK;
+}
 
 /* Per-token cross-entropy (no smoothing, no dropout) of the held-out pairs, and the corpus
  * BLEU-4 (x 100) of their greedy translations when asked (NaN otherwise). */
@@ -285,9 +318,11 @@ static qkv_status validate(qkv_transformer *m, const qkv_train_options *o, doubl
                         malloc((size_t)B * T * sizeof(int)), malloc((size_t)B * T * sizeof(int))};
     int *out = malloc((size_t)B * T * sizeof *out), *out_len = malloc((size_t)B * sizeof *out_len);
     int *words = malloc(((size_t)T + 1) * sizeof *words);
-    qkv_status st = QKV_OK;
-    if (!items || !bb.src || !bb.src_valid || !bb.tgt_in || !bb.tgt_out || !out || !out_len ||
-        !words)
+    const qkv_sentences *refs = o->valid_bleu ? o->valid_references : NULL;
+    reference_words rw;
+    qkv_status st = references_init(&rw, refs, err);
+    if (!st && (!items || !bb.src || !bb.src_valid || !bb.tgt_in || !bb.tgt_out || !out ||
+                !out_len || !words))
         st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for validation");
     double sum = 0.0;
     int64_t tokens = 0;
@@ -305,12 +340,15 @@ static qkv_status validate(qkv_transformer *m, const qkv_train_options *o, doubl
         for (int i = 0; !st && i < size; i++) {
             const int e = first + i, *hyp = out + (size_t)i * T, *ref;
             int n_hyp = out_len[i], n_ref;
-            if (o->valid_words) {
-                n_hyp = o->valid_words(words, T + 1, hyp, n_hyp, o->valid_ctx);
+            if (refs) {
+                n_hyp = qkv_tokenizer_word_ids(o->valid_tokenizer, &rw.words, words, T + 1,
+                                               hyp, n_hyp);
+                if (n_hyp < 0) {
+                    st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a translation's words");
+                    break;
+                }
                 hyp = words;
-            }
-            if (o->valid_refs) {
-                ref = o->valid_refs[e], n_ref = o->valid_ref_lens[e];
+                ref = rw.ids + refs->start[e], n_ref = qkv_sentence_len(refs, e);
             } else { /* the target up to its <eos> */
                 ref = d->tgt + (size_t)e * T;
                 for (n_ref = 0; n_ref < d->tgt_valid[e] && ref[n_ref] != QKV_EOS; n_ref++) {}
@@ -322,6 +360,7 @@ static qkv_status validate(qkv_transformer *m, const qkv_train_options *o, doubl
     *bleu = o->valid_bleu ? 100.0 * qkv_bleu_stats_score(&stats) : NAN;
     free(items), free(bb.src), free(bb.src_valid), free(bb.tgt_in), free(bb.tgt_out);
     free(out), free(out_len), free(words);
+    references_free(&rw);
     return st;
 }
 
