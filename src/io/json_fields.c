@@ -1,4 +1,4 @@
-/* config.json reading shared by both model directories; see json_fields.h. */
+/* config.json reading for model directories; see json_fields.h. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>

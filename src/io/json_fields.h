@@ -1,5 +1,5 @@
-/* Reading a model directory's config.json (model_dir.c, lm_dir.c): the file's text, and
- * typed members that fail with a message naming the file and the key. */
+/* Reading a model directory's config.json (model_dir.c): the file's text, and typed members
+ * that fail with a message naming the file and the key. */
 #ifndef QKV_JSON_FIELDS_H
 #define QKV_JSON_FIELDS_H
 
