@@ -58,6 +58,19 @@ void qkv_set_threads(int n);
 int qkv_get_threads(void);
 
 /* ---------------------------------------------------------------------------------------
+ * Files
+ * ------------------------------------------------------------------------------------- */
+
+/* The whole file at path (NULL: standard input, "stdin" in messages) in *text, with a NUL
+ * after its *len bytes (len may be NULL; the text may hold NUL bytes of its own); *text is
+ * the caller's to free, and NULL on failure. A file of more than max_bytes (SIZE_MAX: no
+ * limit) fails with QKV_ERR_FORMAT: a regular file before anything is read, anything else (a
+ * pipe, a device that may never end) once max_bytes + 1 bytes have come. A directory, or a
+ * file that cannot be opened or read: QKV_ERR_IO. */
+qkv_status qkv_read_file(const char *path, size_t max_bytes, char **text, size_t *len,
+                         qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
  * Random numbers
  * A counter-based generator: the value at (seed, i) depends on nothing else, so dropout is
  * reproducible whatever the thread count, and its mask is recomputed in backward, not stored.
