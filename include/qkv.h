@@ -57,6 +57,10 @@ const char *qkv_status_name(qkv_status s);
 void qkv_set_threads(int n);
 int qkv_get_threads(void);
 
+/* Seconds on a monotonic clock, for timing: only the difference of two readings means
+ * anything (it does not jump when the wall clock is set). */
+double qkv_now_s(void);
+
 /* ---------------------------------------------------------------------------------------
  * Files
  * ------------------------------------------------------------------------------------- */

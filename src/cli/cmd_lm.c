@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -19,13 +18,6 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- model directories ----------------------------------------------------------------- */
 
@@ -294,14 +286,14 @@ int cmd_train_lm(int argc, char **argv)
                 resuming ? ", resuming" : "");
     progress_ctx pc = {isatty(2), quiet, minutes};
     o.progress = show_progress, o.progress_ctx = &pc;
-    const double t0 = now_s();
+    const double t0 = qkv_now_s();
     if (qkv_lm_train(d.model, ids, n_train, ids + n_train, n_val, &o, &err)) goto fail;
     if (stop_after > 0 && (steps == 0 || stop_after < steps)) {
         if (!quiet)
             fprintf(stderr, "\nqkv train-lm: stopped after step %d; continue with --resume\n",
                     stop_after);
     } else {
-        if (!quiet) fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", out, now_s() - t0);
+        if (!quiet) fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", out, qkv_now_s() - t0);
         if (n_val >= 2) { /* the whole held-out text, once */
             double loss;
             int64_t count;

@@ -27,12 +27,7 @@ qkv_train_options qkv_train_default_options(void)
     return o;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now_s(void) { return qkv_now_s(); }
 
 /* The paper's eq. 3 at optimizer step `step` (from 1). */
 static float learning_rate(const qkv_train_options *o, int d_model, int64_t step)
