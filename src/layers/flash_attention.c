@@ -22,6 +22,7 @@
 #include "core/internal.h"
 #include "kernels/dropout_mask.h"
 #include "kernels/fast_exp.h"
+#include "kernels/mask.h"
 
 /* BR x BC tiles: a tile of scores and one of their gradients sit on each thread's stack
  * (2 BR BC floats = 128 KiB) and in L2 with the rows of Q, K, V they come from. Measured on
@@ -32,19 +33,6 @@ enum { KEY_RUN = 4 };
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
-
-/* Number of keys row (b, i) may see, counting from key 0 (qkv_masked_softmax's rule). */
-static int visible_keys(const qkv_mask *mask, int b, int i, int n, int m)
-{
-    int len = m;
-    if (!mask) return len;
-    if (mask->valid_lens) {
-        int l = mask->per_query ? mask->valid_lens[(size_t)b * n + i] : mask->valid_lens[b];
-        if (l < len) len = l;
-    }
-    if (mask->causal && i + (m - n) + 1 < len) len = i + (m - n) + 1;
-    return len < 0 ? 0 : len;
-}
 
 /* max_j s[j] over one row of BC scores, in LANES running maxima so that it vectorises. */
 static float row_max(const float *s)
@@ -125,7 +113,7 @@ static query_tile query_tile_at(const flash_args *a, int b, int h, int i0)
 {
     query_tile t = {b, h, i0, imin(BR, a->n - i0), 0, {0}};
     for (int r = 0; r < t.rows; r++) {
-        t.len[r] = visible_keys(a->mask, b, i0 + r, a->n, a->m);
+        t.len[r] = mask_visible_keys(a->mask, b, i0 + r, a->n, a->m);
         t.kmax = imax(t.kmax, t.len[r]);
     }
     return t;

@@ -24,6 +24,7 @@
 
 #include "core/internal.h"
 #include "kernels/fast_exp.h"
+#include "kernels/mask.h"
 
 /* phi(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise; always > 0, so den_i > 0 (e^x is
  * exp_poly's, clamped at -88 where it is 0 in float32 anyway). */
@@ -96,14 +97,6 @@ static void read_out(float *o, const float *S, const float *z, const float *fq, 
     for (int a = 0; a < d; a++) axpy(o, fq[a], S + (size_t)a * v, v);
     const float inv = 1.0f / den;
     for (int c = 0; c < v; c++) o[c] *= inv;
-}
-
-/* Keys of sequence b that take part: j < valid_lens[b], clamped to [0, m]. */
-static int keys_of_sequence(const int *valid_lens, int b, int m)
-{
-    if (!valid_lens) return m;
-    int L = valid_lens[b];
-    return L < 0 ? 0 : L > m ? m : L;
 }
 
 /* Per (batch, head) scratch, in floats. Non-causal: phi(K) and dphi(K) (m, d); phi(Q) and
@@ -228,12 +221,6 @@ static void full_backward(float *dq, float *dk, float *dv, const float *g, const
  * backward is algorithm 1 of the paper.
  * ------------------------------------------------------------------------------------- */
 
-static int visible_keys(int i, int n, int m, int L)
-{
-    long hi = (long)i + (m - n) + 1;
-    return hi < 0 ? 0 : hi > L ? L : (int)hi;
-}
-
 static void causal_forward(float *o, const float *q, const float *k, const float *vv, int n,
                            int m, int L, int d, int v, int H, float *scratch)
 {
@@ -243,7 +230,7 @@ static void causal_forward(float *o, const float *q, const float *k, const float
     phi_rows(phiK, k, L, d, H * d);
     memset(S, 0, ((size_t)d * v + d) * sizeof *S);
     for (int i = 0, j = 0; i < n; i++) {
-        for (int hi = visible_keys(i, n, m, L); j < hi; j++)
+        for (int hi = mask_causal_keys(i, n, m, L); j < hi; j++)
             absorb_key(S, z, phiK + (size_t)j * d, vv + (size_t)j * H * v, d, v);
         read_out(o + (size_t)i * H * v, S, z, phiQ + (size_t)i * d, d, v);
     }
@@ -264,7 +251,7 @@ static void causal_backward(float *dq, float *dk, float *dv, const float *g, con
     /* Forward sweep: rebuild S_i, z_i; dphi(Q_i) = (S_i g_i) / den_i + c_i z_i. */
     memset(S, 0, ((size_t)d * v + d) * sizeof *S);
     for (int i = 0, j = 0; i < n; i++) {
-        for (int hi = visible_keys(i, n, m, L); j < hi; j++)
+        for (int hi = mask_causal_keys(i, n, m, L); j < hi; j++)
             absorb_key(S, z, phiK + (size_t)j * d, vv + (size_t)j * H * v, d, v);
         const float *fq = phiQ + (size_t)i * d, *gi = g + (size_t)i * H * v;
         float den = QKV_LINEAR_ATTENTION_EPS, wq = 0.0f;
@@ -318,6 +305,7 @@ void qkv_linear_attention_forward(float *O, const float *Q, const float *K, cons
                                   const int *valid_lens, int causal, float *scratch)
 {
     const size_t per = scratch_per_head(n, m, d, v, causal);
+    const qkv_mask keys = {valid_lens, 0, 0}; /* j < valid_lens[b]; the scan adds causality */
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
@@ -326,7 +314,7 @@ void qkv_linear_attention_forward(float *O, const float *Q, const float *K, cons
             const float *vv = V + ((size_t)b * m * H + h) * v;
             float *o = O + ((size_t)b * n * H + h) * v;
             float *s = scratch + ((size_t)b * H + h) * per;
-            int L = keys_of_sequence(valid_lens, b, m);
+            int L = mask_visible_keys(&keys, b, 0, n, m);
             if (causal)
                 causal_forward(o, q, k, vv, n, m, L, d, v, H, s);
             else
@@ -341,6 +329,7 @@ void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float 
 {
     if (!dQ && !dK && !dV) return;
     const size_t per = scratch_per_head(n, m, d, v, causal);
+    const qkv_mask keys = {valid_lens, 0, 0}; /* j < valid_lens[b]; the scan adds causality */
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
@@ -349,7 +338,7 @@ void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float 
             float *dq = dQ ? dQ + qo : NULL, *dk = dK ? dK + ko : NULL;
             float *dv = dV ? dV + vo : NULL;
             float *s = scratch + ((size_t)b * H + h) * per;
-            int L = keys_of_sequence(valid_lens, b, m);
+            int L = mask_visible_keys(&keys, b, 0, n, m);
             if (causal)
                 causal_backward(dq, dk, dv, dO + oo, Q + qo, K + ko, V + vo, n, m, L, d, v, H,
                                 s);
