@@ -27,13 +27,12 @@ static const config_field fields[] = {
 _Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_attention_kind) == sizeof(int),
                "a CHOICE member is accessed as an int");
 
-#define POSITION(key, type, member) {key, type, offsetof(lm_train_position, member)}
 static const meta_field position[] = {
-    POSITION("seed", META_U64, seed),
-    POSITION("elapsed_s", META_F64, elapsed_s),
-    POSITION("loss_sum", META_F64, loss_sum),
-    POSITION("loss_tokens", META_I64, loss_tokens),
-    POSITION("train_tokens", META_I64, train_tokens),
+    {"seed", META_U64, offsetof(lm_train_position, seed)},
+    {"elapsed_s", META_F64, offsetof(lm_train_position, elapsed_s)},
+    {"loss_sum", META_F64, offsetof(lm_train_position, loss_sum)},
+    {"loss_tokens", META_I64, offsetof(lm_train_position, loss_tokens)},
+    {"train_tokens", META_I64, offsetof(lm_train_position, train_tokens)},
 };
 _Static_assert(sizeof position / sizeof *position <= MAX_POSITION_FIELDS, "too many");
 

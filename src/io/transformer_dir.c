@@ -32,13 +32,12 @@ static const config_field fields[] = {
 _Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_tie) == sizeof(int),
                "a CHOICE member is accessed as an int");
 
-#define POSITION(key, type, member) {key, type, offsetof(qkv_train_position, member)}
 static const meta_field position[] = {
-    POSITION("epoch", META_INT, epoch),
-    POSITION("batch", META_INT, batch),
-    POSITION("seed", META_U64, seed),
-    POSITION("epoch_loss", META_F64, epoch_loss),
-    POSITION("epoch_tokens", META_I64, epoch_tokens),
+    {"epoch", META_INT, offsetof(qkv_train_position, epoch)},
+    {"batch", META_INT, offsetof(qkv_train_position, batch)},
+    {"seed", META_U64, offsetof(qkv_train_position, seed)},
+    {"epoch_loss", META_F64, offsetof(qkv_train_position, epoch_loss)},
+    {"epoch_tokens", META_I64, offsetof(qkv_train_position, epoch_tokens)},
 };
 _Static_assert(sizeof position / sizeof *position <= MAX_POSITION_FIELDS, "too many");
 
