@@ -36,8 +36,9 @@ static void lm_dir_free(lm_dir *d)
     memset(d, 0, sizeof *d);
 }
 
-/* Loads DIR's model, vocabulary and training settings; prints the error and returns -1. */
-static int lm_dir_load(lm_dir *d, const char *dir)
+/* Loads DIR's model, vocabulary and training settings, and gives the model the precision
+ * prec unless it is NULL; prints the error and returns -1. */
+static int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
 {
     memset(d, 0, sizeof *d);
     d->val_fraction = 0.1f;
@@ -66,11 +67,22 @@ static int lm_dir_load(lm_dir *d, const char *dir)
     x = cJSON_GetObjectItemCaseSensitive(o, "vocab");
     d->byte_level = cJSON_IsString(x) && !strcmp(x->valuestring, "byte");
     cJSON_Delete(o);
+    if (prec && qkv_lm_set_precision(d->model, *prec, &err)) goto fail;
     return 0;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
     lm_dir_free(d);
     return -1;
+}
+
+/* The model directory of generate and eval-lm, with their --precision and --threads: 0, or
+ * the exit code (1: the directory does not load, 2: an unknown precision). */
+static int lm_dir_open(lm_dir *d, const char *dir, const char *precision, int threads)
+{
+    qkv_precision prec;
+    if (cli_precision(precision, &prec)) return 2;
+    cli_threads(threads);
+    return lm_dir_load(d, dir, &prec) ? 1 : 0;
 }
 
 /* text -> ids with the model's vocabulary (a warning when characters are unknown). */
@@ -244,7 +256,7 @@ int cmd_train_lm(int argc, char **argv)
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
     const int resuming = o.resume && access(path, R_OK) == 0;
     if (resuming) {
-        if (lm_dir_load(&d, out)) goto done;
+        if (lm_dir_load(&d, out, NULL)) goto done;
         if ((d.context && d.context != o.context) || (d.batch && d.batch != o.batch)) {
             fprintf(stderr, "qkv: %s was trained with --context %d --batch %d; resume with the "
                     "same\n", out, d.context, d.batch);
@@ -361,17 +373,9 @@ int cmd_generate(int argc, char **argv)
                 "--top-k >= 0 and --top-p in (0, 1]\n");
         return 2;
     }
-    qkv_precision prec;
-    if (cli_precision(precision, &prec)) return 2;
-    cli_threads(threads);
     lm_dir d;
-    if (lm_dir_load(&d, model)) return 1;
+    if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
     qkv_error err = {0};
-    if (qkv_lm_set_precision(d.model, prec, &err)) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        lm_dir_free(&d);
-        return 1;
-    }
     if (!*prompt) prompt = "\n";
     size_t n = 0;
     int *ids = encode_text(&d.vocab, prompt, strlen(prompt), &n, "the prompt");
@@ -422,17 +426,9 @@ int cmd_eval_lm(int argc, char **argv)
         fprintf(stderr, "qkv eval-lm: needs --model DIR and --data FILE (and --batch >= 1)\n");
         return 2;
     }
-    qkv_precision prec;
-    if (cli_precision(precision, &prec)) return 2;
-    cli_threads(threads);
     lm_dir d;
-    if (lm_dir_load(&d, model)) return 1;
+    if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
     qkv_error err = {0};
-    if (qkv_lm_set_precision(d.model, prec, &err)) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        lm_dir_free(&d);
-        return 1;
-    }
     const int max_len = qkv_lm_get_config(d.model)->max_len;
     if (context == 0) context = max_len;
     size_t len = 0, n = 0;
