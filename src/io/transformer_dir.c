@@ -41,7 +41,11 @@ static const meta_field position[] = {
 };
 _Static_assert(sizeof position / sizeof *position <= MAX_POSITION_FIELDS, "too many");
 
-static void defaults(void *cfg) { *(qkv_transformer_config *)cfg = qkv_transformer_default_config(); }
+static void defaults(void *cfg)
+{
+    *(qkv_transformer_config *)cfg = qkv_transformer_default_config();
+}
+
 static qkv_status check(const void *cfg, qkv_error *err)
 {
     return qkv_transformer_config_check(cfg, err);
@@ -72,7 +76,8 @@ static qkv_status read_position(const model_kind *k, const qkv_tensor_file *f, c
     if (!st) st = meta_i64(f, "epoch", &epoch, path, err);
     if (!st) st = meta_i64(f, "batch", &batch, path, err);
     if (!st) st = meta_i64(f, "epoch_tokens", &tokens, path, err);
-    const char *seed_s = qkv_tensor_file_meta(f, "seed"), *loss_s = qkv_tensor_file_meta(f, "epoch_loss");
+    const char *seed_s = qkv_tensor_file_meta(f, "seed");
+    const char *loss_s = qkv_tensor_file_meta(f, "epoch_loss");
     char *end_seed = NULL, *end_loss = NULL;
     unsigned long long seed = 0;
     double epoch_loss = 0.0;
