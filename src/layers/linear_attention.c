@@ -25,6 +25,7 @@
 #include "core/internal.h"
 #include "kernels/fast_exp.h"
 #include "kernels/mask.h"
+#include "layers/attention_parts.h"
 
 /* phi(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise; always > 0, so den_i > 0 (e^x is
  * exp_poly's, clamped at -88 where it is 0 in float32 anyway). */
@@ -309,11 +310,9 @@ void qkv_linear_attention_forward(float *O, const float *Q, const float *K, cons
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = Q + ((size_t)b * n * H + h) * d;
-            const float *k = K + ((size_t)b * m * H + h) * d;
-            const float *vv = V + ((size_t)b * m * H + h) * v;
-            float *o = O + ((size_t)b * n * H + h) * v;
-            float *s = scratch + ((size_t)b * H + h) * per;
+            const head_offsets at = head_offsets_of(b, h, H, n, m, d, v);
+            const float *q = Q + at.q, *k = K + at.k, *vv = V + at.v;
+            float *o = O + at.o, *s = scratch + ((size_t)b * H + h) * per;
             int L = mask_visible_keys(&keys, b, 0, n, m);
             if (causal)
                 causal_forward(o, q, k, vv, n, m, L, d, v, H, s);
@@ -333,17 +332,16 @@ void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float 
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            size_t qo = ((size_t)b * n * H + h) * d, ko = ((size_t)b * m * H + h) * d;
-            size_t vo = ((size_t)b * m * H + h) * v, oo = ((size_t)b * n * H + h) * v;
-            float *dq = dQ ? dQ + qo : NULL, *dk = dK ? dK + ko : NULL;
-            float *dv = dV ? dV + vo : NULL;
+            const head_offsets at = head_offsets_of(b, h, H, n, m, d, v);
+            float *dq = dQ ? dQ + at.q : NULL, *dk = dK ? dK + at.k : NULL;
+            float *dv = dV ? dV + at.v : NULL;
             float *s = scratch + ((size_t)b * H + h) * per;
             int L = mask_visible_keys(&keys, b, 0, n, m);
+            const float *g = dO + at.o, *q = Q + at.q, *k = K + at.k, *vv = V + at.v;
             if (causal)
-                causal_backward(dq, dk, dv, dO + oo, Q + qo, K + ko, V + vo, n, m, L, d, v, H,
-                                s);
+                causal_backward(dq, dk, dv, g, q, k, vv, n, m, L, d, v, H, s);
             else
-                full_backward(dq, dk, dv, dO + oo, Q + qo, K + ko, V + vo, n, m, L, d, v, H, s);
+                full_backward(dq, dk, dv, g, q, k, vv, n, m, L, d, v, H, s);
         }
 }
 
