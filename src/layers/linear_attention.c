@@ -222,17 +222,33 @@ static void full_backward(float *dq, float *dk, float *dv, const float *g, const
  * backward is algorithm 1 of the paper.
  * ------------------------------------------------------------------------------------- */
 
+/* Where the scans of forward and backward start: phi(Q) (n, d) and phi(K) of the L valid keys
+ * (L, d) of one head, and an empty state S (d, v), z (d) (z follows S). */
+static void causal_start(float *phiQ, float *phiK, float *S, const float *q, const float *k,
+                         int n, int L, int d, int v, int H)
+{
+    phi_rows(phiQ, q, n, d, H * d);
+    phi_rows(phiK, k, L, d, H * d);
+    memset(S, 0, ((size_t)d * v + d) * sizeof *S);
+}
+
+/* One step of the scan: keys *j .. hi - 1 (those the next query sees and its predecessor did
+ * not) into S, z; then *j = hi. */
+static void absorb_keys(float *S, float *z, const float *phiK, const float *vv, int *j, int hi,
+                        int d, int v, int H)
+{
+    for (; *j < hi; (*j)++)
+        absorb_key(S, z, phiK + (size_t)*j * d, vv + (size_t)*j * H * v, d, v);
+}
+
 static void causal_forward(float *o, const float *q, const float *k, const float *vv, int n,
                            int m, int L, int d, int v, int H, float *scratch)
 {
     float *phiQ = scratch, *phiK = phiQ + (size_t)n * d;        /* (n, d), (m, d) */
     float *S = phiK + (size_t)m * d, *z = S + (size_t)d * v; /* (d, v), (d)    */
-    phi_rows(phiQ, q, n, d, H * d);
-    phi_rows(phiK, k, L, d, H * d);
-    memset(S, 0, ((size_t)d * v + d) * sizeof *S);
+    causal_start(phiQ, phiK, S, q, k, n, L, d, v, H);
     for (int i = 0, j = 0; i < n; i++) {
-        for (int hi = mask_causal_keys(i, n, m, L); j < hi; j++)
-            absorb_key(S, z, phiK + (size_t)j * d, vv + (size_t)j * H * v, d, v);
+        absorb_keys(S, z, phiK, vv, &j, mask_causal_keys(i, n, m, L), d, v, H);
         read_out(o + (size_t)i * H * v, S, z, phiQ + (size_t)i * d, d, v);
     }
 }
@@ -246,14 +262,11 @@ static void causal_backward(float *dq, float *dk, float *dv, const float *g, con
     float *c = A + (size_t)n * v;             /* (n)     c_i                      */
     float *S = c + n, *z = S + (size_t)d * v; /* (d, v), (d): S_i, z_i; then R, r */
     float *w = z + d;                         /* (d)     S_i g_i                  */
-    phi_rows(phiQ, q, n, d, H * d);
-    phi_rows(phiK, k, L, d, H * d);
 
     /* Forward sweep: rebuild S_i, z_i; dphi(Q_i) = (S_i g_i) / den_i + c_i z_i. */
-    memset(S, 0, ((size_t)d * v + d) * sizeof *S);
+    causal_start(phiQ, phiK, S, q, k, n, L, d, v, H);
     for (int i = 0, j = 0; i < n; i++) {
-        for (int hi = mask_causal_keys(i, n, m, L); j < hi; j++)
-            absorb_key(S, z, phiK + (size_t)j * d, vv + (size_t)j * H * v, d, v);
+        absorb_keys(S, z, phiK, vv, &j, mask_causal_keys(i, n, m, L), d, v, H);
         const float *fq = phiQ + (size_t)i * d, *gi = g + (size_t)i * H * v;
         float den = QKV_LINEAR_ATTENTION_EPS, wq = 0.0f;
         for (int a = 0; a < d; a++) {
