@@ -77,6 +77,25 @@ int qkv_get_threads(void);
 QKV_API
 qkv_status qkv_blas_check(qkv_error *err);
 
+/* Seconds on a monotonic clock, for timing: only the difference of two readings means
+ * anything (it does not jump when the wall clock is set). */
+QKV_API
+double qkv_now_s(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Files
+ * ------------------------------------------------------------------------------------- */
+
+/* The whole file at path (NULL: standard input, "stdin" in messages) in *text, with a NUL
+ * after its *len bytes (len may be NULL; the text may hold NUL bytes of its own); *text is
+ * the caller's to free, and NULL on failure. A file of more than max_bytes (SIZE_MAX: no
+ * limit) fails with QKV_ERR_FORMAT: a regular file before anything is read, anything else (a
+ * pipe, a device that may never end) once max_bytes + 1 bytes have come. A directory, or a
+ * file that cannot be opened or read: QKV_ERR_IO. */
+QKV_API
+qkv_status qkv_read_file(const char *path, size_t max_bytes, char **text, size_t *len,
+                         qkv_error *err);
+
 /* ---------------------------------------------------------------------------------------
  * Random numbers
  * A counter-based generator: the value at (seed, i) depends on nothing else, so dropout is

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/args.h"
@@ -28,13 +27,6 @@ static void make_task(char **src, char **tgt, int n, uint64_t seed)
         for (int k = len - 1; k >= 0; k--) *t++ = sym[k], *t++ = k ? ' ' : '\n';
     }
     *s = *t = '\0';
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static void progress(const qkv_train_progress *p, void *ctx)
@@ -107,7 +99,7 @@ int cmd_demo(int argc, char **argv)
            "pairs with %d threads...\n", cfg.enc_layers, cfg.dec_layers, cfg.d_model, cfg.heads,
            qkv_transformer_num_params(qkv_translator_model(tr)), n_train, qkv_get_threads());
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = qkv_now_s();
     if (qkv_train(qkv_translator_model(tr), &ds, &o, &err)) goto fail;
     char path[4096];
     snprintf(path, sizeof path, "%s/src_vocab.txt", out);
@@ -115,7 +107,7 @@ int cmd_demo(int argc, char **argv)
     snprintf(path, sizeof path, "%s/tgt_vocab.txt", out);
     if (qkv_vocab_save(&vocab->tgt, path, &err)) goto fail;
     printf("Trained in %.1fs; the model is in %s/.\n\nHeld-out sequences (greedy decoding with "
-           "the KV cache):\n", now_s() - t0, out);
+           "the KV cache):\n", qkv_now_s() - t0, out);
     qkv_translate_options to = qkv_translate_default_options();
     to.max_len = T, to.batch = 64;
     if (!(ref = malloc(T * sizeof *ref))) {

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -19,13 +18,6 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- model directories ----------------------------------------------------------------- */
 
@@ -44,8 +36,9 @@ static void lm_dir_free(lm_dir *d)
     memset(d, 0, sizeof *d);
 }
 
-/* Loads DIR's model, vocabulary and training settings; prints the error and returns -1. */
-static int lm_dir_load(lm_dir *d, const char *dir)
+/* Loads DIR's model, vocabulary and training settings, and gives the model the precision
+ * prec unless it is NULL; prints the error and returns -1. */
+static int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
 {
     memset(d, 0, sizeof *d);
     d->val_fraction = 0.1f;
@@ -74,11 +67,22 @@ static int lm_dir_load(lm_dir *d, const char *dir)
     x = cJSON_GetObjectItemCaseSensitive(o, "vocab");
     d->byte_level = cJSON_IsString(x) && !strcmp(x->valuestring, "byte");
     cJSON_Delete(o);
+    if (prec && qkv_lm_set_precision(d->model, *prec, &err)) goto fail;
     return 0;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
     lm_dir_free(d);
     return -1;
+}
+
+/* The model directory of generate and eval-lm, with their --precision and --threads: 0, or
+ * the exit code (1: the directory does not load, 2: an unknown precision). */
+static int lm_dir_open(lm_dir *d, const char *dir, const char *precision, int threads)
+{
+    qkv_precision prec;
+    if (cli_precision(precision, &prec)) return 2;
+    cli_threads(threads);
+    return lm_dir_load(d, dir, &prec) ? 1 : 0;
 }
 
 /* text -> ids with the model's vocabulary (a warning when characters are unknown). */
@@ -252,7 +256,7 @@ int cmd_train_lm(int argc, char **argv)
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
     const int resuming = o.resume && access(path, R_OK) == 0;
     if (resuming) {
-        if (lm_dir_load(&d, out)) goto done;
+        if (lm_dir_load(&d, out, NULL)) goto done;
         if ((d.context && d.context != o.context) || (d.batch && d.batch != o.batch)) {
             fprintf(stderr, "qkv: %s was trained with --context %d --batch %d; resume with the "
                     "same\n", out, d.context, d.batch);
@@ -294,14 +298,14 @@ int cmd_train_lm(int argc, char **argv)
                 resuming ? ", resuming" : "");
     progress_ctx pc = {isatty(2), quiet, minutes};
     o.progress = show_progress, o.progress_ctx = &pc;
-    const double t0 = now_s();
+    const double t0 = qkv_now_s();
     if (qkv_lm_train(d.model, ids, n_train, ids + n_train, n_val, &o, &err)) goto fail;
     if (stop_after > 0 && (steps == 0 || stop_after < steps)) {
         if (!quiet)
             fprintf(stderr, "\nqkv train-lm: stopped after step %d; continue with --resume\n",
                     stop_after);
     } else {
-        if (!quiet) fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", out, now_s() - t0);
+        if (!quiet) fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", out, qkv_now_s() - t0);
         if (n_val >= 2) { /* the whole held-out text, once */
             double loss;
             int64_t count;
@@ -369,17 +373,9 @@ int cmd_generate(int argc, char **argv)
                 "--top-k >= 0 and --top-p in (0, 1]\n");
         return 2;
     }
-    qkv_precision prec;
-    if (cli_precision(precision, &prec)) return 2;
-    cli_threads(threads);
     lm_dir d;
-    if (lm_dir_load(&d, model)) return 1;
+    if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
     qkv_error err = {0};
-    if (qkv_lm_set_precision(d.model, prec, &err)) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        lm_dir_free(&d);
-        return 1;
-    }
     if (!*prompt) prompt = "\n";
     size_t n = 0;
     int *ids = encode_text(&d.vocab, prompt, strlen(prompt), &n, "the prompt");
@@ -430,17 +426,9 @@ int cmd_eval_lm(int argc, char **argv)
         fprintf(stderr, "qkv eval-lm: needs --model DIR and --data FILE (and --batch >= 1)\n");
         return 2;
     }
-    qkv_precision prec;
-    if (cli_precision(precision, &prec)) return 2;
-    cli_threads(threads);
     lm_dir d;
-    if (lm_dir_load(&d, model)) return 1;
+    if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
     qkv_error err = {0};
-    if (qkv_lm_set_precision(d.model, prec, &err)) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        lm_dir_free(&d);
-        return 1;
-    }
     const int max_len = qkv_lm_get_config(d.model)->max_len;
     if (context == 0) context = max_len;
     size_t len = 0, n = 0;

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -20,20 +19,13 @@ typedef struct {
     qkv_train_progress last; /* how the run ended */
 } progress_ctx;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void show_progress(const qkv_train_progress *p, void *ctx)
 {
     progress_ctx *pc = ctx;
     pc->last = *p;
     if (pc->quiet) return;
     double done = (double)(p->epoch - 1) + (double)p->batch / p->batches;
-    double elapsed = now_s() - pc->t0, eta = done > 0 ? elapsed * (p->epochs - done) / done : 0;
+    double elapsed = qkv_now_s() - pc->t0, eta = done > 0 ? elapsed * (p->epochs - done) / done : 0;
     if (pc->tty) {
         char bar[21];
         int fill = (int)(20.0 * p->batch / p->batches);
@@ -299,7 +291,7 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
                 mc->tgt_vocab, tok->kind == QKV_TOKENIZER_BPE ? " (subwords)" : "",
                 qkv_transformer_num_params(m), qkv_get_threads(), qkv_precision_name(prec),
                 resuming ? ", resuming" : "");
-    progress_ctx pc = {isatty(2), quiet, every, now_s(), {0}};
+    progress_ctx pc = {isatty(2), quiet, every, qkv_now_s(), {0}};
     o->progress = show_progress, o->progress_ctx = &pc;
     if (qkv_train(m, &ds, o, &err)) goto fail;
     const qkv_train_progress *end = &pc.last;
@@ -308,7 +300,7 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
         fprintf(stderr, "qkv train: stopped after step %d; continue with --resume\n",
                 o->stop_after_steps);
     else if (!quiet)
-        fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", out, now_s() - pc.t0,
+        fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", out, qkv_now_s() - pc.t0,
                 o->valid ? " (the best model by validation in DIR/best)" : "");
     if (!fig_training_after_run(out) && !quiet) /* a figure that fails is not a failed training */
         fprintf(stderr, "qkv train: training curves in %s/training.png\n", out);

@@ -1,40 +1,19 @@
 #include "cli/common.h"
 
-#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 char *cli_read_all(const char *path, size_t *len)
 {
-    FILE *fp = (!path || !strcmp(path, "-")) ? stdin : fopen(path, "rb");
-    if (!fp) {
-        fprintf(stderr, "qkv: %s: %s\n", path, strerror(errno));
+    qkv_error err = {0};
+    char *text = NULL;
+    if (qkv_read_file(!path || !strcmp(path, "-") ? NULL : path, SIZE_MAX, &text, len, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf), buf = NULL;
-                break;
-            }
-            buf = nb, cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, fp);
-        n += r;
-        if (r == 0) break;
-    }
-    if (fp != stdin) fclose(fp);
-    if (!buf) {
-        fprintf(stderr, "qkv: out of memory reading %s\n", path ? path : "stdin");
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
+    return text;
 }
 
 void cli_threads(int n)

@@ -818,30 +818,6 @@ qkv_status qkv_bpe_save(const qkv_bpe *b, const char *path, qkv_error *err)
     return st;
 }
 
-/* The whole file, NUL-terminated (caller frees). */
-static qkv_status read_text(char **out, size_t *len, const char *path, qkv_error *err)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (n < cap - 1) break;
-        char *bigger = realloc(buf, cap * 2);
-        if (!bigger) free(buf);
-        buf = bigger, cap *= 2;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (!buf) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory reading it", path);
-    if (failed) return free(buf), qkv_fail(err, QKV_ERR_IO, "%s: read error", path);
-    buf[n] = '\0';
-    *out = buf, *len = n;
-    return QKV_OK;
-}
-
 /* Next line of text at *at (without "\n" or "\r\n"), NUL-terminated in place; NULL at the
  * end. */
 static char *next_line(char *text, size_t len, size_t *at, int *line)
@@ -871,7 +847,7 @@ qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err)
 {
     char *text;
     size_t len = 0, at = 0;
-    qkv_status st = read_text(&text, &len, path, err);
+    qkv_status st = qkv_read_file(path, SIZE_MAX, &text, &len, err);
     if (st) return st;
     if ((st = bpe_init(b, err))) return free(text), st;
     int line = 0, n_chars, n_merges = -1;

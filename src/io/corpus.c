@@ -373,6 +373,20 @@ static int enough(int count, int num_examples)
     return num_examples > 0 && count >= num_examples;
 }
 
+/* The end of both readers: if all went well (st), the corpus from the two builders; then
+ * what reading used is freed, and on any failure the corpus too. */
+static qkv_status corpus_finish(qkv_corpus *out, sentence_builder *src, sentence_builder *tgt,
+                                preprocessed *p, qkv_status st, qkv_error *err)
+{
+    if (st == QKV_OK) st = builder_finish(src, &out->source, err);
+    if (st == QKV_OK) st = builder_finish(tgt, &out->target, err);
+    if (st != QKV_OK) qkv_corpus_free(out);
+    builder_free(src);
+    builder_free(tgt);
+    free(p->buf);
+    return st;
+}
+
 qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_examples,
                                qkv_error *err)
 {
@@ -405,12 +419,7 @@ qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_exampl
     }
     if (st == QKV_OK && src.count == 0)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: empty corpus (no lines)", path);
-    if (st == QKV_OK) st = builder_finish(&src, &out->source, err);
-    if (st == QKV_OK) st = builder_finish(&tgt, &out->target, err);
-    if (st != QKV_OK) qkv_corpus_free(out);
-    builder_free(&src);
-    builder_free(&tgt);
-    free(p.buf);
+    st = corpus_finish(out, &src, &tgt, &p, st, err);
     reader_close(&r);
     return st;
 }
@@ -458,12 +467,7 @@ qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
     if (st == QKV_OK && src.count == 0)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s, %s: empty corpus (no lines)", source_path,
                       target_path);
-    if (st == QKV_OK) st = builder_finish(&src, &out->source, err);
-    if (st == QKV_OK) st = builder_finish(&tgt, &out->target, err);
-    if (st != QKV_OK) qkv_corpus_free(out);
-    builder_free(&src);
-    builder_free(&tgt);
-    free(p.buf);
+    st = corpus_finish(out, &src, &tgt, &p, st, err);
     reader_close(&rs);
     reader_close(&rt);
     return st;

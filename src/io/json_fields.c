@@ -1,45 +1,9 @@
-/* config.json reading shared by both model directories; see json_fields.h. */
-#include <errno.h>
+/* config.json reading for model directories; see json_fields.h. */
 #include <float.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "io/json_fields.h"
-
-#define MAX_CONFIG_BYTES (1u << 20)
-
-qkv_status json_read_text(const char *path, char **text, qkv_error *err)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return qkv_fail(err, QKV_ERR_IO, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4097 > cap) {
-            cap = (len + 4097) * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) return free(buf), fclose(fp), qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-            buf = nb;
-        }
-        size_t r = fread(buf + len, 1, 4096, fp);
-        len += r;
-        if (r < 4096) break;
-        if (len > MAX_CONFIG_BYTES) {
-            free(buf), fclose(fp);
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: too large for a configuration", path);
-        }
-    }
-    int bad = ferror(fp);
-    fclose(fp);
-    if (bad) return free(buf), qkv_fail(err, QKV_ERR_IO, "%s: read error", path);
-    buf[len] = '\0';
-    if (strlen(buf) != len)
-        return free(buf), qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
-    *text = buf;
-    return QKV_OK;
-}
 
 qkv_status json_get_int(const cJSON *o, const char *key, int *v, const char *file,
                         qkv_error *err)

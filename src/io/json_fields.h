@@ -1,15 +1,11 @@
-/* Reading a model directory's config.json (model_dir.c, lm_dir.c): the file's text, and
- * typed members that fail with a message naming the file and the key. */
+/* Reading a model directory's config.json (model_dir.c): typed members that fail with a
+ * message naming the file and the key. */
 #ifndef QKV_JSON_FIELDS_H
 #define QKV_JSON_FIELDS_H
 
 #include <cJSON.h>
 
 #include "core/internal.h"
-
-/* The whole file as a NUL-terminated string (*text is the caller's to free). A configuration
- * is small: over 1 MiB, or a NUL byte inside, is refused. */
-qkv_status json_read_text(const char *path, char **text, qkv_error *err);
 
 /* An integer member (a boolean reads as 0/1), |v| <= 1e9. */
 qkv_status json_get_int(const cJSON *o, const char *key, int *v, const char *file,

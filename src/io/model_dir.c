@@ -1,9 +1,4 @@
-/* A model is a directory:
- *   config.json        the qkv_transformer_config, as JSON
- *   model.safetensors  every parameter under its table name, float32
- *   src_vocab.txt, tgt_vocab.txt   one token per line (written by the caller)
- * A training checkpoint (checkpoint.safetensors) additionally holds Adam's moments and the
- * position in the data, so that training resumes exactly where it stopped. */
+/* Model directories and training checkpoints for every kind of model; see model_dir.h. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -14,83 +9,80 @@
 #include <cJSON.h>
 
 #include "io/json_fields.h"
+#include "io/model_dir.h"
 #include "io/param_file.h"
-#include "models/transformer_internal.h"
 
-#define FORMAT_NAME "qkv-transformer"
 #define FORMAT_VERSION 1
+#define MAX_CONFIG_BYTES (1u << 20) /* a configuration is small */
 
-static const char *act_name(qkv_activation a) { return a == QKV_ACT_GELU ? "gelu" : "relu"; }
-static const char *tie_name(qkv_tie t)
+/* A CHOICE member is read and written through an int: the enums it holds have the size of
+ * an int and only non-negative values, so their type is int's unsigned counterpart. */
+static int *field_int(void *cfg, const config_field *f) { return (int *)((char *)cfg + f->offset); }
+
+static void field_write(cJSON *o, const config_field *f, const void *cfg)
 {
-    return t == QKV_TIE_ALL ? "all" : t == QKV_TIE_OUTPUT ? "output" : "none";
+    const void *at = (const char *)cfg + f->offset;
+    int v = f->type == FIELD_FLOAT ? 0 : *(const int *)at;
+    switch (f->type) {
+    case FIELD_INT: cJSON_AddNumberToObject(o, f->key, v); break;
+    case FIELD_FLOAT: cJSON_AddNumberToObject(o, f->key, *(const float *)at); break;
+    case FIELD_FLAG: cJSON_AddBoolToObject(o, f->key, v); break;
+    case FIELD_CHOICE:
+        /* a value outside the enum was written as its first name before tables, and still is */
+        cJSON_AddStringToObject(o, f->key, f->choices[v >= 0 && v < f->n_choices ? v : 0]);
+        break;
+    }
 }
 
-qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err)
+static qkv_status field_read(const cJSON *o, const config_field *f, void *cfg, const char *file,
+                             qkv_error *err)
+{
+    switch (f->type) {
+    case FIELD_INT: return json_get_int(o, f->key, field_int(cfg, f), file, err);
+    case FIELD_FLOAT:
+        return json_get_float(o, f->key, (float *)((char *)cfg + f->offset), file, err);
+    case FIELD_FLAG: return json_get_flag(o, f->key, field_int(cfg, f), file, err);
+    case FIELD_CHOICE:
+        return json_get_choice(o, f->key, f->choices, f->n_choices, field_int(cfg, f), file, err);
+    }
+    return QKV_OK;
+}
+
+qkv_status model_config_to_json(const model_kind *k, const void *cfg, char **json,
+                                qkv_error *err)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    cJSON_AddStringToObject(o, "format", FORMAT_NAME);
+    cJSON_AddStringToObject(o, "format", k->format);
     cJSON_AddNumberToObject(o, "version", FORMAT_VERSION);
-    cJSON_AddNumberToObject(o, "src_vocab", c->src_vocab);
-    cJSON_AddNumberToObject(o, "tgt_vocab", c->tgt_vocab);
-    cJSON_AddNumberToObject(o, "d_model", c->d_model);
-    cJSON_AddNumberToObject(o, "heads", c->heads);
-    cJSON_AddNumberToObject(o, "ffn", c->ffn);
-    cJSON_AddNumberToObject(o, "enc_layers", c->enc_layers);
-    cJSON_AddNumberToObject(o, "dec_layers", c->dec_layers);
-    cJSON_AddNumberToObject(o, "max_len", c->max_len);
-    cJSON_AddNumberToObject(o, "dropout", c->dropout);
-    cJSON_AddBoolToObject(o, "bias", c->bias);
-    cJSON_AddBoolToObject(o, "pre_norm", c->pre_norm);
-    cJSON_AddBoolToObject(o, "final_norm", c->final_norm);
-    cJSON_AddStringToObject(o, "act", act_name(c->act));
-    cJSON_AddStringToObject(o, "tie", tie_name(c->tie));
-    cJSON_AddBoolToObject(o, "learned_pos", c->learned_pos);
-    cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
+    for (int i = 0; i < k->n_fields; i++) field_write(o, &k->fields[i], cfg);
     *json = cJSON_Print(o);
     cJSON_Delete(o);
     return *json ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
 }
 
-qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, const char *file,
-                                qkv_error *err)
+qkv_status model_config_from_json(const model_kind *k, void *cfg, const char *json,
+                                  const char *file, qkv_error *err)
 {
+    k->defaults(cfg);
     cJSON *o = cJSON_Parse(json);
     if (!o || !cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", file);
     }
-    qkv_status st = QKV_OK;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
-    int version = 0, act = 0, tie = 0;
-    *c = qkv_transformer_default_config();
-    static const char *const acts[] = {"relu", "gelu"}, *const ties[] = {"none", "output", "all"};
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT_NAME))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"format\" must be \"%s\"", file, FORMAT_NAME);
+    qkv_status st = QKV_OK;
+    int version = 0;
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, k->format))
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"format\" must be \"%s\"%s", file, k->format,
+                      k->format_note);
     if (!st) st = json_get_int(o, "version", &version, file, err);
     if (!st && version != FORMAT_VERSION)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: version %d is not supported (this qkv reads "
                       "version %d)", file, version, FORMAT_VERSION);
-    if (!st) st = json_get_int(o, "src_vocab", &c->src_vocab, file, err);
-    if (!st) st = json_get_int(o, "tgt_vocab", &c->tgt_vocab, file, err);
-    if (!st) st = json_get_int(o, "d_model", &c->d_model, file, err);
-    if (!st) st = json_get_int(o, "heads", &c->heads, file, err);
-    if (!st) st = json_get_int(o, "ffn", &c->ffn, file, err);
-    if (!st) st = json_get_int(o, "enc_layers", &c->enc_layers, file, err);
-    if (!st) st = json_get_int(o, "dec_layers", &c->dec_layers, file, err);
-    if (!st) st = json_get_int(o, "max_len", &c->max_len, file, err);
-    if (!st) st = json_get_float(o, "dropout", &c->dropout, file, err);
-    if (!st) st = json_get_flag(o, "bias", &c->bias, file, err);
-    if (!st) st = json_get_flag(o, "pre_norm", &c->pre_norm, file, err);
-    if (!st) st = json_get_flag(o, "final_norm", &c->final_norm, file, err);
-    if (!st) st = json_get_choice(o, "act", acts, 2, &act, file, err);
-    if (!st) st = json_get_choice(o, "tie", ties, 3, &tie, file, err);
-    if (!st) st = json_get_flag(o, "learned_pos", &c->learned_pos, file, err);
-    if (!st) st = json_get_float(o, "ln_eps", &c->ln_eps, file, err);
+    for (int i = 0; !st && i < k->n_fields; i++) st = field_read(o, &k->fields[i], cfg, file, err);
     cJSON_Delete(o);
-    c->act = (qkv_activation)act, c->tie = (qkv_tie)tie;
-    if (!st && (st = qkv_transformer_config_check(c, err)) && err) {
+    if (!st && (st = k->check(cfg, err)) && err) {
         char why[sizeof err->msg]; /* err->msg cannot be both source and target of vsnprintf */
         memcpy(why, err->msg, sizeof why);
         qkv_fail(err, st, "%s: %s", file, why);
@@ -98,110 +90,142 @@ qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, con
     return st;
 }
 
-qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err)
+qkv_status model_dir_save(const model_kind *k, const void *cfg, param_set p, const char *dir,
+                          qkv_error *err)
 {
     char *json = NULL;
-    qkv_status st = qkv_config_to_json(&m->cfg, &json, err);
+    qkv_status st = model_config_to_json(k, cfg, &json, err);
     if (st) return st;
-    st = param_dir_save(dir, json, m->core.tensors, m->core.n_tensors, m->core.params, FORMAT_NAME, err);
+    st = param_dir_save(dir, json, p.tensors, p.n_tensors, p.params, k->format, err);
     free(json);
     return st;
 }
 
-qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err)
+qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv_error *err)
 {
     char path[4096];
     char *json = NULL;
-    *out = NULL;
+    size_t len = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    qkv_status st = json_read_text(path, &json, err);
-    qkv_transformer_config cfg;
-    if (!st) st = qkv_config_from_json(&cfg, json, path, err);
+    qkv_status st = qkv_read_file(path, MAX_CONFIG_BYTES, &json, &len, err);
+    if (!st && strlen(json) != len)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
+    if (!st) st = model_config_from_json(k, cfg, json, path, err);
     free(json);
-    if (st) return st;
-    qkv_transformer *m = NULL;
-    if ((st = qkv_transformer_create(&m, &cfg, 0, err))) return st;
-    st = param_dir_load(dir, m->core.tensors, m->core.n_tensors, m->core.params, err);
-    if (st) return qkv_transformer_free(m), st;
-    *out = m;
-    return QKV_OK;
+    return st;
+}
+
+qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err)
+{
+    return param_dir_load(dir, p.tensors, p.n_tensors, p.params, err);
 }
 
 /* ---- training checkpoints -------------------------------------------------------------- */
 
-qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
-                               const qkv_train_position *pos, qkv_error *err)
+static void meta_text(char out[32], const meta_field *m, const void *pos)
 {
-    qkv_tensor_ref *refs = param_refs(m->core.tensors, m->core.n_tensors, m->core.params, 2);
+    const void *at = (const char *)pos + m->offset;
+    switch (m->type) {
+    case META_INT: snprintf(out, 32, "%d", *(const int *)at); break;
+    case META_I64: snprintf(out, 32, "%lld", (long long)*(const int64_t *)at); break;
+    case META_U64: snprintf(out, 32, "%llu", (unsigned long long)*(const uint64_t *)at); break;
+    case META_F64: snprintf(out, 32, "%.17g", *(const double *)at); break;
+    }
+}
+
+qkv_status model_checkpoint_save(const model_kind *k, const char *path, param_set p,
+                                 const qkv_adam *opt, const void *pos, qkv_error *err)
+{
+    qkv_tensor_ref *refs = param_refs(p.tensors, p.n_tensors, p.params, 2);
     if (!refs) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    adam_refs(refs + m->core.n_tensors, opt);
-    char vals[6][32];
+    adam_refs(refs + p.n_tensors, opt);
+    char vals[1 + MAX_POSITION_FIELDS][32];
+    const char *meta[2 * (2 + MAX_POSITION_FIELDS)] = {"format", k->checkpoint_format, "step",
+                                                       vals[0]};
     snprintf(vals[0], 32, "%lld", (long long)opt->step);
-    snprintf(vals[1], 32, "%d", pos->epoch);
-    snprintf(vals[2], 32, "%d", pos->batch);
-    snprintf(vals[3], 32, "%llu", (unsigned long long)pos->seed);
-    snprintf(vals[4], 32, "%.17g", pos->epoch_loss);
-    snprintf(vals[5], 32, "%lld", (long long)pos->epoch_tokens);
-    const char *meta[] = {"format", FORMAT_NAME "-checkpoint", "step", vals[0], "epoch", vals[1],
-                          "batch", vals[2], "seed", vals[3], "epoch_loss", vals[4],
-                          "epoch_tokens", vals[5]};
-    qkv_status st = qkv_tensor_file_save(path, refs, m->core.n_tensors + 2, meta, 7, err);
+    for (int i = 0; i < k->n_position; i++) {
+        meta_text(vals[1 + i], &k->position[i], pos);
+        meta[4 + 2 * i] = k->position[i].key, meta[5 + 2 * i] = vals[1 + i];
+    }
+    qkv_status st = qkv_tensor_file_save(path, refs, p.n_tensors + 2, meta, 2 + k->n_position,
+                                         err);
     free(refs);
     return st;
 }
 
-static qkv_status meta_i64(const qkv_tensor_file *f, const char *key, long long *v,
-                           const char *path, qkv_error *err)
+/* Metadata key of f as a number: decimal digits (integer = 1; strtoull alone would take
+ * " -5" as 2^64 - 5) or a finite double >= 0 (a time, a sum of losses). */
+static qkv_status meta_number(const qkv_tensor_file *f, const char *key, int integer, double *v,
+                              unsigned long long *u, const char *path, qkv_error *err)
 {
     const char *s = qkv_tensor_file_meta(f, key);
     char *end = NULL;
     errno = 0;
-    if (s) *v = strtoll(s, &end, 10);
-    if (!s || !*s || *end || errno)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata \"%s\" missing or not an integer",
-                        path, key);
+    if (s && integer && *s >= '0' && *s <= '9') *u = strtoull(s, &end, 10);
+    else if (s && !integer) *v = strtod(s, &end);
+    if (!s || !*s || !end || *end || errno || (!integer && !(isfinite(*v) && *v >= 0.0)))
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata \"%s\" missing or not a%s number",
+                        path, key, integer ? " non-negative integer" : " finite non-negative");
     return QKV_OK;
 }
 
-qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
-                               qkv_train_position *pos, qkv_error *err)
+static void meta_store(void *pos, const meta_field *m, unsigned long long u, double d)
+{
+    void *at = (char *)pos + m->offset;
+    switch (m->type) {
+    case META_INT: *(int *)at = (int)u; break;
+    case META_I64: *(int64_t *)at = (int64_t)u; break;
+    case META_U64: *(uint64_t *)at = u; break;
+    case META_F64: *(double *)at = d; break;
+    }
+}
+
+static qkv_status position_read(const model_kind *k, const qkv_tensor_file *f, const char *path,
+                                int64_t *step, void *pos, qkv_error *err)
+{
+    unsigned long long s = 0, u[MAX_POSITION_FIELDS] = {0};
+    double d[MAX_POSITION_FIELDS] = {0};
+    qkv_status st = meta_number(f, "step", 1, NULL, &s, path, err);
+    int too_large = s > INT64_MAX;
+    for (int doubles = 0; doubles < 2; doubles++)
+        for (int i = 0; !st && i < k->n_position; i++) {
+            const meta_field *m = &k->position[i];
+            if ((m->type == META_F64) != doubles) continue;
+            st = meta_number(f, m->key, !doubles, &d[i], &u[i], path, err);
+            too_large |= (m->type == META_I64 && u[i] > INT64_MAX) ||
+                         (m->type == META_INT && u[i] > INT_MAX);
+        }
+    if (!st && too_large)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: training position out of range", path);
+    if (st) return st;
+    *step = (int64_t)s;
+    for (int i = 0; i < k->n_position; i++) meta_store(pos, &k->position[i], u[i], d[i]);
+    return QKV_OK;
+}
+
+qkv_status model_checkpoint_load(const model_kind *k, const char *path, param_set p,
+                                 qkv_adam *opt, void *pos, qkv_error *err)
 {
     qkv_tensor_file f = {0};
     qkv_status st = qkv_tensor_file_load(&f, path, err);
     if (st) return st;
-    float *staged = malloc(m->core.n_params * sizeof *staged); /* commit only a fully valid file */
-    if (!staged) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    if (!st) st = param_copy(m->core.tensors, m->core.n_tensors, staged, &f, path, "adam.", err);
+    const char *fmt = qkv_tensor_file_meta(&f, "format");
+    if (k->checkpoint_noun && (!fmt || strcmp(fmt, k->checkpoint_format)))
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: not a %s checkpoint (format \"%s\")", path,
+                      k->checkpoint_noun, fmt ? fmt : "");
+    float *staged = st ? NULL : malloc(p.n_params * sizeof *staged); /* commit only if valid */
+    if (!st && !staged) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+    if (!st) st = param_copy(p.tensors, p.n_tensors, staged, &f, path, "adam.", err);
     const qkv_tensor *mt = NULL, *vt = NULL;
     if (!st) st = adam_find(&f, opt, path, &mt, &vt, err);
-    long long step = 0, epoch = 0, batch = 0, tokens = 0;
-    if (!st) st = meta_i64(&f, "step", &step, path, err);
-    if (!st) st = meta_i64(&f, "epoch", &epoch, path, err);
-    if (!st) st = meta_i64(&f, "batch", &batch, path, err);
-    if (!st) st = meta_i64(&f, "epoch_tokens", &tokens, path, err);
-    const char *seed_s = qkv_tensor_file_meta(&f, "seed"), *loss_s = qkv_tensor_file_meta(&f, "epoch_loss");
-    char *end_seed = NULL, *end_loss = NULL;
-    unsigned long long seed = 0;
-    double epoch_loss = 0.0;
-    errno = 0;
-    if (seed_s && *seed_s >= '0' && *seed_s <= '9') seed = strtoull(seed_s, &end_seed, 10);
-    if (loss_s) epoch_loss = strtod(loss_s, &end_loss);
-    if (!st && (!end_seed || *end_seed || !end_loss || end_loss == loss_s || *end_loss || errno ||
-                !isfinite(epoch_loss) || epoch_loss < 0.0))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata \"seed\"/\"epoch_loss\" missing or "
-                      "malformed", path);
-    if (!st && (step < 0 || epoch < 0 || batch < 0 || tokens < 0 || epoch > INT_MAX ||
-                batch > INT_MAX))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: training position out of range", path);
+    int64_t step = 0;
+    if (!st)
+        st = (k->read_position ? k->read_position : position_read)(k, &f, path, &step, pos, err);
     if (!st) {
-        memcpy(m->core.params, staged, m->core.n_params * sizeof *staged);
-        precision_touch(&m->core.prec); /* the bf16 copy, if any, is of the old parameters */
+        memcpy(p.params, staged, p.n_params * sizeof *staged);
         memcpy(opt->m, mt->data, opt->n * sizeof(float));
         memcpy(opt->v, vt->data, opt->n * sizeof(float));
         opt->step = step;
-        pos->epoch = (int)epoch, pos->batch = (int)batch;
-        pos->seed = seed;
-        pos->epoch_loss = epoch_loss, pos->epoch_tokens = tokens;
     }
     free(staged);
     qkv_tensor_file_free(&f);

@@ -1,5 +1,5 @@
-/* A parameter table in safetensors files, shared by both model directories (model_dir.c,
- * lm_dir.c): the weights of a saved model, and the parameters and Adam moments of a training
+/* A parameter table in safetensors files, for model directories and checkpoints (model_dir.c):
+ * the weights of a saved model, and the parameters and Adam moments of a training
  * checkpoint. */
 #ifndef QKV_PARAM_FILE_H
 #define QKV_PARAM_FILE_H

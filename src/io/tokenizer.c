@@ -24,11 +24,15 @@ int qkv_model_dir_file(char *path, size_t cap, const char *dir, const char *name
 
 qkv_status model_dir_json(cJSON **out, const char *dir, const char *name, qkv_error *err)
 {
-    char path[4096], *text;
+    char path[4096], *text = NULL;
+    size_t len = 0;
     *out = NULL;
     if (!qkv_model_dir_file(path, sizeof path, dir, name)) return QKV_OK;
-    qkv_status st = json_read_text(path, &text, err);
-    if (st) return st;
+    /* a model's JSON files are small: a megabyte is far beyond any of them */
+    qkv_status st = qkv_read_file(path, (size_t)1 << 20, &text, &len, err);
+    if (!st && strlen(text) != len)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
+    if (st) return free(text), st;
     *out = cJSON_Parse(text);
     free(text);
     return *out ? QKV_OK : qkv_fail(err, QKV_ERR_FORMAT, "%s: not valid JSON", path);

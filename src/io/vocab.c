@@ -2,7 +2,6 @@
  * The vocabulary of d2l.ai's Vocab: ids by descending frequency after the reserved tokens,
  * a hash table for token -> id, a one-token-per-line text file, and d2l's truncate_pad.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,35 +233,6 @@ qkv_status qkv_vocab_save(const qkv_vocab *v, const char *path, qkv_error *err)
     return st;
 }
 
-/* The whole file in a NUL-terminated buffer (caller frees). */
-static qkv_status read_file(char **out, size_t *len, const char *path, qkv_error *err)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (n < cap - 1) break;
-        char *bigger = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-        if (!bigger) free(buf);
-        buf = bigger;
-        cap *= 2;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (!buf) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory reading it", path);
-    if (failed) {
-        free(buf);
-        return qkv_fail(err, QKV_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return QKV_OK;
-}
-
 /* Splits buf in place into lines (ending "\n" or "\r\n"; the last may lack it), checking
  * each is a non-empty UTF-8 token. lines (cap >= number of '\n' + 1) gets pointers. */
 static qkv_status split_lines(const char **lines, int *n_lines, char *buf, size_t len,
@@ -298,7 +268,7 @@ qkv_status qkv_vocab_load(qkv_vocab *v, const char *path, qkv_error *err)
     memset(v, 0, sizeof *v);
     char *buf;
     size_t len = 0;
-    qkv_status st = read_file(&buf, &len, path, err);
+    qkv_status st = qkv_read_file(path, SIZE_MAX, &buf, &len, err);
     if (st != QKV_OK) return st;
     size_t n_newlines = 0;
     for (size_t i = 0; i < len; i++) n_newlines += buf[i] == '\n';

@@ -5,19 +5,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-
-/* Number of keys row (b, i) may see, counting from key 0 (both masks are prefixes). */
-static int visible_keys(const qkv_mask *mask, int b, int i, int n, int m)
-{
-    int len = m;
-    if (!mask) return len;
-    if (mask->valid_lens) {
-        int l = mask->per_query ? mask->valid_lens[(size_t)b * n + i] : mask->valid_lens[b];
-        if (l < len) len = l;
-    }
-    if (mask->causal && i + (m - n) + 1 < len) len = i + (m - n) + 1;
-    return len < 0 ? 0 : len;
-}
+#include "kernels/mask.h"
 
 /* One row: P[j] = exp(S[j] - max) / sum for j < len, 0 beyond. */
 static void softmax_row(float *P, const float *S, int len, int m)
@@ -42,7 +30,7 @@ void qkv_masked_softmax_forward(float *P, const float *S, int B, int H, int n, i
         for (int h = 0; h < H; h++)
             for (int i = 0; i < n; i++) {
                 size_t row = (((size_t)b * H + h) * n + i) * m;
-                softmax_row(P + row, S + row, visible_keys(mask, b, i, n, m), m);
+                softmax_row(P + row, S + row, mask_visible_keys(mask, b, i, n, m), m);
             }
 }
 

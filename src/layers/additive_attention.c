@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "layers/attention_parts.h"
 
 size_t qkv_additive_attention_scratch_floats(int B, int n, int m, int h)
 {
@@ -35,11 +36,7 @@ void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float
             }
         }
     qkv_masked_softmax_forward(c->P, c->P, B, 1, n, m, mask);
-    const float *pd = c->P;
-    if (p > 0.0f) {
-        qkv_dropout_forward(scratch, c->P, (size_t)B * n * m, p, seed, 0);
-        pd = scratch;
-    }
+    const float *pd = dropped_weights(scratch, c->P, (size_t)B * n * m, p, seed, 0);
     for (int b = 0; b < B; b++)
         gemm(0, 0, n, v, m, 1.0f, pd + (size_t)b * n * m, m, V + (size_t)b * m * v, v, 0.0f,
              O + (size_t)b * n * v, v);
@@ -58,11 +55,7 @@ void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additi
     float *gq = ds + (size_t)B * n * m;       /* (B, n, h) gradient of W_q q */
     float *gk = gq + (size_t)B * n * h;       /* (B, m, h) gradient of W_k k */
     if (dV) {
-        const float *pd = c->P;
-        if (p > 0.0f) {
-            qkv_dropout_forward(ds, c->P, (size_t)B * n * m, p, seed, 0);
-            pd = ds;
-        }
+        const float *pd = dropped_weights(ds, c->P, (size_t)B * n * m, p, seed, 0);
         for (int b = 0; b < B; b++)
             gemm(1, 0, m, v, n, 1.0f, pd + (size_t)b * n * m, m, dO + (size_t)b * n * v, v, 1.0f,
                  dV + (size_t)b * m * v, v);
@@ -70,11 +63,8 @@ void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additi
     for (int b = 0; b < B; b++) /* dPd = dO V^T */
         gemm(0, 1, n, m, v, 1.0f, dO + (size_t)b * n * v, v, V + (size_t)b * m * v, v, 0.0f,
              ds + (size_t)b * n * m, m);
-    if (p > 0.0f) {
-        const float keep_scale = 1.0f / (1.0f - p);
-        for (size_t e = 0; e < (size_t)B * n * m; e++)
-            ds[e] = dropout_keep(p, seed, e) ? ds[e] * keep_scale : 0.0f;
-    }
+    /* dP = dropout'(dPd): dropout is diagonal, its backward the same mask and scale */
+    if (p > 0.0f) qkv_dropout_forward(ds, ds, (size_t)B * n * m, p, seed, 0);
     for (size_t r = 0; r < (size_t)B * n; r++) { /* softmax backward, in place */
         const float *pr = c->P + r * m;
         float *x = ds + r * m, dot = 0.0f;

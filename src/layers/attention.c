@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "core/internal.h"
-#include "kernels/dropout_mask.h"
+#include "layers/attention_parts.h"
 
 /* The mask of sequence b alone: lengths are indexed by b, so shift the pointer to it. */
 static qkv_mask mask_of_sequence(const qkv_mask *mask, int b, int n)
@@ -22,7 +22,8 @@ size_t qkv_attention_scratch_floats(int B, int H, int n, int m)
     return (size_t)B * H * n * m;
 }
 
-/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v), P (B, H, n, m) */
+/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v), P (B, H, n, m);
+ * S = Q K^T / sqrt d, P = masked_softmax(S), O = dropout(P) V */
 void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, const float *V,
                            int B, int H, int n, int m, int d, int v, const qkv_mask *mask,
                            float p, uint64_t seed, float *scratch)
@@ -31,21 +32,14 @@ void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, c
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = Q + ((size_t)b * n * H + h) * d;
-            const float *k = K + ((size_t)b * m * H + h) * d;
-            const float *vv = V + ((size_t)b * m * H + h) * v;
-            float *o = O + ((size_t)b * n * H + h) * v;
+            const head_offsets at = head_offsets_of(b, h, H, n, m, d, v);
             size_t bh = ((size_t)b * H + h) * n * m;
             float *pw = P + bh;
             qkv_mask mb = mask_of_sequence(mask, b, n);
-            gemm(0, 1, n, m, d, scale, q, H * d, k, H * d, 0.0f, pw, m); /* S = Q K^T / sqrt d */
+            gemm(0, 1, n, m, d, scale, Q + at.q, H * d, K + at.k, H * d, 0.0f, pw, m); /* S */
             qkv_masked_softmax_forward(pw, pw, 1, 1, n, m, &mb);
-            const float *pd = pw;
-            if (p > 0.0f) {
-                qkv_dropout_forward(scratch + bh, pw, (size_t)n * m, p, seed, bh);
-                pd = scratch + bh;
-            }
-            gemm(0, 0, n, v, m, 1.0f, pd, m, vv, H * v, 0.0f, o, H * v); /* O = P V */
+            const float *pd = dropped_weights(scratch + bh, pw, (size_t)n * m, p, seed, bh);
+            gemm(0, 0, n, v, m, 1.0f, pd, m, V + at.v, H * v, 0.0f, O + at.o, H * v);
         }
 }
 
@@ -60,29 +54,19 @@ void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, co
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = Q + ((size_t)b * n * H + h) * d;
-            const float *k = K + ((size_t)b * m * H + h) * d;
-            const float *vv = V + ((size_t)b * m * H + h) * v;
-            const float *dout = dO + ((size_t)b * n * H + h) * v;
+            const head_offsets at = head_offsets_of(b, h, H, n, m, d, v);
+            const float *dout = dO + at.o;
             size_t bh = ((size_t)b * H + h) * n * m;
             const float *pw = P + bh;
             float *ds = scratch + bh;
             if (dV) {
-                const float *pd = pw;
-                if (p > 0.0f) {
-                    qkv_dropout_forward(ds, pw, (size_t)n * m, p, seed, bh);
-                    pd = ds;
-                }
-                gemm(1, 0, m, v, n, 1.0f, pd, m, dout, H * v, 1.0f,
-                     dV + ((size_t)b * m * H + h) * v, H * v);
+                const float *pd = dropped_weights(ds, pw, (size_t)n * m, p, seed, bh);
+                gemm(1, 0, m, v, n, 1.0f, pd, m, dout, H * v, 1.0f, dV + at.v, H * v);
             }
             if (!dQ && !dK) continue;
-            gemm(0, 1, n, m, v, 1.0f, dout, H * v, vv, H * v, 0.0f, ds, m); /* dPd = dO V^T */
-            if (p > 0.0f) { /* dP = dropout'(dPd) */
-                const dropout_rule dr = dropout_rule_of(p, seed);
-                for (size_t e = 0; e < (size_t)n * m; e++)
-                    ds[e] = dropout_apply(&dr, bh + e, ds[e]);
-            }
+            gemm(0, 1, n, m, v, 1.0f, dout, H * v, V + at.v, H * v, 0.0f, ds, m); /* dPd = dO V^T */
+            /* dP = dropout'(dPd): dropout is diagonal, its backward the same mask and scale */
+            if (p > 0.0f) qkv_dropout_forward(ds, ds, (size_t)n * m, p, seed, bh);
             for (int i = 0; i < n; i++) { /* softmax backward, in place */
                 const float *pr = pw + (size_t)i * m;
                 float *r = ds + (size_t)i * m, dot = 0.0f;
@@ -91,11 +75,7 @@ void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, co
                 #pragma omp simd
                 for (int j = 0; j < m; j++) r[j] = pr[j] * (r[j] - dot);
             }
-            if (dQ)
-                gemm(0, 0, n, d, m, scale, ds, m, k, H * d, 1.0f,
-                     dQ + ((size_t)b * n * H + h) * d, H * d);
-            if (dK)
-                gemm(1, 0, m, d, n, scale, ds, m, q, H * d, 1.0f,
-                     dK + ((size_t)b * m * H + h) * d, H * d);
+            if (dQ) gemm(0, 0, n, d, m, scale, ds, m, K + at.k, H * d, 1.0f, dQ + at.q, H * d);
+            if (dK) gemm(1, 0, m, d, n, scale, ds, m, Q + at.q, H * d, 1.0f, dK + at.k, H * d);
         }
 }

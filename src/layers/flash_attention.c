@@ -22,6 +22,8 @@
 #include "core/internal.h"
 #include "kernels/dropout_mask.h"
 #include "kernels/fast_exp.h"
+#include "kernels/mask.h"
+#include "layers/attention_parts.h"
 
 /* BR x BC tiles: a tile of scores and one of their gradients sit on each thread's stack
  * (2 BR BC floats = 128 KiB) and in L2 with the rows of Q, K, V they come from. Measured on
@@ -32,19 +34,6 @@ enum { KEY_RUN = 4 };
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
-
-/* Number of keys row (b, i) may see, counting from key 0 (qkv_masked_softmax's rule). */
-static int visible_keys(const qkv_mask *mask, int b, int i, int n, int m)
-{
-    int len = m;
-    if (!mask) return len;
-    if (mask->valid_lens) {
-        int l = mask->per_query ? mask->valid_lens[(size_t)b * n + i] : mask->valid_lens[b];
-        if (l < len) len = l;
-    }
-    if (mask->causal && i + (m - n) + 1 < len) len = i + (m - n) + 1;
-    return len < 0 ? 0 : len;
-}
 
 /* max_j s[j] over one row of BC scores, in LANES running maxima so that it vectorises. */
 static float row_max(const float *s)
@@ -125,7 +114,7 @@ static query_tile query_tile_at(const flash_args *a, int b, int h, int i0)
 {
     query_tile t = {b, h, i0, imin(BR, a->n - i0), 0, {0}};
     for (int r = 0; r < t.rows; r++) {
-        t.len[r] = visible_keys(a->mask, b, i0 + r, a->n, a->m);
+        t.len[r] = mask_visible_keys(a->mask, b, i0 + r, a->n, a->m);
         t.kmax = imax(t.kmax, t.len[r]);
     }
     return t;
@@ -146,8 +135,8 @@ static void forward_tile(float *O, float *L, const flash_args *a, const query_ti
 {
     const int H = a->H, d = a->d, v = a->v, rows = t->rows;
     const dropout_rule drop = dropout_rule_of(a->p, a->seed); /* the weights' dropout */
-    const float *q = a->Q + (((size_t)t->b * a->n + t->i0) * H + t->h) * d; /* (rows, d) */
-    float *o = O + (((size_t)t->b * a->n + t->i0) * H + t->h) * v;         /* (rows, v) */
+    const float *q = a->Q + head_row(t->b, a->n, t->i0, H, t->h, d); /* (rows, d) */
+    float *o = O + head_row(t->b, a->n, t->i0, H, t->h, v);         /* (rows, v) */
     float *lse = L + ((size_t)t->b * H + t->h) * a->n + t->i0;              /* (rows) */
     float S[BR * BC], mx[BR], l[BR], alpha[BR];
     memset(S, 0, sizeof S);
@@ -157,8 +146,8 @@ static void forward_tile(float *O, float *L, const flash_args *a, const query_ti
     }
     for (int j0 = 0; j0 < t->kmax; j0 += BC) {
         const int cols = imin(BC, t->kmax - j0);
-        const float *k = a->K + (((size_t)t->b * a->m + j0) * H + t->h) * d; /* (cols, d) */
-        const float *vv = a->V + (((size_t)t->b * a->m + j0) * H + t->h) * v; /* (cols, v) */
+        const float *k = a->K + head_row(t->b, a->m, j0, H, t->h, d); /* (cols, d) */
+        const float *vv = a->V + head_row(t->b, a->m, j0, H, t->h, v); /* (cols, v) */
         fill_rows(S, NULL, rows); /* S = Q K^T / sqrt d */
         gemm(0, 1, rows, cols, d, a->scale, q, H * d, k, H * d, 1.0f, S, BC);
         for (int r = 0; r < rows; r++) {
@@ -229,10 +218,10 @@ static void backward_tile(float *P, float *dS, const flash_args *a, const query_
 {
     const int H = a->H, d = a->d, v = a->v, rows = t->rows;
     const dropout_rule drop = dropout_rule_of(a->p, a->seed); /* the weights' dropout */
-    const float *q = a->Q + (((size_t)t->b * a->n + t->i0) * H + t->h) * d;
-    const float *dout = a->dO + (((size_t)t->b * a->n + t->i0) * H + t->h) * v;
-    const float *k = a->K + (((size_t)t->b * a->m + j0) * H + t->h) * d;
-    const float *vv = a->V + (((size_t)t->b * a->m + j0) * H + t->h) * v;
+    const float *q = a->Q + head_row(t->b, a->n, t->i0, H, t->h, d);
+    const float *dout = a->dO + head_row(t->b, a->n, t->i0, H, t->h, v);
+    const float *k = a->K + head_row(t->b, a->m, j0, H, t->h, d);
+    const float *vv = a->V + head_row(t->b, a->m, j0, H, t->h, v);
     const float *lse = a->L + ((size_t)t->b * H + t->h) * a->n + t->i0;
     const float *D = a->D + ((size_t)t->b * H + t->h) * a->n + t->i0;
     fill_rows(P, lse, rows);
@@ -275,21 +264,21 @@ static void backward_key_tiles(const flash_args *a, int b, int h, int j_begin, i
     const int want_dS = a->dK || (with_dQ && a->dQ);
     for (int i0 = 0; i0 < a->n; i0 += BR) {
         query_tile t = query_tile_at(a, b, h, i0);
-        const float *q = a->Q + (((size_t)b * a->n + i0) * H + h) * d;
-        const float *dout = a->dO + (((size_t)b * a->n + i0) * H + h) * v;
+        const float *q = a->Q + head_row(b, a->n, i0, H, h, d);
+        const float *dout = a->dO + head_row(b, a->n, i0, H, h, v);
         for (int j0 = j_begin; j0 < j_end && j0 < t.kmax; j0 += BC) { /* keys the tile sees */
             const int cols = imin(BC, a->m - j0);
-            const float *k = a->K + (((size_t)b * a->m + j0) * H + h) * d;
+            const float *k = a->K + head_row(b, a->m, j0, H, h, d);
             backward_tile(P, dS, a, &t, j0, cols, want_dS);
             if (a->dV)
                 gemm(1, 0, cols, v, t.rows, 1.0f, P, BC, dout, H * v, 1.0f,
-                     a->dV + (((size_t)b * a->m + j0) * H + h) * v, H * v);
+                     a->dV + head_row(b, a->m, j0, H, h, v), H * v);
             if (a->dK)
                 gemm(1, 0, cols, d, t.rows, a->scale, dS, BC, q, H * d, 1.0f,
-                     a->dK + (((size_t)b * a->m + j0) * H + h) * d, H * d);
+                     a->dK + head_row(b, a->m, j0, H, h, d), H * d);
             if (with_dQ && a->dQ)
                 gemm(0, 0, t.rows, d, cols, a->scale, dS, BC, k, H * d, 1.0f,
-                     a->dQ + (((size_t)b * a->n + i0) * H + h) * d, H * d);
+                     a->dQ + head_row(b, a->n, i0, H, h, d), H * d);
         }
     }
 }
@@ -301,10 +290,10 @@ static void backward_query_tile(const flash_args *a, int b, int h, int i0, float
     query_tile t = query_tile_at(a, b, h, i0);
     for (int j0 = 0; j0 < t.kmax; j0 += BC) {
         const int cols = imin(BC, a->m - j0);
-        const float *k = a->K + (((size_t)b * a->m + j0) * H + h) * d;
+        const float *k = a->K + head_row(b, a->m, j0, H, h, d);
         backward_tile(P, dS, a, &t, j0, cols, 1);
         gemm(0, 0, t.rows, d, cols, a->scale, dS, BC, k, H * d, 1.0f,
-             a->dQ + (((size_t)b * a->n + i0) * H + h) * d, H * d);
+             a->dQ + head_row(b, a->n, i0, H, h, d), H * d);
     }
 }
 
@@ -325,8 +314,8 @@ void qkv_flash_attention_backward(float *dQ, float *dK, float *dV, const float *
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < n; i++) {
-                const float *o = O + (((size_t)b * n + i) * H + h) * v;
-                const float *g = dO + (((size_t)b * n + i) * H + h) * v;
+                const float *o = O + head_row(b, n, i, H, h, v);
+                const float *g = dO + head_row(b, n, i, H, h, v);
                 float s = 0.0f;
                 for (int c = 0; c < v; c++) s += g[c] * o[c];
                 D[((size_t)b * H + h) * n + i] = s;

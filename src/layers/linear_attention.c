@@ -24,6 +24,8 @@
 
 #include "core/internal.h"
 #include "kernels/fast_exp.h"
+#include "kernels/mask.h"
+#include "layers/attention_parts.h"
 
 /* phi(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise; always > 0, so den_i > 0 (e^x is
  * exp_poly's, clamped at -88 where it is 0 in float32 anyway). */
@@ -96,14 +98,6 @@ static void read_out(float *o, const float *S, const float *z, const float *fq, 
     for (int a = 0; a < d; a++) axpy(o, fq[a], S + (size_t)a * v, v);
     const float inv = 1.0f / den;
     for (int c = 0; c < v; c++) o[c] *= inv;
-}
-
-/* Keys of sequence b that take part: j < valid_lens[b], clamped to [0, m]. */
-static int keys_of_sequence(const int *valid_lens, int b, int m)
-{
-    if (!valid_lens) return m;
-    int L = valid_lens[b];
-    return L < 0 ? 0 : L > m ? m : L;
 }
 
 /* Per (batch, head) scratch, in floats. Non-causal: phi(K) and dphi(K) (m, d); phi(Q) and
@@ -228,10 +222,23 @@ static void full_backward(float *dq, float *dk, float *dv, const float *g, const
  * backward is algorithm 1 of the paper.
  * ------------------------------------------------------------------------------------- */
 
-static int visible_keys(int i, int n, int m, int L)
+/* Where the scans of forward and backward start: phi(Q) (n, d) and phi(K) of the L valid keys
+ * (L, d) of one head, and an empty state S (d, v), z (d) (z follows S). */
+static void causal_start(float *phiQ, float *phiK, float *S, const float *q, const float *k,
+                         int n, int L, int d, int v, int H)
 {
-    long hi = (long)i + (m - n) + 1;
-    return hi < 0 ? 0 : hi > L ? L : (int)hi;
+    phi_rows(phiQ, q, n, d, H * d);
+    phi_rows(phiK, k, L, d, H * d);
+    memset(S, 0, ((size_t)d * v + d) * sizeof *S);
+}
+
+/* One step of the scan: keys *j .. hi - 1 (those the next query sees and its predecessor did
+ * not) into S, z; then *j = hi. */
+static void absorb_keys(float *S, float *z, const float *phiK, const float *vv, int *j, int hi,
+                        int d, int v, int H)
+{
+    for (; *j < hi; (*j)++)
+        absorb_key(S, z, phiK + (size_t)*j * d, vv + (size_t)*j * H * v, d, v);
 }
 
 static void causal_forward(float *o, const float *q, const float *k, const float *vv, int n,
@@ -239,12 +246,9 @@ static void causal_forward(float *o, const float *q, const float *k, const float
 {
     float *phiQ = scratch, *phiK = phiQ + (size_t)n * d;        /* (n, d), (m, d) */
     float *S = phiK + (size_t)m * d, *z = S + (size_t)d * v; /* (d, v), (d)    */
-    phi_rows(phiQ, q, n, d, H * d);
-    phi_rows(phiK, k, L, d, H * d);
-    memset(S, 0, ((size_t)d * v + d) * sizeof *S);
+    causal_start(phiQ, phiK, S, q, k, n, L, d, v, H);
     for (int i = 0, j = 0; i < n; i++) {
-        for (int hi = visible_keys(i, n, m, L); j < hi; j++)
-            absorb_key(S, z, phiK + (size_t)j * d, vv + (size_t)j * H * v, d, v);
+        absorb_keys(S, z, phiK, vv, &j, mask_causal_keys(i, n, m, L), d, v, H);
         read_out(o + (size_t)i * H * v, S, z, phiQ + (size_t)i * d, d, v);
     }
 }
@@ -258,14 +262,11 @@ static void causal_backward(float *dq, float *dk, float *dv, const float *g, con
     float *c = A + (size_t)n * v;             /* (n)     c_i                      */
     float *S = c + n, *z = S + (size_t)d * v; /* (d, v), (d): S_i, z_i; then R, r */
     float *w = z + d;                         /* (d)     S_i g_i                  */
-    phi_rows(phiQ, q, n, d, H * d);
-    phi_rows(phiK, k, L, d, H * d);
 
     /* Forward sweep: rebuild S_i, z_i; dphi(Q_i) = (S_i g_i) / den_i + c_i z_i. */
-    memset(S, 0, ((size_t)d * v + d) * sizeof *S);
+    causal_start(phiQ, phiK, S, q, k, n, L, d, v, H);
     for (int i = 0, j = 0; i < n; i++) {
-        for (int hi = visible_keys(i, n, m, L); j < hi; j++)
-            absorb_key(S, z, phiK + (size_t)j * d, vv + (size_t)j * H * v, d, v);
+        absorb_keys(S, z, phiK, vv, &j, mask_causal_keys(i, n, m, L), d, v, H);
         const float *fq = phiQ + (size_t)i * d, *gi = g + (size_t)i * H * v;
         float den = QKV_LINEAR_ATTENTION_EPS, wq = 0.0f;
         for (int a = 0; a < d; a++) {
@@ -318,15 +319,14 @@ void qkv_linear_attention_forward(float *O, const float *Q, const float *K, cons
                                   const int *valid_lens, int causal, float *scratch)
 {
     const size_t per = scratch_per_head(n, m, d, v, causal);
+    const qkv_mask keys = {valid_lens, 0, 0}; /* j < valid_lens[b]; the scan adds causality */
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = Q + ((size_t)b * n * H + h) * d;
-            const float *k = K + ((size_t)b * m * H + h) * d;
-            const float *vv = V + ((size_t)b * m * H + h) * v;
-            float *o = O + ((size_t)b * n * H + h) * v;
-            float *s = scratch + ((size_t)b * H + h) * per;
-            int L = keys_of_sequence(valid_lens, b, m);
+            const head_offsets at = head_offsets_of(b, h, H, n, m, d, v);
+            const float *q = Q + at.q, *k = K + at.k, *vv = V + at.v;
+            float *o = O + at.o, *s = scratch + ((size_t)b * H + h) * per;
+            int L = mask_visible_keys(&keys, b, 0, n, m);
             if (causal)
                 causal_forward(o, q, k, vv, n, m, L, d, v, H, s);
             else
@@ -341,20 +341,20 @@ void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float 
 {
     if (!dQ && !dK && !dV) return;
     const size_t per = scratch_per_head(n, m, d, v, causal);
+    const qkv_mask keys = {valid_lens, 0, 0}; /* j < valid_lens[b]; the scan adds causality */
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            size_t qo = ((size_t)b * n * H + h) * d, ko = ((size_t)b * m * H + h) * d;
-            size_t vo = ((size_t)b * m * H + h) * v, oo = ((size_t)b * n * H + h) * v;
-            float *dq = dQ ? dQ + qo : NULL, *dk = dK ? dK + ko : NULL;
-            float *dv = dV ? dV + vo : NULL;
+            const head_offsets at = head_offsets_of(b, h, H, n, m, d, v);
+            float *dq = dQ ? dQ + at.q : NULL, *dk = dK ? dK + at.k : NULL;
+            float *dv = dV ? dV + at.v : NULL;
             float *s = scratch + ((size_t)b * H + h) * per;
-            int L = keys_of_sequence(valid_lens, b, m);
+            int L = mask_visible_keys(&keys, b, 0, n, m);
+            const float *g = dO + at.o, *q = Q + at.q, *k = K + at.k, *vv = V + at.v;
             if (causal)
-                causal_backward(dq, dk, dv, dO + oo, Q + qo, K + ko, V + vo, n, m, L, d, v, H,
-                                s);
+                causal_backward(dq, dk, dv, g, q, k, vv, n, m, L, d, v, H, s);
             else
-                full_backward(dq, dk, dv, dO + oo, Q + qo, K + ko, V + vo, n, m, L, d, v, H, s);
+                full_backward(dq, dk, dv, g, q, k, vv, n, m, L, d, v, H, s);
         }
 }
 

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "models/language_model_internal.h"
 
@@ -22,13 +21,6 @@ qkv_lm_train_options qkv_lm_train_default_options(void)
     o.beta1 = 0.9f, o.beta2 = 0.99f, o.adam_eps = 1e-8f, o.clip = 1.0f, o.warmup = 100;
     o.log_every = 50, o.eval_every = 500, o.eval_tokens = 32768;
     return o;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* The learning rate of step s (1-based): linear warm-up, then constant or a cosine from lr
@@ -173,12 +165,12 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for batches");
         goto done;
     }
-    const double t0 = now_s(), elapsed0 = pos.elapsed_s, budget = o->minutes * 60.0;
+    const double t0 = qkv_now_s(), elapsed0 = pos.elapsed_s, budget = o->minutes * 60.0;
     int64_t run_tokens = 0;
     qkv_lm_train_progress prog = {0};
     prog.steps = o->steps, prog.val_loss = NAN;
     for (;;) {
-        double elapsed = elapsed0 + (now_s() - t0);
+        double elapsed = elapsed0 + (qkv_now_s() - t0);
         if ((o->steps > 0 && opt.step >= o->steps) || (budget > 0.0 && elapsed >= budget)) break;
         const int64_t s = opt.step; /* steps done: this is step s + 1 */
         gather_windows(ids, targets, train, n_train, B, T, pos.seed, s);
@@ -196,10 +188,10 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
                           "intact)", (long long)s + 1);
             break;
         }
-        const double lr = learning_rate(o, s + 1, elapsed0 + (now_s() - t0), budget);
+        const double lr = learning_rate(o, s + 1, elapsed0 + (qkv_now_s() - t0), budget);
         qkv_adam_update(&opt, params, grads, (float)lr);
         pos.loss_sum += loss, pos.loss_tokens += tokens, run_tokens += tokens;
-        elapsed = elapsed0 + (now_s() - t0);
+        elapsed = elapsed0 + (qkv_now_s() - t0);
         pos.elapsed_s = elapsed;
         const int stop = o->stop_after_steps > 0 && opt.step >= o->stop_after_steps;
         const int last = (o->steps > 0 && opt.step >= o->steps) ||
@@ -210,7 +202,7 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         prog.epoch = (double)opt.step * B * T / (double)n_train;
         prog.loss = pos.loss_sum / (double)(pos.loss_tokens ? pos.loss_tokens : 1);
         prog.val_loss = NAN;
-        prog.tokens_per_s = (double)run_tokens / (now_s() - t0 + 1e-9);
+        prog.tokens_per_s = (double)run_tokens / (qkv_now_s() - t0 + 1e-9);
         prog.grad_norm = norm, prog.lr = lr, prog.elapsed_s = elapsed;
         prog.report = opt.step % o->log_every == 0 || evaluate || last || stop;
         if (evaluate) {

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -25,13 +24,6 @@ qkv_train_options qkv_train_default_options(void)
     o.beta1 = 0.9f, o.beta2 = 0.999f, o.adam_eps = 1e-8f, o.clip = 1.0f; /* torch.optim.Adam's */
     o.schedule = QKV_LR_CONSTANT, o.warmup = 4000, o.lr_factor = 1.0f;   /* the paper's */
     return o;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* The paper's eq. 3 at optimizer step `step` (from 1). */
@@ -544,16 +536,16 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
     qkv_train_progress prog = {0};
     prog.epochs = o->epochs;
     int stopped_early = o->patience > 0 && since_best >= o->patience && hist.n > 0;
-    const double run_start = now_s();
+    const double run_start = qkv_now_s();
     double longest_epoch = 0.0;
     for (int epoch = pos.epoch; epoch < o->epochs && !st && !stopped_early; epoch++) {
-        const double epoch_start = now_s();
+        const double epoch_start = qkv_now_s();
         if (o->minutes > 0.0 && epoch_start - run_start + longest_epoch > o->minutes * 60.0) break;
         if (by_tokens) plan_tokens(&plan, d, o->batch_tokens, pos.seed, epoch);
         else plan_fixed(&plan, d, o->batch, pos.seed, epoch);
         const int batches = plan.n_batches;
         prog.batches = batches;
-        double t0 = now_s();
+        double t0 = qkv_now_s();
         int64_t epoch_tokens_timed = 0;
         for (int bi = pos.batch; bi < batches; bi++) {
             const int *items = plan.items + plan.first[bi], size = plan.first[bi + 1] - plan.first[bi];
@@ -605,7 +597,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             prog.epoch = epoch + 1, prog.batch = bi + 1, prog.step = opt.step;
             prog.loss = pos.epoch_loss / (double)(pos.epoch_tokens ? pos.epoch_tokens : 1);
             prog.d2l_loss = prog.loss / T;
-            prog.tokens_per_s = (double)epoch_tokens_timed / (now_s() - t0 + 1e-9);
+            prog.tokens_per_s = (double)epoch_tokens_timed / (qkv_now_s() - t0 + 1e-9);
             prog.grad_norm = norm;
             prog.lr = lr;
             prog.end_of_epoch = bi + 1 == batches;
@@ -650,7 +642,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             if (prog.stopping) stopped_early = 1;
         }
         pos.batch = 0;
-        longest_epoch = fmax(longest_epoch, now_s() - epoch_start);
+        longest_epoch = fmax(longest_epoch, qkv_now_s() - epoch_start);
     }
     if (!st) st = qkv_transformer_save(m, o->out_dir, err);
 done:

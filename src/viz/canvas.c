@@ -7,6 +7,7 @@
 
 #include "core/internal.h"
 #include "qkv.h"
+#include "viz/viz_internal.h"
 
 qkv_status qkv_canvas_init(qkv_canvas *c, int width, int height, qkv_rgb background,
                            qkv_error *err)
@@ -45,14 +46,12 @@ void qkv_canvas_reset_clip(qkv_canvas *c)
     c->clip_y1 = c->height;
 }
 
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
 void qkv_canvas_set_clip(qkv_canvas *c, int x, int y, int w, int h)
 {
-    c->clip_x0 = clampi(x, 0, c->width);
-    c->clip_y0 = clampi(y, 0, c->height);
-    c->clip_x1 = clampi(x + (w > 0 ? w : 0), c->clip_x0, c->width);
-    c->clip_y1 = clampi(y + (h > 0 ? h : 0), c->clip_y0, c->height);
+    c->clip_x0 = iclamp(x, 0, c->width);
+    c->clip_y0 = iclamp(y, 0, c->height);
+    c->clip_x1 = iclamp(x + (w > 0 ? w : 0), c->clip_x0, c->width);
+    c->clip_y1 = iclamp(y + (h > 0 ? h : 0), c->clip_y0, c->height);
 }
 
 qkv_rgb qkv_canvas_get(const qkv_canvas *c, int x, int y)
@@ -84,8 +83,8 @@ static inline void blend_at(qkv_canvas *c, int x, int y, qkv_rgb color, float al
 
 void qkv_canvas_fill_rect(qkv_canvas *c, int x, int y, int w, int h, qkv_rgb color)
 {
-    int x0 = clampi(x, c->clip_x0, c->clip_x1), x1 = clampi(x + w, c->clip_x0, c->clip_x1);
-    int y0 = clampi(y, c->clip_y0, c->clip_y1), y1 = clampi(y + h, c->clip_y0, c->clip_y1);
+    int x0 = iclamp(x, c->clip_x0, c->clip_x1), x1 = iclamp(x + w, c->clip_x0, c->clip_x1);
+    int y0 = iclamp(y, c->clip_y0, c->clip_y1), y1 = iclamp(y + h, c->clip_y0, c->clip_y1);
     for (int yy = y0; yy < y1; yy++) {
         uint8_t *p = c->pixels + 3 * ((size_t)yy * (size_t)c->width + (size_t)x0);
         for (int xx = x0; xx < x1; xx++, p += 3)
@@ -112,8 +111,8 @@ void qkv_canvas_disc(qkv_canvas *c, float cx, float cy, float radius, qkv_rgb co
         alpha = 1.0f;
     int x0 = (int)floorf(cx - radius - 1.0f), x1 = (int)ceilf(cx + radius + 1.0f);
     int y0 = (int)floorf(cy - radius - 1.0f), y1 = (int)ceilf(cy + radius + 1.0f);
-    x0 = clampi(x0, c->clip_x0, c->clip_x1), x1 = clampi(x1, c->clip_x0, c->clip_x1);
-    y0 = clampi(y0, c->clip_y0, c->clip_y1), y1 = clampi(y1, c->clip_y0, c->clip_y1);
+    x0 = iclamp(x0, c->clip_x0, c->clip_x1), x1 = iclamp(x1, c->clip_x0, c->clip_x1);
+    y0 = iclamp(y0, c->clip_y0, c->clip_y1), y1 = iclamp(y1, c->clip_y0, c->clip_y1);
     for (int y = y0; y < y1; y++)
         for (int x = x0; x < x1; x++) {
             float d = hypotf(x + 0.5f - cx, y + 0.5f - cy);
@@ -139,8 +138,8 @@ static void stamp_capsule(stroke_mask *m, float ax, float ay, float bx, float by
     float r = m->half + 0.5f;
     int x0 = (int)floorf(fminf(ax, bx) - r) - m->x0, x1 = (int)ceilf(fmaxf(ax, bx) + r) - m->x0;
     int y0 = (int)floorf(fminf(ay, by) - r) - m->y0, y1 = (int)ceilf(fmaxf(ay, by) + r) - m->y0;
-    x0 = clampi(x0, 0, m->w), x1 = clampi(x1, 0, m->w);
-    y0 = clampi(y0, 0, m->h), y1 = clampi(y1, 0, m->h);
+    x0 = iclamp(x0, 0, m->w), x1 = iclamp(x1, 0, m->w);
+    y0 = iclamp(y0, 0, m->h), y1 = iclamp(y1, 0, m->h);
     float dx = bx - ax, dy = by - ay, len2 = dx * dx + dy * dy;
     for (int y = y0; y < y1; y++)
         for (int x = x0; x < x1; x++) {
@@ -188,10 +187,10 @@ qkv_status qkv_canvas_polyline(qkv_canvas *c, const float *x, const float *y, in
     float r = width * 0.5f + 1.0f;
     /* Clamp in float before converting: points far off the canvas must not overflow int. */
     float lim = 4.0f * QKV_CANVAS_MAX_SIDE;
-    int x0 = clampi((int)fmaxf(floorf(bx0 - r), -lim), c->clip_x0, c->clip_x1);
-    int x1 = clampi((int)fminf(ceilf(bx1 + r), lim), c->clip_x0, c->clip_x1);
-    int y0 = clampi((int)fmaxf(floorf(by0 - r), -lim), c->clip_y0, c->clip_y1);
-    int y1 = clampi((int)fminf(ceilf(by1 + r), lim), c->clip_y0, c->clip_y1);
+    int x0 = iclamp((int)fmaxf(floorf(bx0 - r), -lim), c->clip_x0, c->clip_x1);
+    int x1 = iclamp((int)fminf(ceilf(bx1 + r), lim), c->clip_x0, c->clip_x1);
+    int y0 = iclamp((int)fmaxf(floorf(by0 - r), -lim), c->clip_y0, c->clip_y1);
+    int y1 = iclamp((int)fminf(ceilf(by1 + r), lim), c->clip_y0, c->clip_y1);
     if (x0 >= x1 || y0 >= y1)
         return QKV_OK;
     stroke_mask m = {NULL, x0, y0, x1 - x0, y1 - y0, width * 0.5f};

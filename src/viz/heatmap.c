@@ -13,6 +13,7 @@
 
 #include "core/internal.h"
 #include "qkv.h"
+#include "viz/viz_internal.h"
 
 #define FS_TITLE 17.0f /* font sizes in pixels */
 #define FS_LABEL 14.0f /* axis labels, panel titles */
@@ -25,9 +26,6 @@
 #define CBAR_GAP 18
 
 static const uint32_t INK = 0x222222, FRAME = 0x333333;
-
-static int imax(int a, int b) { return a > b ? a : b; }
-static int iclamp(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* Fit the count labels (NULL entries are empty) into out[i] at FS_TICK, at most max_w wide;
  * the widest fitted width goes to *w_max. */
@@ -70,9 +68,7 @@ static qkv_status check_spec(const qkv_heatmap_spec *s, qkv_error *err)
 qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz *v,
                             const qkv_heatmap_spec *s, qkv_error *err)
 {
-    memset(out, 0, sizeof *out);
-    if (geom)
-        memset(geom, 0, sizeof *geom);
+    draw_start(out, geom, sizeof *geom);
     qkv_status st = check_spec(s, err);
     if (st)
         return st;
@@ -300,10 +296,5 @@ qkv_status qkv_heatmap_save(const char *path, qkv_heatmap_geometry *geom, qkv_vi
                             const qkv_heatmap_spec *s, qkv_error *err)
 {
     qkv_canvas c;
-    qkv_status st = qkv_heatmap_draw(&c, geom, v, s, err);
-    if (st)
-        return st;
-    st = qkv_canvas_write_png(&c, path, err);
-    qkv_canvas_free(&c);
-    return st;
+    return canvas_save_png(&c, qkv_heatmap_draw(&c, geom, v, s, err), path, err);
 }

@@ -12,6 +12,7 @@
 
 #include "core/internal.h"
 #include "qkv.h"
+#include "viz/viz_internal.h"
 
 #define FS_TITLE 17.0f
 #define FS_LABEL 14.0f
@@ -23,9 +24,6 @@
 #define SAMPLE_W 32 /* legend: length of the line sample */
 
 static const uint32_t INK = 0x222222, FRAME = 0x444444, GRID = 0xE4E4E4;
-
-static int imax(int a, int b) { return a > b ? a : b; }
-static int iclamp(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 typedef struct {
     int ax, ay, aw, ah;   /* plot area */
@@ -196,9 +194,7 @@ static int legend_overlap(const qkv_plot_spec *s, const frame_map *f, const int 
 qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
                          const qkv_plot_spec *s, qkv_error *err)
 {
-    memset(out, 0, sizeof *out);
-    if (geom)
-        memset(geom, 0, sizeof *geom);
+    draw_start(out, geom, sizeof *geom);
     qkv_status st = check_spec(s, err);
     if (st)
         return st;
@@ -446,10 +442,5 @@ qkv_status qkv_plot_save(const char *path, qkv_plot_geometry *geom, qkv_viz *v,
                          const qkv_plot_spec *s, qkv_error *err)
 {
     qkv_canvas c;
-    qkv_status st = qkv_plot_draw(&c, geom, v, s, err);
-    if (st)
-        return st;
-    st = qkv_canvas_write_png(&c, path, err);
-    qkv_canvas_free(&c);
-    return st;
+    return canvas_save_png(&c, qkv_plot_draw(&c, geom, v, s, err), path, err);
 }

@@ -12,6 +12,7 @@
 
 #include "core/internal.h"
 #include "qkv.h"
+#include "viz/viz_internal.h"
 
 /* libpng reports errors by calling a function that must not return; ours keeps the message
  * and jumps back to encode(). */
@@ -107,5 +108,14 @@ qkv_status qkv_canvas_write_png(const qkv_canvas *c, const char *path, qkv_error
                       errno ? strerror(errno) : "write error");
     unlink(tmp);
     free(tmp);
+    return st;
+}
+
+qkv_status canvas_save_png(qkv_canvas *c, qkv_status drawn, const char *path, qkv_error *err)
+{
+    if (drawn)
+        return drawn;
+    qkv_status st = qkv_canvas_write_png(c, path, err);
+    qkv_canvas_free(c);
     return st;
 }

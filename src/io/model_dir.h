@@ -1,0 +1,89 @@
+/* Model directories and training checkpoints, one implementation for every kind of model
+ * (transformer_dir.c: the encoder-decoder, lm_dir.c: the language model). A directory is
+ *   config.json        the configuration, as JSON ({"format": ..., "version": 1, ...})
+ *   model.safetensors  every parameter under its table name, float32
+ * and a checkpoint (one safetensors file) adds Adam's moments and step and where training
+ * stands, so that it resumes exactly. A kind says what differs: its format name, the members
+ * of its config.json and the metadata of its training position, as tables. */
+#ifndef QKV_MODEL_DIR_H
+#define QKV_MODEL_DIR_H
+
+#include "core/internal.h"
+
+/* One member of config.json: where it lives in the configuration struct and how it is
+ * written. A CHOICE is an enum (or int) whose value v is written as choices[v]. */
+typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_FLAG, FIELD_CHOICE } field_type;
+typedef struct {
+    const char *key;
+    field_type type;
+    size_t offset;
+    const char *const *choices; /* CHOICE: the names of values 0 .. n_choices - 1 */
+    int n_choices;              /* at most 3 (json_get_choice) */
+} config_field;
+
+/* One metadata entry of a checkpoint's training position (after "format" and "step"): where
+ * it lives in the position struct, and its C type. */
+typedef enum { META_INT, META_I64, META_U64, META_F64 } meta_type;
+typedef struct {
+    const char *key;
+    meta_type type;
+    size_t offset;
+} meta_field;
+
+enum { MAX_POSITION_FIELDS = 8 };
+
+/* A model's parameters as its table lays them out in one buffer. */
+typedef struct {
+    const qkv_param_info *tensors;
+    int n_tensors;
+    float *params;
+    size_t n_params;
+} param_set;
+
+typedef struct model_kind model_kind;
+struct model_kind {
+    const char *format;            /* "format" of config.json and of model.safetensors */
+    const char *format_note;       /* added to the message for a config.json of another format */
+    const char *checkpoint_format; /* "format" of a checkpoint */
+    /* The checkpoint's format is checked on load only when this names the kind ("not a
+     * <noun> checkpoint"); NULL: not checked (the encoder-decoder never did). */
+    const char *checkpoint_noun;
+    const config_field *fields; /* config.json's members after "format" and "version" */
+    int n_fields;
+    const meta_field *position; /* at most MAX_POSITION_FIELDS (checked where it is defined) */
+    int n_position;
+    void (*defaults)(void *cfg);
+    qkv_status (*check)(const void *cfg, qkv_error *err);
+    /* Reads "step" and the position from f into *step and *pos, writing them only if all is
+     * valid. NULL: the table's entries, strictly: integers are decimal digits only (strtoull
+     * alone would read " -5" as 2^64 - 5), at most INT64_MAX (INT_MAX for an int), doubles
+     * finite and >= 0; integers are read before doubles, each in table order. */
+    qkv_status (*read_position)(const model_kind *k, const qkv_tensor_file *f, const char *path,
+                                int64_t *step, void *pos, qkv_error *err);
+};
+
+/* The configuration as JSON text (caller frees), and back: defaults, then every member of
+ * the kind's table (each required), then the kind's check; errors name file and key. */
+qkv_status model_config_to_json(const model_kind *k, const void *cfg, char **json,
+                                qkv_error *err);
+qkv_status model_config_from_json(const model_kind *k, void *cfg, const char *json,
+                                  const char *file, qkv_error *err);
+
+/* dir/config.json and dir/model.safetensors, each written atomically; dir is created. */
+qkv_status model_dir_save(const model_kind *k, const void *cfg, param_set p, const char *dir,
+                          qkv_error *err);
+/* dir/config.json as a checked configuration of kind k. */
+qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv_error *err);
+/* dir/model.safetensors into p.params: every tensor of the table, float32, its shape, finite;
+ * no other tensor. */
+qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err);
+
+/* The parameters, Adam's moments ("adam.m", "adam.v") and metadata "format", "step" and the
+ * kind's position, in one safetensors file written atomically. */
+qkv_status model_checkpoint_save(const model_kind *k, const char *path, param_set p,
+                                 const qkv_adam *opt, const void *pos, qkv_error *err);
+/* Validates everything in the file before it changes p.params, opt or *pos. */
+qkv_status model_checkpoint_load(const model_kind *k, const char *path, param_set p,
+                                 qkv_adam *opt, void *pos, qkv_error *err);
+
+#endif

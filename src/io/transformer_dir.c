@@ -1,0 +1,152 @@
+/* The encoder-decoder's model directory (model_dir.h), which the caller completes with
+ * src_vocab.txt and tgt_vocab.txt (one token per line), and its training checkpoint. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "io/model_dir.h"
+#include "models/transformer_internal.h"
+
+#define FIELD(key, type, member) {key, type, offsetof(qkv_transformer_config, member), NULL, 0}
+static const char *const acts[] = {"relu", "gelu"}, *const ties[] = {"none", "output", "all"};
+static const config_field fields[] = {
+    FIELD("src_vocab", FIELD_INT, src_vocab),
+    FIELD("tgt_vocab", FIELD_INT, tgt_vocab),
+    FIELD("d_model", FIELD_INT, d_model),
+    FIELD("heads", FIELD_INT, heads),
+    FIELD("ffn", FIELD_INT, ffn),
+    FIELD("enc_layers", FIELD_INT, enc_layers),
+    FIELD("dec_layers", FIELD_INT, dec_layers),
+    FIELD("max_len", FIELD_INT, max_len),
+    FIELD("dropout", FIELD_FLOAT, dropout),
+    FIELD("bias", FIELD_FLAG, bias),
+    FIELD("pre_norm", FIELD_FLAG, pre_norm),
+    FIELD("final_norm", FIELD_FLAG, final_norm),
+    {"act", FIELD_CHOICE, offsetof(qkv_transformer_config, act), acts, 2},
+    {"tie", FIELD_CHOICE, offsetof(qkv_transformer_config, tie), ties, 3},
+    FIELD("learned_pos", FIELD_FLAG, learned_pos),
+    FIELD("ln_eps", FIELD_FLOAT, ln_eps),
+};
+_Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_tie) == sizeof(int),
+               "a CHOICE member is accessed as an int");
+
+static const meta_field position[] = {
+    {"epoch", META_INT, offsetof(qkv_train_position, epoch)},
+    {"batch", META_INT, offsetof(qkv_train_position, batch)},
+    {"seed", META_U64, offsetof(qkv_train_position, seed)},
+    {"epoch_loss", META_F64, offsetof(qkv_train_position, epoch_loss)},
+    {"epoch_tokens", META_I64, offsetof(qkv_train_position, epoch_tokens)},
+};
+_Static_assert(sizeof position / sizeof *position <= MAX_POSITION_FIELDS, "too many");
+
+static void defaults(void *cfg)
+{
+    *(qkv_transformer_config *)cfg = qkv_transformer_default_config();
+}
+
+static qkv_status check(const void *cfg, qkv_error *err)
+{
+    return qkv_transformer_config_check(cfg, err);
+}
+
+static qkv_status meta_i64(const qkv_tensor_file *f, const char *key, long long *v,
+                           const char *path, qkv_error *err)
+{
+    const char *s = qkv_tensor_file_meta(f, key);
+    char *end = NULL;
+    errno = 0;
+    if (s) *v = strtoll(s, &end, 10);
+    if (!s || !*s || *end || errno)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata \"%s\" missing or not an integer",
+                        path, key);
+    return QKV_OK;
+}
+
+/* The position as the first checkpoints were read: looser than the language model's rule
+ * (strtoll takes " 5", "+5"; a negative value is refused as out of range), and kept so that
+ * every checkpoint read before is read now, with the same messages. */
+static qkv_status read_position(const model_kind *k, const qkv_tensor_file *f, const char *path,
+                                int64_t *step_out, void *out, qkv_error *err)
+{
+    (void)k;
+    long long step = 0, epoch = 0, batch = 0, tokens = 0;
+    qkv_status st = meta_i64(f, "step", &step, path, err);
+    if (!st) st = meta_i64(f, "epoch", &epoch, path, err);
+    if (!st) st = meta_i64(f, "batch", &batch, path, err);
+    if (!st) st = meta_i64(f, "epoch_tokens", &tokens, path, err);
+    const char *seed_s = qkv_tensor_file_meta(f, "seed");
+    const char *loss_s = qkv_tensor_file_meta(f, "epoch_loss");
+    char *end_seed = NULL, *end_loss = NULL;
+    unsigned long long seed = 0;
+    double epoch_loss = 0.0;
+    errno = 0;
+    if (seed_s && *seed_s >= '0' && *seed_s <= '9') seed = strtoull(seed_s, &end_seed, 10);
+    if (loss_s) epoch_loss = strtod(loss_s, &end_loss);
+    if (!st && (!end_seed || *end_seed || !end_loss || end_loss == loss_s || *end_loss || errno ||
+                !isfinite(epoch_loss) || epoch_loss < 0.0))
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata \"seed\"/\"epoch_loss\" missing or "
+                      "malformed", path);
+    if (!st && (step < 0 || epoch < 0 || batch < 0 || tokens < 0 || epoch > INT_MAX ||
+                batch > INT_MAX))
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: training position out of range", path);
+    if (st) return st;
+    *step_out = step;
+    *(qkv_train_position *)out = (qkv_train_position){(int)epoch, (int)batch, seed, epoch_loss,
+                                                      tokens};
+    return QKV_OK;
+}
+
+static const model_kind transformer_kind = {
+    "qkv-transformer", "", "qkv-transformer-checkpoint", NULL,
+    fields, sizeof fields / sizeof *fields, position, sizeof position / sizeof *position,
+    defaults, check, read_position,
+};
+
+static param_set params_of(const qkv_transformer *m)
+{
+    return (param_set){m->core.tensors, m->core.n_tensors, m->core.params, m->core.n_params};
+}
+
+qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err)
+{
+    return model_config_to_json(&transformer_kind, c, json, err);
+}
+
+qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, const char *file,
+                                qkv_error *err)
+{
+    return model_config_from_json(&transformer_kind, c, json, file, err);
+}
+
+qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err)
+{
+    return model_dir_save(&transformer_kind, &m->cfg, params_of(m), dir, err);
+}
+
+qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err)
+{
+    qkv_transformer_config cfg;
+    qkv_transformer *m = NULL;
+    qkv_status st = model_dir_config(&transformer_kind, &cfg, dir, err);
+    if (!st) st = qkv_transformer_create(&m, &cfg, 0, err);
+    if (!st) st = model_dir_params(params_of(m), dir, err);
+    if (st) qkv_transformer_free(m), m = NULL;
+    *out = m;
+    return st;
+}
+
+qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
+                               const qkv_train_position *pos, qkv_error *err)
+{
+    return model_checkpoint_save(&transformer_kind, path, params_of(m), opt, pos, err);
+}
+
+qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
+                               qkv_train_position *pos, qkv_error *err)
+{
+    qkv_status st = model_checkpoint_load(&transformer_kind, path, params_of(m), opt, pos, err);
+    if (!st) precision_touch(&m->core.prec); /* the bf16 copy, if any, is of the old parameters */
+    return st;
+}
