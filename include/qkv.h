@@ -104,6 +104,13 @@ void qkv_gelu_forward(float *y, const float *x, size_t n);
 /* dx += dy * (Phi(x) + x * phi(x)). */
 void qkv_gelu_backward(float *dx, const float *dy, const float *x, size_t n);
 
+/* A dropout as the layers take it: rate p in [0, 1) (0: none), its masks drawn from the
+ * counter-based stream seed. */
+typedef struct {
+    float p;
+    uint64_t seed;
+} qkv_dropout;
+
 /* Inverted dropout: y[i] = x[i] * keep(i) / (1 - p), keep(i) = [u(seed, offset + i) >= p].
  * p in [0, 1); p == 0 copies. y may alias x. */
 void qkv_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed,
@@ -160,19 +167,36 @@ void qkv_masked_softmax_backward(float *dS, const float *dP, const float *P, int
  * feed it without transposes; H = 1 gives the plain (B, n, d) layout.
  * ------------------------------------------------------------------------------------- */
 
-/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v).
+/* The shape of an attention: B sequences, H heads, n queries over m keys, queries and keys
+ * of width d, values of width v. */
+typedef struct {
+    int B, H, n, m, d, v;
+} qkv_attention_shape;
+
+/* What an attention attends with: queries Q (B, n, H, d), keys K (B, m, H, d) and values
+ * V (B, m, H, v). */
+typedef struct {
+    const float *Q, *K, *V;
+} qkv_attention_inputs;
+
+/* The gradients of those inputs, accumulated (+=); each may be NULL (not needed). */
+typedef struct {
+    float *dQ, *dK, *dV;
+} qkv_attention_grads;
+
+/* x -> O (B, n, H, v).
  * P (B, H, n, m) receives the attention weights (after mask, before dropout) for backward
- * and for inspection.  Dropout with rate p on the weights when p > 0, stream seed, counter =
- * flat index into P; scratch (qkv_attention_scratch_floats) is needed only when p > 0. */
-void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, const float *V,
-                           int B, int H, int n, int m, int d, int v, const qkv_mask *mask,
-                           float p, uint64_t seed, float *scratch);
+ * and for inspection.  Dropout on the weights when drop.p > 0, counter = flat index into P;
+ * scratch (qkv_attention_scratch_floats) is needed only when drop.p > 0. */
+void qkv_attention_forward(float *O, float *P, const qkv_attention_inputs *x,
+                           const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                           float *scratch);
 /* Floats of scratch that qkv_attention_forward (with dropout) and _backward need. */
-size_t qkv_attention_scratch_floats(int B, int H, int n, int m);
-/* dQ, dK, dV += the gradients of O given dO; P and (p, seed) as in forward. */
-void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *P,
-                            const float *Q, const float *K, const float *V, int B, int H,
-                            int n, int m, int d, int v, float p, uint64_t seed, float *scratch);
+size_t qkv_attention_scratch_floats(const qkv_attention_shape *s);
+/* dx += the gradients of O given dO; P and drop as in forward. */
+void qkv_attention_backward(qkv_attention_grads *dx, const float *dO, const float *P,
+                            const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                            qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Flash attention: the same O = dropout(softmax(Q K^T / sqrt(d))) V, exact, with no n x m
@@ -186,21 +210,19 @@ void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, co
  * count.
  * ------------------------------------------------------------------------------------- */
 
-/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v), L (B, H, n): L[b, h, i] =
- * log sum_j exp(Q_i . K_j / sqrt(d)) over the keys row i sees, -INFINITY (and O row 0) when it
- * sees none. Dropout with rate p in [0, 1) on the weights, stream seed. */
-void qkv_flash_attention_forward(float *O, float *L, const float *Q, const float *K,
-                                 const float *V, int B, int H, int n, int m, int d, int v,
-                                 const qkv_mask *mask, float p, uint64_t seed);
+/* x -> O (B, n, H, v), L (B, H, n): L[b, h, i] = log sum_j exp(Q_i . K_j / sqrt(d)) over the
+ * keys row i sees, -INFINITY (and O row 0) when it sees none. Dropout on the weights. */
+void qkv_flash_attention_forward(float *O, float *L, const qkv_attention_inputs *x,
+                                 const qkv_attention_shape *s, const qkv_mask *mask,
+                                 qkv_dropout drop);
 /* Floats of scratch backward needs: B H n (the row sums of dO * O). */
-size_t qkv_flash_attention_scratch_floats(int B, int H, int n);
-/* dQ, dK, dV += the gradients of O given dO (any may be NULL); O and L from forward, the
- * other arguments as given to it. */
-void qkv_flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
-                                  const float *O, const float *L, const float *Q,
-                                  const float *K, const float *V, int B, int H, int n, int m,
-                                  int d, int v, const qkv_mask *mask, float p, uint64_t seed,
-                                  float *scratch);
+size_t qkv_flash_attention_scratch_floats(const qkv_attention_shape *s);
+/* dx += the gradients of O given dO; O and L from forward, the other arguments as given to
+ * it. */
+void qkv_flash_attention_backward(qkv_attention_grads *dx, const float *dO, const float *O,
+                                  const float *L, const qkv_attention_inputs *x,
+                                  const qkv_attention_shape *s, const qkv_mask *mask,
+                                  qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Additive attention (Bahdanau):  a(q, k) = w_v^T tanh(W_q q + W_k k)
@@ -301,23 +323,21 @@ void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float 
 
 #define QKV_LINEAR_ATTENTION_EPS 1e-6f
 
-/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v).
+/* x -> O (B, n, H, v).
  * valid_lens: NULL, or B values: keys j >= valid_lens[b] are left out of sequence b's sums
  * (clamped to [0, m]). causal: 1 for the causal form. Nothing is saved for backward, which
  * recomputes the sums from Q, K, V. scratch: qkv_linear_attention_scratch_floats floats. */
-void qkv_linear_attention_forward(float *O, const float *Q, const float *K, const float *V,
-                                  int B, int H, int n, int m, int d, int v,
-                                  const int *valid_lens, int causal, float *scratch);
+void qkv_linear_attention_forward(float *O, const qkv_attention_inputs *x,
+                                  const qkv_attention_shape *s, const int *valid_lens,
+                                  int causal, float *scratch);
 /* Floats of scratch forward and backward need, linear in n and m:
  * B H (n (v + 1) + d v + 2 d) causal, B H (2 (n + m) d + n (v + 2) + 2 d v + 2 d) not. */
-size_t qkv_linear_attention_scratch_floats(int B, int H, int n, int m, int d, int v,
-                                           int causal);
-/* dQ, dK, dV += the gradients of O given dO (any may be NULL); arguments as in forward.
- * Keys j >= valid_lens[b] get no gradient. */
-void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
-                                   const float *Q, const float *K, const float *V, int B,
-                                   int H, int n, int m, int d, int v, const int *valid_lens,
-                                   int causal, float *scratch);
+size_t qkv_linear_attention_scratch_floats(const qkv_attention_shape *s, int causal);
+/* dx += the gradients of O given dO; arguments as in forward. Keys j >= valid_lens[b] get no
+ * gradient. */
+void qkv_linear_attention_backward(qkv_attention_grads *dx, const float *dO,
+                                   const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                                   const int *valid_lens, int causal, float *scratch);
 
 /* The recurrent form (paper, eq. 18-20) for generation, one sequence: per head the sums of
  * every token so far. */

@@ -31,17 +31,6 @@ typedef enum {
     ATTENTION_LINEAR,       /* phi(Q) (phi(K)^T V), phi = elu + 1: O(n) (no weights dropout) */
 } attention_kernel;
 
-/* B sequences, H heads, n queries over m keys, key width d, value width v. */
-typedef struct {
-    int B, H, n, m, d, v;
-} attention_shape;
-
-/* Inverted dropout with rate p (0: none) drawing from the counter-based stream seed. */
-typedef struct {
-    float p;
-    uint64_t seed;
-} dropout_draw;
-
 typedef struct backend backend;
 
 typedef struct {
@@ -61,16 +50,16 @@ typedef struct {
     /* ---- attention O (B, n, H v) from Q (B, n, H d), K (B, m, H d), V (B, m, H v) --------- */
     attention_kernel (*choose_attention)(int linear, int keys, int flash_min_keys);
     /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear) */
-    void (*attention_forward)(attention_kernel k, float *O, float *S, const float *Q,
-                              const float *K, const float *V, const attention_shape *s,
-                              const qkv_mask *mask, dropout_draw drop, float *scratch);
-    /* dQ, dK, dV (zeroed by the caller) += the gradients given dO */
-    void (*attention_backward)(attention_kernel k, float *dQ, float *dK, float *dV,
-                               const float *dO, const float *O, const float *S, const float *Q,
-                               const float *K, const float *V, const attention_shape *s,
-                               const qkv_mask *mask, dropout_draw drop, float *scratch);
-    size_t (*attention_saved_floats)(attention_kernel k, const attention_shape *s); /* S */
-    size_t (*attention_scratch_floats)(attention_kernel k, const attention_shape *s);
+    void (*attention_forward)(attention_kernel k, float *O, float *S,
+                              const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                              const qkv_mask *mask, qkv_dropout drop, float *scratch);
+    /* dx (zeroed by the caller) += the gradients given dO */
+    void (*attention_backward)(attention_kernel k, qkv_attention_grads *dx, const float *dO,
+                               const float *O, const float *S, const qkv_attention_inputs *x,
+                               const qkv_attention_shape *s, const qkv_mask *mask,
+                               qkv_dropout drop, float *scratch);
+    size_t (*attention_saved_floats)(attention_kernel k, const qkv_attention_shape *s); /* S */
+    size_t (*attention_scratch_floats)(attention_kernel k, const qkv_attention_shape *s);
     /* one query per row over a key-value cache (inference/cached_attention.h) */
     void (*cached_attention)(float *O, float *S, const float *Q, const float *K, const float *V,
                              size_t stride, int B, int H, int d, int m, const int *row,

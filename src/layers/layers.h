@@ -40,12 +40,12 @@ size_t mha_scratch_floats(const backend *be, attention_kernel k, const qkv_mha_c
  * weights (not with linear attention). */
 void mha_forward(const backend *be, float *y, mha_acts *a, const float *xq, const float *xkv,
                  const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
-                 const qkv_mask *mask, dropout_draw drop, float *scratch);
+                 const qkv_mask *mask, qkv_dropout drop, float *scratch);
 /* dxq, dxkv (may be one buffer: self-attention) and dw (may be NULL) += the gradients given
  * dy; the same mask and dropout as forward. */
 void mha_backward(const backend *be, float *dxq, float *dxkv, qkv_mha_weights *dw,
                   const float *dy, const mha_acts *a, const float *xq, const float *xkv,
                   const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
-                  const qkv_mask *mask, dropout_draw drop, float *scratch);
+                  const qkv_mask *mask, qkv_dropout drop, float *scratch);
 
 #endif

@@ -21,9 +21,9 @@ static uint64_t residual_seed(const stack_pass *k, int l, int i)
     return dropout_site_seed(k->seed, k->d->id, l, 1 + i);
 }
 
-static dropout_draw weights_dropout(const stack_pass *k, int l, int j)
+static qkv_dropout weights_dropout(const stack_pass *k, int l, int j)
 {
-    dropout_draw drop = {k->p, dropout_site_seed(k->seed, k->d->id, l, 1 + sublayers(k->d) + j)};
+    qkv_dropout drop = {k->p, dropout_site_seed(k->seed, k->d->id, l, 1 + sublayers(k->d) + j)};
     return drop;
 }
 

@@ -92,7 +92,9 @@ static void test_dot_product_attention_example(void **state)
         for (int i = 0; i < m * v; i++) V[b * m * v + i] = (float)i;
     int lens[B] = {2, 6};
     qkv_mask mask = {lens, 0, 0};
-    qkv_attention_forward(O, P, Q, K, V, B, 1, n, m, d, v, &mask, 0.0f, 0, NULL);
+    qkv_attention_forward(O, P, &(qkv_attention_inputs){Q, K, V},
+                          &(qkv_attention_shape){B, 1, n, m, d, v}, &mask, (qkv_dropout){0.0f, 0},
+                          NULL);
     const float want[B * n * v] = {2, 3, 4, 5, 10, 11, 12, 13};
     for (int i = 0; i < B * n * v; i++) assert_float_equal(O[i], want[i], 1e-5f);
     for (int j = 0; j < m; j++) assert_float_equal(P[m + j], j < 6 ? 1.0f / 6.0f : 0.0f, 1e-6f);

@@ -87,8 +87,10 @@ static void test_dropout_exact(void **state)
     float *Q = tu_rand(B * N * H * D, 4), *K = tu_rand(B * M * H * D, 5);
     float *V = tu_rand(B * M * H * D, 6), *O = tu_zeros(B * N * H * D);
     float *P = tu_zeros(B * H * N * M);
-    float *scratch = tu_zeros(qkv_attention_scratch_floats(B, H, N, M));
-    qkv_attention_forward(O, P, Q, K, V, B, H, N, M, D, D, NULL, 0.3f, seed, scratch);
+    const qkv_attention_shape shape = {B, H, N, M, D, D};
+    float *scratch = tu_zeros(qkv_attention_scratch_floats(&shape));
+    qkv_attention_forward(O, P, &(qkv_attention_inputs){Q, K, V}, &shape, NULL,
+                          (qkv_dropout){0.3f, seed}, scratch);
     for (size_t e = 0; e < (size_t)B * H * N * M; e++)
         if (scratch[e] != reference_drop(P[e], 0.3f, seed, e))
             fail_msg("attention dropout, weight %zu", e);

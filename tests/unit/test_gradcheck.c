@@ -162,11 +162,12 @@ static void test_cross_entropy(void **state)
 /* ---- scaled dot-product attention ------------------------------------------------------ */
 enum { AB = 2, AH = 2, AN = 3, AM = 4, AD = 5, AV = 3 };
 typedef struct { float *Q, *K, *V, *O, *P, *r, *scratch; qkv_mask mask; float p; } att_ctx;
+static const qkv_attention_shape att_shape = {AB, AH, AN, AM, AD, AV};
 static double att_loss(void *p)
 {
     att_ctx *c = p;
-    qkv_attention_forward(c->O, c->P, c->Q, c->K, c->V, AB, AH, AN, AM, AD, AV, &c->mask, c->p,
-                          42, c->scratch);
+    qkv_attention_forward(c->O, c->P, &(qkv_attention_inputs){c->Q, c->K, c->V}, &att_shape,
+                          &c->mask, (qkv_dropout){c->p, 42}, c->scratch);
     return tu_dot(c->O, c->r, AB * AN * AH * AV);
 }
 static void test_attention(void **state)
@@ -177,13 +178,14 @@ static void test_attention(void **state)
         att_ctx c = {tu_rand(AB * AN * AH * AD, 16), tu_rand(AB * AM * AH * AD, 17),
                      tu_rand(AB * AM * AH * AV, 18), tu_zeros(AB * AN * AH * AV),
                      tu_zeros(AB * AH * AN * AM), tu_rand(AB * AN * AH * AV, 19),
-                     tu_zeros(qkv_attention_scratch_floats(AB, AH, AN, AM)), {lens, 0, 1},
+                     tu_zeros(qkv_attention_scratch_floats(&att_shape)), {lens, 0, 1},
                      drop * 0.25f};
         float *dQ = tu_zeros(AB * AN * AH * AD), *dK = tu_zeros(AB * AM * AH * AD),
               *dV = tu_zeros(AB * AM * AH * AV);
         att_loss(&c);
-        qkv_attention_backward(dQ, dK, dV, c.r, c.P, c.Q, c.K, c.V, AB, AH, AN, AM, AD, AV, c.p,
-                               42, c.scratch);
+        qkv_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, c.r, c.P,
+                               &(qkv_attention_inputs){c.Q, c.K, c.V}, &att_shape,
+                               (qkv_dropout){c.p, 42}, c.scratch);
         CHECK("attention dQ", c.Q, AB * AN * AH * AD, dQ, &c, att_loss);
         CHECK("attention dK", c.K, AB * AM * AH * AD, dK, &c, att_loss);
         CHECK("attention dV", c.V, AB * AM * AH * AV, dV, &c, att_loss);

@@ -111,12 +111,15 @@ static void test_attention(void **state)
     const float *dO = ref(&f, "dO", nO);
 
     float *O = nans(nO), *P = nans(nP);
-    float *scratch = tu_zeros(qkv_attention_scratch_floats(B, H, n, m));
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_attention_shape shape = {B, H, n, m, d, v};
+    float *scratch = tu_zeros(qkv_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
-    qkv_attention_forward(O, P, Q, K, V, B, H, n, m, d, v, &mask, p, seed, scratch);
+    qkv_attention_forward(O, P, &x, &shape, &mask, (qkv_dropout){p, seed}, scratch);
     CHECK_FWD(&f, "P", P, nP);
     CHECK_FWD(&f, "O", O, nO);
-    qkv_attention_backward(dQ, dK, dV, dO, P, Q, K, V, B, H, n, m, d, v, p, seed, scratch);
+    qkv_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, P, &x, &shape,
+                           (qkv_dropout){p, seed}, scratch);
     CHECK_GRAD(&f, "dQ", dQ, nQ);
     CHECK_GRAD(&f, "dK", dK, nK);
     CHECK_GRAD(&f, "dV", dV, nV);
