@@ -234,6 +234,12 @@ typedef struct {
     float *w_v; /* (h)     */
 } qkv_additive_weights;
 
+/* B sequences, n queries of width dq over m keys of width dk, values of width v, a tanh
+ * layer of width h. */
+typedef struct {
+    int B, n, m, dq, dk, v, h;
+} qkv_additive_shape;
+
 /* What forward saves for backward. */
 typedef struct {
     float *q;  /* (B, n, h)    W_q q          */
@@ -242,20 +248,20 @@ typedef struct {
     float *P;  /* (B, n, m)    attention weights, before dropout */
 } qkv_additive_cache;
 
-/* Q (B, n, dq), K (B, m, dk), V (B, m, v) -> O (B, n, v).  Dropout counter = flat index
- * into P; scratch (qkv_additive_attention_scratch_floats) is needed only when p > 0. */
-void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float *Q,
-                                    const float *K, const float *V,
-                                    const qkv_additive_weights *w, int B, int n, int m, int dq,
-                                    int dk, int v, int h, const qkv_mask *mask, float p,
-                                    uint64_t seed, float *scratch);
-size_t qkv_additive_attention_scratch_floats(int B, int n, int m, int h);
-void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additive_weights *dw,
+/* x = {Q (B, n, dq), K (B, m, dk), V (B, m, v)} -> O (B, n, v).  Dropout on the weights,
+ * counter = flat index into P; scratch (qkv_additive_attention_scratch_floats) is needed only
+ * when drop.p > 0. */
+void qkv_additive_attention_forward(float *O, qkv_additive_cache *c,
+                                    const qkv_attention_inputs *x, const qkv_additive_weights *w,
+                                    const qkv_additive_shape *s, const qkv_mask *mask,
+                                    qkv_dropout drop, float *scratch);
+size_t qkv_additive_attention_scratch_floats(const qkv_additive_shape *s);
+/* dx and dw (may be NULL) += the gradients given dO; the other arguments as in forward. */
+void qkv_additive_attention_backward(qkv_attention_grads *dx, qkv_additive_weights *dw,
                                      const float *dO, const qkv_additive_cache *c,
-                                     const float *Q, const float *K, const float *V,
-                                     const qkv_additive_weights *w, int B, int n, int m, int dq,
-                                     int dk, int v, int h, float p, uint64_t seed,
-                                     float *scratch);
+                                     const qkv_attention_inputs *x,
+                                     const qkv_additive_weights *w, const qkv_additive_shape *s,
+                                     qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Multi-head attention:  MultiHead(Q, K, V) = Concat(head_1..head_H) W_o,

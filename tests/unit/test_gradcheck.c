@@ -202,11 +202,13 @@ typedef struct {
     qkv_additive_cache cache;
     qkv_mask mask;
 } add_ctx;
+static const qkv_additive_shape add_shape = {DB, DN, DM, DQ, DK, DVV, DHID};
 static double add_loss(void *p)
 {
     add_ctx *c = p;
-    qkv_additive_attention_forward(c->O, &c->cache, c->Q, c->K, c->V, &c->w, DB, DN, DM, DQ, DK,
-                                   DVV, DHID, &c->mask, 0.2f, 5, c->scratch);
+    qkv_additive_attention_forward(c->O, &c->cache, &(qkv_attention_inputs){c->Q, c->K, c->V},
+                                   &c->w, &add_shape, &c->mask, (qkv_dropout){0.2f, 5},
+                                   c->scratch);
     return tu_dot(c->O, c->r, DB * DN * DVV);
 }
 static void test_additive_attention(void **state)
@@ -215,7 +217,7 @@ static void test_additive_attention(void **state)
     int lens[DB] = {2, 4};
     add_ctx c = {tu_rand(DB * DN * DQ, 20), tu_rand(DB * DM * DK, 21), tu_rand(DB * DM * DVV, 22),
                  tu_zeros(DB * DN * DVV), tu_rand(DB * DN * DVV, 23),
-                 tu_zeros(qkv_additive_attention_scratch_floats(DB, DN, DM, DHID)),
+                 tu_zeros(qkv_additive_attention_scratch_floats(&add_shape)),
                  {tu_rand(DHID * DQ, 24), tu_rand(DHID * DK, 25), tu_rand(DHID, 26)},
                  {tu_zeros(DB * DN * DHID), tu_zeros(DB * DM * DHID),
                   tu_zeros(DB * DN * DM * DHID), tu_zeros(DB * DN * DM)},
@@ -223,8 +225,9 @@ static void test_additive_attention(void **state)
     qkv_additive_weights dw = {tu_zeros(DHID * DQ), tu_zeros(DHID * DK), tu_zeros(DHID)};
     float *dQ = tu_zeros(DB * DN * DQ), *dK = tu_zeros(DB * DM * DK), *dV = tu_zeros(DB * DM * DVV);
     add_loss(&c);
-    qkv_additive_attention_backward(dQ, dK, dV, &dw, c.r, &c.cache, c.Q, c.K, c.V, &c.w, DB, DN,
-                                    DM, DQ, DK, DVV, DHID, 0.2f, 5, c.scratch);
+    qkv_additive_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, &dw, c.r, &c.cache,
+                                    &(qkv_attention_inputs){c.Q, c.K, c.V}, &c.w, &add_shape,
+                                    (qkv_dropout){0.2f, 5}, c.scratch);
     CHECK("additive dQ", c.Q, DB * DN * DQ, dQ, &c, add_loss);
     CHECK("additive dK", c.K, DB * DM * DK, dK, &c, add_loss);
     CHECK("additive dV", c.V, DB * DM * DVV, dV, &c, add_loss);

@@ -152,17 +152,19 @@ static void test_additive(void **state)
     qkv_additive_cache c = {nans((size_t)B * n * h), nans((size_t)B * m * h),
                             nans((size_t)B * n * m * h), nans(nP)};
 
-    float *O = nans(nO), *scratch = tu_zeros(qkv_additive_attention_scratch_floats(B, n, m, h));
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_additive_shape shape = {B, n, m, dq, dk, v, h};
+    const qkv_dropout drop = {p, seed};
+    float *O = nans(nO), *scratch = tu_zeros(qkv_additive_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
-    qkv_additive_attention_forward(O, &c, Q, K, V, &w, B, n, m, dq, dk, v, h, &mask, p, seed,
-                                   scratch);
+    qkv_additive_attention_forward(O, &c, &x, &w, &shape, &mask, drop, scratch);
     CHECK_FWD(&f, "q", c.q, (size_t)B * n * h);
     CHECK_FWD(&f, "k", c.k, (size_t)B * m * h);
     CHECK_FWD(&f, "F", c.F, (size_t)B * n * m * h);
     CHECK_FWD(&f, "P", c.P, nP);
     CHECK_FWD(&f, "O", O, nO);
-    qkv_additive_attention_backward(dQ, dK, dV, &dw, dO, &c, Q, K, V, &w, B, n, m, dq, dk, v, h,
-                                    p, seed, scratch);
+    qkv_additive_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, &dw, dO, &c, &x, &w,
+                                    &shape, drop, scratch);
     CHECK_GRAD(&f, "dQ", dQ, nQ);
     CHECK_GRAD(&f, "dK", dK, nK);
     CHECK_GRAD(&f, "dV", dV, nV);
