@@ -300,18 +300,26 @@ typedef struct {
 size_t qkv_mha_cache_floats(const qkv_mha_config *cfg, int B, int n, int m);
 qkv_mha_cache qkv_mha_cache_view(float *base, const qkv_mha_config *cfg, int B, int n, int m);
 
-/* xq (B, n, d_q) attends to xkv (B, m, d_kv) -> y (B, n, d_q).  Self-attention: xkv = xq.
- * Dropout on the attention weights as in qkv_attention_forward; scratch
- * (qkv_mha_scratch_floats, shared with backward) is needed only when p > 0. */
-void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
-                     const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                     const qkv_mask *mask, float p, uint64_t seed, float *scratch);
+/* The shape of the heads' attention over B sequences of n queries and m keys:
+ * {B, cfg->heads, n, m, cfg->head_dim, cfg->head_dim}, what qkv_mha_forward/_backward take. */
+qkv_attention_shape qkv_mha_shape(const qkv_mha_config *cfg, int B, int n, int m);
+
+/* The queries x->Q (B, n, d_q) attend to the keys x->K and values x->V (B, m, d_kv) ->
+ * y (B, n, d_q): self-attention passes one buffer three times, encoder-decoder attention the
+ * encoder's output as K and V. s = qkv_mha_shape(cfg, B, n, m). Dropout on the attention
+ * weights as in qkv_attention_forward; scratch (qkv_mha_scratch_floats, shared with
+ * backward) is needed only when drop.p > 0. */
+void qkv_mha_forward(float *y, qkv_mha_cache *c, const qkv_attention_inputs *x,
+                     const qkv_mha_weights *w, const qkv_mha_config *cfg,
+                     const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                     float *scratch);
 size_t qkv_mha_scratch_floats(const qkv_mha_config *cfg, int B, int n, int m);
-/* dxq, dxkv may be the same buffer (self-attention). */
-void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
-                      const qkv_mha_cache *c, const float *xq, const float *xkv,
-                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                      float p, uint64_t seed, float *scratch);
+/* dx and dw (may be NULL) += the gradients given dy. dx's buffers may be one and the same
+ * (self-attention: the three gradients add up). */
+void qkv_mha_backward(qkv_attention_grads *dx, qkv_mha_weights *dw, const float *dy,
+                      const qkv_mha_cache *c, const qkv_attention_inputs *x,
+                      const qkv_mha_weights *w, const qkv_mha_config *cfg,
+                      const qkv_attention_shape *s, qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"):

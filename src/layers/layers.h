@@ -36,16 +36,17 @@ mha_acts mha_acts_view(const backend *be, attention_kernel k, float *base,
 size_t mha_scratch_floats(const backend *be, attention_kernel k, const qkv_mha_config *mc, int B,
                           int n, int m);
 
-/* xq (B, n, d_q) attends to xkv (B, m, d_kv) under mask -> y (B, n, d_q); dropout on the
- * weights (not with linear attention). */
-void mha_forward(const backend *be, float *y, mha_acts *a, const float *xq, const float *xkv,
-                 const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
+/* x->Q (B, n, d_q) attends to x->K, x->V (B, m, d_kv) under mask -> y (B, n, d_q); s =
+ * qkv_mha_shape(mc, B, n, m); dropout on the weights (not with linear attention). */
+void mha_forward(const backend *be, float *y, mha_acts *a, const qkv_attention_inputs *x,
+                 const qkv_mha_weights *w, const qkv_mha_config *mc, const qkv_attention_shape *s,
                  const qkv_mask *mask, qkv_dropout drop, float *scratch);
-/* dxq, dxkv (may be one buffer: self-attention) and dw (may be NULL) += the gradients given
+/* dx (its buffers may be one: self-attention) and dw (may be NULL) += the gradients given
  * dy; the same mask and dropout as forward. */
-void mha_backward(const backend *be, float *dxq, float *dxkv, qkv_mha_weights *dw,
-                  const float *dy, const mha_acts *a, const float *xq, const float *xkv,
-                  const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
-                  const qkv_mask *mask, qkv_dropout drop, float *scratch);
+void mha_backward(const backend *be, qkv_attention_grads *dx, qkv_mha_weights *dw,
+                  const float *dy, const mha_acts *a, const qkv_attention_inputs *x,
+                  const qkv_mha_weights *w, const qkv_mha_config *mc,
+                  const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                  float *scratch);
 
 #endif

@@ -75,16 +75,20 @@ static void block_forward(const backend *be, const stack_pass *k, block_acts *a,
     const stack_dims *d = k->d;
     const qkv_mha_config mc = stack_mha_config(d);
     const int B = k->B, T = k->T, N = B * T;
+    const qkv_attention_shape self_shape = qkv_mha_shape(&mc, B, T, T);
     sublayer_ctx s = sublayer_of(k, l, 0);
     const float *in = sublayer_in(be, &s, &a->self, x, &w->self_norm);
-    mha_forward(be, a->self.s, &a->self_att, in, in, &w->self, &mc, B, T, T, k->self_mask,
+    const qkv_attention_inputs self_in = {in, in, in};
+    mha_forward(be, a->self.s, &a->self_att, &self_in, &w->self, &mc, &self_shape, k->self_mask,
                 weights_dropout(k, l, 0), k->scratch);
     sublayer_out(be, &s, &a->self, x, &w->self_norm);
     x = a->self.out;
-    if (d->cross) {
+    if (d->cross) { /* queries from the decoder, keys and values from the memory */
+        const qkv_attention_shape cross_shape = qkv_mha_shape(&mc, B, T, k->Tm);
         s = sublayer_of(k, l, 1);
         in = sublayer_in(be, &s, &a->cross, x, &w->cross_norm);
-        mha_forward(be, a->cross.s, &a->cross_att, in, k->mem, &w->cross, &mc, B, T, k->Tm,
+        const qkv_attention_inputs cross_in = {in, k->mem, k->mem};
+        mha_forward(be, a->cross.s, &a->cross_att, &cross_in, &w->cross, &mc, &cross_shape,
                     k->mem_mask, weights_dropout(k, l, 1), k->scratch);
         sublayer_out(be, &s, &a->cross, x, &w->cross_norm);
         x = a->cross.out;
@@ -118,9 +122,12 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
     if (d->cross) {
         s = sublayer_of(k, l, 1);
         sublayer_out_backward(be, &s, &a->cross, dh, ds, din, &w->cross_norm, &dw->cross_norm);
-        mha_backward(be, din, d_mem, &dw->cross, ds, &a->cross_att,
-                     d->pre_norm ? a->cross.u : a->self.out, k->mem, &w->cross, &mc, B, T, k->Tm,
-                     k->mem_mask, weights_dropout(k, l, 1), k->scratch);
+        const float *q_in = d->pre_norm ? a->cross.u : a->self.out;
+        const qkv_attention_inputs cross_in = {q_in, k->mem, k->mem};
+        const qkv_attention_shape cross_shape = qkv_mha_shape(&mc, B, T, k->Tm);
+        qkv_attention_grads d_cross = {din, d_mem, d_mem};
+        mha_backward(be, &d_cross, &dw->cross, ds, &a->cross_att, &cross_in, &w->cross, &mc,
+                     &cross_shape, k->mem_mask, weights_dropout(k, l, 1), k->scratch);
         sublayer_in_backward(be, &s, &a->cross, dh, din, a->self.out, &w->cross_norm,
                              &dw->cross_norm);
     }
@@ -128,7 +135,10 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
     s = sublayer_of(k, l, 0);
     sublayer_out_backward(be, &s, &a->self, dh, ds, din, &w->self_norm, &dw->self_norm);
     const float *in = d->pre_norm ? a->self.u : x;
-    mha_backward(be, din, din, &dw->self, ds, &a->self_att, in, in, &w->self, &mc, B, T, T,
+    const qkv_attention_inputs self_in = {in, in, in};
+    const qkv_attention_shape self_shape = qkv_mha_shape(&mc, B, T, T);
+    qkv_attention_grads d_self = {din, din, din};
+    mha_backward(be, &d_self, &dw->self, ds, &a->self_att, &self_in, &w->self, &mc, &self_shape,
                  k->self_mask, weights_dropout(k, l, 0), k->scratch);
     sublayer_in_backward(be, &s, &a->self, dh, din, x, &w->self_norm, &dw->self_norm);
 }

@@ -251,8 +251,9 @@ typedef struct {
 static double mha_loss(void *p)
 {
     mha_ctx *c = p;
-    qkv_mha_forward(c->y, &c->cache, c->xq, c->xkv, &c->w, &c->cfg, c->B, c->n, c->m, &c->mask,
-                    0.1f, 77, c->scratch);
+    const qkv_attention_shape s = qkv_mha_shape(&c->cfg, c->B, c->n, c->m);
+    qkv_mha_forward(c->y, &c->cache, &(qkv_attention_inputs){c->xq, c->xkv, c->xkv}, &c->w,
+                    &c->cfg, &s, &c->mask, (qkv_dropout){0.1f, 77}, c->scratch);
     return tu_dot(c->y, c->r, (size_t)c->B * c->n * c->cfg.d_q);
 }
 static void test_mha(void **state)
@@ -273,8 +274,10 @@ static void test_mha(void **state)
         float *dwbuf = tu_zeros(nw), *dxq = tu_zeros(nq), *dxkv = cross ? tu_zeros(nkv) : dxq;
         qkv_mha_weights dw = qkv_mha_weights_view(dwbuf, &c.cfg);
         mha_loss(&c);
-        qkv_mha_backward(dxq, dxkv, &dw, c.r, &c.cache, c.xq, c.xkv, &c.w, &c.cfg, c.B, c.n, c.m,
-                         0.1f, 77, c.scratch);
+        const qkv_attention_shape s = qkv_mha_shape(&c.cfg, c.B, c.n, c.m);
+        qkv_mha_backward(&(qkv_attention_grads){dxq, dxkv, dxkv}, &dw, c.r, &c.cache,
+                         &(qkv_attention_inputs){c.xq, c.xkv, c.xkv}, &c.w, &c.cfg, &s,
+                         (qkv_dropout){0.1f, 77}, c.scratch);
         CHECK("mha dxq", c.xq, nq, dxq, &c, mha_loss);
         if (cross) CHECK("mha dxkv", c.xkv, nkv, dxkv, &c, mha_loss);
         CHECK("mha dweights", c.wbuf, nw, dwbuf, &c, mha_loss);

@@ -237,10 +237,13 @@ static void test_mha(void **state)
     qkv_mha_cache c = qkv_mha_cache_view(cbuf, &cfg, B, n, m);
     float *scratch = tu_zeros(qkv_mha_scratch_floats(&cfg, B, n, m));
     float *y = nans(nq), *dxq = tu_zeros(nq), *dxkv = self ? dxq : tu_zeros(nkv);
-    qkv_mha_forward(y, &c, xq, xkv, &w, &cfg, B, n, m, &mask, p, seed, scratch);
+    const qkv_attention_inputs x = {xq, xkv, xkv};
+    const qkv_attention_shape shape = qkv_mha_shape(&cfg, B, n, m);
+    qkv_mha_forward(y, &c, &x, &w, &cfg, &shape, &mask, (qkv_dropout){p, seed}, scratch);
     CHECK_FWD(&f, "P", c.P, nP);
     CHECK_FWD(&f, "y", y, nq);
-    qkv_mha_backward(dxq, dxkv, &dw, dy, &c, xq, xkv, &w, &cfg, B, n, m, p, seed, scratch);
+    qkv_mha_backward(&(qkv_attention_grads){dxq, dxkv, dxkv}, &dw, dy, &c, &x, &w, &cfg, &shape,
+                     (qkv_dropout){p, seed}, scratch);
     CHECK_GRAD(&f, "dxq", dxq, nq);
     if (!self) CHECK_GRAD(&f, "dxkv", dxkv, nkv);
     for (int i = 0; i < nt; i++) {
