@@ -1323,16 +1323,16 @@ void qkv_attention_maps_free(qkv_attention_maps *a);
 /* Nadaraya-Watson attention pooling with a Gaussian kernel:
  *   y_i = sum_j P_ij v_j,  P_i = masked_softmax(S_i),  S_ij = -((q_i - k_j) w)^2 / 2.
  * w = 1 is the non-parametric estimator; a learned w sets the kernel's width to 1/w.
- * q (B, n), k (B, m), v (B, m) -> y (B, n); P (B, n, m) is saved for backward. The mask is
- * qkv_masked_softmax_forward's (H = 1). Each batch row has its own keys, so d2l's training,
+ * x = {q (B, n), k (B, m), v (B, m)} -> y (B, n); P (B, n, m) is saved for backward. The mask
+ * is qkv_masked_softmax_forward's (H = 1). Each batch row has its own keys, so d2l's training,
  * where every input attends to all the others, is B = n_train, n = 1, m = n_train - 1. */
-void qkv_kernel_regression_forward(float *y, float *P, const float *q, const float *k,
-                                   const float *v, float w, int B, int n, int m,
-                                   const qkv_mask *mask);
-/* dq, dk, dv += their gradients given dy; *dw += dL/dw. Any gradient may be NULL. */
-void qkv_kernel_regression_backward(float *dq, float *dk, float *dv, float *dw, const float *dy,
-                                    const float *P, const float *q, const float *k,
-                                    const float *v, float w, int B, int n, int m);
+void qkv_kernel_regression_forward(float *y, float *P, const qkv_attention_inputs *x, float w,
+                                   int B, int n, int m, const qkv_mask *mask);
+/* dx->dQ, dK, dV (dq, dk, dv) += their gradients given dy; *dw += dL/dw. Any gradient may be
+ * NULL, and so may dx (only dw wanted). */
+void qkv_kernel_regression_backward(qkv_attention_grads *dx, float *dw, const float *dy,
+                                    const float *P, const qkv_attention_inputs *x, float w, int B,
+                                    int n, int m);
 
 /* =======================================================================================
  * Figures: attention heatmaps, training curves, positional encodings, kernel
