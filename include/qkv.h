@@ -396,15 +396,29 @@ void qkv_positional_backward(float *dx, float *dP, const float *dy, int B, int T
 
 typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1 } qkv_activation;
 
-/* x, y (N, C); W1 (F, C), b1 (F), W2 (C, F), b2 (C) (biases may be NULL);
- * h_pre, h (N, F) are saved: before and after the activation. */
-void qkv_ffn_forward(float *y, float *h_pre, float *h, const float *x, const float *W1,
-                     const float *b1, const float *W2, const float *b2, int N, int C, int F,
-                     qkv_activation act);
-/* scratch: N*F floats. */
-void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
-                      const float *dy, const float *h_pre, const float *h, const float *x,
-                      const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
+typedef struct {
+    int C;              /* input and output features, d_model */
+    int F;              /* hidden features */
+    qkv_activation act; /* act in the equation above */
+} qkv_ffn_config;
+
+typedef struct {
+    float *W1, *b1; /* (F, C), (F) */
+    float *W2, *b2; /* (C, F), (C); either bias may be NULL */
+} qkv_ffn_weights;
+
+/* What forward saves for backward: the hidden layer before and after the activation. */
+typedef struct {
+    float *h_pre, *h; /* (N, F) each */
+} qkv_ffn_cache;
+
+/* x (N, C) -> y (N, C). */
+void qkv_ffn_forward(float *y, qkv_ffn_cache *c, const float *x, const qkv_ffn_weights *w,
+                     const qkv_ffn_config *cfg, int N);
+/* dx and dw += the gradients given dy (dw, and any of its gradients, may be NULL); scratch:
+ * N*F floats. */
+void qkv_ffn_backward(float *dx, qkv_ffn_weights *dw, const float *dy, const qkv_ffn_cache *c,
+                      const float *x, const qkv_ffn_weights *w, const qkv_ffn_config *cfg, int N,
                       float *scratch);
 
 /* ---------------------------------------------------------------------------------------

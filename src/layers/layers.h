@@ -7,15 +7,14 @@
 #include "backend/backend.h"
 
 /* ---- position-wise feed-forward network (paper, eq. 2) ----------------------------------
- * y = act(x W1^T + b1) W2^T + b2 over N rows; x, y (N, C); h_pre, h (N, F). */
-void ffn_forward(const backend *be, float *y, float *h_pre, float *h, const float *x,
-                 const float *W1, const float *b1, const float *W2, const float *b2, int N, int C,
-                 int F, qkv_activation act);
-/* dx += its gradient and the weights' into dW1.. (any may be NULL); scratch (N, F). */
-void ffn_backward(const backend *be, float *dx, float *dW1, float *db1, float *dW2, float *db2,
-                  const float *dy, const float *h_pre, const float *h, const float *x,
-                  const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
-                  float *scratch);
+ * y = act(x W1^T + b1) W2^T + b2 over N rows; x, y (N, C); c->h_pre, c->h (N, F). */
+void ffn_forward(const backend *be, float *y, qkv_ffn_cache *c, const float *x,
+                 const qkv_ffn_weights *w, const qkv_ffn_config *cfg, int N);
+/* dx += its gradient and the weights' into dw (dw and any of its members may be NULL);
+ * scratch (N, F). */
+void ffn_backward(const backend *be, float *dx, qkv_ffn_weights *dw, const float *dy,
+                  const qkv_ffn_cache *c, const float *x, const qkv_ffn_weights *w,
+                  const qkv_ffn_config *cfg, int N, float *scratch);
 
 /* ---- multi-head attention (paper, section 3.2.2) -----------------------------------------
  *   MultiHead(Q, K, V) = Concat(head_1..head_H) W_o,  head_i = Attention(Q W_q^i, K W_k^i, V W_v^i)

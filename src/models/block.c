@@ -95,8 +95,8 @@ static void block_forward(const backend *be, const stack_pass *k, block_acts *a,
     }
     s = sublayer_of(k, l, sublayers(d) - 1);
     in = sublayer_in(be, &s, &a->ff, x, &w->ffn_norm);
-    ffn_forward(be, a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2, N,
-                d->C, d->F, d->act);
+    const qkv_ffn_config fc = stack_ffn_config(d);
+    ffn_forward(be, a->ff.s, &a->ffn, in, &w->ffn, &fc, N);
     sublayer_out(be, &s, &a->ff, x, &w->ffn_norm);
 }
 
@@ -114,8 +114,8 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
 
     sublayer_ctx s = sublayer_of(k, l, sublayers(d) - 1);
     sublayer_out_backward(be, &s, &a->ff, dh, ds, din, &w->ffn_norm, &dw->ffn_norm);
-    ffn_backward(be, din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre, a->h,
-                 d->pre_norm ? a->ff.u : x_ff, w->ffn.W1, w->ffn.W2, N, d->C, d->F, d->act,
+    const qkv_ffn_config fc = stack_ffn_config(d);
+    ffn_backward(be, din, &dw->ffn, ds, &a->ffn, d->pre_norm ? a->ff.u : x_ff, &w->ffn, &fc, N,
                  k->scratch);
     sublayer_in_backward(be, &s, &a->ff, dh, din, x_ff, &w->ffn_norm, &dw->ffn_norm);
 
@@ -245,8 +245,8 @@ static void block_step(const backend *be, const stack_dims *d, const block_w *w,
         sublayer_step_out(be, d, st, &w->cross_norm);
     }
     in = sublayer_step_in(be, d, st, &w->ffn_norm);
-    ffn_forward(be, st->s, st->h_pre, st->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
-                st->B, d->C, d->F, d->act);
+    const qkv_ffn_config fc = stack_ffn_config(d);
+    ffn_forward(be, st->s, &st->ffn, in, &w->ffn, &fc, st->B);
     sublayer_step_out(be, d, st, &w->ffn_norm);
 }
 

@@ -34,10 +34,10 @@ norm_w param_take_norm(param_walker *w, const char *prefix, int C)
     return n;
 }
 
-ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F)
+qkv_ffn_weights param_take_ffn(param_walker *w, const char *prefix, int C, int F)
 {
     char name[64];
-    ffn_w f;
+    qkv_ffn_weights f;
     snprintf(name, sizeof name, "%s.W1", prefix), f.W1 = param_take(w, name, F, C);
     snprintf(name, sizeof name, "%s.b1", prefix), f.b1 = param_take(w, name, F, 0);
     snprintf(name, sizeof name, "%s.W2", prefix), f.W2 = param_take(w, name, C, F);
@@ -191,7 +191,7 @@ size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims
             if (need > scratch) scratch = need;
         }
         layout_sublayer(a, &b->ff, N, C, d->pre_norm);
-        b->h_pre = arena_take(a, N * F), b->h = arena_take(a, N * F);
+        b->ffn.h_pre = arena_take(a, N * F), b->ffn.h = arena_take(a, N * F);
     }
     s->mean = arena_take(a, N), s->rstd = arena_take(a, N), s->out = arena_take(a, N * C);
     return scratch;

@@ -312,7 +312,9 @@ typedef struct { qkv_activation act; float *x, *W1, *b1, *W2, *b2, *hp, *h, *y, 
 static double ffn_loss(void *p)
 {
     ffn_ctx *c = p;
-    qkv_ffn_forward(c->y, c->hp, c->h, c->x, c->W1, c->b1, c->W2, c->b2, 3, 4, 6, c->act);
+    const qkv_ffn_config cfg = {4, 6, c->act};
+    qkv_ffn_forward(c->y, &(qkv_ffn_cache){c->hp, c->h}, c->x,
+                    &(qkv_ffn_weights){c->W1, c->b1, c->W2, c->b2}, &cfg, 3);
     return tu_dot(c->y, c->r, 12);
 }
 static void test_ffn(void **state)
@@ -332,8 +334,10 @@ static void test_ffn(void **state)
             if (act || nearest > 4 * TU_FD_STEP) break;
             qkv_fill_uniform(c.b1, 6, -1.0f, 1.0f, seed);
         }
-        qkv_ffn_backward(dx, dW1, db1, dW2, db2, c.r, c.hp, c.h, c.x, c.W1, c.W2, 3, 4, 6, c.act,
-                         scratch);
+        const qkv_ffn_config cfg = {4, 6, c.act};
+        qkv_ffn_backward(dx, &(qkv_ffn_weights){dW1, db1, dW2, db2}, c.r,
+                         &(qkv_ffn_cache){c.hp, c.h}, c.x,
+                         &(qkv_ffn_weights){c.W1, c.b1, c.W2, c.b2}, &cfg, 3, scratch);
         CHECK("ffn dx", c.x, 12, dx, &c, ffn_loss);
         CHECK("ffn dW1", c.W1, 24, dW1, &c, ffn_loss);
         CHECK("ffn db1", c.b1, 6, db1, &c, ffn_loss);

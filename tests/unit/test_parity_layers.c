@@ -307,12 +307,16 @@ static void test_ffn(void **state)
     float *y = nans(nx), *h_pre = nans(nh), *h = nans(nh), *scratch = tu_zeros(nh);
     float *dx = tu_zeros(nx), *dW1 = tu_zeros(nW), *dW2 = tu_zeros(nW);
     float *db1 = tu_zeros((size_t)Fd), *db2 = tu_zeros((size_t)C);
-    qkv_ffn_forward(y, h_pre, h, x, W1, b1, W2, b2, N, C, Fd, act);
+    /* the weights' struct holds non-const pointers; forward and backward only read them */
+    const qkv_ffn_weights w = {(float *)W1, (float *)b1, (float *)W2, (float *)b2};
+    const qkv_ffn_config cfg = {C, Fd, act};
+    qkv_ffn_cache c = {h_pre, h};
+    qkv_ffn_forward(y, &c, x, &w, &cfg, N);
     CHECK_FWD(&f, "h_pre", h_pre, nh);
     CHECK_FWD(&f, "h", h, nh);
     CHECK_FWD(&f, "y", y, nx);
-    qkv_ffn_backward(dx, dW1, bias ? db1 : NULL, dW2, bias ? db2 : NULL, dy, h_pre, h, x, W1, W2,
-                     N, C, Fd, act, scratch);
+    qkv_ffn_backward(dx, &(qkv_ffn_weights){dW1, bias ? db1 : NULL, dW2, bias ? db2 : NULL}, dy,
+                     &c, x, &w, &cfg, N, scratch);
     CHECK_GRAD(&f, "dx", dx, nx);
     CHECK_GRAD(&f, "dW1", dW1, nW);
     CHECK_GRAD(&f, "dW2", dW2, nW);
@@ -391,7 +395,10 @@ static void test_prenorm(void **state)
     float *ln = nans(nx), *mean = nans((size_t)N), *rstd = nans((size_t)N);
     float *h_pre = nans(nh), *h = nans(nh), *s = nans(nx), *y = nans(nx);
     qkv_layernorm_forward(ln, mean, rstd, x, g, b, N, C, eps);
-    qkv_ffn_forward(s, h_pre, h, ln, W1, b1, W2, b2, N, C, Fd, act);
+    const qkv_ffn_weights w = {(float *)W1, (float *)b1, (float *)W2, (float *)b2};
+    const qkv_ffn_config cfg = {C, Fd, act};
+    qkv_ffn_cache c = {h_pre, h};
+    qkv_ffn_forward(s, &c, ln, &w, &cfg, N);
     qkv_residual_forward(y, x, s, nx, p, seed);
     CHECK_FWD(&f, "y", y, nx);
 
@@ -400,7 +407,8 @@ static void test_prenorm(void **state)
     float *dW1 = tu_zeros(nW), *db1 = tu_zeros((size_t)Fd), *dW2 = tu_zeros(nW);
     float *db2 = tu_zeros((size_t)C);
     qkv_residual_backward(dx, ds, dy, nx, p, seed);
-    qkv_ffn_backward(dln, dW1, db1, dW2, db2, ds, h_pre, h, ln, W1, W2, N, C, Fd, act, scratch);
+    qkv_ffn_backward(dln, &(qkv_ffn_weights){dW1, db1, dW2, db2}, ds, &c, ln, &w, &cfg, N,
+                     scratch);
     qkv_layernorm_backward(dx, dg, db, dln, x, mean, rstd, g, N, C);
     CHECK_GRAD(&f, "dx", dx, nx);
     CHECK_GRAD(&f, "dgamma", dg, (size_t)C);
