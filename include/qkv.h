@@ -123,14 +123,20 @@ void qkv_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_
  * Normalisation
  * ------------------------------------------------------------------------------------- */
 
+/* LayerNorm's learned gain and bias, (C) each; also the type of their gradients. */
+typedef struct {
+    float *gamma, *beta;
+} qkv_layernorm_weights;
+
 /* LayerNorm over the last axis: y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps)
  * (biased variance, as the paper's reference and PyTorch).  x, y (N, C); mean, rstd (N) are
- * saved for backward; gamma, beta (C). */
+ * saved for backward. */
 void qkv_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
-                           const float *gamma, const float *beta, int N, int C, float eps);
-void qkv_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+                           const qkv_layernorm_weights *w, int N, int C, float eps);
+/* dx and dw (dw, and either of its gradients, may be NULL) += the gradients given dy. */
+void qkv_layernorm_backward(float *dx, qkv_layernorm_weights *dw, const float *dy,
                             const float *x, const float *mean, const float *rstd,
-                            const float *gamma, int N, int C);
+                            const qkv_layernorm_weights *w, int N, int C);
 
 /* RMSNorm: y = x * rstd * g, rstd = 1/sqrt(mean(x^2) + eps).  x, y (N, C); rstd (N); g (C). */
 void qkv_rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int N, int C,
@@ -426,22 +432,24 @@ void qkv_ffn_backward(float *dx, qkv_ffn_weights *dw, const float *dy, const qkv
  * ------------------------------------------------------------------------------------- */
 
 /* y = x + dropout(s)  (the pre-norm form: x + Sublayer(LN(x)) with s = Sublayer(LN(x))). */
-void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, float p,
-                          uint64_t seed);
+void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, qkv_dropout drop);
 /* dx += dy;  ds += dropout'(dy). */
-void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, float p,
-                           uint64_t seed);
+void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, qkv_dropout drop);
 
-/* AddNorm (post-norm, as in the paper): y = LayerNorm(dropout(s) + x).
- * x, s, y (N, C); z (N, C), mean, rstd (N) are saved. */
-void qkv_addnorm_forward(float *y, float *z, float *mean, float *rstd, const float *x,
-                         const float *s, const float *gamma, const float *beta, int N, int C,
-                         float eps, float p, uint64_t seed);
-/* scratch: N*C floats. */
-void qkv_addnorm_backward(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
-                          const float *z, const float *mean, const float *rstd,
-                          const float *gamma, int N, int C, float p, uint64_t seed,
-                          float *scratch);
+/* What AddNorm's forward saves for backward. */
+typedef struct {
+    float *z;          /* (N, C) x + dropout(s), LayerNorm's input */
+    float *mean, *rstd; /* (N) */
+} qkv_addnorm_cache;
+
+/* AddNorm (post-norm, as in the paper): y = LayerNorm(dropout(s) + x).  x, s, y (N, C). */
+void qkv_addnorm_forward(float *y, qkv_addnorm_cache *c, const float *x, const float *s,
+                         const qkv_layernorm_weights *w, int N, int C, float eps,
+                         qkv_dropout drop);
+/* dx, ds and dw (may be NULL) += the gradients given dy; scratch: N*C floats. */
+void qkv_addnorm_backward(float *dx, float *ds, qkv_layernorm_weights *dw, const float *dy,
+                          const qkv_addnorm_cache *c, const qkv_layernorm_weights *w, int N,
+                          int C, qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Softmax cross-entropy

@@ -73,21 +73,19 @@ typedef struct {
     /* dh *= act'(h_pre), in place */
     void (*activation_backward)(qkv_activation act, float *dh, const float *h_pre, size_t n);
     void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
-                              const float *gamma, const float *beta, int N, int C, float eps);
-    void (*layernorm_backward)(float *dx, float *dgamma, float *dbeta, const float *dy,
+                              const qkv_layernorm_weights *w, int N, int C, float eps);
+    void (*layernorm_backward)(float *dx, qkv_layernorm_weights *dw, const float *dy,
                                const float *x, const float *mean, const float *rstd,
-                               const float *gamma, int N, int C);
-    void (*addnorm_forward)(float *y, float *z, float *mean, float *rstd, const float *x,
-                            const float *s, const float *gamma, const float *beta, int N, int C,
-                            float eps, float p, uint64_t seed);
-    void (*addnorm_backward)(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
-                             const float *z, const float *mean, const float *rstd,
-                             const float *gamma, int N, int C, float p, uint64_t seed,
-                             float *scratch);
-    void (*residual_forward)(float *y, const float *x, const float *s, size_t n, float p,
-                             uint64_t seed);
-    void (*residual_backward)(float *dx, float *ds, const float *dy, size_t n, float p,
-                              uint64_t seed);
+                               const qkv_layernorm_weights *w, int N, int C);
+    void (*addnorm_forward)(float *y, qkv_addnorm_cache *c, const float *x, const float *s,
+                            const qkv_layernorm_weights *w, int N, int C, float eps,
+                            qkv_dropout drop);
+    void (*addnorm_backward)(float *dx, float *ds, qkv_layernorm_weights *dw, const float *dy,
+                             const qkv_addnorm_cache *c, const qkv_layernorm_weights *w, int N,
+                             int C, qkv_dropout drop, float *scratch);
+    void (*residual_forward)(float *y, const float *x, const float *s, size_t n,
+                             qkv_dropout drop);
+    void (*residual_backward)(float *dx, float *ds, const float *dy, size_t n, qkv_dropout drop);
     qkv_status (*embedding_forward)(float *y, const int *ids, const float *E, int N, int V, int C,
                                     qkv_error *err);
     void (*embedding_backward)(float *dE, const float *dy, const int *ids, int N, int C);

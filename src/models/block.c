@@ -29,7 +29,7 @@ static qkv_dropout weights_dropout(const stack_pass *k, int l, int j)
 
 static sublayer_ctx sublayer_of(const stack_pass *k, int l, int i)
 {
-    sublayer_ctx s = {k->d, (size_t)k->B * k->T, k->p, residual_seed(k, l, i), k->scratch};
+    sublayer_ctx s = {k->d, (size_t)k->B * k->T, {k->p, residual_seed(k, l, i)}, k->scratch};
     return s;
 }
 
@@ -157,9 +157,8 @@ qkv_status stack_forward(const backend *be, const stack_pass *k, stack_acts *a, 
         block_forward(be, k, &a->blocks[l], &w->blocks[l], l, h);
         h = a->blocks[l].ff.out;
     }
-    if (w->norm.g)
-        be->ops->layernorm_forward(a->out, a->mean, a->rstd, h, w->norm.g, w->norm.b, N, d->C,
-                                   d->ln_eps);
+    if (w->norm.gamma)
+        be->ops->layernorm_forward(a->out, a->mean, a->rstd, h, &w->norm, N, d->C, d->ln_eps);
     else if (a->out != h)
         be->ops->copy(a->out, h, (size_t)N * d->C);
     return QKV_OK;
@@ -173,9 +172,9 @@ void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a,
     const int N = k->B * k->T, L = d->layers;
     const float *last = L ? a->blocks[L - 1].ff.out : a->x;
     be->ops->zero(work->dh, (size_t)N * d->C);
-    if (w->norm.g)
-        be->ops->layernorm_backward(work->dh, g->norm.g, g->norm.b, dout, last, a->mean, a->rstd,
-                                    w->norm.g, N, d->C);
+    if (w->norm.gamma)
+        be->ops->layernorm_backward(work->dh, &g->norm, dout, last, a->mean, a->rstd, &w->norm, N,
+                                    d->C);
     else
         be->ops->copy(work->dh, dout, (size_t)N * d->C);
     for (int l = L - 1; l >= 0; l--)
@@ -273,8 +272,8 @@ void head_step(const backend *be, const stack_dims *d, const stack_w *w, const f
                const float *b, decode_state *st, float *logits, int V)
 {
     const float *y = st->x;
-    if (w->norm.g) {
-        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, w->norm.g, w->norm.b, st->B,
+    if (w->norm.gamma) {
+        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, &w->norm, st->B,
                                    d->C, d->ln_eps);
         y = st->u;
     }

@@ -25,12 +25,12 @@ float *param_take(param_walker *w, const char *name, int rows, int cols)
     return p;
 }
 
-norm_w param_take_norm(param_walker *w, const char *prefix, int C)
+qkv_layernorm_weights param_take_norm(param_walker *w, const char *prefix, int C)
 {
     char name[64];
-    norm_w n;
-    snprintf(name, sizeof name, "%s.gamma", prefix), n.g = param_take(w, name, C, 0);
-    snprintf(name, sizeof name, "%s.beta", prefix), n.b = param_take(w, name, C, 0);
+    qkv_layernorm_weights n;
+    snprintf(name, sizeof name, "%s.gamma", prefix), n.gamma = param_take(w, name, C, 0);
+    snprintf(name, sizeof name, "%s.beta", prefix), n.beta = param_take(w, name, C, 0);
     return n;
 }
 
@@ -156,7 +156,9 @@ static void layout_sublayer(arena *a, sublayer_acts *s, size_t N, int C, int pre
     memset(s, 0, sizeof *s);
     if (pre_norm) s->u = arena_take(a, N * C), s->u_mean = arena_take(a, N), s->u_rstd = arena_take(a, N);
     s->s = arena_take(a, N * C);
-    if (!pre_norm) s->z = arena_take(a, N * C), s->mean = arena_take(a, N), s->rstd = arena_take(a, N);
+    if (!pre_norm)
+        s->post.z = arena_take(a, N * C), s->post.mean = arena_take(a, N),
+        s->post.rstd = arena_take(a, N);
     s->out = arena_take(a, N * C);
 }
 

@@ -82,8 +82,8 @@ static void walk_stack(param_walker *w, const qkv_transformer_config *c, stack_w
         b->ffn_norm = param_take_norm(w, prefix, C);
     }
     snprintf(prefix, sizeof prefix, "%s.norm", name);
-    s->norm = c->final_norm && (decoder || c->enc_layers) ? param_take_norm(w, prefix, C)
-                                                          : (norm_w){0};
+    const qkv_layernorm_weights none = {0};
+    s->norm = c->final_norm && (decoder || c->enc_layers) ? param_take_norm(w, prefix, C) : none;
 }
 
 static void walk(param_walker *w, const void *cfg, void *view)

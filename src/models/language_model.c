@@ -71,7 +71,8 @@ static void walk(param_walker *w, const void *cfg, void *view)
         snprintf(prefix, sizeof prefix, "decoder.%d.norm2", l);
         b->ffn_norm = param_take_norm(w, prefix, C);
     }
-    s->norm = c->final_norm ? param_take_norm(w, "decoder.norm", C) : (norm_w){0};
+    const qkv_layernorm_weights none = {0};
+    s->norm = c->final_norm ? param_take_norm(w, "decoder.norm", C) : none;
     mw->out_W = c->tie ? s->embedding : param_take(w, "output.W", c->vocab, C);
     mw->out_b = param_take(w, "output.b", c->vocab, 0);
 }

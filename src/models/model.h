@@ -26,23 +26,19 @@ enum { FLASH_MIN_KEYS = 256 };
 /* ---- weights: named views into one flat parameter buffer (or its gradients) -------------- */
 
 typedef struct {
-    float *g, *b; /* LayerNorm gain and bias (C) */
-} norm_w;
-
-typedef struct {
     qkv_mha_weights self; /* self-attention */
-    norm_w self_norm;
+    qkv_layernorm_weights self_norm;
     qkv_mha_weights cross; /* encoder-decoder attention: decoder blocks only, else NULLs */
-    norm_w cross_norm;
+    qkv_layernorm_weights cross_norm;
     qkv_ffn_weights ffn;
-    norm_w ffn_norm;
+    qkv_layernorm_weights ffn_norm;
 } block_w;
 
 typedef struct {
     float *embedding; /* (V, C) */
     float *positions; /* (max_len, C) learned, or NULL: the sinusoidal table */
     block_w *blocks;
-    norm_w norm; /* after the last block (final_norm), else NULLs */
+    qkv_layernorm_weights norm; /* after the last block (final_norm), else NULLs */
 } stack_w;
 
 /* ---- the shape of a stack ------------------------------------------------------------------ */
@@ -78,7 +74,7 @@ static inline qkv_ffn_config stack_ffn_config(const stack_dims *d)
 typedef struct {
     float *u, *u_mean, *u_rstd; /* pre-norm only */
     float *s;
-    float *z, *mean, *rstd; /* post-norm only */
+    qkv_addnorm_cache post; /* post-norm only: z, mean, rstd */
     float *out;
 } sublayer_acts;
 
@@ -213,7 +209,8 @@ typedef struct {
 } param_walker;
 
 float *param_take(param_walker *w, const char *name, int rows, int cols); /* cols 0: vector */
-norm_w param_take_norm(param_walker *w, const char *prefix, int C);       /* .gamma, .beta */
+/* .gamma, .beta */
+qkv_layernorm_weights param_take_norm(param_walker *w, const char *prefix, int C);
 qkv_ffn_weights param_take_ffn(param_walker *w, const char *prefix, int C, int F); /* .W1 .b1 .W2 .b2 */
 /* .W_q, .b_q, ..., .W_o, .b_o (biases only with bias), contiguous as qkv_mha_weights_view. */
 qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int bias);

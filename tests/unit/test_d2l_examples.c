@@ -105,9 +105,10 @@ static void test_dot_product_attention_example(void **state)
 static void test_layernorm_example(void **state)
 {
     (void)state;
-    const float x[4] = {1, 2, 2, 3}, gamma[2] = {1, 1}, beta[2] = {0, 0};
+    const float x[4] = {1, 2, 2, 3};
+    float gamma[2] = {1, 1}, beta[2] = {0, 0};
     float y[4], mean[2], rstd[2];
-    qkv_layernorm_forward(y, mean, rstd, x, gamma, beta, 2, 2, 1e-5f);
+    qkv_layernorm_forward(y, mean, rstd, x, &(qkv_layernorm_weights){gamma, beta}, 2, 2, 1e-5f);
     const float want[4] = {-1, 1, -1, 1};
     for (int i = 0; i < 4; i++) assert_float_equal(y[i], want[i], 1e-4f);
     assert_float_equal(mean[0], 1.5f, 0.0f);

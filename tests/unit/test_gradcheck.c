@@ -89,7 +89,8 @@ static double norm_loss(void *p)
     if (c->rms)
         qkv_rmsnorm_forward(c->y, c->rstd, c->x, c->g, c->N, c->C, 1e-5f);
     else
-        qkv_layernorm_forward(c->y, c->mean, c->rstd, c->x, c->g, c->b, c->N, c->C, 1e-5f);
+        qkv_layernorm_forward(c->y, c->mean, c->rstd, c->x, &(qkv_layernorm_weights){c->g, c->b},
+                              c->N, c->C, 1e-5f);
     return tu_dot(c->y, c->r, (size_t)c->N * c->C);
 }
 static void test_norms(void **state)
@@ -103,7 +104,8 @@ static void test_norms(void **state)
         if (rms)
             qkv_rmsnorm_backward(dx, dg, c.r, c.x, c.rstd, c.g, c.N, c.C);
         else
-            qkv_layernorm_backward(dx, dg, db, c.r, c.x, c.mean, c.rstd, c.g, c.N, c.C);
+            qkv_layernorm_backward(dx, &(qkv_layernorm_weights){dg, db}, c.r, c.x, c.mean, c.rstd,
+                                   &(qkv_layernorm_weights){c.g, c.b}, c.N, c.C);
         CHECK(rms ? "rmsnorm dx" : "layernorm dx", c.x, 36, dx, &c, norm_loss);
         CHECK(rms ? "rmsnorm dg" : "layernorm dgamma", c.g, 9, dg, &c, norm_loss);
         if (!rms) CHECK("layernorm dbeta", c.b, 9, db, &c, norm_loss);
@@ -352,14 +354,14 @@ typedef struct { float *x, *s, *g, *b, *y, *z, *mean, *rstd, *r; } addnorm_ctx;
 static double addnorm_loss(void *p)
 {
     addnorm_ctx *c = p;
-    qkv_addnorm_forward(c->y, c->z, c->mean, c->rstd, c->x, c->s, c->g, c->b, 3, 5, 1e-5f, 0.3f,
-                        8);
+    qkv_addnorm_forward(c->y, &(qkv_addnorm_cache){c->z, c->mean, c->rstd}, c->x, c->s,
+                        &(qkv_layernorm_weights){c->g, c->b}, 3, 5, 1e-5f, (qkv_dropout){0.3f, 8});
     return tu_dot(c->y, c->r, 15);
 }
 static double residual_loss(void *p)
 {
     addnorm_ctx *c = p;
-    qkv_residual_forward(c->y, c->x, c->s, 15, 0.3f, 8);
+    qkv_residual_forward(c->y, c->x, c->s, 15, (qkv_dropout){0.3f, 8});
     return tu_dot(c->y, c->r, 15);
 }
 static void test_addnorm_and_residual(void **state)
@@ -370,14 +372,17 @@ static void test_addnorm_and_residual(void **state)
     float *dx = tu_zeros(15), *ds = tu_zeros(15), *dg = tu_zeros(5), *db = tu_zeros(5),
           *scratch = tu_zeros(15);
     addnorm_loss(&c);
-    qkv_addnorm_backward(dx, ds, dg, db, c.r, c.z, c.mean, c.rstd, c.g, 3, 5, 0.3f, 8, scratch);
+    qkv_addnorm_backward(dx, ds, &(qkv_layernorm_weights){dg, db}, c.r,
+                         &(qkv_addnorm_cache){c.z, c.mean, c.rstd},
+                         &(qkv_layernorm_weights){c.g, c.b}, 3, 5, (qkv_dropout){0.3f, 8},
+                         scratch);
     CHECK("addnorm dx", c.x, 15, dx, &c, addnorm_loss);
     CHECK("addnorm ds", c.s, 15, ds, &c, addnorm_loss);
     CHECK("addnorm dgamma", c.g, 5, dg, &c, addnorm_loss);
     CHECK("addnorm dbeta", c.b, 5, db, &c, addnorm_loss);
     memset(dx, 0, 15 * sizeof *dx), memset(ds, 0, 15 * sizeof *ds);
     residual_loss(&c);
-    qkv_residual_backward(dx, ds, c.r, 15, 0.3f, 8);
+    qkv_residual_backward(dx, ds, c.r, 15, (qkv_dropout){0.3f, 8});
     CHECK("residual dx", c.x, 15, dx, &c, residual_loss);
     CHECK("residual ds", c.s, 15, ds, &c, residual_loss);
     free(c.x), free(c.s), free(c.g), free(c.b), free(c.y), free(c.z), free(c.mean), free(c.rstd);
