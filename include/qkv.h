@@ -813,15 +813,25 @@ typedef struct {
     const int *tgt_out;   /* (B, tgt_len) labels; <pad> positions are not counted */
 } qkv_batch;
 
-/* Forward and backward of the loss over one batch with teacher forcing. Gradients are
- * ACCUMULATED into qkv_transformer_grads (zero them per step). The loss differentiated is
- * grad_scale * sum over real target tokens of their cross-entropy (grad_scale <= 0: 1/tokens,
- * the per-token mean; 1/tgt_len: d2l's sum of per-sequence means). *loss_sum receives the unscaled sum of
- * token losses and *tokens their count. dropout_seed makes the step's dropout reproducible;
- * train = 0 disables dropout (evaluation loss). */
-qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int backward,
-                                float grad_scale, float label_smoothing, int train,
-                                uint64_t dropout_seed, double *loss_sum, int *tokens,
+/* How a loss pass runs (qkv_transformer_loss, qkv_lm_loss). All zero (or a NULL pointer):
+ * the loss alone, in evaluation mode. A training step:
+ *     qkv_loss_options o = {.backward = 1, .train = 1, .dropout_seed = step_seed}; */
+typedef struct {
+    int backward;          /* 1: also ACCUMULATE the gradients into the model's gradient buffer */
+    float grad_scale;      /* the loss differentiated is grad_scale * the sum of the token losses
+                              (<= 0: 1/tokens, the per-token mean; 1/tgt_len: d2l's sum of
+                              per-sequence means) */
+    float label_smoothing; /* eps of qkv_cross_entropy_forward (0: none) */
+    int train;             /* 1: dropout as configured; 0: none (evaluation) */
+    uint64_t dropout_seed; /* makes a training pass's dropout reproducible */
+} qkv_loss_options;
+
+/* The cross-entropy over one batch with teacher forcing, and with o->backward its gradients,
+ * ACCUMULATED into qkv_transformer_grads (zero them per step). *loss_sum receives the
+ * unscaled sum of the token losses over real target tokens and *tokens their count (either
+ * may be NULL). */
+qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
+                                const qkv_loss_options *o, double *loss_sum, int *tokens,
                                 qkv_error *err);
 
 /* Greedy decoding of B source sentences at once (src (B, src_len) padded, src_valid (B)),
@@ -932,16 +942,13 @@ float *qkv_lm_params(qkv_lm *m);
 /* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
 float *qkv_lm_grads(qkv_lm *m);
 
-/* Forward and backward of the next-token loss over a batch of B sequences of T tokens:
- * ids (B, T) the inputs, targets (B, T) what each position should predict (ids shifted by
- * one); a target equal to QKV_PAD is not counted. Gradients are ACCUMULATED into
- * qkv_lm_grads; the loss differentiated is grad_scale * the sum of token losses (grad_scale
- * <= 0: 1/tokens, the mean). *loss_sum, *tokens (may be NULL) receive the unscaled sum and the
- * count. train = 0 disables dropout; dropout_seed makes a training step's dropout
- * reproducible. T <= max_len; an id outside [0, V) fails with QKV_ERR_ARG naming it. */
+/* The next-token loss over a batch of B sequences of T tokens, and with o->backward its
+ * gradients (qkv_loss_options), ACCUMULATED into qkv_lm_grads: ids (B, T) the inputs,
+ * targets (B, T) what each position should predict (ids shifted by one); a target equal to
+ * QKV_PAD is not counted. *loss_sum, *tokens (may be NULL) receive the unscaled sum and the
+ * count. T <= max_len; an id outside [0, V) fails with QKV_ERR_ARG naming it. */
 qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int T,
-                       int backward, float grad_scale, int train, uint64_t dropout_seed,
-                       double *loss_sum, int *tokens, qkv_error *err);
+                       const qkv_loss_options *o, double *loss_sum, int *tokens, qkv_error *err);
 
 /* Logits (B, T, V) of the causal forward pass over ids (B, T) in evaluation mode. */
 qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,

@@ -131,9 +131,9 @@ static int bench_train(const bench_args *a)
     for (int s = -a->warmup; s < a->steps; s++) {
         double t0 = now_ms();
         memset(grads, 0, n * sizeof *grads);
-        if (qkv_transformer_loss(m, &batch, 1, 0.0f, 0.0f, 1, (uint64_t)(s + 1000), NULL, NULL,
-                                 &err))
-            goto done;
+        const qkv_loss_options pass = {.backward = 1, .train = 1,
+                                       .dropout_seed = (uint64_t)(s + 1000)};
+        if (qkv_transformer_loss(m, &batch, &pass, NULL, NULL, &err)) goto done;
         qkv_clip_grad_norm(grads, n, 1.0);
         qkv_adam_update(&opt, params, grads, 1e-4f);
         if (s >= 0) ms[s] = now_ms() - t0;
