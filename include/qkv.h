@@ -857,13 +857,19 @@ typedef struct {
     float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7) */
 } qkv_beam_options;
 
-/* src (B, src_len) padded, src_valid (B). out (B, n_best, max_len) receives the ids without
- * <bos> and <eos>, best first; out_len (B, n_best) their counts, -1 for a hypothesis not
- * found (a tiny vocabulary can have fewer than n_best); score (B, n_best) log P / lp and
- * logprob (B, n_best) log P (either may be NULL), -INFINITY when not found. */
+/* Where beam search writes the n_best hypotheses of each of B sentences, best first. */
+typedef struct {
+    int *ids;        /* (B, n_best, max_len) the ids without <bos> and <eos> */
+    int *len;        /* (B, n_best) their counts, -1 for a hypothesis not found (a tiny
+                        vocabulary can have fewer than n_best) */
+    double *score;   /* (B, n_best) log P / lp, or NULL; -INFINITY when not found */
+    double *logprob; /* (B, n_best) log P, or NULL; -INFINITY when not found */
+} qkv_beam_results;
+
+/* src (B, src_len) padded, src_valid (B) -> out. */
 qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
-                                int B, int src_len, const qkv_beam_options *o, int *out,
-                                int *out_len, double *score, double *logprob, qkv_error *err);
+                                int B, int src_len, const qkv_beam_options *o,
+                                qkv_beam_results *out, qkv_error *err);
 
 /* Logits (B, tgt_len, tgt_vocab) of a teacher-forced forward pass in evaluation mode. */
 qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,

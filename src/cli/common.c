@@ -254,8 +254,8 @@ int cli_translate_beam(cli_model *cm, const qkv_sentences *src, int max_len, int
         qkv_beam_options o = greedy ? (qkv_beam_options){1, 1, max_len, 0.0f} : *beam;
         o.max_len = max_len;
         if (greedy ? qkv_transformer_greedy(cm->model, s, valid, B, T, max_len, out, out_len, &err)
-                   : qkv_transformer_beam(cm->model, s, valid, B, T, &o, out, out_len, sc, NULL,
-                                          &err)) {
+                   : qkv_transformer_beam(cm->model, s, valid, B, T, &o,
+                                          &(qkv_beam_results){out, out_len, sc, NULL}, &err)) {
             fprintf(stderr, "qkv: %s\n", err.msg);
             rc = -1;
             break;

@@ -83,9 +83,11 @@ static double log_normaliser(const float *z, int V)
 }
 
 qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
-                                int B, int src_len, const qkv_beam_options *o, int *out,
-                                int *out_len, double *score, double *logprob, qkv_error *err)
+                                int B, int src_len, const qkv_beam_options *o,
+                                qkv_beam_results *results, qkv_error *err)
 {
+    int *out = results->ids, *out_len = results->len;
+    double *score = results->score, *logprob = results->logprob;
     const qkv_transformer_config *c = &m->cfg;
     const int K = o->beam, N = o->n_best, T = o->max_len, V = c->tgt_vocab;
     if (K < 1 || N < 1 || N > K)
