@@ -1478,13 +1478,21 @@ typedef enum {
  * *w its width, *h the line height. Invalid UTF-8 bytes count as U+FFFD. */
 qkv_status qkv_text_size(int *w, int *h, qkv_viz *v, const char *text, float size_px,
                          qkv_error *err);
-/* Draw text with antialiasing. rotate90 = 1 turns it a quarter turn counter-clockwise (reading
- * bottom to top, as a y-axis label). The box (rotated: h wide, w tall) is placed so that its
+/* How a text is drawn. */
+typedef struct {
+    float size_px;     /* the font's pixel size, as FreeType's */
+    qkv_halign halign; /* which point of the box sits at the anchor */
+    qkv_valign valign;
+    int rotate90;      /* 1: a quarter turn counter-clockwise (reading bottom to top, as a
+                          y-axis label) */
+    qkv_rgb color;
+} qkv_text_style;
+
+/* Draw text with antialiasing. The box (rotated: h wide, w tall) is placed so that its
  * (halign, valign) point is at (x, y). If box is not NULL it receives {x, y, w, h} of the box
  * on the canvas. NULL or empty text draws nothing. */
-qkv_status qkv_canvas_text(qkv_canvas *c, qkv_viz *v, const char *text, float size_px, int x,
-                           int y, qkv_halign halign, qkv_valign valign, int rotate90,
-                           qkv_rgb color, int box[4], qkv_error *err);
+qkv_status qkv_canvas_text(qkv_canvas *c, qkv_viz *v, const char *text, int x, int y,
+                           const qkv_text_style *style, int box[4], qkv_error *err);
 /* Write into out (size cap bytes) the longest prefix of text that, followed by an ellipsis
  * when cut, is at most max_w pixels wide at size_px. *w receives the result's width. */
 qkv_status qkv_text_fit(char *out, size_t cap, int *w, qkv_viz *v, const char *text, float size_px,
