@@ -4,8 +4,12 @@
  * A short tour.
  *   Every building block is a pair of plain functions, X_forward and X_backward, over flat
  *   row-major float arrays. Arguments come in a fixed order: outputs, saved activations,
- *   inputs, weights, then dimensions. Shapes are given in the comment above each function,
- *   with the letters
+ *   inputs, weights, then dimensions. What travels together comes as one small struct, so no
+ *   function takes more than ten arguments: an attention's shape (qkv_attention_shape), its
+ *   Q, K, V and their gradients (qkv_attention_inputs, qkv_attention_grads), a dropout
+ *   {p, seed} (qkv_dropout), a layer's weights (also the type of their gradients) and what
+ *   its forward saves for backward (a *_cache). Shapes are given in the comment above each
+ *   function, with the letters
  *       B batch   n queries   m keys/values   T sequence length   H heads
  *       d key/query dim   v value dim   C channels (d_model)   F hidden dim   V vocabulary
  *   A forward saves what its backward needs in buffers the caller owns; a backward
@@ -438,7 +442,7 @@ void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, qkv_
 
 /* What AddNorm's forward saves for backward. */
 typedef struct {
-    float *z;          /* (N, C) x + dropout(s), LayerNorm's input */
+    float *z;           /* (N, C) x + dropout(s), LayerNorm's input */
     float *mean, *rstd; /* (N) */
 } qkv_addnorm_cache;
 
