@@ -103,7 +103,8 @@ int main(int argc, char **argv)
     float pred[N_TEST];
 
     /* Non-parametric: w = 1, every test input attends to every training input. */
-    qkv_kernel_regression_forward(pred, P, x_test, x_train, y_train, 1.0f, 1, N_TEST, N_TRAIN, NULL);
+    const qkv_attention_inputs test_on_train = {x_test, x_train, y_train};
+    qkv_kernel_regression_forward(pred, P, &test_on_train, 1.0f, 1, N_TEST, N_TRAIN, NULL);
     const double sharp_fixed = mean_row_max(P, N_TEST, N_TRAIN);
 
     char train_lab[N_TRAIN][16], test_lab[N_TEST][16];
@@ -132,19 +133,19 @@ int main(int argc, char **argv)
     float y_hat[N_TRAIN], dy[N_TRAIN];
     printf("parametric attention pooling: w starts at %.4f\n", (double)w);
     for (int epoch = 1; epoch <= EPOCHS; epoch++) {
-        qkv_kernel_regression_forward(y_hat, Pt, x_train, keys, values, w, N_TRAIN, 1, M, NULL);
+        const qkv_attention_inputs leave_one_out = {x_train, keys, values};
+        qkv_kernel_regression_forward(y_hat, Pt, &leave_one_out, w, N_TRAIN, 1, M, NULL);
         double loss = 0.0; /* MSELoss(reduction='none'), summed: dL/dy_hat = 2 (y_hat - y) */
         for (int i = 0; i < N_TRAIN; i++) {
             float e = y_hat[i] - y_train[i];
             loss += (double)e * e, dy[i] = 2.0f * e;
         }
         float dw = 0.0f;
-        qkv_kernel_regression_backward(NULL, NULL, NULL, &dw, dy, Pt, x_train, keys, values, w,
-                                       N_TRAIN, 1, M);
+        qkv_kernel_regression_backward(NULL, &dw, dy, Pt, &leave_one_out, w, N_TRAIN, 1, M);
         w -= LR * dw; /* SGD */
         printf("epoch %d, loss %.6f\n", epoch, loss);
     }
-    qkv_kernel_regression_forward(pred, P, x_test, x_train, y_train, w, 1, N_TEST, N_TRAIN, NULL);
+    qkv_kernel_regression_forward(pred, P, &test_on_train, w, 1, N_TEST, N_TRAIN, NULL);
     const double sharp_learned = mean_row_max(P, N_TEST, N_TRAIN);
     char what[64];
     snprintf(what, sizeof what, "learned w = %.2f", (double)w);

@@ -4,8 +4,12 @@
  * A short tour.
  *   Every building block is a pair of plain functions, X_forward and X_backward, over flat
  *   row-major float arrays. Arguments come in a fixed order: outputs, saved activations,
- *   inputs, weights, then dimensions. Shapes are given in the comment above each function,
- *   with the letters
+ *   inputs, weights, then dimensions. What travels together comes as one small struct, so no
+ *   function takes more than ten arguments: an attention's shape (qkv_attention_shape), its
+ *   Q, K, V and their gradients (qkv_attention_inputs, qkv_attention_grads), a dropout
+ *   {p, seed} (qkv_dropout), a layer's weights (also the type of their gradients) and what
+ *   its forward saves for backward (a *_cache). Shapes are given in the comment above each
+ *   function, with the letters
  *       B batch   n queries   m keys/values   T sequence length   H heads
  *       d key/query dim   v value dim   C channels (d_model)   F hidden dim   V vocabulary
  *   A forward saves what its backward needs in buffers the caller owns; a backward
@@ -157,6 +161,13 @@ void qkv_gelu_forward(float *y, const float *x, size_t n);
 QKV_API
 void qkv_gelu_backward(float *dx, const float *dy, const float *x, size_t n);
 
+/* A dropout as the layers take it: rate p in [0, 1) (0: none), its masks drawn from the
+ * counter-based stream seed. */
+typedef struct {
+    float p;
+    uint64_t seed;
+} qkv_dropout;
+
 /* Inverted dropout: y[i] = x[i] * keep(i) / (1 - p), keep(i) = [u(seed, offset + i) >= p].
  * p in [0, 1); p == 0 copies. y may alias x. */
 QKV_API
@@ -171,16 +182,22 @@ void qkv_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_
  * Normalisation
  * ------------------------------------------------------------------------------------- */
 
+/* LayerNorm's learned gain and bias, (C) each; also the type of their gradients. */
+typedef struct {
+    float *gamma, *beta;
+} qkv_layernorm_weights;
+
 /* LayerNorm over the last axis: y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps)
  * (biased variance, as the paper's reference and PyTorch).  x, y (N, C); mean, rstd (N) are
- * saved for backward; gamma, beta (C). */
+ * saved for backward. */
 QKV_API
 void qkv_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
-                           const float *gamma, const float *beta, int N, int C, float eps);
+                           const qkv_layernorm_weights *w, int N, int C, float eps);
+/* dx and dw (dw, and either of its gradients, may be NULL) += the gradients given dy. */
 QKV_API
-void qkv_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+void qkv_layernorm_backward(float *dx, qkv_layernorm_weights *dw, const float *dy,
                             const float *x, const float *mean, const float *rstd,
-                            const float *gamma, int N, int C);
+                            const qkv_layernorm_weights *w, int N, int C);
 
 /* RMSNorm: y = x * rstd * g, rstd = 1/sqrt(mean(x^2) + eps).  x, y (N, C); rstd (N); g (C). */
 QKV_API
@@ -221,22 +238,39 @@ void qkv_masked_softmax_backward(float *dS, const float *dP, const float *P, int
  * feed it without transposes; H = 1 gives the plain (B, n, d) layout.
  * ------------------------------------------------------------------------------------- */
 
-/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v).
+/* The shape of an attention: B sequences, H heads, n queries over m keys, queries and keys
+ * of width d, values of width v. */
+typedef struct {
+    int B, H, n, m, d, v;
+} qkv_attention_shape;
+
+/* What an attention attends with: queries Q (B, n, H, d), keys K (B, m, H, d) and values
+ * V (B, m, H, v). */
+typedef struct {
+    const float *Q, *K, *V;
+} qkv_attention_inputs;
+
+/* The gradients of those inputs, accumulated (+=); each may be NULL (not needed). */
+typedef struct {
+    float *dQ, *dK, *dV;
+} qkv_attention_grads;
+
+/* x -> O (B, n, H, v).
  * P (B, H, n, m) receives the attention weights (after mask, before dropout) for backward
- * and for inspection.  Dropout with rate p on the weights when p > 0, stream seed, counter =
- * flat index into P; scratch (qkv_attention_scratch_floats) is needed only when p > 0. */
+ * and for inspection.  Dropout on the weights when drop.p > 0, counter = flat index into P;
+ * scratch (qkv_attention_scratch_floats) is needed only when drop.p > 0. */
 QKV_API
-void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, const float *V,
-                           int B, int H, int n, int m, int d, int v, const qkv_mask *mask,
-                           float p, uint64_t seed, float *scratch);
+void qkv_attention_forward(float *O, float *P, const qkv_attention_inputs *x,
+                           const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                           float *scratch);
 /* Floats of scratch that qkv_attention_forward (with dropout) and _backward need. */
 QKV_API
-size_t qkv_attention_scratch_floats(int B, int H, int n, int m);
-/* dQ, dK, dV += the gradients of O given dO; P and (p, seed) as in forward. */
+size_t qkv_attention_scratch_floats(const qkv_attention_shape *s);
+/* dx += the gradients of O given dO; P and drop as in forward. */
 QKV_API
-void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *P,
-                            const float *Q, const float *K, const float *V, int B, int H,
-                            int n, int m, int d, int v, float p, uint64_t seed, float *scratch);
+void qkv_attention_backward(qkv_attention_grads *dx, const float *dO, const float *P,
+                            const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                            qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Flash attention: the same O = dropout(softmax(Q K^T / sqrt(d))) V, exact, with no n x m
@@ -250,24 +284,22 @@ void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, co
  * count.
  * ------------------------------------------------------------------------------------- */
 
-/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v), L (B, H, n): L[b, h, i] =
- * log sum_j exp(Q_i . K_j / sqrt(d)) over the keys row i sees, -INFINITY (and O row 0) when it
- * sees none. Dropout with rate p in [0, 1) on the weights, stream seed. */
+/* x -> O (B, n, H, v), L (B, H, n): L[b, h, i] = log sum_j exp(Q_i . K_j / sqrt(d)) over the
+ * keys row i sees, -INFINITY (and O row 0) when it sees none. Dropout on the weights. */
 QKV_API
-void qkv_flash_attention_forward(float *O, float *L, const float *Q, const float *K,
-                                 const float *V, int B, int H, int n, int m, int d, int v,
-                                 const qkv_mask *mask, float p, uint64_t seed);
+void qkv_flash_attention_forward(float *O, float *L, const qkv_attention_inputs *x,
+                                 const qkv_attention_shape *s, const qkv_mask *mask,
+                                 qkv_dropout drop);
 /* Floats of scratch backward needs: B H n (the row sums of dO * O). */
 QKV_API
-size_t qkv_flash_attention_scratch_floats(int B, int H, int n);
-/* dQ, dK, dV += the gradients of O given dO (any may be NULL); O and L from forward, the
- * other arguments as given to it. */
+size_t qkv_flash_attention_scratch_floats(const qkv_attention_shape *s);
+/* dx += the gradients of O given dO; O and L from forward, the other arguments as given to
+ * it. */
 QKV_API
-void qkv_flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
-                                  const float *O, const float *L, const float *Q,
-                                  const float *K, const float *V, int B, int H, int n, int m,
-                                  int d, int v, const qkv_mask *mask, float p, uint64_t seed,
-                                  float *scratch);
+void qkv_flash_attention_backward(qkv_attention_grads *dx, const float *dO, const float *O,
+                                  const float *L, const qkv_attention_inputs *x,
+                                  const qkv_attention_shape *s, const qkv_mask *mask,
+                                  qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Additive attention (Bahdanau):  a(q, k) = w_v^T tanh(W_q q + W_k k)
@@ -279,6 +311,12 @@ typedef struct {
     float *w_v; /* (h)     */
 } qkv_additive_weights;
 
+/* B sequences, n queries of width dq over m keys of width dk, values of width v, a tanh
+ * layer of width h. */
+typedef struct {
+    int B, n, m, dq, dk, v, h;
+} qkv_additive_shape;
+
 /* What forward saves for backward. */
 typedef struct {
     float *q;  /* (B, n, h)    W_q q          */
@@ -287,23 +325,23 @@ typedef struct {
     float *P;  /* (B, n, m)    attention weights, before dropout */
 } qkv_additive_cache;
 
-/* Q (B, n, dq), K (B, m, dk), V (B, m, v) -> O (B, n, v).  Dropout counter = flat index
- * into P; scratch (qkv_additive_attention_scratch_floats) is needed only when p > 0. */
+/* x = {Q (B, n, dq), K (B, m, dk), V (B, m, v)} -> O (B, n, v).  Dropout on the weights,
+ * counter = flat index into P; scratch (qkv_additive_attention_scratch_floats) is needed only
+ * when drop.p > 0. */
 QKV_API
-void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float *Q,
-                                    const float *K, const float *V,
-                                    const qkv_additive_weights *w, int B, int n, int m, int dq,
-                                    int dk, int v, int h, const qkv_mask *mask, float p,
-                                    uint64_t seed, float *scratch);
+void qkv_additive_attention_forward(float *O, qkv_additive_cache *c,
+                                    const qkv_attention_inputs *x, const qkv_additive_weights *w,
+                                    const qkv_additive_shape *s, const qkv_mask *mask,
+                                    qkv_dropout drop, float *scratch);
 QKV_API
-size_t qkv_additive_attention_scratch_floats(int B, int n, int m, int h);
+size_t qkv_additive_attention_scratch_floats(const qkv_additive_shape *s);
+/* dx and dw (may be NULL) += the gradients given dO; the other arguments as in forward. */
 QKV_API
-void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additive_weights *dw,
+void qkv_additive_attention_backward(qkv_attention_grads *dx, qkv_additive_weights *dw,
                                      const float *dO, const qkv_additive_cache *c,
-                                     const float *Q, const float *K, const float *V,
-                                     const qkv_additive_weights *w, int B, int n, int m, int dq,
-                                     int dk, int v, int h, float p, uint64_t seed,
-                                     float *scratch);
+                                     const qkv_attention_inputs *x,
+                                     const qkv_additive_weights *w, const qkv_additive_shape *s,
+                                     qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Multi-head attention:  MultiHead(Q, K, V) = Concat(head_1..head_H) W_o,
@@ -346,21 +384,30 @@ size_t qkv_mha_cache_floats(const qkv_mha_config *cfg, int B, int n, int m);
 QKV_API
 qkv_mha_cache qkv_mha_cache_view(float *base, const qkv_mha_config *cfg, int B, int n, int m);
 
-/* xq (B, n, d_q) attends to xkv (B, m, d_kv) -> y (B, n, d_q).  Self-attention: xkv = xq.
- * Dropout on the attention weights as in qkv_attention_forward; scratch
- * (qkv_mha_scratch_floats, shared with backward) is needed only when p > 0. */
+/* The shape of the heads' attention over B sequences of n queries and m keys:
+ * {B, cfg->heads, n, m, cfg->head_dim, cfg->head_dim}, what qkv_mha_forward/_backward take. */
 QKV_API
-void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
-                     const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                     const qkv_mask *mask, float p, uint64_t seed, float *scratch);
+qkv_attention_shape qkv_mha_shape(const qkv_mha_config *cfg, int B, int n, int m);
+
+/* The queries x->Q (B, n, d_q) attend to the keys x->K and values x->V (B, m, d_kv) ->
+ * y (B, n, d_q): self-attention passes one buffer three times, encoder-decoder attention the
+ * encoder's output as K and V. s = qkv_mha_shape(cfg, B, n, m). Dropout on the attention
+ * weights as in qkv_attention_forward; scratch (qkv_mha_scratch_floats, shared with
+ * backward) is needed only when drop.p > 0. */
+QKV_API
+void qkv_mha_forward(float *y, qkv_mha_cache *c, const qkv_attention_inputs *x,
+                     const qkv_mha_weights *w, const qkv_mha_config *cfg,
+                     const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                     float *scratch);
 QKV_API
 size_t qkv_mha_scratch_floats(const qkv_mha_config *cfg, int B, int n, int m);
-/* dxq, dxkv may be the same buffer (self-attention). */
+/* dx and dw (may be NULL) += the gradients given dy. dx's buffers may be one and the same
+ * (self-attention: the three gradients add up). */
 QKV_API
-void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
-                      const qkv_mha_cache *c, const float *xq, const float *xkv,
-                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                      float p, uint64_t seed, float *scratch);
+void qkv_mha_backward(qkv_attention_grads *dx, qkv_mha_weights *dw, const float *dy,
+                      const qkv_mha_cache *c, const qkv_attention_inputs *x,
+                      const qkv_mha_weights *w, const qkv_mha_config *cfg,
+                      const qkv_attention_shape *s, qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"):
@@ -378,26 +425,24 @@ void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float 
 
 #define QKV_LINEAR_ATTENTION_EPS 1e-6f
 
-/* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v).
+/* x -> O (B, n, H, v).
  * valid_lens: NULL, or B values: keys j >= valid_lens[b] are left out of sequence b's sums
  * (clamped to [0, m]). causal: 1 for the causal form. Nothing is saved for backward, which
  * recomputes the sums from Q, K, V. scratch: qkv_linear_attention_scratch_floats floats. */
 QKV_API
-void qkv_linear_attention_forward(float *O, const float *Q, const float *K, const float *V,
-                                  int B, int H, int n, int m, int d, int v,
-                                  const int *valid_lens, int causal, float *scratch);
+void qkv_linear_attention_forward(float *O, const qkv_attention_inputs *x,
+                                  const qkv_attention_shape *s, const int *valid_lens,
+                                  int causal, float *scratch);
 /* Floats of scratch forward and backward need, linear in n and m:
  * B H (n (v + 1) + d v + 2 d) causal, B H (2 (n + m) d + n (v + 2) + 2 d v + 2 d) not. */
 QKV_API
-size_t qkv_linear_attention_scratch_floats(int B, int H, int n, int m, int d, int v,
-                                           int causal);
-/* dQ, dK, dV += the gradients of O given dO (any may be NULL); arguments as in forward.
- * Keys j >= valid_lens[b] get no gradient. */
+size_t qkv_linear_attention_scratch_floats(const qkv_attention_shape *s, int causal);
+/* dx += the gradients of O given dO; arguments as in forward. Keys j >= valid_lens[b] get no
+ * gradient. */
 QKV_API
-void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
-                                   const float *Q, const float *K, const float *V, int B,
-                                   int H, int n, int m, int d, int v, const int *valid_lens,
-                                   int causal, float *scratch);
+void qkv_linear_attention_backward(qkv_attention_grads *dx, const float *dO,
+                                   const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                                   const int *valid_lens, int causal, float *scratch);
 
 /* The recurrent form (paper, eq. 18-20) for generation, one sequence: per head the sums of
  * every token so far. */
@@ -449,17 +494,31 @@ void qkv_positional_backward(float *dx, float *dP, const float *dy, int B, int T
 
 typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1 } qkv_activation;
 
-/* x, y (N, C); W1 (F, C), b1 (F), W2 (C, F), b2 (C) (biases may be NULL);
- * h_pre, h (N, F) are saved: before and after the activation. */
+typedef struct {
+    int C;              /* input and output features, d_model */
+    int F;              /* hidden features */
+    qkv_activation act; /* act in the equation above */
+} qkv_ffn_config;
+
+typedef struct {
+    float *W1, *b1; /* (F, C), (F) */
+    float *W2, *b2; /* (C, F), (C); either bias may be NULL */
+} qkv_ffn_weights;
+
+/* What forward saves for backward: the hidden layer before and after the activation. */
+typedef struct {
+    float *h_pre, *h; /* (N, F) each */
+} qkv_ffn_cache;
+
+/* x (N, C) -> y (N, C). */
 QKV_API
-void qkv_ffn_forward(float *y, float *h_pre, float *h, const float *x, const float *W1,
-                     const float *b1, const float *W2, const float *b2, int N, int C, int F,
-                     qkv_activation act);
-/* scratch: N*F floats. */
+void qkv_ffn_forward(float *y, qkv_ffn_cache *c, const float *x, const qkv_ffn_weights *w,
+                     const qkv_ffn_config *cfg, int N);
+/* dx and dw += the gradients given dy (dw, and any of its gradients, may be NULL); scratch:
+ * N*F floats. */
 QKV_API
-void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
-                      const float *dy, const float *h_pre, const float *h, const float *x,
-                      const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
+void qkv_ffn_backward(float *dx, qkv_ffn_weights *dw, const float *dy, const qkv_ffn_cache *c,
+                      const float *x, const qkv_ffn_weights *w, const qkv_ffn_config *cfg, int N,
                       float *scratch);
 
 /* ---------------------------------------------------------------------------------------
@@ -468,25 +527,27 @@ void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
 
 /* y = x + dropout(s)  (the pre-norm form: x + Sublayer(LN(x)) with s = Sublayer(LN(x))). */
 QKV_API
-void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, float p,
-                          uint64_t seed);
+void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, qkv_dropout drop);
 /* dx += dy;  ds += dropout'(dy). */
 QKV_API
-void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, float p,
-                           uint64_t seed);
+void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, qkv_dropout drop);
 
-/* AddNorm (post-norm, as in the paper): y = LayerNorm(dropout(s) + x).
- * x, s, y (N, C); z (N, C), mean, rstd (N) are saved. */
+/* What AddNorm's forward saves for backward. */
+typedef struct {
+    float *z;           /* (N, C) x + dropout(s), LayerNorm's input */
+    float *mean, *rstd; /* (N) */
+} qkv_addnorm_cache;
+
+/* AddNorm (post-norm, as in the paper): y = LayerNorm(dropout(s) + x).  x, s, y (N, C). */
 QKV_API
-void qkv_addnorm_forward(float *y, float *z, float *mean, float *rstd, const float *x,
-                         const float *s, const float *gamma, const float *beta, int N, int C,
-                         float eps, float p, uint64_t seed);
-/* scratch: N*C floats. */
+void qkv_addnorm_forward(float *y, qkv_addnorm_cache *c, const float *x, const float *s,
+                         const qkv_layernorm_weights *w, int N, int C, float eps,
+                         qkv_dropout drop);
+/* dx, ds and dw (may be NULL) += the gradients given dy; scratch: N*C floats. */
 QKV_API
-void qkv_addnorm_backward(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
-                          const float *z, const float *mean, const float *rstd,
-                          const float *gamma, int N, int C, float p, uint64_t seed,
-                          float *scratch);
+void qkv_addnorm_backward(float *dx, float *ds, qkv_layernorm_weights *dw, const float *dy,
+                          const qkv_addnorm_cache *c, const qkv_layernorm_weights *w, int N,
+                          int C, qkv_dropout drop, float *scratch);
 
 /* ---------------------------------------------------------------------------------------
  * Softmax cross-entropy
@@ -957,16 +1018,26 @@ typedef struct {
     const int *tgt_out;   /* (B, tgt_len) labels; <pad> positions are not counted */
 } qkv_batch;
 
-/* Forward and backward of the loss over one batch with teacher forcing. Gradients are
- * ACCUMULATED into qkv_transformer_grads (zero them per step). The loss differentiated is
- * grad_scale * sum over real target tokens of their cross-entropy (grad_scale <= 0: 1/tokens,
- * the per-token mean; 1/tgt_len: d2l's sum of per-sequence means). *loss_sum receives the unscaled sum of
- * token losses and *tokens their count. dropout_seed makes the step's dropout reproducible;
- * train = 0 disables dropout (evaluation loss). */
+/* How a loss pass runs (qkv_transformer_loss, qkv_lm_loss). All zero (or a NULL pointer):
+ * the loss alone, in evaluation mode. A training step:
+ *     qkv_loss_options o = {.backward = 1, .train = 1, .dropout_seed = step_seed}; */
+typedef struct {
+    int backward;          /* 1: also ACCUMULATE the gradients into the model's gradient buffer */
+    float grad_scale;      /* the loss differentiated is grad_scale * the sum of the token losses
+                              (<= 0: 1/tokens, the per-token mean; 1/tgt_len: d2l's sum of
+                              per-sequence means) */
+    float label_smoothing; /* eps of qkv_cross_entropy_forward (0: none) */
+    int train;             /* 1: dropout as configured; 0: none (evaluation) */
+    uint64_t dropout_seed; /* makes a training pass's dropout reproducible */
+} qkv_loss_options;
+
+/* The cross-entropy over one batch with teacher forcing, and with o->backward its gradients,
+ * ACCUMULATED into qkv_transformer_grads (zero them per step). *loss_sum receives the
+ * unscaled sum of the token losses over real target tokens and *tokens their count (either
+ * may be NULL). */
 QKV_API
-qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int backward,
-                                float grad_scale, float label_smoothing, int train,
-                                uint64_t dropout_seed, double *loss_sum, int *tokens,
+qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
+                                const qkv_loss_options *o, double *loss_sum, int *tokens,
                                 qkv_error *err);
 
 /* Greedy decoding of B source sentences at once (src (B, src_len) padded, src_valid (B)),
@@ -993,14 +1064,20 @@ typedef struct {
     float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7) */
 } qkv_beam_options;
 
-/* src (B, src_len) padded, src_valid (B). out (B, n_best, max_len) receives the ids without
- * <bos> and <eos>, best first; out_len (B, n_best) their counts, -1 for a hypothesis not
- * found (a tiny vocabulary can have fewer than n_best); score (B, n_best) log P / lp and
- * logprob (B, n_best) log P (either may be NULL), -INFINITY when not found. */
+/* Where beam search writes the n_best hypotheses of each of B sentences, best first. */
+typedef struct {
+    int *ids;        /* (B, n_best, max_len) the ids without <bos> and <eos> */
+    int *len;        /* (B, n_best) their counts, -1 for a hypothesis not found (a tiny
+                        vocabulary can have fewer than n_best) */
+    double *score;   /* (B, n_best) log P / lp, or NULL; -INFINITY when not found */
+    double *logprob; /* (B, n_best) log P, or NULL; -INFINITY when not found */
+} qkv_beam_results;
+
+/* src (B, src_len) padded, src_valid (B) -> out. */
 QKV_API
 qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
-                                int B, int src_len, const qkv_beam_options *o, int *out,
-                                int *out_len, double *score, double *logprob, qkv_error *err);
+                                int B, int src_len, const qkv_beam_options *o,
+                                qkv_beam_results *out, qkv_error *err);
 
 /* Logits (B, tgt_len, tgt_vocab) of a teacher-forced forward pass in evaluation mode. */
 QKV_API
@@ -1092,17 +1169,14 @@ float *qkv_lm_params(qkv_lm *m);
 QKV_API
 float *qkv_lm_grads(qkv_lm *m);
 
-/* Forward and backward of the next-token loss over a batch of B sequences of T tokens:
- * ids (B, T) the inputs, targets (B, T) what each position should predict (ids shifted by
- * one); a target equal to QKV_PAD is not counted. Gradients are ACCUMULATED into
- * qkv_lm_grads; the loss differentiated is grad_scale * the sum of token losses (grad_scale
- * <= 0: 1/tokens, the mean). *loss_sum, *tokens (may be NULL) receive the unscaled sum and the
- * count. train = 0 disables dropout; dropout_seed makes a training step's dropout
- * reproducible. T <= max_len; an id outside [0, V) fails with QKV_ERR_ARG naming it. */
+/* The next-token loss over a batch of B sequences of T tokens, and with o->backward its
+ * gradients (qkv_loss_options), ACCUMULATED into qkv_lm_grads: ids (B, T) the inputs,
+ * targets (B, T) what each position should predict (ids shifted by one); a target equal to
+ * QKV_PAD is not counted. *loss_sum, *tokens (may be NULL) receive the unscaled sum and the
+ * count. T <= max_len; an id outside [0, V) fails with QKV_ERR_ARG naming it. */
 QKV_API
 qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int T,
-                       int backward, float grad_scale, int train, uint64_t dropout_seed,
-                       double *loss_sum, int *tokens, qkv_error *err);
+                       const qkv_loss_options *o, double *loss_sum, int *tokens, qkv_error *err);
 
 /* Logits (B, T, V) of the causal forward pass over ids (B, T) in evaluation mode. */
 QKV_API
@@ -1625,18 +1699,18 @@ void qkv_attention_maps_free(qkv_attention_maps *a);
 /* Nadaraya-Watson attention pooling with a Gaussian kernel:
  *   y_i = sum_j P_ij v_j,  P_i = masked_softmax(S_i),  S_ij = -((q_i - k_j) w)^2 / 2.
  * w = 1 is the non-parametric estimator; a learned w sets the kernel's width to 1/w.
- * q (B, n), k (B, m), v (B, m) -> y (B, n); P (B, n, m) is saved for backward. The mask is
- * qkv_masked_softmax_forward's (H = 1). Each batch row has its own keys, so d2l's training,
+ * x = {q (B, n), k (B, m), v (B, m)} -> y (B, n); P (B, n, m) is saved for backward. The mask
+ * is qkv_masked_softmax_forward's (H = 1). Each batch row has its own keys, so d2l's training,
  * where every input attends to all the others, is B = n_train, n = 1, m = n_train - 1. */
 QKV_API
-void qkv_kernel_regression_forward(float *y, float *P, const float *q, const float *k,
-                                   const float *v, float w, int B, int n, int m,
-                                   const qkv_mask *mask);
-/* dq, dk, dv += their gradients given dy; *dw += dL/dw. Any gradient may be NULL. */
+void qkv_kernel_regression_forward(float *y, float *P, const qkv_attention_inputs *x, float w,
+                                   int B, int n, int m, const qkv_mask *mask);
+/* dx->dQ, dK, dV (dq, dk, dv) += their gradients given dy; *dw += dL/dw. Any gradient may be
+ * NULL, and so may dx (only dw wanted). */
 QKV_API
-void qkv_kernel_regression_backward(float *dq, float *dk, float *dv, float *dw, const float *dy,
-                                    const float *P, const float *q, const float *k,
-                                    const float *v, float w, int B, int n, int m);
+void qkv_kernel_regression_backward(qkv_attention_grads *dx, float *dw, const float *dy,
+                                    const float *P, const qkv_attention_inputs *x, float w, int B,
+                                    int n, int m);
 
 /* =======================================================================================
  * Figures: attention heatmaps, training curves, positional encodings, kernel
@@ -1760,14 +1834,22 @@ typedef enum {
 QKV_API
 qkv_status qkv_text_size(int *w, int *h, qkv_viz *v, const char *text, float size_px,
                          qkv_error *err);
-/* Draw text with antialiasing. rotate90 = 1 turns it a quarter turn counter-clockwise (reading
- * bottom to top, as a y-axis label). The box (rotated: h wide, w tall) is placed so that its
+/* How a text is drawn. */
+typedef struct {
+    float size_px;     /* the font's pixel size, as FreeType's */
+    qkv_halign halign; /* which point of the box sits at the anchor */
+    qkv_valign valign;
+    int rotate90;      /* 1: a quarter turn counter-clockwise (reading bottom to top, as a
+                          y-axis label) */
+    qkv_rgb color;
+} qkv_text_style;
+
+/* Draw text with antialiasing. The box (rotated: h wide, w tall) is placed so that its
  * (halign, valign) point is at (x, y). If box is not NULL it receives {x, y, w, h} of the box
  * on the canvas. NULL or empty text draws nothing. */
 QKV_API
-qkv_status qkv_canvas_text(qkv_canvas *c, qkv_viz *v, const char *text, float size_px, int x,
-                           int y, qkv_halign halign, qkv_valign valign, int rotate90,
-                           qkv_rgb color, int box[4], qkv_error *err);
+qkv_status qkv_canvas_text(qkv_canvas *c, qkv_viz *v, const char *text, int x, int y,
+                           const qkv_text_style *style, int box[4], qkv_error *err);
 /* Write into out (size cap bytes) the longest prefix of text that, followed by an ellipsis
  * when cut, is at most max_w pixels wide at size_px. *w receives the result's width. */
 QKV_API

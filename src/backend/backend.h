@@ -31,17 +31,6 @@ typedef enum {
     ATTENTION_LINEAR,       /* phi(Q) (phi(K)^T V), phi = elu + 1: O(n) (no weights dropout) */
 } attention_kernel;
 
-/* B sequences, H heads, n queries over m keys, key width d, value width v. */
-typedef struct {
-    int B, H, n, m, d, v;
-} attention_shape;
-
-/* Inverted dropout with rate p (0: none) drawing from the counter-based stream seed. */
-typedef struct {
-    float p;
-    uint64_t seed;
-} dropout_draw;
-
 typedef struct backend backend;
 
 typedef struct {
@@ -61,16 +50,16 @@ typedef struct {
     /* ---- attention O (B, n, H v) from Q (B, n, H d), K (B, m, H d), V (B, m, H v) --------- */
     attention_kernel (*choose_attention)(int linear, int keys, int flash_min_keys);
     /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear) */
-    void (*attention_forward)(attention_kernel k, float *O, float *S, const float *Q,
-                              const float *K, const float *V, const attention_shape *s,
-                              const qkv_mask *mask, dropout_draw drop, float *scratch);
-    /* dQ, dK, dV (zeroed by the caller) += the gradients given dO */
-    void (*attention_backward)(attention_kernel k, float *dQ, float *dK, float *dV,
-                               const float *dO, const float *O, const float *S, const float *Q,
-                               const float *K, const float *V, const attention_shape *s,
-                               const qkv_mask *mask, dropout_draw drop, float *scratch);
-    size_t (*attention_saved_floats)(attention_kernel k, const attention_shape *s); /* S */
-    size_t (*attention_scratch_floats)(attention_kernel k, const attention_shape *s);
+    void (*attention_forward)(attention_kernel k, float *O, float *S,
+                              const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                              const qkv_mask *mask, qkv_dropout drop, float *scratch);
+    /* dx (zeroed by the caller) += the gradients given dO */
+    void (*attention_backward)(attention_kernel k, qkv_attention_grads *dx, const float *dO,
+                               const float *O, const float *S, const qkv_attention_inputs *x,
+                               const qkv_attention_shape *s, const qkv_mask *mask,
+                               qkv_dropout drop, float *scratch);
+    size_t (*attention_saved_floats)(attention_kernel k, const qkv_attention_shape *s); /* S */
+    size_t (*attention_scratch_floats)(attention_kernel k, const qkv_attention_shape *s);
     /* one query per row over a key-value cache (inference/cached_attention.h) */
     void (*cached_attention)(float *O, float *S, const float *Q, const float *K, const float *V,
                              size_t stride, int B, int H, int d, int m, const int *row,
@@ -84,21 +73,19 @@ typedef struct {
     /* dh *= act'(h_pre), in place */
     void (*activation_backward)(qkv_activation act, float *dh, const float *h_pre, size_t n);
     void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
-                              const float *gamma, const float *beta, int N, int C, float eps);
-    void (*layernorm_backward)(float *dx, float *dgamma, float *dbeta, const float *dy,
+                              const qkv_layernorm_weights *w, int N, int C, float eps);
+    void (*layernorm_backward)(float *dx, qkv_layernorm_weights *dw, const float *dy,
                                const float *x, const float *mean, const float *rstd,
-                               const float *gamma, int N, int C);
-    void (*addnorm_forward)(float *y, float *z, float *mean, float *rstd, const float *x,
-                            const float *s, const float *gamma, const float *beta, int N, int C,
-                            float eps, float p, uint64_t seed);
-    void (*addnorm_backward)(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
-                             const float *z, const float *mean, const float *rstd,
-                             const float *gamma, int N, int C, float p, uint64_t seed,
-                             float *scratch);
-    void (*residual_forward)(float *y, const float *x, const float *s, size_t n, float p,
-                             uint64_t seed);
-    void (*residual_backward)(float *dx, float *ds, const float *dy, size_t n, float p,
-                              uint64_t seed);
+                               const qkv_layernorm_weights *w, int N, int C);
+    void (*addnorm_forward)(float *y, qkv_addnorm_cache *c, const float *x, const float *s,
+                            const qkv_layernorm_weights *w, int N, int C, float eps,
+                            qkv_dropout drop);
+    void (*addnorm_backward)(float *dx, float *ds, qkv_layernorm_weights *dw, const float *dy,
+                             const qkv_addnorm_cache *c, const qkv_layernorm_weights *w, int N,
+                             int C, qkv_dropout drop, float *scratch);
+    void (*residual_forward)(float *y, const float *x, const float *s, size_t n,
+                             qkv_dropout drop);
+    void (*residual_backward)(float *dx, float *ds, const float *dy, size_t n, qkv_dropout drop);
     qkv_status (*embedding_forward)(float *y, const int *ids, const float *E, int N, int V, int C,
                                     qkv_error *err);
     void (*embedding_backward)(float *dE, const float *dy, const int *ids, int N, int C);

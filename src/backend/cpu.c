@@ -17,62 +17,49 @@ static attention_kernel choose_attention(int linear, int keys, int flash_min_key
     return keys >= flash_min_keys ? ATTENTION_FLASH : ATTENTION_MATERIALISED;
 }
 
-static void attention_forward(attention_kernel k, float *O, float *S, const float *Q,
-                              const float *K, const float *V, const attention_shape *s,
-                              const qkv_mask *mask, dropout_draw drop, float *scratch)
+static void attention_forward(attention_kernel k, float *O, float *S,
+                              const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                              const qkv_mask *mask, qkv_dropout drop, float *scratch)
 {
     switch (k) {
-    case ATTENTION_MATERIALISED:
-        qkv_attention_forward(O, S, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v, mask, drop.p,
-                              drop.seed, scratch);
-        break;
-    case ATTENTION_FLASH:
-        qkv_flash_attention_forward(O, S, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v, mask,
-                                    drop.p, drop.seed);
-        break;
+    case ATTENTION_MATERIALISED: qkv_attention_forward(O, S, x, s, mask, drop, scratch); break;
+    case ATTENTION_FLASH: qkv_flash_attention_forward(O, S, x, s, mask, drop); break;
     case ATTENTION_LINEAR: /* no weights to drop out; the mask's lengths and causality */
-        qkv_linear_attention_forward(O, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v,
-                                     mask ? mask->valid_lens : NULL, mask ? mask->causal : 0,
-                                     scratch);
+        qkv_linear_attention_forward(O, x, s, mask ? mask->valid_lens : NULL,
+                                     mask ? mask->causal : 0, scratch);
         break;
     }
 }
 
-static void attention_backward(attention_kernel k, float *dQ, float *dK, float *dV,
-                               const float *dO, const float *O, const float *S, const float *Q,
-                               const float *K, const float *V, const attention_shape *s,
-                               const qkv_mask *mask, dropout_draw drop, float *scratch)
+static void attention_backward(attention_kernel k, qkv_attention_grads *dx, const float *dO,
+                               const float *O, const float *S, const qkv_attention_inputs *x,
+                               const qkv_attention_shape *s, const qkv_mask *mask,
+                               qkv_dropout drop, float *scratch)
 {
     switch (k) {
-    case ATTENTION_MATERIALISED:
-        qkv_attention_backward(dQ, dK, dV, dO, S, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v,
-                               drop.p, drop.seed, scratch);
-        break;
+    case ATTENTION_MATERIALISED: qkv_attention_backward(dx, dO, S, x, s, drop, scratch); break;
     case ATTENTION_FLASH:
-        qkv_flash_attention_backward(dQ, dK, dV, dO, O, S, Q, K, V, s->B, s->H, s->n, s->m, s->d,
-                                     s->v, mask, drop.p, drop.seed, scratch);
+        qkv_flash_attention_backward(dx, dO, O, S, x, s, mask, drop, scratch);
         break;
     case ATTENTION_LINEAR:
-        qkv_linear_attention_backward(dQ, dK, dV, dO, Q, K, V, s->B, s->H, s->n, s->m, s->d, s->v,
-                                      mask ? mask->valid_lens : NULL, mask ? mask->causal : 0,
-                                      scratch);
+        qkv_linear_attention_backward(dx, dO, x, s, mask ? mask->valid_lens : NULL,
+                                      mask ? mask->causal : 0, scratch);
         break;
     }
 }
 
-static size_t attention_saved_floats(attention_kernel k, const attention_shape *s)
+static size_t attention_saved_floats(attention_kernel k, const qkv_attention_shape *s)
 {
     const size_t BH = (size_t)s->B * s->H;
     return k == ATTENTION_MATERIALISED ? BH * s->n * s->m : k == ATTENTION_FLASH ? BH * s->n : 0;
 }
 
-static size_t attention_scratch_floats(attention_kernel k, const attention_shape *s)
+static size_t attention_scratch_floats(attention_kernel k, const qkv_attention_shape *s)
 {
     switch (k) {
-    case ATTENTION_MATERIALISED: return qkv_attention_scratch_floats(s->B, s->H, s->n, s->m);
-    case ATTENTION_FLASH: return qkv_flash_attention_scratch_floats(s->B, s->H, s->n);
-    case ATTENTION_LINEAR:
-        return qkv_linear_attention_scratch_floats(s->B, s->H, s->n, s->m, s->d, s->v, 1);
+    case ATTENTION_MATERIALISED: return qkv_attention_scratch_floats(s);
+    case ATTENTION_FLASH: return qkv_flash_attention_scratch_floats(s);
+    case ATTENTION_LINEAR: return qkv_linear_attention_scratch_floats(s, 1);
     }
     return 0;
 }

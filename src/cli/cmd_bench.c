@@ -131,9 +131,9 @@ static int bench_train(const bench_args *a)
     for (int s = -a->warmup; s < a->steps; s++) {
         double t0 = now_ms();
         memset(grads, 0, n * sizeof *grads);
-        if (qkv_transformer_loss(m, &batch, 1, 0.0f, 0.0f, 1, (uint64_t)(s + 1000), NULL, NULL,
-                                 &err))
-            goto done;
+        const qkv_loss_options pass = {.backward = 1, .train = 1,
+                                       .dropout_seed = (uint64_t)(s + 1000)};
+        if (qkv_transformer_loss(m, &batch, &pass, NULL, NULL, &err)) goto done;
         qkv_clip_grad_norm(grads, n, 1.0);
         qkv_adam_update(&opt, params, grads, 1e-4f);
         if (s >= 0) ms[s] = now_ms() - t0;
@@ -225,19 +225,16 @@ static int parse_kernel(const char *kind, int flash)
  *   materialised  P (B, H, N, N) saved, and an N x N scratch per head for dP  (quadratic)
  *   flash         the row log-sum-exp L (B, H, N) saved, the rows of dO . O   (linear)
  *   linear        nothing saved (backward recomputes S, z); per-head sums      (linear) */
-static void kernel_buffers(size_t *saved, size_t *scratch, attention_kernel k, int B, int H,
-                           int N, int d, int causal)
+static void kernel_buffers(size_t *saved, size_t *scratch, attention_kernel k,
+                           const qkv_attention_shape *s, int causal)
 {
+    const size_t BH = (size_t)s->B * s->H;
     switch (k) {
     case KERNEL_MATERIALISED:
-        *saved = (size_t)B * H * N * N, *scratch = qkv_attention_scratch_floats(B, H, N, N);
+        *saved = BH * s->n * s->m, *scratch = qkv_attention_scratch_floats(s);
         break;
-    case KERNEL_FLASH:
-        *saved = (size_t)B * H * N, *scratch = qkv_flash_attention_scratch_floats(B, H, N);
-        break;
-    case KERNEL_LINEAR:
-        *saved = 0, *scratch = qkv_linear_attention_scratch_floats(B, H, N, N, d, d, causal);
-        break;
+    case KERNEL_FLASH: *saved = BH * s->n, *scratch = qkv_flash_attention_scratch_floats(s); break;
+    case KERNEL_LINEAR: *saved = 0, *scratch = qkv_linear_attention_scratch_floats(s, causal); break;
     }
 }
 
@@ -267,8 +264,9 @@ static int bench_attention(const bench_args *a)
     /* the memory baseline: the runtime started (threads, BLAS buffers), no tensor yet */
     const double rss0 = warm_runtime_rss_mb();
     const size_t x = (size_t)B * N * H * d;
+    const qkv_attention_shape shape = {B, H, N, N, d, d};
     size_t ns_saved, ns_scratch;
-    kernel_buffers(&ns_saved, &ns_scratch, (attention_kernel)kernel, B, H, N, d, a->causal);
+    kernel_buffers(&ns_saved, &ns_scratch, (attention_kernel)kernel, &shape, a->causal);
     float *Q = malloc(x * 4), *K = malloc(x * 4), *V = malloc(x * 4), *O = malloc(x * 4);
     float *dQ = calloc(x, 4), *dK = calloc(x, 4), *dV = calloc(x, 4), *dO = malloc(x * 4);
     float *saved = malloc((ns_saved ? ns_saved : 1) * 4);
@@ -286,34 +284,32 @@ static int bench_attention(const bench_args *a)
     qkv_fill_normal(Q, x, 0, 1, 1), qkv_fill_normal(K, x, 0, 1, 2);
     qkv_fill_normal(V, x, 0, 1, 3), qkv_fill_normal(dO, x, 0, 1, 4);
     const qkv_mask mask = {NULL, 0, a->causal};
+    const qkv_attention_inputs in = {Q, K, V};
+    qkv_attention_grads din = {dQ, dK, dV};
+    const qkv_dropout none = {0.0f, 0};
     for (int s = -a->warmup; s < a->steps; s++) {
         /* gradients accumulate: zero them, untimed, so each step's are one step's */
         memset(dQ, 0, x * 4), memset(dK, 0, x * 4), memset(dV, 0, x * 4);
         double t0 = now_ms();
         switch (kernel) {
         case KERNEL_MATERIALISED:
-            qkv_attention_forward(O, saved, Q, K, V, B, H, N, N, d, d, &mask, 0.0f, 0, scratch);
+            qkv_attention_forward(O, saved, &in, &shape, &mask, none, scratch);
             break;
-        case KERNEL_FLASH:
-            qkv_flash_attention_forward(O, saved, Q, K, V, B, H, N, N, d, d, &mask, 0.0f, 0);
-            break;
+        case KERNEL_FLASH: qkv_flash_attention_forward(O, saved, &in, &shape, &mask, none); break;
         case KERNEL_LINEAR:
-            qkv_linear_attention_forward(O, Q, K, V, B, H, N, N, d, d, NULL, a->causal, scratch);
+            qkv_linear_attention_forward(O, &in, &shape, NULL, a->causal, scratch);
             break;
         }
         double t1 = now_ms();
         switch (kernel) {
         case KERNEL_MATERIALISED:
-            qkv_attention_backward(dQ, dK, dV, dO, saved, Q, K, V, B, H, N, N, d, d, 0.0f, 0,
-                                   scratch);
+            qkv_attention_backward(&din, dO, saved, &in, &shape, none, scratch);
             break;
         case KERNEL_FLASH:
-            qkv_flash_attention_backward(dQ, dK, dV, dO, O, saved, Q, K, V, B, H, N, N, d, d,
-                                         &mask, 0.0f, 0, scratch);
+            qkv_flash_attention_backward(&din, dO, O, saved, &in, &shape, &mask, none, scratch);
             break;
         case KERNEL_LINEAR:
-            qkv_linear_attention_backward(dQ, dK, dV, dO, Q, K, V, B, H, N, N, d, d, NULL,
-                                          a->causal, scratch);
+            qkv_linear_attention_backward(&din, dO, &in, &shape, NULL, a->causal, scratch);
             break;
         }
         double t2 = now_ms();

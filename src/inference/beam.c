@@ -234,9 +234,11 @@ static qkv_status check_beam(const qkv_transformer *m, const int *src_valid, int
 }
 
 qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
-                                int B, int src_len, const qkv_beam_options *o, int *out,
-                                int *out_len, double *score, double *logprob, qkv_error *err)
+                                int B, int src_len, const qkv_beam_options *o,
+                                qkv_beam_results *results, qkv_error *err)
 {
+    int *out = results->ids, *out_len = results->len;
+    double *score = results->score, *logprob = results->logprob;
     const int K = o->beam, N = o->n_best, T = o->max_len, V = m->cfg.tgt_vocab;
     qkv_status stt = check_beam(m, src_valid, B, src_len, o, err);
     if (stt || B < 1) return stt;

@@ -15,7 +15,7 @@ qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int
                       R * d->F, R * d->F, R * d->heads * (size_t)(T > Ts ? T : Ts), R * V};
     float **ptrs[] = {&st->self_k, &st->self_v, &st->cross_k, &st->cross_v, &st->x, &st->u,
                       &st->q, &st->k, &st->v, &st->ctx, &st->s, &st->mean, &st->rstd,
-                      &st->h_pre, &st->h, &st->P, &st->logits};
+                      &st->ffn.h_pre, &st->ffn.h, &st->P, &st->logits};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += sizes[i];
     st->buffer = malloc(total * sizeof(float));

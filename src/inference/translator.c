@@ -203,14 +203,14 @@ static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_s
     batch_buffers b;
     qkv_status st = buffers_init(&b, Bmax, longest, r, err);
     const qkv_beam_options bo = {o->beam, o->n_best, L, o->alpha};
+    qkv_beam_results br = {b.out, b.out_len, b.score, NULL};
     for (int first = 0; !st && first < src->count; first += Bmax) {
         const int B = src->count - first < Bmax ? src->count - first : Bmax;
         int T;
         encode_batch(&b, &T, t, src, first, B);
         st = greedy ? qkv_transformer_greedy(t->model, b.src, b.valid, B, T, L, b.out,
                                              b.out_len, err)
-                    : qkv_transformer_beam(t->model, b.src, b.valid, B, T, &bo, b.out, b.out_len,
-                                           b.score, NULL, err);
+                    : qkv_transformer_beam(t->model, b.src, b.valid, B, T, &bo, &br, err);
         for (int i = 0; !st && i < B * N; i++) {
             const size_t h = (size_t)first * N + i;
             memcpy(r->ids + h * L, b.out + (size_t)i * L,

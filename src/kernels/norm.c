@@ -25,8 +25,9 @@ void layernorm_row_forward(float *y, float *mean, float *rstd, const float *x,
 
 /* x, y (N, C); mean, rstd (N); gamma, beta (C). */
 void qkv_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
-                           const float *gamma, const float *beta, int N, int C, float eps)
+                           const qkv_layernorm_weights *w, int N, int C, float eps)
 {
+    const float *gamma = w->gamma, *beta = w->beta;
     #pragma omp parallel for if ((long)N * C > 32768)
     for (int i = 0; i < N; i++)
         layernorm_row_forward(y + (size_t)i * C, mean + i, rstd + i, x + (size_t)i * C, gamma,
@@ -73,10 +74,12 @@ void layernorm_param_backward(float *dgamma, float *dbeta, const float *dy, cons
     }
 }
 
-void qkv_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+void qkv_layernorm_backward(float *dx, qkv_layernorm_weights *dw, const float *dy,
                             const float *x, const float *mean, const float *rstd,
-                            const float *gamma, int N, int C)
+                            const qkv_layernorm_weights *w, int N, int C)
 {
+    const float *gamma = w->gamma;
+    float *dgamma = dw ? dw->gamma : NULL, *dbeta = dw ? dw->beta : NULL;
     if (dx) {
         #pragma omp parallel for if ((long)N * C > 32768)
         for (int i = 0; i < N; i++)

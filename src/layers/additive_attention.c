@@ -7,18 +7,20 @@
 #include "core/internal.h"
 #include "layers/attention_parts.h"
 
-size_t qkv_additive_attention_scratch_floats(int B, int n, int m, int h)
+size_t qkv_additive_attention_scratch_floats(const qkv_additive_shape *s)
 {
-    return (size_t)B * n * m + (size_t)B * n * h + (size_t)B * m * h;
+    return (size_t)s->B * s->n * s->m + (size_t)s->B * s->n * s->h + (size_t)s->B * s->m * s->h;
 }
 
 /* Q (B, n, dq), K (B, m, dk), V (B, m, v) -> O (B, n, v) */
-void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float *Q,
-                                    const float *K, const float *V,
-                                    const qkv_additive_weights *w, int B, int n, int m, int dq,
-                                    int dk, int v, int h, const qkv_mask *mask, float p,
-                                    uint64_t seed, float *scratch)
+void qkv_additive_attention_forward(float *O, qkv_additive_cache *c,
+                                    const qkv_attention_inputs *x, const qkv_additive_weights *w,
+                                    const qkv_additive_shape *s, const qkv_mask *mask,
+                                    qkv_dropout drop, float *scratch)
 {
+    const float *Q = x->Q, *K = x->K, *V = x->V, p = drop.p;
+    const int B = s->B, n = s->n, m = s->m, dq = s->dq, dk = s->dk, v = s->v, h = s->h;
+    const uint64_t seed = drop.seed;
     qkv_linear_forward(c->q, Q, w->W_q, NULL, B * n, dq, h);
     qkv_linear_forward(c->k, K, w->W_k, NULL, B * m, dk, h);
     #pragma omp parallel for collapse(2) if ((long)B * n * m * h > 32768)
@@ -27,12 +29,12 @@ void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float
             const float *qi = c->q + ((size_t)b * n + i) * h;
             for (int j = 0; j < m; j++) {
                 const float *kj = c->k + ((size_t)b * m + j) * h;
-                float *f = c->F + (((size_t)b * n + i) * m + j) * h, s = 0.0f;
+                float *f = c->F + (((size_t)b * n + i) * m + j) * h, score = 0.0f;
                 for (int u = 0; u < h; u++) {
                     f[u] = tanhf(qi[u] + kj[u]);
-                    s += w->w_v[u] * f[u];
+                    score += w->w_v[u] * f[u];
                 }
-                c->P[((size_t)b * n + i) * m + j] = s;
+                c->P[((size_t)b * n + i) * m + j] = score;
             }
         }
     qkv_masked_softmax_forward(c->P, c->P, B, 1, n, m, mask);
@@ -44,13 +46,16 @@ void qkv_additive_attention_forward(float *O, qkv_additive_cache *c, const float
 
 /* Chain rule back through O = Pd V, the softmax, s = w_v . f, f = tanh(q_i + k_j) and the two
  * projections; tanh' = 1 - f^2. */
-void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additive_weights *dw,
+void qkv_additive_attention_backward(qkv_attention_grads *dx, qkv_additive_weights *dw,
                                      const float *dO, const qkv_additive_cache *c,
-                                     const float *Q, const float *K, const float *V,
-                                     const qkv_additive_weights *w, int B, int n, int m, int dq,
-                                     int dk, int v, int h, float p, uint64_t seed,
-                                     float *scratch)
+                                     const qkv_attention_inputs *x,
+                                     const qkv_additive_weights *w, const qkv_additive_shape *s,
+                                     qkv_dropout drop, float *scratch)
 {
+    float *dQ = dx->dQ, *dK = dx->dK, *dV = dx->dV;
+    const float *Q = x->Q, *K = x->K, *V = x->V, p = drop.p;
+    const int B = s->B, n = s->n, m = s->m, dq = s->dq, dk = s->dk, v = s->v, h = s->h;
+    const uint64_t seed = drop.seed;
     float *ds = scratch;                      /* (B, n, m) */
     float *gq = ds + (size_t)B * n * m;       /* (B, n, h) gradient of W_q q */
     float *gk = gq + (size_t)B * n * h;       /* (B, m, h) gradient of W_k k */
@@ -67,9 +72,9 @@ void qkv_additive_attention_backward(float *dQ, float *dK, float *dV, qkv_additi
     if (p > 0.0f) qkv_dropout_forward(ds, ds, (size_t)B * n * m, p, seed, 0);
     for (size_t r = 0; r < (size_t)B * n; r++) { /* softmax backward, in place */
         const float *pr = c->P + r * m;
-        float *x = ds + r * m, dot = 0.0f;
-        for (int j = 0; j < m; j++) dot += pr[j] * x[j];
-        for (int j = 0; j < m; j++) x[j] = pr[j] * (x[j] - dot);
+        float *dsr = ds + r * m, dot = 0.0f;
+        for (int j = 0; j < m; j++) dot += pr[j] * dsr[j];
+        for (int j = 0; j < m; j++) dsr[j] = pr[j] * (dsr[j] - dot);
     }
     memset(gq, 0, ((size_t)B * n * h + (size_t)B * m * h) * sizeof *gq);
     for (int b = 0; b < B; b++)

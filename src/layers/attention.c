@@ -17,17 +17,20 @@ static qkv_mask mask_of_sequence(const qkv_mask *mask, int b, int n)
     return sub;
 }
 
-size_t qkv_attention_scratch_floats(int B, int H, int n, int m)
+size_t qkv_attention_scratch_floats(const qkv_attention_shape *s)
 {
-    return (size_t)B * H * n * m;
+    return (size_t)s->B * s->H * s->n * s->m;
 }
 
 /* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v), P (B, H, n, m);
  * S = Q K^T / sqrt d, P = masked_softmax(S), O = dropout(P) V */
-void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, const float *V,
-                           int B, int H, int n, int m, int d, int v, const qkv_mask *mask,
-                           float p, uint64_t seed, float *scratch)
+void qkv_attention_forward(float *O, float *P, const qkv_attention_inputs *x,
+                           const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                           float *scratch)
 {
+    const float *Q = x->Q, *K = x->K, *V = x->V, p = drop.p;
+    const int B = s->B, H = s->H, n = s->n, m = s->m, d = s->d, v = s->v;
+    const uint64_t seed = drop.seed;
     const float scale = 1.0f / sqrtf((float)d);
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)
@@ -46,10 +49,14 @@ void qkv_attention_forward(float *O, float *P, const float *Q, const float *K, c
 /* With Pd = dropout(P), S the scaled scores:
  *   dV += Pd^T dO,  dPd = dO V^T,  dP = dropout'(dPd),  dS = P (dP - rowsum(P dP)),
  *   dQ += dS K / sqrt d,  dK += dS^T Q / sqrt d */
-void qkv_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *P,
-                            const float *Q, const float *K, const float *V, int B, int H, int n,
-                            int m, int d, int v, float p, uint64_t seed, float *scratch)
+void qkv_attention_backward(qkv_attention_grads *dx, const float *dO, const float *P,
+                            const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                            qkv_dropout drop, float *scratch)
 {
+    float *dQ = dx->dQ, *dK = dx->dK, *dV = dx->dV;
+    const float *Q = x->Q, *K = x->K, *V = x->V, p = drop.p;
+    const int B = s->B, H = s->H, n = s->n, m = s->m, d = s->d, v = s->v;
+    const uint64_t seed = drop.seed;
     const float scale = 1.0f / sqrtf((float)d);
     #pragma omp parallel for collapse(2) if (B * H > 1)
     for (int b = 0; b < B; b++)

@@ -3,42 +3,42 @@
 #include "core/internal.h"
 #include "layers/layers.h"
 
-/* x, y (N, C); h_pre, h (N, F) */
-void ffn_forward(const backend *be, float *y, float *h_pre, float *h, const float *x,
-                 const float *W1, const float *b1, const float *W2, const float *b2, int N, int C,
-                 int F, qkv_activation act)
+/* x, y (N, C); c->h_pre, c->h (N, F) */
+void ffn_forward(const backend *be, float *y, qkv_ffn_cache *c, const float *x,
+                 const qkv_ffn_weights *w, const qkv_ffn_config *cfg, int N)
 {
-    op_linear_forward(be, h_pre, x, W1, b1, N, C, F);
-    be->ops->activation_forward(act, h, h_pre, (size_t)N * F);
-    op_linear_forward(be, y, h, W2, b2, N, F, C);
+    const int C = cfg->C, F = cfg->F;
+    op_linear_forward(be, c->h_pre, x, w->W1, w->b1, N, C, F);
+    be->ops->activation_forward(cfg->act, c->h, c->h_pre, (size_t)N * F);
+    op_linear_forward(be, y, c->h, w->W2, w->b2, N, F, C);
 }
 
 /* scratch (N, F) holds dh, then d(h_pre). */
-void ffn_backward(const backend *be, float *dx, float *dW1, float *db1, float *dW2, float *db2,
-                  const float *dy, const float *h_pre, const float *h, const float *x,
-                  const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
-                  float *scratch)
+void ffn_backward(const backend *be, float *dx, qkv_ffn_weights *dw, const float *dy,
+                  const qkv_ffn_cache *c, const float *x, const qkv_ffn_weights *w,
+                  const qkv_ffn_config *cfg, int N, float *scratch)
 {
+    const int C = cfg->C, F = cfg->F;
+    qkv_ffn_weights none = {0};
+    if (!dw) dw = &none;
     float *dh = scratch;
     be->ops->zero(dh, (size_t)N * F);
-    op_linear_backward(be, dh, dW2, db2, dy, h, W2, N, F, C);
-    be->ops->activation_backward(act, dh, h_pre, (size_t)N * F); /* d(h_pre), in place */
-    op_linear_backward(be, dx, dW1, db1, dh, x, W1, N, C, F);
+    op_linear_backward(be, dh, dw->W2, dw->b2, dy, c->h, w->W2, N, F, C);
+    be->ops->activation_backward(cfg->act, dh, c->h_pre, (size_t)N * F); /* d(h_pre), in place */
+    op_linear_backward(be, dx, dw->W1, dw->b1, dh, x, w->W1, N, C, F);
 }
 
-void qkv_ffn_forward(float *y, float *h_pre, float *h, const float *x, const float *W1,
-                     const float *b1, const float *W2, const float *b2, int N, int C, int F,
-                     qkv_activation act)
+void qkv_ffn_forward(float *y, qkv_ffn_cache *c, const float *x, const qkv_ffn_weights *w,
+                     const qkv_ffn_config *cfg, int N)
 {
     const backend be = backend_cpu();
-    ffn_forward(&be, y, h_pre, h, x, W1, b1, W2, b2, N, C, F, act);
+    ffn_forward(&be, y, c, x, w, cfg, N);
 }
 
-void qkv_ffn_backward(float *dx, float *dW1, float *db1, float *dW2, float *db2,
-                      const float *dy, const float *h_pre, const float *h, const float *x,
-                      const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
+void qkv_ffn_backward(float *dx, qkv_ffn_weights *dw, const float *dy, const qkv_ffn_cache *c,
+                      const float *x, const qkv_ffn_weights *w, const qkv_ffn_config *cfg, int N,
                       float *scratch)
 {
     const backend be = backend_cpu();
-    ffn_backward(&be, dx, dW1, db1, dW2, db2, dy, h_pre, h, x, W1, W2, N, C, F, act, scratch);
+    ffn_backward(&be, dx, dw, dy, c, x, w, cfg, N, scratch);
 }

@@ -184,12 +184,13 @@ static void forward_tile(float *O, float *L, const flash_args *a, const query_ti
 }
 
 /* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v), L (B, H, n) */
-void qkv_flash_attention_forward(float *O, float *L, const float *Q, const float *K,
-                                 const float *V, int B, int H, int n, int m, int d, int v,
-                                 const qkv_mask *mask, float p, uint64_t seed)
+void qkv_flash_attention_forward(float *O, float *L, const qkv_attention_inputs *x,
+                                 const qkv_attention_shape *s, const qkv_mask *mask,
+                                 qkv_dropout drop)
 {
-    const flash_args a = {Q, K, V, NULL, NULL, NULL, NULL, NULL, NULL, H, n, m, d, v,
-                          mask, p, 1.0f / sqrtf((float)d), seed};
+    const int B = s->B, H = s->H, n = s->n, d = s->d;
+    const flash_args a = {x->Q, x->K, x->V, NULL, NULL, NULL, NULL, NULL, NULL, H, n, s->m, d,
+                          s->v, mask, drop.p, 1.0f / sqrtf((float)d), drop.seed};
     const int tiles = (n + BR - 1) / BR;
     const long tasks = (long)B * H * tiles;
     #pragma omp parallel for schedule(dynamic) if (tasks > 1)
@@ -204,9 +205,9 @@ void qkv_flash_attention_forward(float *O, float *L, const float *Q, const float
  * Backward
  * ---------------------------------------------------------------------------------------- */
 
-size_t qkv_flash_attention_scratch_floats(int B, int H, int n)
+size_t qkv_flash_attention_scratch_floats(const qkv_attention_shape *s)
 {
-    return (size_t)B * H * n;
+    return (size_t)s->B * s->H * s->n;
 }
 
 /* Weights and score gradients of the tile (query tile t, keys [j0, j0 + cols)):
@@ -302,12 +303,13 @@ static void backward_query_tile(const flash_args *a, int b, int h, int i0, float
  * idle, so dK, dV are taken over (batch, head, key tile) and dQ over (batch, head, query tile)
  * instead, recomputing the weights once more. Either way each gradient element receives the
  * same tile products in the same order, so the result does not depend on the choice. */
-void qkv_flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
-                                  const float *O, const float *L, const float *Q,
-                                  const float *K, const float *V, int B, int H, int n, int m,
-                                  int d, int v, const qkv_mask *mask, float p, uint64_t seed,
-                                  float *scratch)
+void qkv_flash_attention_backward(qkv_attention_grads *dx, const float *dO, const float *O,
+                                  const float *L, const qkv_attention_inputs *x,
+                                  const qkv_attention_shape *s, const qkv_mask *mask,
+                                  qkv_dropout drop, float *scratch)
 {
+    float *dQ = dx->dQ, *dK = dx->dK, *dV = dx->dV;
+    const int B = s->B, H = s->H, n = s->n, m = s->m, d = s->d, v = s->v;
     if (!dQ && !dK && !dV) return;
     float *D = scratch; /* (B, H, n): D_i = rowsum(dO_i * O_i) */
     #pragma omp parallel for collapse(2) if ((long)B * H * n * v > 32768)
@@ -320,8 +322,8 @@ void qkv_flash_attention_backward(float *dQ, float *dK, float *dV, const float *
                 for (int c = 0; c < v; c++) s += g[c] * o[c];
                 D[((size_t)b * H + h) * n + i] = s;
             }
-    const flash_args a = {Q, K, V, dO, L, D, dQ, dK, dV, H, n, m, d, v,
-                          mask, p, 1.0f / sqrtf((float)d), seed};
+    const flash_args a = {x->Q, x->K, x->V, dO, L, D, dQ, dK, dV, H, n, m, d, v,
+                          mask, drop.p, 1.0f / sqrtf((float)d), drop.seed};
     const int key_tiles = (m + BC - 1) / BC, query_tiles = (n + BR - 1) / BR;
     const int BH = B * H;
     if (dQ && (dK || dV) && BH >= omp_get_max_threads()) {

@@ -5,10 +5,10 @@
 #include "core/internal.h"
 
 /* q (B, n), k (B, m), v (B, m) -> y (B, n), P (B, n, m). */
-void qkv_kernel_regression_forward(float *y, float *P, const float *q, const float *k,
-                                   const float *v, float w, int B, int n, int m,
-                                   const qkv_mask *mask)
+void qkv_kernel_regression_forward(float *y, float *P, const qkv_attention_inputs *x, float w,
+                                   int B, int n, int m, const qkv_mask *mask)
 {
+    const float *q = x->Q, *k = x->K, *v = x->V;
     for (int b = 0; b < B; b++)
         for (int i = 0; i < n; i++) {
             const float *kb = k + (size_t)b * m;
@@ -31,10 +31,12 @@ void qkv_kernel_regression_forward(float *y, float *P, const float *q, const flo
 /* y_i = sum_j P_ij v_j gives dP_ij = dy_i v_j and dv_j += P_ij dy_i; the softmax gives
  * dS_ij = P_ij (dP_ij - sum_l P_il dP_il); and with d = q_i - k_j, S_ij = -(d w)^2 / 2:
  *   dS/dq_i = -d w^2,  dS/dk_j = d w^2,  dS/dw = -d^2 w. */
-void qkv_kernel_regression_backward(float *dq, float *dk, float *dv, float *dw, const float *dy,
-                                    const float *P, const float *q, const float *k,
-                                    const float *v, float w, int B, int n, int m)
+void qkv_kernel_regression_backward(qkv_attention_grads *dx, float *dw, const float *dy,
+                                    const float *P, const qkv_attention_inputs *x, float w, int B,
+                                    int n, int m)
 {
+    float *dq = dx ? dx->dQ : NULL, *dk = dx ? dx->dK : NULL, *dv = dx ? dx->dV : NULL;
+    const float *q = x->Q, *k = x->K, *v = x->V;
     double dw_acc = 0.0;
     for (int b = 0; b < B; b++) {
         const float *kb = k + (size_t)b * m, *vb = v + (size_t)b * m;

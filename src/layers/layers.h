@@ -7,15 +7,14 @@
 #include "backend/backend.h"
 
 /* ---- position-wise feed-forward network (paper, eq. 2) ----------------------------------
- * y = act(x W1^T + b1) W2^T + b2 over N rows; x, y (N, C); h_pre, h (N, F). */
-void ffn_forward(const backend *be, float *y, float *h_pre, float *h, const float *x,
-                 const float *W1, const float *b1, const float *W2, const float *b2, int N, int C,
-                 int F, qkv_activation act);
-/* dx += its gradient and the weights' into dW1.. (any may be NULL); scratch (N, F). */
-void ffn_backward(const backend *be, float *dx, float *dW1, float *db1, float *dW2, float *db2,
-                  const float *dy, const float *h_pre, const float *h, const float *x,
-                  const float *W1, const float *W2, int N, int C, int F, qkv_activation act,
-                  float *scratch);
+ * y = act(x W1^T + b1) W2^T + b2 over N rows; x, y (N, C); c->h_pre, c->h (N, F). */
+void ffn_forward(const backend *be, float *y, qkv_ffn_cache *c, const float *x,
+                 const qkv_ffn_weights *w, const qkv_ffn_config *cfg, int N);
+/* dx += its gradient and the weights' into dw (dw and any of its members may be NULL);
+ * scratch (N, F). */
+void ffn_backward(const backend *be, float *dx, qkv_ffn_weights *dw, const float *dy,
+                  const qkv_ffn_cache *c, const float *x, const qkv_ffn_weights *w,
+                  const qkv_ffn_config *cfg, int N, float *scratch);
 
 /* ---- multi-head attention (paper, section 3.2.2) -----------------------------------------
  *   MultiHead(Q, K, V) = Concat(head_1..head_H) W_o,  head_i = Attention(Q W_q^i, K W_k^i, V W_v^i)
@@ -36,16 +35,17 @@ mha_acts mha_acts_view(const backend *be, attention_kernel k, float *base,
 size_t mha_scratch_floats(const backend *be, attention_kernel k, const qkv_mha_config *mc, int B,
                           int n, int m);
 
-/* xq (B, n, d_q) attends to xkv (B, m, d_kv) under mask -> y (B, n, d_q); dropout on the
- * weights (not with linear attention). */
-void mha_forward(const backend *be, float *y, mha_acts *a, const float *xq, const float *xkv,
-                 const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
-                 const qkv_mask *mask, dropout_draw drop, float *scratch);
-/* dxq, dxkv (may be one buffer: self-attention) and dw (may be NULL) += the gradients given
+/* x->Q (B, n, d_q) attends to x->K, x->V (B, m, d_kv) under mask -> y (B, n, d_q); s =
+ * qkv_mha_shape(mc, B, n, m); dropout on the weights (not with linear attention). */
+void mha_forward(const backend *be, float *y, mha_acts *a, const qkv_attention_inputs *x,
+                 const qkv_mha_weights *w, const qkv_mha_config *mc, const qkv_attention_shape *s,
+                 const qkv_mask *mask, qkv_dropout drop, float *scratch);
+/* dx (its buffers may be one: self-attention) and dw (may be NULL) += the gradients given
  * dy; the same mask and dropout as forward. */
-void mha_backward(const backend *be, float *dxq, float *dxkv, qkv_mha_weights *dw,
-                  const float *dy, const mha_acts *a, const float *xq, const float *xkv,
-                  const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
-                  const qkv_mask *mask, dropout_draw drop, float *scratch);
+void mha_backward(const backend *be, qkv_attention_grads *dx, qkv_mha_weights *dw,
+                  const float *dy, const mha_acts *a, const qkv_attention_inputs *x,
+                  const qkv_mha_weights *w, const qkv_mha_config *mc,
+                  const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                  float *scratch);
 
 #endif

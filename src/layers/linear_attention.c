@@ -110,9 +110,9 @@ static size_t scratch_per_head(int n, int m, int d, int v, int causal)
     return 2 * M * D + 2 * N * D + N * Vd + 2 * N + 2 * D * Vd + 2 * D;
 }
 
-size_t qkv_linear_attention_scratch_floats(int B, int H, int n, int m, int d, int v, int causal)
+size_t qkv_linear_attention_scratch_floats(const qkv_attention_shape *s, int causal)
 {
-    return (size_t)B * H * scratch_per_head(n, m, d, v, causal);
+    return (size_t)s->B * s->H * scratch_per_head(s->n, s->m, s->d, s->v, causal);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -314,10 +314,13 @@ static void causal_backward(float *dq, float *dk, float *dv, const float *g, con
  * ------------------------------------------------------------------------------------- */
 
 /* Q (B, n, H, d), K (B, m, H, d), V (B, m, H, v) -> O (B, n, H, v) */
-void qkv_linear_attention_forward(float *O, const float *Q, const float *K, const float *V,
-                                  int B, int H, int n, int m, int d, int v,
-                                  const int *valid_lens, int causal, float *scratch)
+void qkv_linear_attention_forward(float *O, const qkv_attention_inputs *x,
+                                  const qkv_attention_shape *shape, const int *valid_lens,
+                                  int causal, float *scratch)
 {
+    const float *Q = x->Q, *K = x->K, *V = x->V;
+    const int B = shape->B, H = shape->H, n = shape->n, m = shape->m, d = shape->d,
+              v = shape->v;
     const size_t per = scratch_per_head(n, m, d, v, causal);
     const qkv_mask keys = {valid_lens, 0, 0}; /* j < valid_lens[b]; the scan adds causality */
     #pragma omp parallel for collapse(2) if (B * H > 1)
@@ -334,11 +337,15 @@ void qkv_linear_attention_forward(float *O, const float *Q, const float *K, cons
         }
 }
 
-void qkv_linear_attention_backward(float *dQ, float *dK, float *dV, const float *dO,
-                                   const float *Q, const float *K, const float *V, int B,
-                                   int H, int n, int m, int d, int v, const int *valid_lens,
+void qkv_linear_attention_backward(qkv_attention_grads *dx, const float *dO,
+                                   const qkv_attention_inputs *x,
+                                   const qkv_attention_shape *shape, const int *valid_lens,
                                    int causal, float *scratch)
 {
+    float *dQ = dx->dQ, *dK = dx->dK, *dV = dx->dV;
+    const float *Q = x->Q, *K = x->K, *V = x->V;
+    const int B = shape->B, H = shape->H, n = shape->n, m = shape->m, d = shape->d,
+              v = shape->v;
     if (!dQ && !dK && !dV) return;
     const size_t per = scratch_per_head(n, m, d, v, causal);
     const qkv_mask keys = {valid_lens, 0, 0}; /* j < valid_lens[b]; the scan adds causality */

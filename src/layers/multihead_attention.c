@@ -53,9 +53,9 @@ size_t qkv_mha_scratch_floats(const qkv_mha_config *cfg, int B, int n, int m)
     return mha_scratch_floats(&be, ATTENTION_MATERIALISED, cfg, B, n, m);
 }
 
-static attention_shape shape_of(const qkv_mha_config *mc, int B, int n, int m)
+qkv_attention_shape qkv_mha_shape(const qkv_mha_config *cfg, int B, int n, int m)
 {
-    attention_shape s = {B, mc->heads, n, m, mc->head_dim, mc->head_dim};
+    qkv_attention_shape s = {B, cfg->heads, n, m, cfg->head_dim, cfg->head_dim};
     return s;
 }
 
@@ -63,7 +63,7 @@ size_t mha_saved_floats(const backend *be, attention_kernel k, const qkv_mha_con
                         int n, int m)
 {
     const size_t hp = (size_t)mc->heads * mc->head_dim;
-    const attention_shape s = shape_of(mc, B, n, m);
+    const qkv_attention_shape s = qkv_mha_shape(mc, B, n, m);
     return 2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp + be->ops->attention_saved_floats(k, &s);
 }
 
@@ -82,35 +82,34 @@ size_t mha_scratch_floats(const backend *be, attention_kernel k, const qkv_mha_c
                           int n, int m)
 {
     const size_t hp = (size_t)mc->heads * mc->head_dim;
-    const attention_shape s = shape_of(mc, B, n, m);
+    const qkv_attention_shape s = qkv_mha_shape(mc, B, n, m);
     /* backward's dctx, dq (B n H p), dk, dv (B m H p), then the kernel's own */
     return 2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp +
            be->ops->attention_scratch_floats(k, &s);
 }
 
-/* xq (B, n, d_q), xkv (B, m, d_kv) -> y (B, n, d_q) */
-void mha_forward(const backend *be, float *y, mha_acts *a, const float *xq, const float *xkv,
-                 const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
-                 const qkv_mask *mask, dropout_draw drop, float *scratch)
+/* Q (B, n, d_q), K, V (B, m, d_kv) -> y (B, n, d_q) */
+void mha_forward(const backend *be, float *y, mha_acts *a, const qkv_attention_inputs *x,
+                 const qkv_mha_weights *w, const qkv_mha_config *mc, const qkv_attention_shape *s,
+                 const qkv_mask *mask, qkv_dropout drop, float *scratch)
 {
-    const int hp = mc->heads * mc->head_dim;
-    const attention_shape s = shape_of(mc, B, n, m);
+    const int hp = mc->heads * mc->head_dim, B = s->B, n = s->n, m = s->m;
     qkv_mha_cache *c = &a->c;
-    op_linear_forward(be, c->q, xq, w->W_q, w->b_q, B * n, mc->d_q, hp);  /* Q W_q */
-    op_linear_forward(be, c->k, xkv, w->W_k, w->b_k, B * m, mc->d_kv, hp); /* K W_k */
-    op_linear_forward(be, c->v, xkv, w->W_v, w->b_v, B * m, mc->d_kv, hp); /* V W_v */
-    be->ops->attention_forward(a->kernel, c->ctx, a->S, c->q, c->k, c->v, &s, mask, drop,
-                               scratch);
+    op_linear_forward(be, c->q, x->Q, w->W_q, w->b_q, B * n, mc->d_q, hp);  /* Q W_q */
+    op_linear_forward(be, c->k, x->K, w->W_k, w->b_k, B * m, mc->d_kv, hp); /* K W_k */
+    op_linear_forward(be, c->v, x->V, w->W_v, w->b_v, B * m, mc->d_kv, hp); /* V W_v */
+    const qkv_attention_inputs heads = {c->q, c->k, c->v};
+    be->ops->attention_forward(a->kernel, c->ctx, a->S, &heads, s, mask, drop, scratch);
     op_linear_forward(be, y, c->ctx, w->W_o, w->b_o, B * n, hp, mc->d_q); /* Concat W_o */
 }
 
-void mha_backward(const backend *be, float *dxq, float *dxkv, qkv_mha_weights *dw,
-                  const float *dy, const mha_acts *a, const float *xq, const float *xkv,
-                  const qkv_mha_weights *w, const qkv_mha_config *mc, int B, int n, int m,
-                  const qkv_mask *mask, dropout_draw drop, float *scratch)
+void mha_backward(const backend *be, qkv_attention_grads *dx, qkv_mha_weights *dw,
+                  const float *dy, const mha_acts *a, const qkv_attention_inputs *x,
+                  const qkv_mha_weights *w, const qkv_mha_config *mc,
+                  const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                  float *scratch)
 {
-    const int hp = mc->heads * mc->head_dim;
-    const attention_shape s = shape_of(mc, B, n, m);
+    const int hp = mc->heads * mc->head_dim, B = s->B, n = s->n, m = s->m;
     const qkv_mha_cache *c = &a->c;
     qkv_mha_weights none = {0};
     if (!dw) dw = &none;
@@ -121,29 +120,31 @@ void mha_backward(const backend *be, float *dxq, float *dxkv, qkv_mha_weights *d
     float *rest = dv + (size_t)B * m * hp;
     be->ops->zero(dctx, 2 * (size_t)B * n * hp + 2 * (size_t)B * m * hp);
     op_linear_backward(be, dctx, dw->W_o, dw->b_o, dy, c->ctx, w->W_o, B * n, hp, mc->d_q);
-    be->ops->attention_backward(a->kernel, dq, dk, dv, dctx, c->ctx, a->S, c->q, c->k, c->v, &s,
-                                mask, drop, rest);
-    op_linear_backward(be, dxq, dw->W_q, dw->b_q, dq, xq, w->W_q, B * n, mc->d_q, hp);
-    op_linear_backward(be, dxkv, dw->W_k, dw->b_k, dk, xkv, w->W_k, B * m, mc->d_kv, hp);
-    op_linear_backward(be, dxkv, dw->W_v, dw->b_v, dv, xkv, w->W_v, B * m, mc->d_kv, hp);
+    const qkv_attention_inputs heads = {c->q, c->k, c->v};
+    qkv_attention_grads dheads = {dq, dk, dv};
+    be->ops->attention_backward(a->kernel, &dheads, dctx, c->ctx, a->S, &heads, s, mask, drop,
+                                rest);
+    op_linear_backward(be, dx->dQ, dw->W_q, dw->b_q, dq, x->Q, w->W_q, B * n, mc->d_q, hp);
+    op_linear_backward(be, dx->dK, dw->W_k, dw->b_k, dk, x->K, w->W_k, B * m, mc->d_kv, hp);
+    op_linear_backward(be, dx->dV, dw->W_v, dw->b_v, dv, x->V, w->W_v, B * m, mc->d_kv, hp);
 }
 
-void qkv_mha_forward(float *y, qkv_mha_cache *c, const float *xq, const float *xkv,
-                     const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                     const qkv_mask *mask, float p, uint64_t seed, float *scratch)
+void qkv_mha_forward(float *y, qkv_mha_cache *c, const qkv_attention_inputs *x,
+                     const qkv_mha_weights *w, const qkv_mha_config *cfg,
+                     const qkv_attention_shape *s, const qkv_mask *mask, qkv_dropout drop,
+                     float *scratch)
 {
     const backend be = backend_cpu();
     mha_acts a = {ATTENTION_MATERIALISED, *c, c->P};
-    mha_forward(&be, y, &a, xq, xkv, w, cfg, B, n, m, mask, (dropout_draw){p, seed}, scratch);
+    mha_forward(&be, y, &a, x, w, cfg, s, mask, drop, scratch);
 }
 
-void qkv_mha_backward(float *dxq, float *dxkv, qkv_mha_weights *dw, const float *dy,
-                      const qkv_mha_cache *c, const float *xq, const float *xkv,
-                      const qkv_mha_weights *w, const qkv_mha_config *cfg, int B, int n, int m,
-                      float p, uint64_t seed, float *scratch)
+void qkv_mha_backward(qkv_attention_grads *dx, qkv_mha_weights *dw, const float *dy,
+                      const qkv_mha_cache *c, const qkv_attention_inputs *x,
+                      const qkv_mha_weights *w, const qkv_mha_config *cfg,
+                      const qkv_attention_shape *s, qkv_dropout drop, float *scratch)
 {
     const backend be = backend_cpu();
     const mha_acts a = {ATTENTION_MATERIALISED, *c, c->P};
-    mha_backward(&be, dxq, dxkv, dw, dy, &a, xq, xkv, w, cfg, B, n, m, NULL,
-                 (dropout_draw){p, seed}, scratch);
+    mha_backward(&be, dx, dw, dy, &a, x, w, cfg, s, NULL, drop, scratch);
 }

@@ -23,9 +23,10 @@ static void residual_row(float *z, const float *x, const float *s, int C, float 
 }
 
 /* x, s, y (n):  y = x + dropout(s) */
-void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, float p,
-                          uint64_t seed)
+void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, qkv_dropout drop)
 {
+    const float p = drop.p;
+    const uint64_t seed = drop.seed;
     if (p <= 0.0f) {
         #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) y[i] = x[i] + s[i];
@@ -37,21 +38,23 @@ void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, fl
 }
 
 /* dx += dy;  ds += dropout'(dy) */
-void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, float p,
-                           uint64_t seed)
+void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, qkv_dropout drop)
 {
     if (dx) {
         #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) dx[i] += dy[i];
     }
-    if (ds) qkv_dropout_backward(ds, dy, n, p, seed, 0);
+    if (ds) qkv_dropout_backward(ds, dy, n, drop.p, drop.seed, 0);
 }
 
 /* x, s, y, z (N, C):  z = x + dropout(s),  y = LayerNorm(z) */
-void qkv_addnorm_forward(float *y, float *z, float *mean, float *rstd, const float *x,
-                         const float *s, const float *gamma, const float *beta, int N, int C,
-                         float eps, float p, uint64_t seed)
+void qkv_addnorm_forward(float *y, qkv_addnorm_cache *c, const float *x, const float *s,
+                         const qkv_layernorm_weights *w, int N, int C, float eps,
+                         qkv_dropout drop)
 {
+    float *z = c->z, *mean = c->mean, *rstd = c->rstd;
+    const float *gamma = w->gamma, *beta = w->beta, p = drop.p;
+    const uint64_t seed = drop.seed;
     #pragma omp parallel for if ((long)N * C > 16384)
     for (int i = 0; i < N; i++) {
         const size_t row = (size_t)i * C;
@@ -62,11 +65,13 @@ void qkv_addnorm_forward(float *y, float *z, float *mean, float *rstd, const flo
 
 /* dz = LayerNorm'(dy) row by row into scratch (N, C), then dx += dz and ds += dropout'(dz)
  * while the row is in L1. */
-void qkv_addnorm_backward(float *dx, float *ds, float *dgamma, float *dbeta, const float *dy,
-                          const float *z, const float *mean, const float *rstd,
-                          const float *gamma, int N, int C, float p, uint64_t seed,
-                          float *scratch)
+void qkv_addnorm_backward(float *dx, float *ds, qkv_layernorm_weights *dw, const float *dy,
+                          const qkv_addnorm_cache *c, const qkv_layernorm_weights *w, int N,
+                          int C, qkv_dropout drop, float *scratch)
 {
+    const float *z = c->z, *mean = c->mean, *rstd = c->rstd, *gamma = w->gamma, p = drop.p;
+    float *dgamma = dw ? dw->gamma : NULL, *dbeta = dw ? dw->beta : NULL;
+    const uint64_t seed = drop.seed;
     const dropout_rule d = dropout_rule_of(p, seed);
     #pragma omp parallel for if ((long)N * C > 16384)
     for (int i = 0; i < N; i++) {

@@ -21,15 +21,15 @@ static uint64_t residual_seed(const stack_pass *k, int l, int i)
     return dropout_site_seed(k->seed, k->d->id, l, 1 + i);
 }
 
-static dropout_draw weights_dropout(const stack_pass *k, int l, int j)
+static qkv_dropout weights_dropout(const stack_pass *k, int l, int j)
 {
-    dropout_draw drop = {k->p, dropout_site_seed(k->seed, k->d->id, l, 1 + sublayers(k->d) + j)};
+    qkv_dropout drop = {k->p, dropout_site_seed(k->seed, k->d->id, l, 1 + sublayers(k->d) + j)};
     return drop;
 }
 
 static sublayer_ctx sublayer_of(const stack_pass *k, int l, int i)
 {
-    sublayer_ctx s = {k->d, (size_t)k->B * k->T, k->p, residual_seed(k, l, i), k->scratch};
+    sublayer_ctx s = {k->d, (size_t)k->B * k->T, {k->p, residual_seed(k, l, i)}, k->scratch};
     return s;
 }
 
@@ -75,24 +75,28 @@ static void block_forward(const backend *be, const stack_pass *k, block_acts *a,
     const stack_dims *d = k->d;
     const qkv_mha_config mc = stack_mha_config(d);
     const int B = k->B, T = k->T, N = B * T;
+    const qkv_attention_shape self_shape = qkv_mha_shape(&mc, B, T, T);
     sublayer_ctx s = sublayer_of(k, l, 0);
     const float *in = sublayer_in(be, &s, &a->self, x, &w->self_norm);
-    mha_forward(be, a->self.s, &a->self_att, in, in, &w->self, &mc, B, T, T, k->self_mask,
+    const qkv_attention_inputs self_in = {in, in, in};
+    mha_forward(be, a->self.s, &a->self_att, &self_in, &w->self, &mc, &self_shape, k->self_mask,
                 weights_dropout(k, l, 0), k->scratch);
     sublayer_out(be, &s, &a->self, x, &w->self_norm);
     x = a->self.out;
-    if (d->cross) {
+    if (d->cross) { /* queries from the decoder, keys and values from the memory */
+        const qkv_attention_shape cross_shape = qkv_mha_shape(&mc, B, T, k->Tm);
         s = sublayer_of(k, l, 1);
         in = sublayer_in(be, &s, &a->cross, x, &w->cross_norm);
-        mha_forward(be, a->cross.s, &a->cross_att, in, k->mem, &w->cross, &mc, B, T, k->Tm,
+        const qkv_attention_inputs cross_in = {in, k->mem, k->mem};
+        mha_forward(be, a->cross.s, &a->cross_att, &cross_in, &w->cross, &mc, &cross_shape,
                     k->mem_mask, weights_dropout(k, l, 1), k->scratch);
         sublayer_out(be, &s, &a->cross, x, &w->cross_norm);
         x = a->cross.out;
     }
     s = sublayer_of(k, l, sublayers(d) - 1);
     in = sublayer_in(be, &s, &a->ff, x, &w->ffn_norm);
-    ffn_forward(be, a->ff.s, a->h_pre, a->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2, N,
-                d->C, d->F, d->act);
+    const qkv_ffn_config fc = stack_ffn_config(d);
+    ffn_forward(be, a->ff.s, &a->ffn, in, &w->ffn, &fc, N);
     sublayer_out(be, &s, &a->ff, x, &w->ffn_norm);
 }
 
@@ -110,17 +114,20 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
 
     sublayer_ctx s = sublayer_of(k, l, sublayers(d) - 1);
     sublayer_out_backward(be, &s, &a->ff, dh, ds, din, &w->ffn_norm, &dw->ffn_norm);
-    ffn_backward(be, din, dw->ffn.W1, dw->ffn.b1, dw->ffn.W2, dw->ffn.b2, ds, a->h_pre, a->h,
-                 d->pre_norm ? a->ff.u : x_ff, w->ffn.W1, w->ffn.W2, N, d->C, d->F, d->act,
+    const qkv_ffn_config fc = stack_ffn_config(d);
+    ffn_backward(be, din, &dw->ffn, ds, &a->ffn, d->pre_norm ? a->ff.u : x_ff, &w->ffn, &fc, N,
                  k->scratch);
     sublayer_in_backward(be, &s, &a->ff, dh, din, x_ff, &w->ffn_norm, &dw->ffn_norm);
 
     if (d->cross) {
         s = sublayer_of(k, l, 1);
         sublayer_out_backward(be, &s, &a->cross, dh, ds, din, &w->cross_norm, &dw->cross_norm);
-        mha_backward(be, din, d_mem, &dw->cross, ds, &a->cross_att,
-                     d->pre_norm ? a->cross.u : a->self.out, k->mem, &w->cross, &mc, B, T, k->Tm,
-                     k->mem_mask, weights_dropout(k, l, 1), k->scratch);
+        const float *q_in = d->pre_norm ? a->cross.u : a->self.out;
+        const qkv_attention_inputs cross_in = {q_in, k->mem, k->mem};
+        const qkv_attention_shape cross_shape = qkv_mha_shape(&mc, B, T, k->Tm);
+        qkv_attention_grads d_cross = {din, d_mem, d_mem};
+        mha_backward(be, &d_cross, &dw->cross, ds, &a->cross_att, &cross_in, &w->cross, &mc,
+                     &cross_shape, k->mem_mask, weights_dropout(k, l, 1), k->scratch);
         sublayer_in_backward(be, &s, &a->cross, dh, din, a->self.out, &w->cross_norm,
                              &dw->cross_norm);
     }
@@ -128,7 +135,10 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
     s = sublayer_of(k, l, 0);
     sublayer_out_backward(be, &s, &a->self, dh, ds, din, &w->self_norm, &dw->self_norm);
     const float *in = d->pre_norm ? a->self.u : x;
-    mha_backward(be, din, din, &dw->self, ds, &a->self_att, in, in, &w->self, &mc, B, T, T,
+    const qkv_attention_inputs self_in = {in, in, in};
+    const qkv_attention_shape self_shape = qkv_mha_shape(&mc, B, T, T);
+    qkv_attention_grads d_self = {din, din, din};
+    mha_backward(be, &d_self, &dw->self, ds, &a->self_att, &self_in, &w->self, &mc, &self_shape,
                  k->self_mask, weights_dropout(k, l, 0), k->scratch);
     sublayer_in_backward(be, &s, &a->self, dh, din, x, &w->self_norm, &dw->self_norm);
 }
@@ -147,9 +157,8 @@ qkv_status stack_forward(const backend *be, const stack_pass *k, stack_acts *a, 
         block_forward(be, k, &a->blocks[l], &w->blocks[l], l, h);
         h = a->blocks[l].ff.out;
     }
-    if (w->norm.g)
-        be->ops->layernorm_forward(a->out, a->mean, a->rstd, h, w->norm.g, w->norm.b, N, d->C,
-                                   d->ln_eps);
+    if (w->norm.gamma)
+        be->ops->layernorm_forward(a->out, a->mean, a->rstd, h, &w->norm, N, d->C, d->ln_eps);
     else if (a->out != h)
         be->ops->copy(a->out, h, (size_t)N * d->C);
     return QKV_OK;
@@ -163,9 +172,9 @@ void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a,
     const int N = k->B * k->T, L = d->layers;
     const float *last = L ? a->blocks[L - 1].ff.out : a->x;
     be->ops->zero(work->dh, (size_t)N * d->C);
-    if (w->norm.g)
-        be->ops->layernorm_backward(work->dh, g->norm.g, g->norm.b, dout, last, a->mean, a->rstd,
-                                    w->norm.g, N, d->C);
+    if (w->norm.gamma)
+        be->ops->layernorm_backward(work->dh, &g->norm, dout, last, a->mean, a->rstd, &w->norm, N,
+                                    d->C);
     else
         be->ops->copy(work->dh, dout, (size_t)N * d->C);
     for (int l = L - 1; l >= 0; l--)
@@ -235,8 +244,8 @@ static void block_step(const backend *be, const stack_dims *d, const block_w *w,
         sublayer_step_out(be, d, st, &w->cross_norm);
     }
     in = sublayer_step_in(be, d, st, &w->ffn_norm);
-    ffn_forward(be, st->s, st->h_pre, st->h, in, w->ffn.W1, w->ffn.b1, w->ffn.W2, w->ffn.b2,
-                st->B, d->C, d->F, d->act);
+    const qkv_ffn_config fc = stack_ffn_config(d);
+    ffn_forward(be, st->s, &st->ffn, in, &w->ffn, &fc, st->B);
     sublayer_step_out(be, d, st, &w->ffn_norm);
 }
 
@@ -263,8 +272,8 @@ void head_step(const backend *be, const stack_dims *d, const stack_w *w, const f
                const float *b, decode_state *st, float *logits, int V)
 {
     const float *y = st->x;
-    if (w->norm.g) {
-        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, w->norm.g, w->norm.b, st->B,
+    if (w->norm.gamma) {
+        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, &w->norm, st->B,
                                    d->C, d->ln_eps);
         y = st->u;
     }

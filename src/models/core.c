@@ -25,19 +25,19 @@ float *param_take(param_walker *w, const char *name, int rows, int cols)
     return p;
 }
 
-norm_w param_take_norm(param_walker *w, const char *prefix, int C)
+qkv_layernorm_weights param_take_norm(param_walker *w, const char *prefix, int C)
 {
     char name[64];
-    norm_w n;
-    snprintf(name, sizeof name, "%s.gamma", prefix), n.g = param_take(w, name, C, 0);
-    snprintf(name, sizeof name, "%s.beta", prefix), n.b = param_take(w, name, C, 0);
+    qkv_layernorm_weights n;
+    snprintf(name, sizeof name, "%s.gamma", prefix), n.gamma = param_take(w, name, C, 0);
+    snprintf(name, sizeof name, "%s.beta", prefix), n.beta = param_take(w, name, C, 0);
     return n;
 }
 
-ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F)
+qkv_ffn_weights param_take_ffn(param_walker *w, const char *prefix, int C, int F)
 {
     char name[64];
-    ffn_w f;
+    qkv_ffn_weights f;
     snprintf(name, sizeof name, "%s.W1", prefix), f.W1 = param_take(w, name, F, C);
     snprintf(name, sizeof name, "%s.b1", prefix), f.b1 = param_take(w, name, F, 0);
     snprintf(name, sizeof name, "%s.W2", prefix), f.W2 = param_take(w, name, C, F);
@@ -156,7 +156,9 @@ static void layout_sublayer(arena *a, sublayer_acts *s, size_t N, int C, int pre
     memset(s, 0, sizeof *s);
     if (pre_norm) s->u = arena_take(a, N * C), s->u_mean = arena_take(a, N), s->u_rstd = arena_take(a, N);
     s->s = arena_take(a, N * C);
-    if (!pre_norm) s->z = arena_take(a, N * C), s->mean = arena_take(a, N), s->rstd = arena_take(a, N);
+    if (!pre_norm)
+        s->post.z = arena_take(a, N * C), s->post.mean = arena_take(a, N),
+        s->post.rstd = arena_take(a, N);
     s->out = arena_take(a, N * C);
 }
 
@@ -191,7 +193,7 @@ size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims
             if (need > scratch) scratch = need;
         }
         layout_sublayer(a, &b->ff, N, C, d->pre_norm);
-        b->h_pre = arena_take(a, N * F), b->h = arena_take(a, N * F);
+        b->ffn.h_pre = arena_take(a, N * F), b->ffn.h = arena_take(a, N * F);
     }
     s->mean = arena_take(a, N), s->rstd = arena_take(a, N), s->out = arena_take(a, N * C);
     return scratch;

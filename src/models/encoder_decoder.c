@@ -82,8 +82,8 @@ static void walk_stack(param_walker *w, const qkv_transformer_config *c, stack_w
         b->ffn_norm = param_take_norm(w, prefix, C);
     }
     snprintf(prefix, sizeof prefix, "%s.norm", name);
-    s->norm = c->final_norm && (decoder || c->enc_layers) ? param_take_norm(w, prefix, C)
-                                                          : (norm_w){0};
+    const qkv_layernorm_weights none = {0};
+    s->norm = c->final_norm && (decoder || c->enc_layers) ? param_take_norm(w, prefix, C) : none;
 }
 
 static void walk(param_walker *w, const void *cfg, void *view)
@@ -303,32 +303,33 @@ static qkv_status check_batch(const qkv_batch *b, qkv_error *err)
     return QKV_OK;
 }
 
-qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b, int backward_pass,
-                                float grad_scale, float label_smoothing, int train,
-                                uint64_t dropout_seed, double *loss_sum, int *tokens,
+qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
+                                const qkv_loss_options *o, double *loss_sum, int *tokens,
                                 qkv_error *err)
 {
+    const qkv_loss_options evaluation = {0};
+    if (!o) o = &evaluation;
     qkv_status st = transformer_layout(m, b->B, b->src_len, b->tgt_len, m->core.flash_min_keys,
                                        err);
     if (!st) st = check_batch(b, err);
     if (st) return st;
-    if (backward_pass && !qkv_transformer_grads(m))
+    if (o->backward && !qkv_transformer_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
-    const float p = train ? m->cfg.dropout : 0.0f;
-    if ((st = forward(m, b, p, dropout_seed, err))) return st;
+    const float p = o->train ? m->cfg.dropout : 0.0f;
+    if ((st = forward(m, b, p, o->dropout_seed, err))) return st;
     const backend be = core_backend(&m->core);
     model_acts *x = &m->acts;
     const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, b->tgt_out,
-                              b->B * b->tgt_len, m->cfg.tgt_vocab, label_smoothing,
-                              backward_pass, grad_scale, x->scratch};
+                              b->B * b->tgt_len, m->cfg.tgt_vocab, o->label_smoothing,
+                              o->backward, o->grad_scale, x->scratch};
     double sum;
     int count;
     if ((st = head_loss(&be, &h, &sum, &count, err))) return st;
     if (loss_sum) *loss_sum = sum;
     if (tokens) *tokens = count;
-    if (backward_pass) {
+    if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
-        backward(m, b, p, dropout_seed);
+        backward(m, b, p, o->dropout_seed);
     }
     return QKV_OK;
 }

@@ -71,7 +71,8 @@ static void walk(param_walker *w, const void *cfg, void *view)
         snprintf(prefix, sizeof prefix, "decoder.%d.norm2", l);
         b->ffn_norm = param_take_norm(w, prefix, C);
     }
-    s->norm = c->final_norm ? param_take_norm(w, "decoder.norm", C) : (norm_w){0};
+    const qkv_layernorm_weights none = {0};
+    s->norm = c->final_norm ? param_take_norm(w, "decoder.norm", C) : none;
     mw->out_W = c->tie ? s->embedding : param_take(w, "output.W", c->vocab, C);
     mw->out_b = param_take(w, "output.b", c->vocab, 0);
 }
@@ -208,26 +209,28 @@ static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t 
 /* ---- entry points ---------------------------------------------------------------------- */
 
 qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int T,
-                       int backward_pass, float grad_scale, int train, uint64_t dropout_seed,
-                       double *loss_sum, int *tokens, qkv_error *err)
+                       const qkv_loss_options *o, double *loss_sum, int *tokens, qkv_error *err)
 {
-    if (backward_pass && !qkv_lm_grads(m))
+    const qkv_loss_options evaluation = {0};
+    if (!o) o = &evaluation;
+    if (o->backward && !qkv_lm_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
-    const float p = train ? m->cfg.dropout : 0.0f;
-    qkv_status st = lm_forward(m, ids, B, T, p, dropout_seed, err);
+    const float p = o->train ? m->cfg.dropout : 0.0f;
+    qkv_status st = lm_forward(m, ids, B, T, p, o->dropout_seed, err);
     if (st) return st;
     const backend be = core_backend(&m->core);
     lm_acts *x = &m->acts;
     const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, targets, B * T,
-                              m->cfg.vocab, 0.0f, backward_pass, grad_scale, x->scratch};
+                              m->cfg.vocab, o->label_smoothing, o->backward, o->grad_scale,
+                              x->scratch};
     double sum;
     int count;
     if ((st = head_loss(&be, &h, &sum, &count, err))) return st;
     if (loss_sum) *loss_sum = sum;
     if (tokens) *tokens = count;
-    if (backward_pass) {
+    if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
-        backward(m, ids, B, T, p, dropout_seed);
+        backward(m, ids, B, T, p, o->dropout_seed);
     }
     return QKV_OK;
 }

@@ -26,27 +26,19 @@ enum { FLASH_MIN_KEYS = 256 };
 /* ---- weights: named views into one flat parameter buffer (or its gradients) -------------- */
 
 typedef struct {
-    float *g, *b; /* LayerNorm gain and bias (C) */
-} norm_w;
-
-typedef struct {
-    float *W1, *b1, *W2, *b2; /* (F, C), (F), (C, F), (C) */
-} ffn_w;
-
-typedef struct {
     qkv_mha_weights self; /* self-attention */
-    norm_w self_norm;
+    qkv_layernorm_weights self_norm;
     qkv_mha_weights cross; /* encoder-decoder attention: decoder blocks only, else NULLs */
-    norm_w cross_norm;
-    ffn_w ffn;
-    norm_w ffn_norm;
+    qkv_layernorm_weights cross_norm;
+    qkv_ffn_weights ffn;
+    qkv_layernorm_weights ffn_norm;
 } block_w;
 
 typedef struct {
     float *embedding; /* (V, C) */
     float *positions; /* (max_len, C) learned, or NULL: the sinusoidal table */
     block_w *blocks;
-    norm_w norm; /* after the last block (final_norm), else NULLs */
+    qkv_layernorm_weights norm; /* after the last block (final_norm), else NULLs */
 } stack_w;
 
 /* ---- the shape of a stack ------------------------------------------------------------------ */
@@ -68,6 +60,12 @@ static inline qkv_mha_config stack_mha_config(const stack_dims *d)
     return mc;
 }
 
+static inline qkv_ffn_config stack_ffn_config(const stack_dims *d)
+{
+    qkv_ffn_config fc = {d->C, d->F, d->act};
+    return fc;
+}
+
 /* ---- activations of a forward pass, kept for its backward ---------------------------------
  * One residual sublayer connection. Post-norm:
  *   out = LayerNorm(z), z = x + dropout(s), s = Sublayer(x)
@@ -76,7 +74,7 @@ static inline qkv_mha_config stack_mha_config(const stack_dims *d)
 typedef struct {
     float *u, *u_mean, *u_rstd; /* pre-norm only */
     float *s;
-    float *z, *mean, *rstd; /* post-norm only */
+    qkv_addnorm_cache post; /* post-norm only: z, mean, rstd */
     float *out;
 } sublayer_acts;
 
@@ -86,7 +84,7 @@ typedef struct {
     sublayer_acts cross; /* decoder blocks only */
     mha_acts cross_att;
     sublayer_acts ff;
-    float *h_pre, *h; /* (N, F) the FFN's hidden layer before and after its activation */
+    qkv_ffn_cache ffn; /* (N, F) the FFN's hidden layer before and after its activation */
 } block_acts;
 
 typedef struct {
@@ -140,7 +138,8 @@ typedef struct {
     float *cross_k, *cross_v;         /* per layer (n_src, Ts, C): the encoder output projected */
     qkv_linear_attention_state *sums; /* linear attention: per layer and row, the state */
     int n_sums;
-    float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *h_pre, *h, *P, *logits;
+    float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *P, *logits;
+    qkv_ffn_cache ffn;
     float *buffer;
 } decode_state;
 
@@ -210,8 +209,9 @@ typedef struct {
 } param_walker;
 
 float *param_take(param_walker *w, const char *name, int rows, int cols); /* cols 0: vector */
-norm_w param_take_norm(param_walker *w, const char *prefix, int C);       /* .gamma, .beta */
-ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F);  /* .W1 .b1 .W2 .b2 */
+/* .gamma, .beta */
+qkv_layernorm_weights param_take_norm(param_walker *w, const char *prefix, int C);
+qkv_ffn_weights param_take_ffn(param_walker *w, const char *prefix, int C, int F); /* .W1 .b1 .W2 .b2 */
 /* .W_q, .b_q, ..., .W_o, .b_o (biases only with bias), contiguous as qkv_mha_weights_view. */
 qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int bias);
 

@@ -77,7 +77,7 @@ qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B,
         }
         double sum = 0.0;
         int c = 0;
-        st = qkv_lm_loss(m, ids, tg, b, len, 0, 0.0f, 0, 0, &sum, &c, err);
+        st = qkv_lm_loss(m, ids, tg, b, len, NULL /* evaluation */, &sum, &c, err);
         total += sum, counted += c, w += (size_t)b;
     }
     free(ids), free(tg);
@@ -178,9 +178,8 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         double loss = 0.0;
         int tokens = 0;
         uint64_t dropout_seed = stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)s + 1);
-        if ((st = qkv_lm_loss(m, ids, targets, B, T, 1, 0.0f, 1, dropout_seed, &loss, &tokens,
-                              err)))
-            break;
+        const qkv_loss_options pass = {.backward = 1, .train = 1, .dropout_seed = dropout_seed};
+        if ((st = qkv_lm_loss(m, ids, targets, B, T, &pass, &loss, &tokens, err))) break;
         double norm = qkv_clip_grad_norm(grads, n, o->clip);
         if (!isfinite(norm)) {
             st = qkv_fail(err, QKV_ERR_NUMERIC, "step %lld: the gradient norm is not finite; "

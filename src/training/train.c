@@ -325,7 +325,7 @@ static qkv_status validate(qkv_transformer *m, const qkv_train_options *o, doubl
         qkv_batch batch = gather(d, items, size, T, T, &bb);
         double loss = 0.0;
         int count = 0;
-        st = qkv_transformer_loss(m, &batch, 0, 0.0f, 0.0f, 0, 0, &loss, &count, err);
+        st = qkv_transformer_loss(m, &batch, NULL /* evaluation */, &loss, &count, err);
         sum += loss, tokens += count;
         if (st || !o->valid_bleu) continue;
         st = qkv_transformer_greedy(m, batch.src, batch.src_valid, size, T, T, out, out_len, err);
@@ -558,8 +558,10 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             uint64_t dropout_seed = stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)opt.step + 1);
             /* d2l differentiates sum_seq mean_t(loss): each token counts 1/num_steps. */
             float scale = o->d2l_loss_scale ? 1.0f / (float)T : 0.0f; /* 0: per-token mean */
-            st = qkv_transformer_loss(m, &batch, 1, scale, o->label_smoothing, 1, dropout_seed,
-                                      &loss, &tokens, err);
+            const qkv_loss_options pass = {.backward = 1, .grad_scale = scale,
+                                           .label_smoothing = o->label_smoothing, .train = 1,
+                                           .dropout_seed = dropout_seed};
+            st = qkv_transformer_loss(m, &batch, &pass, &loss, &tokens, err);
             /* A non-finite loss or gradient never reaches the parameters: the step stops the
              * run (the last checkpoint is intact) or, when asked, is skipped. A skipped step
              * still counts, so later steps keep their dropout streams. */

@@ -198,8 +198,9 @@ qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz
     int title_box[4] = {0};
 
     if (*title &&
-        (st = qkv_canvas_text(out, v, title, FS_TITLE, W / 2, PAD, QKV_ALIGN_CENTER,
-                              QKV_VALIGN_TOP, 0, ink, title_box, err)))
+        (st = qkv_canvas_text(out, v, title, W / 2, PAD,
+                              &(qkv_text_style){FS_TITLE, QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0, ink},
+                              title_box, err)))
         goto done;
 
     for (int r = 0; r < rows; r++)
@@ -219,36 +220,42 @@ qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz
             qkv_canvas_stroke_rect(out, px - 1, py - 1, pw + 2, ph + 2, frame);
 
             if (pt && *pt[r * cols + c] &&
-                (st = qkv_canvas_text(out, v, pt[r * cols + c], FS_LABEL, px + pw / 2, py - 4,
-                                      QKV_ALIGN_CENTER, QKV_VALIGN_BOTTOM, 0, ink, NULL, err)))
+                (st = qkv_canvas_text(out, v, pt[r * cols + c], px + pw / 2, py - 4,
+                                      &(qkv_text_style){FS_LABEL, QKV_ALIGN_CENTER,
+                                                        QKV_VALIGN_BOTTOM, 0, ink},
+                                      NULL, err)))
                 goto done;
             if (c == 0 && yl)
                 for (int i = 0; i < n; i += y_stride) {
                     int cy = py + i * cell + cell / 2;
                     qkv_canvas_fill_rect(out, px - 1 - TICK_LEN, cy, TICK_LEN, 1, frame);
-                    if ((st = qkv_canvas_text(out, v, yl[i], FS_TICK, px - TICK_LEN - 4, cy,
-                                              QKV_ALIGN_RIGHT, QKV_VALIGN_MIDDLE, 0, ink, NULL,
-                                              err)))
+                    if ((st = qkv_canvas_text(out, v, yl[i], px - TICK_LEN - 4, cy,
+                                              &(qkv_text_style){FS_TICK, QKV_ALIGN_RIGHT,
+                                                                QKV_VALIGN_MIDDLE, 0, ink},
+                                              NULL, err)))
                         goto done;
                 }
             if (c == 0 && s->ylabel && *s->ylabel &&
-                (st = qkv_canvas_text(out, v, s->ylabel, FS_LABEL, px - 1 - y_region - 6,
-                                      py + ph / 2, QKV_ALIGN_RIGHT, QKV_VALIGN_MIDDLE, 1, ink,
+                (st = qkv_canvas_text(out, v, s->ylabel, px - 1 - y_region - 6, py + ph / 2,
+                                      &(qkv_text_style){FS_LABEL, QKV_ALIGN_RIGHT,
+                                                        QKV_VALIGN_MIDDLE, 1, ink},
                                       NULL, err)))
                 goto done;
             if (r == rows - 1 && xl)
                 for (int j = 0; j < m; j += x_stride) {
                     int cx = px + j * cell + cell / 2;
                     qkv_canvas_fill_rect(out, cx, py + ph + 1, 1, TICK_LEN, frame);
-                    if ((st = qkv_canvas_text(out, v, xl[j], FS_TICK, cx,
-                                              py + ph + 1 + TICK_LEN + 2, QKV_ALIGN_CENTER,
-                                              QKV_VALIGN_TOP, x_rot, ink, NULL, err)))
+                    if ((st = qkv_canvas_text(out, v, xl[j], cx, py + ph + 1 + TICK_LEN + 2,
+                                              &(qkv_text_style){FS_TICK, QKV_ALIGN_CENTER,
+                                                                QKV_VALIGN_TOP, x_rot, ink},
+                                              NULL, err)))
                         goto done;
                 }
             if (r == rows - 1 && s->xlabel && *s->xlabel &&
-                (st = qkv_canvas_text(out, v, s->xlabel, FS_LABEL, px + pw / 2,
-                                      py + ph + 1 + x_region + 6, QKV_ALIGN_CENTER,
-                                      QKV_VALIGN_TOP, 0, ink, NULL, err)))
+                (st = qkv_canvas_text(out, v, s->xlabel, px + pw / 2, py + ph + 1 + x_region + 6,
+                                      &(qkv_text_style){FS_LABEL, QKV_ALIGN_CENTER,
+                                                        QKV_VALIGN_TOP, 0, ink},
+                                      NULL, err)))
                 goto done;
         }
 
@@ -263,8 +270,10 @@ qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz
         for (int i = 0; i < n_cb; i++) {
             int ty = by + (int)lround((1.0 - (cb_ticks[i] - vmin) / (vmax - vmin)) * (cb_h - 1));
             qkv_canvas_fill_rect(out, bx + CBAR_W + 1, ty, TICK_LEN, 1, frame);
-            if ((st = qkv_canvas_text(out, v, cb_lab[i], FS_TICK, bx + CBAR_W + 1 + TICK_LEN + 3,
-                                      ty, QKV_ALIGN_LEFT, QKV_VALIGN_MIDDLE, 0, ink, NULL, err)))
+            if ((st = qkv_canvas_text(out, v, cb_lab[i], bx + CBAR_W + 1 + TICK_LEN + 3, ty,
+                                      &(qkv_text_style){FS_TICK, QKV_ALIGN_LEFT,
+                                                        QKV_VALIGN_MIDDLE, 0, ink},
+                                      NULL, err)))
                 goto done;
         }
         cb_box[0] = bx, cb_box[1] = by, cb_box[2] = CBAR_W, cb_box[3] = cb_h;

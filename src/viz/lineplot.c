@@ -296,8 +296,10 @@ qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
             continue;
         qkv_canvas_fill_rect(out, f.ax, y, f.aw, 1, grid);
         qkv_canvas_fill_rect(out, f.ax - 1 - TICK_LEN, y, TICK_LEN, 1, frame);
-        if ((st = qkv_canvas_text(out, v, ylab[i], FS_TICK, f.ax - TICK_LEN - 4, y,
-                                  QKV_ALIGN_RIGHT, QKV_VALIGN_MIDDLE, 0, ink, NULL, err)))
+        if ((st = qkv_canvas_text(out, v, ylab[i], f.ax - TICK_LEN - 4, y,
+                                  &(qkv_text_style){FS_TICK, QKV_ALIGN_RIGHT, QKV_VALIGN_MIDDLE,
+                                                    0, ink},
+                                  NULL, err)))
             goto fail;
     }
     for (int i = 0; i < nx; i++) {
@@ -307,8 +309,10 @@ qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
         qkv_canvas_fill_rect(out, x, f.ay, 1, f.ah, grid);
         qkv_canvas_fill_rect(out, x, f.ay + f.ah + 1, 1, TICK_LEN, frame);
         int cx = iclamp(x, xlw[i] / 2 + 1, W - 1 - xlw[i] / 2); /* the last may overhang */
-        if ((st = qkv_canvas_text(out, v, xlab[i], FS_TICK, cx, f.ay + f.ah + 1 + TICK_LEN + 2,
-                                  QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0, ink, NULL, err)))
+        if ((st = qkv_canvas_text(out, v, xlab[i], cx, f.ay + f.ah + 1 + TICK_LEN + 2,
+                                  &(qkv_text_style){FS_TICK, QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0,
+                                                    ink},
+                                  NULL, err)))
             goto fail;
     }
 
@@ -389,8 +393,10 @@ qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
                 qkv_canvas_disc(out, (x0 + x1) / 2, cy,
                                 q->marker_radius > 0 ? q->marker_radius : 4.0f, col,
                                 q->marker_alpha > 0 ? q->marker_alpha : 1.0f);
-            if ((st = qkv_canvas_text(out, v, q->label, FS_LEGEND, (int)x1 + 8, (int)cy,
-                                      QKV_ALIGN_LEFT, QKV_VALIGN_MIDDLE, 0, ink, NULL, err)))
+            if ((st = qkv_canvas_text(out, v, q->label, (int)x1 + 8, (int)cy,
+                                      &(qkv_text_style){FS_LEGEND, QKV_ALIGN_LEFT,
+                                                        QKV_VALIGN_MIDDLE, 0, ink},
+                                      NULL, err)))
                 goto fail;
             e++;
         }
@@ -405,18 +411,23 @@ qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
         if ((st = qkv_text_fit(title, sizeof title, &w, v, s->title, FS_TITLE, W - 2 * PAD, err)))
             goto fail;
         int cx = iclamp(f.ax + f.aw / 2, PAD + w / 2, W - PAD - w / 2);
-        if ((st = qkv_canvas_text(out, v, title, FS_TITLE, cx, PAD, QKV_ALIGN_CENTER,
-                                  QKV_VALIGN_TOP, 0, ink, title_box, err)))
+        if ((st = qkv_canvas_text(out, v, title, cx, PAD,
+                                  &(qkv_text_style){FS_TITLE, QKV_ALIGN_CENTER, QKV_VALIGN_TOP,
+                                                    0, ink},
+                                  title_box, err)))
             goto fail;
     }
     if (has_xl &&
-        (st = qkv_canvas_text(out, v, s->xlabel, FS_LABEL, f.ax + f.aw / 2,
-                              f.ay + f.ah + 1 + TICK_LEN + 2 + lh_tick + 4, QKV_ALIGN_CENTER,
-                              QKV_VALIGN_TOP, 0, ink, NULL, err)))
+        (st = qkv_canvas_text(out, v, s->xlabel, f.ax + f.aw / 2,
+                              f.ay + f.ah + 1 + TICK_LEN + 2 + lh_tick + 4,
+                              &(qkv_text_style){FS_LABEL, QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0, ink},
+                              NULL, err)))
         goto fail;
     if (has_yl &&
-        (st = qkv_canvas_text(out, v, s->ylabel, FS_LABEL, PAD, f.ay + f.ah / 2, QKV_ALIGN_LEFT,
-                              QKV_VALIGN_MIDDLE, 1, ink, NULL, err)))
+        (st = qkv_canvas_text(out, v, s->ylabel, PAD, f.ay + f.ah / 2,
+                              &(qkv_text_style){FS_LABEL, QKV_ALIGN_LEFT, QKV_VALIGN_MIDDLE, 1,
+                                                ink},
+                              NULL, err)))
         goto fail;
 
     if (geom) {

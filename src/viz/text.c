@@ -183,10 +183,14 @@ qkv_status qkv_text_size(int *w, int *h, qkv_viz *v, const char *text, float siz
     return st;
 }
 
-qkv_status qkv_canvas_text(qkv_canvas *c, qkv_viz *v, const char *text, float size_px, int x,
-                           int y, qkv_halign halign, qkv_valign valign, int rotate90,
-                           qkv_rgb color, int box[4], qkv_error *err)
+qkv_status qkv_canvas_text(qkv_canvas *c, qkv_viz *v, const char *text, int x, int y,
+                           const qkv_text_style *style, int box[4], qkv_error *err)
 {
+    const float size_px = style->size_px;
+    const qkv_halign halign = style->halign;
+    const qkv_valign valign = style->valign;
+    const int rotate90 = style->rotate90;
+    const qkv_rgb color = style->color;
     if (box)
         box[0] = box[1] = box[2] = box[3] = 0;
     if (!text || !*text)

@@ -77,7 +77,8 @@ static void test_beam1_is_greedy(void **state)
             double score[NB], lp[NB];
             assert_int_equal(qkv_transformer_greedy(m, SRC, VALID, NB, SL, ml, g, gl, NULL), QKV_OK);
             qkv_beam_options o = {1, 1, ml, 0.0f};
-            assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o, bo, bl, score, lp,
+            assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o,
+                                                  &(qkv_beam_results){bo, bl, score, lp},
                                                   NULL), QKV_OK);
             for (int b = 0; b < NB; b++) {
                 assert_int_equal(bl[b], gl[b]);
@@ -112,7 +113,8 @@ static void test_wider_beam_not_worse(void **state)
             int bo[NB * 2 * ml], bl[NB * 2];
             double score[NB * 2], lp[NB * 2];
             qkv_beam_options o = {K, 2, ml, 0.0f};
-            assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o, bo, bl, score, lp,
+            assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o,
+                                                  &(qkv_beam_results){bo, bl, score, lp},
                                                   NULL), QKV_OK);
             for (int b = 0; b < NB; b++) {
                 double lg = sequence_logprob(m, SRC + b * SL, VALID[b], g + b * ml, gl[b],
@@ -181,8 +183,9 @@ static void test_exhaustive_beam_is_exact(void **state)
             double score[NBEST], lp[NBEST];
             qkv_beam_options o = {K, NBEST, L, alpha};
             int valid = VALID[b];
-            assert_int_equal(qkv_transformer_beam(m, src, &valid, 1, SL, &o, out, out_len,
-                                                  score, lp, NULL), QKV_OK);
+            assert_int_equal(qkv_transformer_beam(m, src, &valid, 1, SL, &o,
+                                                  &(qkv_beam_results){out, out_len, score, lp},
+                                                  NULL), QKV_OK);
             for (int i = 0; i < NBEST; i++) {
                 assert_true(out_len[i] >= 0);
                 if (fabs(score[i] - scores[i]) > 1e-4 * (1 + fabs(scores[i])))
@@ -208,14 +211,16 @@ static void test_batch_independence(void **state)
         int out[NB * NBEST * ML], len[NB * NBEST];
         double score[NB * NBEST];
         qkv_beam_options o = {K, NBEST, ML, 0.6f};
-        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o, out, len, score, NULL,
+        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o,
+                                              &(qkv_beam_results){out, len, score, NULL},
                                               NULL), QKV_OK);
         for (int b = 0; b < NB; b++) {
             int one[NBEST * ML], one_len[NBEST];
             double one_score[NBEST];
             /* alone, with its own (shorter) padding */
+            qkv_beam_results one_out = {one, one_len, one_score, NULL};
             assert_int_equal(qkv_transformer_beam(m, SRC + b * SL, &VALID[b], 1, VALID[b], &o,
-                                                  one, one_len, one_score, NULL, NULL), QKV_OK);
+                                                  &one_out, NULL), QKV_OK);
             for (int k = 0; k < NBEST; k++) {
                 const int i = b * NBEST + k;
                 assert_int_equal(one_len[k], len[i]);
@@ -228,8 +233,9 @@ static void test_batch_independence(void **state)
         memcpy(pair_src, SRC + 3 * SL, SL * sizeof *pair_src);
         memcpy(pair_src + SL, SRC, SL * sizeof *pair_src);
         int two[2 * NBEST * ML], two_len[2 * NBEST];
-        assert_int_equal(qkv_transformer_beam(m, pair_src, pair_valid, 2, SL, &o, two, two_len,
-                                              NULL, NULL, NULL), QKV_OK);
+        assert_int_equal(qkv_transformer_beam(m, pair_src, pair_valid, 2, SL, &o,
+                                              &(qkv_beam_results){two, two_len, NULL, NULL},
+                                              NULL), QKV_OK);
         for (int k = 0; k < NBEST; k++) {
             assert_int_equal(two_len[k], len[3 * NBEST + k]);
             assert_memory_equal(two + k * ML, out + (size_t)(3 * NBEST + k) * ML,
@@ -255,7 +261,8 @@ static void test_length_penalty(void **state)
         int out[NB * K * ML], len[NB * K];
         double score[NB * K], lp[NB * K];
         qkv_beam_options o = {K, K, ML, alphas[a]};
-        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o, out, len, score, lp,
+        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o,
+                                              &(qkv_beam_results){out, len, score, lp},
                                               NULL), QKV_OK);
         for (int b = 0; b < NB; b++) {
             for (int k = 0; k + 1 < K; k++)
@@ -282,11 +289,13 @@ static void test_rejects_bad_options(void **state)
     qkv_beam_options bad[] = {{0, 1, 5, 0.0f}, {2, 3, 5, 0.0f}, {2, 0, 5, 0.0f},
                               {2, 1, 5, -0.5f}, {2, 1, 0, 0.0f}, {2, 1, 33, 0.0f}};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
-        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, 1, SL, &bad[k], out, len, NULL,
-                                              NULL, &err), QKV_ERR_ARG);
+        assert_int_equal(qkv_transformer_beam(m, SRC, VALID, 1, SL, &bad[k],
+                                              &(qkv_beam_results){out, len, NULL, NULL},
+                                              &err), QKV_ERR_ARG);
     int too_long = SL + 1;
     qkv_beam_options o = {2, 1, 5, 0.0f};
-    assert_int_equal(qkv_transformer_beam(m, SRC, &too_long, 1, SL, &o, out, len, NULL, NULL,
+    assert_int_equal(qkv_transformer_beam(m, SRC, &too_long, 1, SL, &o,
+                                          &(qkv_beam_results){out, len, NULL, NULL},
                                           &err), QKV_ERR_ARG);
     assert_non_null(strstr(err.msg, "valid length"));
     qkv_transformer_free(m);

@@ -357,8 +357,8 @@ static double train_reversal(qkv_transformer *m)
         memset(grads, 0, qkv_transformer_num_params(m) * sizeof *grads);
         double sum;
         int tokens;
-        assert_int_equal(qkv_transformer_loss(m, &b, 1, 0.0f, 0.0f, 1, (uint64_t)step, &sum,
-                                              &tokens, &err), QKV_OK);
+        const qkv_loss_options pass = {.backward = 1, .train = 1, .dropout_seed = (uint64_t)step};
+        assert_int_equal(qkv_transformer_loss(m, &b, &pass, &sum, &tokens, &err), QKV_OK);
         if (step >= STEPS - LAST) last += sum / tokens / LAST;
         qkv_clip_grad_norm(grads, qkv_transformer_num_params(m), 1.0);
         qkv_adam_update(&opt, qkv_transformer_params(m), grads, 3e-3f);

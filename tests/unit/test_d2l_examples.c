@@ -69,8 +69,9 @@ static void test_additive_attention_example(void **state)
     qkv_additive_cache cache = {cq, ck, F, P};
     int lens[B] = {2, 6};
     qkv_mask mask = {lens, 0, 0};
-    qkv_additive_attention_forward(O, &cache, Q, K, V, &w, B, n, m, dq, dk, v, h, &mask, 0.0f, 0,
-                                   NULL);
+    qkv_additive_attention_forward(O, &cache, &(qkv_attention_inputs){Q, K, V}, &w,
+                                   &(qkv_additive_shape){B, n, m, dq, dk, v, h}, &mask,
+                                   (qkv_dropout){0.0f, 0}, NULL);
     const float want[B * n * v] = {2, 3, 4, 5, 10, 11, 12, 13};
     for (int i = 0; i < B * n * v; i++) assert_float_equal(O[i], want[i], 1e-5f);
     for (int j = 0; j < m; j++) {
@@ -92,7 +93,9 @@ static void test_dot_product_attention_example(void **state)
         for (int i = 0; i < m * v; i++) V[b * m * v + i] = (float)i;
     int lens[B] = {2, 6};
     qkv_mask mask = {lens, 0, 0};
-    qkv_attention_forward(O, P, Q, K, V, B, 1, n, m, d, v, &mask, 0.0f, 0, NULL);
+    qkv_attention_forward(O, P, &(qkv_attention_inputs){Q, K, V},
+                          &(qkv_attention_shape){B, 1, n, m, d, v}, &mask, (qkv_dropout){0.0f, 0},
+                          NULL);
     const float want[B * n * v] = {2, 3, 4, 5, 10, 11, 12, 13};
     for (int i = 0; i < B * n * v; i++) assert_float_equal(O[i], want[i], 1e-5f);
     for (int j = 0; j < m; j++) assert_float_equal(P[m + j], j < 6 ? 1.0f / 6.0f : 0.0f, 1e-6f);
@@ -102,9 +105,10 @@ static void test_dot_product_attention_example(void **state)
 static void test_layernorm_example(void **state)
 {
     (void)state;
-    const float x[4] = {1, 2, 2, 3}, gamma[2] = {1, 1}, beta[2] = {0, 0};
+    const float x[4] = {1, 2, 2, 3};
+    float gamma[2] = {1, 1}, beta[2] = {0, 0};
     float y[4], mean[2], rstd[2];
-    qkv_layernorm_forward(y, mean, rstd, x, gamma, beta, 2, 2, 1e-5f);
+    qkv_layernorm_forward(y, mean, rstd, x, &(qkv_layernorm_weights){gamma, beta}, 2, 2, 1e-5f);
     const float want[4] = {-1, 1, -1, 1};
     for (int i = 0; i < 4; i++) assert_float_equal(y[i], want[i], 1e-4f);
     assert_float_equal(mean[0], 1.5f, 0.0f);

@@ -135,23 +135,26 @@ static void run_case(const flash_case *c)
     /* Q scaled so that weights range from peaked to flat, not all near 1/m. */
     float *Q = rand_scaled(nQ, 11, 3.0f), *K = tu_rand(nK, 12), *V = tu_rand(nV, 13);
     float *dO = tu_rand(nO, 14);
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_attention_shape shape = {B, H, n, m, d, v};
+    const qkv_dropout drop = {c->p, seed};
 
     /* The reference: materialised weights. */
     size_t nP = (size_t)B * H * n * m;
-    float *P = nans(nP), *ref_scratch = tu_zeros(qkv_attention_scratch_floats(B, H, n, m));
+    float *P = nans(nP), *ref_scratch = tu_zeros(qkv_attention_scratch_floats(&shape));
     float *O_ref = nans(nO), *dQ_ref = tu_zeros(nQ), *dK_ref = tu_zeros(nK), *dV_ref = tu_zeros(nV);
-    qkv_attention_forward(O_ref, P, Q, K, V, B, H, n, m, d, v, &mask, c->p, seed, ref_scratch);
-    qkv_attention_backward(dQ_ref, dK_ref, dV_ref, dO, P, Q, K, V, B, H, n, m, d, v, c->p, seed,
+    qkv_attention_forward(O_ref, P, &x, &shape, &mask, drop, ref_scratch);
+    qkv_attention_backward(&(qkv_attention_grads){dQ_ref, dK_ref, dV_ref}, dO, P, &x, &shape, drop,
                            ref_scratch);
 
     float *O = nans(nO), *L = nans(nL);
-    size_t ns = qkv_flash_attention_scratch_floats(B, H, n);
+    size_t ns = qkv_flash_attention_scratch_floats(&shape);
     assert_int_equal(ns, nL);
     float *scratch = fenced(ns);
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
-    qkv_flash_attention_forward(O, L, Q, K, V, B, H, n, m, d, v, &mask, c->p, seed);
-    qkv_flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, H, n, m, d, v, &mask, c->p,
-                                 seed, scratch);
+    qkv_flash_attention_forward(O, L, &x, &shape, &mask, drop);
+    qkv_flash_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, O, L, &x, &shape, &mask,
+                                 drop, scratch);
     check_fence(scratch, ns);
 
     char name[128];
@@ -205,8 +208,8 @@ static void run_case(const flash_case *c)
     int threads = qkv_get_threads();
     float *dQ2 = tu_zeros(nQ), *dK2 = tu_zeros(nK), *dV2 = tu_zeros(nV);
     qkv_set_threads(threads > B * H ? 1 : B * H + 1);
-    qkv_flash_attention_backward(dQ2, dK2, dV2, dO, O, L, Q, K, V, B, H, n, m, d, v, &mask, c->p,
-                                 seed, scratch);
+    qkv_flash_attention_backward(&(qkv_attention_grads){dQ2, dK2, dV2}, dO, O, L, &x, &shape,
+                                 &mask, drop, scratch);
     qkv_set_threads(threads);
     if (memcmp(dQ, dQ2, nQ * sizeof *dQ) || memcmp(dK, dK2, nK * sizeof *dK) ||
         memcmp(dV, dV2, nV * sizeof *dV))
@@ -250,15 +253,18 @@ static void test_accumulates(void **state)
     qkv_mask mask = {NULL, 0, 1};
     float *Q = rand_scaled(nQ, 21, 3.0f), *K = tu_rand(nK, 22), *V = tu_rand(nV, 23);
     float *dO = tu_rand(nO, 24), *O = nans(nO), *L = nans((size_t)B * H * n);
-    float *scratch = tu_zeros(qkv_flash_attention_scratch_floats(B, H, n));
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_attention_shape shape = {B, H, n, m, d, v};
+    const qkv_dropout drop = {0.2f, 5};
+    float *scratch = tu_zeros(qkv_flash_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
     float *dQ2 = tu_zeros(nQ), *dK2 = tu_zeros(nK), *dV2 = tu_zeros(nV);
-    qkv_flash_attention_forward(O, L, Q, K, V, B, H, n, m, d, v, &mask, 0.2f, 5);
-    qkv_flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, H, n, m, d, v, &mask, 0.2f,
-                                 5, scratch);
+    qkv_flash_attention_forward(O, L, &x, &shape, &mask, drop);
+    qkv_flash_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, O, L, &x, &shape, &mask,
+                                 drop, scratch);
     for (int t = 0; t < 2; t++)
-        qkv_flash_attention_backward(dQ2, dK2, dV2, dO, O, L, Q, K, V, B, H, n, m, d, v, &mask,
-                                     0.2f, 5, scratch);
+        qkv_flash_attention_backward(&(qkv_attention_grads){dQ2, dK2, dV2}, dO, O, L, &x, &shape,
+                                     &mask, drop, scratch);
     for (size_t i = 0; i < nQ; i++) dQ[i] *= 2.0f;
     for (size_t i = 0; i < nK; i++) dK[i] *= 2.0f;
     for (size_t i = 0; i < nV; i++) dV[i] *= 2.0f;
@@ -268,14 +274,14 @@ static void test_accumulates(void **state)
 
     /* Each gradient alone equals its value when all three are asked for. */
     float *g[3] = {tu_zeros(nQ), tu_zeros(nK), tu_zeros(nV)};
-    qkv_flash_attention_backward(g[0], NULL, NULL, dO, O, L, Q, K, V, B, H, n, m, d, v, &mask,
-                                 0.2f, 5, scratch);
-    qkv_flash_attention_backward(NULL, g[1], NULL, dO, O, L, Q, K, V, B, H, n, m, d, v, &mask,
-                                 0.2f, 5, scratch);
-    qkv_flash_attention_backward(NULL, NULL, g[2], dO, O, L, Q, K, V, B, H, n, m, d, v, &mask,
-                                 0.2f, 5, scratch);
-    qkv_flash_attention_backward(NULL, NULL, NULL, dO, O, L, Q, K, V, B, H, n, m, d, v, &mask,
-                                 0.2f, 5, scratch);
+    qkv_flash_attention_backward(&(qkv_attention_grads){g[0], NULL, NULL}, dO, O, L, &x, &shape,
+                                 &mask, drop, scratch);
+    qkv_flash_attention_backward(&(qkv_attention_grads){NULL, g[1], NULL}, dO, O, L, &x, &shape,
+                                 &mask, drop, scratch);
+    qkv_flash_attention_backward(&(qkv_attention_grads){NULL, NULL, g[2]}, dO, O, L, &x, &shape,
+                                 &mask, drop, scratch);
+    qkv_flash_attention_backward(&(qkv_attention_grads){NULL, NULL, NULL}, dO, O, L, &x, &shape,
+                                 &mask, drop, scratch);
     for (size_t i = 0; i < nQ; i++) dQ[i] *= 0.5f;
     for (size_t i = 0; i < nK; i++) dK[i] *= 0.5f;
     for (size_t i = 0; i < nV; i++) dV[i] *= 0.5f;
@@ -301,8 +307,9 @@ typedef struct {
 static double fd_loss(void *p)
 {
     fd_ctx *c = p;
-    qkv_flash_attention_forward(c->O, c->L, c->Q, c->K, c->V, c->B, c->H, c->n, c->m, c->d, c->v,
-                                &c->mask, c->p, 99);
+    qkv_flash_attention_forward(c->O, c->L, &(qkv_attention_inputs){c->Q, c->K, c->V},
+                                &(qkv_attention_shape){c->B, c->H, c->n, c->m, c->d, c->v},
+                                &c->mask, (qkv_dropout){c->p, 99});
     return tu_dot(c->O, c->r, (size_t)c->B * c->n * c->H * c->v);
 }
 
@@ -314,11 +321,13 @@ static void gradcheck(int B, int H, int n, int m, int d, int v, const int *lens,
     const size_t nV = (size_t)B * m * H * v, nO = (size_t)B * n * H * v;
     c.Q = rand_scaled(nQ, 31, 2.0f), c.K = tu_rand(nK, 32), c.V = tu_rand(nV, 33);
     c.O = nans(nO), c.L = nans((size_t)B * H * n), c.r = tu_rand(nO, 34);
-    float *scratch = tu_zeros(qkv_flash_attention_scratch_floats(B, H, n));
+    const qkv_attention_shape shape = {B, H, n, m, d, v};
+    float *scratch = tu_zeros(qkv_flash_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
     fd_loss(&c);
-    qkv_flash_attention_backward(dQ, dK, dV, c.r, c.O, c.L, c.Q, c.K, c.V, B, H, n, m, d, v,
-                                 &c.mask, p, 99, scratch);
+    qkv_flash_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, c.r, c.O, c.L,
+                                 &(qkv_attention_inputs){c.Q, c.K, c.V}, &shape, &c.mask,
+                                 (qkv_dropout){p, 99}, scratch);
     char name[96];
     snprintf(name, sizeof name, "%s dQ", label);
     tu_gradcheck(name, c.Q, nQ, dQ, fd_loss, &c, TU_FD_STEP, TU_FD_TOL, 48);
@@ -380,16 +389,19 @@ static void test_parity(void **state)
     const float *Q = ref(&f, "Q", nQ), *K = ref(&f, "K", nK), *V = ref(&f, "V", nV);
     const float *dO = ref(&f, "dO", nO), *L_ref = ref(&f, "L", nL);
     float *O = nans(nO), *L = nans(nL);
-    float *scratch = tu_zeros(qkv_flash_attention_scratch_floats(B, H, n));
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_attention_shape shape = {B, H, n, m, d, v};
+    const qkv_dropout drop = {p, seed};
+    float *scratch = tu_zeros(qkv_flash_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
-    qkv_flash_attention_forward(O, L, Q, K, V, B, H, n, m, d, v, &mask, p, seed);
+    qkv_flash_attention_forward(O, L, &x, &shape, &mask, drop);
     tu_check_close("O", O, ref(&f, "O", nO), nO, TU_FWD_ATOL, TU_FWD_RTOL);
     for (size_t i = 0; i < nL; i++) /* rows with no key: -inf in both */
         if (isinf(L_ref[i]) ? L[i] != L_ref[i]
                             : fabsf(L[i] - L_ref[i]) > TU_FWD_ATOL + TU_FWD_RTOL * fabsf(L_ref[i]))
             fail_msg("L[%zu] = %.9g, torch %.9g", i, (double)L[i], (double)L_ref[i]);
-    qkv_flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, H, n, m, d, v, &mask, p, seed,
-                                 scratch);
+    qkv_flash_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, O, L, &x, &shape, &mask,
+                                 drop, scratch);
     tu_check_grad("dQ", dQ, ref(&f, "dQ", nQ), nQ, TU_GRAD_REL);
     tu_check_grad("dK", dK, ref(&f, "dK", nK), nK, TU_GRAD_REL);
     tu_check_grad("dV", dV, ref(&f, "dV", nV), nV, TU_GRAD_REL);
@@ -411,12 +423,15 @@ static void test_long_sequence(void **state)
     qkv_mask mask = {&valid, 0, 1};
     float *Q = rand_scaled(nX, 41, 3.0f), *K = tu_rand(nX, 42), *V = tu_rand(nX, 43);
     float *dO = tu_rand(nX, 44), *O = nans(nX), *L = nans((size_t)H * N);
-    size_t ns = qkv_flash_attention_scratch_floats(B, H, N);
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_attention_shape shape = {B, H, N, N, D, D};
+    const qkv_dropout none = {0.0f, 0};
+    size_t ns = qkv_flash_attention_scratch_floats(&shape);
     assert_int_equal(ns, (size_t)H * N); /* linear in N: no N x N anything */
     float *scratch = fenced(ns), *dQ = tu_zeros(nX), *dK = tu_zeros(nX), *dV = tu_zeros(nX);
-    qkv_flash_attention_forward(O, L, Q, K, V, B, H, N, N, D, D, &mask, 0.0f, 0);
-    qkv_flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, H, N, N, D, D, &mask, 0.0f, 0,
-                                 scratch);
+    qkv_flash_attention_forward(O, L, &x, &shape, &mask, none);
+    qkv_flash_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, O, L, &x, &shape, &mask,
+                                 none, scratch);
     check_fence(scratch, ns);
     tu_check_finite("O", O, nX);
     tu_check_finite("dQ", dQ, nX);
@@ -429,7 +444,8 @@ static void test_long_sequence(void **state)
     float *Qr = tu_zeros(nR), *dOr = tu_zeros(nR), *Or = nans(nR), *dQr = tu_zeros(nR);
     float *Of = tu_zeros(nR), *dQf = tu_zeros(nR), *Lf = tu_zeros((size_t)H * R);
     float *P = nans((size_t)H * R * N);
-    float *ref_scratch = tu_zeros(qkv_attention_scratch_floats(1, H, R, N));
+    const qkv_attention_shape rows_shape = {1, H, R, N, D, D};
+    float *ref_scratch = tu_zeros(qkv_attention_scratch_floats(&rows_shape));
     int lens[R];
     for (int r = 0; r < R; r++) {
         size_t src = (size_t)rows[r] * H * D, dst = (size_t)r * H * D;
@@ -441,9 +457,10 @@ static void test_long_sequence(void **state)
         for (int h = 0; h < H; h++) Lf[h * R + r] = L[(size_t)h * N + rows[r]];
     }
     qkv_mask row_mask = {lens, 1, 0};
-    qkv_attention_forward(Or, P, Qr, K, V, 1, H, R, N, D, D, &row_mask, 0.0f, 0, ref_scratch);
-    qkv_attention_backward(dQr, NULL, NULL, dOr, P, Qr, K, V, 1, H, R, N, D, D, 0.0f, 0,
-                           ref_scratch);
+    const qkv_attention_inputs xr = {Qr, K, V};
+    qkv_attention_forward(Or, P, &xr, &rows_shape, &row_mask, none, ref_scratch);
+    qkv_attention_backward(&(qkv_attention_grads){dQr, NULL, NULL}, dOr, P, &xr, &rows_shape,
+                           none, ref_scratch);
     tu_check_grad("long O rows", Of, Or, nR, FLASH_REL);
     tu_check_grad("long dQ rows", dQf, dQr, nR, FLASH_REL);
     for (int r = 0; r < R; r++)

@@ -77,7 +77,7 @@ static void test_dropout_exact(void **state)
         for (size_t i = 0; i < n; i++)
             if (dx[i] != dx0[i] + reference_drop(x[i], p, seed, offset + i))
                 fail_msg("dropout backward p = %g, element %zu", (double)p, i);
-        qkv_residual_forward(y, x, s, n, p, seed);
+        qkv_residual_forward(y, x, s, n, (qkv_dropout){p, seed});
         for (size_t i = 0; i < n; i++)
             if (y[i] != x[i] + reference_drop(s[i], p, seed, i))
                 fail_msg("residual p = %g, element %zu", (double)p, i);
@@ -87,8 +87,10 @@ static void test_dropout_exact(void **state)
     float *Q = tu_rand(B * N * H * D, 4), *K = tu_rand(B * M * H * D, 5);
     float *V = tu_rand(B * M * H * D, 6), *O = tu_zeros(B * N * H * D);
     float *P = tu_zeros(B * H * N * M);
-    float *scratch = tu_zeros(qkv_attention_scratch_floats(B, H, N, M));
-    qkv_attention_forward(O, P, Q, K, V, B, H, N, M, D, D, NULL, 0.3f, seed, scratch);
+    const qkv_attention_shape shape = {B, H, N, M, D, D};
+    float *scratch = tu_zeros(qkv_attention_scratch_floats(&shape));
+    qkv_attention_forward(O, P, &(qkv_attention_inputs){Q, K, V}, &shape, NULL,
+                          (qkv_dropout){0.3f, seed}, scratch);
     for (size_t e = 0; e < (size_t)B * H * N * M; e++)
         if (scratch[e] != reference_drop(P[e], 0.3f, seed, e))
             fail_msg("attention dropout, weight %zu", e);
@@ -110,16 +112,21 @@ static void test_addnorm_fused(void **state)
         float *y = tu_zeros(n), *z = tu_zeros(n), *mean = tu_zeros(N), *rstd = tu_zeros(N);
         float *dx = tu_rand(n, 6), *ds = tu_rand(n, 7), *dg = tu_zeros(C), *db = tu_zeros(C);
         float *scratch = tu_zeros(n);
-        qkv_addnorm_forward(y, z, mean, rstd, x, s, g, b, N, C, 1e-5f, p, seed);
-        qkv_addnorm_backward(dx, ds, dg, db, dy, z, mean, rstd, g, N, C, p, seed, scratch);
+        const qkv_layernorm_weights w = {g, b};
+        const qkv_dropout drop = {p, seed};
+        qkv_addnorm_cache c = {z, mean, rstd};
+        qkv_addnorm_forward(y, &c, x, s, &w, N, C, 1e-5f, drop);
+        qkv_addnorm_backward(dx, ds, &(qkv_layernorm_weights){dg, db}, dy, &c, &w, N, C, drop,
+                             scratch);
         /* composed */
         float *y2 = tu_zeros(n), *z2 = tu_zeros(n), *mean2 = tu_zeros(N), *rstd2 = tu_zeros(N);
         float *dx2 = tu_rand(n, 6), *ds2 = tu_rand(n, 7), *dg2 = tu_zeros(C), *db2 = tu_zeros(C);
         float *dz = tu_zeros(n);
-        qkv_residual_forward(z2, x, s, n, p, seed);
-        qkv_layernorm_forward(y2, mean2, rstd2, z2, g, b, N, C, 1e-5f);
-        qkv_layernorm_backward(dz, dg2, db2, dy, z2, mean2, rstd2, g, N, C);
-        qkv_residual_backward(dx2, ds2, dz, n, p, seed);
+        qkv_residual_forward(z2, x, s, n, drop);
+        qkv_layernorm_forward(y2, mean2, rstd2, z2, &w, N, C, 1e-5f);
+        qkv_layernorm_backward(dz, &(qkv_layernorm_weights){dg2, db2}, dy, z2, mean2, rstd2, &w, N,
+                               C);
+        qkv_residual_backward(dx2, ds2, dz, n, drop);
         assert_memory_equal(z, z2, n * sizeof *z);
         assert_memory_equal(y, y2, n * sizeof *y);
         assert_memory_equal(mean, mean2, N * sizeof *mean);

@@ -89,7 +89,8 @@ static double norm_loss(void *p)
     if (c->rms)
         qkv_rmsnorm_forward(c->y, c->rstd, c->x, c->g, c->N, c->C, 1e-5f);
     else
-        qkv_layernorm_forward(c->y, c->mean, c->rstd, c->x, c->g, c->b, c->N, c->C, 1e-5f);
+        qkv_layernorm_forward(c->y, c->mean, c->rstd, c->x, &(qkv_layernorm_weights){c->g, c->b},
+                              c->N, c->C, 1e-5f);
     return tu_dot(c->y, c->r, (size_t)c->N * c->C);
 }
 static void test_norms(void **state)
@@ -103,7 +104,8 @@ static void test_norms(void **state)
         if (rms)
             qkv_rmsnorm_backward(dx, dg, c.r, c.x, c.rstd, c.g, c.N, c.C);
         else
-            qkv_layernorm_backward(dx, dg, db, c.r, c.x, c.mean, c.rstd, c.g, c.N, c.C);
+            qkv_layernorm_backward(dx, &(qkv_layernorm_weights){dg, db}, c.r, c.x, c.mean, c.rstd,
+                                   &(qkv_layernorm_weights){c.g, c.b}, c.N, c.C);
         CHECK(rms ? "rmsnorm dx" : "layernorm dx", c.x, 36, dx, &c, norm_loss);
         CHECK(rms ? "rmsnorm dg" : "layernorm dgamma", c.g, 9, dg, &c, norm_loss);
         if (!rms) CHECK("layernorm dbeta", c.b, 9, db, &c, norm_loss);
@@ -162,11 +164,12 @@ static void test_cross_entropy(void **state)
 /* ---- scaled dot-product attention ------------------------------------------------------ */
 enum { AB = 2, AH = 2, AN = 3, AM = 4, AD = 5, AV = 3 };
 typedef struct { float *Q, *K, *V, *O, *P, *r, *scratch; qkv_mask mask; float p; } att_ctx;
+static const qkv_attention_shape att_shape = {AB, AH, AN, AM, AD, AV};
 static double att_loss(void *p)
 {
     att_ctx *c = p;
-    qkv_attention_forward(c->O, c->P, c->Q, c->K, c->V, AB, AH, AN, AM, AD, AV, &c->mask, c->p,
-                          42, c->scratch);
+    qkv_attention_forward(c->O, c->P, &(qkv_attention_inputs){c->Q, c->K, c->V}, &att_shape,
+                          &c->mask, (qkv_dropout){c->p, 42}, c->scratch);
     return tu_dot(c->O, c->r, AB * AN * AH * AV);
 }
 static void test_attention(void **state)
@@ -177,13 +180,14 @@ static void test_attention(void **state)
         att_ctx c = {tu_rand(AB * AN * AH * AD, 16), tu_rand(AB * AM * AH * AD, 17),
                      tu_rand(AB * AM * AH * AV, 18), tu_zeros(AB * AN * AH * AV),
                      tu_zeros(AB * AH * AN * AM), tu_rand(AB * AN * AH * AV, 19),
-                     tu_zeros(qkv_attention_scratch_floats(AB, AH, AN, AM)), {lens, 0, 1},
+                     tu_zeros(qkv_attention_scratch_floats(&att_shape)), {lens, 0, 1},
                      drop * 0.25f};
         float *dQ = tu_zeros(AB * AN * AH * AD), *dK = tu_zeros(AB * AM * AH * AD),
               *dV = tu_zeros(AB * AM * AH * AV);
         att_loss(&c);
-        qkv_attention_backward(dQ, dK, dV, c.r, c.P, c.Q, c.K, c.V, AB, AH, AN, AM, AD, AV, c.p,
-                               42, c.scratch);
+        qkv_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, c.r, c.P,
+                               &(qkv_attention_inputs){c.Q, c.K, c.V}, &att_shape,
+                               (qkv_dropout){c.p, 42}, c.scratch);
         CHECK("attention dQ", c.Q, AB * AN * AH * AD, dQ, &c, att_loss);
         CHECK("attention dK", c.K, AB * AM * AH * AD, dK, &c, att_loss);
         CHECK("attention dV", c.V, AB * AM * AH * AV, dV, &c, att_loss);
@@ -200,11 +204,13 @@ typedef struct {
     qkv_additive_cache cache;
     qkv_mask mask;
 } add_ctx;
+static const qkv_additive_shape add_shape = {DB, DN, DM, DQ, DK, DVV, DHID};
 static double add_loss(void *p)
 {
     add_ctx *c = p;
-    qkv_additive_attention_forward(c->O, &c->cache, c->Q, c->K, c->V, &c->w, DB, DN, DM, DQ, DK,
-                                   DVV, DHID, &c->mask, 0.2f, 5, c->scratch);
+    qkv_additive_attention_forward(c->O, &c->cache, &(qkv_attention_inputs){c->Q, c->K, c->V},
+                                   &c->w, &add_shape, &c->mask, (qkv_dropout){0.2f, 5},
+                                   c->scratch);
     return tu_dot(c->O, c->r, DB * DN * DVV);
 }
 static void test_additive_attention(void **state)
@@ -213,7 +219,7 @@ static void test_additive_attention(void **state)
     int lens[DB] = {2, 4};
     add_ctx c = {tu_rand(DB * DN * DQ, 20), tu_rand(DB * DM * DK, 21), tu_rand(DB * DM * DVV, 22),
                  tu_zeros(DB * DN * DVV), tu_rand(DB * DN * DVV, 23),
-                 tu_zeros(qkv_additive_attention_scratch_floats(DB, DN, DM, DHID)),
+                 tu_zeros(qkv_additive_attention_scratch_floats(&add_shape)),
                  {tu_rand(DHID * DQ, 24), tu_rand(DHID * DK, 25), tu_rand(DHID, 26)},
                  {tu_zeros(DB * DN * DHID), tu_zeros(DB * DM * DHID),
                   tu_zeros(DB * DN * DM * DHID), tu_zeros(DB * DN * DM)},
@@ -221,8 +227,9 @@ static void test_additive_attention(void **state)
     qkv_additive_weights dw = {tu_zeros(DHID * DQ), tu_zeros(DHID * DK), tu_zeros(DHID)};
     float *dQ = tu_zeros(DB * DN * DQ), *dK = tu_zeros(DB * DM * DK), *dV = tu_zeros(DB * DM * DVV);
     add_loss(&c);
-    qkv_additive_attention_backward(dQ, dK, dV, &dw, c.r, &c.cache, c.Q, c.K, c.V, &c.w, DB, DN,
-                                    DM, DQ, DK, DVV, DHID, 0.2f, 5, c.scratch);
+    qkv_additive_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, &dw, c.r, &c.cache,
+                                    &(qkv_attention_inputs){c.Q, c.K, c.V}, &c.w, &add_shape,
+                                    (qkv_dropout){0.2f, 5}, c.scratch);
     CHECK("additive dQ", c.Q, DB * DN * DQ, dQ, &c, add_loss);
     CHECK("additive dK", c.K, DB * DM * DK, dK, &c, add_loss);
     CHECK("additive dV", c.V, DB * DM * DVV, dV, &c, add_loss);
@@ -246,8 +253,9 @@ typedef struct {
 static double mha_loss(void *p)
 {
     mha_ctx *c = p;
-    qkv_mha_forward(c->y, &c->cache, c->xq, c->xkv, &c->w, &c->cfg, c->B, c->n, c->m, &c->mask,
-                    0.1f, 77, c->scratch);
+    const qkv_attention_shape s = qkv_mha_shape(&c->cfg, c->B, c->n, c->m);
+    qkv_mha_forward(c->y, &c->cache, &(qkv_attention_inputs){c->xq, c->xkv, c->xkv}, &c->w,
+                    &c->cfg, &s, &c->mask, (qkv_dropout){0.1f, 77}, c->scratch);
     return tu_dot(c->y, c->r, (size_t)c->B * c->n * c->cfg.d_q);
 }
 static void test_mha(void **state)
@@ -268,8 +276,10 @@ static void test_mha(void **state)
         float *dwbuf = tu_zeros(nw), *dxq = tu_zeros(nq), *dxkv = cross ? tu_zeros(nkv) : dxq;
         qkv_mha_weights dw = qkv_mha_weights_view(dwbuf, &c.cfg);
         mha_loss(&c);
-        qkv_mha_backward(dxq, dxkv, &dw, c.r, &c.cache, c.xq, c.xkv, &c.w, &c.cfg, c.B, c.n, c.m,
-                         0.1f, 77, c.scratch);
+        const qkv_attention_shape s = qkv_mha_shape(&c.cfg, c.B, c.n, c.m);
+        qkv_mha_backward(&(qkv_attention_grads){dxq, dxkv, dxkv}, &dw, c.r, &c.cache,
+                         &(qkv_attention_inputs){c.xq, c.xkv, c.xkv}, &c.w, &c.cfg, &s,
+                         (qkv_dropout){0.1f, 77}, c.scratch);
         CHECK("mha dxq", c.xq, nq, dxq, &c, mha_loss);
         if (cross) CHECK("mha dxkv", c.xkv, nkv, dxkv, &c, mha_loss);
         CHECK("mha dweights", c.wbuf, nw, dwbuf, &c, mha_loss);
@@ -304,7 +314,9 @@ typedef struct { qkv_activation act; float *x, *W1, *b1, *W2, *b2, *hp, *h, *y, 
 static double ffn_loss(void *p)
 {
     ffn_ctx *c = p;
-    qkv_ffn_forward(c->y, c->hp, c->h, c->x, c->W1, c->b1, c->W2, c->b2, 3, 4, 6, c->act);
+    const qkv_ffn_config cfg = {4, 6, c->act};
+    qkv_ffn_forward(c->y, &(qkv_ffn_cache){c->hp, c->h}, c->x,
+                    &(qkv_ffn_weights){c->W1, c->b1, c->W2, c->b2}, &cfg, 3);
     return tu_dot(c->y, c->r, 12);
 }
 static void test_ffn(void **state)
@@ -324,8 +336,10 @@ static void test_ffn(void **state)
             if (act || nearest > 4 * TU_FD_STEP) break;
             qkv_fill_uniform(c.b1, 6, -1.0f, 1.0f, seed);
         }
-        qkv_ffn_backward(dx, dW1, db1, dW2, db2, c.r, c.hp, c.h, c.x, c.W1, c.W2, 3, 4, 6, c.act,
-                         scratch);
+        const qkv_ffn_config cfg = {4, 6, c.act};
+        qkv_ffn_backward(dx, &(qkv_ffn_weights){dW1, db1, dW2, db2}, c.r,
+                         &(qkv_ffn_cache){c.hp, c.h}, c.x,
+                         &(qkv_ffn_weights){c.W1, c.b1, c.W2, c.b2}, &cfg, 3, scratch);
         CHECK("ffn dx", c.x, 12, dx, &c, ffn_loss);
         CHECK("ffn dW1", c.W1, 24, dW1, &c, ffn_loss);
         CHECK("ffn db1", c.b1, 6, db1, &c, ffn_loss);
@@ -340,14 +354,14 @@ typedef struct { float *x, *s, *g, *b, *y, *z, *mean, *rstd, *r; } addnorm_ctx;
 static double addnorm_loss(void *p)
 {
     addnorm_ctx *c = p;
-    qkv_addnorm_forward(c->y, c->z, c->mean, c->rstd, c->x, c->s, c->g, c->b, 3, 5, 1e-5f, 0.3f,
-                        8);
+    qkv_addnorm_forward(c->y, &(qkv_addnorm_cache){c->z, c->mean, c->rstd}, c->x, c->s,
+                        &(qkv_layernorm_weights){c->g, c->b}, 3, 5, 1e-5f, (qkv_dropout){0.3f, 8});
     return tu_dot(c->y, c->r, 15);
 }
 static double residual_loss(void *p)
 {
     addnorm_ctx *c = p;
-    qkv_residual_forward(c->y, c->x, c->s, 15, 0.3f, 8);
+    qkv_residual_forward(c->y, c->x, c->s, 15, (qkv_dropout){0.3f, 8});
     return tu_dot(c->y, c->r, 15);
 }
 static void test_addnorm_and_residual(void **state)
@@ -358,14 +372,17 @@ static void test_addnorm_and_residual(void **state)
     float *dx = tu_zeros(15), *ds = tu_zeros(15), *dg = tu_zeros(5), *db = tu_zeros(5),
           *scratch = tu_zeros(15);
     addnorm_loss(&c);
-    qkv_addnorm_backward(dx, ds, dg, db, c.r, c.z, c.mean, c.rstd, c.g, 3, 5, 0.3f, 8, scratch);
+    qkv_addnorm_backward(dx, ds, &(qkv_layernorm_weights){dg, db}, c.r,
+                         &(qkv_addnorm_cache){c.z, c.mean, c.rstd},
+                         &(qkv_layernorm_weights){c.g, c.b}, 3, 5, (qkv_dropout){0.3f, 8},
+                         scratch);
     CHECK("addnorm dx", c.x, 15, dx, &c, addnorm_loss);
     CHECK("addnorm ds", c.s, 15, ds, &c, addnorm_loss);
     CHECK("addnorm dgamma", c.g, 5, dg, &c, addnorm_loss);
     CHECK("addnorm dbeta", c.b, 5, db, &c, addnorm_loss);
     memset(dx, 0, 15 * sizeof *dx), memset(ds, 0, 15 * sizeof *ds);
     residual_loss(&c);
-    qkv_residual_backward(dx, ds, c.r, 15, 0.3f, 8);
+    qkv_residual_backward(dx, ds, c.r, 15, (qkv_dropout){0.3f, 8});
     CHECK("residual dx", c.x, 15, dx, &c, residual_loss);
     CHECK("residual ds", c.s, 15, ds, &c, residual_loss);
     free(c.x), free(c.s), free(c.g), free(c.b), free(c.y), free(c.z), free(c.mean), free(c.rstd);

@@ -25,7 +25,7 @@ static void test_forward_by_hand(void **state)
     float y[2], P[6];
     for (int wi = 0; wi < 3; wi++) {
         const float w = wi == 0 ? 1.0f : wi == 1 ? 2.5f : 0.0f;
-        qkv_kernel_regression_forward(y, P, q, k, v, w, 1, 2, 3, NULL);
+        qkv_kernel_regression_forward(y, P, &(qkv_attention_inputs){q, k, v}, w, 1, 2, 3, NULL);
         for (int i = 0; i < 2; i++) {
             double e[3], z = 0.0, num = 0.0;
             for (int j = 0; j < 3; j++) {
@@ -45,7 +45,8 @@ static void test_forward_by_hand(void **state)
     const int lens[2] = {0, 1};
     const qkv_mask mask = {lens, 0, 0};
     float q2[2] = {1.0f, 9.0f}, k2[6] = {0, 1, 2, 3, 4, 5}, v2[6] = {1, 2, 3, 4, 5, 6}, P2[6];
-    qkv_kernel_regression_forward(y, P2, q2, k2, v2, 1.0f, 2, 1, 3, &mask);
+    qkv_kernel_regression_forward(y, P2, &(qkv_attention_inputs){q2, k2, v2}, 1.0f, 2, 1, 3,
+                                  &mask);
     assert_true(y[0] == 0.0f && P2[0] == 0.0f && P2[1] == 0.0f && P2[2] == 0.0f);
     assert_true(y[1] == 4.0f && P2[3] == 1.0f && P2[4] == 0.0f && P2[5] == 0.0f);
 }
@@ -62,7 +63,8 @@ static double nw_loss(void *p)
 {
     nw_ctx *c = p;
     const qkv_mask mask = {c->lens, 0, 0};
-    qkv_kernel_regression_forward(c->y, c->P, c->q, c->k, c->v, c->w, GB, GN, GM, &mask);
+    qkv_kernel_regression_forward(c->y, c->P, &(qkv_attention_inputs){c->q, c->k, c->v}, c->w,
+                                  GB, GN, GM, &mask);
     return tu_dot(c->y, c->r, GB * GN);
 }
 
@@ -76,7 +78,9 @@ static void test_gradcheck(void **state)
     free(t);
     float dq[GB * GN] = {0}, dk[GB * GM] = {0}, dv[GB * GM] = {0}, dw = 0.0f;
     nw_loss(&c);
-    qkv_kernel_regression_backward(dq, dk, dv, &dw, c.r, c.P, c.q, c.k, c.v, c.w, GB, GN, GM);
+    const qkv_attention_inputs x = {c.q, c.k, c.v};
+    qkv_kernel_regression_backward(&(qkv_attention_grads){dq, dk, dv}, &dw, c.r, c.P, &x, c.w, GB,
+                                   GN, GM);
     tu_gradcheck("nw dq", c.q, GB * GN, dq, nw_loss, &c, TU_FD_STEP, TU_FD_TOL, 0);
     tu_gradcheck("nw dk", c.k, GB * GM, dk, nw_loss, &c, TU_FD_STEP, TU_FD_TOL, 0);
     tu_gradcheck("nw dv", c.v, GB * GM, dv, nw_loss, &c, TU_FD_STEP, TU_FD_TOL, 0);
@@ -87,7 +91,7 @@ static void test_gradcheck(void **state)
      * checks above ran forward on perturbed inputs last) */
     nw_loss(&c);
     float dw2 = dw;
-    qkv_kernel_regression_backward(NULL, NULL, NULL, &dw2, c.r, c.P, c.q, c.k, c.v, c.w, GB, GN, GM);
+    qkv_kernel_regression_backward(NULL, &dw2, c.r, c.P, &x, c.w, GB, GN, GM);
     assert_float_equal(dw2, 2.0f * dw, 1e-5f * fabsf(dw));
 }
 
@@ -108,10 +112,11 @@ static void test_parity(void **state)
     float *y = tu_zeros(Bn), *P = tu_zeros(Bn * m), *dq = tu_zeros(Bn), *dk = tu_zeros(Bm),
           *dv = tu_zeros(Bm), dw = 0.0f;
     for (size_t i = 0; i < Bn; i++) y[i] = NAN; /* every output must be written */
-    qkv_kernel_regression_forward(y, P, q, k, v, w, B, n, m, &mask);
+    const qkv_attention_inputs x = {q, k, v};
+    qkv_kernel_regression_forward(y, P, &x, w, B, n, m, &mask);
     tu_check_close("y", y, ref(&f, "y", Bn), Bn, TU_FWD_ATOL, TU_FWD_RTOL);
     tu_check_close("P", P, ref(&f, "P", Bn * m), Bn * m, TU_FWD_ATOL, TU_FWD_RTOL);
-    qkv_kernel_regression_backward(dq, dk, dv, &dw, dy, P, q, k, v, w, B, n, m);
+    qkv_kernel_regression_backward(&(qkv_attention_grads){dq, dk, dv}, &dw, dy, P, &x, w, B, n, m);
     tu_check_grad("dq", dq, ref(&f, "dq", Bn), Bn, TU_GRAD_REL);
     tu_check_grad("dk", dk, ref(&f, "dk", Bm), Bm, TU_GRAD_REL);
     tu_check_grad("dv", dv, ref(&f, "dv", Bm), Bm, TU_GRAD_REL);
@@ -146,7 +151,8 @@ static void test_d2l_experiment(void **state)
     float *y = tu_zeros(NT), *P = tu_zeros((size_t)NT * N);
 
     /* non-parametric: w = 1, every test input attends to all training inputs */
-    qkv_kernel_regression_forward(y, P, xt, x, t, 1.0f, 1, NT, N, NULL);
+    const qkv_attention_inputs test_on_train = {xt, x, t};
+    qkv_kernel_regression_forward(y, P, &test_on_train, 1.0f, 1, NT, N, NULL);
     tu_check_close("y_nonparametric", y, ref(&f, "y_nonparametric", NT), NT, 1e-5f, 1e-5f);
     tu_check_close("attention_nonparametric", P, ref(&f, "attention_nonparametric", (size_t)NT * N),
                    (size_t)NT * N, 1e-6f, 1e-5f);
@@ -161,7 +167,8 @@ static void test_d2l_experiment(void **state)
           *dy = tu_zeros(N);
     const float *want_loss = ref(&f, "losses", E);
     for (int epoch = 0; epoch < E; epoch++) {
-        qkv_kernel_regression_forward(yh, Pt, x, keys, vals, w, N, 1, N - 1, NULL);
+        const qkv_attention_inputs leave_one_out = {x, keys, vals};
+        qkv_kernel_regression_forward(yh, Pt, &leave_one_out, w, N, 1, N - 1, NULL);
         double loss = 0.0; /* MSELoss(reduction='none'), summed */
         for (int i = 0; i < N; i++) {
             loss += (double)(yh[i] - t[i]) * (yh[i] - t[i]);
@@ -169,12 +176,12 @@ static void test_d2l_experiment(void **state)
         }
         assert_float_equal(loss, want_loss[epoch], 1e-4 * want_loss[epoch]);
         float dw = 0.0f;
-        qkv_kernel_regression_backward(NULL, NULL, NULL, &dw, dy, Pt, x, keys, vals, w, N, 1, N - 1);
+        qkv_kernel_regression_backward(NULL, &dw, dy, Pt, &leave_one_out, w, N, 1, N - 1);
         w -= lr * dw;
     }
     const float want_w = ref(&f, "w", 1)[0];
     assert_float_equal(w, want_w, 1e-4f * want_w);
-    qkv_kernel_regression_forward(y, P, xt, x, t, w, 1, NT, N, NULL);
+    qkv_kernel_regression_forward(y, P, &test_on_train, w, 1, NT, N, NULL);
     tu_check_close("y_parametric", y, ref(&f, "y_parametric", NT), NT, 1e-4f, 1e-4f);
     tu_check_close("attention_parametric", P, ref(&f, "attention_parametric", (size_t)NT * N),
                    (size_t)NT * N, 1e-5f, 1e-3f);

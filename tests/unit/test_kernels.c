@@ -118,11 +118,13 @@ static void test_causal_equals_incremental(void **state)
     float *Q = tu_rand(T * H * d, 1), *K = tu_rand(T * H * d, 2), *V = tu_rand(T * H * d, 3);
     float O[T * H * d], P[H * T * T], Ot[H * d], Pt[H * T];
     qkv_mask causal = {NULL, 0, 1};
-    qkv_attention_forward(O, P, Q, K, V, 1, H, T, T, d, d, &causal, 0.0f, 0, NULL);
+    const qkv_dropout none = {0.0f, 0};
+    qkv_attention_forward(O, P, &(qkv_attention_inputs){Q, K, V},
+                          &(qkv_attention_shape){1, H, T, T, d, d}, &causal, none, NULL);
     for (int t = 0; t < T; t++) {
         /* keys/values 0..t; in the (T, H, d) layout a prefix is contiguous */
-        qkv_attention_forward(Ot, Pt, Q + t * H * d, K, V, 1, H, 1, t + 1, d, d, NULL, 0.0f, 0,
-                              NULL);
+        qkv_attention_forward(Ot, Pt, &(qkv_attention_inputs){Q + t * H * d, K, V},
+                              &(qkv_attention_shape){1, H, 1, t + 1, d, d}, NULL, none, NULL);
         tu_check_close("incremental O", Ot, O + t * H * d, H * d, 1e-6f, 1e-5f);
     }
     free(Q), free(K), free(V);

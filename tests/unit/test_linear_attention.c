@@ -68,12 +68,17 @@ static size_t nQ(const lin_ctx *c) { return (size_t)c->B * c->n * c->H * c->d; }
 static size_t nK(const lin_ctx *c) { return (size_t)c->B * c->m * c->H * c->d; }
 static size_t nV(const lin_ctx *c) { return (size_t)c->B * c->m * c->H * c->v; }
 static size_t nO(const lin_ctx *c) { return (size_t)c->B * c->n * c->H * c->v; }
+static qkv_attention_shape shape_of(const lin_ctx *c)
+{
+    return (qkv_attention_shape){c->B, c->H, c->n, c->m, c->d, c->v};
+}
 
 static double lin_loss(void *p)
 {
     lin_ctx *c = p;
-    qkv_linear_attention_forward(c->O, c->Q, c->K, c->V, c->B, c->H, c->n, c->m, c->d, c->v,
-                                 c->lens, c->causal, c->scratch);
+    const qkv_attention_shape s = shape_of(c);
+    qkv_linear_attention_forward(c->O, &(qkv_attention_inputs){c->Q, c->K, c->V}, &s, c->lens,
+                                 c->causal, c->scratch);
     return tu_dot(c->O, c->r, nO(c));
 }
 
@@ -83,10 +88,12 @@ static void gradcheck(int B, int H, int n, int m, int d, int v, int causal, cons
     lin_ctx c = {B, H, n, m, d, v, causal, lens, NULL, NULL, NULL, NULL, NULL, NULL};
     c.Q = tu_rand(nQ(&c), 101), c.K = tu_rand(nK(&c), 102), c.V = tu_rand(nV(&c), 103);
     c.O = tu_zeros(nO(&c)), c.r = tu_rand(nO(&c), 104);
-    c.scratch = tu_zeros(qkv_linear_attention_scratch_floats(B, H, n, m, d, v, causal));
+    const qkv_attention_shape s = shape_of(&c);
+    c.scratch = tu_zeros(qkv_linear_attention_scratch_floats(&s, causal));
     float *dQ = tu_zeros(nQ(&c)), *dK = tu_zeros(nK(&c)), *dV = tu_zeros(nV(&c));
     lin_loss(&c);
-    qkv_linear_attention_backward(dQ, dK, dV, c.r, c.Q, c.K, c.V, B, H, n, m, d, v, lens, causal,
+    qkv_linear_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, c.r,
+                                  &(qkv_attention_inputs){c.Q, c.K, c.V}, &s, lens, causal,
                                   c.scratch);
     char name[96];
     snprintf(name, sizeof name, "%s dQ", label);
@@ -160,15 +167,16 @@ static void test_parity(void **state)
     }
     const float *Q = ref(&f, "Q", nQ(&c)), *K = ref(&f, "K", nK(&c)), *V = ref(&f, "V", nV(&c));
     const float *dO = ref(&f, "dO", nO(&c));
-    size_t ns = qkv_linear_attention_scratch_floats(c.B, c.H, c.n, c.m, c.d, c.v, c.causal);
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_attention_shape s = shape_of(&c);
+    size_t ns = qkv_linear_attention_scratch_floats(&s, c.causal);
     float *O = nans(nO(&c)), *scratch = fenced(ns);
     float *dQ = tu_zeros(nQ(&c)), *dK = tu_zeros(nK(&c)), *dV = tu_zeros(nV(&c));
 
-    qkv_linear_attention_forward(O, Q, K, V, c.B, c.H, c.n, c.m, c.d, c.v, c.lens, c.causal,
-                                 scratch);
+    qkv_linear_attention_forward(O, &x, &s, c.lens, c.causal, scratch);
     check_fence(scratch, ns);
     CHECK_FWD(&f, "O", O, nO(&c));
-    qkv_linear_attention_backward(dQ, dK, dV, dO, Q, K, V, c.B, c.H, c.n, c.m, c.d, c.v, c.lens,
+    qkv_linear_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, &x, &s, c.lens,
                                   c.causal, scratch);
     check_fence(scratch, ns);
     CHECK_GRAD(&f, "dQ", dQ, nQ(&c));
@@ -184,10 +192,10 @@ static void test_parity(void **state)
     /* Backward accumulates: a second call adds the same gradients again. NULL gradients
      * are skipped: dK alone must come out as the same sum. */
     float *dK2 = tu_copy(dK, nK(&c));
-    qkv_linear_attention_backward(dQ, dK, dV, dO, Q, K, V, c.B, c.H, c.n, c.m, c.d, c.v, c.lens,
+    qkv_linear_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, &x, &s, c.lens,
                                   c.causal, scratch);
-    qkv_linear_attention_backward(NULL, dK2, NULL, dO, Q, K, V, c.B, c.H, c.n, c.m, c.d, c.v,
-                                  c.lens, c.causal, scratch);
+    qkv_linear_attention_backward(&(qkv_attention_grads){NULL, dK2, NULL}, dO, &x, &s, c.lens,
+                                  c.causal, scratch);
     for (size_t i = 0; i < nQ(&c); i++) dQ[i] *= 0.5f;
     for (size_t i = 0; i < nV(&c); i++) dV[i] *= 0.5f;
     tu_check_grad("dQ accumulated twice / 2", dQ, ref(&f, "dQ", nQ(&c)), nQ(&c), TU_GRAD_REL);
@@ -225,8 +233,9 @@ static void test_step_equals_causal(void **state)
     float *Q = tu_rand(nq, 201), *K = tu_rand(nq, 202), *V = tu_rand(nv, 203);
     for (size_t i = 0; i < nq; i++) Q[i] *= 2.0f, K[i] *= 2.0f; /* phi's both branches */
     float *O = nans(nv), *Os = nans(nv);
-    float *scratch = tu_zeros(qkv_linear_attention_scratch_floats(B, H, T, T, D, VD, 1));
-    qkv_linear_attention_forward(O, Q, K, V, B, H, T, T, D, VD, NULL, 1, scratch);
+    const qkv_attention_shape shape = {B, H, T, T, D, VD};
+    float *scratch = tu_zeros(qkv_linear_attention_scratch_floats(&shape, 1));
+    qkv_linear_attention_forward(O, &(qkv_attention_inputs){Q, K, V}, &shape, NULL, 1, scratch);
 
     qkv_linear_attention_state s;
     qkv_error err = {0};
@@ -280,21 +289,23 @@ static void test_noncausal_prefix_equals_causal(void **state)
     float *Q = tu_rand(nq, 301), *K = tu_rand(nq, 302), *V = tu_rand(nv, 303);
     float *O = nans(nv), *row = nans((size_t)H * VD);
     /* enough for all three uses: causal, non-causal with 1 query and with T queries */
-    size_t ns = qkv_linear_attention_scratch_floats(1, H, T, T, D, VD, 1);
-    size_t nsf = qkv_linear_attention_scratch_floats(1, H, T, T, D, VD, 0);
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_attention_shape shape = {1, H, T, T, D, VD}, one_query = {1, H, 1, T, D, VD};
+    size_t ns = qkv_linear_attention_scratch_floats(&shape, 1);
+    size_t nsf = qkv_linear_attention_scratch_floats(&shape, 0);
     float *scratch = tu_zeros(ns > nsf ? ns : nsf);
-    qkv_linear_attention_forward(O, Q, K, V, 1, H, T, T, D, VD, NULL, 1, scratch);
+    qkv_linear_attention_forward(O, &x, &shape, NULL, 1, scratch);
     for (int t = 0; t < T; t++) {
         int len = t + 1;
-        qkv_linear_attention_forward(row, Q + (size_t)t * H * D, K, V, 1, H, 1, T, D, VD, &len, 0,
-                                     scratch);
+        qkv_linear_attention_forward(row, &(qkv_attention_inputs){Q + (size_t)t * H * D, K, V},
+                                     &one_query, &len, 0, scratch);
         char name[64];
         snprintf(name, sizeof name, "non-causal, keys 0..%d vs causal row %d", t, t);
         tu_check_close(name, row, O + (size_t)t * H * VD, (size_t)H * VD, 1e-6f, 1e-5f);
     }
     /* All keys valid (valid_lens NULL), every query: the last row is the causal last row. */
     float *Of = nans(nv);
-    qkv_linear_attention_forward(Of, Q, K, V, 1, H, T, T, D, VD, NULL, 0, scratch);
+    qkv_linear_attention_forward(Of, &x, &shape, NULL, 0, scratch);
     tu_check_close("non-causal last row vs causal last row", Of + (size_t)(T - 1) * H * VD,
                    O + (size_t)(T - 1) * H * VD, (size_t)H * VD, 1e-6f, 1e-5f);
     /* ...and the rows before it differ: the non-causal ones see the future. */
@@ -343,29 +354,34 @@ static void test_scratch_linear(void **state)
     enum { B = 2, H = 4, D = 16, VD = 8 };
     for (int causal = 0; causal < 2; causal++) {
         const int N = 1000;
-        size_t s1 = qkv_linear_attention_scratch_floats(B, H, N, N, D, VD, causal);
-        size_t s2 = qkv_linear_attention_scratch_floats(B, H, 2 * N, 2 * N, D, VD, causal);
-        size_t s3 = qkv_linear_attention_scratch_floats(B, H, 3 * N, 3 * N, D, VD, causal);
+        const qkv_attention_shape n1 = {B, H, N, N, D, VD}, n2 = {B, H, 2 * N, 2 * N, D, VD},
+                                  n3 = {B, H, 3 * N, 3 * N, D, VD};
+        size_t s1 = qkv_linear_attention_scratch_floats(&n1, causal);
+        size_t s2 = qkv_linear_attention_scratch_floats(&n2, causal);
+        size_t s3 = qkv_linear_attention_scratch_floats(&n3, causal);
         assert_true(s2 > s1);
         assert_int_equal(s2 - s1, s3 - s2); /* affine in N: no N^2 term */
         /* O(N (d + v) + d v) per (batch, head), with a small constant */
         size_t bound = (size_t)B * H * (4 * (size_t)N * (D + VD) + 2 * D * VD + 4 * D);
         if (s1 > bound) fail_msg("causal %d: scratch %zu > %zu", causal, s1, bound);
         /* far below softmax attention's (B, H, N, N) */
-        assert_true(s1 * 10 < qkv_attention_scratch_floats(B, H, N, N));
+        assert_true(s1 * 10 < qkv_attention_scratch_floats(&n1));
     }
 
     /* A causal backward over N = 4096 in exactly its scratch (an N x N buffer would be 16M
      * floats per head, 4 orders of magnitude more than it has). */
     enum { N = 4096, H1 = 1, D1 = 4, V1 = 4 };
-    size_t ns = qkv_linear_attention_scratch_floats(1, H1, N, N, D1, V1, 1);
+    const qkv_attention_shape shape = {1, H1, N, N, D1, V1};
+    size_t ns = qkv_linear_attention_scratch_floats(&shape, 1);
     assert_true(ns < (size_t)N * (2 * D1 + V1 + 2) + 64); /* phi(Q), phi(K), A, c */
     size_t nq = (size_t)N * H1 * D1, nv = (size_t)N * H1 * V1;
     float *Q = tu_rand(nq, 401), *K = tu_rand(nq, 402), *V = tu_rand(nv, 403);
     float *dO = tu_rand(nv, 404), *O = nans(nv), *scratch = fenced(ns);
     float *dQ = tu_zeros(nq), *dK = tu_zeros(nq), *dV = tu_zeros(nv);
-    qkv_linear_attention_forward(O, Q, K, V, 1, H1, N, N, D1, V1, NULL, 1, scratch);
-    qkv_linear_attention_backward(dQ, dK, dV, dO, Q, K, V, 1, H1, N, N, D1, V1, NULL, 1, scratch);
+    const qkv_attention_inputs x = {Q, K, V};
+    qkv_linear_attention_forward(O, &x, &shape, NULL, 1, scratch);
+    qkv_linear_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, &x, &shape, NULL, 1,
+                                  scratch);
     check_fence(scratch, ns);
     tu_check_finite("O", O, nv);
     tu_check_finite("dQ", dQ, nq);

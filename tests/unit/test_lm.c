@@ -25,7 +25,8 @@ static double lm_mean_loss(void *p)
     double sum = 0.0;
     int tokens = 0;
     qkv_error err = {0};
-    if (qkv_lm_loss(c->m, ids, targets, B, T, 0, 0.0f, c->p > 0, 99, &sum, &tokens, &err))
+    const qkv_loss_options pass = {.train = c->p > 0, .dropout_seed = 99};
+    if (qkv_lm_loss(c->m, ids, targets, B, T, &pass, &sum, &tokens, &err))
         fail_msg("loss: %s", err.msg);
     return sum / tokens;
 }
@@ -50,8 +51,8 @@ static void check_variant(qkv_lm_config cfg)
     float *params = qkv_lm_params(c.m), *grads = qkv_lm_grads(c.m);
     double sum;
     int tokens;
-    assert_int_equal(qkv_lm_loss(c.m, ids, targets, B, T, 1, 0.0f, cfg.dropout > 0, 99, &sum,
-                                 &tokens, &err), QKV_OK);
+    const qkv_loss_options pass = {.backward = 1, .train = cfg.dropout > 0, .dropout_seed = 99};
+    assert_int_equal(qkv_lm_loss(c.m, ids, targets, B, T, &pass, &sum, &tokens, &err), QKV_OK);
     assert_int_equal(tokens, B * T - 1); /* <pad> is not counted */
     /* central differences with a small step: two blocks are more curved than one layer */
     for (int t = 0; t < qkv_lm_num_tensors(c.m); t++) {

@@ -216,8 +216,8 @@ static void test_lm(void **state)
         double sum = 0.0;
         int tokens = 0;
         memset(grads, 0, n * sizeof *grads);
-        if (qkv_lm_loss(m, ids[k], targets[k], B, T, 1, 0.0f, 1, 1000 + s, &sum, &tokens,
-                        &err) != QKV_OK)
+        const qkv_loss_options pass = {.backward = 1, .train = 1, .dropout_seed = 1000 + s};
+        if (qkv_lm_loss(m, ids[k], targets[k], B, T, &pass, &sum, &tokens, &err) != QKV_OK)
             fail_msg("step %d: %s", s, err.msg);
         assert_int_equal(tokens, counted[k]);
         if (s == 0) check_first_gradient(m, &f);

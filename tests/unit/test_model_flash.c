@@ -101,8 +101,8 @@ static double lm_step(qkv_lm *m, int min_keys, const lm_batch *b, int backward, 
     double sum = 0.0;
     int tokens = 0;
     qkv_error err = {0};
-    if (qkv_lm_loss(m, b->ids, b->targets, b->B, b->T, backward, 0.0f, train, seed, &sum, &tokens,
-                    &err) != QKV_OK)
+    const qkv_loss_options pass = {.backward = backward, .train = train, .dropout_seed = seed};
+    if (qkv_lm_loss(m, b->ids, b->targets, b->B, b->T, &pass, &sum, &tokens, &err) != QKV_OK)
         fail_msg("qkv_lm_loss: %s", err.msg);
     if (grads) memcpy(grads, g, n * sizeof *g);
     /* the kernel that ran, by what its cache holds */
@@ -296,7 +296,9 @@ static double s2s_step(qkv_transformer *m, int min_keys, const s2s_batch *s, int
     double sum = 0.0;
     int tokens = 0;
     qkv_error err = {0};
-    if (qkv_transformer_loss(m, &s->b, backward, 0.0f, 0.1f, train, seed, &sum, &tokens, &err))
+    const qkv_loss_options pass = {.backward = backward, .label_smoothing = 0.1f, .train = train,
+                                   .dropout_seed = seed};
+    if (qkv_transformer_loss(m, &s->b, &pass, &sum, &tokens, &err))
         fail_msg("qkv_transformer_loss: %s", err.msg);
     if (grads) memcpy(grads, g, n * sizeof *g);
     check_kernels(m, min_keys, s->b.src_len, s->b.tgt_len);

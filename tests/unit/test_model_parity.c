@@ -247,8 +247,10 @@ static void test_model(void **state)
         double sum = 0.0;
         int tokens = 0;
         memset(grads, 0, n * sizeof *grads);
-        if (qkv_transformer_loss(m, &r->b, 1, 1.0f / (float)r->tokens, smoothing, 1, 1000 + s,
-                                 &sum, &tokens, &err) != QKV_OK)
+        const qkv_loss_options pass = {.backward = 1, .grad_scale = 1.0f / (float)r->tokens,
+                                       .label_smoothing = smoothing, .train = 1,
+                                       .dropout_seed = 1000 + s};
+        if (qkv_transformer_loss(m, &r->b, &pass, &sum, &tokens, &err) != QKV_OK)
             fail_msg("step %d: %s", s, err.msg);
         assert_int_equal(tokens, r->tokens);
         if (s == 0) check_first_gradient(m, &f);

@@ -111,12 +111,15 @@ static void test_attention(void **state)
     const float *dO = ref(&f, "dO", nO);
 
     float *O = nans(nO), *P = nans(nP);
-    float *scratch = tu_zeros(qkv_attention_scratch_floats(B, H, n, m));
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_attention_shape shape = {B, H, n, m, d, v};
+    float *scratch = tu_zeros(qkv_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
-    qkv_attention_forward(O, P, Q, K, V, B, H, n, m, d, v, &mask, p, seed, scratch);
+    qkv_attention_forward(O, P, &x, &shape, &mask, (qkv_dropout){p, seed}, scratch);
     CHECK_FWD(&f, "P", P, nP);
     CHECK_FWD(&f, "O", O, nO);
-    qkv_attention_backward(dQ, dK, dV, dO, P, Q, K, V, B, H, n, m, d, v, p, seed, scratch);
+    qkv_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, P, &x, &shape,
+                           (qkv_dropout){p, seed}, scratch);
     CHECK_GRAD(&f, "dQ", dQ, nQ);
     CHECK_GRAD(&f, "dK", dK, nK);
     CHECK_GRAD(&f, "dV", dV, nV);
@@ -149,17 +152,19 @@ static void test_additive(void **state)
     qkv_additive_cache c = {nans((size_t)B * n * h), nans((size_t)B * m * h),
                             nans((size_t)B * n * m * h), nans(nP)};
 
-    float *O = nans(nO), *scratch = tu_zeros(qkv_additive_attention_scratch_floats(B, n, m, h));
+    const qkv_attention_inputs x = {Q, K, V};
+    const qkv_additive_shape shape = {B, n, m, dq, dk, v, h};
+    const qkv_dropout drop = {p, seed};
+    float *O = nans(nO), *scratch = tu_zeros(qkv_additive_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
-    qkv_additive_attention_forward(O, &c, Q, K, V, &w, B, n, m, dq, dk, v, h, &mask, p, seed,
-                                   scratch);
+    qkv_additive_attention_forward(O, &c, &x, &w, &shape, &mask, drop, scratch);
     CHECK_FWD(&f, "q", c.q, (size_t)B * n * h);
     CHECK_FWD(&f, "k", c.k, (size_t)B * m * h);
     CHECK_FWD(&f, "F", c.F, (size_t)B * n * m * h);
     CHECK_FWD(&f, "P", c.P, nP);
     CHECK_FWD(&f, "O", O, nO);
-    qkv_additive_attention_backward(dQ, dK, dV, &dw, dO, &c, Q, K, V, &w, B, n, m, dq, dk, v, h,
-                                    p, seed, scratch);
+    qkv_additive_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, &dw, dO, &c, &x, &w,
+                                    &shape, drop, scratch);
     CHECK_GRAD(&f, "dQ", dQ, nQ);
     CHECK_GRAD(&f, "dK", dK, nK);
     CHECK_GRAD(&f, "dV", dV, nV);
@@ -232,10 +237,13 @@ static void test_mha(void **state)
     qkv_mha_cache c = qkv_mha_cache_view(cbuf, &cfg, B, n, m);
     float *scratch = tu_zeros(qkv_mha_scratch_floats(&cfg, B, n, m));
     float *y = nans(nq), *dxq = tu_zeros(nq), *dxkv = self ? dxq : tu_zeros(nkv);
-    qkv_mha_forward(y, &c, xq, xkv, &w, &cfg, B, n, m, &mask, p, seed, scratch);
+    const qkv_attention_inputs x = {xq, xkv, xkv};
+    const qkv_attention_shape shape = qkv_mha_shape(&cfg, B, n, m);
+    qkv_mha_forward(y, &c, &x, &w, &cfg, &shape, &mask, (qkv_dropout){p, seed}, scratch);
     CHECK_FWD(&f, "P", c.P, nP);
     CHECK_FWD(&f, "y", y, nq);
-    qkv_mha_backward(dxq, dxkv, &dw, dy, &c, xq, xkv, &w, &cfg, B, n, m, p, seed, scratch);
+    qkv_mha_backward(&(qkv_attention_grads){dxq, dxkv, dxkv}, &dw, dy, &c, &x, &w, &cfg, &shape,
+                     (qkv_dropout){p, seed}, scratch);
     CHECK_GRAD(&f, "dxq", dxq, nq);
     if (!self) CHECK_GRAD(&f, "dxkv", dxkv, nkv);
     for (int i = 0; i < nt; i++) {

@@ -184,11 +184,13 @@ static void test_layernorm(void **state)
 
     float *y = nans(nx), *mean = nans((size_t)N), *rstd = nans((size_t)N);
     float *dx = tu_zeros(nx), *dg = tu_zeros((size_t)C), *db = tu_zeros((size_t)C);
-    qkv_layernorm_forward(y, mean, rstd, x, g, b, N, C, eps);
+    /* the weights' struct holds non-const pointers; LayerNorm only reads them */
+    const qkv_layernorm_weights w = {(float *)g, (float *)b};
+    qkv_layernorm_forward(y, mean, rstd, x, &w, N, C, eps);
     CHECK_FWD(&f, "y", y, nx);
     CHECK_FWD(&f, "mean", mean, (size_t)N);
     CHECK_FWD(&f, "rstd", rstd, (size_t)N);
-    qkv_layernorm_backward(dx, dg, db, dy, x, mean, rstd, g, N, C);
+    qkv_layernorm_backward(dx, &(qkv_layernorm_weights){dg, db}, dy, x, mean, rstd, &w, N, C);
     CHECK_GRAD(&f, "dx", dx, nx);
     CHECK_GRAD(&f, "dgamma", dg, (size_t)C);
     CHECK_GRAD(&f, "dbeta", db, (size_t)C);
@@ -307,12 +309,16 @@ static void test_ffn(void **state)
     float *y = nans(nx), *h_pre = nans(nh), *h = nans(nh), *scratch = tu_zeros(nh);
     float *dx = tu_zeros(nx), *dW1 = tu_zeros(nW), *dW2 = tu_zeros(nW);
     float *db1 = tu_zeros((size_t)Fd), *db2 = tu_zeros((size_t)C);
-    qkv_ffn_forward(y, h_pre, h, x, W1, b1, W2, b2, N, C, Fd, act);
+    /* the weights' struct holds non-const pointers; forward and backward only read them */
+    const qkv_ffn_weights w = {(float *)W1, (float *)b1, (float *)W2, (float *)b2};
+    const qkv_ffn_config cfg = {C, Fd, act};
+    qkv_ffn_cache c = {h_pre, h};
+    qkv_ffn_forward(y, &c, x, &w, &cfg, N);
     CHECK_FWD(&f, "h_pre", h_pre, nh);
     CHECK_FWD(&f, "h", h, nh);
     CHECK_FWD(&f, "y", y, nx);
-    qkv_ffn_backward(dx, dW1, bias ? db1 : NULL, dW2, bias ? db2 : NULL, dy, h_pre, h, x, W1, W2,
-                     N, C, Fd, act, scratch);
+    qkv_ffn_backward(dx, &(qkv_ffn_weights){dW1, bias ? db1 : NULL, dW2, bias ? db2 : NULL}, dy,
+                     &c, x, &w, &cfg, N, scratch);
     CHECK_GRAD(&f, "dx", dx, nx);
     CHECK_GRAD(&f, "dW1", dW1, nW);
     CHECK_GRAD(&f, "dW2", dW2, nW);
@@ -334,9 +340,9 @@ static void test_residual(void **state)
     uint64_t seed = meta_u64(&f, "seed");
     const float *x = ref(&f, "x", n), *s = ref(&f, "s", n), *dy = ref(&f, "dy", n);
     float *y = nans(n), *dx = tu_zeros(n), *ds = tu_zeros(n);
-    qkv_residual_forward(y, x, s, n, p, seed);
+    qkv_residual_forward(y, x, s, n, (qkv_dropout){p, seed});
     CHECK_FWD(&f, "y", y, n);
-    qkv_residual_backward(dx, ds, dy, n, p, seed);
+    qkv_residual_backward(dx, ds, dy, n, (qkv_dropout){p, seed});
     CHECK_GRAD(&f, "dx", dx, n);
     CHECK_GRAD(&f, "ds", ds, n);
     free(y), free(dx), free(ds);
@@ -357,12 +363,16 @@ static void test_addnorm(void **state)
     float *y = nans(nx), *z = nans(nx), *mean = nans((size_t)N), *rstd = nans((size_t)N);
     float *scratch = tu_zeros(nx), *dx = tu_zeros(nx), *ds = tu_zeros(nx);
     float *dg = tu_zeros((size_t)C), *db = tu_zeros((size_t)C);
-    qkv_addnorm_forward(y, z, mean, rstd, x, s, g, b, N, C, eps, p, seed);
+    const qkv_layernorm_weights w = {(float *)g, (float *)b};
+    const qkv_dropout drop = {p, seed};
+    qkv_addnorm_cache c = {z, mean, rstd};
+    qkv_addnorm_forward(y, &c, x, s, &w, N, C, eps, drop);
     CHECK_FWD(&f, "z", z, nx);
     CHECK_FWD(&f, "mean", mean, (size_t)N);
     CHECK_FWD(&f, "rstd", rstd, (size_t)N);
     CHECK_FWD(&f, "y", y, nx);
-    qkv_addnorm_backward(dx, ds, dg, db, dy, z, mean, rstd, g, N, C, p, seed, scratch);
+    qkv_addnorm_backward(dx, ds, &(qkv_layernorm_weights){dg, db}, dy, &c, &w, N, C, drop,
+                         scratch);
     CHECK_GRAD(&f, "dx", dx, nx);
     CHECK_GRAD(&f, "ds", ds, nx);
     CHECK_GRAD(&f, "dgamma", dg, (size_t)C);
@@ -390,18 +400,23 @@ static void test_prenorm(void **state)
 
     float *ln = nans(nx), *mean = nans((size_t)N), *rstd = nans((size_t)N);
     float *h_pre = nans(nh), *h = nans(nh), *s = nans(nx), *y = nans(nx);
-    qkv_layernorm_forward(ln, mean, rstd, x, g, b, N, C, eps);
-    qkv_ffn_forward(s, h_pre, h, ln, W1, b1, W2, b2, N, C, Fd, act);
-    qkv_residual_forward(y, x, s, nx, p, seed);
+    const qkv_layernorm_weights norm = {(float *)g, (float *)b};
+    qkv_layernorm_forward(ln, mean, rstd, x, &norm, N, C, eps);
+    const qkv_ffn_weights w = {(float *)W1, (float *)b1, (float *)W2, (float *)b2};
+    const qkv_ffn_config cfg = {C, Fd, act};
+    qkv_ffn_cache c = {h_pre, h};
+    qkv_ffn_forward(s, &c, ln, &w, &cfg, N);
+    qkv_residual_forward(y, x, s, nx, (qkv_dropout){p, seed});
     CHECK_FWD(&f, "y", y, nx);
 
     float *dx = tu_zeros(nx), *ds = tu_zeros(nx), *dln = tu_zeros(nx), *scratch = tu_zeros(nh);
     float *dg = tu_zeros((size_t)C), *db = tu_zeros((size_t)C);
     float *dW1 = tu_zeros(nW), *db1 = tu_zeros((size_t)Fd), *dW2 = tu_zeros(nW);
     float *db2 = tu_zeros((size_t)C);
-    qkv_residual_backward(dx, ds, dy, nx, p, seed);
-    qkv_ffn_backward(dln, dW1, db1, dW2, db2, ds, h_pre, h, ln, W1, W2, N, C, Fd, act, scratch);
-    qkv_layernorm_backward(dx, dg, db, dln, x, mean, rstd, g, N, C);
+    qkv_residual_backward(dx, ds, dy, nx, (qkv_dropout){p, seed});
+    qkv_ffn_backward(dln, &(qkv_ffn_weights){dW1, db1, dW2, db2}, ds, &c, ln, &w, &cfg, N,
+                     scratch);
+    qkv_layernorm_backward(dx, &(qkv_layernorm_weights){dg, db}, dln, x, mean, rstd, &norm, N, C);
     CHECK_GRAD(&f, "dx", dx, nx);
     CHECK_GRAD(&f, "dgamma", dg, (size_t)C);
     CHECK_GRAD(&f, "dbeta", db, (size_t)C);

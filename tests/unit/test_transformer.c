@@ -26,8 +26,9 @@ static double model_loss(void *p)
     double sum = 0.0;
     int tokens = 0;
     qkv_error err = {0};
-    assert_int_equal(qkv_transformer_loss(c->m, &c->b, 0, 1.0f, 0.1f, c->p > 0, 1234, &sum,
-                                          &tokens, &err), QKV_OK);
+    const qkv_loss_options pass = {.grad_scale = 1.0f, .label_smoothing = 0.1f, .train = c->p > 0,
+                                   .dropout_seed = 1234};
+    assert_int_equal(qkv_transformer_loss(c->m, &c->b, &pass, &sum, &tokens, &err), QKV_OK);
     return sum / tokens;
 }
 
@@ -51,8 +52,9 @@ static void check_variant(int pre_norm, int final_norm, int bias, int tie, int l
     size_t n = qkv_transformer_num_params(c.m);
     double sum;
     int tokens;
-    assert_int_equal(qkv_transformer_loss(c.m, &c.b, 1, 1.0f, 0.1f, dropout > 0, 1234, &sum,
-                                          &tokens, &err), QKV_OK);
+    const qkv_loss_options pass = {.backward = 1, .grad_scale = 1.0f, .label_smoothing = 0.1f,
+                                   .train = dropout > 0, .dropout_seed = 1234};
+    assert_int_equal(qkv_transformer_loss(c.m, &c.b, &pass, &sum, &tokens, &err), QKV_OK);
     assert_int_equal(tokens, 6);
     for (size_t i = 0; i < n; i++) grads[i] /= (float)tokens; /* gradient of the mean */
     /* A deep stack is more curved than one layer: a smaller step keeps the O(h^2) truncation
@@ -146,15 +148,16 @@ static void test_rejects_bad_input(void **state)
     qkv_batch b = {B, TS, TT, src, src_valid, tgt_in, tgt_out};
     double sum;
     int tokens;
-    assert_int_equal(qkv_transformer_loss(m, &b, 1, 1.0f, 0.0f, 1, 1, &sum, &tokens, &err),
+    const qkv_loss_options pass = {.backward = 1, .grad_scale = 1.0f, .train = 1,
+                                   .dropout_seed = 1};
+    assert_int_equal(qkv_transformer_loss(m, &b, &pass, &sum, &tokens, &err),
                      QKV_ERR_ARG); /* TS = 5 > max_len 4 */
     assert_non_null(strstr(err.msg, "maximum length"));
     int bad[B * 4] = {4, 5, 6, 3, 7, 8, 3, 11}; /* 11 is outside the source vocabulary */
     b.src = bad, b.src_len = 4;
     int bad_valid[B] = {4, 3};
     b.src_valid = bad_valid;
-    assert_int_equal(qkv_transformer_loss(m, &b, 1, 1.0f, 0.0f, 1, 1, &sum, &tokens, &err),
-                     QKV_ERR_ARG);
+    assert_int_equal(qkv_transformer_loss(m, &b, &pass, &sum, &tokens, &err), QKV_ERR_ARG);
     assert_non_null(strstr(err.msg, "token id 11 at position 7"));
     qkv_transformer_free(m);
 }
@@ -223,8 +226,8 @@ static void test_save_load_translate(void **state)
     qkv_batch b = {B, TS, TT, src, src_valid, tgt_in, tgt_out};
     for (int step = 0; step < 5; step++) {
         memset(qkv_transformer_grads(m), 0, qkv_transformer_num_params(m) * sizeof(float));
-        assert_int_equal(qkv_transformer_loss(m, &b, 1, 0.0f, 0.0f, 1, (uint64_t)step, NULL,
-                                              NULL, &err), QKV_OK);
+        const qkv_loss_options pass = {.backward = 1, .train = 1, .dropout_seed = (uint64_t)step};
+        assert_int_equal(qkv_transformer_loss(m, &b, &pass, NULL, NULL, &err), QKV_OK);
         qkv_adam_update(&opt, qkv_transformer_params(m), qkv_transformer_grads(m), 0.01f);
     }
     int out1[B * 8], len1[B], out2[B * 8], len2[B];

@@ -137,9 +137,9 @@ static void reference(qkv_translator *t, const qkv_sentences *tokens, int batch,
             for (int k = 0; k < T; k++) src[b * T + k] = k < valid[b] ? row[k] : QKV_PAD;
         }
         const size_t at = (size_t)first * N;
+        qkv_beam_results out = {ids + at * max_len, len + at, score + at, NULL};
         if (beam)
-            assert_int_equal(qkv_transformer_beam(m, src, valid, B, T, beam, ids + at * max_len,
-                                                  len + at, score + at, NULL, NULL), QKV_OK);
+            assert_int_equal(qkv_transformer_beam(m, src, valid, B, T, beam, &out, NULL), QKV_OK);
         else
             assert_int_equal(qkv_transformer_greedy(m, src, valid, B, T, max_len,
                                                     ids + at * max_len, len + at, NULL), QKV_OK);

@@ -249,8 +249,10 @@ static void test_text_measure_and_draw(void **state)
     qkv_canvas c;
     assert_int_equal(qkv_canvas_init(&c, 120, 120, qkv_rgb_hex(0xFFFFFF), &err), QKV_OK);
     int box[4];
-    assert_int_equal(qkv_canvas_text(&c, f->v, "K.", 24.0f, 10, 10, QKV_ALIGN_LEFT,
-                                     QKV_VALIGN_TOP, 0, qkv_rgb_hex(0), box, &err),
+    assert_int_equal(qkv_canvas_text(&c, f->v, "K.", 10, 10,
+                                     &(qkv_text_style){24.0f, QKV_ALIGN_LEFT, QKV_VALIGN_TOP, 0,
+                                                       qkv_rgb_hex(0)},
+                                     box, &err),
                      QKV_OK);
     assert_int_equal(box[0], 10);
     assert_int_equal(box[1], 10);
@@ -266,8 +268,10 @@ static void test_text_measure_and_draw(void **state)
      * so "K" is in the bottom half. Centred anchoring puts the box's middle at (60, 60). */
     assert_int_equal(qkv_canvas_init(&c, 120, 120, qkv_rgb_hex(0xFFFFFF), &err), QKV_OK);
     int rbox[4];
-    assert_int_equal(qkv_canvas_text(&c, f->v, "K.", 24.0f, 60, 60, QKV_ALIGN_CENTER,
-                                     QKV_VALIGN_MIDDLE, 1, qkv_rgb_hex(0), rbox, &err),
+    assert_int_equal(qkv_canvas_text(&c, f->v, "K.", 60, 60,
+                                     &(qkv_text_style){24.0f, QKV_ALIGN_CENTER, QKV_VALIGN_MIDDLE,
+                                                       1, qkv_rgb_hex(0)},
+                                     rbox, &err),
                      QKV_OK);
     assert_int_equal(rbox[2], box[3]);
     assert_int_equal(rbox[3], box[2]);
@@ -280,15 +284,12 @@ static void test_text_measure_and_draw(void **state)
     assert_true(bottom > 2 * (all - bottom));
 
     /* Nothing to draw, and malformed UTF-8 (drawn as U+FFFD, not a crash). */
-    assert_int_equal(qkv_canvas_text(&c, f->v, "", 12.0f, 0, 0, 0, 0, 0, qkv_rgb_hex(0), NULL,
-                                     &err),
-                     QKV_OK);
-    assert_int_equal(qkv_canvas_text(&c, f->v, NULL, 12.0f, 0, 0, 0, 0, 0, qkv_rgb_hex(0), NULL,
-                                     &err),
-                     QKV_OK);
+    const qkv_text_style plain12 = {12.0f, 0, 0, 0, qkv_rgb_hex(0)};
+    assert_int_equal(qkv_canvas_text(&c, f->v, "", 0, 0, &plain12, NULL, &err), QKV_OK);
+    assert_int_equal(qkv_canvas_text(&c, f->v, NULL, 0, 0, &plain12, NULL, &err), QKV_OK);
     assert_int_equal(canvas_ink(&c, 0, 0, 120, 120), all);
-    assert_int_equal(qkv_canvas_text(&c, f->v, "\xff\xc3", 14.0f, 2, 2, 0, 0, 0, qkv_rgb_hex(0),
-                                     box, &err),
+    assert_int_equal(qkv_canvas_text(&c, f->v, "\xff\xc3", 2, 2,
+                                     &(qkv_text_style){14.0f, 0, 0, 0, qkv_rgb_hex(0)}, box, &err),
                      QKV_OK);
     assert_true(canvas_ink(&c, box[0], box[1], box[0] + box[2], box[1] + box[3]) > 10);
     qkv_canvas_free(&c);
