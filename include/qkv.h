@@ -1388,6 +1388,45 @@ void qkv_adam_update(qkv_adam *opt, float *params, const float *grads, float lr)
 QKV_API
 double qkv_clip_grad_norm(float *grads, size_t n, double max_norm);
 
+/* ---- one training step --------------------------------------------------------------------
+ * llm.c's step in one call: zero the gradients, forward and loss, backward, clip the global
+ * gradient norm, one Adam update. qkv_train and qkv_lm_train are drivers over it; a program
+ * with its own data, schedule or checkpoints calls it directly:
+ *
+ *     qkv_step_options o = {.lr = 1e-3f, .clip = 1.0f, .dropout_seed = seed + step};
+ *     qkv_step_result r;
+ *     if (qkv_transformer_train_step(m, &opt, &batch, &o, &r, &err)) ...
+ *
+ * A loss or gradient that is not finite never reaches the parameters: the step fails with
+ * QKV_ERR_NUMERIC and changes nothing but the gradients, or, with skip_nonfinite, is skipped
+ * and still counted in opt->step (so that later steps keep their dropout streams). */
+typedef struct {
+    float lr;              /* this step's learning rate */
+    float clip;            /* clip the global gradient norm to this (0: off) */
+    float grad_scale;      /* as qkv_loss_options: 0 the per-token mean */
+    float label_smoothing; /* as qkv_loss_options */
+    uint64_t dropout_seed; /* this step's dropout stream */
+    int skip_nonfinite;    /* 1: skip a non-finite step instead of failing */
+} qkv_step_options;
+
+typedef struct {
+    double loss;      /* the sum of the token losses */
+    int tokens;       /* the tokens counted */
+    double grad_norm; /* before clipping; NaN if the loss was not finite */
+    int skipped;      /* 1: not applied (skip_nonfinite) */
+} qkv_step_result;
+
+/* One step of the encoder-decoder on a teacher-forced batch. */
+QKV_API
+qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const qkv_batch *b,
+                                      const qkv_step_options *o, qkv_step_result *r,
+                                      qkv_error *err);
+/* One step of the language model on ids (B, T) against targets (B, T) (qkv_lm_loss). */
+QKV_API
+qkv_status qkv_lm_train_step(qkv_lm *m, qkv_adam *opt, const int *ids, const int *targets, int B,
+                             int T, const qkv_step_options *o, qkv_step_result *r,
+                             qkv_error *err);
+
 /* ---------------------------------------------------------------------------------------
  * The training loop
  * ------------------------------------------------------------------------------------- */

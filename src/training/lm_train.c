@@ -1,6 +1,7 @@
-/* Training the language model on one long text: each step takes B random windows of T + 1
- * consecutive tokens (inputs: the first T, targets: the last T), Adam with warm-up and an
- * optional cosine decay, gradient clipping, and checkpoints from which a run resumes exactly.
+/* Training the language model on one long text, a driver over qkv_lm_train_step (step.c):
+ * each step takes B random windows of T + 1 consecutive tokens (inputs: the first T,
+ * targets: the last T), with warm-up and an optional cosine decay of the learning rate, and
+ * checkpoints from which a run resumes exactly.
  * The windows and the dropout of step s are pure functions of (seed, s), so the state to save
  * is the parameters, Adam's moments and the step. Random windows rather than an epoch's
  * shuffled tiling: any step can be recomputed without replaying an epoch's order, and a time
@@ -137,8 +138,7 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
                         strerror(errno));
     const size_t n = qkv_lm_num_params(m);
     const int B = o->batch, T = o->context;
-    float *params = qkv_lm_params(m), *grads = qkv_lm_grads(m);
-    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    if (!qkv_lm_grads(m)) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     qkv_adam opt;
     if ((st = qkv_adam_init(&opt, n, o->beta1, o->beta2, o->adam_eps, o->weight_decay, err)))
         return st;
@@ -174,21 +174,22 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         if ((o->steps > 0 && opt.step >= o->steps) || (budget > 0.0 && elapsed >= budget)) break;
         const int64_t s = opt.step; /* steps done: this is step s + 1 */
         gather_windows(ids, targets, train, n_train, B, T, pos.seed, s);
-        memset(grads, 0, n * sizeof *grads);
-        double loss = 0.0;
-        int tokens = 0;
-        uint64_t dropout_seed = stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)s + 1);
-        const qkv_loss_options pass = {.backward = 1, .train = 1, .dropout_seed = dropout_seed};
-        if ((st = qkv_lm_loss(m, ids, targets, B, T, &pass, &loss, &tokens, err))) break;
-        double norm = qkv_clip_grad_norm(grads, n, o->clip);
-        if (!isfinite(norm)) {
-            st = qkv_fail(err, QKV_ERR_NUMERIC, "step %lld: the gradient norm is not finite; "
-                          "stopping before the parameters change (the last checkpoint is "
-                          "intact)", (long long)s + 1);
+        /* the schedule at this step; with a time budget, at the time it starts */
+        const double lr = learning_rate(o, s + 1, elapsed, budget);
+        const qkv_step_options so = {(float)lr, o->clip, 0.0f, 0.0f,
+                                     stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)s + 1), 0};
+        qkv_step_result res;
+        if ((st = qkv_lm_train_step(m, &opt, ids, targets, B, T, &so, &res, err))) {
+            if (st == QKV_ERR_NUMERIC) {
+                char why[sizeof err->msg];
+                snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");
+                st = qkv_fail(err, st, "step %lld: %s; stopping before the parameters change "
+                              "(the last checkpoint is intact)", (long long)s + 1, why);
+            }
             break;
         }
-        const double lr = learning_rate(o, s + 1, elapsed0 + (qkv_now_s() - t0), budget);
-        qkv_adam_update(&opt, params, grads, (float)lr);
+        const double loss = res.loss, norm = res.grad_norm;
+        const int tokens = res.tokens;
         pos.loss_sum += loss, pos.loss_tokens += tokens, run_tokens += tokens;
         elapsed = elapsed0 + (qkv_now_s() - t0);
         pos.elapsed_s = elapsed;

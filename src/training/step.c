@@ -1,0 +1,66 @@
+/* One optimizer step, llm.c's shape: zero the gradients, forward and loss, backward, clip,
+ * update. The training loops (train.c, lm_train.c) are drivers over it: everything they add
+ * (batches, schedules, validation, checkpoints, logs) is policy around this step. */
+#include <math.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+/* After the loss pass (status st): clip, then Adam at o->lr. A non-finite loss or gradient
+ * never reaches the parameters: the step fails (QKV_ERR_NUMERIC, the parameters untouched)
+ * or, with o->skip_nonfinite, is skipped; a skipped step still counts (opt->step), so that
+ * later steps keep their dropout streams and schedule. */
+static qkv_status update(qkv_adam *opt, float *params, float *grads, size_t n, qkv_status st,
+                         const qkv_step_options *o, qkv_step_result *r, qkv_error *err)
+{
+    r->grad_norm = NAN, r->skipped = 0;
+    if (st == QKV_ERR_NUMERIC && o->skip_nonfinite) st = QKV_OK, r->skipped = 1;
+    if (st) return st;
+    if (!r->skipped) {
+        r->grad_norm = qkv_clip_grad_norm(grads, n, o->clip);
+        if (!isfinite(r->grad_norm)) {
+            if (!o->skip_nonfinite)
+                return qkv_fail(err, QKV_ERR_NUMERIC, "the gradient norm is not finite");
+            r->skipped = 1;
+        }
+    }
+    if (r->skipped)
+        opt->step++;
+    else
+        qkv_adam_update(opt, params, grads, o->lr);
+    return QKV_OK;
+}
+
+static qkv_loss_options loss_options(const qkv_step_options *o)
+{
+    qkv_loss_options l = {1, o->grad_scale, o->label_smoothing, 1, o->dropout_seed};
+    return l;
+}
+
+qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const qkv_batch *b,
+                                      const qkv_step_options *o, qkv_step_result *r,
+                                      qkv_error *err)
+{
+    const size_t n = qkv_transformer_num_params(m);
+    float *grads = qkv_transformer_grads(m);
+    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    memset(grads, 0, n * sizeof *grads);
+    const qkv_loss_options lo = loss_options(o);
+    r->loss = 0.0, r->tokens = 0;
+    qkv_status st = qkv_transformer_loss(m, b, &lo, &r->loss, &r->tokens, err);
+    return update(opt, qkv_transformer_params(m), grads, n, st, o, r, err);
+}
+
+qkv_status qkv_lm_train_step(qkv_lm *m, qkv_adam *opt, const int *ids, const int *targets, int B,
+                             int T, const qkv_step_options *o, qkv_step_result *r,
+                             qkv_error *err)
+{
+    const size_t n = qkv_lm_num_params(m);
+    float *grads = qkv_lm_grads(m);
+    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    memset(grads, 0, n * sizeof *grads);
+    const qkv_loss_options lo = loss_options(o);
+    r->loss = 0.0, r->tokens = 0;
+    qkv_status st = qkv_lm_loss(m, ids, targets, B, T, &lo, &r->loss, &r->tokens, err);
+    return update(opt, qkv_lm_params(m), grads, n, st, o, r, err);
+}

@@ -1,0 +1,67 @@
+/* What the translation training driver (train.c) is built from: the batches of an epoch
+ * (batches.c) and validation with its history (validation.c). Private to the library. */
+#ifndef QKV_TRAINING_H
+#define QKV_TRAINING_H
+
+#include "core/internal.h"
+
+/* ---- batches (batches.c) ------------------------------------------------------------------ */
+
+/* A pair's length and its place in the shuffled order. */
+typedef struct {
+    int len, at;
+} keyed;
+
+/* An epoch's batches: batch b is the examples items[first[b] .. first[b + 1]). */
+typedef struct {
+    int *items, *first, n_batches;
+    /* batches by length: each pair's length, and work space */
+    int *len, *order, *bounds, *perm;
+    keyed *keys;
+    double mean_len;
+} epoch_plan;
+
+qkv_status plan_init(epoch_plan *p, const qkv_dataset *d, int by_tokens, qkv_error *err);
+void plan_free(epoch_plan *p);
+/* d2l's batches: the examples shuffled from (seed, epoch), `batch` at a time. */
+void plan_fixed(epoch_plan *p, const qkv_dataset *d, int batch, uint64_t seed, int epoch);
+/* Batches of similar length up to a token budget (qkv_train_batches). */
+void plan_tokens(epoch_plan *p, const qkv_dataset *d, int budget, uint64_t seed, int epoch);
+
+/* A batch's ids, sized for the largest batch of a run. */
+typedef struct {
+    int *src, *src_valid, *tgt_in, *tgt_out;
+} batch_buffers;
+
+qkv_status batch_buffers_init(batch_buffers *bb, int B, int T, qkv_error *err);
+void batch_buffers_free(batch_buffers *bb);
+/* Examples items[0 .. B) as a batch of (B, Ts) sources and (B, Tt) targets; the decoder
+ * input is <bos> + Y[:-1]. */
+qkv_batch gather(const qkv_dataset *d, const int *items, int B, int Ts, int Tt,
+                 batch_buffers *bb);
+/* The batch's padded lengths: the dataset's num_steps, or (cut) its longest pair's. */
+void batch_lengths(const qkv_dataset *d, const int *items, int B, int cut, int *Ts, int *Tt);
+
+/* ---- validation (validation.c) -------------------------------------------------------------- */
+
+/* Per-token cross-entropy (no smoothing, no dropout) of o->valid, and the corpus BLEU-4
+ * (x 100) of its greedy translations when o->valid_bleu (NaN otherwise). */
+qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_loss,
+                    double *bleu, qkv_error *err);
+
+/* The validations so far, one per epoch that ran one; best and patience follow from them. */
+typedef struct {
+    int n, cap;
+    int *epoch;
+    double *val_loss, *bleu;
+} history;
+
+void history_free(history *h);
+int history_add(history *h, int epoch, double val_loss, double bleu); /* -1: out of memory */
+/* The index of the best validation (-1 if none) and how many came after it. */
+int history_best(const history *h, int by_bleu, int *since);
+qkv_status history_save(const history *h, const char *path, qkv_error *err);
+/* Reads the validations of epochs <= up_to; a missing file is an empty history. */
+qkv_status history_load(history *h, const char *path, int up_to, qkv_error *err);
+
+#endif
