@@ -38,7 +38,7 @@ OPENBLAS_LIBDIR = $(eval OPENBLAS_LIBDIR := $(patsubst %/,%,$(call pkg_checked,$
 OPENBLAS_RPATH  = $(if $(OPENBLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(OPENBLAS_LIBDIR))
 comma := ,
 
-# -fvisibility=hidden: only what include/qkv.h marks QKV_API leaves libqkv.so (the tests and the
+# -fvisibility=hidden: only what include/qkv/*.h mark QKV_API leaves libqkv.so (the tests and the
 # CLI link the static library, so they still reach the internal functions).
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
@@ -47,7 +47,7 @@ LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -fopenmp -lm $(SAN)
 
 # The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
 # number), exports limited to qkv_* by a version script.
-VERSION   := $(shell sed -n 's/^.define QKV_VERSION "\(.*\)"/\1/p' include/qkv.h)
+VERSION   := $(shell sed -n 's/^.define QKV_VERSION "\(.*\)"/\1/p' include/qkv/core.h)
 SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 SONAME    := libqkv.so.$(SOVERSION)
 LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
@@ -141,7 +141,9 @@ install: all
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libqkv.so
+	install -d $(DESTDIR)$(PREFIX)/include/qkv
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/qkv/*.h $(DESTDIR)$(PREFIX)/include/qkv/
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	  -e 's|@OPENBLAS_LIBDIR@|$(OPENBLAS_LIBDIR)|' qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc

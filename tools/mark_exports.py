@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Puts QKV_API on a line of its own before every function declaration at file scope of a C
-header (include/qkv.h), or with --check lists the declarations that lack it and exits 1.
+header (include/qkv.h and its parts, include/qkv/*.h), or with --check lists the declarations
+that lack it and exits 1.
 
-    tools/mark_exports.py include/qkv.h           mark what is missing (idempotent)
-    tools/mark_exports.py --check include/qkv.h   fail if a declaration is unmarked
+    tools/mark_exports.py include/qkv/*.h           mark what is missing (idempotent)
+    tools/mark_exports.py --check include/qkv/*.h   fail if a declaration is unmarked
 
 A declaration is a statement at file scope (inside extern "C" counts as file scope; comments,
 strings and preprocessor lines are skipped) that ends with ';', has a '(' and is not a typedef.
@@ -65,21 +66,25 @@ def unmarked_declarations(src):
 def main(argv):
     check = '--check' in argv
     paths = [a for a in argv if a != '--check']
-    if len(paths) != 1:
+    if not paths:
         sys.exit(__doc__)
-    path = paths[0]
-    src = open(path).read()
-    todo = unmarked_declarations(src)
-    if check:
-        for off in todo:
-            line = src.count('\n', 0, off) + 1
-            print(f'{path}:{line}: no QKV_API: {src[off:src.index(chr(10), off)]}')
-        sys.exit(1 if todo else 0)
-    for off in reversed(todo):
-        at_line_start = off == 0 or src[off - 1] == '\n'
-        src = src[:off] + ('QKV_API\n' if at_line_start else 'QKV_API ') + src[off:]
-    open(path, 'w').write(src)
-    print(f'{path}: {len(todo)} declarations marked', file=sys.stderr)
+    missing = 0
+    for path in paths:
+        src = open(path).read()
+        todo = unmarked_declarations(src)
+        missing += len(todo)
+        if check:
+            for off in todo:
+                line = src.count('\n', 0, off) + 1
+                print(f'{path}:{line}: no QKV_API: {src[off:src.index(chr(10), off)]}')
+            continue
+        for off in reversed(todo):
+            at_line_start = off == 0 or src[off - 1] == '\n'
+            src = src[:off] + ('QKV_API\n' if at_line_start else 'QKV_API ') + src[off:]
+        open(path, 'w').write(src)
+        if todo:
+            print(f'{path}: {len(todo)} declarations marked', file=sys.stderr)
+    sys.exit(1 if check and missing else 0)
 
 
 if __name__ == '__main__':

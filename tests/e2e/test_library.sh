@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libqkv.so as a library people link: it exports exactly the functions include/qkv.h declares
+# libqkv.so as a library people link: it exports exactly the functions include/qkv/*.h declare
 # (each marked QKV_API), all named qkv_*; it has a SONAME and the OpenMP OpenBLAS's directory as
 # RUNPATH; `make install` into a fresh prefix gives the versioned library, its links, the header
 # and qkv.pc, and a small program built with `pkg-config --cflags --libs qkv` links against the
@@ -23,19 +23,19 @@ if [ ! -e "$DIR/libqkv.so" ]; then
   echo; echo "0 passed, 0 failed"; exit 0
 fi
 LIB=$(realpath "$DIR/libqkv.so")
-VERSION=$(sed -n 's/^#define QKV_VERSION "\(.*\)"/\1/p' "$ROOT/include/qkv.h")
+VERSION=$(sed -n 's/^#define QKV_VERSION "\(.*\)"/\1/p' "$ROOT/include/qkv/core.h")
 MAJOR=${VERSION%%.*}
 MA=$(gcc -print-multiarch)
 
 # ---- what it exports
-check "every function declared in qkv.h is marked QKV_API" \
-  "$PYTHON" "$ROOT/tools/mark_exports.py" --check "$ROOT/include/qkv.h"
+check "every function declared in qkv.h and its parts is marked QKV_API" \
+  "$PYTHON" "$ROOT/tools/mark_exports.py" --check "$ROOT"/include/qkv.h "$ROOT"/include/qkv/*.h
 nm -D --defined-only "$LIB" | awk '{ print $3 }' | sort >"$T/exported"
-awk '/^QKV_API$/ { getline; print }' "$ROOT/include/qkv.h" |
+awk '/^QKV_API$/ { getline; print }' "$ROOT"/include/qkv/*.h |
   sed -E 's/^[^(]*[ *](qkv_[a-z0-9_]+)\(.*/\1/' | sort >"$T/declared"
 others=$(grep -v '^qkv_' "$T/exported" | head -n 5 | tr '\n' ' ')
 check "only qkv_ symbols exported ($(wc -l <"$T/exported") symbols${others:+; not: $others})" [ -z "$others" ]
-check "the exports are the $(wc -l <"$T/declared") functions qkv.h declares" \
+check "the exports are the $(wc -l <"$T/declared") functions qkv.h's parts declare" \
   bash -c "diff '$T/declared' '$T/exported' >'$T/diff'"
 [ -s "$T/diff" ] && head -n 5 "$T/diff"
 
@@ -54,7 +54,7 @@ if (cd "$ROOT" && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS -u MAKEOVERRIDES \
 else
   bad "make install: $(tail -n 3 "$T/install.out")"
 fi
-for f in lib/libqkv.so.$VERSION lib/libqkv.so.$MAJOR lib/libqkv.so lib/libqkv.a include/qkv.h \
+for f in lib/libqkv.so.$VERSION lib/libqkv.so.$MAJOR lib/libqkv.so lib/libqkv.a include/qkv.h include/qkv/core.h \
          lib/pkgconfig/qkv.pc bin/qkv; do
   check "installed $f" [ -e "$P/$f" ]
 done

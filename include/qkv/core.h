@@ -1,0 +1,109 @@
+/* qkv/core.h: the base of the library: its version, the export macro, errors, threads, files and
+ * random numbers. Part of qkv.h, which includes every part; its opening comment is the tour. */
+#ifndef QKV_API_CORE_H
+#define QKV_API_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QKV_VERSION "0.1.0"
+
+/* Marks what libqkv.so exports: every function declared in these headers, and nothing else
+ * (the library is compiled with -fvisibility=hidden and linked with a version script that
+ * keeps only qkv_* symbols; see the Makefile). */
+#if defined(__GNUC__) || defined(__clang__)
+#define QKV_API __attribute__((visibility("default")))
+#else
+#define QKV_API
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_OK = 0,
+    QKV_ERR_NOMEM,   /* an allocation failed */
+    QKV_ERR_ARG,     /* an argument is out of its documented range */
+    QKV_ERR_IO,      /* a file could not be opened, read or written */
+    QKV_ERR_FORMAT,  /* a file is malformed: truncated, hostile, wrong dtype or shape */
+    QKV_ERR_NUMERIC  /* NaN or Inf where a finite number is required */
+} qkv_status;
+
+/* The reason for the last failure of a call that took this struct. */
+typedef struct {
+    qkv_status code;
+    char msg[512];
+} qkv_error;
+
+/* A constant name for a status code ("ok", "out of memory", ...). */
+QKV_API
+const char *qkv_status_name(qkv_status s);
+
+/* Threads used by kernels and by OpenBLAS (n <= 0: leave the runtime's default). */
+QKV_API
+void qkv_set_threads(int n);
+QKV_API
+int qkv_get_threads(void);
+/* QKV_OK if the OpenBLAS loaded is its OpenMP build, the one qkv needs: its GEMMs share qkv's
+ * OpenMP threads and run single-threaded inside qkv's parallel regions. With its pthreads build
+ * two thread pools compete for the cores and results change with the thread count; with its
+ * sequential build every GEMM runs on one core. For those, QKV_ERR_ARG and a message that names
+ * the build and the file loaded, and how to get the OpenMP one. The qkv command checks this at
+ * start-up and refuses to run without it. */
+QKV_API
+qkv_status qkv_blas_check(qkv_error *err);
+
+/* Seconds on a monotonic clock, for timing: only the difference of two readings means
+ * anything (it does not jump when the wall clock is set). */
+QKV_API
+double qkv_now_s(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Files
+ * ------------------------------------------------------------------------------------- */
+
+/* The whole file at path (NULL: standard input, "stdin" in messages) in *text, with a NUL
+ * after its *len bytes (len may be NULL; the text may hold NUL bytes of its own); *text is
+ * the caller's to free, and NULL on failure. A file of more than max_bytes (SIZE_MAX: no
+ * limit) fails with QKV_ERR_FORMAT: a regular file before anything is read, anything else (a
+ * pipe, a device that may never end) once max_bytes + 1 bytes have come. A directory, or a
+ * file that cannot be opened or read: QKV_ERR_IO. */
+QKV_API
+qkv_status qkv_read_file(const char *path, size_t max_bytes, char **text, size_t *len,
+                         qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Random numbers
+ * A counter-based generator: the value at (seed, i) depends on nothing else, so dropout is
+ * reproducible whatever the thread count, and its mask is recomputed in backward, not stored.
+ * ------------------------------------------------------------------------------------- */
+
+/* 32 random bits for counter i of stream seed. */
+QKV_API
+uint32_t qkv_random_u32(uint64_t seed, uint64_t i);
+/* A uniform float in [0, 1) for counter i of stream seed. */
+QKV_API
+float qkv_random_uniform(uint64_t seed, uint64_t i);
+/* A standard normal float (Box-Muller) for counter i of stream seed. */
+QKV_API
+float qkv_random_normal(uint64_t seed, uint64_t i);
+/* Fill x[0..n) with uniform floats in [lo, hi) from stream seed. */
+QKV_API
+void qkv_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
+/* Fill x[0..n) with normal floats N(mean, std^2) from stream seed. */
+QKV_API
+void qkv_fill_normal(float *x, size_t n, float mean, float std, uint64_t seed);
+/* Xavier-uniform initialisation of a (fan_out, fan_in) matrix: U(-a, a), a = sqrt(6/(in+out)). */
+QKV_API
+void qkv_init_xavier_uniform(float *W, int fan_out, int fan_in, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_API_CORE_H */

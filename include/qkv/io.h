@@ -1,0 +1,112 @@
+/* qkv/io.h: files: model directories, training checkpoints, and safetensors tensor files. Part of
+ * qkv.h, which includes every part; its opening comment is the tour. */
+#ifndef QKV_API_IO_H
+#define QKV_API_IO_H
+
+#include "qkv/training.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Model directories and checkpoints
+ * ------------------------------------------------------------------------------------- */
+
+/* The configuration as JSON text (caller frees with free()), and back; from_json names file
+ * and key in its errors and checks the configuration. */
+QKV_API
+qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err);
+QKV_API
+qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, const char *file,
+                                qkv_error *err);
+
+/* Writes dir/config.json and dir/model.safetensors (each atomically; dir is created). */
+QKV_API
+qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err);
+/* Reads a model written by qkv_transformer_save: every tensor must be present with the shape
+ * the configuration implies, no unknown tensor, no NaN/Inf. */
+QKV_API
+qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err);
+
+/* Where training stands: enough to resume bit for bit. */
+typedef struct {
+    int epoch;           /* epochs completed */
+    int batch;           /* batches of the current epoch completed */
+    uint64_t seed;       /* the run's seed: data order and dropout derive from it */
+    double epoch_loss;   /* loss summed over the current epoch so far */
+    int64_t epoch_tokens;
+} qkv_train_position;
+
+/* A training checkpoint: parameters, Adam's moments and step, and the position, in one
+ * safetensors file written atomically. Load validates everything before changing m or opt. */
+QKV_API
+qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
+                               const qkv_train_position *pos, qkv_error *err);
+QKV_API
+qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
+                               qkv_train_position *pos, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Tensor files (safetensors): a JSON header naming each tensor's dtype, shape and byte range,
+ * then the raw little-endian data. Every offset and shape is checked against the file.
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum { QKV_F32 = 0, QKV_I32 = 1, QKV_I64 = 2, QKV_F64 = 3 } qkv_dtype;
+
+#define QKV_MAX_DIMS 8
+
+typedef struct {
+    char *name;
+    qkv_dtype dtype;
+    int ndim;
+    int64_t shape[QKV_MAX_DIMS];
+    int64_t numel;
+    void *data; /* points into the file's buffer, aligned for the dtype */
+} qkv_tensor;
+
+typedef struct {
+    qkv_tensor *tensors;
+    int count;
+    char *metadata_json; /* the "__metadata__" object as JSON text, or NULL */
+    void *buffer;        /* owned: the file's data section */
+} qkv_tensor_file;
+
+/* Read and validate a safetensors file. On failure *out is empty and err names the file and
+ * the offending tensor. */
+QKV_API
+qkv_status qkv_tensor_file_load(qkv_tensor_file *out, const char *path, qkv_error *err);
+/* Parse an in-memory safetensors image (len bytes). */
+QKV_API
+qkv_status qkv_tensor_file_parse(qkv_tensor_file *out, const void *bytes, size_t len,
+                                 const char *name_for_errors, qkv_error *err);
+QKV_API
+void qkv_tensor_file_free(qkv_tensor_file *f);
+/* The tensor called name, or NULL. */
+QKV_API
+const qkv_tensor *qkv_tensor_file_get(const qkv_tensor_file *f, const char *name);
+/* A metadata string value (owned by f until freed; NULL if absent). */
+QKV_API
+const char *qkv_tensor_file_meta(const qkv_tensor_file *f, const char *key);
+
+/* A tensor to be written: name, dtype, shape and data (numel * dtype size bytes). */
+typedef struct {
+    const char *name;
+    qkv_dtype dtype;
+    int ndim;
+    int64_t shape[QKV_MAX_DIMS];
+    const void *data;
+} qkv_tensor_ref;
+
+/* Write tensors (and optional metadata key/value string pairs, n_meta of them) to path
+ * atomically: a temporary file in the same directory, flushed, then renamed over path, so
+ * the previous file stays intact on any failure. */
+QKV_API
+qkv_status qkv_tensor_file_save(const char *path, const qkv_tensor_ref *tensors, int count,
+                                const char *const *meta_kv, int n_meta, qkv_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_API_IO_H */

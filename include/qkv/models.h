@@ -1,0 +1,407 @@
+/* qkv/models.h: the models: the encoder-decoder Transformer and the decoder-only language model,
+ * their precision, decoding (greedy, beam, generation with sampling) and their text. Part of
+ * qkv.h, which includes every part; its opening comment is the tour. */
+#ifndef QKV_API_MODELS_H
+#define QKV_API_MODELS_H
+
+#include "qkv/layers.h"
+#include "qkv/text.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Precision of the models' matrix products
+ * QKV_PRECISION_BF16 runs every product of a model's linear layers (attention projections,
+ * FFN, output logits; forward, dX and dW) with both operands rounded to bfloat16 (to
+ * nearest even: a relative error of at most 2^-8 each) and float32 sums, on AVX512-BF16
+ * (VDPBF16PS: twice float32's multiply-adds per instruction). Parameters, gradients, Adam's
+ * moments, attention itself, norms, softmax and the loss stay float32. Decoding reads a
+ * bf16 copy of the weights, half the bytes, which the model owns. The standalone blocks
+ * (qkv_linear_*, qkv_ffn_*, qkv_mha_*) are always float32.
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_PRECISION_FP32 = 0, /* float32 throughout: the default */
+    QKV_PRECISION_BF16 = 1  /* the linear layers' products in bf16 with float32 sums */
+} qkv_precision;
+
+/* Whether this CPU runs QKV_PRECISION_BF16 (AVX512F, BW, VL, DQ and BF16). */
+QKV_API
+int qkv_bf16_supported(void);
+/* "fp32" or "bf16". */
+QKV_API
+const char *qkv_precision_name(qkv_precision p);
+/* *p from "fp32" or "bf16"; QKV_ERR_ARG naming the choices otherwise. */
+QKV_API
+qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * The encoder-decoder Transformer (paper, figure 1; d2l 11.7)
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_TIE_NONE = 0,   /* three separate matrices */
+    QKV_TIE_OUTPUT = 1, /* target embedding = output projection (paper, section 3.4) */
+    QKV_TIE_ALL = 2     /* source and target embeddings and output projection (one vocabulary) */
+} qkv_tie;
+
+typedef struct {
+    int src_vocab, tgt_vocab;
+    int d_model;    /* C */
+    int heads;      /* H; head size d_model / H */
+    int ffn;        /* F, the FFN's hidden size */
+    int enc_layers, dec_layers;
+    int max_len;    /* longest sequence either stack accepts (positions in the table) */
+    float dropout;  /* on embeddings + positions, attention weights, and each sublayer output */
+    int bias;       /* biases in the attention projections (d2l: no, PyTorch: yes) */
+    int pre_norm;   /* 0: LayerNorm(x + Sublayer(x)) as the paper; 1: x + Sublayer(LN(x)) */
+    int final_norm; /* a LayerNorm after the last block of each stack */
+    qkv_activation act;
+    qkv_tie tie;
+    int learned_pos; /* learned positions instead of the sinusoidal table */
+    float ln_eps;
+} qkv_transformer_config;
+
+/* The configuration of d2l's example: 2+2 layers, d_model 32, 4 heads, FFN 64, dropout 0.1,
+ * post-norm, no attention bias, sinusoidal positions, max_len 1000. Vocab sizes left 0. */
+QKV_API
+qkv_transformer_config qkv_transformer_default_config(void);
+/* QKV_ERR_ARG with the reason if the configuration cannot build a model. */
+QKV_API
+qkv_status qkv_transformer_config_check(const qkv_transformer_config *cfg, qkv_error *err);
+
+typedef struct qkv_transformer qkv_transformer;
+
+/* A model with freshly initialised parameters as d2l's: Xavier-uniform for every projection,
+ * PyTorch's defaults elsewhere (biases U(+-1/sqrt(fan_in)), N(0, 1) embeddings — N(0, 1/C)
+ * when tied to the output — unit LayerNorm gains, zero LayerNorm biases). */
+QKV_API
+qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
+                                  uint64_t seed, qkv_error *err);
+QKV_API
+void qkv_transformer_free(qkv_transformer *m);
+QKV_API
+const qkv_transformer_config *qkv_transformer_get_config(const qkv_transformer *m);
+
+/* The parameters: count tensors, each with a stable name ("encoder.0.attention.W_q"), shape
+ * and its place in one flat buffer of qkv_transformer_num_params floats. */
+QKV_API
+int qkv_transformer_num_tensors(const qkv_transformer *m);
+typedef struct {
+    const char *name;
+    int ndim;
+    int shape[2];
+    size_t offset; /* in floats, into the parameter (and gradient) buffer */
+    size_t numel;
+} qkv_param_info;
+QKV_API
+qkv_param_info qkv_transformer_tensor(const qkv_transformer *m, int i);
+QKV_API
+size_t qkv_transformer_num_params(const qkv_transformer *m);
+QKV_API
+float *qkv_transformer_params(qkv_transformer *m);
+/* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
+QKV_API
+float *qkv_transformer_grads(qkv_transformer *m);
+
+/* One batch of padded sentence pairs, row-major (B, T). */
+typedef struct {
+    int B, src_len, tgt_len;
+    const int *src;       /* (B, src_len) source ids, <pad> after the valid length */
+    const int *src_valid; /* (B) */
+    const int *tgt_in;    /* (B, tgt_len) decoder input: <bos> then the target without its end */
+    const int *tgt_out;   /* (B, tgt_len) labels; <pad> positions are not counted */
+} qkv_batch;
+
+/* How a loss pass runs (qkv_transformer_loss, qkv_lm_loss). All zero (or a NULL pointer):
+ * the loss alone, in evaluation mode. A training step:
+ *     qkv_loss_options o = {.backward = 1, .train = 1, .dropout_seed = step_seed}; */
+typedef struct {
+    int backward;          /* 1: also ACCUMULATE the gradients into the model's gradient buffer */
+    float grad_scale;      /* the loss differentiated is grad_scale * the sum of the token losses
+                              (<= 0: 1/tokens, the per-token mean; 1/tgt_len: d2l's sum of
+                              per-sequence means) */
+    float label_smoothing; /* eps of qkv_cross_entropy_forward (0: none) */
+    int train;             /* 1: dropout as configured; 0: none (evaluation) */
+    uint64_t dropout_seed; /* makes a training pass's dropout reproducible */
+} qkv_loss_options;
+
+/* The cross-entropy over one batch with teacher forcing, and with o->backward its gradients,
+ * ACCUMULATED into qkv_transformer_grads (zero them per step). *loss_sum receives the
+ * unscaled sum of the token losses over real target tokens and *tokens their count (either
+ * may be NULL). */
+QKV_API
+qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
+                                const qkv_loss_options *o, double *loss_sum, int *tokens,
+                                qkv_error *err);
+
+/* Greedy decoding of B source sentences at once (src (B, src_len) padded, src_valid (B)),
+ * caching every decoder layer's keys and values, so a step costs work proportional to the
+ * current length. out (B, max_len) receives the ids without <bos> and <eos>, out_len (B)
+ * their counts; a sentence stops at <eos> or after max_len tokens. Each sentence's result is
+ * independent of the others in the batch. */
+QKV_API
+qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int *src_valid,
+                                  int B, int src_len, int max_len, int *out, int *out_len,
+                                  qkv_error *err);
+
+/* Beam search (Wu et al. 2016, GNMT, section 7). Per sentence, K hypotheses live in the
+ * decoder's cache; a step keeps the K best one-token extensions by log P(y | x), and an
+ * <eos> ranked among the first K finishes one, scored log P(Y | x) / lp(Y) with the length
+ * penalty lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting its <eos>. A sentence ends with K
+ * finished hypotheses, when no live one can enter its n best any more, or after max_len
+ * tokens, where live hypotheses finish without <eos> (as greedy decoding's do). beam = 1 is
+ * qkv_transformer_greedy exactly; a sentence's result does not depend on the others. */
+typedef struct {
+    int beam;    /* K >= 1 */
+    int n_best;  /* hypotheses returned per sentence, 1 .. K */
+    int max_len; /* tokens per hypothesis, <eos> not counted, 1 .. the model's max_len */
+    float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7) */
+} qkv_beam_options;
+
+/* Where beam search writes the n_best hypotheses of each of B sentences, best first. */
+typedef struct {
+    int *ids;        /* (B, n_best, max_len) the ids without <bos> and <eos> */
+    int *len;        /* (B, n_best) their counts, -1 for a hypothesis not found (a tiny
+                        vocabulary can have fewer than n_best) */
+    double *score;   /* (B, n_best) log P / lp, or NULL; -INFINITY when not found */
+    double *logprob; /* (B, n_best) log P, or NULL; -INFINITY when not found */
+} qkv_beam_results;
+
+/* src (B, src_len) padded, src_valid (B) -> out. */
+QKV_API
+qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
+                                int B, int src_len, const qkv_beam_options *o,
+                                qkv_beam_results *out, qkv_error *err);
+
+/* Logits (B, tgt_len, tgt_vocab) of a teacher-forced forward pass in evaluation mode. */
+QKV_API
+qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,
+                                  qkv_error *err);
+
+/* Sets how the model's linear layers multiply from now on (a run-time setting: it is not
+ * saved with the model; a new or loaded model is QKV_PRECISION_FP32). At bf16 it makes the
+ * weights' bf16 copy for decoding (2 bytes per parameter) and the products' packing buffers,
+ * and decoding makes the copy again whenever the parameters may have changed since: after a
+ * backward pass, qkv_transformer_params or a load. A caller that writes the parameters
+ * through a pointer taken earlier calls this again before decoding. QKV_ERR_ARG on a CPU
+ * without AVX512-BF16 (qkv_bf16_supported), the model unchanged. */
+QKV_API
+qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err);
+QKV_API
+qkv_precision qkv_transformer_get_precision(const qkv_transformer *m);
+
+/* ---------------------------------------------------------------------------------------
+ * The decoder-only language model (GPT; Radford et al. 2018): the Transformer's decoder
+ * without encoder-decoder attention, trained to predict the next token.
+ *   x = dropout(E[ids] sqrt(C) + P);  N x [causal self-attention, FFN], each a residual
+ *   sublayer with LayerNorm, post-norm or pre-norm as the encoder-decoder's;  an optional
+ *   final LayerNorm;  logits = x W_out^T + b_out (W_out = E when tied).
+ * The self-attention is softmax attention (paper, eq. 1) or causal linear attention
+ * (Katharopoulos et al. 2020; qkv_linear_attention_*), chosen per model; both have the same
+ * parameters. Generation feeds one token at a time: softmax models keep every layer's keys
+ * and values (a step costs O(t) at position t), linear models the recurrent state
+ * (qkv_linear_attention_state: O(1) in t).
+ * Parameters, like the encoder-decoder's, are a named table over one flat buffer:
+ *   embedding (V, C); positions (max_len, C) when learned;
+ *   decoder.<l>.attention.{W_q,b_q,W_k,b_k,W_v,b_v,W_o,b_o}, decoder.<l>.norm1.{gamma,beta},
+ *   decoder.<l>.ffn.{W1,b1,W2,b2}, decoder.<l>.norm2.{gamma,beta};  decoder.norm.{gamma,beta}
+ *   when final_norm;  output.W (V, C) unless tied;  output.b (V).
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_ATTENTION_SOFTMAX = 0, /* softmax(q k^T / sqrt(d)) v, with dropout on the weights */
+    QKV_ATTENTION_LINEAR = 1   /* phi(q)^T S / phi(q)^T z, phi = elu + 1: no weights to drop */
+} qkv_attention_kind;
+
+typedef struct {
+    int vocab;      /* V */
+    int d_model;    /* C */
+    int heads;      /* H; head size d_model / H */
+    int ffn;        /* F */
+    int layers;     /* blocks */
+    int max_len;    /* context: the longest sequence, positions in the table */
+    float dropout;  /* on embeddings + positions, attention weights, each sublayer output */
+    int bias;       /* biases in the attention projections */
+    int pre_norm;   /* 0: LayerNorm(x + Sublayer(x)); 1: x + Sublayer(LayerNorm(x)) */
+    int final_norm; /* a LayerNorm after the last block (what pre-norm wants) */
+    qkv_activation act;
+    int tie;        /* output projection = token embedding (paper, section 3.4) */
+    int learned_pos; /* learned positions instead of the sinusoidal table */
+    qkv_attention_kind attention;
+    float ln_eps;
+} qkv_lm_config;
+
+/* 4 layers of d_model 128, 4 heads, FFN 512, context 128, dropout 0.1, post-norm, ReLU,
+ * attention biases, sinusoidal positions, untied, softmax attention. vocab left 0. */
+QKV_API
+qkv_lm_config qkv_lm_default_config(void);
+/* QKV_ERR_ARG with the reason if the configuration cannot build a model. */
+QKV_API
+qkv_status qkv_lm_config_check(const qkv_lm_config *cfg, qkv_error *err);
+
+typedef struct qkv_lm qkv_lm;
+
+/* A model initialised as qkv_transformer_create initialises (Xavier-uniform projections,
+ * N(0, 1) embedding, N(0, 1/C) when tied, U(+-1/sqrt(fan_in)) biases, unit gains). */
+QKV_API
+qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, qkv_error *err);
+QKV_API
+void qkv_lm_free(qkv_lm *m);
+QKV_API
+const qkv_lm_config *qkv_lm_get_config(const qkv_lm *m);
+
+/* The parameter table, as qkv_transformer_tensor & co. */
+QKV_API
+int qkv_lm_num_tensors(const qkv_lm *m);
+QKV_API
+qkv_param_info qkv_lm_tensor(const qkv_lm *m, int i);
+QKV_API
+size_t qkv_lm_num_params(const qkv_lm *m);
+QKV_API
+float *qkv_lm_params(qkv_lm *m);
+/* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
+QKV_API
+float *qkv_lm_grads(qkv_lm *m);
+
+/* The next-token loss over a batch of B sequences of T tokens, and with o->backward its
+ * gradients (qkv_loss_options), ACCUMULATED into qkv_lm_grads: ids (B, T) the inputs,
+ * targets (B, T) what each position should predict (ids shifted by one); a target equal to
+ * QKV_PAD is not counted. *loss_sum, *tokens (may be NULL) receive the unscaled sum and the
+ * count. T <= max_len; an id outside [0, V) fails with QKV_ERR_ARG naming it. */
+QKV_API
+qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int T,
+                       const qkv_loss_options *o, double *loss_sum, int *tokens, qkv_error *err);
+
+/* Logits (B, T, V) of the causal forward pass over ids (B, T) in evaluation mode. */
+QKV_API
+qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
+                         qkv_error *err);
+
+/* The precision of the model's linear layers, as qkv_transformer_set_precision (generation
+ * reads the weights' bf16 copy at bf16; it is made again after a backward pass, qkv_lm_params
+ * or a load). */
+QKV_API
+qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err);
+QKV_API
+qkv_precision qkv_lm_get_precision(const qkv_lm *m);
+
+/* ---- generation: one sequence, one token per step ----------------------------------------
+ * A state holds what the model remembers of the tokens so far: per layer the keys and values
+ * of every position (softmax), or the sums S, z (linear). At most max_len tokens fit, the
+ * positions the model has. */
+typedef struct qkv_lm_state qkv_lm_state;
+
+QKV_API
+qkv_status qkv_lm_state_create(qkv_lm_state **out, const qkv_lm *m, qkv_error *err);
+QKV_API
+void qkv_lm_state_free(qkv_lm_state *s);
+/* Tokens the state holds (the position the next token takes). */
+QKV_API
+int qkv_lm_state_length(const qkv_lm_state *s);
+
+/* Starts the state over from ids (1 <= n <= max_len) in one batched forward pass and writes
+ * the logits (V) that predict token n. */
+QKV_API
+qkv_status qkv_lm_prefill(qkv_lm *m, qkv_lm_state *s, const int *ids, int n, float *logits,
+                          qkv_error *err);
+/* Appends token at position qkv_lm_state_length(s) (< max_len, else QKV_ERR_ARG) and writes
+ * the logits (V) that predict the next one: row t of qkv_lm_logits over the same tokens. */
+QKV_API
+qkv_status qkv_lm_step(qkv_lm *m, qkv_lm_state *s, int token, float *logits, qkv_error *err);
+
+/* ---- sampling ------------------------------------------------------------------------- */
+
+typedef struct {
+    float temperature; /* logits / temperature; 0: greedy (the argmax, ties to the lower id) */
+    int top_k;         /* keep the k most probable tokens; 0: all */
+    float top_p;       /* then keep the smallest set of most probable tokens whose probability
+                          is >= top_p (nucleus sampling; Holtzman et al. 2020); >= 1: all */
+} qkv_sampling;
+
+/* The distribution a token is drawn from: probs (V) = softmax(logits / temperature) cut to
+ * top-k then top-p and renormalised; tokens cut get exactly 0. order (V) receives the ids by
+ * decreasing probability (ties: lower id first). Returns how many tokens are kept: they are
+ * order[0 .. kept). temperature 0 keeps just the argmax. */
+QKV_API
+int qkv_sampling_probs(float *probs, int *order, const float *logits, int V,
+                       const qkv_sampling *s);
+/* The kept token at which the cumulative probability (in order) first exceeds u in [0, 1). */
+QKV_API
+int qkv_sample_token(const float *probs, const int *order, int kept, float u);
+
+typedef struct {
+    int tokens;          /* new tokens to produce */
+    qkv_sampling sampling;
+    uint64_t seed;       /* token i is drawn with u = qkv_random_uniform(seed, i) */
+    /* Called with each new token as soon as it is drawn (NULL: none); nonzero stops early. */
+    int (*on_token)(int id, void *ctx);
+    void *ctx;
+    int text_only;       /* 1: never draw <unk> <pad> <bos> <eos> (a model of raw text never
+                            saw them as targets, but gives them a little probability) */
+} qkv_lm_generation;
+
+/* Continues prompt (n_prompt >= 1 ids) with g->tokens sampled tokens, written to out; *n_out
+ * (may be NULL) receives how many (fewer if on_token stopped it). The model sees the last
+ * max_len tokens at most: when the state is full it restarts from the last max_len / 2 (one
+ * prefill), so a token costs O(max_len) (softmax) or O(1) (linear) work amortised. The same
+ * seed gives the same tokens. */
+QKV_API
+qkv_status qkv_lm_generate(qkv_lm *m, const int *prompt, int n_prompt, int *out, int *n_out,
+                           const qkv_lm_generation *g, qkv_error *err);
+
+/* ---- text as tokens --------------------------------------------------------------------
+ * A language model's vocabulary is a qkv_vocab (<unk> <pad> <bos> <eos> first), saved with
+ * qkv_vocab_save, one token per line. Two kinds:
+ *   characters  every distinct UTF-8 character of a text, in code point order. Characters a
+ *               line cannot hold are escaped: newline \n, carriage return \r, tab \t, space
+ *               \s, backslash \\, any other control character (U+0000..U+001F, U+007F) \xHH;
+ *               every other token is the character itself.
+ *   bytes       all 256 bytes as <0x00> .. <0xFF> (any input, no <unk>).
+ * qkv_lm_encode recognises the kind from the vocabulary itself (a byte vocabulary holds
+ * <0x00>). */
+
+/* Builds the vocabulary of text[0..len): bytes = 0 characters (invalid UTF-8 fails with
+ * QKV_ERR_FORMAT naming the byte offset), 1 bytes. */
+QKV_API
+qkv_status qkv_lm_vocab_build(qkv_vocab *v, const char *text, size_t len, int bytes,
+                              qkv_error *err);
+/* ids (capacity len) <- the tokens of text[0..len); *n receives their count. A character
+ * outside a character vocabulary becomes QKV_UNK (*unknown, may be NULL, counts them);
+ * invalid UTF-8 fails with QKV_ERR_FORMAT naming the byte offset. */
+QKV_API
+qkv_status qkv_lm_encode(int *ids, size_t *n, size_t *unknown, const qkv_vocab *v,
+                         const char *text, size_t len, qkv_error *err);
+/* The text of token id (escapes undone; reserved tokens and ids outside the vocabulary are
+ * ""). Writes at most cap bytes, NUL included, and returns the length needed (<= 4 for
+ * characters, 1 for bytes), as snprintf. */
+QKV_API
+size_t qkv_lm_token_text(char *out, size_t cap, const qkv_vocab *v, int id);
+
+/* ---- model directories -----------------------------------------------------------------
+ *   config.json        the qkv_lm_config ("format": "qkv-lm")
+ *   model.safetensors  every parameter under its table name
+ *   vocab.txt          the vocabulary (written by the caller)
+ * and, while qkv_lm_train runs, checkpoint.safetensors: the parameters, Adam's moments and
+ * step, and where training stands. */
+
+QKV_API
+qkv_status qkv_lm_config_to_json(const qkv_lm_config *c, char **json, qkv_error *err);
+/* Names file and key in its errors and checks the configuration. */
+QKV_API
+qkv_status qkv_lm_config_from_json(qkv_lm_config *c, const char *json, const char *file,
+                                   qkv_error *err);
+/* Writes dir/config.json and dir/model.safetensors (atomically; dir is created). */
+QKV_API
+qkv_status qkv_lm_save(const qkv_lm *m, const char *dir, qkv_error *err);
+/* Every tensor present with its configured shape, none unknown, no NaN/Inf. */
+QKV_API
+qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_API_MODELS_H */

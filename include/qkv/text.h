@@ -1,0 +1,360 @@
+/* qkv/text.h: text as tokens: d2l's preprocessing and words, corpora, vocabularies, batching to
+ * num_steps, BLEU, byte-pair encoding, and a model's tokenizer. Part of qkv.h, which includes
+ * every part; its opening comment is the tour. */
+#ifndef QKV_API_TEXT_H
+#define QKV_API_TEXT_H
+
+#include "qkv/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* =======================================================================================
+ * Text: the data side of translation as d2l.ai's "Machine Translation and the Dataset" does
+ * it: preprocess raw sentence pairs, split them into word tokens, map tokens to ids with a
+ * frequency-ordered vocabulary, pad every sentence to num_steps, and score with BLEU.
+ * A struct filled by a *_read / *_build / *_load / *_from_text call owns its memory until
+ * the matching *_free, which also zeroes it (freeing twice is harmless). On failure the
+ * output struct is left zeroed and err names the file and line (1-based).
+ * ===================================================================================== */
+
+/* ---------------------------------------------------------------------------------------
+ * Preprocessing (d2l's preprocess_nmt) and word tokens (d2l's tokenize_nmt)
+ * ------------------------------------------------------------------------------------- */
+
+/* Bytes qkv_preprocess may write for len input bytes, the NUL included: every input byte
+ * yields at most two (a punctuation byte gains a space before it; 'İ', two bytes, becomes
+ * the three bytes of "i" + U+0307). */
+#define QKV_PREPROCESS_BOUND(len) (2 * (size_t)(len) + 1)
+
+/* d2l's preprocess_nmt on one piece of UTF-8 text:
+ *   1. U+202F (narrow no-break space) and U+00A0 (no-break space) become ' ';
+ *   2. letters are lower-cased as Python's str.lower() does for ASCII, Latin-1, Latin
+ *      Extended-A and basic Cyrillic (U+0400..U+042F), a superset of what fra.txt and
+ *      Multi30k contain; other characters are copied unchanged;
+ *   3. a space is inserted before each of , . ! ? whose preceding character is not a space.
+ * out (capacity >= QKV_PREPROCESS_BOUND(len)) receives the NUL-terminated result and
+ * *out_len its length. Fails with QKV_ERR_FORMAT, naming the byte offset, on invalid UTF-8
+ * or a NUL byte. */
+QKV_API
+qkv_status qkv_preprocess(char *out, size_t *out_len, const char *text, size_t len,
+                          qkv_error *err);
+
+/* The length of the longest prefix of text[0..len) that is well-formed UTF-8 without a NUL
+ * byte: len when all of it is, else the offset of the first offending byte. */
+QKV_API
+size_t qkv_utf8_check(const char *text, size_t len);
+
+/* Sentences of word tokens, stored flat: sentence i is
+ * tokens[start[i] .. start[i + 1]), each token a NUL-terminated UTF-8 word. */
+typedef struct {
+    int count;           /* sentences */
+    size_t n_tokens;     /* tokens over all sentences */
+    const char **tokens; /* (n_tokens) pointers into storage */
+    size_t *start;       /* (count + 1) where each sentence begins in tokens */
+    char *storage;       /* owned: the bytes of every token */
+} qkv_sentences;
+
+/* Tokens in sentence i. */
+static inline int qkv_sentence_len(const qkv_sentences *s, int i)
+{
+    return (int)(s->start[i + 1] - s->start[i]);
+}
+
+/* Parallel sentences: source.count == target.count, pair i is (source i, target i). */
+typedef struct {
+    qkv_sentences source;
+    qkv_sentences target;
+} qkv_corpus;
+
+/* Each line of text (lines end in "\n" or "\r\n"; the last may lack it) preprocessed and
+ * split into words on ' '. Unlike d2l's line.split(' '), the empty strings that a double
+ * space produces are dropped, so a token is never "" (fra.txt's French side has 17 of
+ * them, the only place where the two differ). name_for_errors labels the text in
+ * messages ("<name>:<line>: ..."). */
+QKV_API
+qkv_status qkv_sentences_from_text(qkv_sentences *out, const char *text, size_t len,
+                                   const char *name_for_errors, qkv_error *err);
+/* Each line split on spaces and tabs with no other change (for models whose vocabulary was
+ * made by another tokenizer, e.g. one converted from PyTorch). Invalid UTF-8 fails, naming
+ * the line. */
+QKV_API
+qkv_status qkv_sentences_split(qkv_sentences *out, const char *text, size_t len,
+                               const char *name_for_errors, qkv_error *err);
+QKV_API
+void qkv_sentences_free(qkv_sentences *s);
+
+/* Pairs from a file of lines "source<TAB>target[<TAB>ignored...]" (fra.txt is
+ * "English<TAB>French"), each line preprocessed and tokenised as qkv_sentences_from_text.
+ * num_examples > 0 keeps the first num_examples lines; <= 0 keeps all. (d2l's
+ * tokenize_nmt(text, 600) keeps 601 pairs, because it stops at i > num_examples; pass 601
+ * to get d2l's load_data_nmt(num_examples=600) data.) A line without a tab, invalid UTF-8,
+ * a NUL byte or a file with no lines fails with QKV_ERR_FORMAT naming file and line. */
+QKV_API
+qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_examples,
+                               qkv_error *err);
+
+/* Pairs from two line-aligned files (Multi30k: line i of train.de translates line i of
+ * train.en), each line preprocessed and tokenised as qkv_sentences_from_text. num_examples
+ * as above. Files of different line counts (within the first num_examples lines) fail with
+ * QKV_ERR_FORMAT naming both files and the line where the shorter one ends. */
+QKV_API
+qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
+                                   const char *target_path, int num_examples, qkv_error *err);
+QKV_API
+void qkv_corpus_free(qkv_corpus *c);
+
+/* ---------------------------------------------------------------------------------------
+ * Vocabulary (d2l's Vocab with reserved_tokens = ['<pad>', '<bos>', '<eos>'])
+ * ------------------------------------------------------------------------------------- */
+
+/* Every vocabulary starts with the reserved ids of qkv.h: QKV_UNK, QKV_PAD, QKV_BOS,
+ * QKV_EOS (<unk> <pad> <bos> <eos>), then its words. */
+enum { QKV_UNK = 0, QKV_PAD = 1, QKV_BOS = 2, QKV_EOS = 3, QKV_N_RESERVED = 4 };
+
+/* idx_to_token and a hash table for the way back. Read-only for users. */
+typedef struct {
+    int size;                  /* tokens; ids are 0 .. size - 1 */
+    const char **idx_to_token; /* (size) pointers into storage */
+    char *storage;             /* owned: the bytes of every token */
+    int *slots;                /* owned: open-addressing table of ids, -1 = empty */
+    size_t n_slots;            /* a power of two, > 2 * size */
+} qkv_vocab;
+
+/* d2l's Vocab(tokens, min_freq, reserved_tokens=['<pad>', '<bos>', '<eos>']):
+ * idx_to_token = ['<unk>', '<pad>', '<bos>', '<eos>'] + the distinct tokens with
+ * frequency >= min_freq, most frequent first, ties in order of first occurrence (Python's
+ * stable sort over a Counter built in corpus order); a token equal to a reserved one keeps
+ * its reserved id. tokens (n_tokens): a flat list, e.g. qkv_sentences.tokens. */
+QKV_API
+qkv_status qkv_vocab_build(qkv_vocab *v, const char *const *tokens, size_t n_tokens,
+                           int min_freq, qkv_error *err);
+/* The id of token, QKV_UNK if it is not in the vocabulary. */
+QKV_API
+int qkv_vocab_id(const qkv_vocab *v, const char *token);
+/* The token of id, NULL if id is outside [0, size). */
+QKV_API
+const char *qkv_vocab_token(const qkv_vocab *v, int id);
+
+/* Writes the vocabulary as text, line i + 1 holding token i, atomically (a temporary file
+ * in the same directory, flushed, then renamed over path). A token that is empty or holds
+ * '\n' or '\r' cannot be a line: QKV_ERR_ARG. */
+QKV_API
+qkv_status qkv_vocab_save(const qkv_vocab *v, const char *path, qkv_error *err);
+/* Reads a file written by qkv_vocab_save ("\r\n" endings accepted). Fails with
+ * QKV_ERR_FORMAT, naming file and line, on an empty line, a duplicate token, invalid UTF-8,
+ * or first four lines other than <unk> <pad> <bos> <eos>. */
+QKV_API
+qkv_status qkv_vocab_load(qkv_vocab *v, const char *path, qkv_error *err);
+QKV_API
+void qkv_vocab_free(qkv_vocab *v);
+
+/* ---------------------------------------------------------------------------------------
+ * Batching to num_steps (d2l's truncate_pad and build_array_nmt)
+ * ------------------------------------------------------------------------------------- */
+
+/* ids (num_steps) = truncate_pad(vocab[tokens] + [<eos>], num_steps, <pad>).  Returns
+ * valid_len, the number of ids that are not <pad> (so a truncated sentence loses its
+ * <eos>, as in d2l). num_steps <= 0 writes nothing and returns 0. */
+QKV_API
+int qkv_vocab_encode(int *ids, const qkv_vocab *v, const char *const *tokens, int n,
+                     int num_steps);
+/* Every sentence of s: ids (s->count, num_steps), valid_len (s->count).
+ * num_steps < 1 fails with QKV_ERR_ARG. */
+QKV_API
+qkv_status qkv_sentences_encode(int *ids, int *valid_len, const qkv_sentences *s,
+                                const qkv_vocab *v, int num_steps, qkv_error *err);
+/* The tokens of ids[0..n) joined by single spaces, up to the first <eos> (d2l's
+ * ' '.join(vocab.to_tokens(output_seq))); ids outside the vocabulary read as <unk>.
+ * Writes at most cap bytes, NUL included (nothing if cap is 0), and returns the length the
+ * whole text needs, as snprintf does. */
+QKV_API
+size_t qkv_vocab_decode(char *out, size_t cap, const qkv_vocab *v, const int *ids, int n);
+
+/* ---------------------------------------------------------------------------------------
+ * BLEU on token-id sequences (any int values; equal ids are equal tokens)
+ * ------------------------------------------------------------------------------------- */
+
+/* d2l's bleu(pred_seq, label_seq, k):
+ *   exp(min(0, 1 - len_label / len_pred)) * prod_{n=1..k} p_n^(1 / 2^n),
+ *   p_n = clipped n-gram matches / (len_pred - n + 1),
+ * where clipped means a label n-gram matches at most as often as it occurs in the label.
+ * d2l divides by zero when len_pred < k; here an order the prediction is too short for
+ * has p_n = 0, so the score is 0 (as it already is in d2l whenever the label is the one
+ * shorter than k); an empty prediction scores 0. k >= 1, else QKV_ERR_ARG. */
+QKV_API
+qkv_status qkv_bleu(double *score, const int *pred, int len_pred, const int *label,
+                    int len_label, int k, qkv_error *err);
+
+#define QKV_BLEU_ORDER 4
+
+/* Corpus BLEU-4 statistics, summed over (hypothesis, reference) pairs. */
+typedef struct {
+    int64_t matches[QKV_BLEU_ORDER]; /* clipped matches of (index + 1)-grams */
+    int64_t totals[QKV_BLEU_ORDER];  /* (index + 1)-grams in the hypotheses */
+    int64_t hyp_len, ref_len;        /* tokens: c and r */
+} qkv_bleu_stats;
+
+/* Adds one pair to st (zero-initialise st first). */
+QKV_API
+qkv_status qkv_bleu_stats_add(qkv_bleu_stats *st, const int *hyp, int hyp_len,
+                              const int *ref, int ref_len, qkv_error *err);
+/* Standard corpus BLEU in [0, 1]:  BP * exp(mean_n log(matches_n / totals_n)),
+ * BP = exp(1 - r / c) when c < r, else 1; 0 if any order has no match or c is 0.
+ * sacreBLEU's score (tokenize='none', smooth_method='none') divided by 100. */
+QKV_API
+double qkv_bleu_stats_score(const qkv_bleu_stats *st);
+/* The same over count pairs: hyps[i] (hyp_lens[i]) against refs[i] (ref_lens[i]). */
+QKV_API
+qkv_status qkv_corpus_bleu(double *score, const int *const *hyps, const int *hyp_lens,
+                           const int *const *refs, const int *ref_lens, int count,
+                           qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Subwords: byte-pair encoding (Sennrich, Haddow & Birch 2016)
+ * A word is the characters of a d2l word token after a word-start marker, U+2581 '▁' (as
+ * SentencePiece), so "the cat" is the symbols ▁ t h e ▁ c a t before any merge. Learning
+ * repeatedly merges the most frequent adjacent pair of symbols inside words into a new
+ * symbol; encoding replays the merges, lowest rank first. The pieces of a text, joined,
+ * with every ▁ read as a space and the first one dropped, give the text back exactly.
+ * Vocabulary ids: the reserved four, then symbol i at QKV_N_RESERVED + i.
+ * ------------------------------------------------------------------------------------- */
+
+#define QKV_BPE_SPACE "\xe2\x96\x81" /* U+2581, the word-start marker */
+
+/* A learned encoding. Read-only for users. */
+typedef struct {
+    int n_chars;     /* symbols 0 .. n_chars - 1 are single characters: the alphabet */
+    int n_symbols;   /* the alphabet, then one symbol per merge that made a new string */
+    int n_merges;    /* in the order learned: merge r has rank r */
+    char **symbols;  /* owned: (n_symbols) NUL-terminated UTF-8 strings, all distinct */
+    int *merges;     /* owned: (n_merges, 3) left symbol, right symbol, resulting symbol */
+    int *symbol_slots; /* owned: open-addressing table string -> symbol, -1 = empty */
+    size_t n_symbol_slots;
+    int *merge_slots;  /* owned: open-addressing table (left, right) -> rank, -1 = empty */
+    size_t n_merge_slots;
+} qkv_bpe;
+
+/* Learns from the word tokens of every sentence of texts[0..n_texts) (one text per language
+ * for a per-language encoding, both for a joint one) a vocabulary of at most vocab_size ids,
+ * the reserved four included:
+ *   alphabet  every character of the words (and ▁), most frequent first, ties by UTF-8
+ *             bytes; if they do not all fit, the rarest become unknown (<unk>). Characters
+ *             that cannot be a line of a file ('\r') and a literal U+2581 are unknown.
+ *   merges    while the vocabulary has room: the adjacent pair of symbols counted most often
+ *             over all words (ties: the smaller left, then right, symbol string, compared
+ *             bytewise) is merged everywhere, left to right; a pair seen fewer than twice is
+ *             never merged, nor one that would spell a reserved token.
+ * Pair counts are kept up to date incrementally (each merge touches only the words that
+ * hold the pair): Multi30k (58,000 sentences, 10,000 symbols) learns in 0.1 s.
+ * vocab_size > QKV_N_RESERVED. */
+QKV_API
+qkv_status qkv_bpe_learn(qkv_bpe *b, const qkv_sentences *const *texts, int n_texts,
+                         int vocab_size, qkv_error *err);
+QKV_API
+void qkv_bpe_free(qkv_bpe *b);
+
+/* The vocabulary of b: <unk> <pad> <bos> <eos>, then the symbols in order. */
+QKV_API
+qkv_status qkv_bpe_vocab(qkv_vocab *v, const qkv_bpe *b, qkv_error *err);
+
+/* Ids of text[0..len): one line, words separated by single spaces (runs of spaces, and spaces
+ * at either end, are kept: each extra space is a piece "▁" of its own). ids needs room for
+ * len + 1 values; returns how many were written. A character outside the alphabet (or bytes
+ * that are not UTF-8) becomes one QKV_UNK. */
+QKV_API
+int qkv_bpe_encode(int *ids, const qkv_bpe *b, const char *text, size_t len);
+
+/* The text of ids[0..n), up to the first <eos>: pieces concatenated, ▁ read as a space, the
+ * first ▁ of the text dropped; <pad> and <bos> are skipped, <unk> and ids outside the
+ * vocabulary read "<unk>". qkv_bpe_decode(qkv_bpe_encode(text)) == text for every text
+ * whose characters are all in the alphabet. Writes at most cap bytes, NUL included, and
+ * returns the length the whole text needs, as snprintf. */
+QKV_API
+size_t qkv_bpe_decode(char *out, size_t cap, const qkv_bpe *b, const int *ids, int n);
+
+/* Word sentences (qkv_sentences_from_text) as sentences of pieces, e.g. "▁the", "▁ca", "t";
+ * an unknown character is the piece "<unk>". Words are looked up in a cache, so encoding a
+ * corpus costs one encoding per distinct word. */
+QKV_API
+qkv_status qkv_bpe_encode_sentences(qkv_sentences *out, const qkv_bpe *b,
+                                    const qkv_sentences *words, qkv_error *err);
+
+/* A text file: "#qkv-bpe 1", "chars N" and the alphabet one character a line, then
+ * "merges M" and the merges one "left right" a line, in rank order; written atomically. */
+QKV_API
+qkv_status qkv_bpe_save(const qkv_bpe *b, const char *path, qkv_error *err);
+/* Reads qkv_bpe_save's file; QKV_ERR_FORMAT names file and line on anything else (unknown
+ * symbol in a merge, duplicate character, a symbol spelling a reserved token...). */
+QKV_API
+qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * A model's tokenizer: how its text becomes tokens and ids, and ids text again
+ * Lines become words (d2l's preprocessing and words, or plain whitespace-separated tokens
+ * for a model whose vocabulary another tokenizer made), words become the model's tokens (the
+ * words themselves, or their subword pieces), and tokens become ids through the side's
+ * vocabulary. A model directory records the choice in text.json
+ * ({"tokenizer": "d2l" | "whitespace" | "bpe", "source_bos": false}; absent: d2l).
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_TOKENIZER_D2L = 0,        /* qkv_sentences_from_text's words */
+    QKV_TOKENIZER_WHITESPACE = 1, /* qkv_sentences_split's tokens */
+    QKV_TOKENIZER_BPE = 2         /* d2l's words, then the pieces of src_bpe / tgt_bpe */
+} qkv_tokenizer_kind;
+
+/* Filled by qkv_tokenizer_load, or by hand from vocabularies (and subword encodings) being
+ * trained; qkv_tokenizer_free frees every member. */
+typedef struct {
+    qkv_tokenizer_kind kind;
+    int source_bos;          /* sources start with <bos> (PyTorch's translation tutorial) */
+    qkv_vocab src, tgt;
+    qkv_bpe src_bpe, tgt_bpe; /* QKV_TOKENIZER_BPE (one file for both sides when joint) */
+} qkv_tokenizer;
+
+/* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its
+ * parent has it (training writes dir/best and dir/epoch-NNN with the model alone). Returns
+ * whether the file exists (path is dir/name when it does not). */
+QKV_API
+int qkv_model_dir_file(char *path, size_t cap, const char *dir, const char *name);
+
+/* Reads src_vocab.txt, tgt_vocab.txt, text.json (optional) and, for a subword model,
+ * src_bpe.txt and tgt_bpe.txt, each from dir or its parent (qkv_model_dir_file). Errors name
+ * the file: a vocabulary's own, text.json that is not JSON or names an unknown tokenizer, a
+ * subword encoding whose symbols are not its vocabulary's tokens. */
+QKV_API
+qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err);
+QKV_API
+void qkv_tokenizer_free(qkv_tokenizer *t);
+
+/* The lines of text as words the way the model's text was split (see qkv_tokenizer_kind);
+ * name labels the text in messages, as in qkv_sentences_from_text. */
+QKV_API
+qkv_status qkv_tokenizer_words(const qkv_tokenizer *t, qkv_sentences *out, const char *text,
+                               size_t len, const char *name, qkv_error *err);
+/* Word sentences as the model's tokens on one side (target = 0: source, 1: target): their
+ * subword pieces, or a copy of the words. */
+QKV_API
+qkv_status qkv_tokenizer_tokens(const qkv_tokenizer *t, qkv_sentences *out,
+                                const qkv_sentences *words, int target, qkv_error *err);
+/* The text of target ids[0..n) up to the first <eos>: tokens joined by spaces, or subword
+ * pieces joined into words. snprintf's contract: at most cap bytes, NUL included; returns
+ * the length of the whole text. */
+QKV_API
+size_t qkv_tokenizer_decode(const qkv_tokenizer *t, char *out, size_t cap, const int *ids,
+                            int n);
+/* The words of the text of target ids[0..n) as ids of `words` (a vocabulary of reference
+ * words), for BLEU over words whatever the model's tokens: a word that vocabulary lacks gets
+ * the id -1 - its position, so it matches nothing ("<unk>" itself is QKV_UNK). Writes at
+ * most cap ids and returns their count, -1 when out of memory. */
+QKV_API
+int qkv_tokenizer_word_ids(const qkv_tokenizer *t, const qkv_vocab *words, int *out, int cap,
+                           const int *ids, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_API_TEXT_H */

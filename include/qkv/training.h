@@ -1,0 +1,246 @@
+/* qkv/training.h: training: Adam, one training step (qkv_*_train_step), and the training loops of
+ * both models with their options. Part of qkv.h, which includes every part; its opening comment is
+ * the tour. */
+#ifndef QKV_API_TRAINING_H
+#define QKV_API_TRAINING_H
+
+#include "qkv/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Training
+ * ------------------------------------------------------------------------------------- */
+
+/* Adam (Kingma & Ba 2015) with optional decoupled weight decay (AdamW). */
+typedef struct {
+    float beta1, beta2, eps, weight_decay;
+    int64_t step;
+    size_t n;
+    float *m, *v; /* owned: first and second moments (n each) */
+} qkv_adam;
+
+QKV_API
+qkv_status qkv_adam_init(qkv_adam *opt, size_t n, float beta1, float beta2, float eps,
+                         float weight_decay, qkv_error *err);
+QKV_API
+void qkv_adam_free(qkv_adam *opt);
+/* One update of params (n) from grads (n) with learning rate lr. */
+QKV_API
+void qkv_adam_update(qkv_adam *opt, float *params, const float *grads, float lr);
+/* Scales grads so that their global L2 norm is at most max_norm; returns the norm before
+ * clipping (NaN or Inf if a gradient is not finite, in which case nothing is scaled). */
+QKV_API
+double qkv_clip_grad_norm(float *grads, size_t n, double max_norm);
+
+/* ---- one training step --------------------------------------------------------------------
+ * llm.c's step in one call: zero the gradients, forward and loss, backward, clip the global
+ * gradient norm, one Adam update. qkv_train and qkv_lm_train are drivers over it; a program
+ * with its own data, schedule or checkpoints calls it directly:
+ *
+ *     qkv_step_options o = {.lr = 1e-3f, .clip = 1.0f, .dropout_seed = seed + step};
+ *     qkv_step_result r;
+ *     if (qkv_transformer_train_step(m, &opt, &batch, &o, &r, &err)) ...
+ *
+ * A loss or gradient that is not finite never reaches the parameters: the step fails with
+ * QKV_ERR_NUMERIC and changes nothing but the gradients, or, with skip_nonfinite, is skipped
+ * and still counted in opt->step (so that later steps keep their dropout streams). */
+typedef struct {
+    float lr;              /* this step's learning rate */
+    float clip;            /* clip the global gradient norm to this (0: off) */
+    float grad_scale;      /* as qkv_loss_options: 0 the per-token mean */
+    float label_smoothing; /* as qkv_loss_options */
+    uint64_t dropout_seed; /* this step's dropout stream */
+    int skip_nonfinite;    /* 1: skip a non-finite step instead of failing */
+} qkv_step_options;
+
+typedef struct {
+    double loss;      /* the sum of the token losses */
+    int tokens;       /* the tokens counted */
+    double grad_norm; /* before clipping; NaN if the loss was not finite */
+    int skipped;      /* 1: not applied (skip_nonfinite) */
+} qkv_step_result;
+
+/* One step of the encoder-decoder on a teacher-forced batch. */
+QKV_API
+qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const qkv_batch *b,
+                                      const qkv_step_options *o, qkv_step_result *r,
+                                      qkv_error *err);
+/* One step of the language model on ids (B, T) against targets (B, T) (qkv_lm_loss). */
+QKV_API
+qkv_status qkv_lm_train_step(qkv_lm *m, qkv_adam *opt, const int *ids, const int *targets, int B,
+                             int T, const qkv_step_options *o, qkv_step_result *r,
+                             qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * The training loop
+ * ------------------------------------------------------------------------------------- */
+
+/* Sentence pairs as ids padded to num_steps (d2l's build_array_nmt), owned by the caller. */
+typedef struct {
+    int n, num_steps;
+    const int *src, *src_valid; /* (n, num_steps), (n) */
+    const int *tgt, *tgt_valid; /* (n, num_steps), (n): target + <eos>, padded */
+} qkv_dataset;
+
+typedef struct {
+    int epoch, epochs;     /* 1-based epoch being trained */
+    int batch, batches;    /* batches done in this epoch */
+    int64_t step;          /* optimizer steps so far */
+    double loss;           /* per-token loss over this epoch so far */
+    double d2l_loss;       /* what d2l prints: loss / num_steps */
+    double tokens_per_s;   /* target tokens per second in this epoch */
+    double grad_norm;      /* of the last step, before clipping */
+    int end_of_epoch;
+    double lr;             /* of the last step */
+    int validated;         /* this epoch end ran validation: val_loss (and bleu) hold it */
+    double val_loss;       /* per-token cross-entropy on the held-out pairs, no smoothing */
+    double bleu;           /* corpus BLEU-4 (0..100) of their greedy translations; NaN if off */
+    int best;              /* the best validation so far: the model went to out_dir/best */
+    int stopping;          /* early stopping ends the run after this epoch */
+} qkv_train_progress;
+
+/* The learning rate over steps. */
+typedef enum {
+    QKV_LR_CONSTANT = 0, /* lr */
+    QKV_LR_NOAM = 1      /* the paper's (section 5.3, eq. 3): lr_factor * d_model^-0.5 *
+                            min(step^-0.5, step * warmup^-1.5), steps counted from 1 */
+} qkv_lr_schedule;
+
+typedef struct {
+    const char *out_dir;    /* checkpoint.safetensors, metrics.jsonl, the model at the end */
+    int batch, epochs;
+    float lr, beta1, beta2, adam_eps, weight_decay;
+    float clip;             /* global gradient norm (<= 0: none) */
+    float label_smoothing;
+    int d2l_loss_scale;     /* differentiate d2l's loss (sum of per-sequence means) instead of
+                             * the per-token mean: same minimum, d2l's step sizes */
+    uint64_t seed;          /* data order and dropout */
+    int resume;             /* continue from out_dir/checkpoint.safetensors if it exists */
+    int checkpoint_every;   /* also checkpoint every this many steps (0: at epoch ends only) */
+    int skip_nonfinite;     /* skip a step whose loss or gradient is NaN/Inf instead of failing */
+    int stop_after_steps;   /* stop (cleanly, after checkpointing) at this step; 0: never */
+    void (*progress)(const qkv_train_progress *p, void *ctx); /* after every step, or NULL */
+    void *progress_ctx;
+    qkv_lr_schedule schedule;
+    int warmup;             /* QKV_LR_NOAM: steps of linear warmup (the paper's 4000) */
+    float lr_factor;        /* QKV_LR_NOAM: the factor (the paper's 1) */
+    int batch_tokens;       /* > 0: batches of sentences of similar length instead of `batch`
+                             * pairs: each epoch the shuffled pairs are cut into buckets of
+                             * about 64 batches, each bucket sorted by length (the longer of
+                             * source and target, <eos> included) and packed while
+                             * sentences x longest <= batch_tokens; the batches are then
+                             * shuffled. Batches are cut to their longest sentence. */
+    /* Validation after every epoch (valid != NULL): the loss, and with valid_bleu the corpus
+     * BLEU-4 of greedy translations (max_len = valid->num_steps), go to metrics.jsonl as
+     * "val_loss" and "bleu"; the best model so far (highest BLEU, then lowest loss) is
+     * written to out_dir/best/ (config.json, model.safetensors), and the history to
+     * out_dir/validation.json, from which a resumed run recovers best and patience. */
+    const qkv_dataset *valid;
+    int valid_bleu;
+    /* BLEU over words: with valid_tokenizer set, each translation's text (subword pieces
+     * joined into words, qkv_tokenizer_word_ids) is compared word for word with sentence i
+     * of valid_references, pair i's reference as words (the target side as
+     * qkv_corpus_read_* gives it, before any subword encoding). Both NULL: model ids against
+     * the target side of valid up to its <eos>. */
+    const qkv_tokenizer *valid_tokenizer;
+    const qkv_sentences *valid_references;
+    int patience;           /* stop after this many validations in a row without a new best
+                             * (0: never) */
+    int keep_epochs;        /* also keep the models of the last N epochs in out_dir/epoch-NNN
+                             * (for checkpoint averaging; 0: none) */
+    double minutes;         /* time budget of this process (0: none): no epoch starts that
+                             * would end after it, judged by the longest epoch so far
+                             * (validation included) */
+} qkv_train_options;
+
+/* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam with PyTorch's defaults
+ * (0.9, 0.999, 1e-8), clip 1, 200 epochs, seed 0, constant learning rate (the noam schedule's
+ * warmup 4000 and factor 1 preset), no validation. out_dir must be set. */
+QKV_API
+qkv_train_options qkv_train_default_options(void);
+
+/* Trains m on data with teacher forcing. Every epoch end (and every checkpoint_every steps)
+ * writes out_dir/checkpoint.safetensors atomically and appends a line to metrics.jsonl; a
+ * resumed run continues bit for bit as if it had never stopped (same machine and threads),
+ * batches by length, validation, best model and early stopping included.
+ * A non-finite loss or gradient stops with QKV_ERR_NUMERIC before the parameters change. */
+QKV_API
+qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *data, const qkv_train_options *o,
+                     qkv_error *err);
+
+/* The batches of similar length that qkv_train makes for epoch `epoch` (0-based) of data
+ * with batch_tokens > 0 and seed: items (data->n) receives the example indices, batch b
+ * being items[first[b] .. first[b + 1]) (first: data->n + 1 ints). Returns the number of
+ * batches, -1 when out of memory or batch_tokens < 1. */
+QKV_API
+int qkv_train_batches(int *items, int *first, const qkv_dataset *data, int batch_tokens,
+                      uint64_t seed, int epoch);
+
+/* ---- training ---------------------------------------------------------------------------
+ * Step s trains on B windows of T + 1 consecutive tokens whose starts are drawn uniformly
+ * from (seed, s): the inputs are the first T tokens, the targets the last T. Nothing else is
+ * random, so a resumed run continues bit for bit (same machine and threads), unless its
+ * learning rate follows a time budget. */
+
+typedef struct {
+    int64_t step, steps;   /* optimizer steps so far; the planned total (0: a time budget) */
+    double epoch;          /* training tokens consumed / training text length */
+    double loss;           /* mean training loss per token since the last report */
+    double val_loss;       /* held-out loss per token, NaN unless evaluated at this step */
+    double tokens_per_s;   /* training tokens per second, since this run started */
+    double grad_norm;      /* of the last step, before clipping */
+    double lr;             /* of the last step */
+    double elapsed_s;      /* training time, resumed runs included */
+    int report;            /* 1 when this step wrote a metrics line (every log_every) */
+} qkv_lm_train_progress;
+
+typedef struct {
+    const char *out_dir;   /* checkpoint.safetensors, metrics.jsonl, the model at the end */
+    int batch, context;    /* B windows of T tokens per step; T <= max_len */
+    int64_t steps;         /* stop after this many steps (0: only the time budget) */
+    double minutes;        /* stop when this much training time has passed (0: no budget) */
+    float lr, beta1, beta2, adam_eps, weight_decay;
+    int warmup;            /* the learning rate rises linearly over the first warmup steps */
+    int cosine;            /* then decays along a cosine to lr / 10 at `steps`, or, without
+                              steps, at the end of the time budget (then the schedule follows
+                              the machine's speed: not reproducible bit for bit) */
+    float clip;            /* global gradient norm (<= 0: none) */
+    uint64_t seed;
+    int resume;            /* continue from out_dir/checkpoint.safetensors if it exists */
+    int log_every;         /* a metrics.jsonl line and a checkpoint every N steps */
+    int eval_every;        /* held-out loss every N steps (0: at the end only) */
+    int eval_tokens;       /* held-out tokens each evaluation reads (0: all) */
+    int64_t stop_after_steps; /* stop (cleanly, after checkpointing) at this step; 0: never */
+    void (*progress)(const qkv_lm_train_progress *p, void *ctx); /* every step, or NULL */
+    void *progress_ctx;
+} qkv_lm_train_options;
+
+/* batch 32, context 128, lr 1e-3, Adam (0.9, 0.99, 1e-8), clip 1, warmup 100, log every
+ * 50 steps, evaluate every 500 on 32768 tokens. Set out_dir and steps or minutes. */
+QKV_API
+qkv_lm_train_options qkv_lm_train_default_options(void);
+
+/* Trains m on train (n_train tokens; at least context + 1), evaluating on val (n_val tokens,
+ * may be 0). Every log_every steps and at the end: a checkpoint and a line of
+ * out_dir/metrics.jsonl ({"epoch", "step", "loss", "val_loss" when evaluated, "lr",
+ * "tokens_per_s", "elapsed_s"}); at the end the model (qkv_lm_save). A non-finite loss or
+ * gradient stops with QKV_ERR_NUMERIC before the parameters change. */
+QKV_API
+qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *val,
+                        size_t n_val, const qkv_lm_train_options *o, qkv_error *err);
+
+/* The mean next-token loss over tokens (n >= 2) in evaluation mode, read as consecutive
+ * windows of T + 1 tokens that overlap by one, so every token after the first is predicted
+ * exactly once, B windows per forward pass. *count (may be NULL) receives n - 1. */
+QKV_API
+qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B, double *loss,
+                           int64_t *count, qkv_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_API_TRAINING_H */

@@ -1,0 +1,95 @@
+/* qkv/translator.h: the translator, a model directory as one object that turns sentences into
+ * translations. Part of qkv.h, which includes every part; its opening comment is the tour. */
+#ifndef QKV_API_TRANSLATOR_H
+#define QKV_API_TRANSLATOR_H
+
+#include "qkv/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * The translator: a model directory as one object that turns sentences into translations
+ * (the model, its tokenizer and the length it was trained for), with batching, truncation
+ * of over-long sources, greedy or beam decoding, and the text of every hypothesis. It owns
+ * the model's decoding buffers, so a translator serves one thread at a time; separate
+ * translators share nothing.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct qkv_translator qkv_translator;
+
+/* Opens a model directory: config.json and model.safetensors (qkv_transformer_load), the
+ * tokenizer's files (qkv_tokenizer_load, from dir or its parent, so dir/best and
+ * dir/epoch-NNN open too) and train.json's num_steps (optional, from dir or its parent).
+ * Errors name the file; vocabularies of other sizes than the model's are QKV_ERR_FORMAT. */
+QKV_API
+qkv_status qkv_translator_open(qkv_translator **out, const char *dir, qkv_error *err);
+/* A translator around a model and tokenizer made in memory (e.g. while training one);
+ * num_steps as train.json's (0: unknown). On success it owns m and what *tok held (*tok is
+ * zeroed); on failure (vocabulary sizes other than the model's: QKV_ERR_ARG) the caller
+ * still owns both. */
+QKV_API
+qkv_status qkv_translator_create(qkv_translator **out, qkv_transformer *m, qkv_tokenizer *tok,
+                                 int num_steps, qkv_error *err);
+QKV_API
+void qkv_translator_free(qkv_translator *t);
+
+QKV_API
+qkv_transformer *qkv_translator_model(qkv_translator *t);
+QKV_API
+const qkv_tokenizer *qkv_translator_tokenizer(const qkv_translator *t);
+/* The sentence length the model was trained with (train.json's num_steps), 0 if unknown. */
+QKV_API
+int qkv_translator_num_steps(const qkv_translator *t);
+
+typedef struct {
+    int beam;      /* K >= 1; K = 1 with n_best = 1 is greedy decoding */
+    int n_best;    /* hypotheses per sentence, 1 .. beam */
+    float alpha;   /* length penalty exponent of beam search >= 0 (qkv_beam_options) */
+    int max_len;   /* longest translation in tokens, <eos> not counted; 0: the training
+                    * length (else 100); at most the model's max_len (longer is cut to it) */
+    int batch;     /* sentences decoded together, >= 1 (results do not depend on it) */
+    qkv_precision precision; /* set on the model for this and later translations */
+} qkv_translate_options;
+
+/* Greedy decoding, max_len 0, batches of 32, float32. */
+QKV_API
+qkv_translate_options qkv_translate_default_options(void);
+
+/* The translations of count sentences, hypothesis k of sentence i at h = i * n_best + k,
+ * best first. Owned until qkv_translations_free. */
+typedef struct {
+    int count, n_best;
+    int max_len;    /* the length decoding allowed: the row length of ids */
+    char **text;    /* (count * n_best) the translations as text; NULL where beam search found
+                     * fewer hypotheses than n_best (a tiny vocabulary) */
+    int *ids;       /* (count * n_best, max_len) target ids without <bos> and <eos> */
+    int *len;       /* (count * n_best) their counts; -1 where text is NULL */
+    double *score;  /* (count * n_best) beam search's log P / lp; NaN from greedy decoding */
+    int truncated;  /* sources longer than the model accepts, cut to its max_len (losing
+                     * their <eos>, as d2l's truncate_pad) */
+    int first_truncated, first_truncated_len; /* the first of them (0-based; -1 if none) and
+                                               * its tokens, <eos> (and <bos>) included */
+} qkv_translations;
+
+/* Translates sources[0..n), one sentence of raw UTF-8 text each (no line break inside), as
+ * the model's tokenizer reads them; messages name a source "source:<i + 1>". On failure *out
+ * is left empty. n = 0 gives zero translations. */
+QKV_API
+qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *const *sources,
+                         int n, const qkv_translate_options *o, qkv_error *err);
+/* The same from sentences already split into words (qkv_tokenizer_words, or a corpus read
+ * by qkv_corpus_read_*), which a subword model turns into pieces. */
+QKV_API
+qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
+                               const qkv_sentences *words, const qkv_translate_options *o,
+                               qkv_error *err);
+QKV_API
+void qkv_translations_free(qkv_translations *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_API_TRANSLATOR_H */
