@@ -6,10 +6,11 @@
 
 #include "core/internal.h"
 
-/* After the loss pass (status st): clip, then Adam at o->lr. A non-finite loss or gradient
- * never reaches the parameters: the step fails (QKV_ERR_NUMERIC, the parameters untouched)
- * or, with o->skip_nonfinite, is skipped; a skipped step still counts (opt->step), so that
- * later steps keep their dropout streams and schedule. */
+/* After the loss pass (status st, returned as it is unless it is a non-finite loss to skip):
+ * clip, then Adam at o->lr. A non-finite loss or gradient never reaches the parameters: the
+ * step fails (QKV_ERR_NUMERIC, the parameters untouched) or, with o->skip_nonfinite, is
+ * skipped; a skipped step still counts (opt->step), so that later steps keep their dropout
+ * streams and schedule. */
 static qkv_status update(qkv_adam *opt, float *params, float *grads, size_t n, qkv_status st,
                          const qkv_step_options *o, qkv_step_result *r, qkv_error *err)
 {
@@ -31,10 +32,16 @@ static qkv_status update(qkv_adam *opt, float *params, float *grads, size_t n, q
     return QKV_OK;
 }
 
-static qkv_loss_options loss_options(const qkv_step_options *o)
+/* The step's start: the gradients zeroed, the result cleared, and the loss pass's options
+ * (training, with backward). */
+static qkv_status begin(float *grads, size_t n, const qkv_step_options *o, qkv_step_result *r,
+                        qkv_loss_options *pass, qkv_error *err)
 {
-    qkv_loss_options l = {1, o->grad_scale, o->label_smoothing, 1, o->dropout_seed};
-    return l;
+    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    memset(grads, 0, n * sizeof *grads);
+    memset(r, 0, sizeof *r);
+    *pass = (qkv_loss_options){1, o->grad_scale, o->label_smoothing, 1, o->dropout_seed};
+    return QKV_OK;
 }
 
 qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const qkv_batch *b,
@@ -43,11 +50,9 @@ qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const q
 {
     const size_t n = qkv_transformer_num_params(m);
     float *grads = qkv_transformer_grads(m);
-    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
-    memset(grads, 0, n * sizeof *grads);
-    const qkv_loss_options lo = loss_options(o);
-    r->loss = 0.0, r->tokens = 0;
-    qkv_status st = qkv_transformer_loss(m, b, &lo, &r->loss, &r->tokens, err);
+    qkv_loss_options pass;
+    qkv_status st = begin(grads, n, o, r, &pass, err);
+    if (!st) st = qkv_transformer_loss(m, b, &pass, &r->loss, &r->tokens, err);
     return update(opt, qkv_transformer_params(m), grads, n, st, o, r, err);
 }
 
@@ -57,10 +62,8 @@ qkv_status qkv_lm_train_step(qkv_lm *m, qkv_adam *opt, const int *ids, const int
 {
     const size_t n = qkv_lm_num_params(m);
     float *grads = qkv_lm_grads(m);
-    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
-    memset(grads, 0, n * sizeof *grads);
-    const qkv_loss_options lo = loss_options(o);
-    r->loss = 0.0, r->tokens = 0;
-    qkv_status st = qkv_lm_loss(m, ids, targets, B, T, &lo, &r->loss, &r->tokens, err);
+    qkv_loss_options pass;
+    qkv_status st = begin(grads, n, o, r, &pass, err);
+    if (!st) st = qkv_lm_loss(m, ids, targets, B, T, &pass, &r->loss, &r->tokens, err);
     return update(opt, qkv_lm_params(m), grads, n, st, o, r, err);
 }
