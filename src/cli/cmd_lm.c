@@ -164,6 +164,135 @@ static int write_train_json(const char *dir, const char *data, int byte_level, i
     return ok ? 0 : -1;
 }
 
+/* What train-lm reads, and how it ends and reports, beside the model's configuration and the
+ * trainer's options (which hold the rest: out_dir, steps, minutes, resume, ...). */
+typedef struct {
+    const char *data;   /* the text file */
+    int byte_level;     /* a vocabulary of the 256 bytes, not of the text's characters */
+    float val_fraction; /* the end of the text held out */
+    int steps, stop_after, quiet;
+    qkv_precision prec;
+} lm_run;
+
+/* The model to train: the one in o->out_dir, when resuming there (then *resuming = 1; it must
+ * have been trained with o's context and batch), or a new one made from cfg with a
+ * vocabulary of text, written there. -1 (message printed) on failure. */
+static int open_or_create(lm_dir *d, int *resuming, qkv_lm_config *cfg,
+                          const qkv_lm_train_options *o, const lm_run *r, const char *text,
+                          size_t len)
+{
+    const char *out = o->out_dir;
+    qkv_error err = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+    *resuming = o->resume && access(path, R_OK) == 0;
+    if (*resuming) {
+        if (lm_dir_load(d, out, NULL)) return -1;
+        if ((d->context && d->context != o->context) || (d->batch && d->batch != o->batch)) {
+            fprintf(stderr, "qkv: %s was trained with --context %d --batch %d; resume with the "
+                    "same\n", out, d->context, d->batch);
+            return -1;
+        }
+        return 0;
+    }
+    if (qkv_lm_vocab_build(&d->vocab, text, len, r->byte_level, &err)) {
+        fprintf(stderr, "qkv: %s: %s\n", r->data, err.msg);
+        return -1;
+    }
+    cfg->vocab = d->vocab.size;
+    if (mkdir(out, 0777) && errno != EEXIST) {
+        fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/vocab.txt", out);
+    if (qkv_lm_create(&d->model, cfg, o->seed, &err) || qkv_lm_save(d->model, out, &err) ||
+        qkv_vocab_save(&d->vocab, path, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* How the training ended: stopped early at --stop-after-steps, or finished, then the loss on
+ * the whole held-out text (val, n_val tokens). -1 (message printed) if that fails. */
+static int report_end(const lm_dir *d, const qkv_lm_train_options *o, const lm_run *r,
+                      const int *val, size_t n_val, double t0)
+{
+    if (r->stop_after > 0 && (r->steps == 0 || r->stop_after < r->steps)) {
+        if (!r->quiet)
+            fprintf(stderr, "\nqkv train-lm: stopped after step %d; continue with --resume\n",
+                    r->stop_after);
+        return 0;
+    }
+    if (!r->quiet)
+        fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", o->out_dir, qkv_now_s() - t0);
+    if (n_val >= 2) { /* the whole held-out text, once */
+        qkv_error err = {0};
+        double loss;
+        int64_t count;
+        if (qkv_lm_evaluate(d->model, val, n_val, o->context, o->batch, &loss, &count, &err)) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            return -1;
+        }
+        printf("held-out loss %.4f nats per token, perplexity %.3f (%lld tokens)\n", loss,
+               exp(loss), (long long)count);
+    }
+    return 0;
+}
+
+/* Trains as cfg, o and r say (a new model in o->out_dir, or the one there with --resume):
+ * reads the text, makes or opens the model, holds out the text's end, trains, reports, draws
+ * the curves. The exit status. */
+static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
+{
+    const char *data = r->data, *out = o->out_dir;
+    qkv_error err = {0};
+    lm_dir d = {0};
+    size_t len = 0, n = 0;
+    int *ids = NULL, resuming = 0, rc = 1;
+    char *text = cli_read_all(data, &len);
+    if (!text) goto done;
+    if (len == 0) {
+        fprintf(stderr, "qkv: %s is empty: there is nothing to learn from\n", data);
+        goto done;
+    }
+    if (open_or_create(&d, &resuming, cfg, o, r, text, len)) goto done;
+    if (!(ids = encode_text(&d.vocab, text, len, &n, data))) goto done;
+    /* the last val_fraction of the tokens is held out */
+    const size_t n_val = (size_t)((double)n * r->val_fraction), n_train = n - n_val;
+    if (n_train < (size_t)o->context + 1) {
+        fprintf(stderr, "qkv: %s: %zu training tokens, but --context %d needs at least %d\n",
+                data, n_train, o->context, o->context + 1);
+        goto done;
+    }
+    if (!resuming && write_train_json(out, data, r->byte_level, o->context, o->batch,
+                                      r->val_fraction, n_train, n_val))
+        goto done;
+    if (qkv_lm_set_precision(d.model, r->prec, &err)) goto fail;
+    const qkv_lm_config *mc = qkv_lm_get_config(d.model);
+    if (!r->quiet)
+        fprintf(stderr, "qkv train-lm: %zu tokens (%zu training, %zu held out), vocabulary %d, "
+                "%zu parameters, %s attention, %d threads%s\n", n, n_train, n_val, mc->vocab,
+                qkv_lm_num_params(d.model),
+                mc->attention == QKV_ATTENTION_LINEAR ? "linear" : "softmax", qkv_get_threads(),
+                resuming ? ", resuming" : "");
+    progress_ctx pc = {isatty(2), r->quiet, o->minutes};
+    o->progress = show_progress, o->progress_ctx = &pc;
+    const double t0 = qkv_now_s();
+    if (qkv_lm_train(d.model, ids, n_train, ids + n_train, n_val, o, &err)) goto fail;
+    if (report_end(&d, o, r, ids + n_train, n_val, t0)) goto done;
+    if (!fig_training_after_run(out) && !r->quiet) /* a figure that fails is not a failed run */
+        fprintf(stderr, "qkv train-lm: training curves in %s/training.png\n", out);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+done:
+    free(text), free(ids);
+    lm_dir_free(&d);
+    return rc;
+}
+
 int cmd_train_lm(int argc, char **argv)
 {
     qkv_lm_config cfg = qkv_lm_default_config();
@@ -241,91 +370,8 @@ int cmd_train_lm(int argc, char **argv)
     o.steps = steps, o.minutes = minutes, o.stop_after_steps = stop_after, o.out_dir = out;
     cli_threads(threads);
 
-    qkv_error err = {0};
-    lm_dir d = {0};
-    size_t len = 0, n = 0;
-    int *ids = NULL;
-    rc = 1;
-    char *text = cli_read_all(data, &len);
-    if (!text) goto done;
-    if (len == 0) {
-        fprintf(stderr, "qkv: %s is empty: there is nothing to learn from\n", data);
-        goto done;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
-    const int resuming = o.resume && access(path, R_OK) == 0;
-    if (resuming) {
-        if (lm_dir_load(&d, out, NULL)) goto done;
-        if ((d.context && d.context != o.context) || (d.batch && d.batch != o.batch)) {
-            fprintf(stderr, "qkv: %s was trained with --context %d --batch %d; resume with the "
-                    "same\n", out, d.context, d.batch);
-            goto done;
-        }
-    } else {
-        if (qkv_lm_vocab_build(&d.vocab, text, len, byte_level, &err)) {
-            fprintf(stderr, "qkv: %s: %s\n", data, err.msg);
-            goto done;
-        }
-        cfg.vocab = d.vocab.size;
-        if (mkdir(out, 0777) && errno != EEXIST) {
-            fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
-            goto done;
-        }
-        if (qkv_lm_create(&d.model, &cfg, o.seed, &err) || qkv_lm_save(d.model, out, &err))
-            goto fail;
-        snprintf(path, sizeof path, "%s/vocab.txt", out);
-        if (qkv_vocab_save(&d.vocab, path, &err)) goto fail;
-    }
-    if (!(ids = encode_text(&d.vocab, text, len, &n, data))) goto done;
-    /* the last val_fraction of the tokens is held out */
-    const size_t n_val = (size_t)((double)n * val_fraction), n_train = n - n_val;
-    if (n_train < (size_t)o.context + 1) {
-        fprintf(stderr, "qkv: %s: %zu training tokens, but --context %d needs at least %d\n",
-                data, n_train, o.context, o.context + 1);
-        goto done;
-    }
-    if (!resuming && write_train_json(out, data, byte_level, o.context, o.batch, val_fraction,
-                                      n_train, n_val))
-        goto done;
-    if (qkv_lm_set_precision(d.model, prec, &err)) goto fail;
-    const qkv_lm_config *mc = qkv_lm_get_config(d.model);
-    if (!quiet)
-        fprintf(stderr, "qkv train-lm: %zu tokens (%zu training, %zu held out), vocabulary %d, "
-                "%zu parameters, %s attention, %d threads%s\n", n, n_train, n_val, mc->vocab,
-                qkv_lm_num_params(d.model),
-                mc->attention == QKV_ATTENTION_LINEAR ? "linear" : "softmax", qkv_get_threads(),
-                resuming ? ", resuming" : "");
-    progress_ctx pc = {isatty(2), quiet, minutes};
-    o.progress = show_progress, o.progress_ctx = &pc;
-    const double t0 = qkv_now_s();
-    if (qkv_lm_train(d.model, ids, n_train, ids + n_train, n_val, &o, &err)) goto fail;
-    if (stop_after > 0 && (steps == 0 || stop_after < steps)) {
-        if (!quiet)
-            fprintf(stderr, "\nqkv train-lm: stopped after step %d; continue with --resume\n",
-                    stop_after);
-    } else {
-        if (!quiet) fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", out, qkv_now_s() - t0);
-        if (n_val >= 2) { /* the whole held-out text, once */
-            double loss;
-            int64_t count;
-            if (qkv_lm_evaluate(d.model, ids + n_train, n_val, o.context, o.batch, &loss, &count,
-                                &err))
-                goto fail;
-            printf("held-out loss %.4f nats per token, perplexity %.3f (%lld tokens)\n", loss,
-                   exp(loss), (long long)count);
-        }
-    }
-    if (!fig_training_after_run(out) && !quiet)
-        fprintf(stderr, "qkv train-lm: training curves in %s/training.png\n", out);
-    rc = 0;
-    goto done;
-fail:
-    fprintf(stderr, "qkv: %s\n", err.msg);
-done:
-    free(text), free(ids);
-    lm_dir_free(&d);
-    return rc;
+    const lm_run r = {data, byte_level, val_fraction, steps, stop_after, quiet, prec};
+    return run(&cfg, &o, &r);
 }
 
 /* ---- qkv generate ---------------------------------------------------------------------- */

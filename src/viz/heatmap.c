@@ -65,17 +65,34 @@ static qkv_status check_spec(const qkv_heatmap_spec *s, qkv_error *err)
     return QKV_OK;
 }
 
-qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz *v,
-                            const qkv_heatmap_spec *s, qkv_error *err)
-{
-    draw_start(out, geom, sizeof *geom);
-    qkv_status st = check_spec(s, err);
-    if (st)
-        return st;
-    const int rows = s->rows, cols = s->cols, n = s->n, m = s->m;
-    const size_t total = (size_t)rows * cols * n * m;
+/* Where everything goes, measured from the spec and its text before anything is drawn. */
+typedef struct {
+    float vmin, vmax;                /* the colour range */
+    int lh_title, lh_label, lh_tick; /* line heights */
+    int cell, pw, ph;                /* cell side; panel width and height */
+    int has_titles, gap_x, gap_y;    /* panel titles sit in the gap above each panel row */
+    int grid_w, grid_h;              /* the panels with the gaps between them */
+    char (*xl)[LABEL_CAP], (*yl)[LABEL_CAP], (*pt)[LABEL_CAP]; /* fitted labels, or NULL */
+    int x_stride, x_rot, x_region;   /* every x_stride-th x label, turned or not; its height */
+    int y_stride, y_region;          /* every y_stride-th y label; its width */
+    int cb_h, cb_lw, n_cb;           /* colour bar: height, widest label, ticks */
+    double cb_ticks[16];
+    char cb_lab[16][32];
+    int left, top, W, H;             /* the grid's top-left corner; the figure's size */
+    char title[256];                 /* fitted, or "" */
+} layout;
 
-    /* Colour range: given, or the finite data's extent (a constant matrix sits mid-ramp). */
+static void layout_free(layout *L)
+{
+    free(L->xl);
+    free(L->yl);
+    free(L->pt);
+}
+
+/* Colour range: given, or the finite data's extent (a constant matrix sits mid-ramp). */
+static void colour_range(layout *L, const qkv_heatmap_spec *s)
+{
+    const size_t total = (size_t)s->rows * s->cols * s->n * s->m;
     float vmin = s->vmin, vmax = s->vmax;
     if (vmin == vmax) {
         vmin = INFINITY, vmax = -INFINITY;
@@ -89,12 +106,18 @@ qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz
         if (vmin == vmax)
             vmin -= 0.5f, vmax += 0.5f;
     }
+    L->vmin = vmin, L->vmax = vmax;
+}
 
-    char (*xl)[LABEL_CAP] = NULL, (*yl)[LABEL_CAP] = NULL, (*pt)[LABEL_CAP] = NULL;
-    int tw, lh_title, lh_label, lh_tick;
-    if ((st = qkv_text_size(&tw, &lh_title, v, "", FS_TITLE, err)) ||
-        (st = qkv_text_size(&tw, &lh_label, v, "", FS_LABEL, err)) ||
-        (st = qkv_text_size(&tw, &lh_tick, v, "", FS_TICK, err)))
+/* Line heights, the cell and panel sizes, and the gaps between panels. */
+static qkv_status size_panels(layout *L, qkv_viz *v, const qkv_heatmap_spec *s, qkv_error *err)
+{
+    const int rows = s->rows, cols = s->cols, n = s->n, m = s->m;
+    int tw;
+    qkv_status st;
+    if ((st = qkv_text_size(&tw, &L->lh_title, v, "", FS_TITLE, err)) ||
+        (st = qkv_text_size(&tw, &L->lh_label, v, "", FS_LABEL, err)) ||
+        (st = qkv_text_size(&tw, &L->lh_tick, v, "", FS_TICK, err)))
         return st;
 
     /* Cells: panels of a few hundred pixels whatever n and m, grown to a text line when that
@@ -103,201 +126,258 @@ qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz
     if (cell == 0) {
         double target = fmin(fmax(880.0 / cols, 150.0), 340.0);
         cell = iclamp((int)lround(target / big), 1, 36);
-        if ((s->x_ticks || s->y_ticks) && cell < lh_tick && big * lh_tick <= 1.6 * target)
-            cell = lh_tick;
+        if ((s->x_ticks || s->y_ticks) && cell < L->lh_tick && big * L->lh_tick <= 1.6 * target)
+            cell = L->lh_tick;
     }
-    const int pw = m * cell, ph = n * cell;
+    L->cell = cell, L->pw = m * cell, L->ph = n * cell;
 
-    int has_titles = 0;
     for (int i = 0; s->panel_titles && i < rows * cols; i++)
-        has_titles |= s->panel_titles[i] && s->panel_titles[i][0];
-    const int gap_x = 16, gap_y = 14 + (has_titles ? lh_label + 4 : 0);
+        L->has_titles |= s->panel_titles[i] && s->panel_titles[i][0];
+    L->gap_x = 16, L->gap_y = 14 + (L->has_titles ? L->lh_label + 4 : 0);
+    L->grid_w = cols * L->pw + (cols - 1) * L->gap_x;
+    L->grid_h = rows * L->ph + (rows - 1) * L->gap_y;
+    return QKV_OK;
+}
 
-    xl = s->x_ticks ? calloc((size_t)m, LABEL_CAP) : NULL;
-    yl = s->y_ticks ? calloc((size_t)n, LABEL_CAP) : NULL;
-    pt = has_titles ? calloc((size_t)rows * cols, LABEL_CAP) : NULL;
-    if ((s->x_ticks && !xl) || (s->y_ticks && !yl) || (has_titles && !pt)) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "heatmap: out of memory for labels");
-        goto done;
-    }
+/* The tick labels and panel titles, fitted; how often and which way the tick labels go. */
+static qkv_status fit_panel_labels(layout *L, qkv_viz *v, const qkv_heatmap_spec *s, qkv_error *err)
+{
+    const int rows = s->rows, cols = s->cols, n = s->n, m = s->m;
+    L->xl = s->x_ticks ? calloc((size_t)m, LABEL_CAP) : NULL;
+    L->yl = s->y_ticks ? calloc((size_t)n, LABEL_CAP) : NULL;
+    L->pt = L->has_titles ? calloc((size_t)rows * cols, LABEL_CAP) : NULL;
+    if ((s->x_ticks && !L->xl) || (s->y_ticks && !L->yl) || (L->has_titles && !L->pt))
+        return qkv_fail(err, QKV_ERR_NOMEM, "heatmap: out of memory for labels");
     int xw = 0, yw = 0;
-    if ((xl && (st = fit_labels(v, s->x_ticks, m, MAX_TICK_W, xl, &xw, err))) ||
-        (yl && (st = fit_labels(v, s->y_ticks, n, MAX_TICK_W, yl, &yw, err))))
-        goto done;
-    for (int i = 0; pt && i < rows * cols; i++) {
+    qkv_status st;
+    if ((L->xl && (st = fit_labels(v, s->x_ticks, m, MAX_TICK_W, L->xl, &xw, err))) ||
+        (L->yl && (st = fit_labels(v, s->y_ticks, n, MAX_TICK_W, L->yl, &yw, err))))
+        return st;
+    for (int i = 0; L->pt && i < rows * cols; i++) {
         const char *t = s->panel_titles[i] ? s->panel_titles[i] : "";
         int w;
-        if ((st =
-                 qkv_text_fit(pt[i], LABEL_CAP, &w, v, t, FS_LABEL, imax(pw + gap_x - 6, 24), err)))
-            goto done;
+        if ((st = qkv_text_fit(L->pt[i], LABEL_CAP, &w, v, t, FS_LABEL,
+                               imax(L->pw + L->gap_x - 6, 24), err)))
+            return st;
     }
 
     /* x labels fit across their cells, or turn; dense labels are thinned to one per line. */
-    int x_stride = 0, x_rot = 0, x_region = 0, y_stride = 0, y_region = 0;
-    if (xl) {
-        x_rot = xw + 4 > cell;
-        x_stride = x_rot ? (int)ceil((lh_tick + 1.0) / cell) : 1;
-        x_region = TICK_LEN + 2 + (x_rot ? xw : lh_tick);
+    if (L->xl) {
+        L->x_rot = xw + 4 > L->cell;
+        L->x_stride = L->x_rot ? (int)ceil((L->lh_tick + 1.0) / L->cell) : 1;
+        L->x_region = TICK_LEN + 2 + (L->x_rot ? xw : L->lh_tick);
     }
-    if (yl) {
-        y_stride = (int)ceil((lh_tick + 1.0) / cell);
-        y_region = TICK_LEN + 3 + yw;
+    if (L->yl) {
+        L->y_stride = (int)ceil((L->lh_tick + 1.0) / L->cell);
+        L->y_region = TICK_LEN + 3 + yw;
     }
+    return QKV_OK;
+}
 
-    /* Colour bar ticks: about one per two text lines of bar. */
-    const int grid_w = cols * pw + (cols - 1) * gap_x, grid_h = rows * ph + (rows - 1) * gap_y;
-    int cb_h = imax(grid_h, 4 * lh_tick), cb_lw = 0, n_cb = 0;
-    double cb_ticks[16], cb_step = 0.0;
-    char cb_lab[16][32];
-    if (!s->no_colorbar) {
-        n_cb =
-            qkv_nice_ticks(cb_ticks, 16, &cb_step, vmin, vmax, iclamp(cb_h / (2 * lh_tick), 2, 7));
-        for (int i = 0; i < n_cb; i++) {
-            int w, h;
-            qkv_tick_label(cb_lab[i], sizeof cb_lab[i], cb_ticks[i], cb_step);
-            if ((st = qkv_text_size(&w, &h, v, cb_lab[i], FS_TICK, err)))
-                goto done;
-            cb_lw = imax(cb_lw, w);
-        }
+/* Colour bar ticks: about one per two text lines of bar. */
+static qkv_status colorbar_ticks(layout *L, qkv_viz *v, const qkv_heatmap_spec *s, qkv_error *err)
+{
+    L->cb_h = imax(L->grid_h, 4 * L->lh_tick);
+    if (s->no_colorbar)
+        return QKV_OK;
+    double cb_step = 0.0;
+    L->n_cb = qkv_nice_ticks(L->cb_ticks, 16, &cb_step, L->vmin, L->vmax,
+                             iclamp(L->cb_h / (2 * L->lh_tick), 2, 7));
+    for (int i = 0; i < L->n_cb; i++) {
+        int w, h;
+        qkv_status st;
+        qkv_tick_label(L->cb_lab[i], sizeof L->cb_lab[i], L->cb_ticks[i], cb_step);
+        if ((st = qkv_text_size(&w, &h, v, L->cb_lab[i], FS_TICK, err)))
+            return st;
+        L->cb_lw = imax(L->cb_lw, w);
     }
+    return QKV_OK;
+}
 
-    /* Margins, each measured from what it holds. */
-    int left = PAD + (s->ylabel && *s->ylabel ? lh_label + 6 : 0) + y_region;
-    int top = PAD + (s->title && *s->title ? lh_title + 8 : 0) + (has_titles ? lh_label + 4 : 0);
-    int bottom = x_region + (s->xlabel && *s->xlabel ? lh_label + 6 : 0) + PAD;
-    int right = s->no_colorbar ? PAD : CBAR_GAP + CBAR_W + TICK_LEN + 3 + cb_lw + PAD;
-    int W = left + grid_w + right;
-    int H = top + imax(grid_h + bottom, s->no_colorbar ? 0 : cb_h + PAD);
+/* Margins, each measured from what it holds, and so the figure's size. */
+static qkv_status place_grid(layout *L, qkv_viz *v, const qkv_heatmap_spec *s, qkv_error *err)
+{
+    L->left = PAD + (s->ylabel && *s->ylabel ? L->lh_label + 6 : 0) + L->y_region;
+    L->top = PAD + (s->title && *s->title ? L->lh_title + 8 : 0) +
+             (L->has_titles ? L->lh_label + 4 : 0);
+    int bottom = L->x_region + (s->xlabel && *s->xlabel ? L->lh_label + 6 : 0) + PAD;
+    int right = s->no_colorbar ? PAD : CBAR_GAP + CBAR_W + TICK_LEN + 3 + L->cb_lw + PAD;
+    L->W = L->left + L->grid_w + right;
+    L->H = L->top + imax(L->grid_h + bottom, s->no_colorbar ? 0 : L->cb_h + PAD);
 
-    char title[256] = "";
-    int title_w = 0;
     if (s->title && *s->title) {
-        if ((st = qkv_text_fit(title, sizeof title, &title_w, v, s->title, FS_TITLE, 1600, err)))
-            goto done;
-        if (title_w + 2 * PAD > W) { /* widen the figure and centre the grid under the title */
-            left += (title_w + 2 * PAD - W) / 2;
-            W = title_w + 2 * PAD;
+        int title_w;
+        qkv_status st =
+            qkv_text_fit(L->title, sizeof L->title, &title_w, v, s->title, FS_TITLE, 1600, err);
+        if (st)
+            return st;
+        if (title_w + 2 * PAD > L->W) { /* widen the figure and centre the grid under the title */
+            L->left += (title_w + 2 * PAD - L->W) / 2;
+            L->W = title_w + 2 * PAD;
         }
     }
-    if (W > QKV_CANVAS_MAX_SIDE || H > QKV_CANVAS_MAX_SIDE) {
-        st = qkv_fail(err, QKV_ERR_ARG,
-                      "heatmap: the figure would be %d x %d pixels (max %d); set a smaller "
-                      "cell_px",
-                      W, H, QKV_CANVAS_MAX_SIDE);
-        goto done;
+    if (L->W > QKV_CANVAS_MAX_SIDE || L->H > QKV_CANVAS_MAX_SIDE)
+        return qkv_fail(err, QKV_ERR_ARG,
+                        "heatmap: the figure would be %d x %d pixels (max %d); set a smaller "
+                        "cell_px",
+                        L->W, L->H, QKV_CANVAS_MAX_SIDE);
+    return QKV_OK;
+}
+
+/* The whole layout, in the order its parts depend on each other; free it with layout_free
+ * whatever this returns. */
+static qkv_status lay_out(layout *L, qkv_viz *v, const qkv_heatmap_spec *s, qkv_error *err)
+{
+    qkv_status st;
+    colour_range(L, s);
+    if ((st = size_panels(L, v, s, err)) || (st = fit_panel_labels(L, v, s, err)) ||
+        (st = colorbar_ticks(L, v, s, err)))
+        return st;
+    return place_grid(L, v, s, err);
+}
+
+/* Panel P (n x m) as cells with its top-left pixel at (px, py), framed. */
+static void draw_cells(qkv_canvas *out, const layout *L, const qkv_rgb lut[256], const float *P,
+                       int n, int m, int px, int py)
+{
+    const qkv_rgb nonfinite = qkv_rgb_hex(QKV_COLOR_NONFINITE);
+    const float scale = 255.0f / (L->vmax - L->vmin);
+    const int cell = L->cell;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++) {
+            float x = P[(size_t)i * m + j];
+            qkv_rgb col = nonfinite;
+            if (isfinite(x)) {
+                float t = (x - L->vmin) * scale;
+                col = lut[t <= 0.0f ? 0 : t >= 255.0f ? 255 : (int)lroundf(t)];
+            }
+            qkv_canvas_fill_rect(out, px + j * cell, py + i * cell, cell, cell, col);
+        }
+    qkv_canvas_stroke_rect(out, px - 1, py - 1, L->pw + 2, L->ph + 2, qkv_rgb_hex(FRAME));
+}
+
+/* The text around panel (r, c) at (px, py): its title; the y ticks and label left of the
+ * first column, the x ticks and label under the last row. */
+static qkv_status draw_panel_labels(qkv_canvas *out, qkv_viz *v, const qkv_heatmap_spec *s,
+                                    const layout *L, int r, int c, int px, int py, qkv_error *err)
+{
+    const qkv_rgb ink = qkv_rgb_hex(INK), frame = qkv_rgb_hex(FRAME);
+    const int cell = L->cell, pw = L->pw, ph = L->ph;
+    qkv_status st;
+    if (L->pt && *L->pt[r * s->cols + c] &&
+        (st = qkv_canvas_text(out, v, L->pt[r * s->cols + c], px + pw / 2, py - 4,
+                              &(qkv_text_style){FS_LABEL, QKV_ALIGN_CENTER, QKV_VALIGN_BOTTOM, 0,
+                                                ink},
+                              NULL, err)))
+        return st;
+    if (c == 0 && L->yl)
+        for (int i = 0; i < s->n; i += L->y_stride) {
+            int cy = py + i * cell + cell / 2;
+            qkv_canvas_fill_rect(out, px - 1 - TICK_LEN, cy, TICK_LEN, 1, frame);
+            if ((st = qkv_canvas_text(out, v, L->yl[i], px - TICK_LEN - 4, cy,
+                                      &(qkv_text_style){FS_TICK, QKV_ALIGN_RIGHT,
+                                                        QKV_VALIGN_MIDDLE, 0, ink},
+                                      NULL, err)))
+                return st;
+        }
+    if (c == 0 && s->ylabel && *s->ylabel &&
+        (st = qkv_canvas_text(out, v, s->ylabel, px - 1 - L->y_region - 6, py + ph / 2,
+                              &(qkv_text_style){FS_LABEL, QKV_ALIGN_RIGHT, QKV_VALIGN_MIDDLE, 1,
+                                                ink},
+                              NULL, err)))
+        return st;
+    if (r == s->rows - 1 && L->xl)
+        for (int j = 0; j < s->m; j += L->x_stride) {
+            int cx = px + j * cell + cell / 2;
+            qkv_canvas_fill_rect(out, cx, py + ph + 1, 1, TICK_LEN, frame);
+            if ((st = qkv_canvas_text(out, v, L->xl[j], cx, py + ph + 1 + TICK_LEN + 2,
+                                      &(qkv_text_style){FS_TICK, QKV_ALIGN_CENTER, QKV_VALIGN_TOP,
+                                                        L->x_rot, ink},
+                                      NULL, err)))
+                return st;
+        }
+    if (r == s->rows - 1 && s->xlabel && *s->xlabel &&
+        (st = qkv_canvas_text(out, v, s->xlabel, px + pw / 2, py + ph + 1 + L->x_region + 6,
+                              &(qkv_text_style){FS_LABEL, QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0,
+                                                ink},
+                              NULL, err)))
+        return st;
+    return QKV_OK;
+}
+
+/* The colour bar right of the grid, top is vmax as on a y axis; its x, y, w, h go to box. */
+static qkv_status draw_colorbar(qkv_canvas *out, qkv_viz *v, const layout *L,
+                                const qkv_rgb lut[256], int box[4], qkv_error *err)
+{
+    const qkv_rgb ink = qkv_rgb_hex(INK), frame = qkv_rgb_hex(FRAME);
+    const int bx = L->left + L->grid_w + CBAR_GAP, by = L->top, cb_h = L->cb_h;
+    for (int y = 0; y < cb_h; y++)
+        qkv_canvas_fill_rect(out, bx, by + y, CBAR_W, 1,
+                             lut[(int)lroundf(255.0f * (1.0f - (y + 0.5f) / cb_h))]);
+    qkv_canvas_stroke_rect(out, bx - 1, by - 1, CBAR_W + 2, cb_h + 2, frame);
+    for (int i = 0; i < L->n_cb; i++) {
+        int ty = by + (int)lround((1.0 - (L->cb_ticks[i] - L->vmin) / (L->vmax - L->vmin)) *
+                                  (cb_h - 1));
+        qkv_canvas_fill_rect(out, bx + CBAR_W + 1, ty, TICK_LEN, 1, frame);
+        qkv_status st = qkv_canvas_text(
+            out, v, L->cb_lab[i], bx + CBAR_W + 1 + TICK_LEN + 3, ty,
+            &(qkv_text_style){FS_TICK, QKV_ALIGN_LEFT, QKV_VALIGN_MIDDLE, 0, ink}, NULL, err);
+        if (st)
+            return st;
     }
-    if ((st = qkv_canvas_init(out, W, H, qkv_rgb_hex(0xFFFFFF), err)))
+    box[0] = bx, box[1] = by, box[2] = CBAR_W, box[3] = cb_h;
+    return QKV_OK;
+}
+
+qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz *v,
+                            const qkv_heatmap_spec *s, qkv_error *err)
+{
+    draw_start(out, geom, sizeof *geom);
+    qkv_status st = check_spec(s, err);
+    if (st)
+        return st;
+    layout L = {0};
+    if ((st = lay_out(&L, v, s, err)) ||
+        (st = qkv_canvas_init(out, L.W, L.H, qkv_rgb_hex(0xFFFFFF), err)))
         goto done;
 
     qkv_rgb lut[256];
     for (int i = 0; i < 256; i++)
         lut[i] = qkv_colormap(i / 255.0f);
-    const qkv_rgb ink = qkv_rgb_hex(INK), frame = qkv_rgb_hex(FRAME);
-    const qkv_rgb nonfinite = qkv_rgb_hex(QKV_COLOR_NONFINITE);
-    const float scale = 255.0f / (vmax - vmin);
-    int title_box[4] = {0};
-
-    if (*title &&
-        (st = qkv_canvas_text(out, v, title, W / 2, PAD,
-                              &(qkv_text_style){FS_TITLE, QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0, ink},
+    int title_box[4] = {0}, cb_box[4] = {0};
+    if (*L.title &&
+        (st = qkv_canvas_text(out, v, L.title, L.W / 2, PAD,
+                              &(qkv_text_style){FS_TITLE, QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0,
+                                                qkv_rgb_hex(INK)},
                               title_box, err)))
         goto done;
-
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            const int px = left + c * (pw + gap_x), py = top + r * (ph + gap_y);
-            const float *P = s->data + ((size_t)r * cols + c) * n * m; /* (n, m) */
-            for (int i = 0; i < n; i++)
-                for (int j = 0; j < m; j++) {
-                    float x = P[(size_t)i * m + j];
-                    qkv_rgb col = nonfinite;
-                    if (isfinite(x)) {
-                        float t = (x - vmin) * scale;
-                        col = lut[t <= 0.0f ? 0 : t >= 255.0f ? 255 : (int)lroundf(t)];
-                    }
-                    qkv_canvas_fill_rect(out, px + j * cell, py + i * cell, cell, cell, col);
-                }
-            qkv_canvas_stroke_rect(out, px - 1, py - 1, pw + 2, ph + 2, frame);
-
-            if (pt && *pt[r * cols + c] &&
-                (st = qkv_canvas_text(out, v, pt[r * cols + c], px + pw / 2, py - 4,
-                                      &(qkv_text_style){FS_LABEL, QKV_ALIGN_CENTER,
-                                                        QKV_VALIGN_BOTTOM, 0, ink},
-                                      NULL, err)))
-                goto done;
-            if (c == 0 && yl)
-                for (int i = 0; i < n; i += y_stride) {
-                    int cy = py + i * cell + cell / 2;
-                    qkv_canvas_fill_rect(out, px - 1 - TICK_LEN, cy, TICK_LEN, 1, frame);
-                    if ((st = qkv_canvas_text(out, v, yl[i], px - TICK_LEN - 4, cy,
-                                              &(qkv_text_style){FS_TICK, QKV_ALIGN_RIGHT,
-                                                                QKV_VALIGN_MIDDLE, 0, ink},
-                                              NULL, err)))
-                        goto done;
-                }
-            if (c == 0 && s->ylabel && *s->ylabel &&
-                (st = qkv_canvas_text(out, v, s->ylabel, px - 1 - y_region - 6, py + ph / 2,
-                                      &(qkv_text_style){FS_LABEL, QKV_ALIGN_RIGHT,
-                                                        QKV_VALIGN_MIDDLE, 1, ink},
-                                      NULL, err)))
-                goto done;
-            if (r == rows - 1 && xl)
-                for (int j = 0; j < m; j += x_stride) {
-                    int cx = px + j * cell + cell / 2;
-                    qkv_canvas_fill_rect(out, cx, py + ph + 1, 1, TICK_LEN, frame);
-                    if ((st = qkv_canvas_text(out, v, xl[j], cx, py + ph + 1 + TICK_LEN + 2,
-                                              &(qkv_text_style){FS_TICK, QKV_ALIGN_CENTER,
-                                                                QKV_VALIGN_TOP, x_rot, ink},
-                                              NULL, err)))
-                        goto done;
-                }
-            if (r == rows - 1 && s->xlabel && *s->xlabel &&
-                (st = qkv_canvas_text(out, v, s->xlabel, px + pw / 2, py + ph + 1 + x_region + 6,
-                                      &(qkv_text_style){FS_LABEL, QKV_ALIGN_CENTER,
-                                                        QKV_VALIGN_TOP, 0, ink},
-                                      NULL, err)))
+    for (int r = 0; r < s->rows; r++)
+        for (int c = 0; c < s->cols; c++) {
+            const int px = L.left + c * (L.pw + L.gap_x), py = L.top + r * (L.ph + L.gap_y);
+            const float *P = s->data + ((size_t)r * s->cols + c) * s->n * s->m; /* (n, m) */
+            draw_cells(out, &L, lut, P, s->n, s->m, px, py);
+            if ((st = draw_panel_labels(out, v, s, &L, r, c, px, py, err)))
                 goto done;
         }
-
-    /* The colour bar: top is vmax, as on a y axis. */
-    int cb_box[4] = {0};
-    if (!s->no_colorbar) {
-        const int bx = left + grid_w + CBAR_GAP, by = top;
-        for (int y = 0; y < cb_h; y++)
-            qkv_canvas_fill_rect(out, bx, by + y, CBAR_W, 1,
-                                 lut[(int)lroundf(255.0f * (1.0f - (y + 0.5f) / cb_h))]);
-        qkv_canvas_stroke_rect(out, bx - 1, by - 1, CBAR_W + 2, cb_h + 2, frame);
-        for (int i = 0; i < n_cb; i++) {
-            int ty = by + (int)lround((1.0 - (cb_ticks[i] - vmin) / (vmax - vmin)) * (cb_h - 1));
-            qkv_canvas_fill_rect(out, bx + CBAR_W + 1, ty, TICK_LEN, 1, frame);
-            if ((st = qkv_canvas_text(out, v, cb_lab[i], bx + CBAR_W + 1 + TICK_LEN + 3, ty,
-                                      &(qkv_text_style){FS_TICK, QKV_ALIGN_LEFT,
-                                                        QKV_VALIGN_MIDDLE, 0, ink},
-                                      NULL, err)))
-                goto done;
-        }
-        cb_box[0] = bx, cb_box[1] = by, cb_box[2] = CBAR_W, cb_box[3] = cb_h;
-    }
+    if (!s->no_colorbar && (st = draw_colorbar(out, v, &L, lut, cb_box, err)))
+        goto done;
 
     if (geom) {
         qkv_heatmap_geometry g = {
-            .width = W, .height = H, .grid_x = left, .grid_y = top, .panel_w = pw,
-            .panel_h = ph, .gap_x = gap_x, .gap_y = gap_y, .cell_px = cell,
-            .vmin = vmin, .vmax = vmax, .x_tick_stride = x_stride, .y_tick_stride = y_stride,
-            .x_ticks_rotated = x_rot,
+            .width = L.W, .height = L.H, .grid_x = L.left, .grid_y = L.top, .panel_w = L.pw,
+            .panel_h = L.ph, .gap_x = L.gap_x, .gap_y = L.gap_y, .cell_px = L.cell,
+            .vmin = L.vmin, .vmax = L.vmax, .x_tick_stride = L.x_stride,
+            .y_tick_stride = L.y_stride, .x_ticks_rotated = L.x_rot,
         };
         memcpy(g.title_box, title_box, sizeof title_box);
         memcpy(g.colorbar_box, cb_box, sizeof cb_box);
         *geom = g;
     }
-    st = QKV_OK;
 
 done:
     if (st)
         qkv_canvas_free(out);
-    free(xl);
-    free(yl);
-    free(pt);
+    layout_free(&L);
     return st;
 }
 

@@ -191,25 +191,30 @@ static int legend_overlap(const qkv_plot_spec *s, const frame_map *f, const int 
     return hits;
 }
 
-qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
-                         const qkv_plot_spec *s, qkv_error *err)
-{
-    draw_start(out, geom, sizeof *geom);
-    qkv_status st = check_spec(s, err);
-    if (st)
-        return st;
-    const int W = s->width ? s->width : 720, H = s->height ? s->height : 480;
-    frame_map f = {.log = s->log_y != 0};
+/* Where everything goes, measured from the data and the text before anything is drawn. */
+typedef struct {
+    int W, H;                         /* the figure */
+    frame_map f;                      /* the plot area and the data range it shows */
+    size_t max_n;                     /* points in the longest series */
+    int lh_label, lh_tick, lh_legend; /* line heights */
+    int has_title, has_xl, has_yl;
+    int ny, nx;                       /* ticks, in data units (y: log10 units when log) */
+    double yt[MAX_TICKS], xt[MAX_TICKS];
+    char ylab[MAX_TICKS][32], xlab[MAX_TICKS][32];
+    int xlw[MAX_TICKS];               /* x label widths */
+} layout;
 
-    /* Data ranges over drawable points. */
+/* The data range over drawable points, unless xlim or ylim give it; the longest series. */
+static qkv_status data_range(layout *L, const qkv_plot_spec *s, qkv_error *err)
+{
+    frame_map *f = &L->f;
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
-    size_t max_n = 0;
     for (int i = 0; i < s->nseries; i++) {
         const qkv_series *q = &s->series[i];
-        max_n = (size_t)q->n > max_n ? (size_t)q->n : max_n;
+        L->max_n = (size_t)q->n > L->max_n ? (size_t)q->n : L->max_n;
         for (int k = 0; k < q->n; k++) {
             double x = q->x ? q->x[k] : k, y = q->y[k];
-            if (f.log)
+            if (f->log)
                 y = y > 0.0 ? log10(y) : NAN;
             if (isfinite(x) && isfinite(y)) {
                 xlo = fmin(xlo, x), xhi = fmax(xhi, x);
@@ -219,111 +224,135 @@ qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
     }
     if (!(xlo <= xhi))
         return qkv_fail(err, QKV_ERR_NUMERIC, "plot: no series has a drawable point (all x or y "
-                        "are NaN/Inf%s)", f.log ? ", or y <= 0 on the log axis" : "");
+                        "are NaN/Inf%s)", f->log ? ", or y <= 0 on the log axis" : "");
     if (s->xlim[0] != s->xlim[1])
         xlo = s->xlim[0], xhi = s->xlim[1];
     else
         pad_range(&xlo, &xhi);
-    if (s->ylim[0] != s->ylim[1])
-        ylo = f.log ? log10(s->ylim[0]) : s->ylim[0], yhi = f.log ? log10(s->ylim[1]) : s->ylim[1];
-    else
+    if (s->ylim[0] != s->ylim[1]) {
+        ylo = f->log ? log10(s->ylim[0]) : s->ylim[0];
+        yhi = f->log ? log10(s->ylim[1]) : s->ylim[1];
+    } else {
         pad_range(&ylo, &yhi);
-    f.x0 = xlo, f.x1 = xhi, f.y0 = ylo, f.y1 = yhi;
+    }
+    f->x0 = xlo, f->x1 = xhi, f->y0 = ylo, f->y1 = yhi;
+    return QKV_OK;
+}
 
-    int tw, lh_title, lh_label, lh_tick, lh_legend;
+/* The plot area: the figure less the title above, the x ticks and label below, and the y
+ * label and y ticks left, whose labels' width sets that margin. */
+static qkv_status place_area(layout *L, qkv_viz *v, const qkv_plot_spec *s, qkv_error *err)
+{
+    frame_map *f = &L->f;
+    int tw, lh_title;
+    qkv_status st;
     if ((st = qkv_text_size(&tw, &lh_title, v, "", FS_TITLE, err)) ||
-        (st = qkv_text_size(&tw, &lh_label, v, "", FS_LABEL, err)) ||
-        (st = qkv_text_size(&tw, &lh_tick, v, "", FS_TICK, err)) ||
-        (st = qkv_text_size(&tw, &lh_legend, v, "", FS_LEGEND, err)))
+        (st = qkv_text_size(&tw, &L->lh_label, v, "", FS_LABEL, err)) ||
+        (st = qkv_text_size(&tw, &L->lh_tick, v, "", FS_TICK, err)) ||
+        (st = qkv_text_size(&tw, &L->lh_legend, v, "", FS_LEGEND, err)))
         return st;
-    const int has_title = s->title && *s->title, has_xl = s->xlabel && *s->xlabel,
-              has_yl = s->ylabel && *s->ylabel;
-    const int top = PAD + (has_title ? lh_title + 10 : 4);
-    const int bottom = PAD + TICK_LEN + 3 + lh_tick + (has_xl ? lh_label + 6 : 0);
-    f.ay = top;
-    f.ah = H - top - bottom;
+    L->has_title = s->title && *s->title;
+    L->has_xl = s->xlabel && *s->xlabel;
+    L->has_yl = s->ylabel && *s->ylabel;
+    const int top = PAD + (L->has_title ? lh_title + 10 : 4);
+    const int bottom = PAD + TICK_LEN + 3 + L->lh_tick + (L->has_xl ? L->lh_label + 6 : 0);
+    f->ay = top;
+    f->ah = L->H - top - bottom;
 
     /* y ticks first: their labels' width sets the left margin. */
-    double yt[MAX_TICKS], xt[MAX_TICKS], ystep = 0.0, xstep = 0.0;
-    char ylab[MAX_TICKS][32], xlab[MAX_TICKS][32];
-    int xlw[MAX_TICKS]; /* x label widths */
-    int ny = f.log ? log_ticks(ylo, yhi, iclamp(f.ah / 55, 3, 9), yt, MAX_TICKS)
-                   : qkv_nice_ticks(yt, MAX_TICKS, &ystep, ylo, yhi, iclamp(f.ah / 55, 3, 9));
+    double ystep = 0.0;
+    int target = iclamp(f->ah / 55, 3, 9);
+    L->ny = f->log ? log_ticks(f->y0, f->y1, target, L->yt, MAX_TICKS)
+                   : qkv_nice_ticks(L->yt, MAX_TICKS, &ystep, f->y0, f->y1, target);
     int yw = 0;
-    for (int i = 0; i < ny; i++) {
+    for (int i = 0; i < L->ny; i++) {
         int w, h;
-        if (f.log)
-            log_label(ylab[i], sizeof ylab[i], yt[i]);
+        if (f->log)
+            log_label(L->ylab[i], sizeof L->ylab[i], L->yt[i]);
         else
-            qkv_tick_label(ylab[i], sizeof ylab[i], yt[i], ystep);
-        if ((st = qkv_text_size(&w, &h, v, ylab[i], FS_TICK, err)))
+            qkv_tick_label(L->ylab[i], sizeof L->ylab[i], L->yt[i], ystep);
+        if ((st = qkv_text_size(&w, &h, v, L->ylab[i], FS_TICK, err)))
             return st;
         yw = imax(yw, w);
     }
-    f.ax = PAD + (has_yl ? lh_label + 8 : 0) + yw + TICK_LEN + 4;
-    f.aw = W - f.ax - PAD - 12;
-    if (f.aw < 40 || f.ah < 40)
+    f->ax = PAD + (L->has_yl ? L->lh_label + 8 : 0) + yw + TICK_LEN + 4;
+    f->aw = L->W - f->ax - PAD - 12;
+    if (f->aw < 40 || f->ah < 40)
         return qkv_fail(err, QKV_ERR_ARG, "plot: %d x %d leaves a %d x %d plot area; make the "
-                        "figure larger", W, H, f.aw, f.ah);
+                        "figure larger", L->W, L->H, f->aw, f->ah);
+    return QKV_OK;
+}
 
-    /* x ticks: fewer until neighbouring labels are at least 12 px apart. */
-    int nx = 0;
-    for (int target = iclamp(f.aw / 80, 3, 10); target >= 2; target--) {
-        nx = qkv_nice_ticks(xt, MAX_TICKS, &xstep, xlo, xhi, target);
+/* x ticks: fewer until neighbouring labels are at least 12 px apart. */
+static qkv_status choose_x_ticks(layout *L, qkv_viz *v, qkv_error *err)
+{
+    const frame_map *f = &L->f;
+    double xstep = 0.0;
+    L->nx = 0;
+    for (int target = iclamp(f->aw / 80, 3, 10); target >= 2; target--) {
+        L->nx = qkv_nice_ticks(L->xt, MAX_TICKS, &xstep, f->x0, f->x1, target);
         int xw = 0;
-        for (int i = 0; i < nx; i++) {
+        for (int i = 0; i < L->nx; i++) {
             int w, h;
-            qkv_tick_label(xlab[i], sizeof xlab[i], xt[i], xstep);
-            if ((st = qkv_text_size(&w, &h, v, xlab[i], FS_TICK, err)))
+            qkv_tick_label(L->xlab[i], sizeof L->xlab[i], L->xt[i], xstep);
+            qkv_status st = qkv_text_size(&w, &h, v, L->xlab[i], FS_TICK, err);
+            if (st)
                 return st;
             xw = imax(xw, w);
-            xlw[i] = w;
+            L->xlw[i] = w;
         }
-        if (xw + 12 <= xstep / (xhi - xlo) * f.aw)
+        if (xw + 12 <= xstep / (f->x1 - f->x0) * f->aw)
             break;
     }
+    return QKV_OK;
+}
 
-    if ((st = qkv_canvas_init(out, W, H, qkv_rgb_hex(0xFFFFFF), err)))
-        return st;
+/* Grid lines across the area, and the ticks with their labels on the left and bottom. */
+static qkv_status draw_grid_and_ticks(qkv_canvas *out, qkv_viz *v, const layout *L, qkv_error *err)
+{
+    const frame_map *f = &L->f;
     const qkv_rgb ink = qkv_rgb_hex(INK), frame = qkv_rgb_hex(FRAME), grid = qkv_rgb_hex(GRID);
-    float *px = NULL, *py = NULL;
-    int title_box[4] = {0}, legend_box[4] = {0};
-
-    /* Grid and ticks. */
-    for (int i = 0; i < ny; i++) {
-        int y = f.ay + f.ah - (int)lround((yt[i] - ylo) / (yhi - ylo) * f.ah);
-        if (y < f.ay || y > f.ay + f.ah)
+    qkv_status st;
+    for (int i = 0; i < L->ny; i++) {
+        int y = f->ay + f->ah - (int)lround((L->yt[i] - f->y0) / (f->y1 - f->y0) * f->ah);
+        if (y < f->ay || y > f->ay + f->ah)
             continue;
-        qkv_canvas_fill_rect(out, f.ax, y, f.aw, 1, grid);
-        qkv_canvas_fill_rect(out, f.ax - 1 - TICK_LEN, y, TICK_LEN, 1, frame);
-        if ((st = qkv_canvas_text(out, v, ylab[i], f.ax - TICK_LEN - 4, y,
+        qkv_canvas_fill_rect(out, f->ax, y, f->aw, 1, grid);
+        qkv_canvas_fill_rect(out, f->ax - 1 - TICK_LEN, y, TICK_LEN, 1, frame);
+        if ((st = qkv_canvas_text(out, v, L->ylab[i], f->ax - TICK_LEN - 4, y,
                                   &(qkv_text_style){FS_TICK, QKV_ALIGN_RIGHT, QKV_VALIGN_MIDDLE,
                                                     0, ink},
                                   NULL, err)))
-            goto fail;
+            return st;
     }
-    for (int i = 0; i < nx; i++) {
-        int x = f.ax + (int)lround((xt[i] - xlo) / (xhi - xlo) * f.aw);
-        if (x < f.ax || x > f.ax + f.aw)
+    for (int i = 0; i < L->nx; i++) {
+        int x = f->ax + (int)lround((L->xt[i] - f->x0) / (f->x1 - f->x0) * f->aw);
+        if (x < f->ax || x > f->ax + f->aw)
             continue;
-        qkv_canvas_fill_rect(out, x, f.ay, 1, f.ah, grid);
-        qkv_canvas_fill_rect(out, x, f.ay + f.ah + 1, 1, TICK_LEN, frame);
-        int cx = iclamp(x, xlw[i] / 2 + 1, W - 1 - xlw[i] / 2); /* the last may overhang */
-        if ((st = qkv_canvas_text(out, v, xlab[i], cx, f.ay + f.ah + 1 + TICK_LEN + 2,
+        qkv_canvas_fill_rect(out, x, f->ay, 1, f->ah, grid);
+        qkv_canvas_fill_rect(out, x, f->ay + f->ah + 1, 1, TICK_LEN, frame);
+        int cx = iclamp(x, L->xlw[i] / 2 + 1, L->W - 1 - L->xlw[i] / 2); /* the last may overhang */
+        if ((st = qkv_canvas_text(out, v, L->xlab[i], cx, f->ay + f->ah + 1 + TICK_LEN + 2,
                                   &(qkv_text_style){FS_TICK, QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0,
                                                     ink},
                                   NULL, err)))
-            goto fail;
+            return st;
     }
+    return QKV_OK;
+}
 
-    /* Series, clipped to the area: lines first, then markers on top. */
-    px = malloc(max_n * sizeof *px);
-    py = malloc(max_n * sizeof *py);
+/* Series, clipped to the area: lines first, then markers on top. */
+static qkv_status draw_series(qkv_canvas *out, const qkv_plot_spec *s, const layout *L,
+                              qkv_error *err)
+{
+    float *px = malloc(L->max_n * sizeof *px), *py = malloc(L->max_n * sizeof *py);
+    qkv_status st = QKV_OK;
     if (!px || !py) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "plot: out of memory for %zu points", max_n);
-        goto fail;
+        st = qkv_fail(err, QKV_ERR_NOMEM, "plot: out of memory for %zu points", L->max_n);
+        goto done;
     }
-    qkv_canvas_set_clip(out, f.ax, f.ay, f.aw + 1, f.ah + 1);
+    const frame_map *f = &L->f;
+    qkv_canvas_set_clip(out, f->ax, f->ay, f->aw + 1, f->ah + 1);
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < s->nseries; i++) {
             const qkv_series *q = &s->series[i];
@@ -331,120 +360,168 @@ qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
             if ((pass == 0 && style == QKV_LINE_NONE) || (pass == 1 && !q->marker))
                 continue;
             for (int k = 0; k < q->n; k++)
-                map_point(&f, q, k, &px[k], &py[k]);
+                map_point(f, q, k, &px[k], &py[k]);
             qkv_rgb col = series_color(q, i);
             if (pass == 0 &&
                 (st = qkv_canvas_polyline(
                      out, px, py, q->n, q->line_width > 0 ? q->line_width : 2.0f, style, col, err)))
-                goto fail;
+                goto done;
             for (int k = 0; pass == 1 && k < q->n; k++)
                 qkv_canvas_disc(out, px[k], py[k], q->marker_radius > 0 ? q->marker_radius : 4.0f,
                                 col, q->marker_alpha > 0 ? q->marker_alpha : 1.0f);
         }
     qkv_canvas_reset_clip(out);
-    qkv_canvas_stroke_rect(out, f.ax - 1, f.ay - 1, f.aw + 2, f.ah + 2, frame);
+done:
+    free(px);
+    free(py);
+    return st;
+}
 
-    /* Legend in the corner that hides the fewest data (matplotlib's "best"). */
+/* The legend's top-left corner, bw x bh: in the corner of the area that hides the fewest
+ * data (matplotlib's "best"), the top right when they tie. */
+static void legend_corner(const qkv_plot_spec *s, const frame_map *f, int bw, int bh, int *lx,
+                          int *ly)
+{
+    const int in = 10; /* inset from the area's edge */
+    int cand[4][2] = {{f->ax + f->aw - in - bw, f->ay + in},
+                      {f->ax + in, f->ay + in},
+                      {f->ax + in, f->ay + f->ah - in - bh},
+                      {f->ax + f->aw - in - bw, f->ay + f->ah - in - bh}};
+    int best = 0, best_hits = -1;
+    for (int c = 0; c < 4; c++) {
+        int box[4] = {cand[c][0], cand[c][1], bw, bh};
+        int hits = legend_overlap(s, f, box);
+        if (best_hits < 0 || hits < best_hits)
+            best = c, best_hits = hits;
+    }
+    *lx = cand[best][0], *ly = cand[best][1];
+}
+
+/* The legend of the labelled series (none without labels, or with no_legend); its x, y, w, h
+ * go to box. */
+static qkv_status draw_legend(qkv_canvas *out, qkv_viz *v, const qkv_plot_spec *s,
+                              const layout *L, int box[4], qkv_error *err)
+{
     int nleg = 0, legw = 0;
+    qkv_status st;
     for (int i = 0; i < s->nseries; i++)
         if (s->series[i].label && *s->series[i].label) {
             int w, h;
             if ((st = qkv_text_size(&w, &h, v, s->series[i].label, FS_LEGEND, err)))
-                goto fail;
+                return st;
             legw = imax(legw, w);
             nleg++;
         }
-    if (nleg && !s->no_legend) {
-        const int entry_h = lh_legend + 4;
-        const int bw = 10 + SAMPLE_W + 8 + legw + 10, bh = 6 + nleg * entry_h + 6;
-        const int in = 10; /* inset from the area's edge */
-        int cand[4][2] = {{f.ax + f.aw - in - bw, f.ay + in},
-                          {f.ax + in, f.ay + in},
-                          {f.ax + in, f.ay + f.ah - in - bh},
-                          {f.ax + f.aw - in - bw, f.ay + f.ah - in - bh}};
-        int best = 0, best_hits = -1;
-        for (int c = 0; c < 4; c++) {
-            int box[4] = {cand[c][0], cand[c][1], bw, bh};
-            int hits = legend_overlap(s, &f, box);
-            if (best_hits < 0 || hits < best_hits)
-                best = c, best_hits = hits;
+    if (!nleg || s->no_legend)
+        return QKV_OK;
+    const frame_map *f = &L->f;
+    const int entry_h = L->lh_legend + 4;
+    const int bw = 10 + SAMPLE_W + 8 + legw + 10, bh = 6 + nleg * entry_h + 6;
+    int lx, ly;
+    legend_corner(s, f, bw, bh, &lx, &ly);
+    qkv_canvas_set_clip(out, f->ax, f->ay, f->aw, f->ah);
+    qkv_canvas_fill_rect(out, lx, ly, bw, bh, qkv_rgb_hex(0xFFFFFF));
+    qkv_canvas_stroke_rect(out, lx, ly, bw, bh, qkv_rgb_hex(0xBBBBBB));
+    int e = 0;
+    for (int i = 0; i < s->nseries; i++) {
+        const qkv_series *q = &s->series[i];
+        if (!q->label || !*q->label)
+            continue;
+        float cy = (float)(ly + 6 + e * entry_h + entry_h / 2) + 0.5f;
+        float x0 = (float)(lx + 10), x1 = x0 + SAMPLE_W;
+        qkv_rgb col = series_color(q, i);
+        qkv_line_style style = series_style(q, i);
+        if (style != QKV_LINE_NONE) {
+            float xs[2] = {x0 + 1, x1 - 1}, ys[2] = {cy, cy};
+            if ((st = qkv_canvas_polyline(out, xs, ys, 2, q->line_width > 0 ? q->line_width : 2.0f,
+                                          style, col, err)))
+                return st;
         }
-        const int lx = cand[best][0], ly = cand[best][1];
-        qkv_canvas_set_clip(out, f.ax, f.ay, f.aw, f.ah);
-        qkv_canvas_fill_rect(out, lx, ly, bw, bh, qkv_rgb_hex(0xFFFFFF));
-        qkv_canvas_stroke_rect(out, lx, ly, bw, bh, qkv_rgb_hex(0xBBBBBB));
-        int e = 0;
-        for (int i = 0; i < s->nseries; i++) {
-            const qkv_series *q = &s->series[i];
-            if (!q->label || !*q->label)
-                continue;
-            float cy = (float)(ly + 6 + e * entry_h + entry_h / 2) + 0.5f;
-            float x0 = (float)(lx + 10), x1 = x0 + SAMPLE_W;
-            qkv_rgb col = series_color(q, i);
-            qkv_line_style style = series_style(q, i);
-            if (style != QKV_LINE_NONE) {
-                float xs[2] = {x0 + 1, x1 - 1}, ys[2] = {cy, cy};
-                if ((st = qkv_canvas_polyline(out, xs, ys, 2,
-                                              q->line_width > 0 ? q->line_width : 2.0f, style, col,
-                                              err)))
-                    goto fail;
-            }
-            if (q->marker)
-                qkv_canvas_disc(out, (x0 + x1) / 2, cy,
-                                q->marker_radius > 0 ? q->marker_radius : 4.0f, col,
-                                q->marker_alpha > 0 ? q->marker_alpha : 1.0f);
-            if ((st = qkv_canvas_text(out, v, q->label, (int)x1 + 8, (int)cy,
-                                      &(qkv_text_style){FS_LEGEND, QKV_ALIGN_LEFT,
-                                                        QKV_VALIGN_MIDDLE, 0, ink},
-                                      NULL, err)))
-                goto fail;
-            e++;
-        }
-        qkv_canvas_reset_clip(out);
-        legend_box[0] = lx, legend_box[1] = ly, legend_box[2] = bw, legend_box[3] = bh;
+        if (q->marker)
+            qkv_canvas_disc(out, (x0 + x1) / 2, cy, q->marker_radius > 0 ? q->marker_radius : 4.0f,
+                            col, q->marker_alpha > 0 ? q->marker_alpha : 1.0f);
+        if ((st = qkv_canvas_text(out, v, q->label, (int)x1 + 8, (int)cy,
+                                  &(qkv_text_style){FS_LEGEND, QKV_ALIGN_LEFT, QKV_VALIGN_MIDDLE,
+                                                    0, qkv_rgb_hex(INK)},
+                                  NULL, err)))
+            return st;
+        e++;
     }
+    qkv_canvas_reset_clip(out);
+    box[0] = lx, box[1] = ly, box[2] = bw, box[3] = bh;
+    return QKV_OK;
+}
 
-    /* Title and axis labels. */
-    if (has_title) {
+/* The title over the area (kept inside the figure; its box goes to title_box) and the axis
+ * labels. */
+static qkv_status draw_titles(qkv_canvas *out, qkv_viz *v, const qkv_plot_spec *s,
+                              const layout *L, int title_box[4], qkv_error *err)
+{
+    const frame_map *f = &L->f;
+    const qkv_rgb ink = qkv_rgb_hex(INK);
+    qkv_status st;
+    if (L->has_title) {
         char title[256];
         int w;
-        if ((st = qkv_text_fit(title, sizeof title, &w, v, s->title, FS_TITLE, W - 2 * PAD, err)))
-            goto fail;
-        int cx = iclamp(f.ax + f.aw / 2, PAD + w / 2, W - PAD - w / 2);
+        if ((st = qkv_text_fit(title, sizeof title, &w, v, s->title, FS_TITLE, L->W - 2 * PAD,
+                               err)))
+            return st;
+        int cx = iclamp(f->ax + f->aw / 2, PAD + w / 2, L->W - PAD - w / 2);
         if ((st = qkv_canvas_text(out, v, title, cx, PAD,
                                   &(qkv_text_style){FS_TITLE, QKV_ALIGN_CENTER, QKV_VALIGN_TOP,
                                                     0, ink},
                                   title_box, err)))
-            goto fail;
+            return st;
     }
-    if (has_xl &&
-        (st = qkv_canvas_text(out, v, s->xlabel, f.ax + f.aw / 2,
-                              f.ay + f.ah + 1 + TICK_LEN + 2 + lh_tick + 4,
+    if (L->has_xl &&
+        (st = qkv_canvas_text(out, v, s->xlabel, f->ax + f->aw / 2,
+                              f->ay + f->ah + 1 + TICK_LEN + 2 + L->lh_tick + 4,
                               &(qkv_text_style){FS_LABEL, QKV_ALIGN_CENTER, QKV_VALIGN_TOP, 0, ink},
                               NULL, err)))
-        goto fail;
-    if (has_yl &&
-        (st = qkv_canvas_text(out, v, s->ylabel, PAD, f.ay + f.ah / 2,
+        return st;
+    if (L->has_yl &&
+        (st = qkv_canvas_text(out, v, s->ylabel, PAD, f->ay + f->ah / 2,
                               &(qkv_text_style){FS_LABEL, QKV_ALIGN_LEFT, QKV_VALIGN_MIDDLE, 1,
                                                 ink},
                               NULL, err)))
+        return st;
+    return QKV_OK;
+}
+
+qkv_status qkv_plot_draw(qkv_canvas *out, qkv_plot_geometry *geom, qkv_viz *v,
+                         const qkv_plot_spec *s, qkv_error *err)
+{
+    draw_start(out, geom, sizeof *geom);
+    qkv_status st = check_spec(s, err);
+    if (st)
+        return st;
+    layout L = {.W = s->width ? s->width : 720, .H = s->height ? s->height : 480,
+                .f = {.log = s->log_y != 0}};
+    if ((st = data_range(&L, s, err)) || (st = place_area(&L, v, s, err)) ||
+        (st = choose_x_ticks(&L, v, err)) ||
+        (st = qkv_canvas_init(out, L.W, L.H, qkv_rgb_hex(0xFFFFFF), err)))
+        return st;
+
+    const frame_map *f = &L.f;
+    int title_box[4] = {0}, legend_box[4] = {0};
+    if ((st = draw_grid_and_ticks(out, v, &L, err)) || (st = draw_series(out, s, &L, err)))
+        goto fail;
+    qkv_canvas_stroke_rect(out, f->ax - 1, f->ay - 1, f->aw + 2, f->ah + 2, qkv_rgb_hex(FRAME));
+    if ((st = draw_legend(out, v, s, &L, legend_box, err)) ||
+        (st = draw_titles(out, v, s, &L, title_box, err)))
         goto fail;
 
     if (geom) {
-        qkv_plot_geometry g = {.width = W, .height = H, .area_x = f.ax, .area_y = f.ay,
-                               .area_w = f.aw, .area_h = f.ah, .xmin = xlo, .xmax = xhi,
-                               .ymin = ylo, .ymax = yhi, .log_y = f.log};
+        qkv_plot_geometry g = {.width = L.W, .height = L.H, .area_x = f->ax, .area_y = f->ay,
+                               .area_w = f->aw, .area_h = f->ah, .xmin = f->x0, .xmax = f->x1,
+                               .ymin = f->y0, .ymax = f->y1, .log_y = f->log};
         memcpy(g.title_box, title_box, sizeof title_box);
         memcpy(g.legend_box, legend_box, sizeof legend_box);
         *geom = g;
     }
-    free(px);
-    free(py);
     return QKV_OK;
 
 fail:
-    free(px);
-    free(py);
     qkv_canvas_free(out);
     return st;
 }
