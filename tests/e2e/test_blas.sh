@@ -15,12 +15,7 @@ set -u
 QKV=$(realpath "$1")
 DIR=$(dirname "$QKV")
 PYTHON=${PYTHON:-python3}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
 
 MA=$(gcc -print-multiarch)
 OPENMP_DIR=/usr/lib/$MA/openblas-openmp

@@ -10,12 +10,7 @@ set -u
 QKV=$(realpath "$1")
 EXAMPLE=$(dirname "$QKV")/examples/nadaraya_watson
 PYTHON=${PYTHON:-python3}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
 # run_ok NAME CMD...: CMD exits 0 (a sanitizer report fails it); its stdout stays in $T/run.out
 run_ok() {
   local name=$1; shift

@@ -11,12 +11,7 @@ QKV=$(realpath "$1")
 DIR=$(dirname "$QKV")
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PYTHON=${PYTHON:-python3}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
 
 if [ ! -e "$DIR/libqkv.so" ]; then
   echo "no libqkv.so beside $QKV: nothing to test"

@@ -9,12 +9,7 @@ set -u
 QKV=$(realpath "$1")
 DATA=${QKV_DATA_DIR:-../shared/data}
 SHAKESPEARE=$DATA/tinyshakespeare/input.txt
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
 # expect_fail NAME PATTERN CMD...: CMD exits nonzero and stderr matches PATTERN
 expect_fail() {
   local name=$1 pat=$2; shift 2

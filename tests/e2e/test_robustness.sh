@@ -6,12 +6,7 @@
 set -u
 QKV=$(realpath "$1")
 FRA=${QKV_DATA_DIR:-../shared/data}/fra-eng/fra.txt
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
 if [ ! -r "$FRA" ]; then echo "skip: no $FRA"; echo "0 passed, 0 failed"; exit 0; fi
 TRAIN=(--data "$FRA" --num-examples 200 --d-model 16 --heads 2 --ffn 32 --layers 1 --batch 32
        --num-steps 8 --threads 2 --quiet)

@@ -8,12 +8,7 @@ QKV=$(realpath "$1")
 DATA=${QKV_DATA_DIR:-../shared/data}
 FRA=$DATA/fra-eng/fra.txt
 M30=$DATA/multi30k
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
 expect_fail() {
   local name=$1 pat=$2; shift 2
   if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi

@@ -1,0 +1,12 @@
+# What every end-to-end script shares: a temporary directory $T, removed on exit, and the
+# counters behind the closing line "N passed, M failed" that each script prints (tests/run.sh
+# reads it).
+#   ok NAME / bad NAME      count a check that passed / failed
+#   check NAME CMD...       ok if CMD exits 0, else bad
+# Sourced: . "$(dirname "$0")/lib.sh"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
