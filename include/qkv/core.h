@@ -77,6 +77,14 @@ QKV_API
 qkv_status qkv_read_file(const char *path, size_t max_bytes, char **text, size_t *len,
                          qkv_error *err);
 
+/* Replaces path atomically with the concatenation of n_chunks buffers: a temporary file next
+ * to it (path.tmp.PID.K, created exclusively), fsync, rename. A crash leaves the old file or
+ * the new one, and a symbolic link at path is replaced, never followed. On failure the
+ * previous file is untouched and err names the path. */
+QKV_API
+qkv_status qkv_atomic_write(const char *path, const void *const *chunks, const size_t *lens,
+                            int n_chunks, qkv_error *err);
+
 /* ---------------------------------------------------------------------------------------
  * Random numbers
  * A counter-based generator: the value at (seed, i) depends on nothing else, so dropout is

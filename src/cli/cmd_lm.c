@@ -18,6 +18,8 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
+#include "cli/resume.h"
+#include "cli/run_dir.h"
 
 /* ---- model directories ----------------------------------------------------------------- */
 
@@ -141,29 +143,6 @@ static void show_progress(const qkv_lm_train_progress *p, void *ctx)
     }
 }
 
-static int write_train_json(const char *dir, const char *data, int byte_level, int context,
-                            int batch, float val_fraction, size_t n_train, size_t n_val)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/train.json", dir);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "data", data);
-    cJSON_AddStringToObject(o, "vocab", byte_level ? "byte" : "char");
-    cJSON_AddNumberToObject(o, "context", context);
-    cJSON_AddNumberToObject(o, "batch", batch);
-    cJSON_AddNumberToObject(o, "val_fraction", round(val_fraction * 1e6) / 1e6);
-    cJSON_AddNumberToObject(o, "train_tokens", (double)n_train);
-    cJSON_AddNumberToObject(o, "val_tokens", (double)n_val);
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    FILE *fp = text ? fopen(path, "w") : NULL;
-    int ok = fp && fputs(text, fp) != EOF && fputc('\n', fp) != EOF;
-    if (fp && fclose(fp)) ok = 0;
-    free(text);
-    if (!ok) fprintf(stderr, "qkv: %s: %s\n", path, strerror(errno));
-    return ok ? 0 : -1;
-}
-
 /* What train-lm reads, and how it ends and reports, beside the model's configuration and the
  * trainer's options (which hold the rest: out_dir, steps, minutes, resume, ...). */
 typedef struct {
@@ -172,27 +151,81 @@ typedef struct {
     float val_fraction; /* the end of the text held out */
     int steps, stop_after, quiet;
     qkv_precision prec;
+    const char *precision;
+    const cJSON *history; /* resumed runs: what changed when (NULL for a new run) */
 } lm_run;
 
-/* The model to train: the one in o->out_dir, when resuming there (then *resuming = 1; it must
- * have been trained with o's context and batch), or a new one made from cfg with a
- * vocabulary of text, written there. -1 (message printed) on failure. */
-static int open_or_create(lm_dir *d, int *resuming, qkv_lm_config *cfg,
-                          const qkv_lm_train_options *o, const lm_run *r, const char *text,
-                          size_t len)
+/* A float option as its shortest decimal (0.005, not 0.004999999888). */
+static double decimal(float x)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%.7g", (double)x);
+    return strtod(text, NULL);
+}
+
+/* train.json: the data and its split, and every training option (a resumed run compares
+ * them, resume.h), with the history of a resumed run. */
+static int write_train_json(const char *dir, const qkv_lm_train_options *o, const lm_run *r,
+                            size_t n_train, size_t n_val)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train.json", dir);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "data", r->data);
+    cJSON_AddStringToObject(j, "vocab", r->byte_level ? "byte" : "char");
+    cJSON_AddNumberToObject(j, "context", o->context);
+    cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "val_fraction", round(r->val_fraction * 1e6) / 1e6);
+    cJSON_AddNumberToObject(j, "train_tokens", (double)n_train);
+    cJSON_AddNumberToObject(j, "val_tokens", (double)n_val);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(j, "steps", (double)o->steps);
+    cJSON_AddNumberToObject(j, "minutes", decimal((float)o->minutes));
+    cJSON_AddNumberToObject(j, "lr", decimal(o->lr));
+    cJSON_AddNumberToObject(j, "warmup", o->warmup);
+    cJSON_AddBoolToObject(j, "cosine", o->cosine);
+    cJSON_AddNumberToObject(j, "beta2", decimal(o->beta2));
+    cJSON_AddNumberToObject(j, "weight_decay", decimal(o->weight_decay));
+    cJSON_AddNumberToObject(j, "clip", decimal(o->clip));
+    cJSON_AddNumberToObject(j, "eval_every", o->eval_every);
+    cJSON_AddNumberToObject(j, "eval_tokens", o->eval_tokens);
+    cJSON_AddNumberToObject(j, "log_every", o->log_every);
+    cJSON_AddStringToObject(j, "precision", r->precision);
+    if (r->history) cJSON_AddItemToObject(j, "history", cJSON_Duplicate(r->history, 1));
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return fprintf(stderr, "qkv: %s: out of memory\n", path), -1;
+    const int rc = run_dir_write(path, text);
+    free(text);
+    return rc;
+}
+
+/* The model to train: the one in o->out_dir when resuming there (its config.json and
+ * vocabulary; the parameters come from the checkpoint; the options were compared with its
+ * train.json before), or a new one made from cfg with a vocabulary of text, whose
+ * config.json and vocab.txt are written there (model.safetensors only once it is trained).
+ * -1 (message printed) on failure. */
+static int open_or_create(lm_dir *d, qkv_lm_config *cfg, const qkv_lm_train_options *o,
+                          const lm_run *r, const char *text, size_t len)
 {
     const char *out = o->out_dir;
     qkv_error err = {0};
-    char path[4096];
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
-    *resuming = o->resume && access(path, R_OK) == 0;
-    if (*resuming) {
-        if (lm_dir_load(d, out, NULL)) return -1;
-        if ((d->context && d->context != o->context) || (d->batch && d->batch != o->batch)) {
-            fprintf(stderr, "qkv: %s was trained with --context %d --batch %d; resume with the "
-                    "same\n", out, d->context, d->batch);
+    char path[4096], *json = NULL;
+    memset(d, 0, sizeof *d);
+    if (o->resume) {
+        snprintf(path, sizeof path, "%s/config.json", out);
+        if (!(json = cli_read_all(path, NULL))) return -1;
+        if (qkv_lm_config_from_json(cfg, json, path, &err)) goto fail;
+        snprintf(path, sizeof path, "%s/vocab.txt", out);
+        if (qkv_vocab_load(&d->vocab, path, &err)) goto fail;
+        if (d->vocab.size != cfg->vocab) {
+            fprintf(stderr, "qkv: %s: the vocabulary has %d tokens but the model was built for "
+                    "%d\n", path, d->vocab.size, cfg->vocab);
+            free(json);
             return -1;
         }
+        free(json);
+        if (qkv_lm_create(&d->model, cfg, o->seed, &err)) goto fail;
         return 0;
     }
     if (qkv_lm_vocab_build(&d->vocab, text, len, r->byte_level, &err)) {
@@ -200,17 +233,18 @@ static int open_or_create(lm_dir *d, int *resuming, qkv_lm_config *cfg,
         return -1;
     }
     cfg->vocab = d->vocab.size;
-    if (mkdir(out, 0777) && errno != EEXIST) {
-        fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
-        return -1;
-    }
     snprintf(path, sizeof path, "%s/vocab.txt", out);
-    if (qkv_lm_create(&d->model, cfg, o->seed, &err) || qkv_lm_save(d->model, out, &err) ||
-        qkv_vocab_save(&d->vocab, path, &err)) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    if (qkv_lm_create(&d->model, cfg, o->seed, &err) || qkv_vocab_save(&d->vocab, path, &err) ||
+        qkv_lm_config_to_json(cfg, &json, &err))
+        goto fail;
+    snprintf(path, sizeof path, "%s/config.json", out);
+    const int rc = run_dir_write(path, json);
+    free(json);
+    return rc;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+    free(json);
+    return -1;
 }
 
 /* How the training ended: stopped early at --stop-after-steps, or finished, then the loss on
@@ -249,14 +283,15 @@ static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
     qkv_error err = {0};
     lm_dir d = {0};
     size_t len = 0, n = 0;
-    int *ids = NULL, resuming = 0, rc = 1;
+    int *ids = NULL, rc = 1;
+    const int resuming = o->resume;
     char *text = cli_read_all(data, &len);
     if (!text) goto done;
     if (len == 0) {
         fprintf(stderr, "qkv: %s is empty: there is nothing to learn from\n", data);
         goto done;
     }
-    if (open_or_create(&d, &resuming, cfg, o, r, text, len)) goto done;
+    if (open_or_create(&d, cfg, o, r, text, len)) goto done;
     if (!(ids = encode_text(&d.vocab, text, len, &n, data))) goto done;
     /* the last val_fraction of the tokens is held out */
     const size_t n_val = (size_t)((double)n * r->val_fraction), n_train = n - n_val;
@@ -265,9 +300,7 @@ static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
                 data, n_train, o->context, o->context + 1);
         goto done;
     }
-    if (!resuming && write_train_json(out, data, r->byte_level, o->context, o->batch,
-                                      r->val_fraction, n_train, n_val))
-        goto done;
+    if (write_train_json(out, o, r, n_train, n_val)) goto done;
     if (qkv_lm_set_precision(d.model, r->prec, &err)) goto fail;
     const qkv_lm_config *mc = qkv_lm_get_config(d.model);
     if (!r->quiet)
@@ -293,15 +326,35 @@ done:
     return rc;
 }
 
+/* What a resumed train-lm compares with its directory (resume.h). */
+static const resume_option lm_model_options[] = {
+    {"d-model", "d_model", 1, 0}, {"heads", "heads", 1, 0}, {"ffn", "ffn", 1, 0},
+    {"layers", "layers", 1, 0}, {"dropout", "dropout", 1, 0}, {"pre-norm", "pre_norm", 1, 0},
+    {"tie", "tie", 1, 0}, {"act", "act", 1, 0}, {"learned-pos", "learned_pos", 1, 0},
+    {"no-bias", "bias", 1, 1}, {"attention", "attention", 1, 0},
+};
+static const resume_option lm_train_options[] = {
+    /* the text, its split and vocabulary, and the windows drawn from it */
+    {"data", "data", 1, 0}, {"vocab", "vocab", 1, 0}, {"val-fraction", "val_fraction", 1, 0},
+    {"context", "context", 1, 0}, {"batch", "batch", 1, 0}, {"seed", "seed", 1, 0},
+    /* how it learns from here on, and how it reports */
+    {"steps", "steps", 0, 0}, {"minutes", "minutes", 0, 0}, {"lr", "lr", 0, 0},
+    {"warmup", "warmup", 0, 0}, {"cosine", "cosine", 0, 0}, {"beta2", "beta2", 0, 0},
+    {"weight-decay", "weight_decay", 0, 0}, {"clip", "clip", 0, 0},
+    {"eval-every", "eval_every", 0, 0}, {"eval-tokens", "eval_tokens", 0, 0},
+    {"log-every", "log_every", 0, 0}, {"precision", "precision", 0, 0},
+};
+
 int cmd_train_lm(int argc, char **argv)
 {
     qkv_lm_config cfg = qkv_lm_default_config();
     qkv_lm_train_options o = qkv_lm_train_default_options();
     const char *data = NULL, *out = NULL, *vocab_kind = "char", *attention = "softmax",
                *act = "relu", *precision = "fp32";
-    int steps = 0, threads = 0, quiet = 0, no_bias = 0, stop_after = 0;
+    int steps = 0, threads = 0, quiet = 0, no_bias = 0, stop_after = 0, overwrite = 0;
     float minutes = 0.0f, val_fraction = 0.1f;
     o.seed = 0;
+    resume_record rec = {0};
     const opt_spec opts[] = {
         {"data", OPT_STRING, &data, "a text file; its last --val-fraction is held out"},
         {"out", OPT_STRING, &out, "model directory to write"},
@@ -335,7 +388,11 @@ int cmd_train_lm(int argc, char **argv)
         {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
-        {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors"},
+        {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
+                                        "options it recorded (those defining the model or data "
+                                        "cannot change)"},
+        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a trained model, another "
+                                            "run, files of a run's names)"},
         {"stop-after-steps", OPT_INT, &stop_after, "checkpoint and stop at this step (0: never)"},
         {"quiet", OPT_FLAG, &quiet, "no progress output"},
         {NULL, 0, NULL, NULL},
@@ -344,9 +401,23 @@ int cmd_train_lm(int argc, char **argv)
                         "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes M) "
                         "[options]");
     if (rc) return rc > 0 ? 0 : 2;
+    if (o.resume && overwrite) {
+        fprintf(stderr, "qkv train-lm: --resume continues the run in --out, --overwrite "
+                "replaces it: give one\n");
+        goto usage;
+    }
+    if (out && o.resume) {
+        const resume_table tables[] = {
+            {0, lm_model_options, (int)(sizeof lm_model_options / sizeof *lm_model_options)},
+            {1, lm_train_options, (int)(sizeof lm_train_options / sizeof *lm_train_options)},
+        };
+        rc = resume_start(&rec, out) ? 1 : resume_finish(&rec, tables, 2, opts, argc, argv,
+                                                         "qkv train-lm");
+        if (rc) goto end;
+    }
     if (!data || !out) {
         fprintf(stderr, "qkv train-lm: needs --data FILE and --out DIR\n");
-        return 2;
+        goto usage;
     }
     const int byte_level = !strcmp(vocab_kind, "byte");
     if ((!byte_level && strcmp(vocab_kind, "char")) ||
@@ -354,24 +425,37 @@ int cmd_train_lm(int argc, char **argv)
         (strcmp(act, "relu") && strcmp(act, "gelu"))) {
         fprintf(stderr, "qkv train-lm: --vocab is char|byte, --attention softmax|linear, --act "
                 "relu|gelu\n");
-        return 2;
+        goto usage;
     }
     if (steps < 0 || minutes < 0 || (steps == 0 && minutes == 0) || o.context < 2 ||
         !(val_fraction >= 0.0f && val_fraction < 1.0f) || stop_after < 0) {
         fprintf(stderr, "qkv train-lm: give --steps N or --minutes M (or both), a --context of at "
                 "least 2 and a --val-fraction in [0, 1)\n");
-        return 2;
+        goto usage;
     }
     qkv_precision prec;
-    if (cli_precision(precision, &prec)) return 2;
+    if (cli_precision(precision, &prec)) goto usage;
     cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
     cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
     o.steps = steps, o.minutes = minutes, o.stop_after_steps = stop_after, o.out_dir = out;
     cli_threads(threads);
 
-    const lm_run r = {data, byte_level, val_fraction, steps, stop_after, quiet, prec};
-    return run(&cfg, &o, &r);
+    const lm_run r = {data, byte_level, val_fraction, steps, stop_after, quiet, prec, precision,
+                      rec.history};
+    run_dir rd;
+    rc = 1;
+    if (!run_dir_claim(&rd, out, &RUN_LM,
+                       o.resume ? RUN_RESUME : overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv)) {
+        rc = run(&cfg, &o, &r);
+        run_dir_release(&rd);
+    }
+    goto end;
+usage:
+    rc = 2;
+end:
+    resume_record_free(&rec);
+    return rc;
 }
 
 /* ---- qkv generate ---------------------------------------------------------------------- */

@@ -12,6 +12,8 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
+#include "cli/resume.h"
+#include "cli/run_dir.h"
 
 typedef struct {
     int tty, quiet, every;
@@ -54,8 +56,9 @@ static void show_progress(const qkv_train_progress *p, void *ctx)
  * file when tgt is set. */
 typedef struct {
     int num_steps, num_examples, min_freq, vocab_size, joint_bpe, valid_bleu;
-    const char *data, *tgt, *tokenizer, *valid, *valid_src, *valid_tgt, *loss;
+    const char *data, *tgt, *tokenizer, *valid, *valid_src, *valid_tgt, *loss, *precision;
     const qkv_train_options *o;
+    const cJSON *history; /* resumed runs: what changed when (NULL for a new run) */
 } train_record;
 
 /* A float option as its shortest decimal (0.005, not 0.004999999888). */
@@ -108,17 +111,14 @@ static int write_train_json(const char *dir, const train_record *r)
     cJSON_AddNumberToObject(j, "minutes", decimal((float)o->minutes));
     cJSON_AddNumberToObject(j, "checkpoint_every", o->checkpoint_every);
     cJSON_AddBoolToObject(j, "skip_nonfinite", o->skip_nonfinite);
+    cJSON_AddStringToObject(j, "precision", r->precision);
+    if (r->history) cJSON_AddItemToObject(j, "history", cJSON_Duplicate(r->history, 1));
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
-    FILE *fp = text ? fopen(path, "w") : NULL;
-    int bad = !fp || fputs(text, fp) == EOF || fputc('\n', fp) == EOF;
-    if (fp && fclose(fp)) bad = 1;
+    if (!text) return fprintf(stderr, "qkv: %s: out of memory\n", path), -1;
+    const int rc = run_dir_write(path, text);
     free(text);
-    if (bad) {
-        fprintf(stderr, "qkv: %s: %s\n", path, errno ? strerror(errno) : "out of memory");
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
 /* Learns the subword encodings of a new model (one for both languages with joint), writes
@@ -139,12 +139,9 @@ static int learn_subwords(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_siz
     snprintf(path, sizeof path, "%s/tgt_bpe.txt", out);
     if (qkv_bpe_save(&tok->tgt_bpe, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/text.json", out);
-    FILE *fp = fopen(path, "w");
-    if (!fp || fprintf(fp, "{\"tokenizer\": \"bpe\", \"joint\": %s}\n", joint ? "true" : "false") < 0 ||
-        fclose(fp)) {
-        fprintf(stderr, "qkv: %s: %s\n", path, strerror(errno));
+    if (run_dir_write(path, joint ? "{\"tokenizer\": \"bpe\", \"joint\": true}\n"
+                                  : "{\"tokenizer\": \"bpe\", \"joint\": false}\n"))
         return -1;
-    }
     tok->kind = QKV_TOKENIZER_BPE;
     return 0;
 fail:
@@ -187,8 +184,9 @@ static int build_dataset(qkv_dataset *d, int **bufs, const qkv_sentences *src,
 }
 
 /* A new model in out: vocabularies (or subword encodings) learned from the corpus, the
- * parameters initialised from the seed, each written to out with train.json. NULL (message
- * printed) on failure. */
+ * parameters initialised from the seed; the vocabularies, config.json and train.json are
+ * written to out, model.safetensors only once it is trained (its absence marks a run that
+ * has not finished). NULL (message printed) on failure. */
 static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *corpus,
                                  const char *out, const train_record *r)
 {
@@ -197,11 +195,7 @@ static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *
     qkv_transformer *m = NULL;
     qkv_translator *t = NULL;
     qkv_error err = {0};
-    char path[4096];
-    if (mkdir(out, 0777) && errno != EEXIST) {
-        fprintf(stderr, "qkv: %s: %s\n", out, strerror(errno));
-        return NULL;
-    }
+    char path[4096], *json = NULL;
     if (bpe) {
         if (learn_subwords(&tok, corpus, r->vocab_size, r->joint_bpe, out)) goto done;
     } else if (qkv_vocab_build(&tok.src, corpus->source.tokens, corpus->source.n_tokens,
@@ -217,20 +211,53 @@ static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *
                 bpe ? " or --joint-bpe" : "");
         goto done;
     }
-    if (qkv_transformer_create(&m, cfg, r->o->seed, &err) || qkv_transformer_save(m, out, &err))
+    if (qkv_transformer_create(&m, cfg, r->o->seed, &err) ||
+        qkv_config_to_json(qkv_transformer_get_config(m), &json, &err))
         goto fail;
     snprintf(path, sizeof path, "%s/src_vocab.txt", out);
     if (qkv_vocab_save(&tok.src, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/tgt_vocab.txt", out);
     if (qkv_vocab_save(&tok.tgt, path, &err)) goto fail;
-    if (write_train_json(out, r)) goto done;
-    if (!qkv_translator_create(&t, m, &tok, r->num_steps, &err)) return t;
+    snprintf(path, sizeof path, "%s/config.json", out);
+    if (write_train_json(out, r) || run_dir_write(path, json)) goto done;
+    if (!qkv_translator_create(&t, m, &tok, r->num_steps, &err)) {
+        free(json);
+        return t;
+    }
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
 done:
+    free(json);
     qkv_transformer_free(m);
     qkv_tokenizer_free(&tok);
     return NULL;
+}
+
+/* The run in out to resume: its configuration and tokenizer (the parameters come from the
+ * checkpoint), and train.json rewritten with r's options and history. NULL (message printed)
+ * on failure. */
+static qkv_translator *resumed_model(const char *out, const train_record *r)
+{
+    qkv_transformer_config cfg;
+    qkv_transformer *m = NULL;
+    qkv_tokenizer tok = {0};
+    qkv_translator *t = NULL;
+    qkv_error err = {0};
+    char path[4096], *json = NULL;
+    snprintf(path, sizeof path, "%s/config.json", out);
+    if (!(json = cli_read_all(path, NULL))) return NULL;
+    if (qkv_config_from_json(&cfg, json, path, &err) ||
+        qkv_transformer_create(&m, &cfg, r->o->seed, &err) ||
+        qkv_tokenizer_load(&tok, out, &err) ||
+        qkv_translator_create(&t, m, &tok, r->num_steps, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        qkv_transformer_free(m);
+        qkv_tokenizer_free(&tok);
+    } else if (write_train_json(out, r)) {
+        qkv_translator_free(t), t = NULL;
+    }
+    free(json);
+    return t;
 }
 
 /* Trains as r and o say (a new model in o->out_dir, or the one there with --resume): reads
@@ -256,19 +283,8 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
-    const int resuming = o->resume && access(path, R_OK) == 0, T = r->num_steps;
-    if (resuming) {
-        if (qkv_translator_open(&t, out, &err)) goto fail;
-        if (qkv_translator_num_steps(t) && qkv_translator_num_steps(t) != T) {
-            fprintf(stderr, "qkv: %s was trained with --num-steps %d\n", out,
-                    qkv_translator_num_steps(t));
-            goto done;
-        }
-    } else if (!(t = new_model(cfg, &corpus, out, r))) {
-        goto done;
-    }
+    const int resuming = o->resume, T = r->num_steps;
+    if (!(t = resuming ? resumed_model(out, r) : new_model(cfg, &corpus, out, r))) goto done;
     qkv_transformer *m = qkv_translator_model(t);
     const qkv_tokenizer *tok = qkv_translator_tokenizer(t);
     /* the model learns from its tokens, validation BLEU compares the references' words */
@@ -317,6 +333,57 @@ done:
     return rc;
 }
 
+/* What a resumed run compares with its directory (resume.h): config.json's model options,
+ * then train.json's (the data files as the run named them: --data, or --src with --tgt). */
+static const resume_option model_options[] = {
+    {"d-model", "d_model", 1, 0}, {"heads", "heads", 1, 0}, {"ffn", "ffn", 1, 0},
+    {"layers", "enc_layers", 1, 0}, {"enc-layers", "enc_layers", 1, 0},
+    {"dec-layers", "dec_layers", 1, 0}, {"dropout", "dropout", 1, 0},
+    {"max-len", "max_len", 1, 0}, {"bias", "bias", 1, 0}, {"pre-norm", "pre_norm", 1, 0},
+    {"final-norm", "final_norm", 1, 0}, {"act", "act", 1, 0}, {"tie", "tie", 1, 0},
+    {"learned-pos", "learned_pos", 1, 0},
+};
+static const resume_option tsv_data[] = {
+    {"data", "data", 1, 0}, {"src", NULL, 1, 0}, {"tgt", "tgt", 1, 0},
+};
+static const resume_option aligned_data[] = {
+    {"src", "data", 1, 0}, {"tgt", "tgt", 1, 0}, {"data", NULL, 1, 0},
+};
+static const resume_option train_options[] = {
+    /* the data as the model sees it, and its order (the checkpoint's position counts batches) */
+    {"num-steps", "num_steps", 1, 0}, {"num-examples", "num_examples", 1, 0},
+    {"min-freq", "min_freq", 1, 0}, {"tokenizer", "tokenizer", 1, 0},
+    {"vocab-size", "vocab_size", 1, 0}, {"joint-bpe", "joint_bpe", 1, 0},
+    {"batch", "batch", 1, 0}, {"batch-tokens", "batch_tokens", 1, 0}, {"seed", "seed", 1, 0},
+    {"valid", "valid", 1, 0}, {"valid-src", "valid_src", 1, 0},
+    {"valid-tgt", "valid_tgt", 1, 0}, {"no-bleu", "valid_bleu", 1, 1},
+    /* how it learns from here on */
+    {"epochs", "epochs", 0, 0}, {"schedule", "schedule", 0, 0}, {"lr", "lr", 0, 0},
+    {"warmup", "warmup", 0, 0}, {"lr-factor", "lr_factor", 0, 0}, {"beta1", "beta1", 0, 0},
+    {"beta2", "beta2", 0, 0}, {"adam-eps", "adam_eps", 0, 0},
+    {"weight-decay", "weight_decay", 0, 0}, {"clip", "clip", 0, 0},
+    {"label-smoothing", "label_smoothing", 0, 0}, {"loss", "loss", 0, 0},
+    {"patience", "patience", 0, 0}, {"keep-epochs", "keep_epochs", 0, 0},
+    {"minutes", "minutes", 0, 0}, {"checkpoint-every", "checkpoint_every", 0, 0},
+    {"skip-nonfinite", "skip_nonfinite", 0, 0}, {"precision", "precision", 0, 0},
+};
+#define N_OF(a) (int)(sizeof a / sizeof *a)
+
+/* --resume: out's recorded options become the defaults, the command line is parsed again
+ * over them, and each difference is checked (resume.h). 0, or the exit status. */
+static int resume_options(resume_record *rec, const char *out, const opt_spec *opts, int argc,
+                          char **argv)
+{
+    if (resume_start(rec, out)) return 1;
+    const int aligned = cJSON_GetObjectItemCaseSensitive(rec->train, "tgt") != NULL;
+    const resume_table tables[] = {
+        {0, model_options, N_OF(model_options)},
+        {1, aligned ? aligned_data : tsv_data, N_OF(tsv_data)},
+        {1, train_options, N_OF(train_options)},
+    };
+    return resume_finish(rec, tables, N_OF(tables), opts, argc, argv, "qkv train");
+}
+
 int cmd_train(int argc, char **argv)
 {
     qkv_transformer_config cfg = qkv_transformer_default_config();
@@ -326,9 +393,10 @@ int cmd_train(int argc, char **argv)
                *valid = NULL, *valid_src = NULL, *valid_tgt = NULL, *precision = "fp32";
     int layers = 2, enc_layers = -1, dec_layers = -1, num_steps = 10, num_examples = 0,
         min_freq = 2, threads = 0, quiet = 0, every = 10, vocab_size = 8000, joint_bpe = 0,
-        no_bleu = 0;
+        no_bleu = 0, overwrite = 0;
     float minutes = 0.0f;
     o.seed = 0;
+    resume_record rec = {0};
     const opt_spec opts[] = {
         {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line (d2l's fra.txt)"},
         {"src", OPT_STRING, &src_path, "source sentences, one per line (with --tgt)"},
@@ -380,7 +448,11 @@ int cmd_train(int argc, char **argv)
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
         {"checkpoint-every", OPT_INT, &o.checkpoint_every, "also checkpoint every N steps"},
         {"skip-nonfinite", OPT_FLAG, &o.skip_nonfinite, "skip steps with NaN/Inf instead of stopping"},
-        {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors"},
+        {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
+                                        "options it recorded (those defining the model or data "
+                                        "cannot change)"},
+        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a trained model, another "
+                                            "run, files of a run's names)"},
         {"stop-after-steps", OPT_INT, &o.stop_after_steps, "checkpoint and stop at this step (0: never)"},
         {"log-every", OPT_INT, &every, "print a line every N epochs (without a terminal)"},
         {"quiet", OPT_FLAG, &quiet, "no progress output"},
@@ -389,29 +461,35 @@ int cmd_train(int argc, char **argv)
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv train (--data FILE.tsv | --src FILE --tgt FILE) --out DIR [options]");
     if (rc) return rc > 0 ? 0 : 2;
+    if (o.resume && overwrite) {
+        fprintf(stderr, "qkv train: --resume continues the run in --out, --overwrite replaces "
+                "it: give one\n");
+        goto usage;
+    }
+    if (out && o.resume && (rc = resume_options(&rec, out, opts, argc, argv))) goto end;
     if (!out || (!data && !(src_path && tgt_path))) {
         fprintf(stderr, "qkv train: needs --out and either --data or --src with --tgt\n");
-        return 2;
+        goto usage;
     }
     o.minutes = minutes;
     if (num_steps < 2 || num_steps > cfg.max_len || every < 1) {
         fprintf(stderr, "qkv train: --num-steps must be in [2, --max-len] and --log-every >= 1\n");
-        return 2;
+        goto usage;
     }
     if ((valid_src != NULL) != (valid_tgt != NULL) || (valid && valid_src)) {
         fprintf(stderr, "qkv train: validation is --valid FILE.tsv or --valid-src with --valid-tgt\n");
-        return 2;
+        goto usage;
     }
     const int bpe = !strcmp(tokenizer, "bpe");
     if ((strcmp(tokenizer, "word") && !bpe) ||
         (strcmp(schedule, "constant") && strcmp(schedule, "noam"))) {
         fprintf(stderr, "qkv train: --tokenizer is word|bpe, --schedule constant|noam\n");
-        return 2;
+        goto usage;
     }
     if (bpe && vocab_size <= QKV_N_RESERVED) {
         fprintf(stderr, "qkv train: --vocab-size must exceed the %d reserved tokens\n",
                 QKV_N_RESERVED);
-        return 2;
+        goto usage;
     }
     cfg.enc_layers = enc_layers >= 0 ? enc_layers : layers;
     cfg.dec_layers = dec_layers >= 0 ? dec_layers : layers;
@@ -421,10 +499,10 @@ int cmd_train(int argc, char **argv)
         (strcmp(tie, "none") && strcmp(tie, "output") && strcmp(tie, "all")) ||
         (strcmp(loss, "token") && strcmp(loss, "d2l"))) {
         fprintf(stderr, "qkv train: --act is relu|gelu, --tie none|output|all, --loss token|d2l\n");
-        return 2;
+        goto usage;
     }
     qkv_precision prec;
-    if (cli_precision(precision, &prec)) return 2;
+    if (cli_precision(precision, &prec)) goto usage;
     o.d2l_loss_scale = !strcmp(loss, "d2l");
     o.schedule = !strcmp(schedule, "noam") ? QKV_LR_NOAM : QKV_LR_CONSTANT;
     o.out_dir = out;
@@ -432,6 +510,18 @@ int cmd_train(int argc, char **argv)
 
     train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
                       data ? data : src_path, data ? NULL : tgt_path, bpe ? "bpe" : "word",
-                      valid, valid_src, valid_tgt, loss, &o};
-    return run(&r, &o, &cfg, prec, quiet, every);
+                      valid, valid_src, valid_tgt, loss, precision, &o, rec.history};
+    run_dir rd;
+    rc = 1;
+    if (!run_dir_claim(&rd, out, &RUN_TRANSFORMER,
+                       o.resume ? RUN_RESUME : overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv)) {
+        rc = run(&r, &o, &cfg, prec, quiet, every);
+        run_dir_release(&rd);
+    }
+    goto end;
+usage:
+    rc = 2;
+end:
+    resume_record_free(&rec);
+    return rc;
 }

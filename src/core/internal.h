@@ -64,9 +64,5 @@ static inline int dropout_keep(float p, uint64_t seed, uint64_t i)
     return random_uniform(seed, i) >= p;
 }
 
-/* Replace path atomically with the concatenation of n_chunks buffers: a temporary file next
- * to it, fsync, rename. On failure the previous file is untouched and err names the path. */
-qkv_status qkv_atomic_write(const char *path, const void *const *chunks, const size_t *lens,
-                            int n_chunks, qkv_error *err);
 
 #endif

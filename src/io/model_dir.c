@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -117,6 +118,15 @@ qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv
 
 qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err)
 {
+    /* training writes model.safetensors only once it has trained one: a directory with a
+     * checkpoint and no model is a run that has not finished */
+    char model[4096], ckpt[4096];
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", dir);
+    if (access(model, F_OK) && errno == ENOENT && !access(ckpt, F_OK))
+        return qkv_fail(err, QKV_ERR_IO, "%s holds no trained model yet (no model.safetensors, "
+                        "only a training checkpoint): its run stopped before the end; continue "
+                        "it with --resume", dir);
     return param_dir_load(dir, p.tensors, p.n_tensors, p.params, err);
 }
 

@@ -99,6 +99,13 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err)
         st = qkv_vocab_load(&t->tgt, path, err);
     }
     if (!st) st = read_text_json(t, dir, err);
+    if (!st && t->kind != QKV_TOKENIZER_BPE &&
+        (qkv_model_dir_file(path, sizeof path, dir, "src_bpe.txt") ||
+         qkv_model_dir_file(path, sizeof path, dir, "tgt_bpe.txt")))
+        /* read as words, a subword model's input would be unknown tokens: gibberish */
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%.400s: a subword encoding, but text.json does not "
+                      "say the model reads subwords (\"tokenizer\": \"bpe\"); the directory is "
+                      "incomplete or mixed", path);
     if (!st && t->kind == QKV_TOKENIZER_BPE) {
         st = load_bpe(&t->src_bpe, &t->src, dir, "src_bpe.txt", err);
         if (!st) st = load_bpe(&t->tgt_bpe, &t->tgt, dir, "tgt_bpe.txt", err);

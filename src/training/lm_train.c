@@ -7,11 +7,13 @@
  * shuffled tiling: any step can be recomputed without replaying an epoch's order, and a time
  * budget needs no notion of epochs (those reported are tokens consumed / text length). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "models/language_model_internal.h"
 
@@ -92,8 +94,13 @@ static void log_metrics(const char *dir, const qkv_lm_train_progress *p)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *fp = fopen(path, "a");
-    if (!fp) return; /* the log is a convenience; training state lives in the checkpoint */
+    /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!fp) { /* the log is a convenience; training state lives in the checkpoint */
+        if (fd >= 0) close(fd);
+        return;
+    }
     fprintf(fp, "{\"epoch\": %.6f, \"step\": %lld, \"loss\": %.6f", p->epoch,
             (long long)p->step, p->loss);
     if (!isnan(p->val_loss)) fprintf(fp, ", \"val_loss\": %.6f", p->val_loss);

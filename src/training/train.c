@@ -8,6 +8,7 @@
  * the parameters, Adam's moments and where we are; the validation history (best score,
  * patience) is replayed from its own file. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +39,13 @@ static void log_metrics(const char *dir, const qkv_train_progress *p)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *fp = fopen(path, "a");
-    if (!fp) return; /* the log is a convenience; training state lives in the checkpoint */
+    /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!fp) { /* the log is a convenience; training state lives in the checkpoint */
+        if (fd >= 0) close(fd);
+        return;
+    }
     fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"loss\": %.6f, \"d2l_loss\": %.6f, "
             "\"tokens_per_s\": %.1f, \"lr\": %.6g", p->epoch, (long long)p->step, p->loss,
             p->d2l_loss, p->tokens_per_s, p->lr);

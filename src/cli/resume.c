@@ -1,0 +1,240 @@
+/* Comparing a resumed run's options with what its directory recorded; see resume.h. */
+#include "cli/resume.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qkv.h"
+
+static const opt_spec *find_option(const opt_spec *opts, const char *name)
+{
+    for (const opt_spec *o = opts; o->name; o++)
+        if (!strcmp(o->name, name)) return o;
+    return NULL;
+}
+
+static const cJSON *recorded_item(const cJSON *recorded, const resume_option *r)
+{
+    return r->key ? cJSON_GetObjectItemCaseSensitive(recorded, r->key) : NULL;
+}
+
+/* Whether the JSON item has the type the option needs. */
+static int type_fits(const opt_spec *o, const cJSON *x)
+{
+    switch (o->type) {
+    case OPT_INT: case OPT_FLOAT: case OPT_U64: return cJSON_IsNumber(x);
+    case OPT_STRING: return cJSON_IsString(x);
+    case OPT_FLAG: return cJSON_IsBool(x);
+    }
+    return 0;
+}
+
+static int resume_preset(const opt_spec *opts, const resume_option *r, int n, const cJSON *recorded,
+                  const char *file)
+{
+    for (int i = 0; i < n; i++) {
+        const opt_spec *o = find_option(opts, r[i].option);
+        const cJSON *x = recorded_item(recorded, &r[i]);
+        if (!o) {
+            fprintf(stderr, "qkv: internal: no option --%s\n", r[i].option);
+            return -1;
+        }
+        if (!x) continue;
+        if (!type_fits(o, x)) {
+            fprintf(stderr, "qkv: %s: \"%s\" must be a %s\n", file, r[i].key,
+                    o->type == OPT_STRING ? "string" : o->type == OPT_FLAG ? "boolean" : "number");
+            return -1;
+        }
+        switch (o->type) {
+        case OPT_INT: *(int *)o->value = (int)x->valuedouble; break;
+        case OPT_U64: *(uint64_t *)o->value = (uint64_t)x->valuedouble; break;
+        case OPT_FLOAT: *(float *)o->value = (float)x->valuedouble; break;
+        case OPT_STRING: *(const char **)o->value = x->valuestring; break;
+        case OPT_FLAG: *(int *)o->value = cJSON_IsTrue(x) != r[i].inverted; break;
+        }
+    }
+    return 0;
+}
+
+/* The option's value as text (a float as train.json writes it: 7 significant digits). */
+static void value_text(char *out, size_t cap, const opt_spec *o)
+{
+    switch (o->type) {
+    case OPT_INT: snprintf(out, cap, "%d", *(const int *)o->value); break;
+    case OPT_U64: snprintf(out, cap, "%llu", (unsigned long long)*(const uint64_t *)o->value); break;
+    case OPT_FLOAT: snprintf(out, cap, "%.7g", (double)*(const float *)o->value); break;
+    case OPT_STRING: {
+        const char *s = *(const char *const *)o->value;
+        snprintf(out, cap, "%s", s ? s : "(none)");
+        break;
+    }
+    case OPT_FLAG: snprintf(out, cap, "%s", *(const int *)o->value ? "on" : "off"); break;
+    }
+}
+
+/* The recorded item as the same text (a flag in the option's sense). */
+static void recorded_text(char *out, size_t cap, const opt_spec *o, const cJSON *x, int inverted)
+{
+    if (!x) snprintf(out, cap, "(none)");
+    else if (cJSON_IsString(x)) snprintf(out, cap, "%s", x->valuestring);
+    else if (cJSON_IsBool(x)) snprintf(out, cap, "%s", cJSON_IsTrue(x) != inverted ? "on" : "off");
+    else if (o->type == OPT_FLOAT) snprintf(out, cap, "%.7g", (double)(float)x->valuedouble);
+    else snprintf(out, cap, "%.17g", x->valuedouble);
+}
+
+/* The option's value as JSON, as the run records it. */
+static cJSON *value_json(const opt_spec *o, int inverted)
+{
+    switch (o->type) {
+    case OPT_INT: return cJSON_CreateNumber(*(const int *)o->value);
+    case OPT_U64: return cJSON_CreateNumber((double)*(const uint64_t *)o->value);
+    case OPT_FLOAT: {
+        char t[32];
+        snprintf(t, sizeof t, "%.7g", (double)*(const float *)o->value);
+        return cJSON_CreateNumber(strtod(t, NULL));
+    }
+    case OPT_STRING: {
+        const char *s = *(const char *const *)o->value;
+        return s ? cJSON_CreateString(s) : cJSON_CreateNull();
+    }
+    case OPT_FLAG: return cJSON_CreateBool(*(const int *)o->value != inverted);
+    }
+    return cJSON_CreateNull();
+}
+
+/* The fixed options of r that differ (printed; returns how many), or with fixed 0 the others
+ * that changed (printed and added to changes). */
+static int resume_compare(const opt_spec *opts, const resume_option *r, int n,
+                          const cJSON *recorded, const char *file, const char *cmd, int fixed,
+                          cJSON *changes)
+{
+    int differ = 0;
+    for (int i = 0; i < n; i++) {
+        if (r[i].fixed != fixed) continue;
+        const opt_spec *o = find_option(opts, r[i].option);
+        const cJSON *x = recorded_item(recorded, &r[i]);
+        /* an absent number or flag was not recorded (an older qkv, or an option that did not
+         * apply); an absent string is a file that was not given */
+        if (!o || (!x && o->type != OPT_STRING)) continue;
+        char now[512], was[512];
+        value_text(now, sizeof now, o);
+        recorded_text(was, sizeof was, o, x, r[i].inverted);
+        if (!strcmp(now, was)) continue;
+        if (r[i].fixed) {
+            fprintf(stderr, "%s: --%s %s differs from this run's %s (%s): a resumed run keeps "
+                    "the options that define its model and data; start a new run (another "
+                    "--out, or --overwrite) to change it\n", cmd, r[i].option, now, was, file);
+            differ++;
+            continue;
+        }
+        fprintf(stderr, "%s: resuming with --%s %s (was %s)\n", cmd, r[i].option, now, was);
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToObject(c, "was", x ? cJSON_Duplicate(x, 1) : cJSON_CreateNull());
+        cJSON_AddItemToObject(c, "now", value_json(o, r[i].inverted));
+        cJSON_AddItemToObject(changes, r[i].option, c);
+    }
+    return differ;
+}
+
+static cJSON *resume_read_json(const char *dir, const char *name)
+{
+    char path[4096], *text = NULL;
+    qkv_error err = {0};
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (qkv_read_file(path, 1u << 20, &text, NULL, &err)) {
+        fprintf(stderr, "qkv: --resume: %s\n", err.msg);
+        return NULL;
+    }
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(o)) {
+        fprintf(stderr, "qkv: --resume: %s: not a JSON object\n", path);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int64_t resume_checkpoint_step(const char *dir)
+{
+    char path[4096];
+    qkv_tensor_file f = {0};
+    qkv_error err = {0};
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
+    if (qkv_tensor_file_load(&f, path, &err)) {
+        fprintf(stderr, "qkv: --resume: %s\n", err.msg);
+        return -1;
+    }
+    const char *s = qkv_tensor_file_meta(&f, "step");
+    char *end = NULL;
+    long long step = s ? strtoll(s, &end, 10) : -1;
+    if (!s || !*s || *end || step < 0) {
+        fprintf(stderr, "qkv: --resume: %s: metadata \"step\" missing or not a step\n", path);
+        step = -1;
+    }
+    qkv_tensor_file_free(&f);
+    return step;
+}
+
+static cJSON *resume_history(const cJSON *train_json, int64_t step, cJSON *changes)
+{
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(train_json, "history");
+    cJSON *h = cJSON_IsArray(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateArray();
+    cJSON *entry = cJSON_CreateObject();
+    if (!h || !entry) {
+        cJSON_Delete(h), cJSON_Delete(entry), cJSON_Delete(changes);
+        return NULL;
+    }
+    cJSON_AddNumberToObject(entry, "resumed_at_step", (double)step);
+    if (cJSON_GetArraySize(changes) > 0) cJSON_AddItemToObject(entry, "changed", changes);
+    else cJSON_Delete(changes);
+    cJSON_AddItemToArray(h, entry);
+    return h;
+}
+
+int resume_start(resume_record *rec, const char *dir)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->dir = dir;
+    rec->step = resume_checkpoint_step(dir);
+    if (rec->step < 0 || !(rec->config = resume_read_json(dir, "config.json")) ||
+        !(rec->train = resume_read_json(dir, "train.json")))
+        return -1;
+    return 0;
+}
+
+int resume_finish(resume_record *rec, const resume_table *tables, int n_tables,
+                  const opt_spec *opts, int argc, char **argv, const char *cmd)
+{
+    char files[2][4200];
+    snprintf(files[0], sizeof files[0], "%s/config.json", rec->dir);
+    snprintf(files[1], sizeof files[1], "%s/train.json", rec->dir);
+    for (int t = 0; t < n_tables; t++) {
+        const resume_table *x = &tables[t];
+        if (resume_preset(opts, x->options, x->n, x->in_train ? rec->train : rec->config,
+                          files[x->in_train]))
+            return 1;
+    }
+    if (args_parse(argc, argv, 2, opts, "")) return 2;
+    cJSON *changes = cJSON_CreateObject();
+    if (!changes) return 1;
+    /* every fixed option that differs, then (only if none does) every change */
+    int differ = 0;
+    for (int fixed = 1; fixed >= 0 && !differ; fixed--)
+        for (int t = 0; t < n_tables; t++) {
+            const resume_table *x = &tables[t];
+            differ += resume_compare(opts, x->options, x->n,
+                                     x->in_train ? rec->train : rec->config, files[x->in_train],
+                                     cmd, fixed, changes);
+        }
+    if (differ) return cJSON_Delete(changes), 2;
+    rec->history = resume_history(rec->train, rec->step, changes);
+    return rec->history ? 0 : 1;
+}
+
+void resume_record_free(resume_record *rec)
+{
+    cJSON_Delete(rec->config), cJSON_Delete(rec->train), cJSON_Delete(rec->history);
+    memset(rec, 0, sizeof *rec);
+}

@@ -1,0 +1,55 @@
+/* Resuming is explicit: a resumed run starts from the options its directory recorded
+ * (config.json, train.json), the command line changes what it names, and
+ *   - an option that defines the model or the data ("fixed": sizes, dropout, seed, data
+ *     files, tokenizer, batch, ...) must not change: a difference is an error naming the
+ *     option and both values;
+ *   - any other recorded option (learning rate, clipping, precision, epochs, ...) may change:
+ *     the new value is applied, printed, and kept in train.json's "history".
+ * The command parses its options twice: over its defaults (to find --out and --resume), then,
+ * after resume_preset has set every recorded option, over the recorded values. */
+#ifndef QKV_CLI_RESUME_H
+#define QKV_CLI_RESUME_H
+
+#include <stdint.h>
+
+#include <cJSON.h>
+
+#include "cli/args.h"
+
+/* An option a run records: its name on the command line (without "--") and its key in the
+ * recorded object; key NULL: recorded as absent (a string option that must stay unset). */
+typedef struct {
+    const char *option;
+    const char *key;
+    int fixed;    /* defines the model or the data: must not change */
+    int inverted; /* a flag recorded as its opposite (--no-bias as "bias") */
+} resume_option;
+
+/* What a run being resumed recorded (the option variables point into it once preset). */
+typedef struct {
+    const char *dir;
+    int64_t step;        /* the checkpoint's */
+    cJSON *config, *train;
+    cJSON *history;      /* train.json's new "history", once resume_finish has succeeded */
+} resume_record;
+
+/* Reads dir's checkpoint (whole, so that an unreadable one is an error before anything
+ * starts), config.json and train.json. 0, or -1 after printing why. */
+int resume_start(resume_record *rec, const char *dir);
+
+/* The options of one recorded file: config.json (in_train 0) or train.json (1). */
+typedef struct {
+    int in_train;
+    const resume_option *options;
+    int n;
+} resume_table;
+
+/* Presets every option the tables name, parses argv over them (args_parse from word 2),
+ * compares, and makes rec->history: the old one and {"resumed_at_step": step, "changed":
+ * {...}}. 0, or the exit status after printing why (2: a fixed option differs). */
+int resume_finish(resume_record *rec, const resume_table *tables, int n_tables,
+                  const opt_spec *opts, int argc, char **argv, const char *cmd);
+
+void resume_record_free(resume_record *rec);
+
+#endif
