@@ -5,14 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/run_dir.h"
 
 static const char *const AUX[] = {"src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
                                   "tgt_bpe.txt", "text.json", "train.json"};
 
-/* Copies DIR/name (or DIR/../name) to OUT/name if it exists. */
+/* Copies DIR/name (or DIR/../name) to OUT/name (atomically) if it exists. */
 static int copy_aux(const char *dir, const char *out, const char *name)
 {
     char from[4096], to[4096];
@@ -21,28 +23,78 @@ static int copy_aux(const char *dir, const char *out, const char *name)
     char *text = cli_read_all(from, &len);
     if (!text) return -1;
     snprintf(to, sizeof to, "%s/%s", out, name);
-    FILE *f = fopen(to, "wb");
-    int bad = !f || fwrite(text, 1, len, f) != len;
-    if (f && fclose(f)) bad = 1;
+    qkv_error err = {0};
+    const void *chunks[1] = {text};
+    qkv_status st = qkv_atomic_write(to, chunks, &len, 1, &err);
     free(text);
-    if (bad) fprintf(stderr, "qkv: %s: %s\n", to, strerror(errno));
-    return bad ? -1 : 0;
+    if (st) fprintf(stderr, "qkv: %s\n", err.msg);
+    return st ? -1 : 0;
+}
+
+/* Whether paths a and b name the same file (a link, another spelling). */
+static int same_file(const char *a, const char *b)
+{
+    struct stat x, y;
+    return !stat(a, &x) && !stat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* The average must not be written where an input is read from: into a model being averaged,
+ * or into the directory above one (its vocabularies, and a run's model, live there). */
+static int out_is_input(const char *out, const char *const *dirs, int n)
+{
+    for (int k = 0; k < n; k++) {
+        char parent[4200];
+        snprintf(parent, sizeof parent, "%s/..", dirs[k]);
+        if (same_file(out, dirs[k]) || same_file(out, parent)) {
+            fprintf(stderr, "qkv average: --out %s is %s %s: write the average to another "
+                    "directory\n", out, same_file(out, dirs[k]) ? "the input" : "the directory "
+                    "above the input", dirs[k]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A model's vocabulary files (and subword encodings, text.json) must be the first model's:
+ * row i of an embedding is another token in another vocabulary. */
+static int same_vocabularies(const char *first, const char *dir)
+{
+    for (size_t i = 0; i < sizeof AUX / sizeof *AUX; i++) {
+        if (!strcmp(AUX[i], "train.json")) continue;
+        char a[4096], b[4096];
+        const int has_a = qkv_model_dir_file(a, sizeof a, first, AUX[i]);
+        const int has_b = qkv_model_dir_file(b, sizeof b, dir, AUX[i]);
+        size_t la = 0, lb = 0;
+        char *ta = has_a ? cli_read_all(a, &la) : NULL, *tb = has_b ? cli_read_all(b, &lb) : NULL;
+        const int same = has_a == has_b && (!has_a || (ta && tb && la == lb && !memcmp(ta, tb, la)));
+        free(ta), free(tb);
+        if (!same) {
+            fprintf(stderr, "qkv average: %s: %s is not %s's (%s): only models with the same "
+                    "vocabularies average (row i of an embedding must be the same token in "
+                    "each)\n", dir, AUX[i], first, has_b ? b : "missing");
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: qkv average --out DIR MODEL_DIR...\n\n"
-               "Averages the parameters of the models (one configuration), e.g.\n"
+    fprintf(f, "usage: qkv average --out DIR [--overwrite] MODEL_DIR...\n\n"
+               "Averages the parameters of the models (one configuration, the same\n"
+               "vocabularies), e.g.\n"
                "  qkv average --out run/avg run/epoch-*\n"
                "and writes DIR as a model directory, with the vocabularies (and subword\n"
-               "files, text.json, train.json) of the first model or its parent directory.\n");
+               "files, text.json, train.json) of the first model or its parent directory.\n"
+               "DIR must not be an input or the directory above one; a DIR that holds a\n"
+               "model (or other files) is refused unless --overwrite.\n");
 }
 
 int cmd_average(int argc, char **argv)
 {
     const char *out = NULL;
     const char **dirs = calloc((size_t)argc, sizeof *dirs);
-    int n = 0, rc = 2;
+    int n = 0, rc = 2, overwrite = 0;
     if (!dirs) return 1;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -51,6 +103,7 @@ int cmd_average(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
         else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
         else if (!strncmp(argv[i], "--", 2)) {
             fprintf(stderr, "qkv: unknown option '%s' (see --help)\n", argv[i]);
@@ -61,7 +114,9 @@ int cmd_average(int argc, char **argv)
         fprintf(stderr, "qkv average: needs --out DIR and at least one model directory\n");
         goto done;
     }
+    if (out_is_input(out, dirs, n)) goto done;
     rc = 1;
+    run_dir rd = {-1};
     qkv_error err = {0};
     qkv_transformer *avg = NULL, *m = NULL;
     double *sum = NULL;
@@ -86,6 +141,7 @@ int cmd_average(int argc, char **argv)
                          "(only models of one configuration average)", dirs[k], dirs[0]);
                 goto fail;
             }
+            if (!same_vocabularies(dirs[0], dirs[k])) goto cleanup;
         }
         const float *p = qkv_transformer_params(k ? m : avg);
         for (size_t i = 0; i < P; i++) sum[i] += p[i];
@@ -93,15 +149,19 @@ int cmd_average(int argc, char **argv)
     }
     float *p = qkv_transformer_params(avg);
     for (size_t i = 0; i < P; i++) p[i] = (float)(sum[i] / n);
-    if (qkv_transformer_save(avg, out, &err)) goto fail;
+    if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
+        goto cleanup;
+    /* the model last: a directory with model.safetensors is complete */
     for (size_t i = 0; i < sizeof AUX / sizeof *AUX; i++)
         if (copy_aux(dirs[0], out, AUX[i])) goto cleanup;
+    if (qkv_transformer_save(avg, out, &err)) goto fail;
     fprintf(stderr, "qkv average: %d model%s averaged into %s\n", n, n == 1 ? "" : "s", out);
     rc = 0;
     goto cleanup;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
 cleanup:
+    run_dir_release(&rd);
     qkv_transformer_free(avg), qkv_transformer_free(m);
     free(sum), free(cfg0), free(cfg);
 done:

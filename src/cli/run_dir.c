@@ -124,7 +124,7 @@ static int take_lock(run_dir *rd, const char *dir, int argc, char **argv)
 
 void run_dir_release(run_dir *rd)
 {
-    if (rd->lock_fd > 0) close(rd->lock_fd);
+    if (rd->lock_fd >= 0) close(rd->lock_fd);
     rd->lock_fd = -1;
 }
 
