@@ -93,7 +93,7 @@ check "--stop-after-steps leaves a checkpoint of step 33 (metrics at 10, 20, 30,
   bash -c "head -c 4096 '$T/r/checkpoint.safetensors' | grep -aq '\"step\":\"33\"' && test \$(wc -l <'$T/r/metrics.jsonl') -eq 4"
 "$QKV" train-lm "${TRAIN[@]}" --out "$T/r" --resume >/dev/null 2>&1
 check "stop + resume == uninterrupted (bit for bit)" cmp -s "$T/m/model.safetensors" "$T/r/model.safetensors"
-expect_fail "resume with another context is refused" "context 32 --batch 16" \
+expect_fail "resume with another context is refused" "--context 16 differs from this run's 32" \
   "$QKV" train-lm "${TRAIN[@]}" --out "$T/r" --resume --context 16
 
 # ---- linear attention

@@ -136,6 +136,7 @@ echo "outside" >"$T/outside.txt"
 rm -f "$T/link/metrics.jsonl" && ln -s "$T/outside.txt" "$T/link/metrics.jsonl"
 expect_fail "resume with metrics.jsonl a symbolic link is refused" "metrics.jsonl is a symbolic link" \
   "$QKV" train "${TRAIN[@]}" --out "$T/link" --resume
+check "... and the file it points at is untouched" grep -qx outside "$T/outside.txt"
 mkdir "$T/link2" && ln -s "$T/outside.txt" "$T/link2/metrics.jsonl"
 expect_fail "a new run over a linked metrics.jsonl is refused" "metrics.jsonl, which is not part of" \
   "$QKV" train "${TRAIN[@]}" --out "$T/link2"
@@ -154,12 +155,13 @@ check "a live process's temporary stays" test -e "$T/tmp/config.json.tmp.$$.0"
 
 # ---- average: never onto an input, never across vocabularies
 "$QKV" train "${TRAIN[@]}" --seed 1 --out "$T/m2" 2>/dev/null
-expect_fail "average --out A A B is refused" "the input" "$QKV" average --out "$T/m2" "$T/m2" "$T/m.orig"
+expect_fail "average --out A A B is refused (even with --overwrite)" "the input" \
+  "$QKV" average --out "$T/m2" --overwrite "$T/m2" "$T/m.orig"
 ln -s "$T/m2" "$T/m2link"
 expect_fail "... also through another path to A" "the input" \
-  "$QKV" average --out "$T/m2link/../m2" "$T/m.orig" "$T/m2link"
+  "$QKV" average --out "$T/m2link/../m2" --overwrite "$T/m.orig" "$T/m2link"
 expect_fail "... and onto the directory above an input" "directory above" \
-  "$QKV" average --out "$T" "$T/m2"
+  "$QKV" average --out "$T" --overwrite "$T/m2"
 check "... and the input is untouched" bash -c "test -s '$T/m2/model.safetensors' && test -s '$T/m2/metrics.jsonl'"
 "$QKV" average --out "$T/avg" "$T/m.orig" "$T/m2" 2>/dev/null
 check "average writes a model that translates" \
