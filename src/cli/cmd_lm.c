@@ -355,6 +355,7 @@ int cmd_train_lm(int argc, char **argv)
     float minutes = 0.0f, val_fraction = 0.1f;
     o.seed = 0;
     resume_record rec = {0};
+    run_dir rd = {-1};
     const opt_spec opts[] = {
         {"data", OPT_STRING, &data, "a text file; its last --val-fraction is held out"},
         {"out", OPT_STRING, &out, "model directory to write"},
@@ -411,8 +412,9 @@ int cmd_train_lm(int argc, char **argv)
             {0, lm_model_options, (int)(sizeof lm_model_options / sizeof *lm_model_options)},
             {1, lm_train_options, (int)(sizeof lm_train_options / sizeof *lm_train_options)},
         };
-        rc = resume_start(&rec, out) ? 1 : resume_finish(&rec, tables, 2, opts, argc, argv,
-                                                         "qkv train-lm");
+        /* a resumed run claims its directory first: it reads it */
+        rc = run_dir_claim(&rd, out, &RUN_LM, RUN_RESUME, argc, argv) || resume_start(&rec, out)
+                 ? 1 : resume_finish(&rec, tables, 2, opts, argc, argv, "qkv train-lm");
         if (rc) goto end;
     }
     if (!data || !out) {
@@ -443,17 +445,15 @@ int cmd_train_lm(int argc, char **argv)
 
     const lm_run r = {data, byte_level, val_fraction, steps, stop_after, quiet, prec, precision,
                       rec.history};
-    run_dir rd;
     rc = 1;
-    if (!run_dir_claim(&rd, out, &RUN_LM,
-                       o.resume ? RUN_RESUME : overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv)) {
+    if (o.resume || !run_dir_claim(&rd, out, &RUN_LM, overwrite ? RUN_OVERWRITE : RUN_NEW, argc,
+                                   argv))
         rc = run(&cfg, &o, &r);
-        run_dir_release(&rd);
-    }
     goto end;
 usage:
     rc = 2;
 end:
+    run_dir_release(&rd);
     resume_record_free(&rec);
     return rc;
 }

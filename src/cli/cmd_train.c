@@ -397,6 +397,7 @@ int cmd_train(int argc, char **argv)
     float minutes = 0.0f;
     o.seed = 0;
     resume_record rec = {0};
+    run_dir rd = {-1};
     const opt_spec opts[] = {
         {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line (d2l's fra.txt)"},
         {"src", OPT_STRING, &src_path, "source sentences, one per line (with --tgt)"},
@@ -466,7 +467,12 @@ int cmd_train(int argc, char **argv)
                 "it: give one\n");
         goto usage;
     }
-    if (out && o.resume && (rc = resume_options(&rec, out, opts, argc, argv))) goto end;
+    if (out && o.resume) { /* a resumed run claims its directory first: it reads it */
+        rc = 1;
+        if (run_dir_claim(&rd, out, &RUN_TRANSFORMER, RUN_RESUME, argc, argv) ||
+            (rc = resume_options(&rec, out, opts, argc, argv)))
+            goto end;
+    }
     if (!out || (!data && !(src_path && tgt_path))) {
         fprintf(stderr, "qkv train: needs --out and either --data or --src with --tgt\n");
         goto usage;
@@ -511,17 +517,15 @@ int cmd_train(int argc, char **argv)
     train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
                       data ? data : src_path, data ? NULL : tgt_path, bpe ? "bpe" : "word",
                       valid, valid_src, valid_tgt, loss, precision, &o, rec.history};
-    run_dir rd;
     rc = 1;
-    if (!run_dir_claim(&rd, out, &RUN_TRANSFORMER,
-                       o.resume ? RUN_RESUME : overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv)) {
+    if (o.resume || !run_dir_claim(&rd, out, &RUN_TRANSFORMER,
+                                   overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         rc = run(&r, &o, &cfg, prec, quiet, every);
-        run_dir_release(&rd);
-    }
     goto end;
 usage:
     rc = 2;
 end:
+    run_dir_release(&rd);
     resume_record_free(&rec);
     return rc;
 }

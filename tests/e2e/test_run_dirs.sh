@@ -58,7 +58,7 @@ expect_fail "train-lm refuses an encoder-decoder run's directory" "format qkv-tr
   "$QKV" train-lm "${LM[@]}" --out "$T/m"
 
 # ---- --resume needs a readable checkpoint of the same kind
-expect_fail "--resume of a directory that does not exist" "checkpoint.safetensors" \
+expect_fail "--resume of a directory that does not exist" "no run to continue" \
   "$QKV" train "${TRAIN[@]}" --out "$T/nowhere" --resume
 check "... creates nothing" test ! -e "$T/nowhere"
 cp -r "$T/m.orig" "$T/nock" && rm "$T/nock/checkpoint.safetensors"
@@ -185,7 +185,8 @@ expect_fail "train-lm resume with another --attention is refused" "--attention l
 "$QKV" train-lm --out "$T/lm" --resume --steps 16 --lr 0.002 >/dev/null 2>"$T/err"
 check "train-lm resume with another --lr is applied and recorded" \
   bash -c "grep -q 'resuming with --lr 0.002 (was 0.001)' '$T/err' && tr -d ' \t\n' <'$T/lm/train.json' | grep -q '\"resumed_at_step\":12,\"changed\":{\"steps\":{\"was\":12,\"now\":16},\"lr\":{\"was\":0.001,\"now\":0.002}}'"
-expect_fail "train-lm --resume without a checkpoint" "checkpoint.safetensors" \
+cp -r "$T/lm" "$T/nolm" && rm "$T/nolm/checkpoint.safetensors"
+expect_fail "train-lm --resume without a checkpoint" "nolm/checkpoint.safetensors is missing" \
   "$QKV" train-lm "${LM[@]}" --out "$T/nolm" --resume
 
 echo "$pass passed, $fail failed"
