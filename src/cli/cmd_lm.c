@@ -214,7 +214,7 @@ static int open_or_create(lm_dir *d, qkv_lm_config *cfg, const qkv_lm_train_opti
     memset(d, 0, sizeof *d);
     if (o->resume) {
         snprintf(path, sizeof path, "%s/config.json", out);
-        if (!(json = cli_read_all(path, NULL))) return -1;
+        if (!(json = resume_config_text(out))) return -1;
         if (qkv_lm_config_from_json(cfg, json, path, &err)) goto fail;
         snprintf(path, sizeof path, "%s/vocab.txt", out);
         if (qkv_vocab_load(&d->vocab, path, &err)) goto fail;

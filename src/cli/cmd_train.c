@@ -245,7 +245,7 @@ static qkv_translator *resumed_model(const char *out, const train_record *r)
     qkv_error err = {0};
     char path[4096], *json = NULL;
     snprintf(path, sizeof path, "%s/config.json", out);
-    if (!(json = cli_read_all(path, NULL))) return NULL;
+    if (!(json = resume_config_text(out))) return NULL;
     if (qkv_config_from_json(&cfg, json, path, &err) ||
         qkv_transformer_create(&m, &cfg, r->o->seed, &err) ||
         qkv_tokenizer_load(&tok, out, &err) ||

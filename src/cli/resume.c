@@ -233,6 +233,16 @@ int resume_finish(resume_record *rec, const resume_table *tables, int n_tables,
     return rec->history ? 0 : 1;
 }
 
+char *resume_config_text(const char *dir)
+{
+    char path[4096], *text = NULL;
+    qkv_error err = {0};
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!qkv_read_file(path, 1u << 20, &text, NULL, &err)) return text;
+    fprintf(stderr, "qkv: %s\n", err.msg);
+    return NULL;
+}
+
 void resume_record_free(resume_record *rec)
 {
     cJSON_Delete(rec->config), cJSON_Delete(rec->train), cJSON_Delete(rec->history);

@@ -5,8 +5,11 @@
  *     option and both values;
  *   - any other recorded option (learning rate, clipping, precision, epochs, ...) may change:
  *     the new value is applied, printed, and kept in train.json's "history".
- * The command parses its options twice: over its defaults (to find --out and --resume), then,
- * after resume_preset has set every recorded option, over the recorded values. */
+ * Options not given take the recorded values, so "qkv train --out DIR --resume" continues the
+ * run as it was. The command parses its options twice: over its defaults (to find --out and
+ * --resume), then, once resume_finish has set every recorded option, over the recorded
+ * values; an option given on the command line that differs from the record is then a change.
+ * A flag recorded on stays on (a flag cannot be turned off from the command line). */
 #ifndef QKV_CLI_RESUME_H
 #define QKV_CLI_RESUME_H
 
@@ -51,5 +54,9 @@ int resume_finish(resume_record *rec, const resume_table *tables, int n_tables,
                   const opt_spec *opts, int argc, char **argv, const char *cmd);
 
 void resume_record_free(resume_record *rec);
+
+/* DIR/config.json's text (caller frees; a configuration is small: at most a megabyte), or
+ * NULL after printing why. */
+char *resume_config_text(const char *dir);
 
 #endif

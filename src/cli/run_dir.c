@@ -42,7 +42,7 @@ static long temporary_pid(const char *name)
 {
     const char *t = NULL;
     for (const char *p = strstr(name, ".tmp."); p; p = strstr(p + 1, ".tmp.")) t = p;
-    if (!t || t == name) return 0;
+    if (!t || t == name || t[5] < '0' || t[5] > '9') return 0;
     char *end;
     long pid = strtol(t + 5, &end, 10);
     if (end == t + 5 || *end != '.' || pid <= 0) return 0;
@@ -69,10 +69,23 @@ static int is_kind_file(const run_kind *k, const char *name)
     return 0;
 }
 
+/* Whether name is a temporary file of one of the kind's files: NAME.tmp.PID.K
+ * (qkv_atomic_write) or NAME.tmp-XXXXXX (the figures' mkstemp). */
+static int is_kind_temporary(const run_kind *k, const char *name)
+{
+    for (const char *const *f = k->files; *f; f++) {
+        const size_t n = strlen(*f);
+        if (!strncmp(name, *f, n) && ((!strncmp(name + n, ".tmp.", 5) && temporary_pid(name)) ||
+                                      !strncmp(name + n, ".tmp-", 5)))
+            return 1;
+    }
+    return 0;
+}
+
 /* Whether name is something a run of kind k writes (type: the entry's lstat mode). */
 static int is_run_entry(const run_kind *k, const char *name, mode_t type)
 {
-    if (S_ISREG(type) && (is_kind_file(k, name) || temporary_pid(name))) return 1;
+    if (S_ISREG(type) && (is_kind_file(k, name) || is_kind_temporary(k, name))) return 1;
     return S_ISDIR(type) && k->model_dirs && is_model_dir_name(name);
 }
 
@@ -130,15 +143,16 @@ void run_dir_release(run_dir *rd)
 
 /* ---- what is there --------------------------------------------------------------------- */
 
-/* Removes dir's temporaries whose writer is gone (kill(pid, 0): no such process). */
-static void remove_stale_temporaries(const char *dir)
+/* Removes dir's temporaries (of the kind's files) whose writer is gone (kill(pid, 0): no
+ * such process). */
+static void remove_stale_temporaries(const char *dir, const run_kind *k)
 {
     DIR *d = opendir(dir);
     if (!d) return;
     for (struct dirent *e; (e = readdir(d));) {
         const long pid = temporary_pid(e->d_name);
         struct stat st;
-        if (!pid || pid == (long)getpid()) continue;
+        if (!pid || pid == (long)getpid() || !is_kind_temporary(k, e->d_name)) continue;
         if (!kill((pid_t)pid, 0) || errno != ESRCH) continue; /* alive, or not ours to tell */
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
             continue;
@@ -218,7 +232,7 @@ static int remove_run_files(const char *dir, const run_kind *k)
             }
             unlinkat(dirfd(d), name, AT_REMOVEDIR); /* stays if someone put more there */
         } else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) &&
-                   (is_kind_file(k, name) || temporary_pid(name) ||
+                   (is_kind_file(k, name) || is_kind_temporary(k, name) ||
                     (S_ISLNK(st.st_mode) && k->model_dirs && is_model_dir_name(name))) &&
                    unlinkat(dirfd(d), name, 0)) {
             fprintf(stderr, "qkv: %s/%s: cannot remove the previous run's file: %s\n", dir, name,
@@ -297,7 +311,7 @@ int run_dir_claim(run_dir *rd, const char *dir, const run_kind *k, run_mode mode
         return -1;
     }
     if (take_lock(rd, dir, argc, argv)) return -1;
-    remove_stale_temporaries(dir);
+    remove_stale_temporaries(dir, k);
     char sub[4200];
     if (k->model_dirs) { /* best/ and epoch-NNN/ are written atomically too */
         DIR *d = opendir(dir);
@@ -305,7 +319,7 @@ int run_dir_claim(run_dir *rd, const char *dir, const run_kind *k, run_mode mode
             if (is_model_dir_name(e->d_name) &&
                 (size_t)snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name) < sizeof sub &&
                 !lstat(sub, &st) && S_ISDIR(st.st_mode))
-                remove_stale_temporaries(sub);
+                remove_stale_temporaries(sub, k);
         if (d) closedir(d);
     }
     survey s;

@@ -148,10 +148,12 @@ sh -c 'exit 0' & dead=$!; wait $dead
 cp -r "$T/m.orig" "$T/tmp" && rm "$T/tmp/model.safetensors"
 echo partial >"$T/tmp/checkpoint.safetensors.tmp.$dead.0"
 echo partial >"$T/tmp/config.json.tmp.$$.0" # the test's own shell: alive
+echo mine >"$T/tmp/notes.txt.tmp.$dead.0"   # not a name qkv writes
 "$QKV" train "${TRAIN[@]}" --out "$T/tmp" --resume 2>"$T/err"
 check "a dead run's temporary is removed (and said so)" \
   bash -c "test ! -e '$T/tmp/checkpoint.safetensors.tmp.$dead.0' && grep -q 'removed .*tmp.$dead.0' '$T/err'"
 check "a live process's temporary stays" test -e "$T/tmp/config.json.tmp.$$.0"
+check "a file of another name that looks like one stays" test -e "$T/tmp/notes.txt.tmp.$dead.0"
 
 # ---- average: never onto an input, never across vocabularies
 "$QKV" train "${TRAIN[@]}" --seed 1 --out "$T/m2" 2>/dev/null
