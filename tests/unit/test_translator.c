@@ -458,6 +458,17 @@ static void test_open_errors(void **state)
     write_file(dir, "text.json", "{\"tokenizer\": \"bpe\"}\n");
     expect_open_error(dir, QKV_ERR_IO, "src_bpe.txt");
     remove_file(dir, "text.json");
+    /* subword files without the text.json that says so: a mixed directory, not a word model */
+    write_file(dir, "tgt_bpe.txt", "#qkv-bpe 1\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "tgt_bpe.txt: a subword encoding, but text.json");
+    remove_file(dir, "tgt_bpe.txt");
+    /* a run that stopped before saving its model: config and checkpoint, no model */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char moved[160];
+    snprintf(moved, sizeof moved, "%s/checkpoint.safetensors", dir);
+    assert_int_equal(rename(path, moved), 0);
+    expect_open_error(dir, QKV_ERR_IO, "holds no trained model yet");
+    assert_int_equal(rename(moved, path), 0);
     write_file(dir, "train.json", "num_steps = 7\n");
     expect_open_error(dir, QKV_ERR_FORMAT, "train.json: not valid JSON");
     remove_file(dir, "train.json");
