@@ -1,9 +1,7 @@
 /* qkv train: read a parallel corpus, build vocabularies, train, save the model directory. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cJSON.h>

@@ -167,7 +167,8 @@ static void remove_stale_temporaries(const char *dir, const run_kind *k)
 typedef struct {
     char foreign[256];   /* the first entry that is not part of a run of the kind, or "" */
     char link[256];      /* the first symbolic link among the names a run writes, or "" */
-    char format[64];     /* config.json's "format", "" without one, "?" if unreadable */
+    char format[64];     /* config.json's "format"; "" without a config.json, "?" if it is
+                          * not a JSON object with a "format" */
     int model, checkpoint, entries;
 } survey;
 
@@ -246,15 +247,23 @@ static int remove_run_files(const char *dir, const run_kind *k)
 
 /* ---- claiming -------------------------------------------------------------------------- */
 
+/* What config.json is, for a message: "format qkv-lm", "not a qkv configuration". */
+static void describe_config(char *out, size_t cap, const survey *s)
+{
+    if (strcmp(s->format, "?")) snprintf(out, cap, "format %s", s->format);
+    else snprintf(out, cap, "not a qkv configuration");
+}
+
 /* Whether the survey allows mode; prints why not. */
 static int allowed(const survey *s, const char *dir, const run_kind *k, run_mode mode)
 {
     const int other_kind = s->format[0] && strcmp(s->format, k->format);
+    char config[96];
+    describe_config(config, sizeof config, s);
     if (mode == RUN_RESUME) {
         if (other_kind) {
-            fprintf(stderr, "qkv: --resume: %s/config.json is %s%s, not %s: there is nothing "
-                    "to resume\n", dir, strcmp(s->format, "?") ? "of format " : "not readable",
-                    strcmp(s->format, "?") ? s->format : "", k->what);
+            fprintf(stderr, "qkv: --resume: %s/config.json is not %s's (%s): there is nothing "
+                    "to resume\n", dir, k->what, config);
             return 0;
         }
         if (!s->checkpoint) {
@@ -279,9 +288,8 @@ static int allowed(const survey *s, const char *dir, const run_kind *k, run_mode
     }
     if (other_kind || s->foreign[0]) {
         if (other_kind)
-            fprintf(stderr, "qkv: %s holds %s (config.json %s%s); ", dir,
-                    "another kind of directory", strcmp(s->format, "?") ? "of format " : "not "
-                    "readable", strcmp(s->format, "?") ? s->format : "");
+            fprintf(stderr, "qkv: %s holds a config.json that is not %s's (%s); ", dir, k->what,
+                    config);
         else
             fprintf(stderr, "qkv: %s holds %s, which is not part of %s; ", dir, s->foreign,
                     k->what);
