@@ -1,6 +1,9 @@
 /* Comparing a resumed run's options with what its directory recorded; see resume.h. */
 #include "cli/resume.h"
 
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +22,14 @@ static const cJSON *recorded_item(const cJSON *recorded, const resume_option *r)
     return r->key ? cJSON_GetObjectItemCaseSensitive(recorded, r->key) : NULL;
 }
 
-/* Whether the JSON item has the type the option needs. */
+/* Whether the JSON item has the type the option needs, and a value it can hold. */
 static int type_fits(const opt_spec *o, const cJSON *x)
 {
+    const double v = cJSON_IsNumber(x) ? x->valuedouble : 0.0;
     switch (o->type) {
-    case OPT_INT: case OPT_FLOAT: case OPT_U64: return cJSON_IsNumber(x);
+    case OPT_INT: return cJSON_IsNumber(x) && v >= INT_MIN && v <= INT_MAX;
+    case OPT_FLOAT: return cJSON_IsNumber(x) && fabs(v) <= FLT_MAX;
+    case OPT_U64: return cJSON_IsNumber(x) && v >= 0.0 && v < 18446744073709551616.0;
     case OPT_STRING: return cJSON_IsString(x);
     case OPT_FLAG: return cJSON_IsBool(x);
     }
@@ -43,7 +49,8 @@ static int resume_preset(const opt_spec *opts, const resume_option *r, int n, co
         if (!x) continue;
         if (!type_fits(o, x)) {
             fprintf(stderr, "qkv: %s: \"%s\" must be a %s\n", file, r[i].key,
-                    o->type == OPT_STRING ? "string" : o->type == OPT_FLAG ? "boolean" : "number");
+                    o->type == OPT_STRING ? "string" : o->type == OPT_FLAG ? "boolean"
+                                                     : "number in the option's range");
             return -1;
         }
         switch (o->type) {

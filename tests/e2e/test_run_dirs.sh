@@ -87,6 +87,12 @@ check "... and the change in its history, at the step it was made" \
   bash -c "tr -d ' \t\n' <'$T/r/train.json' | grep -q '\"history\":\[{\"resumed_at_step\":3,\"changed\":{\"lr\":{\"was\":0.005,\"now\":0.001}}}\]'"
 check "... and it is applied (the last epoch's lr in metrics.jsonl)" \
   grep -q '"lr": 0.001}' <(tail -n 1 "$T/r/metrics.jsonl")
+cp -r "$T/r" "$T/hostile" && sed -i 's/"lr":[^,]*,/"lr": "fast",/' "$T/hostile/train.json"
+expect_fail "a recorded option of the wrong type is an error naming the file and key" \
+  "hostile/train.json: \"lr\" must be a number" "$QKV" train --out "$T/hostile" --resume
+sed -i 's/"lr": "fast",/"lr": 0.005,/; s/"batch":[^,]*,/"batch": 1e300,/' "$T/hostile/train.json"
+expect_fail "... or out of its range" "\"batch\" must be a number in the option's range" \
+  "$QKV" train --out "$T/hostile" --resume
 # only --out and --resume: every other option comes from the directory (d_model 8, not 32)
 "$QKV" train "${TRAIN[@]}" --out "$T/u" 2>/dev/null
 "$QKV" train "${TRAIN[@]}" --out "$T/s" --stop-after-steps 4 2>/dev/null
