@@ -163,8 +163,10 @@ QKV_API
 qkv_train_options qkv_train_default_options(void);
 
 /* Trains m on data with teacher forcing. Every epoch end (and every checkpoint_every steps)
- * writes out_dir/checkpoint.safetensors atomically and appends a line to metrics.jsonl; a
- * resumed run continues bit for bit as if it had never stopped (same machine and threads),
+ * writes out_dir/checkpoint.safetensors atomically and appends a line to metrics.jsonl
+ * (never through a symbolic link); the model is saved only at the end (a directory with a
+ * checkpoint and no model.safetensors is a run that has not finished, which the loaders
+ * refuse); a resumed run continues bit for bit as if it had never stopped (same machine and threads),
  * batches by length, validation, best model and early stopping included.
  * A non-finite loss or gradient stops with QKV_ERR_NUMERIC before the parameters change. */
 QKV_API
