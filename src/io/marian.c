@@ -140,10 +140,11 @@ static qkv_status read_config(hf_config *h, const char *dir, qkv_error *err)
     if (st) return st;
     const char *type = get_str(o, "model_type", NULL);
     if (!type || strcmp(type, "marian")) {
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"model_type\" is \"%.60s\", not \"marian\": "
+                      "qkv import marian reads MarianMT (OPUS-MT) models only", file,
+                      type ? type : "(missing)");
         cJSON_Delete(o);
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"model_type\" is \"%.60s\", not \"marian\": "
-                        "qkv import marian reads MarianMT (OPUS-MT) models only", file,
-                        type ? type : "(missing)");
+        return st;
     }
     qkv_transformer_config *c = &h->cfg;
     *c = qkv_transformer_default_config();
