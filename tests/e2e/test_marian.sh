@@ -104,5 +104,42 @@ from safetensors.numpy import load_file, save_file
 t = load_file(sys.argv[1]); save_file({k: v.astype("float16") for k, v in t.items()}, sys.argv[1])
 PY
 expect_fail "float16 tensors" 'F16|float32' "$QKV" import marian "$T/half" --out "$T/o13"
+
+# ---- positions stored in the file (older transformers saved them): Marian's table is
+# accepted, anything else refused
+variant pos
+/usr/bin/python3 - "$T/pos/model.safetensors" <<'PY' 2>/dev/null
+import sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1])
+angle = np.arange(128)[:, None] / np.power(10000.0, 2.0 * np.arange(8) / 16)
+w = np.concatenate([np.sin(angle), np.cos(angle)], axis=1).astype(np.float32)
+t["model.encoder.embed_positions.weight"] = w; t["model.decoder.embed_positions.weight"] = w
+save_file(t, sys.argv[1])
+t["model.decoder.embed_positions.weight"] = w[:, ::-1].copy()
+save_file(t, sys.argv[1] + ".bad")
+PY
+check "Marian's positions in the file are accepted" \
+  bash -c "'$QKV' import marian '$T/pos' --out '$T/o14' 2>/dev/null && cmp -s '$T/o14/model.safetensors' '$T/m/model.safetensors'"
+mv "$T/pos/model.safetensors.bad" "$T/pos/model.safetensors"
+expect_fail "other positions are refused" "not the \[sin \| cos\] sinusoidal table" \
+  "$QKV" import marian "$T/pos" --out "$T/o15"
+
+# ---- the README's conversion of pytorch_model.bin gives the same model
+variant bin2
+# a pytorch_model.bin as older transformers wrote it: the tied embeddings stored under each
+# of their names, sharing memory
+(cd "$T/bin2" && /usr/bin/python3 -c "
+import torch, safetensors.torch as st
+sd = st.load_file('model.safetensors'); e = sd['model.shared.weight']
+sd.update({'model.encoder.embed_tokens.weight': e, 'model.decoder.embed_tokens.weight': e,
+           'lm_head.weight': e})
+torch.save(sd, 'pytorch_model.bin')" && rm model.safetensors &&
+ /usr/bin/python3 -c 'import torch, safetensors.torch as st
+sd = torch.load("pytorch_model.bin", map_location="cpu")
+st.save_file({k: v.float().clone().contiguous() for k, v in sd.items()}, "model.safetensors", {"format": "pt"})')
+check "pytorch_model.bin converted as the README says imports to the same model" \
+  bash -c "'$QKV' import marian '$T/bin2' --out '$T/o16' 2>/dev/null && cmp -s '$T/o16/model.safetensors' '$T/m/model.safetensors'"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
