@@ -7,7 +7,8 @@ with them, for tests/unit/test_marian.c and tests/e2e/test_marian.sh (qkv import
 
 Nothing is downloaded: tiny SentencePiece models are trained with pip's sentencepiece on a few
 hundred lines of Multi30k (DATA_DIR/multi30k/train.{de,en}, default ../shared/data; a few
-built-in lines when it is absent), and MarianMTModel gets random weights. For each
+built-in lines when it is absent), and MarianMTModel gets random weights, then TRAIN_STEPS
+Adam steps on those lines (so that it ends sentences at lengths of its own). For each
 configuration below OUTDIR/marian_<name>/ is a Hugging Face MarianMT directory as
 save_pretrained writes it (config.json, model.safetensors; vocab.json, source.spm,
 target.spm and, with separate vocabularies, target_vocab.json), and
@@ -18,8 +19,10 @@ OUTDIR/marian_<name>.safetensors holds, in Marian's own ids:
     logits (N, Tt, V_target)         MarianMTModel's logits for them
     greedy (N, L), greedy_len (N)    generate(num_beams=1, max_new_tokens=MAX_NEW) without the
                                      start token and the final </s>
-with metadata max_new (qkv's --max-len is max_new - 1: generate forces </s> as token max_new)
-and n (the sentences). The texts themselves are in OUTDIR/marian_<name>.de (one per line) and
+    beam<k> (N, L), beam<k>_len (N)  generate(num_beams=BEAM, length_penalty=LENGTH_PENALTIES[k],
+                                     early_stopping=False), likewise
+with metadata max_new (qkv's --max-len is max_new - 1: generate forces </s> as token max_new),
+n (the sentences), beam and length_penalty<k>. The texts themselves are in OUTDIR/marian_<name>.de (one per line) and
 their greedy translations as text in OUTDIR/marian_<name>.greedy.en.
 """
 import json
@@ -30,8 +33,11 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAX_NEW = 12
+MAX_NEW = 24
+TRAIN_STEPS, TRAIN_LR = 250, 1e-2
 N_SENTENCES = 24
+BEAM = 4
+LENGTH_PENALTIES = (1.0, 0.6)  # transformers' default, and GNMT's
 
 FALLBACK = [
     ("Ein Mann fährt Fahrrad.", "A man rides a bike."),
@@ -108,14 +114,34 @@ def write_vocab(path, spm_paths, pad_last=True):
     return vocab
 
 
+def train(model, tok, src_lines, tgt_lines):
+    """A few Adam steps on the pairs, so that the model ends its sentences at lengths of their
+    own (a random model puts </s> first or never) and beam search has choices to make."""
+    torch.manual_seed(0)
+    enc = tok(src_lines, text_target=tgt_lines, return_tensors="pt", padding=True,
+              truncation=True, max_length=48)
+    labels = enc["labels"].masked_fill(enc["labels"] == model.config.pad_token_id, -100)
+    opt = torch.optim.Adam(model.parameters(), lr=TRAIN_LR)
+    model.train()
+    for step in range(TRAIN_STEPS):
+        idx = torch.randint(0, labels.shape[0], (32,))
+        loss = model(input_ids=enc["input_ids"][idx], attention_mask=enc["attention_mask"][idx],
+                     labels=labels[idx]).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return float(loss)
+
+
 def build(name, spec, out, pairs, tmp):
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
     d = os.path.join(out, "marian_" + name)
     os.makedirs(d, exist_ok=True)
     src_lines = [p[0] for p in pairs]
     tgt_lines = [p[1] for p in pairs]
-    src_spm = train_spm(src_lines, os.path.join(tmp, name + "_src"), 120)
-    tgt_spm = train_spm(tgt_lines, os.path.join(tmp, name + "_tgt"), 100)
+    src_spm = train_spm(src_lines, os.path.join(tmp, name + "_src"), 400)
+    tgt_spm = train_spm(tgt_lines, os.path.join(tmp, name + "_tgt"), 300)
     for spm_path, dst in ((src_spm, "source.spm"), (tgt_spm, "target.spm")):
         with open(spm_path, "rb") as f, open(os.path.join(d, dst), "wb") as g:
             g.write(f.read())
@@ -141,15 +167,13 @@ def build(name, spec, out, pairs, tmp):
         for pname, p in model.named_parameters():
             if p.dim() == 1 or "layer_norm" in pname:
                 p.add_(torch.randn(p.shape, generator=g) * 0.1)
-            elif "embed_positions" not in pname:
-                p.normal_(0.0, 0.3, generator=g)
         model.final_logits_bias.normal_(0.0, 0.5, generator=g)
-        # </s> likely enough that sentences end at different lengths, and <pad> so likely
-        # that only bad_words_ids keeps it out
-        model.final_logits_bias[0, 0] += 2.5
-        model.final_logits_bias[0, tv["<pad>"]] += 6.0
     model.save_pretrained(d, safe_serialization=True)
     tok = MarianTokenizer.from_pretrained(d)
+    train(model, tok, src_lines, tgt_lines)
+    with torch.no_grad():  # <pad> so likely that only bad_words_ids keeps it out
+        model.final_logits_bias[0, tv["<pad>"]] += 8.0
+    model.save_pretrained(d, safe_serialization=True)
 
     short = [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][-N_SENTENCES:]
     texts, refs = [p[0] for p in short], [p[1] for p in short]
@@ -161,28 +185,39 @@ def build(name, spec, out, pairs, tmp):
         logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                        decoder_input_ids=tgt_in).logits
         greedy = model.generate(**enc, num_beams=1, do_sample=False, max_new_tokens=MAX_NEW)
-    rows, lens = [], []
-    for row in greedy[:, 1:].tolist():  # without the start token
-        ids = []
-        for t in row:
-            if t == 0 or t == tv["<pad>"]:
-                break
-            ids.append(t)
-        rows.append(ids + [-1] * (MAX_NEW - len(ids)))
-        lens.append(len(ids))
+        beams = {lp: model.generate(**enc, num_beams=BEAM, do_sample=False,
+                                    max_new_tokens=MAX_NEW, length_penalty=lp,
+                                    early_stopping=False)
+                 for lp in LENGTH_PENALTIES}
+
+    def outputs(seqs):
+        rows, lens = [], []
+        for row in seqs[:, 1:].tolist():  # without the start token
+            ids = []
+            for t in row:
+                if t == 0 or t == tv["<pad>"]:
+                    break
+                ids.append(t)
+            rows.append(ids + [-1] * (MAX_NEW - len(ids)))
+            lens.append(len(ids))
+        return np.array(rows, np.int32), np.array(lens, np.int32)
+
     tensors = {
         "src": enc["input_ids"].numpy().astype(np.int32),
         "src_valid": enc["attention_mask"].sum(1).numpy().astype(np.int32),
         "tgt_in": tgt_in.numpy().astype(np.int32),
         "logits": logits.numpy().astype(np.float32),
-        "greedy": np.array(rows, np.int32),
-        "greedy_len": np.array(lens, np.int32),
     }
+    tensors["greedy"], tensors["greedy_len"] = outputs(greedy)
+    for k, lp in enumerate(LENGTH_PENALTIES):
+        tensors[f"beam{k}"], tensors[f"beam{k}_len"] = outputs(beams[lp])
     with open(os.path.join(out, "marian_" + name + ".de"), "w", encoding="utf-8") as f:
         f.write("\n".join(texts) + "\n")
     with open(os.path.join(out, "marian_" + name + ".greedy.en"), "w", encoding="utf-8") as f:
         f.write("\n".join(tok.batch_decode(greedy, skip_special_tokens=True)) + "\n")
-    return tensors, {"max_new": MAX_NEW, "n": len(texts)}
+    meta = {"max_new": MAX_NEW, "n": len(texts), "beam": BEAM}
+    meta.update({f"length_penalty{k}": repr(lp) for k, lp in enumerate(LENGTH_PENALTIES)})
+    return tensors, meta
 
 
 def write_all(save, out, data_dir="../shared/data"):
