@@ -1,31 +1,140 @@
 #include "cli/args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static const char *skip_space(const char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    return s;
+}
+
+/* A finite number, or -1. */
+static int read_bound(const char **s, double *x)
+{
+    char *end = NULL;
+    *s = skip_space(*s);
+    errno = 0;
+    *x = strtod(*s, &end);
+    if (end == *s || errno || !isfinite(*x)) return -1;
+    *s = skip_space(end);
+    return 0;
+}
+
+int args_range_parse(const char *text, opt_range *r)
+{
+    if (!text) return -1;
+    const char *s = skip_space(text);
+    r->lo = -INFINITY, r->hi = INFINITY, r->lo_closed = r->hi_closed = 0;
+    if (*s == '[' || *s == '(') { /* an interval */
+        r->lo_closed = *s++ == '[';
+        if (read_bound(&s, &r->lo) || *s++ != ',' || read_bound(&s, &r->hi)) return -1;
+        if (*s != ']' && *s != ')') return -1;
+        r->hi_closed = *s++ == ']';
+        if (r->lo > r->hi || (r->lo == r->hi && !(r->lo_closed && r->hi_closed))) return -1;
+    } else if (*s == '>' || *s == '<') { /* a bound */
+        const int above = *s++ == '>', closed = *s == '=';
+        if (closed) s++;
+        double x;
+        if (read_bound(&s, &x)) return -1;
+        if (above) r->lo = x, r->lo_closed = closed;
+        else r->hi = x, r->hi_closed = closed;
+    } else
+        return -1;
+    return *skip_space(s) ? -1 : 0;
+}
+
+static int numeric(const opt_spec *o)
+{
+    return o->type == OPT_INT || o->type == OPT_FLOAT || o->type == OPT_U64;
+}
+
+static double value_of(const opt_spec *o)
+{
+    switch (o->type) {
+    case OPT_INT: return *(const int *)o->value;
+    case OPT_FLOAT: return *(const float *)o->value;
+    case OPT_U64: return (double)*(const uint64_t *)o->value;
+    default: return 0.0;
+    }
+}
+
+static void value_text(char *out, size_t cap, const opt_spec *o)
+{
+    switch (o->type) {
+    case OPT_INT: snprintf(out, cap, "%d", *(const int *)o->value); break;
+    case OPT_FLOAT: snprintf(out, cap, "%g", (double)*(const float *)o->value); break;
+    case OPT_U64:
+        snprintf(out, cap, "%llu", (unsigned long long)*(const uint64_t *)o->value);
+        break;
+    default: snprintf(out, cap, "?"); break;
+    }
+}
+
+int args_check(const opt_spec *o, const char *who, const char *where)
+{
+    opt_range r;
+    if (!numeric(o)) return 0;
+    if (args_range_parse(o->range, &r)) {
+        fprintf(stderr, "%s: internal error: option --%s has no valid range ('%s')\n", who,
+                o->name, o->range ? o->range : "NULL");
+        return -1;
+    }
+    const double x = value_of(o);
+    if ((r.lo_closed ? x >= r.lo : x > r.lo) && (r.hi_closed ? x <= r.hi : x < r.hi)) return 0;
+    char got[64];
+    value_text(got, sizeof got, o);
+    const char *s = skip_space(o->range);
+    fprintf(stderr, "%s: --%s must be %s%s (got %s)%s%s\n", who, o->name,
+            *s == '[' || *s == '(' ? "in " : "", s, got, where ? " in " : "", where ? where : "");
+    return -1;
+}
+
+int args_table_check(const opt_spec *opts, const char *who)
+{
+    opt_range r;
+    for (const opt_spec *o = opts; o->name; o++) {
+        if (numeric(o) && args_range_parse(o->range, &r)) {
+            fprintf(stderr, "%s: internal error: numeric option --%s has no valid range ('%s')\n",
+                    who, o->name, o->range ? o->range : "NULL");
+            return -1;
+        }
+        if (!numeric(o) && o->range) {
+            fprintf(stderr, "%s: internal error: option --%s takes no number but has a range\n",
+                    who, o->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void args_usage(const opt_spec *opts, const char *usage)
 {
-    fprintf(stderr, "%s\n\noptions:\n", usage);
+    printf("%s\n\noptions:\n", usage);
     for (const opt_spec *o = opts; o->name; o++) {
         char left[64];
         const char *arg = o->type == OPT_FLAG ? "" : o->type == OPT_STRING ? " S" :
                           o->type == OPT_FLOAT ? " X" : " N";
         snprintf(left, sizeof left, "--%s%s", o->name, arg);
-        fprintf(stderr, "  %-22s %s", left, o->help);
-        if (o->type == OPT_INT) fprintf(stderr, " (default %d)", *(int *)o->value);
-        if (o->type == OPT_U64) fprintf(stderr, " (default %llu)", (unsigned long long)*(uint64_t *)o->value);
-        if (o->type == OPT_FLOAT) fprintf(stderr, " (default %g)", (double)*(float *)o->value);
+        printf("  %-22s %s", left, o->help);
+        if (numeric(o)) {
+            char def[64];
+            value_text(def, sizeof def, o);
+            const char *s = skip_space(o->range);
+            printf(" (%s %s%s; default %s)", arg + 1, *s == '[' || *s == '(' ? "in " : "", s, def);
+        }
         if (o->type == OPT_STRING && *(const char **)o->value)
-            fprintf(stderr, " (default %s)", *(const char **)o->value);
-        fputc('\n', stderr);
+            printf(" (default %s)", *(const char **)o->value);
+        putchar('\n');
     }
-    fprintf(stderr, "  %-22s %s\n", "--help", "this text");
+    printf("  %-22s %s\n", "--help", "this text");
 }
 
-static int set_value(const opt_spec *o, const char *v)
+static int set_value(const opt_spec *o, const char *v, const char *who)
 {
     char *end = NULL;
     errno = 0;
@@ -34,30 +143,33 @@ static int set_value(const opt_spec *o, const char *v)
         long x = strtol(v, &end, 10);
         if (!*v || *end || errno || x < -2147483647L || x > 2147483647L) break;
         *(int *)o->value = (int)x;
-        return 0;
+        return args_check(o, who, NULL);
     }
     case OPT_U64: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (!*v || *end || errno || *v == '-') break;
+        if (!*v || *end || errno || *skip_space(v) == '-') break;
         *(uint64_t *)o->value = (uint64_t)x;
-        return 0;
+        return args_check(o, who, NULL);
     }
     case OPT_FLOAT: {
         float x = strtof(v, &end);
         if (!*v || *end || errno || !isfinite(x)) break;
         *(float *)o->value = x;
-        return 0;
+        return args_check(o, who, NULL);
     }
     case OPT_STRING: *(const char **)o->value = v; return 0;
     case OPT_FLAG: break;
     }
-    fprintf(stderr, "qkv: --%s: '%s' is not a valid %s\n", o->name, v,
+    fprintf(stderr, "%s: --%s: '%s' is not a valid %s\n", who, o->name, v,
             o->type == OPT_FLOAT ? "number" : "integer");
     return -1;
 }
 
 int args_parse(int argc, char **argv, int first, const opt_spec *opts, const char *usage)
 {
+    char who[64];
+    snprintf(who, sizeof who, "qkv %s", argc > 1 && first > 1 ? argv[1] : "");
+    if (args_table_check(opts, who)) return -1;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -65,7 +177,7 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
             return 1;
         }
         if (strncmp(a, "--", 2)) {
-            fprintf(stderr, "qkv: unexpected argument '%s' (see --help)\n", a);
+            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", who, a);
             return -1;
         }
         const char *name = a + 2, *eq = strchr(name, '=');
@@ -73,12 +185,12 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
         const opt_spec *o = opts;
         while (o->name && (strlen(o->name) != len || strncmp(o->name, name, len))) o++;
         if (!o->name) {
-            fprintf(stderr, "qkv: unknown option '--%.*s' (see --help)\n", (int)len, name);
+            fprintf(stderr, "%s: unknown option '--%.*s' (see --help)\n", who, (int)len, name);
             return -1;
         }
         if (o->type == OPT_FLAG) {
             if (eq) {
-                fprintf(stderr, "qkv: --%s takes no value\n", o->name);
+                fprintf(stderr, "%s: --%s takes no value\n", who, o->name);
                 return -1;
             }
             *(int *)o->value = 1;
@@ -86,10 +198,10 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) {
-            fprintf(stderr, "qkv: --%s needs a value\n", o->name);
+            fprintf(stderr, "%s: --%s needs a value\n", who, o->name);
             return -1;
         }
-        if (set_value(o, v)) return -1;
+        if (set_value(o, v, who)) return -1;
     }
     return 0;
 }

@@ -44,8 +44,9 @@ FUZZ_MAXLEN_lm_config   := 4096
 FUZZ_MAXLEN_lm_model    := 8192
 FUZZ_MAXLEN_lm_vocab    := 4096
 FUZZ_MAXLEN_lm_text     := 4096
-# args_parse reports on stderr; libFuzzer keeps its own output and crash reports.
-FUZZ_FLAGS_args         := -close_fd_mask=2
+# args_parse reports on stderr and prints --help on stdout; libFuzzer keeps its own output and
+# crash reports.
+FUZZ_FLAGS_args         := -close_fd_mask=3
 
 FUZZ_ENV  := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
              OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
