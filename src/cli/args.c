@@ -205,3 +205,13 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
     }
     return 0;
 }
+
+int args_given(int argc, char **argv, int first, const char *name)
+{
+    const size_t len = strlen(name);
+    for (int i = first; i < argc; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, len) &&
+            (argv[i][2 + len] == '\0' || argv[i][2 + len] == '='))
+            return 1;
+    return 0;
+}

@@ -50,4 +50,8 @@ int args_table_check(const opt_spec *opts, const char *who);
 int args_parse(int argc, char **argv, int first, const opt_spec *opts, const char *usage);
 void args_usage(const opt_spec *opts, const char *usage);
 
+/* Whether argv[first..argc) sets --name (as "--name" or "--name=..."): for refusing options
+ * that a combination would silently ignore. */
+int args_given(int argc, char **argv, int first, const char *name);
+
 #endif

@@ -60,6 +60,12 @@ int cmd_info(int argc, char **argv)
     };
     int rc = args_parse(argc, argv, 2, opts, "usage: qkv info (--model DIR | configuration flags)");
     if (rc) return rc > 0 ? 0 : 2;
+    for (const opt_spec *o = opts + 1; model && o->name; o++)
+        if (args_given(argc, argv, 2, o->name)) {
+            fprintf(stderr, "qkv info: --model describes a saved model, --%s a configuration "
+                    "without one: give one or the other\n", o->name);
+            return 2;
+        }
     if (model) {
         qkv_translator *t;
         qkv_error err = {0};

@@ -441,6 +441,7 @@ int cmd_train_lm(int argc, char **argv)
                 "least 2 and a --val-fraction in [0, 1)\n");
         goto usage;
     }
+    if (cli_positions_fit("qkv train-lm", "context", o.context, cfg.d_model)) goto usage;
     qkv_precision prec;
     if (cli_precision(precision, &prec)) goto usage;
     cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
@@ -508,6 +509,12 @@ int cmd_generate(int argc, char **argv)
     if (!model || tokens < 0 || temperature < 0 || top_k < 0 || !(top_p > 0.0f)) {
         fprintf(stderr, "qkv generate: needs --model DIR, --tokens >= 0, --temperature >= 0, "
                 "--top-k >= 0 and --top-p in (0, 1]\n");
+        return 2;
+    }
+    if (temperature == 0.0f && (args_given(argc, argv, 2, "top-k") ||
+                                args_given(argc, argv, 2, "top-p"))) {
+        fprintf(stderr, "qkv generate: --temperature 0 is greedy decoding: --top-k and --top-p "
+                "sample, give them with a temperature > 0\n");
         return 2;
     }
     lm_dir d;

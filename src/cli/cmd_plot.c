@@ -32,6 +32,17 @@ int cmd_plot(int argc, char **argv)
         fprintf(stderr, "qkv plot: give a model directory or --positional OUTDIR (see --help)\n");
         return 2;
     }
+    const int first = dir ? 3 : 2;
+    if (dir && (args_given(argc, argv, first, "positions") ||
+                args_given(argc, argv, first, "d-model"))) {
+        fprintf(stderr, "qkv plot: --positions and --d-model are for --positional\n");
+        return 2;
+    }
+    if (positional && out) {
+        fprintf(stderr, "qkv plot: --out names the training-curve figure of DIR; --positional "
+                "writes into its directory\n");
+        return 2;
+    }
     if (positional) {
         if (fig_positional(positional, positions, d_model)) return 1;
         printf("wrote %s/positional-encoding.png and %s/positional-encoding-heatmap.png\n",

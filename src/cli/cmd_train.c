@@ -202,6 +202,13 @@ static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *
                                r->min_freq, &err)) {
         goto fail;
     }
+    if (!bpe && (tok.src.size <= QKV_N_RESERVED || tok.tgt.size <= QKV_N_RESERVED)) {
+        fprintf(stderr, "qkv train: no %s word occurs --min-freq %d times: its vocabulary would "
+                "be the %d reserved tokens alone; lower --min-freq\n",
+                tok.src.size <= QKV_N_RESERVED ? "source" : "target", r->min_freq,
+                QKV_N_RESERVED);
+        goto done;
+    }
     cfg->src_vocab = tok.src.size, cfg->tgt_vocab = tok.tgt.size;
     if (cfg->tie == QKV_TIE_ALL && (cfg->src_vocab != cfg->tgt_vocab || (bpe && !r->joint_bpe))) {
         fprintf(stderr, "qkv: --tie all needs one vocabulary for both languages (these have "
@@ -493,6 +500,11 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "qkv train: needs --out and either --data or --src with --tgt\n");
         goto usage;
     }
+    if (data && (src_path || tgt_path)) {
+        fprintf(stderr, "qkv train: --data is the pairs in one file, --src with --tgt in two: "
+                "give one\n");
+        goto usage;
+    }
     o.minutes = minutes;
     if (num_steps < 2 || num_steps > cfg.max_len || every < 1) {
         fprintf(stderr, "qkv train: --num-steps must be in [2, --max-len] and --log-every >= 1\n");
@@ -502,12 +514,22 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "qkv train: validation is --valid FILE.tsv or --valid-src with --valid-tgt\n");
         goto usage;
     }
+    if (!valid && !valid_src && (args_given(argc, argv, 2, "patience") || no_bleu)) {
+        fprintf(stderr, "qkv train: --patience and --no-bleu need validation (--valid, or "
+                "--valid-src with --valid-tgt)\n");
+        goto usage;
+    }
     const int bpe = !strcmp(tokenizer, "bpe");
     if ((strcmp(tokenizer, "word") && !bpe) ||
         (strcmp(schedule, "constant") && strcmp(schedule, "noam"))) {
         fprintf(stderr, "qkv train: --tokenizer is word|bpe, --schedule constant|noam\n");
         goto usage;
     }
+    if (!bpe && (joint_bpe || args_given(argc, argv, 2, "vocab-size"))) {
+        fprintf(stderr, "qkv train: --joint-bpe and --vocab-size are for --tokenizer bpe\n");
+        goto usage;
+    }
+    if (cli_positions_fit("qkv train", "max-len", cfg.max_len, cfg.d_model)) goto usage;
     if (bpe && vocab_size <= QKV_N_RESERVED) {
         fprintf(stderr, "qkv train: --vocab-size must exceed the %d reserved tokens\n",
                 QKV_N_RESERVED);

@@ -207,8 +207,9 @@ int cmd_eval(int argc, char **argv)
                         "usage: qkv eval --model DIR (--data FILE.tsv | --src F --tgt F) [--beam K "
                         "[--alpha A]]");
     if (rc) return rc > 0 ? 0 : 2;
-    if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1) {
-        fprintf(stderr, "qkv eval: needs --model and --data (or --src and --tgt)\n");
+    if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1 ||
+        (data && (src_path || tgt_path))) {
+        fprintf(stderr, "qkv eval: needs --model and either --data or --src with --tgt\n");
         return 2;
     }
     qkv_translator *t;

@@ -48,5 +48,51 @@ expect_fail "train-lm --beta2 1" "qkv train-lm: --beta2 must be in" "$QKV" train
 expect_fail "the --name=value form is checked too" "--dropout must be in" "$QKV" train --dropout=1
 expect_fail "bench --steps 0" "--steps must be in \[1, " "$QKV" bench train --steps 0
 
+# ---- contradictory combinations and misleading messages (issue #17): refused, saying why
+printf 'go .\tva !\nhi .\tsalut !\nrun !\tcours !\nwho ?\tqui ?\n' >"$T/pairs.tsv"
+cut -f1 "$T/pairs.tsv" >"$T/src.txt"; cut -f2 "$T/pairs.tsv" >"$T/tgt.txt"
+printf 'the cat sat on the mat. the dog sat on the log.\n' >"$T/text.txt"
+TINY=(--d-model 8 --heads 2 --ffn 16 --layers 1 --batch 2 --num-steps 6 --epochs 1 --min-freq 1
+      --threads 1 --quiet)
+"$QKV" train --data "$T/pairs.tsv" "${TINY[@]}" --out "$T/m" 2>"$T/err" || bad "tiny model: $(cat "$T/err")"
+"$QKV" train-lm --data "$T/text.txt" --d-model 8 --heads 2 --ffn 16 --layers 1 --context 8 --batch 2 \
+  --steps 2 --threads 1 --quiet --out "$T/lm" >/dev/null 2>"$T/err" || bad "tiny LM: $(cat "$T/err")"
+expect_fail "train --data with --src" "--data is the pairs in one file, --src with --tgt" \
+  "$QKV" train --data "$T/pairs.tsv" --src "$T/src.txt" --out "$T/x"
+expect_fail "train --data with --tgt" "give one" "$QKV" train --data "$T/pairs.tsv" --tgt "$T/tgt.txt" --out "$T/x"
+expect_fail "eval --data with --src/--tgt" "either --data or --src with --tgt" \
+  "$QKV" eval --model "$T/m" --data "$T/pairs.tsv" --src "$T/src.txt" --tgt "$T/tgt.txt"
+expect_fail "--joint-bpe with the word tokenizer" "--joint-bpe and --vocab-size are for --tokenizer bpe" \
+  "$QKV" train --data "$T/pairs.tsv" --joint-bpe --out "$T/x"
+expect_fail "--vocab-size with the word tokenizer" "for --tokenizer bpe" \
+  "$QKV" train --data "$T/pairs.tsv" --vocab-size 100 --out "$T/x"
+expect_fail "--patience without validation" "need validation" "$QKV" train --data "$T/pairs.tsv" --patience 2 --out "$T/x"
+expect_fail "--no-bleu without validation" "need validation" "$QKV" train --data "$T/pairs.tsv" --no-bleu --out "$T/x"
+expect_fail "--max-len x --d-model over 1 GiB of positions" "needs a 2.0 GiB positional table" \
+  "$QKV" train --data "$T/pairs.tsv" --max-len 65536 --d-model 8192 --out "$T/x"
+expect_fail "train-lm --context x --d-model over 1 GiB" "--context 16384 x --d-model 32768" \
+  "$QKV" train-lm --data "$T/text.txt" --context 16384 --d-model 32768 --steps 1 --out "$T/x"
+expect_fail "--min-freq leaving only the reserved tokens" "no source word occurs --min-freq 1000000 times" \
+  "$QKV" train --data "$T/pairs.tsv" "${TINY[@]}" --min-freq 1000000 --out "$T/mf"
+check "... and no model is written" test ! -e "$T/mf/model.safetensors"
+expect_fail "info --model with configuration flags" "--model describes a saved model, --d-model" \
+  "$QKV" info --model "$T/m" --d-model 64
+expect_fail "plot DIR with --positions" "are for --positional" "$QKV" plot "$T/m" --positions 5
+expect_fail "plot --positional with --out" "--out names the training-curve figure" \
+  "$QKV" plot --positional "$T/p" --out "$T/x.png"
+expect_fail "generate --temperature 0 with --top-k" "greedy decoding" \
+  "$QKV" generate --model "$T/lm" --temperature 0 --top-k 3
+python3 - "$T/m/config.json" "$T/big/config.json" <<'PY'
+import json, os, sys
+d = json.load(open(sys.argv[1])); d["max_len"] = 2000000000
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True); json.dump(d, open(sys.argv[2], "w"))
+PY
+cp "$T/m/"*.txt "$T/m/"*.safetensors "$T/big/" 2>/dev/null
+expect_fail '"max_len": 2000000000 in config.json' '"max_len" is 2000000000, out of range' \
+  "$QKV" translate --model "$T/big" --input "$T/src.txt"
+mkdir -p "$T/dir"
+expect_fail "train --data DIR" "directory" "$QKV" train --data "$T/dir" --out "$T/x"
+expect_fail "translate --input DIR" "is a directory" "$QKV" translate --model "$T/m" --input "$T/dir"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
