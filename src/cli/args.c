@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/config_args.h"
+
 static const char *skip_space(const char *s)
 {
     while (isspace((unsigned char)*s)) s++;
@@ -131,10 +133,13 @@ void args_usage(const opt_spec *opts, const char *usage)
             printf(" (default %s)", *(const char **)o->value);
         putchar('\n');
     }
+    printf("  %-22s %s\n", "--config FILE.json",
+           "options from a JSON object {\"name\": value, ...}; the command line wins");
     printf("  %-22s %s\n", "--help", "this text");
 }
 
-static int set_value(const opt_spec *o, const char *v, const char *who)
+/* v: the text of o's value, from the command line, or from a --config file (where). */
+static int set_value(const opt_spec *o, const char *v, const char *who, const char *where)
 {
     char *end = NULL;
     errno = 0;
@@ -143,25 +148,25 @@ static int set_value(const opt_spec *o, const char *v, const char *who)
         long x = strtol(v, &end, 10);
         if (!*v || *end || errno || x < -2147483647L || x > 2147483647L) break;
         *(int *)o->value = (int)x;
-        return args_check(o, who, NULL);
+        return args_check(o, who, where);
     }
     case OPT_U64: {
         unsigned long long x = strtoull(v, &end, 10);
         if (!*v || *end || errno || *skip_space(v) == '-') break;
         *(uint64_t *)o->value = (uint64_t)x;
-        return args_check(o, who, NULL);
+        return args_check(o, who, where);
     }
     case OPT_FLOAT: {
         float x = strtof(v, &end);
         if (!*v || *end || errno || !isfinite(x)) break;
         *(float *)o->value = x;
-        return args_check(o, who, NULL);
+        return args_check(o, who, where);
     }
     case OPT_STRING: *(const char **)o->value = v; return 0;
     case OPT_FLAG: break;
     }
-    fprintf(stderr, "%s: --%s: '%s' is not a valid %s\n", who, o->name, v,
-            o->type == OPT_FLOAT ? "number" : "integer");
+    fprintf(stderr, "%s: --%s: '%s' is not a valid %s%s%s\n", who, o->name, v,
+            o->type == OPT_FLOAT ? "number" : "integer", where ? " in " : "", where ? where : "");
     return -1;
 }
 
@@ -170,9 +175,22 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
     char who[64];
     snprintf(who, sizeof who, "qkv %s", argc > 1 && first > 1 ? argv[1] : "");
     if (args_table_check(opts, who)) return -1;
+    const char *where = NULL; /* inside a --config block (config_args.h): its file */
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(a, CONFIG_BEGIN) && i + 1 < argc) {
+            where = argv[++i];
+            continue;
+        }
+        if (!strncmp(a, CONFIG_BEGIN "=", sizeof CONFIG_BEGIN)) {
+            where = a + sizeof CONFIG_BEGIN;
+            continue;
+        }
+        if (!strcmp(a, CONFIG_END)) {
+            where = NULL;
+            continue;
+        }
+        if (!where && (!strcmp(a, "--help") || !strcmp(a, "-h"))) {
             args_usage(opts, usage);
             return 1;
         }
@@ -185,23 +203,36 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
         const opt_spec *o = opts;
         while (o->name && (strlen(o->name) != len || strncmp(o->name, name, len))) o++;
         if (!o->name) {
-            fprintf(stderr, "%s: unknown option '--%.*s' (see --help)\n", who, (int)len, name);
+            if (where)
+                fprintf(stderr, "%s: %s: unknown key \"%.*s\": no option --%.*s (see --help)\n",
+                        who, where, (int)len, name, (int)len, name);
+            else
+                fprintf(stderr, "%s: unknown option '--%.*s' (see --help)\n", who, (int)len, name);
             return -1;
         }
+        /* from a file, a flag is "--name" (true) or "--name=" CONFIG_FALSE, and any other
+         * option "--name=value" */
+        const int is_false = eq && !strcmp(eq + 1, CONFIG_FALSE);
         if (o->type == OPT_FLAG) {
-            if (eq) {
-                fprintf(stderr, "%s: --%s takes no value\n", who, o->name);
+            if (eq && !(where && is_false)) {
+                fprintf(stderr, "%s: --%s takes no value%s%s\n", who, o->name,
+                        where ? ": true or false in " : "", where ? where : "");
                 return -1;
             }
-            *(int *)o->value = 1;
+            *(int *)o->value = !is_false;
             continue;
+        }
+        if (where && (!eq || is_false)) {
+            fprintf(stderr, "%s: %s: \"%s\" is %s, but --%s takes a value\n", who, where,
+                    o->name, eq ? "false" : "true", o->name);
+            return -1;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) {
             fprintf(stderr, "%s: --%s needs a value\n", who, o->name);
             return -1;
         }
-        if (set_value(o, v, who)) return -1;
+        if (set_value(o, v, who, where)) return -1;
     }
     return 0;
 }

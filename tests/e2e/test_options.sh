@@ -94,5 +94,43 @@ mkdir -p "$T/dir"
 expect_fail "train --data DIR" "directory" "$QKV" train --data "$T/dir" --out "$T/x"
 expect_fail "translate --input DIR" "is a directory" "$QKV" translate --model "$T/m" --input "$T/dir"
 
+# ---- --config FILE.json: a run's train.json fed back gives the same run; the command line
+# wins; the file's values are checked like the command line's, naming the file and key
+strip_history() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d.pop("history",None); print(json.dumps(d,sort_keys=True))' "$1"; }
+"$QKV" train --config "$T/m/train.json" --d-model 8 --heads 2 --ffn 16 --layers 1 --quiet --out "$T/again" 2>"$T/err"
+check "train --config train.json: exit 0 ($(head -c 200 "$T/err"))" test -s "$T/again/model.safetensors"
+check "... records the same train.json" test "$(strip_history "$T/m/train.json")" = "$(strip_history "$T/again/train.json")"
+check "... and trains the same model" cmp -s "$T/m/model.safetensors" "$T/again/model.safetensors"
+"$QKV" train --src "$T/src.txt" --tgt "$T/tgt.txt" "${TINY[@]}" --valid "$T/pairs.tsv" --no-bleu --out "$T/al" 2>/dev/null
+"$QKV" train --config "$T/al/train.json" --d-model 8 --heads 2 --ffn 16 --layers 1 --quiet --out "$T/al2" 2>"$T/err"
+check "aligned files and --no-bleu round trip (\"data\" with \"tgt\" is --src, valid_bleu false is --no-bleu)" \
+  test "$(strip_history "$T/al/train.json")" = "$(strip_history "$T/al2/train.json")"
+"$QKV" train-lm --config "$T/lm/train.json" --d-model 8 --heads 2 --ffn 16 --layers 1 --threads 1 --quiet \
+  --out "$T/lm2" >/dev/null 2>"$T/err"
+check "train-lm --config train.json round trip ($(head -c 200 "$T/err"))" \
+  test "$(strip_history "$T/lm/train.json")" = "$(strip_history "$T/lm2/train.json")"
+printf '{"lr": 0.5, "clip": 0.5, "quiet": true}\n' >"$T/c.json"
+"$QKV" train --data "$T/pairs.tsv" "${TINY[@]}" --lr 0.25 --config "$T/c.json" --out "$T/cl" 2>/dev/null
+check "the command line wins over --config, wherever it stands" grep -q '"lr":[[:space:]]*0.25' "$T/cl/train.json"
+check "... and the file sets what the command line does not" grep -q '"clip":[[:space:]]*0.5' "$T/cl/train.json"
+printf '{"label_smoothing": 1}' >"$T/ls.json"
+expect_fail "a value out of range in --config names the file" "--label-smoothing must be in \[0, 1\) \(got 1\) in .*ls.json" \
+  "$QKV" train --config "$T/ls.json"
+printf '{"frobnicate": 3}' >"$T/unk.json"
+for c in demo train translate eval info plot train-lm generate eval-lm "bench train"; do
+  # shellcheck disable=SC2086
+  expect_fail "$c --config: an unknown key names the file and the key" 'unk.json: unknown key "frobnicate"' "$QKV" $c --config "$T/unk.json"
+done
+expect_fail "average --config: an unknown key names the file" "unk.json: unknown option '--frobnicate" \
+  "$QKV" average --config "$T/unk.json" --out "$T/avg" "$T/m"
+printf '{"lr": [0.1]}' >"$T/arr.json"
+expect_fail "--config: an array value" '"lr" must be a number, a string, true or false' "$QKV" train --config "$T/arr.json"
+printf '{"lr": true}' >"$T/bool.json"
+expect_fail "--config: true for an option with a value" '"lr" is true, but --lr takes a value' "$QKV" train --config "$T/bool.json"
+printf '[1, 2]' >"$T/list.json"
+expect_fail "--config: not an object" "not a JSON object" "$QKV" train --config "$T/list.json"
+expect_fail "--config: a missing file" "cannot open" "$QKV" train --config "$T/absent.json"
+expect_fail "--config without a file" "--config needs a file" "$QKV" train --config
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
