@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "cli/run_dir.h"
 #include "qkv.h"
 
@@ -18,20 +19,34 @@ static void usage(FILE *f)
                "tgt_vocab.txt, source.spm, target.spm, text.json. A DIR that holds a model\n"
                "(or other files) is refused unless --overwrite. A model qkv cannot represent\n"
                "is refused with the reason; see the README, \"Pretrained Marian / OPUS-MT\n"
-               "models\", for getting one and for converting pytorch_model.bin.\n");
+               "models\", for getting one and for converting pytorch_model.bin.\n"
+               "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
+               "line wins).\n");
 }
 
 int cmd_import(int argc, char **argv)
 {
     const char *kind = NULL, *src = NULL, *out = NULL;
     int overwrite = 0;
+    const char *config = NULL; /* inside a --config block (config_args.h): its file */
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
+        if (!strcmp(argv[i], CONFIG_BEGIN) && i + 1 < argc) {
+            config = argv[++i];
+            continue;
+        }
+        if (!strcmp(argv[i], CONFIG_END)) {
+            config = NULL;
+            continue;
+        }
+        if (!config && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")))
+            return usage(stdout), 0;
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
         else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
-        else if (!strncmp(argv[i], "--", 2)) {
-            fprintf(stderr, "qkv: unknown option '%s' (see qkv import --help)\n", argv[i]);
+        else if (config && !strcmp(argv[i], "--overwrite=" CONFIG_FALSE)) overwrite = 0;
+        else if (!strncmp(argv[i], "--", 2) || config) {
+            fprintf(stderr, "qkv import: %s%sunknown option '%s' (see --help)\n",
+                    config ? config : "", config ? ": " : "", argv[i]);
             return 2;
         } else if (!kind) kind = argv[i];
         else if (!src) src = argv[i];

@@ -11,9 +11,11 @@ qkv_status json_get_int(const cJSON *o, const char *key, int *v, const char *fil
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     if (cJSON_IsBool(x)) return *v = cJSON_IsTrue(x), QKV_OK;
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
-        fabs(x->valuedouble) > 1e9)
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble))
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be an integer", file, key);
+    if (fabs(x->valuedouble) > 1e9) /* no size of a model comes near; nor does an int hold it */
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" is %.17g, out of range (at most 1e9 "
+                        "in magnitude)", file, key, x->valuedouble);
     *v = (int)x->valuedouble;
     return QKV_OK;
 }

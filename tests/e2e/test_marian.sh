@@ -54,6 +54,11 @@ expect_fail "an unknown kind" "unknown kind 'bert'" "$QKV" import bert "$HF" --o
 expect_fail "no --out" "needs HF_DIR and --out" "$QKV" import marian "$HF"
 check "--help on stdout" bash -c "'$QKV' import --help | grep -q 'qkv import marian HF_DIR --out DIR'"
 expect_fail "a directory that does not exist" "config.json" "$QKV" import marian "$T/nowhere" --out "$T/x"
+echo "{\"out\": \"$T/viacfg\"}" >"$T/imp.json"
+check "--config gives --out" bash -c "'$QKV' import marian '$HF' --config '$T/imp.json' 2>/dev/null && test -s '$T/viacfg/model.safetensors'"
+echo '{"beam": 4}' >"$T/bad.json"
+expect_fail "--config: an unknown key names the file" "bad.json: unknown option '--beam" \
+  "$QKV" import marian "$HF" --config "$T/bad.json" --out "$T/x2"
 
 # ---- what qkv cannot represent is refused with the reason, and nothing is written
 variant bart; set_key "$T/bart" model_type '"bart"'
