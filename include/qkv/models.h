@@ -77,6 +77,9 @@ typedef struct {
     int suppress_pad;          /* 1: decoding never produces <pad> (its log-probability is
                                   set to -inf after normalisation, as Hugging Face's
                                   bad_words_ids does) */
+    int forced_eos;            /* 1: a beam hypothesis cut at the length limit ends with an
+                                  <eos> of probability 1, counted in its length penalty
+                                  (Marian's forced_eos_token_id; greedy output unchanged) */
 } qkv_transformer_config;
 
 /* The configuration of d2l's example: 2+2 layers, d_model 32, 4 heads, FFN 64, dropout 0.1,

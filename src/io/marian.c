@@ -40,6 +40,7 @@ typedef struct {
     int share;    /* share_encoder_decoder_embeddings */
     int tie_out;  /* tie_word_embeddings: the output projection is the target embedding */
     int suppress; /* bad_words_ids == [[pad]] */
+    int forced;   /* forced_eos_token_id == eos_token_id */
     qkv_transformer_config cfg;
 } hf_config;
 
@@ -168,6 +169,14 @@ static qkv_status read_config(hf_config *h, const char *dir, qkv_error *err)
     if (!st) st = get_bool(o, "tie_word_embeddings", 1, &h->tie_out, file, err);
     if (!st) st = refuse_flags(o, file, err);
     if (!st) st = read_bad_words(o, h->pad, &h->suppress, file, err);
+    /* absent: MarianConfig's default, 0 (the end token); null: none */
+    int forced_id = 0;
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "forced_eos_token_id"))) forced_id = -1;
+    else if (!st) st = get_int(o, "forced_eos_token_id", 0, &forced_id, file, err);
+    if (!st && forced_id >= 0 && forced_id != h->eos)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"forced_eos_token_id\" %d is not the end "
+                      "token (%d)", file, forced_id, h->eos);
+    h->forced = forced_id == h->eos;
     const char *act = get_str(o, "activation_function", "gelu");
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(o, "dropout");
     if (cJSON_IsNumber(drop) && drop->valuedouble >= 0.0 && drop->valuedouble < 1.0)
@@ -198,7 +207,7 @@ static qkv_status read_config(hf_config *h, const char *dir, qkv_error *err)
     c->tie = h->share ? (h->tie_out ? QKV_TIE_ALL : QKV_TIE_NONE)
                       : (h->tie_out ? QKV_TIE_OUTPUT : QKV_TIE_NONE);
     c->pos_layout = QKV_POS_HALVES, c->scale_embedding = scale;
-    c->decoder_start = QKV_PAD, c->suppress_pad = h->suppress;
+    c->decoder_start = QKV_PAD, c->suppress_pad = h->suppress, c->forced_eos = h->forced;
     if ((st = qkv_transformer_config_check(c, err))) {
         char why[sizeof err->msg];
         memcpy(why, err->msg, sizeof why);

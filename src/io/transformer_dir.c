@@ -37,6 +37,7 @@ static const config_field fields[] = {
     OPTIONAL("scale_embedding", FIELD_FLAG, scale_embedding, NULL, 0),
     OPTIONAL("decoder_start", FIELD_CHOICE, decoder_start, reserved, 4),
     OPTIONAL("suppress_pad", FIELD_FLAG, suppress_pad, NULL, 0),
+    OPTIONAL("forced_eos", FIELD_FLAG, forced_eos, NULL, 0),
 };
 _Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_tie) == sizeof(int) &&
                    sizeof(qkv_pos_layout) == sizeof(int),

@@ -20,7 +20,7 @@ qkv_transformer_config qkv_transformer_default_config(void)
     c.max_len = 1000, c.dropout = 0.1f, c.bias = 0, c.pre_norm = 0, c.final_norm = 0;
     c.act = QKV_ACT_RELU, c.tie = QKV_TIE_NONE, c.learned_pos = 0, c.ln_eps = 1e-5f;
     c.pos_layout = QKV_POS_INTERLEAVED, c.scale_embedding = 1, c.decoder_start = QKV_BOS;
-    c.suppress_pad = 0;
+    c.suppress_pad = 0, c.forced_eos = 0;
     return c;
 }
 

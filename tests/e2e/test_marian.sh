@@ -41,7 +41,7 @@ check "writes config, model, vocabularies, both SentencePiece models and text.js
 check "the .spm files are Marian's, byte for byte" \
   bash -c "cmp -s '$HF/source.spm' '$T/m/source.spm' && cmp -s '$HF/target.spm' '$T/m/target.spm'"
 check "config.json holds Marian's options" \
-  bash -c "grep -q '\"act\":.*\"silu\"' '$T/m/config.json' && grep -q '\"pos_layout\":.*\"sin_cos\"' '$T/m/config.json' && grep -q '\"decoder_start\":.*\"<pad>\"' '$T/m/config.json' && grep -q '\"suppress_pad\":.*true' '$T/m/config.json' && grep -q '\"tie\":.*\"all\"' '$T/m/config.json'"
+  bash -c "grep -q '\"act\":.*\"silu\"' '$T/m/config.json' && grep -q '\"pos_layout\":.*\"sin_cos\"' '$T/m/config.json' && grep -q '\"decoder_start\":.*\"<pad>\"' '$T/m/config.json' && grep -q '\"suppress_pad\":.*true' '$T/m/config.json' && grep -q '\"tie\":.*\"all\"' '$T/m/config.json' && grep -q '\"forced_eos\":.*true' '$T/m/config.json'"
 check "the vocabularies start with qkv's reserved tokens" \
   bash -c "[ \"\$(head -4 '$T/m/tgt_vocab.txt' | tr '\n' ' ')\" = '<unk> <pad> <bos> <eos> ' ]"
 expect_fail "a second import onto the model is refused" "already holds|--overwrite" \
@@ -78,6 +78,9 @@ expect_fail "decoding started from another token than <pad>" 'starts from id 0, 
   "$QKV" import marian "$T/start" --out "$T/o5"
 variant bad; set_key "$T/bad" bad_words_ids '[[5], [6]]'
 expect_fail "bad words other than <pad>" 'bad_words_ids' "$QKV" import marian "$T/bad" --out "$T/o6"
+variant forced; set_key "$T/forced" forced_eos_token_id 3
+expect_fail "</s> forced as another token" 'forced_eos_token_id" 3 is not the end' \
+  "$QKV" import marian "$T/forced" --out "$T/o17"
 variant learned; set_key "$T/learned" static_position_embeddings false
 expect_fail "learned positions" 'learned positions' "$QKV" import marian "$T/learned" --out "$T/o7"
 variant vocab; set_key "$T/vocab" vocab_size 500; set_key "$T/vocab" decoder_vocab_size 500

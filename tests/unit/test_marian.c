@@ -68,7 +68,7 @@ static qkv_transformer_config marian_config(void)
     c.src_vocab = c.tgt_vocab = 12, c.d_model = 8, c.heads = 2, c.ffn = 16, c.max_len = 16;
     c.dropout = 0.0f, c.bias = 1, c.act = QKV_ACT_SILU, c.tie = QKV_TIE_ALL;
     c.pos_layout = QKV_POS_HALVES, c.scale_embedding = 0, c.decoder_start = QKV_PAD;
-    c.suppress_pad = 1;
+    c.suppress_pad = 1, c.forced_eos = 1;
     return c;
 }
 
@@ -88,6 +88,7 @@ static void test_config_json(void **state)
     assert_int_equal(back.scale_embedding, 0);
     assert_int_equal(back.decoder_start, QKV_PAD);
     assert_int_equal(back.suppress_pad, 1);
+    assert_int_equal(back.forced_eos, 1);
     free(json);
     /* a model directory written before these options: d2l's behaviour */
     const char *old = "{\"format\": \"qkv-transformer\", \"version\": 1, \"src_vocab\": 9, "
@@ -101,6 +102,7 @@ static void test_config_json(void **state)
     assert_int_equal(back.scale_embedding, 1);
     assert_int_equal(back.decoder_start, QKV_BOS);
     assert_int_equal(back.suppress_pad, 0);
+    assert_int_equal(back.forced_eos, 0);
     char bad[1024];
     snprintf(bad, sizeof bad, "%.*s, \"decoder_start\": \"<eos>\"}", (int)strlen(old) - 1, old);
     assert_int_not_equal(qkv_config_from_json(&back, bad, "bad.json", &err), QKV_OK);
