@@ -26,6 +26,28 @@ for c in $COMMANDS "bench train" "bench decode" "bench attention" "bench generat
   else bad "$c --help: $ranged of $numeric numeric options show a range: $(grep -E '^  --[a-z0-9-]+ [NX] ' "$T/help" | grep -vE '\([NX] (in|[<>])')"; fi
 done
 
+# every default shown lies inside its range ("unset" where the option's absence means
+# something else, as --enc-layers: --layers's value)
+if python3 - "$QKV" "$(dirname "$0")/../fuzz" $COMMANDS >"$T/defaults" 2>&1 <<'PY'
+import re, subprocess, sys
+sys.path.insert(0, sys.argv[2])
+import cli_fuzz
+bad = 0
+for c in sys.argv[3:]:
+    for words in ([c, k] for k in cli_fuzz.BENCH_KINDS) if c == "bench" else [[c]]:
+        text = subprocess.run([sys.argv[1]] + words + ["--help"], capture_output=True, text=True).stdout
+        for o in cli_fuzz.read_help(sys.argv[1], words):
+            if o.kind not in "NX":
+                continue
+            line = next(l for l in text.splitlines() if l.startswith("  --%s " % o.name))
+            d = re.search(r"; default ([^)]*)\)$", line).group(1)
+            if d != "unset" and not o.inside(float(d)):
+                print("%s --%s: default %s outside its range" % (" ".join(words), o.name, d))
+                bad += 1
+sys.exit(1 if bad else 0)
+PY
+then ok "every default shown lies inside its option's range"; else bad "defaults: $(cat "$T/defaults")"; fi
+
 # ---- values outside their range (issue #17's list): nonzero exit, a message naming the range
 expect_fail "--lr -0.1" "--lr must be > 0 \(got -0.1\)" "$QKV" train --lr -0.1
 expect_fail "--beta2 2" "--beta2 must be in \[0, 1\)" "$QKV" train --beta2 2
