@@ -244,12 +244,27 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
     return 0;
 }
 
-int args_given(int argc, char **argv, int first, const char *name)
+static int given(int argc, char **argv, int first, const char *name, int files_too)
 {
     const size_t len = strlen(name);
-    for (int i = first; i < argc; i++)
-        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, len) &&
-            (argv[i][2 + len] == '\0' || argv[i][2 + len] == '='))
+    int in_file = 0;
+    for (int i = first; i < argc; i++) {
+        if (!strcmp(argv[i], CONFIG_BEGIN)) in_file = 1, i++;
+        else if (!strcmp(argv[i], CONFIG_END)) in_file = 0;
+        else if ((files_too || !in_file) && !strncmp(argv[i], "--", 2) &&
+                 !strncmp(argv[i] + 2, name, len) &&
+                 (argv[i][2 + len] == '\0' || argv[i][2 + len] == '='))
             return 1;
+    }
     return 0;
+}
+
+int args_given(int argc, char **argv, int first, const char *name)
+{
+    return given(argc, argv, first, name, 1);
+}
+
+int args_typed(int argc, char **argv, int first, const char *name)
+{
+    return given(argc, argv, first, name, 0);
 }

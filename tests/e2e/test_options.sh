@@ -90,6 +90,10 @@ expect_fail "--vocab-size with the word tokenizer" "for --tokenizer bpe" \
   "$QKV" train --data "$T/pairs.tsv" --vocab-size 100 --out "$T/x"
 expect_fail "--patience without validation" "need validation" "$QKV" train --data "$T/pairs.tsv" --patience 2 --out "$T/x"
 expect_fail "--no-bleu without validation" "need validation" "$QKV" train --data "$T/pairs.tsv" --no-bleu --out "$T/x"
+expect_fail "--lr with the noam schedule" "--lr sets the constant schedule's rate.*this run's is noam" \
+  "$QKV" train --data "$T/pairs.tsv" --schedule noam --lr 0.1 --out "$T/x"
+expect_fail "--warmup with the constant schedule" "this run's is constant" "$QKV" train --data "$T/pairs.tsv" --warmup 10 --out "$T/x"
+expect_fail "--lr-factor with the constant schedule" "shape the noam schedule" "$QKV" train --data "$T/pairs.tsv" --lr-factor 2 --out "$T/x"
 expect_fail "--max-len x --d-model over 1 GiB of positions" "needs a 2.0 GiB positional table" \
   "$QKV" train --data "$T/pairs.tsv" --max-len 65536 --d-model 8192 --out "$T/x"
 expect_fail "train-lm --context x --d-model over 1 GiB" "--context 16384 x --d-model 32768" \
