@@ -116,6 +116,13 @@ PY
 cp "$T/m/"*.txt "$T/m/"*.safetensors "$T/big/" 2>/dev/null
 expect_fail '"max_len": 2000000000 in config.json' '"max_len" is 2000000000, out of range' \
   "$QKV" translate --model "$T/big" --input "$T/src.txt"
+"$QKV" train --data "$T/pairs.tsv" "${TINY[@]}" --epochs 2 --stop-after-steps 1 --out "$T/r" 2>/dev/null
+python3 - "$T/r/train.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["beta1"] = 1; json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_fail "--resume: a recorded value out of range names the file" "--beta1 must be in \[0, 1\) \(got 1\) in .*r/train.json" \
+  "$QKV" train --out "$T/r" --resume
 mkdir -p "$T/dir"
 expect_fail "train --data DIR" "directory" "$QKV" train --data "$T/dir" --out "$T/x"
 expect_fail "translate --input DIR" "is a directory" "$QKV" translate --model "$T/m" --input "$T/dir"
