@@ -22,8 +22,9 @@ OUTDIR/marian_<name>.safetensors holds, in Marian's own ids:
     beam<k> (N, L), beam<k>_len (N)  generate(num_beams=BEAM, length_penalty=LENGTH_PENALTIES[k],
                                      early_stopping=False), likewise
 with metadata max_new (qkv's --max-len is max_new - 1: generate forces </s> as token max_new),
-n (the sentences), beam and length_penalty<k>. The texts themselves are in OUTDIR/marian_<name>.de (one per line) and
-their greedy translations as text in OUTDIR/marian_<name>.greedy.en.
+n (the sentences), beam and length_penalty<k>. The texts themselves are in OUTDIR/marian_<name>.de (one per line), their
+greedy translations as text in OUTDIR/marian_<name>.greedy.en and their beam translations
+(BEAM, LENGTH_PENALTIES[0]) in OUTDIR/marian_<name>.beam<BEAM>.en.
 """
 import json
 import os
@@ -213,8 +214,9 @@ def build(name, spec, out, pairs, tmp):
         tensors[f"beam{k}"], tensors[f"beam{k}_len"] = outputs(beams[lp])
     with open(os.path.join(out, "marian_" + name + ".de"), "w", encoding="utf-8") as f:
         f.write("\n".join(texts) + "\n")
-    with open(os.path.join(out, "marian_" + name + ".greedy.en"), "w", encoding="utf-8") as f:
-        f.write("\n".join(tok.batch_decode(greedy, skip_special_tokens=True)) + "\n")
+    for what, seqs in (("greedy", greedy), (f"beam{BEAM}", beams[LENGTH_PENALTIES[0]])):
+        with open(os.path.join(out, f"marian_{name}.{what}.en"), "w", encoding="utf-8") as f:
+            f.write("\n".join(tok.batch_decode(seqs, skip_special_tokens=True)) + "\n")
     meta = {"max_new": MAX_NEW, "n": len(texts), "beam": BEAM}
     meta.update({f"length_penalty{k}": repr(lp) for k, lp in enumerate(LENGTH_PENALTIES)})
     return tensors, meta
