@@ -609,7 +609,7 @@ qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error 
     for (int i = 0; !st && i < 2; i++) st = copy_file(hf_dir, spm[i], out_dir, err);
     if (!st) {
         static const char text_json[] =
-            "{\n  \"tokenizer\": \"sentencepiece\",\n  \"source_spm\": \"source.spm\",\n"
+            "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
             "  \"target_spm\": \"target.spm\",\n  \"imported_from\": \"marian\"\n}\n";
         st = write_text(out_dir, "text.json", text_json, sizeof text_json - 1, err);
     }
