@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -114,6 +115,18 @@ qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv
     if (!st) st = model_config_from_json(k, cfg, json, path, err);
     free(json);
     return st;
+}
+
+qkv_status model_dir_fits(const char *dir, double n_params, qkv_error *err)
+{
+    char model[4096];
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    struct stat sb;
+    if (stat(model, &sb) || !S_ISREG(sb.st_mode) || (double)sb.st_size >= 4 * n_params)
+        return QKV_OK;
+    return qkv_fail(err, QKV_ERR_FORMAT, "%s/config.json describes a model of %.0f parameters "
+                    "(%.0f bytes of float32), more than %s holds (%lld bytes)", dir, n_params,
+                    4 * n_params, model, (long long)sb.st_size);
 }
 
 qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err)
