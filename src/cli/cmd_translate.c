@@ -98,7 +98,7 @@ int cmd_translate(int argc, char **argv)
     qkv_translator *t;
     if ((rc = open_model(&t, &o, "translate", model, precision, threads))) return rc;
     size_t len;
-    char *text = cli_read_all(input, &len);
+    char *text = cli_read_all(input, QKV_MAX_TEXT_BYTES, &len);
     qkv_sentences words = {0};
     qkv_translations r = {0};
     qkv_error err = {0};
