@@ -520,7 +520,7 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
     if (pc.failed || putchar('\n') == EOF || fflush(stdout)) {
-        fprintf(stderr, "qkv: writing the text failed: %s\n", strerror(errno));
+        fprintf(stderr, "qkv: cannot write the text (standard output): %s\n", strerror(errno));
         goto done;
     }
     rc = 0;

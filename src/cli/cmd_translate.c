@@ -1,7 +1,9 @@
 /* qkv translate: greedy or beam-search translation of sentences from stdin or a file.
  * qkv eval: translate a held-out corpus and score it with BLEU. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -111,12 +113,18 @@ int cmd_translate(int argc, char **argv)
         goto done;
     }
     warn_truncated(t, &r);
-    for (int h = 0; h < r.count * r.n_best; h++) {
+    int lost = 0; /* a write failed: the reason is in errno when it does */
+    for (int h = 0; h < r.count * r.n_best && !lost; h++) {
         if (!r.text[h]) continue; /* fewer hypotheses than asked exist */
-        if (r.n_best == 1) puts(r.text[h]);
-        else printf("%d ||| %s ||| %.6f\n", h / r.n_best, r.text[h], r.score[h]);
+        if (r.n_best == 1) lost = puts(r.text[h]) == EOF;
+        else lost = printf("%d ||| %s ||| %.6f\n", h / r.n_best, r.text[h], r.score[h]) < 0;
     }
-    if (fflush(stdout) || (attention && draw_attention(t, &words, &r, attention))) goto done;
+    if (lost || fflush(stdout)) {
+        fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
+                strerror(errno));
+        goto done;
+    }
+    if (attention && draw_attention(t, &words, &r, attention)) goto done;
     rc = 0;
 done:
     free(text);

@@ -3,8 +3,10 @@
 # (corpora, translate's input and stdin, a language model's text, vocabularies, subword
 # files, config.json, metrics.jsonl) refuses /dev/zero, a FIFO that never ends and a
 # directory with a message naming the file and the limit, instead of growing until the
-# kernel kills it; config.json dimensions past their limits fail at once. Tiny models on a
-# generated corpus; each bad read stops at its limit (at most 256 MiB of zeros): seconds.
+# kernel kills it; config.json dimensions past their limits fail at once; every command
+# whose standard output is lost (> /dev/full) says so and exits nonzero; metrics.jsonl is
+# never appended through a link. Tiny models on a generated corpus; each bad read stops at
+# its limit (at most 256 MiB of zeros): seconds.
 # Usage: test_bad_input.sh QKV_BINARY
 set -u
 QKV=$(realpath "$1")
@@ -143,6 +145,46 @@ copy_model "$T/lm" lmhuge
 sed -i 's/"vocab":[^,]*/"vocab":\t10000000/' "$T/lmhuge/config.json"
 expect_fail "huge vocab in a language model's config.json fails fast" "vocab = 10000000 is over the limit QKV_MAX_VOCAB" \
   "$QKV" generate --model "$T/lmhuge" --tokens 2
+
+# ---- output errors are errors: every command writing to a full device says so, exit 1
+# full_stdout NAME CMD...: CMD prints something (so that the check means something), and
+# with its standard output on /dev/full exits nonzero saying so
+FULL="cannot write the (output|translations|text)[^:]*: No space left on device"
+full_stdout() {
+  local name=$1; shift
+  if ! timeout "$LIMIT" "$@" >"$T/out" 2>/dev/null </dev/null || [ ! -s "$T/out" ]; then
+    bad "$name: prints nothing (or fails) with a working stdout"; return
+  fi
+  expect_fail "$name > /dev/full" "$FULL" bash -c 'exec "$@" >/dev/full' full "$@"
+}
+full_stdout "--version" "$QKV" --version
+full_stdout "--help" "$QKV" --help
+full_stdout "info" "$QKV" info
+full_stdout "info --model" "$QKV" info --model "$T/m"
+full_stdout "translate" "$QKV" translate --model "$T/m" --input "$T/in.txt"
+awk '{ for (i = 0; i < 100; i++) print }' "$T/rev.src" >"$T/many.txt" # more than a buffer
+full_stdout "translate (6000 lines)" "$QKV" translate --model "$T/m" --input "$T/many.txt"
+full_stdout "translate --n-best" "$QKV" translate --model "$T/m" --input "$T/in.txt" --beam 2 --n-best 2
+full_stdout "eval" "$QKV" eval --model "$T/m" --data "$T/rev.tsv" --show 2
+full_stdout "plot" "$QKV" plot "$T/m" --out "$T/plot.png"
+full_stdout "generate" "$QKV" generate --model "$T/lm" --tokens 3
+full_stdout "eval-lm" "$QKV" eval-lm --model "$T/lm" --data "$T/text.txt"
+full_stdout "bench" "$QKV" bench sgemm --m 8 --n 8 --k 8 --steps 1 --warmup 0 --threads 1
+expect_fail "train-lm > /dev/full" "$FULL" \
+  bash -c "exec '$QKV' train-lm --data '$T/text.txt' ${LM[*]} --out '$T/full-lm' >/dev/full"
+expect_fail "demo > /dev/full" "$FULL" \
+  bash -c "exec '$QKV' demo --train 100 --epochs 1 --threads 1 --out '$T/full-demo' >/dev/full"
+# stderr lost: nowhere to say so, but the status tells (train reports progress on stderr)
+"$QKV" train --data "$T/rev.tsv" "${TRAIN[@]/--quiet/}" --out "$T/full-train" >/dev/null 2>/dev/full
+check "train with its stderr on /dev/full exits nonzero" test $? -ne 0
+
+# ---- metrics.jsonl is appended, never through a link
+copy_model "$T/lm" lmlink
+echo "not a log" >"$T/outside.txt"
+rm "$T/lmlink/metrics.jsonl" && ln -s "$T/outside.txt" "$T/lmlink/metrics.jsonl"
+expect_fail "train-lm --resume with metrics.jsonl a link to another file is refused" "metrics.jsonl" \
+  "$QKV" train-lm --data "$T/text.txt" "${LM[@]}" --steps 6 --resume --out "$T/lmlink"
+check "... and the file it points at is untouched" test "$(cat "$T/outside.txt")" = "not a log"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "models/language_model_internal.h" /* lm_config_params */
 #include "test_util.h"
@@ -666,6 +668,59 @@ static void test_config_file_errors(void **state)
     assert_int_equal(system(want), 0);
 }
 
+/* A metrics.jsonl that cannot be appended to stops training with an error naming it (it
+ * used to be skipped in silence): a symbolic link, never written through (the file it
+ * points at is untouched), and a directory in its place. */
+static void test_metrics_append_errors(void **state)
+{
+    (void)state;
+    int *text = make_text(100);
+    qkv_lm_config c = small_config(QKV_ATTENTION_SOFTMAX, 0);
+    qkv_error err = {0};
+    char dir[] = "/tmp/qkv-lm-XXXXXX", metrics[96], outside[96], cmd[128], want[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    snprintf(outside, sizeof outside, "%s/outside.txt", dir);
+    qkv_lm *m;
+    assert_int_equal(qkv_lm_create(&m, &c, 4, &err), QKV_OK);
+    qkv_lm_train_options o = qkv_lm_train_default_options();
+    o.out_dir = dir, o.batch = 2, o.context = 8, o.steps = 2, o.log_every = 1, o.seed = 5;
+    assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_OK);
+    /* resumed with the log replaced by a link to another file */
+    FILE *fp = fopen(outside, "w");
+    assert_non_null(fp);
+    fputs("not a log\n", fp);
+    assert_int_equal(fclose(fp), 0);
+    assert_int_equal(unlink(metrics), 0);
+    assert_int_equal(symlink(outside, metrics), 0);
+    o.resume = 1, o.steps = 4;
+    assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_ERR_IO);
+    snprintf(want, sizeof want, "%s: cannot append: it is a symbolic link", metrics);
+    assert_ptr_equal(strstr(err.msg, want), err.msg);
+    char got[64] = {0};
+    fp = fopen(outside, "r");
+    assert_non_null(fp);
+    assert_non_null(fgets(got, sizeof got, fp));
+    assert_null(fgets(got + 20, 20, fp)); /* nothing appended */
+    fclose(fp);
+    assert_string_equal(got, "not a log\n");
+    /* a fresh run with a directory (not empty, so not removed) in its place */
+    assert_int_equal(unlink(metrics), 0);
+    assert_int_equal(mkdir(metrics, 0700), 0);
+    snprintf(cmd, sizeof cmd, "%s/keep", metrics);
+    fp = fopen(cmd, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    o.resume = 0, o.steps = 2;
+    assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_ERR_IO);
+    snprintf(want, sizeof want, "%s: cannot append: Is a directory", metrics);
+    assert_ptr_equal(strstr(err.msg, want), err.msg);
+    qkv_lm_free(m);
+    free(text);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* out = text with the integer after "key":<tab> replaced by v. */
 static void set_int(char *out, size_t cap, const char *text, const char *key, int v)
 {
@@ -771,6 +826,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_metadata),
         cmocka_unit_test(test_config_file_errors),
         cmocka_unit_test(test_config_limits),
+        cmocka_unit_test(test_metrics_append_errors),
     };
     return cmocka_run_group_tests_name("language_model", tests, NULL, NULL);
 }
