@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "qkv.h"
 
 static const struct {
@@ -80,7 +81,13 @@ int main(int argc, char **argv)
     qkv_error err;
     if (qkv_blas_check(&err)) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
     for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name)) return finish_output(COMMANDS[i].run(argc, argv));
+        if (!strcmp(argv[1], COMMANDS[i].name)) {
+            char **owned; /* --config FILE: its options, before the command line's */
+            if (config_args_expand(&argc, &argv, &owned)) return 2;
+            const int rc = COMMANDS[i].run(argc, argv);
+            config_args_free(owned);
+            return finish_output(rc);
+        }
     fprintf(stderr, "qkv: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
