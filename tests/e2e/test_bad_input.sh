@@ -178,6 +178,13 @@ expect_fail "demo > /dev/full" "$FULL" \
 "$QKV" train --data "$T/rev.tsv" "${TRAIN[@]/--quiet/}" --out "$T/full-train" >/dev/null 2>/dev/full
 check "train with its stderr on /dev/full exits nonzero" test $? -ne 0
 
+# ---- a file qkv writes is replaced atomically, so a device or FIFO in its place is refused
+# (never test this on /dev: run as root, a rename over /dev/full replaces the device)
+rm -f "$T/out.fifo" && mkfifo "$T/out.fifo"
+expect_fail "plot --out a FIFO is refused" "out.fifo: is a device, FIFO or socket" \
+  "$QKV" plot "$T/m" --out "$T/out.fifo"
+check "... and the FIFO is left as it is" test -p "$T/out.fifo"
+
 # ---- metrics.jsonl is appended, never through a link
 copy_model "$T/lm" lmlink
 echo "not a log" >"$T/outside.txt"

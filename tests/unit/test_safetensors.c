@@ -756,6 +756,27 @@ static int save_with_small_file_limit(const fixture *fx)
     return save_fails_with_io(fx, "too large");
 }
 
+/* A FIFO (or a device) where the file goes is refused, not replaced by the rename. */
+static void test_save_over_fifo(void **state)
+{
+    fixture *fx = *state;
+    assert_int_equal(mkfifo(fx->path, 0600), 0);
+    qkv_error err = {0};
+    assert_int_equal(qkv_tensor_file_save(fx->path, REFS, 1, NULL, 0, &err), QKV_ERR_IO);
+    assert_msg_has(&err, fx->path);
+    assert_msg_has(&err, "is a device, FIFO or socket");
+    struct stat sb;
+    assert_int_equal(lstat(fx->path, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    const void *chunk[1] = {"x"};
+    const size_t len[1] = {1};
+    assert_int_equal(qkv_atomic_write(fx->path, chunk, len, 1, &err), QKV_ERR_IO);
+    assert_msg_has(&err, "is a device, FIFO or socket");
+    assert_int_equal(lstat(fx->path, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    unlink(fx->path);
+}
+
 static void test_save_into_unwritable_directory(void **state)
 {
     fixture *fx = *state;
@@ -860,6 +881,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_over_directory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_save_over_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_into_unwritable_directory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_write_failure, setup, teardown),
         cmocka_unit_test(test_free_zeroed),
