@@ -426,7 +426,7 @@ int cmd_train(int argc, char **argv)
         {"pre-norm", OPT_FLAG, &cfg.pre_norm,
          "x + Sublayer(LayerNorm(x)) instead of post-norm", NULL},
         {"final-norm", OPT_FLAG, &cfg.final_norm, "a LayerNorm after each stack", NULL},
-        {"act", OPT_STRING, &act, "FFN activation: relu or gelu", NULL},
+        {"act", OPT_STRING, &act, "FFN activation: relu, gelu or silu (swish)", NULL},
         {"tie", OPT_STRING, &tie, "weight sharing: none, output (target emb = output), all", NULL},
         {"learned-pos", OPT_FLAG, &cfg.learned_pos,
          "learned instead of sinusoidal positions", NULL},
@@ -537,12 +537,12 @@ int cmd_train(int argc, char **argv)
     }
     cfg.enc_layers = enc_layers >= 0 ? enc_layers : layers;
     cfg.dec_layers = dec_layers >= 0 ? dec_layers : layers;
-    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
+    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.tie = !strcmp(tie, "all") ? QKV_TIE_ALL : !strcmp(tie, "output") ? QKV_TIE_OUTPUT : QKV_TIE_NONE;
-    if ((strcmp(act, "relu") && strcmp(act, "gelu")) ||
+    if ((strcmp(act, "relu") && strcmp(act, "gelu") && strcmp(act, "silu")) ||
         (strcmp(tie, "none") && strcmp(tie, "output") && strcmp(tie, "all")) ||
         (strcmp(loss, "token") && strcmp(loss, "d2l"))) {
-        fprintf(stderr, "qkv train: --act is relu|gelu, --tie none|output|all, --loss token|d2l\n");
+        fprintf(stderr, "qkv train: --act is relu|gelu|silu, --tie none|output|all, --loss token|d2l\n");
         goto usage;
     }
     qkv_precision prec;

@@ -2,6 +2,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "io/json_fields.h"
@@ -47,7 +48,8 @@ qkv_status json_get_choice(const cJSON *o, const char *key, const char *const *n
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     for (int i = 0; cJSON_IsString(x) && i < n; i++)
         if (!strcmp(x->valuestring, names[i])) return *v = i, QKV_OK;
-    return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be one of %s%s%s%s%s", file, key,
-                    names[0], n > 1 ? ", " : "", n > 1 ? names[1] : "", n > 2 ? ", " : "",
-                    n > 2 ? names[2] : "");
+    char list[256] = "";
+    for (int i = 0, at = 0; i < n && at < (int)sizeof list; i++)
+        at += snprintf(list + at, sizeof list - (size_t)at, "%s%s", i ? ", " : "", names[i]);
+    return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be one of %s", file, key, list);
 }
