@@ -525,6 +525,13 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "qkv train: --tokenizer is word|bpe, --schedule constant|noam\n");
         goto usage;
     }
+    const int noam = !strcmp(schedule, "noam");
+    if (args_typed(argc, argv, 2, noam ? "lr" : "warmup") ||
+        (!noam && args_typed(argc, argv, 2, "lr-factor"))) {
+        fprintf(stderr, "qkv train: --lr sets the constant schedule's rate; --warmup and "
+                "--lr-factor shape the noam schedule's (this run's is %s)\n", schedule);
+        goto usage;
+    }
     if (!bpe && (joint_bpe || args_given(argc, argv, 2, "vocab-size"))) {
         fprintf(stderr, "qkv train: --joint-bpe and --vocab-size are for --tokenizer bpe\n");
         goto usage;
