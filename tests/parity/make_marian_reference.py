@@ -176,7 +176,8 @@ def build(name, spec, out, pairs, tmp):
         model.final_logits_bias[0, tv["<pad>"]] += 8.0
     model.save_pretrained(d, safe_serialization=True)
 
-    short = [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][-N_SENTENCES:]
+    # the README's example first, then the last short pairs
+    short = [FALLBACK[0]] + [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][1 - N_SENTENCES:]
     texts, refs = [p[0] for p in short], [p[1] for p in short]
     enc = tok(texts, return_tensors="pt", padding=True)
     with torch.no_grad():
