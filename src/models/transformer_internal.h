@@ -24,6 +24,7 @@ struct qkv_transformer {
     model_core core;
     model_w w, g; /* views of the parameters and of their gradients */
     model_acts acts;
+    uint64_t first_example; /* of the loss pass running (qkv_loss_options) */
 };
 
 /* Lays the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed),

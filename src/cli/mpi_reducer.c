@@ -1,0 +1,104 @@
+/* qkv_reducer on MPI (Open MPI): the sums are MPI_Allreduce in place, the broadcasts MPI_Bcast
+ * from rank 0, both in pieces of at most 2^30 elements (MPI counts are ints). MPI's default
+ * error handler stays: a rank that dies (killed, out of memory) makes mpirun end the whole
+ * job and say which rank, which is what a user of a stuck job needs. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "cli/mpi_reducer.h"
+
+enum { PIECE = 1 << 30 };
+
+static int sum_in_place(void *buf, size_t n, size_t size, MPI_Datatype type)
+{
+    for (size_t at = 0; at < n; at += PIECE) {
+        const int count = (int)(n - at < PIECE ? n - at : PIECE);
+        if (MPI_Allreduce(MPI_IN_PLACE, (char *)buf + at * size, count, type, MPI_SUM,
+                          MPI_COMM_WORLD) != MPI_SUCCESS)
+            return -1;
+    }
+    return 0;
+}
+
+static int sum_floats(void *ctx, float *buf, size_t n)
+{
+    (void)ctx;
+    return sum_in_place(buf, n, sizeof *buf, MPI_FLOAT);
+}
+
+static int sum_doubles(void *ctx, double *buf, size_t n)
+{
+    (void)ctx;
+    return sum_in_place(buf, n, sizeof *buf, MPI_DOUBLE);
+}
+
+static int broadcast(void *ctx, void *buf, size_t bytes)
+{
+    (void)ctx;
+    for (size_t at = 0; at < bytes; at += PIECE) {
+        const int count = (int)(bytes - at < PIECE ? bytes - at : PIECE);
+        if (MPI_Bcast((char *)buf + at, count, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+            return -1;
+    }
+    return 0;
+}
+
+/* FNV-1a over the arguments after the program's name (whose path may differ by machine),
+ * each with its terminating NUL so that "ab" "c" and "a" "bc" differ. */
+static uint64_t arguments_hash(int argc, char **argv)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 1; i < argc; i++)
+        for (const char *s = argv[i];; s++) {
+            h = (h ^ (unsigned char)*s) * 1099511628211ull;
+            if (!*s) break;
+        }
+    return h;
+}
+
+int cli_ranks_open(cli_ranks *c, int argc, char **argv)
+{
+    memset(c, 0, sizeof *c);
+    c->reducer = (qkv_reducer){0, 1, sum_floats, sum_doubles, broadcast, NULL};
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) return 0; /* not started by mpirun: one rank */
+    if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
+        fprintf(stderr, "qkv: MPI_Init failed\n");
+        return 1;
+    }
+    c->mpi = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->reducer.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->reducer.size);
+    uint64_t mine = arguments_hash(argc, argv), rank0 = mine;
+    MPI_Bcast(&rank0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    int differs = mine != rank0, ranks_differing = 0;
+    MPI_Allreduce(&differs, &ranks_differing, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (!ranks_differing) return 0;
+    if (differs)
+        fprintf(stderr, "qkv: rank %d of %d was started with other options than rank 0\n",
+                c->reducer.rank, c->reducer.size);
+    MPI_Barrier(MPI_COMM_WORLD); /* those lines first, then rank 0's verdict */
+    if (c->reducer.rank == 0)
+        fprintf(stderr, "qkv: %d of %d ranks have options that differ from rank 0's; every "
+                "rank must run the same command line; stopping\n", ranks_differing,
+                c->reducer.size);
+    MPI_Finalize();
+    c->mpi = 0;
+    return 2;
+}
+
+int cli_ranks_close(cli_ranks *c, int rc)
+{
+    if (!c->mpi) return rc;
+    c->mpi = 0;
+    if (rc && c->reducer.size > 1) {
+        fprintf(stderr, "qkv: rank %d of %d failed (status %d); ending the job\n",
+                c->reducer.rank, c->reducer.size, rc);
+        MPI_Abort(MPI_COMM_WORLD, rc);
+    }
+    MPI_Finalize();
+    return rc;
+}
