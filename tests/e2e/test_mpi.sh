@@ -9,7 +9,8 @@
 #   faults        a rank killed with SIGKILL ends the job within seconds with a message
 #                 naming it; the last checkpoint resumes
 #   options       ranks started with different options stop at once, saying so
-# Usage: test_mpi.sh QKV_BINARY. Skipped without mpirun. Runs as root too (Open MPI's
+# Usage: test_mpi.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run): 20 steps, not 50.
+# Skipped without mpirun. Runs as root too (Open MPI's
 # OMPI_ALLOW_RUN_AS_ROOT*). Under ASan, Open MPI's own allocations at exit are suppressed
 # (lsan_mpi.supp: libmpi and libopen-pal only).
 set -u
@@ -22,7 +23,7 @@ if ! command -v mpirun >/dev/null; then
   echo "$pass passed, $fail failed"; exit 0
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export LSAN_OPTIONS="suppressions=$HERE/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$HERE/lsan_mpi.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 # no binding: with 3 ranks on 2 cores they share them
 MPI=(mpirun --oversubscribe --bind-to none)
 # run_ok NAME CMD...: CMD exits 0
@@ -35,6 +36,9 @@ same() {
   local name=$1; shift
   if out=$("$PY" "$HERE/mpi_compare.py" "$1" "$2" 1e-5 1e-6 "${@:3}" 2>&1); then ok "$name: $out"; else bad "$name: $out"; fi
 }
+
+STEPS=50; STOP=20
+[ -n "${QKV_E2E_QUICK:-}" ] && STEPS=20 && STOP=10
 
 # ---- the data: 40 short sentence pairs and 300 lines of text, made here
 "$PY" - "$T" <<'PYEOF'
@@ -56,10 +60,10 @@ PYEOF
 # d2l's 5e-3 this tiny model's training is chaotic enough that rounding differences (the
 # ranks' partial gradients are added in another order) grow past 1e-5 after ~30 steps.
 TRAIN=(train --data "$T/pairs.tsv" --d-model 16 --heads 2 --ffn 32 --layers 1 --batch 40
-       --epochs 50 --num-steps 8 --min-freq 1 --lr 0.001 --seed 3 --threads 1 --quiet)
+       --epochs $STEPS --num-steps 8 --min-freq 1 --lr 0.001 --seed 3 --threads 1 --quiet)
 # B = 7 windows: shards of 4 + 3 and 3 + 2 + 2
 LM=(train-lm --data "$T/text.txt" --d-model 16 --heads 2 --ffn 32 --layers 1 --context 16
-    --batch 7 --steps 50 --log-every 1 --seed 3 --threads 1 --quiet)
+    --batch 7 --steps $STEPS --log-every 1 --seed 3 --threads 1 --quiet)
 
 # ---- same math
 run_ok "train, one process" "$QKV" "${TRAIN[@]}" --out "$T/t1"
@@ -79,11 +83,11 @@ run_ok "train-lm, 3 ranks" "${MPI[@]}" -np 3 "$QKV" "${LM[@]}" --out "$T/l3"
 same "train-lm: 2 ranks = one process" "$T/l1" "$T/l2" 1 .b_k
 same "train-lm: 3 ranks = one process" "$T/l1" "$T/l3" 1 .b_k
 
-# ---- resume on another number of ranks: stop at step 20, continue to 50
-run_ok "train: 3 ranks stop at step 20" "${MPI[@]}" -np 3 "$QKV" "${TRAIN[@]}" --out "$T/r31" --stop-after-steps 20
+# ---- resume on another number of ranks: stop at step 20, continue to 50 (quick: 10, 20)
+run_ok "train: 3 ranks stop at step $STOP" "${MPI[@]}" -np 3 "$QKV" "${TRAIN[@]}" --out "$T/r31" --stop-after-steps $STOP
 run_ok "train: one process resumes them" "$QKV" "${TRAIN[@]}" --out "$T/r31" --resume
 same "train: 3 ranks then one process = one process" "$T/t1" "$T/r31"
-run_ok "train-lm: 2 ranks stop at step 20" "${MPI[@]}" -np 2 "$QKV" "${LM[@]}" --out "$T/r23" --stop-after-steps 20
+run_ok "train-lm: 2 ranks stop at step $STOP" "${MPI[@]}" -np 2 "$QKV" "${LM[@]}" --out "$T/r23" --stop-after-steps $STOP
 run_ok "train-lm: 3 ranks resume them" "${MPI[@]}" -np 3 "$QKV" "${LM[@]}" --out "$T/r23" --resume
 same "train-lm: 2 ranks then 3 = one process" "$T/l1" "$T/r23" 1 .b_k
 
