@@ -351,8 +351,9 @@ static const resume_option lm_train_options[] = {
     {"log-every", "log_every", 0, 0}, {"precision", "precision", 0, 0},
 };
 
-static int train_lm_main(int argc, char **argv, const qkv_reducer *ranks)
+static int train_lm_main(int argc, char **argv, cli_ranks *job)
 {
+    const qkv_reducer *ranks = &job->reducer;
     qkv_lm_config cfg = qkv_lm_default_config();
     qkv_lm_train_options o = qkv_lm_train_default_options();
     const char *data = NULL, *out = NULL, *vocab_kind = "char", *attention = "softmax",
@@ -410,6 +411,7 @@ static int train_lm_main(int argc, char **argv, const qkv_reducer *ranks)
     if (rc) return rc > 0 ? 0 : 2;
     const int writer = ranks->rank == 0;
     if (!writer) quiet = 1; /* rank 0 speaks for the job; the others only of their errors */
+    job->report = !quiet;
     o.reducer = ranks;
     if (o.resume && overwrite) {
         fprintf(stderr, "qkv train-lm: --resume continues the run in --out, --overwrite "
@@ -474,7 +476,7 @@ int cmd_train_lm(int argc, char **argv)
     cli_ranks ranks;
     int rc = cli_ranks_open(&ranks, argc, argv);
     if (rc) return rc;
-    return cli_ranks_close(&ranks, train_lm_main(argc, argv, &ranks.reducer));
+    return cli_ranks_close(&ranks, train_lm_main(argc, argv, &ranks));
 }
 
 /* ---- qkv generate ---------------------------------------------------------------------- */

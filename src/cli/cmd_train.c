@@ -393,8 +393,9 @@ static int resume_options(resume_record *rec, const char *out, const opt_spec *o
     return resume_finish(rec, tables, N_OF(tables), opts, argc, argv, "qkv train");
 }
 
-static int train_main(int argc, char **argv, const qkv_reducer *ranks)
+static int train_main(int argc, char **argv, cli_ranks *job)
 {
+    const qkv_reducer *ranks = &job->reducer;
     qkv_transformer_config cfg = qkv_transformer_default_config();
     qkv_train_options o = qkv_train_default_options();
     const char *data = NULL, *src_path = NULL, *tgt_path = NULL, *out = NULL, *act = "relu",
@@ -473,6 +474,7 @@ static int train_main(int argc, char **argv, const qkv_reducer *ranks)
     if (rc) return rc > 0 ? 0 : 2;
     const int writer = ranks->rank == 0;
     if (!writer) quiet = 1; /* rank 0 speaks for the job; the others only of their errors */
+    job->report = !quiet;
     o.reducer = ranks;
     if (o.resume && overwrite) {
         fprintf(stderr, "qkv train: --resume continues the run in --out, --overwrite replaces "
@@ -549,5 +551,5 @@ int cmd_train(int argc, char **argv)
     cli_ranks ranks;
     int rc = cli_ranks_open(&ranks, argc, argv);
     if (rc) return rc;
-    return cli_ranks_close(&ranks, train_main(argc, argv, &ranks.reducer));
+    return cli_ranks_close(&ranks, train_main(argc, argv, &ranks));
 }

@@ -26,8 +26,11 @@ static int sum_in_place(void *buf, size_t n, size_t size, MPI_Datatype type)
 
 static int sum_floats(void *ctx, float *buf, size_t n)
 {
-    (void)ctx;
-    return sum_in_place(buf, n, sizeof *buf, MPI_FLOAT);
+    cli_sum_stats *s = ctx;
+    const double t = MPI_Wtime();
+    const int rc = sum_in_place(buf, n, sizeof *buf, MPI_FLOAT);
+    s->seconds += MPI_Wtime() - t, s->bytes = (double)n * sizeof *buf, s->calls++;
+    return rc;
 }
 
 static int sum_doubles(void *ctx, double *buf, size_t n)
@@ -63,13 +66,14 @@ static uint64_t arguments_hash(int argc, char **argv)
 int cli_ranks_open(cli_ranks *c, int argc, char **argv)
 {
     memset(c, 0, sizeof *c);
-    c->reducer = (qkv_reducer){0, 1, sum_floats, sum_doubles, broadcast, NULL};
+    c->reducer = (qkv_reducer){0, 1, sum_floats, sum_doubles, broadcast, &c->stats};
     if (!getenv("OMPI_COMM_WORLD_SIZE")) return 0; /* not started by mpirun: one rank */
     if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
         fprintf(stderr, "qkv: MPI_Init failed\n");
         return 1;
     }
     c->mpi = 1;
+    c->stats.t0 = MPI_Wtime();
     MPI_Comm_rank(MPI_COMM_WORLD, &c->reducer.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->reducer.size);
     uint64_t mine = arguments_hash(argc, argv), rank0 = mine;
@@ -99,6 +103,12 @@ int cli_ranks_close(cli_ranks *c, int rc)
                 c->reducer.rank, c->reducer.size, rc);
         MPI_Abort(MPI_COMM_WORLD, rc);
     }
+    const cli_sum_stats *s = &c->stats;
+    if (c->report && c->reducer.rank == 0 && s->calls > 0)
+        fprintf(stderr, "qkv: gradient allreduce over %d ranks: %.2f ms per step (%.1f MB, %ld "
+                "steps; waits for slower ranks included), %.1f%% of the run's %.1f s\n",
+                c->reducer.size, 1e3 * s->seconds / (double)s->calls, s->bytes / 1e6, s->calls,
+                100.0 * s->seconds / (MPI_Wtime() - s->t0), MPI_Wtime() - s->t0);
     MPI_Finalize();
     return rc;
 }

@@ -6,9 +6,18 @@
 
 #include "qkv.h"
 
+/* Time in the gradients' sums: MPI_Allreduce's own time plus any wait for slower ranks. */
+typedef struct {
+    double seconds, bytes; /* in sum_floats, and the bytes of its last call */
+    long calls;
+    double t0;             /* MPI_Wtime at cli_ranks_open */
+} cli_sum_stats;
+
 typedef struct {
     qkv_reducer reducer; /* rank 0 of 1 without mpirun */
     int mpi;             /* MPI is initialised (the process was started by mpirun) */
+    int report;          /* rank 0 prints the allreduce time at the end (not --quiet) */
+    cli_sum_stats stats;
 } cli_ranks;
 
 /* Joins the job when started by mpirun (OMPI_COMM_WORLD_SIZE is set), else one rank; then
@@ -16,8 +25,9 @@ typedef struct {
  * each one's), since ranks that disagree would train different models or wait for each other
  * forever. 0, or the exit status (message printed; MPI already finalised). */
 int cli_ranks_open(cli_ranks *c, int argc, char **argv);
-/* The job's end: MPI_Finalize after success (rc 0); after a failure on a rank of several,
- * MPI_Abort, since the other ranks may be waiting for this one in a sum. Returns rc. */
+/* The job's end: MPI_Finalize after success (rc 0), rank 0 first printing the gradients'
+ * allreduce time per step when c->report; after a failure on a rank of several, MPI_Abort,
+ * since the other ranks may be waiting for this one in a sum. Returns rc. */
 int cli_ranks_close(cli_ranks *c, int rc);
 
 #endif
