@@ -146,6 +146,7 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
                             i, train[i]);
     const qkv_reducer *rd = o->reducer;
     const int writer = rd_writer(rd);
+    if ((st = rd_check_same(rd, rd_hash_ids(0, train, n_train), "training texts", err))) return st;
     if (writer && mkdir(o->out_dir, 0777) && errno != EEXIST)
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create the directory: %s", o->out_dir,
                         strerror(errno));

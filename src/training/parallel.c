@@ -33,6 +33,29 @@ qkv_status rd_share_state(const qkv_reducer *r, float *params, qkv_adam *opt, vo
     return st;
 }
 
+uint64_t rd_hash_ids(uint64_t h, const int *ids, size_t n)
+{
+    h ^= 14695981039346656037ull; /* FNV-1a over the ids' 32-bit values */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint32_t)ids[i]) * 1099511628211ull;
+    return h;
+}
+
+qkv_status rd_check_same(const qkv_reducer *r, uint64_t hash, const char *what, qkv_error *err)
+{
+    if (!rd_parallel(r)) return QKV_OK;
+    uint64_t rank0 = hash;
+    qkv_status st = rd_share(r, &rank0, sizeof rank0, err);
+    if (st) return st;
+    double differing = rank0 != hash;
+    if (r->sum_doubles(r->ctx, &differing, 1))
+        return qkv_fail(err, QKV_ERR_IO, "comparing the %s of %d ranks failed", what, r->size);
+    if (differing > 0.0)
+        return qkv_fail(err, QKV_ERR_ARG, "the %s differ between ranks: %g of %d hold other data "
+                        "than rank 0 (every rank must read the same files)%s", what, differing,
+                        r->size, rank0 != hash ? ", this one among them" : "");
+    return QKV_OK;
+}
+
 int64_t rd_target_tokens(const int *targets, size_t n)
 {
     int64_t count = 0;

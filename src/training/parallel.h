@@ -17,6 +17,12 @@ qkv_status rd_share(const qkv_reducer *r, void *buf, size_t bytes, qkv_error *er
  * no copy of the run directory, and a fresh run starts from one initialization. */
 qkv_status rd_share_state(const qkv_reducer *r, float *params, qkv_adam *opt, void *pos,
                           size_t pos_bytes, qkv_error *err);
+/* A hash of n ids, continuing h (start from 0). */
+uint64_t rd_hash_ids(uint64_t h, const int *ids, size_t n);
+/* Every rank's hash of its data against rank 0's: ranks that read different files would each
+ * train on their own data while summing gradients as if it were one batch. All ranks fail
+ * alike (QKV_ERR_ARG naming `what`) when any differs. */
+qkv_status rd_check_same(const qkv_reducer *r, uint64_t hash, const char *what, qkv_error *err);
 /* The target tokens of a batch that count in the loss (not QKV_PAD): the whole batch's
  * count normalises every shard's gradients. */
 int64_t rd_target_tokens(const int *targets, size_t n);

@@ -162,6 +162,13 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
     qkv_status st = check_options(o, err);
     if (!st) st = check_dataset(m, d, "training", err);
     if (!st && o->valid) st = check_dataset(m, o->valid, "validation", err);
+    if (!st && rd_parallel(r->rd)) {
+        const size_t cells = (size_t)d->n * d->num_steps;
+        uint64_t h = rd_hash_ids(0, &d->num_steps, 1);
+        h = rd_hash_ids(rd_hash_ids(h, d->src, cells), d->tgt, cells);
+        h = rd_hash_ids(rd_hash_ids(h, d->src_valid, (size_t)d->n), d->tgt_valid, (size_t)d->n);
+        st = rd_check_same(r->rd, h, "training pairs", err);
+    }
     if (st) return st;
     if (r->writer && mkdir(o->out_dir, 0777) && errno != EEXIST)
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create the directory: %s", o->out_dir,
@@ -208,7 +215,8 @@ static qkv_status train_batch(run *r, int epoch, int bi, double t0, int64_t *tim
     int Ts, Tt;
     /* the whole batch's lengths, on every rank: a shard is padded as the whole batch is */
     batch_lengths(d, items, size, o->batch_tokens > 0, &Ts, &Tt);
-    qkv_batch batch = gather(d, items, size, Ts, Tt, &r->bb);
+    qkv_batch batch = gather(d, items, size, Ts, Tt,
+                             qkv_transformer_get_config(r->m)->decoder_start, &r->bb);
     const int64_t step = r->opt.step + 1;
     /* d2l differentiates sum_seq mean_t(loss): each token counts 1/num_steps */
     float grad_scale = o->d2l_loss_scale ? 1.0f / (float)T : 0.0f;

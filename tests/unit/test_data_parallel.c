@@ -4,7 +4,8 @@
  * and the flash attention kernels; told nothing, the shards draw other dropout masks and the
  * sum is off (the check can fail). A step with a reducer sums over the ranks between
  * backward and clipping: with a "mirror" reducer (every other rank held the same shard) the
- * update is the one-process update bit for bit. */
+ * update is the one-process update bit for bit. A rank whose data differ from rank 0's is
+ * refused before training starts. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -220,12 +221,37 @@ static void test_a_reduced_step_is_the_whole_step(void **state)
     qkv_transformer_free(a), qkv_transformer_free(b);
 }
 
+/* rank 0's bytes arrive changed: as if rank 0 had read other data */
+static int other_rank0(void *ctx, void *buf, size_t bytes)
+{
+    (void)ctx;
+    if (bytes) ((unsigned char *)buf)[0] ^= 1;
+    return 0;
+}
+
+static void test_ranks_with_other_data_are_refused(void **state)
+{
+    (void)state;
+    qkv_lm *m = lm(0);
+    int text[64];
+    for (int i = 0; i < 64; i++) text[i] = QKV_N_RESERVED + i % (V - 4);
+    const qkv_reducer two = {1, 2, mirror_floats, mirror_doubles, other_rank0, NULL};
+    qkv_lm_train_options o = qkv_lm_train_default_options();
+    o.out_dir = "/nonexistent/never-written", o.batch = 2, o.context = 8, o.steps = 1;
+    o.reducer = &two;
+    qkv_error err;
+    assert_int_equal(qkv_lm_train(m, text, 64, NULL, 0, &o, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "training texts differ between ranks"));
+    qkv_lm_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shards_cover_the_batch),
         cmocka_unit_test(test_shards_sum_to_the_batch),
         cmocka_unit_test(test_a_reduced_step_is_the_whole_step),
+        cmocka_unit_test(test_ranks_with_other_data_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
