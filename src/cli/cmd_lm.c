@@ -400,7 +400,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
          "held-out tokens each evaluation reads (0: all)", ARG_GE0},
         {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps", ARG_GE1},
         {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout", ARG_SEED},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
                                         "options it recorded (those defining the model or data "
@@ -461,7 +461,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
     cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
     o.steps = steps, o.minutes = minutes, o.stop_after_steps = stop_after, o.out_dir = out;
-    cli_threads(threads);
+    cli_threads(cli_ranks_threads(job, threads));
 
     const lm_run r = {data, byte_level, val_fraction, steps, stop_after, quiet, prec, precision,
                       rec.history, writer};

@@ -477,7 +477,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
         {"keep-epochs", OPT_INT, &o.keep_epochs,
          "keep the last N epochs' models in DIR/epoch-NNN", ARG_GE0},
         {"seed", OPT_U64, &o.seed, "initialisation, data order and dropout", ARG_SEED},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
         {"checkpoint-every", OPT_INT, &o.checkpoint_every,
          "also checkpoint every N steps", ARG_GE0},
@@ -573,7 +573,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     o.d2l_loss_scale = !strcmp(loss, "d2l");
     o.schedule = !strcmp(schedule, "noam") ? QKV_LR_NOAM : QKV_LR_CONSTANT;
     o.out_dir = out;
-    cli_threads(threads);
+    cli_threads(cli_ranks_threads(job, threads));
 
     train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
                       data ? data : src_path, data ? NULL : tgt_path, bpe ? "bpe" : "word",

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <mpi.h>
+#include <omp.h>
 
 #include "cli/mpi_reducer.h"
 
@@ -92,6 +93,15 @@ int cli_ranks_open(cli_ranks *c, int argc, char **argv)
     MPI_Finalize();
     c->mpi = 0;
     return 2;
+}
+
+int cli_ranks_threads(const cli_ranks *c, int threads)
+{
+    if (threads > 0 || c->reducer.size < 2) return threads;
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int here = local ? atoi(local) : 1, cores = omp_get_num_procs();
+    const int share = here > 1 ? cores / here : cores;
+    return share > 1 ? share : 1;
 }
 
 int cli_ranks_close(cli_ranks *c, int rc)

@@ -25,6 +25,10 @@ typedef struct {
  * each one's), since ranks that disagree would train different models or wait for each other
  * forever. 0, or the exit status (message printed; MPI already finalised). */
 int cli_ranks_open(cli_ranks *c, int argc, char **argv);
+/* --threads of a rank: `threads` when given (> 0); by default (0), under mpirun, the cores this
+ * rank may use shared among the ranks on its machine (OMPI_COMM_WORLD_LOCAL_SIZE), at least 1,
+ * as torchrun and Horovod do, rather than every rank starting a thread per core. */
+int cli_ranks_threads(const cli_ranks *c, int threads);
 /* The job's end: MPI_Finalize after success (rc 0), rank 0 first printing the gradients'
  * allreduce time per step when c->report; after a failure on a rank of several, MPI_Abort,
  * since the other ranks may be waiting for this one in a sum. Returns rc. */
