@@ -8,7 +8,8 @@
 #                 the one-process trajectory
 #   faults        a rank killed with SIGKILL ends the job within seconds with a message
 #                 naming it; the last checkpoint resumes
-#   options       ranks started with different options stop at once, saying so
+#   options       ranks started with different options stop at once, saying so; without
+#                 --threads the ranks of a machine share its cores
 # Usage: test_mpi.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run): 20 steps, not 50.
 # Skipped without mpirun. Runs as root too (Open MPI's
 # OMPI_ALLOW_RUN_AS_ROOT*). Under ASan, Open MPI's own allocations at exit are suppressed
@@ -127,6 +128,13 @@ else
       grep -q "\"step\": $((last + 10))," "$T/k/metrics.jsonl"
   fi
 fi
+
+# ---- without --threads, the ranks of a machine share its cores
+want=$(( $(nproc) / 2 )); [ $want -lt 1 ] && want=1
+"${MPI[@]}" -np 2 "$QKV" train-lm --data "$T/text.txt" --d-model 16 --heads 2 --ffn 32 --layers 1 \
+  --context 16 --batch 4 --steps 2 --out "$T/th" >/dev/null 2>"$T/th.err"
+check "no --threads: 2 ranks on $(nproc) cores take $want thread(s) each" \
+  grep -q "data-parallel over 2 ranks (MPI), $want threads each" "$T/th.err"
 
 # ---- ranks with different options
 if "${MPI[@]}" -np 1 "$QKV" "${LM[@]}" --out "$T/m" --seed 1 : -np 1 "$QKV" "${LM[@]}" --out "$T/m" --seed 2 \
