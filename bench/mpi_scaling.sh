@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel scaling on one machine (issue 20): the same train-lm job as 1 rank x 1 thread
 # and 1 rank x 2 threads (no mpirun) and as 2 ranks x 1 thread (mpirun), for a small and a
-# larger model;
-# prints tokens/s of each and the gradient allreduce time per step (qkv's own report, waits
-# for the slower rank included). Each run holds /tmp/qkv-cpu.lock (the machine is shared).
+# larger model; prints tokens/s of each and, from qkv's own report, the gradient allreduce
+# time per step and the time rank 0 waited for the slower rank before it. Each run holds /tmp/qkv-cpu.lock (the machine is shared).
 # Usage: bench/mpi_scaling.sh [QKV] [TEXT]   (defaults: build/qkv, Tiny Shakespeare's first 200 KB)
 # MPI_ARGS: more mpirun options (e.g. "--mca mpi_yield_when_idle 1" on a busy machine).
 set -eu

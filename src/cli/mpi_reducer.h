@@ -6,9 +6,10 @@
 
 #include "qkv.h"
 
-/* Time in the gradients' sums: MPI_Allreduce's own time plus any wait for slower ranks. */
+/* Time in the gradients' sums, split at a barrier: waiting for the slowest rank to finish its
+ * backward pass, then MPI_Allreduce itself (the communication). */
 typedef struct {
-    double seconds, bytes; /* in sum_floats, and the bytes of its last call */
+    double wait, seconds, bytes; /* in sum_floats, and the bytes of its last call */
     long calls;
     double t0;             /* MPI_Wtime at cli_ranks_open */
 } cli_sum_stats;
