@@ -150,15 +150,32 @@ qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int 
 /* Beam search (Wu et al. 2016, GNMT, section 7). Per sentence, K hypotheses live in the
  * decoder's cache; a step keeps the K best one-token extensions by log P(y | x), and an
  * <eos> ranked among the first K finishes one, scored log P(Y | x) / lp(Y) with the length
- * penalty lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting its <eos>. A sentence ends with K
- * finished hypotheses, when no live one can enter its n best any more, or after max_len
- * tokens, where live hypotheses finish without <eos> (as greedy decoding's do). beam = 1 is
- * qkv_transformer_greedy exactly; a sentence's result does not depend on the others. */
+ * penalty lp(Y) = ((5 + |Y|) / 6)^alpha (|Y|^alpha under QKV_BEAM_STOP_HF), |Y| counting its
+ * <eos>. When a sentence ends is the stopping rule (qkv_beam_stop); every sentence ends after
+ * max_len tokens, where live hypotheses finish without <eos> (as greedy decoding's do).
+ * beam = 1 with alpha = 0 is qkv_transformer_greedy exactly; a sentence's result does not
+ * depend on the others. */
+typedef enum {
+    /* when no live hypothesis can still enter the n best: exact, given the beam (a live
+     * log P only falls, and lp(|Y|) <= lp(max_len)); the default */
+    QKV_BEAM_STOP_BOUND = 0,
+    /* as bound, or as soon as K hypotheses have finished (the common rule, which can stop
+     * while a live hypothesis already scores higher than every finished one) */
+    QKV_BEAM_STOP_COUNT,
+    /* Hugging Face transformers 4.38's BeamSearchScorer with early_stopping=False and
+     * length_penalty=alpha: lp = |Y|^alpha, done once K have finished and the K-th best is
+     * at least the step's best candidate divided by the current length's lp */
+    QKV_BEAM_STOP_HF,
+} qkv_beam_stop;
+
 typedef struct {
     int beam;    /* K >= 1 */
     int n_best;  /* hypotheses returned per sentence, 1 .. K */
     int max_len; /* tokens per hypothesis, <eos> not counted, 1 .. the model's max_len */
-    float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7) */
+    float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7; transformers'
+                  * length_penalty, 1.0 by default there, under QKV_BEAM_STOP_HF) */
+    qkv_beam_stop stop;   /* when a sentence is done (0: QKV_BEAM_STOP_BOUND) */
+    const int *max_lens;  /* (B) each sentence's own limit, 1 .. max_len; NULL: max_len */
 } qkv_beam_options;
 
 /* Where beam search writes the n_best hypotheses of each of B sentences, best first. */

@@ -47,6 +47,7 @@ typedef struct {
     int beam;      /* K >= 1; K = 1 with n_best = 1 is greedy decoding */
     int n_best;    /* hypotheses per sentence, 1 .. beam */
     float alpha;   /* length penalty exponent of beam search >= 0 (qkv_beam_options) */
+    qkv_beam_stop stop; /* beam search's stopping rule (0: QKV_BEAM_STOP_BOUND) */
     int max_len;   /* longest translation in tokens, <eos> not counted; 0: the training
                     * length (else 100); at most the model's max_len (longer is cut to it) */
     int batch;     /* sentences decoded together, >= 1 (results do not depend on it) */

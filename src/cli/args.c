@@ -17,7 +17,8 @@ void args_usage(const opt_spec *opts, const char *usage)
         fprintf(stderr, "  %-22s %s", left, o->help);
         if (o->type == OPT_INT) fprintf(stderr, " (default %d)", *(int *)o->value);
         if (o->type == OPT_U64) fprintf(stderr, " (default %llu)", (unsigned long long)*(uint64_t *)o->value);
-        if (o->type == OPT_FLOAT) fprintf(stderr, " (default %g)", (double)*(float *)o->value);
+        if (o->type == OPT_FLOAT && *(float *)o->value == *(float *)o->value) /* NaN: none */
+            fprintf(stderr, " (default %g)", (double)*(float *)o->value);
         if (o->type == OPT_STRING && *(const char **)o->value)
             fprintf(stderr, " (default %s)", *(const char **)o->value);
         fputc('\n', stderr);

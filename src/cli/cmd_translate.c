@@ -1,22 +1,53 @@
 /* qkv translate: greedy or beam-search translation of sentences from stdin or a file.
  * qkv eval: translate a held-out corpus and score it with BLEU. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
 
+/* Beam search's stopping rule by name, and the length penalty's default for it: GNMT's
+ * alpha 0 (none) for qkv's rules, transformers' length_penalty 1.0 for hf. alpha is NaN
+ * until an option sets it. Returns 0, or 2 after printing why. */
+static int beam_rule(qkv_translate_options *o, const char *stop, const char *cmd)
+{
+    static const char *const names[] = {"bound", "count", "hf"};
+    int k = 0;
+    while (k < 3 && strcmp(stop, names[k])) k++;
+    if (k == 3) {
+        fprintf(stderr, "qkv %s: --beam-stop '%s': expected bound, count or hf\n", cmd, stop);
+        return 2;
+    }
+    o->stop = (qkv_beam_stop)k;
+    if (isnan(o->alpha)) o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
+    return 0;
+}
+
+#define BEAM_OPTIONS(o, stop)                                                                  \
+    {"beam", OPT_INT, &(o).beam, "beam width K (1: greedy decoding)"},                         \
+    {"beam-stop", OPT_STRING, &(stop), "when beam search ends a sentence: bound (when no live " \
+     "hypothesis can beat the n best; default), count (when K have finished) or hf (as "       \
+     "transformers' BeamSearchScorer, with lp = |Y|^alpha)"},                                  \
+    {"length-penalty", OPT_FLOAT, &(o).alpha, "beam search scores log P / lp with lp = ((5 + "  \
+     "|Y|) / 6)^alpha (default alpha 0: none), or |Y|^alpha under --beam-stop hf (default 1, "  \
+     "as transformers)"},                                                                       \
+    {"alpha", OPT_FLOAT, &(o).alpha, "the same as --length-penalty"}
+
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
  * read, on a CPU without bf16). Returns 0, or the exit status after printing why. */
 static int open_model(qkv_translator **t, qkv_translate_options *o, const char *cmd,
-                      const char *dir, const char *precision, int threads)
+                      const char *dir, const char *precision, int threads, const char *stop)
 {
-    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f)) {
-        fprintf(stderr, "qkv %s: needs --beam >= 1, 1 <= --n-best <= --beam and --alpha >= 0\n",
-                cmd);
+    if (beam_rule(o, stop, cmd)) return 2;
+    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
+        !isfinite(o->alpha)) {
+        fprintf(stderr, "qkv %s: needs --beam >= 1, 1 <= --n-best <= --beam and a finite "
+                "--length-penalty >= 0\n", cmd);
         return 2;
     }
     if (o->max_len < 0) o->max_len = 0; /* the training length, as 0 */
@@ -73,14 +104,15 @@ int cmd_translate(int argc, char **argv)
 {
     const char *model = NULL, *input = NULL, *attention = NULL, *precision = "fp32";
     int threads = 0;
+    const char *stop = "bound";
     qkv_translate_options o = qkv_translate_default_options();
+    o.alpha = NAN; /* until an option sets it: the rule's default */
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory"},
         {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)"},
         {"attention", OPT_STRING, &attention, "draw every sentence's attention into this directory"},
         {"max-len", OPT_INT, &o.max_len, "longest translation in tokens (0: the training length)"},
-        {"beam", OPT_INT, &o.beam, "beam width K (1: greedy decoding)"},
-        {"alpha", OPT_FLOAT, &o.alpha, "length penalty ((5 + |Y|) / 6)^alpha of beam search"},
+        BEAM_OPTIONS(o, stop),
         {"n-best", OPT_INT, &o.n_best, "print the M best hypotheses: i ||| text ||| score"},
         {"batch", OPT_INT, &o.batch, "sentences translated together"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
@@ -88,15 +120,15 @@ int cmd_translate(int argc, char **argv)
         {NULL, 0, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv translate --model DIR [--input FILE] [--beam K [--alpha A] "
-                        "[--n-best M]] [--attention OUTDIR]");
+                        "usage: qkv translate --model DIR [--input FILE] [--beam K [--beam-stop R] "
+                        "[--length-penalty A] [--n-best M]] [--attention OUTDIR]");
     if (rc) return rc > 0 ? 0 : 2;
     if (!model || o.batch < 1) {
         fprintf(stderr, "qkv translate: needs --model DIR (and --batch >= 1)\n");
         return 2;
     }
     qkv_translator *t;
-    if ((rc = open_model(&t, &o, "translate", model, precision, threads))) return rc;
+    if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop))) return rc;
     size_t len;
     char *text = cli_read_all(input, &len);
     qkv_sentences words = {0};
@@ -181,7 +213,9 @@ int cmd_eval(int argc, char **argv)
     const char *model = NULL, *data = NULL, *src_path = NULL, *tgt_path = NULL,
                *precision = "fp32";
     int threads = 0, num_examples = 0, show = 0;
+    const char *stop = "bound";
     qkv_translate_options o = qkv_translate_default_options();
+    o.alpha = NAN; /* until an option sets it: the rule's default */
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory"},
         {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line"},
@@ -189,8 +223,7 @@ int cmd_eval(int argc, char **argv)
         {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src"},
         {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)"},
         {"max-len", OPT_INT, &o.max_len, "longest translation in tokens (0: the training length)"},
-        {"beam", OPT_INT, &o.beam, "beam width K (1: greedy decoding)"},
-        {"alpha", OPT_FLOAT, &o.alpha, "length penalty ((5 + |Y|) / 6)^alpha of beam search"},
+        BEAM_OPTIONS(o, stop),
         {"batch", OPT_INT, &o.batch, "sentences translated together"},
         {"show", OPT_INT, &show, "print the first N translations with their BLEU"},
         {"threads", OPT_INT, &threads, "threads (0: all cores)"},
@@ -199,14 +232,14 @@ int cmd_eval(int argc, char **argv)
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv eval --model DIR (--data FILE.tsv | --src F --tgt F) [--beam K "
-                        "[--alpha A]]");
+                        "[--beam-stop R] [--length-penalty A]]");
     if (rc) return rc > 0 ? 0 : 2;
     if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1) {
         fprintf(stderr, "qkv eval: needs --model and --data (or --src and --tgt)\n");
         return 2;
     }
     qkv_translator *t;
-    if ((rc = open_model(&t, &o, "eval", model, precision, threads))) return rc;
+    if ((rc = open_model(&t, &o, "eval", model, precision, threads, stop))) return rc;
     qkv_corpus c = {0};
     qkv_translations r = {0};
     qkv_error err = {0};

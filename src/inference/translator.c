@@ -104,9 +104,11 @@ void qkv_translations_free(qkv_translations *r)
 
 static qkv_status check_options(const qkv_translate_options *o, qkv_error *err)
 {
-    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f))
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam "
-                        "and alpha >= 0 (got %d, %d, %g)", o->beam, o->n_best, (double)o->alpha);
+    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
+        !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam, "
+                        "finite alpha >= 0 and a known stopping rule (got %d, %d, %g, %d)",
+                        o->beam, o->n_best, (double)o->alpha, (int)o->stop);
     if (o->max_len < 0 || o->batch < 1)
         return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0 and batch >= 1 (got "
                         "%d, %d)", o->max_len, o->batch);
@@ -193,7 +195,10 @@ static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_s
                              const qkv_translate_options *o, qkv_error *err)
 {
     const int limit = qkv_transformer_get_config(t->model)->max_len, N = r->n_best;
-    const int greedy = o->beam == 1 && o->n_best == 1, L = r->max_len;
+    /* K = 1 is greedy decoding, except that the exact rule with a length penalty may carry
+     * on past an <eos> for a longer hypothesis that could score higher */
+    const int greedy = o->beam == 1 && o->n_best == 1 &&
+                       (o->alpha == 0.0f || o->stop != QKV_BEAM_STOP_BOUND), L = r->max_len;
     const int Bmax = o->batch < src->count ? o->batch : src->count;
     int longest = 1;
     for (int i = 0; i < src->count; i++) {
@@ -202,7 +207,7 @@ static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_s
     }
     batch_buffers b;
     qkv_status st = buffers_init(&b, Bmax, longest, r, err);
-    const qkv_beam_options bo = {o->beam, o->n_best, L, o->alpha};
+    const qkv_beam_options bo = {o->beam, o->n_best, L, o->alpha, o->stop, NULL};
     qkv_beam_results br = {b.out, b.out_len, b.score, NULL};
     for (int first = 0; !st && first < src->count; first += Bmax) {
         const int B = src->count - first < Bmax ? src->count - first : Bmax;

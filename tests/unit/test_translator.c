@@ -242,7 +242,7 @@ static void test_beam_n_best(void **state)
     tokens_of(&tokens, t, SOURCES, N_SOURCES);
     qkv_translate_options o = qkv_translate_default_options();
     o.beam = 4, o.n_best = 3, o.alpha = 0.6f, o.max_len = 9, o.batch = 4;
-    const qkv_beam_options bo = {4, 3, 9, 0.6f};
+    const qkv_beam_options bo = {4, 3, 9, 0.6f, QKV_BEAM_STOP_BOUND, NULL};
     qkv_translations r, r32;
     qkv_error err = {0};
     assert_int_equal(qkv_translate(&r, t, SOURCES, N_SOURCES, &o, &err), QKV_OK);
@@ -288,7 +288,7 @@ static void test_fewer_hypotheses_than_asked(void **state)
     tokens_of(&tokens, t, SOURCES, 3);
     qkv_translate_options o = qkv_translate_default_options();
     o.beam = o.n_best = 8, o.max_len = 1;
-    const qkv_beam_options bo = {8, 8, 1, 0.0f};
+    const qkv_beam_options bo = {8, 8, 1, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
     qkv_translations r;
     assert_int_equal(qkv_translate(&r, t, SOURCES, 3, &o, NULL), QKV_OK);
     check_results(&r, t, &tokens, 32, &bo);
@@ -426,7 +426,7 @@ static void test_whitespace_tokens_with_bos(void **state)
     o.beam = 3, o.n_best = 2;
     qkv_translations r;
     assert_int_equal(qkv_translate(&r, t, src, 3, &o, NULL), QKV_OK);
-    const qkv_beam_options bo = {3, 2, NUM_STEPS, 0.0f};
+    const qkv_beam_options bo = {3, 2, NUM_STEPS, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
     check_results(&r, t, &tokens, 32, &bo);
     qkv_translations_free(&r);
     qkv_sentences_free(&tokens);
