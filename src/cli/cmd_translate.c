@@ -37,6 +37,13 @@ static int beam_rule(qkv_translate_options *o, const char *stop, const char *cmd
      "as transformers)"},                                                                       \
     {"alpha", OPT_FLOAT, &(o).alpha, "the same as --length-penalty"}
 
+#define LENGTH_OPTIONS(o)                                                                      \
+    {"max-len", OPT_INT, &(o).max_len, "longest translation in tokens, a hard cap (0: the "     \
+     "model's max_len)"},                                                                       \
+    {"max-len-a", OPT_FLOAT, &(o).max_len_a, "and each sentence's own limit, a * n + b tokens "  \
+     "for a source of n tokens (a = b = 0: none)"},                                             \
+    {"max-len-b", OPT_INT, &(o).max_len_b, "b of --max-len-a"}
+
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
  * read, on a CPU without bf16). Returns 0, or the exit status after printing why. */
@@ -50,7 +57,11 @@ static int open_model(qkv_translator **t, qkv_translate_options *o, const char *
                 "--length-penalty >= 0\n", cmd);
         return 2;
     }
-    if (o->max_len < 0) o->max_len = 0; /* the training length, as 0 */
+    if (o->max_len < 0 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f || o->max_len_b < 0) {
+        fprintf(stderr, "qkv %s: needs --max-len >= 0, --max-len-a in [0, 1e6] and "
+                "--max-len-b >= 0\n", cmd);
+        return 2;
+    }
     if (cli_precision(precision, &o->precision)) return 2;
     cli_threads(threads);
     qkv_error err = {0};
@@ -111,7 +122,7 @@ int cmd_translate(int argc, char **argv)
         {"model", OPT_STRING, &model, "model directory"},
         {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)"},
         {"attention", OPT_STRING, &attention, "draw every sentence's attention into this directory"},
-        {"max-len", OPT_INT, &o.max_len, "longest translation in tokens (0: the training length)"},
+        LENGTH_OPTIONS(o),
         BEAM_OPTIONS(o, stop),
         {"n-best", OPT_INT, &o.n_best, "print the M best hypotheses: i ||| text ||| score"},
         {"batch", OPT_INT, &o.batch, "sentences translated together"},
@@ -222,7 +233,7 @@ int cmd_eval(int argc, char **argv)
         {"src", OPT_STRING, &src_path, "source sentences (with --tgt)"},
         {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src"},
         {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)"},
-        {"max-len", OPT_INT, &o.max_len, "longest translation in tokens (0: the training length)"},
+        LENGTH_OPTIONS(o),
         BEAM_OPTIONS(o, stop),
         {"batch", OPT_INT, &o.batch, "sentences translated together"},
         {"show", OPT_INT, &show, "print the first N translations with their BLEU"},

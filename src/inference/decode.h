@@ -17,4 +17,10 @@ void decode_end(decode_state *st);
 void decode_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
                  const int *src_valid);
 
+/* qkv_transformer_greedy with each sentence's own limit, max_lens (B) in 1 .. max_len, or
+ * NULL: max_len for all. */
+qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
+                         int src_len, int max_len, const int *max_lens, int *out, int *out_len,
+                         qkv_error *err);
+
 #endif
