@@ -219,12 +219,66 @@ done:
     return rc;
 }
 
+/* sacreBLEU's BLEU and chrF2 of the n hypotheses (NULL: empty) against the raw reference
+ * lines, with each sentence's scores when per_sentence. Returns 0, or -1 after printing why. */
+static int print_sacrebleu(const char *const *hyps, char **refs, int n, int per_sentence)
+{
+    qkv_sacrebleu_stats bleu = {0};
+    qkv_chrf_stats chrf = {0};
+    qkv_error err = {0};
+    int dotted = 0;
+    for (int i = 0; i < n; i++) {
+        const char *h = hyps[i] ? hyps[i] : "";
+        const size_t len = strlen(h);
+        dotted += len >= 2 && !strcmp(h + len - 2, " .");
+        qkv_sacrebleu_stats sb = {0};
+        qkv_chrf_stats sc = {0};
+        if (qkv_sacrebleu_add(&sb, h, refs[i], &err) || qkv_chrf_add(&sc, h, refs[i], &err)) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            return -1;
+        }
+        for (int k = 0; k < QKV_SACREBLEU_ORDER; k++)
+            bleu.correct[k] += sb.correct[k], bleu.total[k] += sb.total[k];
+        bleu.hyp_len += sb.hyp_len, bleu.ref_len += sb.ref_len;
+        for (int k = 0; k < QKV_CHRF_ORDER; k++)
+            chrf.hyp[k] += sc.hyp[k], chrf.ref[k] += sc.ref[k], chrf.match[k] += sc.match[k];
+        if (per_sentence)
+            printf("%d\t%.6f\t%.6f\n", i + 1, qkv_sacrebleu_score(&sb, 1, NULL, NULL),
+                   qkv_chrf_score(&sc));
+    }
+    if (dotted >= 100) /* as sacreBLEU warns */
+        fprintf(stderr, "qkv eval: warning: %d translations end in a tokenised period (' .'): "
+                "sacreBLEU scores detokenised text\n", dotted);
+    char line[512];
+    qkv_sacrebleu_format(line, sizeof line, &bleu);
+    printf("%s\nchrF2|%s = %.2f\n", line, qkv_chrf_signature(), qkv_chrf_score(&chrf));
+    return 0;
+}
+
+/* qkv eval --hyp FILE: scores translations made elsewhere (one a line) against --tgt or the
+ * target column of --data, as `sacrebleu REF -i HYP -m bleu chrf -f text -w 2` would. */
+static int score_file(const char *hyp_path, const char *data, const char *tgt_path,
+                      int num_examples, int per_sentence)
+{
+    char *hyp_text = NULL, *ref_text = NULL, **hyps = NULL, **refs = NULL;
+    int n = num_examples > 0 ? num_examples : -1, m = n, rc = 1;
+    if (cli_read_lines(hyp_path, 0, &n, &hyps, &hyp_text) ||
+        cli_read_lines(data ? data : tgt_path, data != NULL, &m, &refs, &ref_text)) {
+    } else if (n != m) {
+        fprintf(stderr, "qkv eval: %s has %d lines, the references %d\n", hyp_path, n, m);
+    } else {
+        printf("sentences: %d\n", n);
+        rc = print_sacrebleu((const char *const *)hyps, refs, n, per_sentence) ? 1 : 0;
+    }
+    free(hyps), free(hyp_text), free(refs), free(ref_text);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL, *src_path = NULL, *tgt_path = NULL,
-               *precision = "fp32";
-    int threads = 0, num_examples = 0, show = 0;
-    const char *stop = "bound";
+               *precision = "fp32", *stop = "bound", *metric = "sacrebleu", *hyp_path = NULL;
+    int threads = 0, num_examples = 0, show = 0, per_sentence = 0;
     qkv_translate_options o = qkv_translate_default_options();
     o.alpha = NAN; /* until an option sets it: the rule's default */
     const opt_spec opts[] = {
@@ -232,7 +286,14 @@ int cmd_eval(int argc, char **argv)
         {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line"},
         {"src", OPT_STRING, &src_path, "source sentences (with --tgt)"},
         {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src"},
+        {"hyp", OPT_STRING, &hyp_path, "score these translations (one a line) against --tgt or "
+         "--data's targets instead of translating (no --model)"},
         {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)"},
+        {"metric", OPT_STRING, &metric, "sacrebleu (BLEU and chrF2 of the detokenised text as "
+         "sacreBLEU's defaults score it), d2l (BLEU-4 over the model's words and d2l's mean "
+         "BLEU) or all"},
+        {"per-sentence", OPT_FLAG, &per_sentence, "also print each sentence's sacreBLEU "
+         "(sentence_bleu: effective order) and chrF2: line<TAB>BLEU<TAB>chrF2"},
         LENGTH_OPTIONS(o),
         BEAM_OPTIONS(o, stop),
         {"batch", OPT_INT, &o.batch, "sentences translated together"},
@@ -243,8 +304,23 @@ int cmd_eval(int argc, char **argv)
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv eval --model DIR (--data FILE.tsv | --src F --tgt F) [--beam K "
-                        "[--beam-stop R] [--length-penalty A]]");
+                        "[--beam-stop R] [--length-penalty A]] [--metric sacrebleu|d2l|all]\n"
+                        "       qkv eval --hyp FILE (--tgt F | --data FILE.tsv)");
     if (rc) return rc > 0 ? 0 : 2;
+    const int want_sacre = !strcmp(metric, "sacrebleu") || !strcmp(metric, "all");
+    const int want_d2l = !strcmp(metric, "d2l") || !strcmp(metric, "all");
+    if (!want_sacre && !want_d2l) {
+        fprintf(stderr, "qkv eval: --metric '%s': expected sacrebleu, d2l or all\n", metric);
+        return 2;
+    }
+    if (hyp_path) {
+        if (model || src_path || !(data || tgt_path) || want_d2l) {
+            fprintf(stderr, "qkv eval: --hyp scores a file of translations against --tgt (or "
+                    "--data): no --model, --src or --metric d2l\n");
+            return 2;
+        }
+        return score_file(hyp_path, data, tgt_path, num_examples, per_sentence);
+    }
     if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1) {
         fprintf(stderr, "qkv eval: needs --model and --data (or --src and --tgt)\n");
         return 2;
@@ -254,6 +330,7 @@ int cmd_eval(int argc, char **argv)
     qkv_corpus c = {0};
     qkv_translations r = {0};
     qkv_error err = {0};
+    char *ref_text = NULL, **refs = NULL;
     rc = 1;
     if ((data ? qkv_corpus_read_tsv(&c, data, num_examples, &err)
               : qkv_corpus_read_aligned(&c, src_path, tgt_path, num_examples, &err)) ||
@@ -261,8 +338,23 @@ int cmd_eval(int argc, char **argv)
         fprintf(stderr, "qkv: %s\n", err.msg);
     else {
         warn_truncated(t, &r);
-        rc = print_bleu(t, &c, &r, show) ? 1 : 0;
+        int n = c.source.count;
+        rc = 0;
+        if (want_d2l) rc = print_bleu(t, &c, &r, want_sacre ? 0 : show) ? 1 : 0;
+        else printf("sentences: %d\n", n);
+        if (!rc && want_sacre) {
+            /* the references as written: sacreBLEU scores raw text, not the corpus's words */
+            rc = cli_read_lines(data ? data : tgt_path, data != NULL, &n, &refs, &ref_text) ||
+                 print_sacrebleu((const char *const *)r.text, refs, n, per_sentence) ? 1 : 0;
+            for (int i = 0; !rc && i < show && i < n; i++) {
+                qkv_sacrebleu_stats sb = {0};
+                qkv_sacrebleu_add(&sb, r.text[i] ? r.text[i] : "", refs[i], NULL);
+                printf("%d: %s => BLEU %.2f\n", i + 1, r.text[i] ? r.text[i] : "",
+                       qkv_sacrebleu_score(&sb, 1, NULL, NULL));
+            }
+        }
     }
+    free(refs), free(ref_text);
     qkv_corpus_free(&c);
     qkv_translations_free(&r);
     qkv_translator_free(t);

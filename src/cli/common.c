@@ -16,6 +16,47 @@ char *cli_read_all(const char *path, size_t *len)
     return text;
 }
 
+int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text)
+{
+    size_t len;
+    *lines = NULL;
+    if (!(*text = cli_read_all(path, &len))) return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) n += (*text)[i] == '\n';
+    n += len > 0 && (*text)[len - 1] != '\n'; /* a last line without its newline */
+    if (*count >= 0 && n < (size_t)*count) {
+        fprintf(stderr, "qkv: %s has %zu lines, %d needed\n", path, n, *count);
+        goto fail;
+    }
+    if (*count < 0) *count = (int)n;
+    if (!(*lines = malloc(((size_t)*count + 1) * sizeof **lines))) {
+        fprintf(stderr, "qkv: out of memory for the lines of %s\n", path);
+        goto fail;
+    }
+    char *at = *text;
+    for (int i = 0; i < *count; i++) {
+        char *end = strchr(at, '\n'), *next = end ? end + 1 : at + strlen(at);
+        if (end) *end = '\0';
+        if (end > at && end[-1] == '\r') end[-1] = '\0';
+        if (tsv) {
+            char *tab = strchr(at, '\t');
+            if (!tab) {
+                fprintf(stderr, "qkv: %s:%d: no tab (source<TAB>target)\n", path, i + 1);
+                goto fail;
+            }
+            at = tab + 1;
+            if ((tab = strchr(at, '\t'))) *tab = '\0';
+        }
+        (*lines)[i] = at;
+        at = next;
+    }
+    return 0;
+fail:
+    free(*lines), free(*text);
+    *lines = NULL, *text = NULL;
+    return -1;
+}
+
 void cli_threads(int n)
 {
     if (n > 0) qkv_set_threads(n);

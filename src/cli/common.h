@@ -7,6 +7,12 @@
 /* Reads all of a file ("-" or NULL: stdin) into memory, NUL-terminated. */
 char *cli_read_all(const char *path, size_t *len);
 
+/* Lines 1..count of a file as sacreBLEU reads references (a final \r dropped; count < 0:
+ * every line), or with tsv the text between each line's first and second tab: *lines gets
+ * *count strings pointing into *text (free both). Returns 0, or -1 after printing why (a file
+ * with fewer lines, a line without a tab). */
+int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text);
+
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
 

@@ -78,10 +78,10 @@ check "the exact rule's best scores at least the count rule's, sentence by sente
     END { for (i = 0; i < 4; i++) if (best[1, i] < best[2, i] - 1e-9) exit 1 }' "$T/rule_bound" "$T/rule_count"
 "$QKV" translate --model "$T/m/best" <"$T/in.txt" >"$T/best"
 check "best/ loads as a model (vocabularies from its parent)" test "$(wc -l <"$T/best")" -eq 4
-"$QKV" eval --model "$T/m" --data "$T/valid.tsv" >"$T/eval" && \
-"$QKV" eval --model "$T/m" --data "$T/valid.tsv" --beam 4 >"$T/eval4"
-check "eval reports word BLEU, greedy and beam" \
-  bash -c "grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval' && grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval4'"
+"$QKV" eval --model "$T/m" --data "$T/valid.tsv" --metric all >"$T/eval" && \
+"$QKV" eval --model "$T/m" --data "$T/valid.tsv" --metric all --beam 4 >"$T/eval4"
+check "eval reports word BLEU and sacreBLEU, greedy and beam" \
+  bash -c "grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval' && grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval4' && grep -q '^BLEU|nrefs:1' '$T/eval4'"
 
 # ---- validation BLEU is qkv eval's greedy BLEU (a copy task of words, learnt in a few epochs)
 awk 'BEGIN { srand(7); split("red green blue cat dog sun moon tree car book", w, " ")
@@ -95,7 +95,7 @@ head -n 200 "$T/copy.tsv" >"$T/copy_valid.tsv"
 last_bleu=$(tail -n 1 "$T/copy/metrics.jsonl" | sed 's/.*"bleu": \([0-9.]*\).*/\1/')
 # validation decodes to --num-steps tokens, eval by default to 1.5 n + 10: the same limit here
 eval_bleu=$("$QKV" eval --model "$T/copy" --data "$T/copy_valid.tsv" --max-len 24 --max-len-a 0 \
-  --max-len-b 0 | sed -n 's/^corpus BLEU-4: //p')
+  --max-len-b 0 --metric d2l | sed -n 's/^corpus BLEU-4: //p')
 check "validation BLEU ($last_bleu) = qkv eval's ($eval_bleu), and above 5" \
   awk -v a="$last_bleu" -v b="$eval_bleu" 'BEGIN { d = a - b; exit !(d < 0.006 && d > -0.006 && a > 5) }'
 

@@ -67,6 +67,9 @@ static void test_scores_of_pairs(void **state)
         {"Ein Mann f\xc3\xa4hrt Fahrrad.", "Ein Mann f\xc3\xa4hrt ein Fahrrad.",
          40.93653765389909, 40.93653765389909, 74.44930607922377},
         {"the CAT sat", "The cat sat", 0.0, 27.516060407455225, 21.59391534391534},
+        /* references too short for 5- and 6-grams: those orders do not count */
+        {"a cat sat", "a cat", 0.0, 55.03212081491043, 79.06824146981627},
+        {"Hello there", "Hi", 0.0, 0.0, 13.88888888888889},
     };
     for (size_t k = 0; k < sizeof pairs / sizeof *pairs; k++) {
         qkv_sacrebleu_stats s = {0};
@@ -89,6 +92,12 @@ static void test_scores_of_pairs(void **state)
     print_message("%s\n", line);
     assert_non_null(strstr(line, "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:"));
     assert_non_null(strstr(qkv_chrf_signature(), "nc:6|nw:0|space:no"));
+    /* a hypothesis's 6-grams count only where its reference has some, across a corpus too */
+    qkv_chrf_stats c = {0};
+    assert_int_equal(qkv_chrf_add(&c, "a cat sat", "a cat", NULL), QKV_OK);
+    assert_int_equal(qkv_chrf_add(&c, "The cat sat on the mat.", "The cat sat on the mat.", NULL),
+                     QKV_OK);
+    assert_true(fabs(qkv_chrf_score(&c) - 98.01697557726088) < 1e-9);
 }
 
 static void test_bad_arguments(void **state)
