@@ -98,6 +98,8 @@ typedef struct {
     int validated;         /* this epoch end ran validation: val_loss (and bleu) hold it */
     double val_loss;       /* per-token cross-entropy on the held-out pairs, no smoothing */
     double bleu;           /* corpus BLEU-4 (0..100) of their greedy translations; NaN if off */
+    double sacrebleu, chrf; /* sacreBLEU's BLEU and chrF2 of their text against
+                             * valid_reference_text; NaN if off */
     int best;              /* the best validation so far: the model went to out_dir/best */
     int stopping;          /* early stopping ends the run after this epoch */
 } qkv_train_progress;
@@ -147,6 +149,10 @@ typedef struct {
      * the target side of valid up to its <eos>. */
     const qkv_tokenizer *valid_tokenizer;
     const qkv_sentences *valid_references;
+    /* With valid_tokenizer and valid_bleu: the references as written (valid->n lines of raw
+     * UTF-8), for sacreBLEU's BLEU and chrF2 of the translations' text (qkv_tokenizer_decode),
+     * recorded as "sacrebleu" and "chrf" in metrics.jsonl; NULL: not computed. */
+    const char *const *valid_reference_text;
     int patience;           /* stop after this many validations in a row without a new best
                              * (0: never) */
     int keep_epochs;        /* also keep the models of the last N epochs in out_dir/epoch-NNN

@@ -266,6 +266,7 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     qkv_error err = {0};
     qkv_corpus corpus = {0}, held_out = {0};
     qkv_sentences held_out_tgt = {0}; /* the held-out targets as the model's tokens */
+    char *ref_text = NULL, **ref_lines = NULL; /* and as written, for sacreBLEU */
     qkv_translator *t = NULL;
     int *bufs[8] = {0};
     const char *out = o->out_dir;
@@ -286,8 +287,14 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     qkv_transformer *m = qkv_translator_model(t);
     const qkv_tokenizer *tok = qkv_translator_tokenizer(t);
     /* the model learns from its tokens, validation BLEU compares the references' words */
-    if (held_out.source.count && r->valid_bleu)
+    if (held_out.source.count && r->valid_bleu) {
+        int n = held_out.target.count;
         o->valid_bleu = 1, o->valid_tokenizer = tok, o->valid_references = &held_out.target;
+        if (cli_read_lines(r->valid ? r->valid : r->valid_tgt, r->valid != NULL, &n, &ref_lines,
+                           &ref_text))
+            goto done;
+        o->valid_reference_text = (const char *const *)ref_lines;
+    }
     if (to_tokens(tok, &corpus.source, 0) || to_tokens(tok, &corpus.target, 1)) goto done;
     qkv_dataset ds, vs;
     if (build_dataset(&ds, bufs, &corpus.source, &corpus.target, tok, T)) goto done;
@@ -327,6 +334,7 @@ done:
     qkv_corpus_free(&corpus);
     qkv_corpus_free(&held_out);
     qkv_sentences_free(&held_out_tgt);
+    free(ref_lines), free(ref_text);
     qkv_translator_free(t);
     return rc;
 }

@@ -61,9 +61,19 @@ expect_fail "--num-examples beyond the file" "has 3 lines, 5 needed" \
 
 # ---- a model's eval: sacreBLEU by default, d2l's on request
 head -n 300 "$M30/train.de" >"$T/src"; head -n 300 "$M30/train.en" >"$T/tgt"
-"$QKV" train --src "$T/src" --tgt "$T/tgt" --d-model 16 --heads 2 --ffn 32 --layers 1 \
-  --num-steps 12 --epochs 1 --threads 2 --quiet --out "$T/m" 2>"$T/err"
 head -n 20 "$T/src" >"$T/s20"; head -n 20 "$T/tgt" >"$T/t20"
+"$QKV" train --src "$T/src" --tgt "$T/tgt" --d-model 16 --heads 2 --ffn 32 --layers 1 \
+  --num-steps 40 --epochs 2 --threads 2 --quiet --valid-src "$T/s20" --valid-tgt "$T/t20" \
+  --out "$T/m" 2>"$T/err"
+check "validation records sacrebleu and chrf every epoch" \
+  test "$(grep -c '"bleu": .*"sacrebleu": [0-9.]*, "chrf": [0-9.]*' "$T/m/metrics.jsonl")" -eq 2
+# validation decodes greedily to --num-steps tokens: eval with that limit scores the same
+v=$(tail -n 1 "$T/m/metrics.jsonl" | sed 's/.*"sacrebleu": \([0-9.]*\), "chrf": \([0-9.]*\).*/\1 \2/')
+e=$("$QKV" eval --model "$T/m" --src "$T/s20" --tgt "$T/t20" --max-len 40 --max-len-a 0 \
+  --max-len-b 0 2>/dev/null | sed -n 's/^BLEU|[^ ]* = \([0-9.]*\) .*/\1/p; s/^chrF2|[^ ]* = \([0-9.]*\)$/\1/p' | tr '\n' ' ')
+check "validation's sacrebleu and chrf ($v) are qkv eval's ($e)" \
+  awk -v v="$v" -v e="$e" 'BEGIN { split(v, a, " "); split(e, b, " ")
+    exit !(a[1] - b[1] < 0.006 && b[1] - a[1] < 0.006 && a[2] - b[2] < 0.006 && b[2] - a[2] < 0.006) }'
 "$QKV" eval --model "$T/m" --src "$T/s20" --tgt "$T/t20" >"$T/e_default" 2>/dev/null
 "$QKV" eval --model "$T/m" --src "$T/s20" --tgt "$T/t20" --metric d2l >"$T/e_d2l" 2>/dev/null
 "$QKV" eval --model "$T/m" --src "$T/s20" --tgt "$T/t20" --metric all >"$T/e_all" 2>/dev/null
