@@ -10,10 +10,11 @@
 #include "cli/common.h"
 #include "cli/figures.h"
 
-/* Beam search's stopping rule by name, and the length penalty's default for it: GNMT's
- * alpha 0 (none) for qkv's rules, transformers' length_penalty 1.0 for hf. alpha is NaN
- * until an option sets it. Returns 0, or 2 after printing why. */
-static int beam_rule(qkv_translate_options *o, const char *stop, const char *cmd)
+/* Beam search's stopping rule by name, and the length penalty's default for it when no
+ * option set it (alpha_given 0): GNMT's alpha 0 (none) for qkv's rules, transformers'
+ * length_penalty 1.0 for hf. Returns 0, or 2 after printing why. */
+static int beam_rule(qkv_translate_options *o, const char *stop, int alpha_given,
+                     const char *cmd)
 {
     static const char *const names[] = {"bound", "count", "hf"};
     int k = 0;
@@ -23,34 +24,38 @@ static int beam_rule(qkv_translate_options *o, const char *stop, const char *cmd
         return 2;
     }
     o->stop = (qkv_beam_stop)k;
-    if (isnan(o->alpha)) o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
+    if (!alpha_given) o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
     return 0;
 }
 
 #define BEAM_OPTIONS(o, stop)                                                                  \
-    {"beam", OPT_INT, &(o).beam, "beam width K (1: greedy decoding)"},                         \
+    {"beam", OPT_INT, &(o).beam, "beam width K (1: greedy decoding)", "[1, 256]"},             \
     {"beam-stop", OPT_STRING, &(stop), "when beam search ends a sentence: bound (when no live " \
-     "hypothesis can beat the n best; default), count (when K have finished) or hf (as "       \
-     "transformers' BeamSearchScorer, with lp = |Y|^alpha)"},                                  \
+     "hypothesis can beat the n best), count (when K have finished) or hf (as transformers' "  \
+     "BeamSearchScorer, with lp = |Y|^alpha)", NULL},                                          \
     {"length-penalty", OPT_FLOAT, &(o).alpha, "beam search scores log P / lp with lp = ((5 + "  \
-     "|Y|) / 6)^alpha (default alpha 0: none), or |Y|^alpha under --beam-stop hf (default 1, "  \
-     "as transformers)"},                                                                       \
-    {"alpha", OPT_FLOAT, &(o).alpha, "the same as --length-penalty"}
+     "|Y|) / 6)^alpha, or |Y|^alpha under --beam-stop hf (where the default is 1, as "          \
+     "transformers')", "[0, 100]"},                                                             \
+    {"alpha", OPT_FLOAT, &(o).alpha, "the same as --length-penalty", "[0, 100]"}
 
 #define LENGTH_OPTIONS(o)                                                                      \
     {"max-len", OPT_INT, &(o).max_len, "longest translation in tokens, a hard cap (0: the "     \
-     "model's max_len)"},                                                                       \
+     "model's max_len)", "[0, 65536]"},                                                         \
     {"max-len-a", OPT_FLOAT, &(o).max_len_a, "and each sentence's own limit, a * n + b tokens "  \
-     "for a source of n tokens (a = b = 0: none)"},                                             \
-    {"max-len-b", OPT_INT, &(o).max_len_b, "b of --max-len-a"}
+     "for a source of n tokens (a = b = 0: none)", "[0, 1000]"},                                \
+    {"max-len-b", OPT_INT, &(o).max_len_b, "b of --max-len-a", "[0, 65536]"}
+
+#define ALPHA_GIVEN(argc, argv)                                                                \
+    (args_given(argc, argv, 2, "length-penalty") || args_given(argc, argv, 2, "alpha"))
 
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
  * read, on a CPU without bf16). Returns 0, or the exit status after printing why. */
 static int open_model(qkv_translator **t, qkv_translate_options *o, const char *cmd,
-                      const char *dir, const char *precision, int threads, const char *stop)
+                      const char *dir, const char *precision, int threads, const char *stop,
+                      int alpha_given)
 {
-    if (beam_rule(o, stop, cmd)) return 2;
+    if (beam_rule(o, stop, alpha_given, cmd)) return 2;
     if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
         !isfinite(o->alpha)) {
         fprintf(stderr, "qkv %s: needs --beam >= 1, 1 <= --n-best <= --beam and a finite "
@@ -117,18 +122,19 @@ int cmd_translate(int argc, char **argv)
     int threads = 0;
     const char *stop = "bound";
     qkv_translate_options o = qkv_translate_default_options();
-    o.alpha = NAN; /* until an option sets it: the rule's default */
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory"},
-        {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)"},
-        {"attention", OPT_STRING, &attention, "draw every sentence's attention into this directory"},
+        {"model", OPT_STRING, &model, "model directory", NULL},
+        {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)", NULL},
+        {"attention", OPT_STRING, &attention,
+         "draw every sentence's attention into this directory", NULL},
         LENGTH_OPTIONS(o),
         BEAM_OPTIONS(o, stop),
-        {"n-best", OPT_INT, &o.n_best, "print the M best hypotheses: i ||| text ||| score"},
-        {"batch", OPT_INT, &o.batch, "sentences translated together"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
-        {NULL, 0, NULL, NULL},
+        {"n-best", OPT_INT, &o.n_best,
+         "print the M best hypotheses: i ||| text ||| score", "[1, 256]"},
+        {"batch", OPT_INT, &o.batch, "sentences translated together", "[1, 65536]"},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv translate --model DIR [--input FILE] [--beam K [--beam-stop R] "
@@ -139,7 +145,8 @@ int cmd_translate(int argc, char **argv)
         return 2;
     }
     qkv_translator *t;
-    if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop))) return rc;
+    if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop,
+                         ALPHA_GIVEN(argc, argv)))) return rc;
     size_t len;
     char *text = cli_read_all(input, &len);
     qkv_sentences words = {0};
@@ -280,27 +287,26 @@ int cmd_eval(int argc, char **argv)
                *precision = "fp32", *stop = "bound", *metric = "sacrebleu", *hyp_path = NULL;
     int threads = 0, num_examples = 0, show = 0, per_sentence = 0;
     qkv_translate_options o = qkv_translate_default_options();
-    o.alpha = NAN; /* until an option sets it: the rule's default */
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory"},
-        {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line"},
-        {"src", OPT_STRING, &src_path, "source sentences (with --tgt)"},
-        {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src"},
+        {"model", OPT_STRING, &model, "model directory", NULL},
+        {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line", NULL},
+        {"src", OPT_STRING, &src_path, "source sentences (with --tgt)", NULL},
+        {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src", NULL},
         {"hyp", OPT_STRING, &hyp_path, "score these translations (one a line) against --tgt or "
-         "--data's targets instead of translating (no --model)"},
-        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)"},
+         "--data's targets instead of translating (no --model)", NULL},
+        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)", ARG_GE0},
         {"metric", OPT_STRING, &metric, "sacrebleu (BLEU and chrF2 of the detokenised text as "
          "sacreBLEU's defaults score it), d2l (BLEU-4 over the model's words and d2l's mean "
-         "BLEU) or all"},
+         "BLEU) or all", NULL},
         {"per-sentence", OPT_FLAG, &per_sentence, "also print each sentence's sacreBLEU "
-         "(sentence_bleu: effective order) and chrF2: line<TAB>BLEU<TAB>chrF2"},
+         "(sentence_bleu: effective order) and chrF2: line<TAB>BLEU<TAB>chrF2", NULL},
         LENGTH_OPTIONS(o),
         BEAM_OPTIONS(o, stop),
-        {"batch", OPT_INT, &o.batch, "sentences translated together"},
-        {"show", OPT_INT, &show, "print the first N translations with their BLEU"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
-        {NULL, 0, NULL, NULL},
+        {"batch", OPT_INT, &o.batch, "sentences translated together", "[1, 65536]"},
+        {"show", OPT_INT, &show, "print the first N translations with their BLEU", ARG_GE0},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv eval --model DIR (--data FILE.tsv | --src F --tgt F) [--beam K "
@@ -314,19 +320,21 @@ int cmd_eval(int argc, char **argv)
         return 2;
     }
     if (hyp_path) {
-        if (model || src_path || !(data || tgt_path) || want_d2l) {
+        if (model || src_path || !(data || tgt_path) || (data && tgt_path) || want_d2l) {
             fprintf(stderr, "qkv eval: --hyp scores a file of translations against --tgt (or "
                     "--data): no --model, --src or --metric d2l\n");
             return 2;
         }
         return score_file(hyp_path, data, tgt_path, num_examples, per_sentence);
     }
-    if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1) {
-        fprintf(stderr, "qkv eval: needs --model and --data (or --src and --tgt)\n");
+    if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1 ||
+        (data && (src_path || tgt_path))) {
+        fprintf(stderr, "qkv eval: needs --model and either --data or --src with --tgt\n");
         return 2;
     }
     qkv_translator *t;
-    if ((rc = open_model(&t, &o, "eval", model, precision, threads, stop))) return rc;
+    if ((rc = open_model(&t, &o, "eval", model, precision, threads, stop,
+                         ALPHA_GIVEN(argc, argv)))) return rc;
     qkv_corpus c = {0};
     qkv_translations r = {0};
     qkv_error err = {0};

@@ -107,6 +107,7 @@ typedef struct {
     float alpha;
     qkv_beam_stop stop;
     const int *max_lens;        /* (B) or NULL: each sentence's own limit, <= T */
+    int suppress_pad;           /* the model never produces <pad> */
     int *tok, *row_src, *first; /* per row; first[b]: sentence b's first row */
     int *hist, *hist2;          /* (cap, T) the tokens of each row so far */
     int *slot, *slot2;          /* (cap, T) the cache row of each position's key and value */
@@ -173,6 +174,7 @@ static int rank_extensions(beam_search *s, const float *logits, int r0, int nr)
     for (int k = 0; k < nr; k++) {
         const float *z = logits + (size_t)(r0 + k) * V;
         for (int v = 0; v < V; v++) {
+            if (v == QKV_PAD && s->suppress_pad) continue; /* after normalising, as HF */
             candidate x = {s->row_score[r0 + k] + ((double)z[v] - s->lse[r0 + k]), k, v};
             if (n == want && !before(&x, &cand[n - 1])) continue;
             int at = n < want ? n++ : n - 1;
@@ -366,6 +368,8 @@ qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *s
         beam_free(&s);
         return stt;
     }
+    s.suppress_pad = m->cfg.suppress_pad;
+    for (int b = 0; b < B; b++) s.tok[b] = m->cfg.decoder_start;
     run_search(&s, model_logits, &ms);
     write_results(&s, results);
     decode_end(&ms.st);
