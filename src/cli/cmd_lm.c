@@ -370,7 +370,7 @@ int cmd_train_lm(int argc, char **argv)
         {"pre-norm", OPT_FLAG, &cfg.pre_norm,
          "x + Sublayer(LayerNorm(x)), and a final LayerNorm", NULL},
         {"tie", OPT_FLAG, &cfg.tie, "output projection = token embedding", NULL},
-        {"act", OPT_STRING, &act, "FFN activation: relu or gelu", NULL},
+        {"act", OPT_STRING, &act, "FFN activation: relu, gelu or silu (swish)", NULL},
         {"learned-pos", OPT_FLAG, &cfg.learned_pos,
          "learned instead of sinusoidal positions", NULL},
         {"no-bias", OPT_FLAG, &no_bias, "no biases in the attention projections", NULL},
@@ -430,9 +430,9 @@ int cmd_train_lm(int argc, char **argv)
     const int byte_level = !strcmp(vocab_kind, "byte");
     if ((!byte_level && strcmp(vocab_kind, "char")) ||
         (strcmp(attention, "softmax") && strcmp(attention, "linear")) ||
-        (strcmp(act, "relu") && strcmp(act, "gelu"))) {
+        (strcmp(act, "relu") && strcmp(act, "gelu") && strcmp(act, "silu"))) {
         fprintf(stderr, "qkv train-lm: --vocab is char|byte, --attention softmax|linear, --act "
-                "relu|gelu\n");
+                "relu|gelu|silu\n");
         goto usage;
     }
     if (steps < 0 || minutes < 0 || (steps == 0 && minutes == 0) || o.context < 2 ||
@@ -445,7 +445,7 @@ int cmd_train_lm(int argc, char **argv)
     qkv_precision prec;
     if (cli_precision(precision, &prec)) goto usage;
     cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
-    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
+    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
     o.steps = steps, o.minutes = minutes, o.stop_after_steps = stop_after, o.out_dir = out;
     cli_threads(threads);

@@ -434,7 +434,7 @@ int cmd_train(int argc, char **argv)
         {"pre-norm", OPT_FLAG, &cfg.pre_norm,
          "x + Sublayer(LayerNorm(x)) instead of post-norm", NULL},
         {"final-norm", OPT_FLAG, &cfg.final_norm, "a LayerNorm after each stack", NULL},
-        {"act", OPT_STRING, &act, "FFN activation: relu or gelu", NULL},
+        {"act", OPT_STRING, &act, "FFN activation: relu, gelu or silu (swish)", NULL},
         {"tie", OPT_STRING, &tie, "weight sharing: none, output (target emb = output), all", NULL},
         {"learned-pos", OPT_FLAG, &cfg.learned_pos,
          "learned instead of sinusoidal positions", NULL},
@@ -533,6 +533,13 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "qkv train: --tokenizer is word|bpe, --schedule constant|noam\n");
         goto usage;
     }
+    const int noam = !strcmp(schedule, "noam");
+    if (args_typed(argc, argv, 2, noam ? "lr" : "warmup") ||
+        (!noam && args_typed(argc, argv, 2, "lr-factor"))) {
+        fprintf(stderr, "qkv train: --lr sets the constant schedule's rate; --warmup and "
+                "--lr-factor shape the noam schedule's (this run's is %s)\n", schedule);
+        goto usage;
+    }
     if (!bpe && (joint_bpe || args_given(argc, argv, 2, "vocab-size"))) {
         fprintf(stderr, "qkv train: --joint-bpe and --vocab-size are for --tokenizer bpe\n");
         goto usage;
@@ -545,12 +552,12 @@ int cmd_train(int argc, char **argv)
     }
     cfg.enc_layers = enc_layers >= 0 ? enc_layers : layers;
     cfg.dec_layers = dec_layers >= 0 ? dec_layers : layers;
-    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
+    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.tie = !strcmp(tie, "all") ? QKV_TIE_ALL : !strcmp(tie, "output") ? QKV_TIE_OUTPUT : QKV_TIE_NONE;
-    if ((strcmp(act, "relu") && strcmp(act, "gelu")) ||
+    if ((strcmp(act, "relu") && strcmp(act, "gelu") && strcmp(act, "silu")) ||
         (strcmp(tie, "none") && strcmp(tie, "output") && strcmp(tie, "all")) ||
         (strcmp(loss, "token") && strcmp(loss, "d2l"))) {
-        fprintf(stderr, "qkv train: --act is relu|gelu, --tie none|output|all, --loss token|d2l\n");
+        fprintf(stderr, "qkv train: --act is relu|gelu|silu, --tie none|output|all, --loss token|d2l\n");
         goto usage;
     }
     qkv_precision prec;

@@ -108,6 +108,8 @@ typedef struct {
     qkv_beam_stop stop;
     const int *max_lens;        /* (B) or NULL: each sentence's own limit, <= T */
     int suppress_pad;           /* the model never produces <pad> */
+    int forced_eos;             /* a hypothesis cut at max_len ends with an <eos> of
+                                   probability 1, counted in its length (Marian's) */
     int *tok, *row_src, *first; /* per row; first[b]: sentence b's first row */
     int *hist, *hist2;          /* (cap, T) the tokens of each row so far */
     int *slot, *slot2;          /* (cap, T) the cache row of each position's key and value */
@@ -185,7 +187,8 @@ static int rank_extensions(beam_search *s, const float *logits, int r0, int nr)
     return n;
 }
 
-/* Finishes candidate x of rows r0.. as it is, without <eos>, at its sentence's last step t. */
+/* Finishes candidate x of rows r0.. as it is, without <eos>, at its sentence's last step t
+ * (its length counting the forced <eos> that follows, for a model with forced_eos). */
 static void finish_cut(beam_search *s, finished_list *f, const candidate *x, int r0, int t,
                        int scratch_row)
 {
@@ -193,7 +196,7 @@ static void finish_cut(beam_search *s, finished_list *f, const candidate *x, int
     int *h2 = s->hist2 + (size_t)scratch_row * T; /* scratch: the row is not kept */
     memcpy(h2, s->hist + (size_t)(r0 + x->row) * T, (size_t)t * sizeof *h2);
     h2[t] = x->token;
-    finish(f, s->K, h2, t + 1, t + 1, x->score, s->alpha, s->stop);
+    finish(f, s->K, h2, t + 1, t + 1 + s->forced_eos, x->score, s->alpha, s->stop);
 }
 
 /* Sentence b at step t, from its n ranked extensions of rows r0..: an <eos> among the first
@@ -234,7 +237,8 @@ static int advance_sentence(beam_search *s, int b, int r0, int n, int t, int nex
     }
     int done = last || live == 0 || (s->stop == QKV_BEAM_STOP_COUNT && f->found >= K);
     if (!done && f->n >= N) /* can the best live hypothesis still enter the n best? */
-        done = s->next_score[next_rows] / length_penalty(Tb, s->alpha, s->stop) <=
+        done = s->next_score[next_rows] /
+                   length_penalty(Tb + s->forced_eos, s->alpha, s->stop) <=
                f->h[N - 1].score;
     return done ? 0 : live;
 }
@@ -320,13 +324,14 @@ static void run_search(beam_search *s, beam_step_fn step, void *ctx)
 }
 
 qkv_status beam_search_steps(beam_step_fn step, void *ctx, int B, int V, int T_cap,
-                             const qkv_beam_options *o, qkv_beam_results *results,
-                             qkv_error *err)
+                             int forced_eos, const qkv_beam_options *o,
+                             qkv_beam_results *results, qkv_error *err)
 {
     qkv_status stt = check_options(o, B, T_cap, err);
     if (stt || B < 1) return stt;
     beam_search s;
     if ((stt = beam_alloc(&s, B, V, o, err))) return stt;
+    s.forced_eos = forced_eos != 0;
     run_search(&s, step, ctx);
     write_results(&s, results);
     beam_free(&s);
@@ -368,7 +373,7 @@ qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *s
         beam_free(&s);
         return stt;
     }
-    s.suppress_pad = m->cfg.suppress_pad;
+    s.suppress_pad = m->cfg.suppress_pad, s.forced_eos = m->cfg.forced_eos;
     for (int b = 0; b < B; b++) s.tok[b] = m->cfg.decoder_start;
     run_search(&s, model_logits, &ms);
     write_results(&s, results);

@@ -12,9 +12,10 @@ typedef const float *(*beam_step_fn)(void *ctx, int rows, const int *row_src, co
                                      const int *hist, const int *slot, int T, int t);
 
 /* qkv_transformer_beam for B sentences over a vocabulary of V, with step in place of the
- * decoder; o->max_len at most T_cap. */
+ * decoder; o->max_len at most T_cap; forced_eos as the model option (a hypothesis cut at its
+ * limit is followed by an <eos> of probability 1, counted in its length). */
 qkv_status beam_search_steps(beam_step_fn step, void *ctx, int B, int V, int T_cap,
-                             const qkv_beam_options *o, qkv_beam_results *results,
-                             qkv_error *err);
+                             int forced_eos, const qkv_beam_options *o,
+                             qkv_beam_results *results, qkv_error *err);
 
 #endif

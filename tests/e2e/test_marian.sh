@@ -149,5 +149,14 @@ sd = torch.load("pytorch_model.bin", map_location="cpu")
 st.save_file({k: v.float().clone().contiguous() for k, v in sd.items()}, "model.safetensors", {"format": "pt"})')
 check "pytorch_model.bin converted as the README says imports to the same model" \
   bash -c "'$QKV' import marian '$T/bin2' --out '$T/o16' 2>/dev/null && cmp -s '$T/o16/model.safetensors' '$T/m/model.safetensors'"
+
+# ---- SiLU is an activation qkv trains with too
+awk 'BEGIN { srand(3); for (i = 0; i < 40; i++) { s = ""; for (j = 0; j < 4; j++)
+       s = s (j ? " " : "") substr("abcdef", 1 + int(rand() * 6), 1); print s "\t" s } }' >"$T/copy.tsv"
+check "qkv train --act silu trains and translates a model that says so" bash -c "
+  '$QKV' train --data '$T/copy.tsv' --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 8 \
+    --num-steps 6 --epochs 1 --threads 1 --quiet --act silu --out '$T/silu' >/dev/null 2>&1 &&
+  grep -q '\"act\":.*\"silu\"' '$T/silu/config.json' &&
+  echo 'a b c d' | '$QKV' translate --model '$T/silu' >/dev/null 2>&1"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -62,11 +62,12 @@ def lp_gnmt(n, alpha):
     return 1.0 if alpha == 0.0 else ((5.0 + n) / 6.0) ** alpha
 
 
-def qkv_search(seed, sentence, V, K, N, T, alpha, count):
+def qkv_search(seed, sentence, V, K, N, T, alpha, count, forced_eos):
     """qkv's bound (count=False) or count rule: the best 2K extensions of the live
     hypotheses, ranked by (score desc, row, token); an <eos> among the first K finishes one
     (score log P / lp(steps)), the first K others live on; at the last step they finish as
-    they are. Finished: the K best, ties in finishing order."""
+    they are (followed by an <eos> of probability 1, counted in the length, with forced_eos).
+    Finished: the K best, ties in finishing order."""
     live = [(0.0, [])]
     fin = []  # (score, logprob, tokens), best first
     found = 0
@@ -100,7 +101,7 @@ def qkv_search(seed, sentence, V, K, N, T, alpha, count):
                 if i < K:
                     add(toks, t + 1, score)
             elif last:
-                add(toks + [v], t + 1, score)
+                add(toks + [v], t + 1 + forced_eos, score)
                 nxt.append(None)
             else:
                 nxt.append((score, toks + [v]))
@@ -108,19 +109,23 @@ def qkv_search(seed, sentence, V, K, N, T, alpha, count):
             break
         if count and found >= K:
             break
-        if len(fin) >= N and nxt[0][0] / lp_gnmt(T, alpha) <= fin[N - 1][0]:
+        if len(fin) >= N and nxt[0][0] / lp_gnmt(T + forced_eos, alpha) <= fin[N - 1][0]:
             break
         live = nxt
     return [(s, lp, toks) for s, lp, toks in fin[:N]]
 
 
-def hf_search(seed, B, V, K, N, T, alpha):
+def hf_search(seed, B, V, K, N, T, alpha, forced_eos):
     """transformers' BeamSearchScorer over the scripted logits, as GenerationMixin.beam_search
-    uses it (decoder_prompt_len 1: the start token), max_length T + 1."""
+    uses it (decoder_prompt_len 1: the start token), max_length T + 1; with forced_eos,
+    max_length T + 2 and transformers' ForcedEOSTokenLogitsProcessor at the last position."""
+    from transformers.generation.logits_process import ForcedEOSTokenLogitsProcessor
+    max_length = T + 1 + forced_eos
+    force = ForcedEOSTokenLogitsProcessor(max_length, EOS)
     from transformers.generation.beam_search import BeamSearchScorer
     scorer = BeamSearchScorer(batch_size=B, num_beams=K, device=torch.device("cpu"),
                               length_penalty=alpha, do_early_stopping=False,
-                              num_beam_hyps_to_keep=N, max_length=T + 1)
+                              num_beam_hyps_to_keep=N, max_length=max_length)
     input_ids = torch.full((B * K, 1), BOS, dtype=torch.long)
     beam_scores = torch.zeros((B, K), dtype=torch.float64)
     beam_scores[:, 1:] = -1e9
@@ -128,6 +133,8 @@ def hf_search(seed, B, V, K, N, T, alpha):
     while True:
         lps = torch.tensor([log_softmax(scripted_logits(seed, r // K, input_ids[r, 1:].tolist(), V))
                             for r in range(B * K)], dtype=torch.float64)
+        if forced_eos:
+            lps = force(input_ids, lps)
         scores = (lps + beam_scores[:, None]).view(B, K * V)
         # torch.topk, ties in index order (row * V + token) as qkv ranks them
         order = torch.sort(scores, dim=1, descending=True, stable=True)
@@ -137,9 +144,9 @@ def hf_search(seed, B, V, K, N, T, alpha):
         beam_scores = out["next_beam_scores"]
         input_ids = torch.cat([input_ids[out["next_beam_indices"], :],
                                out["next_beam_tokens"].unsqueeze(-1)], dim=-1)
-        if scorer.is_done or input_ids.shape[-1] >= T + 1:
+        if scorer.is_done or input_ids.shape[-1] >= max_length:
             break
-    res = scorer.finalize(input_ids, beam_scores, None, None, max_length=T + 1, pad_token_id=PAD,
+    res = scorer.finalize(input_ids, beam_scores, None, None, max_length=max_length, pad_token_id=PAD,
                           eos_token_id=EOS, decoder_prompt_len=1)
     seqs, sc = res["sequences"].tolist(), res["sequence_scores"].tolist()
     per = []
@@ -161,19 +168,21 @@ CASES = []
 for mode in ("bound", "count", "hf"):
     for K, N in ((2, 1), (3, 2), (4, 4), (5, 2)):
         for alpha in (0.0, 0.5, 1.0, 2.0):
-            CASES.append((mode, K, N, alpha))
+            CASES.append((mode, K, N, alpha, 0))
+    for K, N, alpha in ((3, 2, 0.5), (4, 1, 1.0), (2, 2, 2.0)):  # Marian's forced_eos
+        CASES.append((mode, K, N, alpha, 1))
 
 
 def write_all(save):
     B, V, T = 8, 14, 12
-    for i, (mode, K, N, alpha) in enumerate(CASES):
+    for i, (mode, K, N, alpha, forced_eos) in enumerate(CASES):
         seed = 1000 + i
         # per-sentence limits for qkv's rules (transformers has one max_length)
         max_lens = [T] * B if mode == "hf" else [T - (b * 5) % 9 for b in range(B)]
         if mode == "hf":
-            per = hf_search(seed, B, V, K, N, T, alpha)
+            per = hf_search(seed, B, V, K, N, T, alpha, forced_eos)
         else:
-            per = [qkv_search(seed, b, V, K, N, max_lens[b], alpha, mode == "count")
+            per = [qkv_search(seed, b, V, K, N, max_lens[b], alpha, mode == "count", forced_eos)
                    for b in range(B)]
         ids = np.zeros((B, N, T), dtype=np.int32)
         lens = np.full((B, N), -1, dtype=np.int32)
@@ -186,5 +195,5 @@ def write_all(save):
         save(f"beam_{i}", {"ids": ids, "len": lens, "score": scores,
                            "max_lens": np.array(max_lens, dtype=np.int32)},
              {"mode": MODES[mode], "K": K, "N": N, "alpha": alpha, "seed": seed, "B": B,
-              "V": V, "T": T})
+              "V": V, "T": T, "forced_eos": forced_eos})
     save("beam_cases", {"n": np.array([len(CASES)], dtype=np.int32)}, {"n": len(CASES)})

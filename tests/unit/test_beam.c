@@ -344,12 +344,12 @@ static const float *scripted_logits(void *ctx, int rows, const int *row_src, con
     return sc->logits;
 }
 
-static void scripted_search(uint64_t seed, int B, int V, const qkv_beam_options *o, int *ids,
-                            int *len, double *score)
+static void scripted_search(uint64_t seed, int B, int V, int forced_eos,
+                            const qkv_beam_options *o, int *ids, int *len, double *score)
 {
     scripted sc = {seed, V, tu_zeros((size_t)B * o->beam * V)};
     qkv_error err = {0};
-    if (beam_search_steps(scripted_logits, &sc, B, V, o->max_len, o,
+    if (beam_search_steps(scripted_logits, &sc, B, V, o->max_len, forced_eos, o,
                           &(qkv_beam_results){ids, len, score, NULL}, &err))
         fail_msg("%s", err.msg);
     free(sc.logits);
@@ -377,13 +377,14 @@ static void test_scripted_rules_match_reference(void **state)
                                     tu_ref_i32(&f, "max_lens", NULL)};
         int *ids = calloc((size_t)B * N * T, sizeof *ids), *len = malloc((size_t)B * N * sizeof *len);
         double *score = malloc((size_t)B * N * sizeof *score);
-        scripted_search((uint64_t)tu_ref_int(&f, "seed"), B, V, &o, ids, len, score);
+        const int forced_eos = tu_ref_int(&f, "forced_eos");
+        scripted_search((uint64_t)tu_ref_int(&f, "seed"), B, V, forced_eos, &o, ids, len, score);
         for (int i = 0; i < B * N; i++) {
             if (len[i] != want_len[i] ||
                 memcmp(ids + (size_t)i * T, want_ids + (size_t)i * T, (size_t)(len[i] > 0 ? len[i] : 0) * sizeof *ids))
-                fail_msg("case %d (rule %d, K %d, n_best %d, alpha %g): sentence %d hypothesis %d "
-                         "differs (length %d, reference %d)", c, mode, K, N, (double)o.alpha,
-                         i / N, i % N, len[i], want_len[i]);
+                fail_msg("case %d (rule %d, K %d, n_best %d, alpha %g, forced_eos %d): sentence %d "
+                         "hypothesis %d differs (length %d, reference %d)", c, mode, K, N,
+                         (double)o.alpha, forced_eos, i / N, i % N, len[i], want_len[i]);
             if (len[i] >= 0 && fabs(score[i] - want_score[i]) > 1e-5 * (1 + fabs(score[i])))
                 fail_msg("case %d sentence %d: score %.7f, reference %.7f", c, i / N, score[i],
                          (double)want_score[i]);
@@ -411,7 +412,8 @@ static void test_bound_beats_count(void **state)
             double score[2][B];
             for (int rule = 0; rule < 2; rule++) {
                 const qkv_beam_options o = {K, 1, T, alpha, (qkv_beam_stop)rule, NULL};
-                scripted_search(7000 + (uint64_t)seed, B, V, &o, ids[rule], len[rule], score[rule]);
+                scripted_search(7000 + (uint64_t)seed, B, V, 0, &o, ids[rule], len[rule],
+                                score[rule]);
             }
             for (int b = 0; b < B; b++) {
                 if (score[0][b] < score[1][b])
