@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *cli_read_all(const char *path, size_t *len)
+char *cli_read_all(const char *path, size_t max_bytes, size_t *len)
 {
     qkv_error err = {0};
     char *text = NULL;
-    if (qkv_read_file(!path || !strcmp(path, "-") ? NULL : path, SIZE_MAX, &text, len, &err)) {
+    if (qkv_read_file(!path || !strcmp(path, "-") ? NULL : path, max_bytes, &text, len, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         return NULL;
     }
@@ -20,7 +20,7 @@ int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **
 {
     size_t len;
     *lines = NULL;
-    if (!(*text = cli_read_all(path, &len))) return -1;
+    if (!(*text = cli_read_all(path, QKV_MAX_TEXT_BYTES, &len))) return -1;
     size_t n = 0;
     for (size_t i = 0; i < len; i++) n += (*text)[i] == '\n';
     n += len > 0 && (*text)[len - 1] != '\n'; /* a last line without its newline */

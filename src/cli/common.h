@@ -5,7 +5,7 @@
 #include "qkv.h"
 
 /* Reads all of a file ("-" or NULL: stdin) into memory, NUL-terminated. */
-char *cli_read_all(const char *path, size_t *len);
+char *cli_read_all(const char *path, size_t max_bytes, size_t *len);
 
 /* Lines 1..count of a file as sacreBLEU reads references (a final \r dropped; count < 0:
  * every line), or with tsv the text between each line's first and second tab: *lines gets

@@ -58,6 +58,8 @@ expect_fail "--hyp with --model" "no --model" "$QKV" eval --hyp "$T/three" --tgt
 expect_fail "unknown --metric" "metric 'rouge'" "$QKV" eval --hyp "$T/three" --tgt "$T/three" --metric rouge
 expect_fail "--num-examples beyond the file" "has 3 lines, 5 needed" \
   "$QKV" eval --hyp "$T/three" --tgt "$T/three" --num-examples 5
+expect_fail "eval's scores to a full disk" "cannot write the output" \
+  bash -c "exec '$QKV' eval --hyp '$T/three' --tgt '$T/three' >/dev/full"
 
 # ---- a model's eval: sacreBLEU by default, d2l's on request
 head -n 300 "$M30/train.de" >"$T/src"; head -n 300 "$M30/train.en" >"$T/tgt"
