@@ -276,11 +276,11 @@ static int score_file(const char *hyp_path, const char *data, const char *tgt_pa
 {
     char *hyp_text = NULL, *ref_text = NULL, **hyps = NULL, **refs = NULL;
     int n = num_examples > 0 ? num_examples : -1, m = n, rc = 1;
-    if (cli_read_lines(hyp_path, 0, &n, &hyps, &hyp_text) ||
-        cli_read_lines(data ? data : tgt_path, data != NULL, &m, &refs, &ref_text)) {
-    } else if (n != m) {
+    const int read = !cli_read_lines(hyp_path, 0, &n, &hyps, &hyp_text) &&
+                     !cli_read_lines(data ? data : tgt_path, data != NULL, &m, &refs, &ref_text);
+    if (read && n != m)
         fprintf(stderr, "qkv eval: %s has %d lines, the references %d\n", hyp_path, n, m);
-    } else {
+    else if (read) {
         printf("sentences: %d\n", n);
         rc = print_sacrebleu((const char *const *)hyps, refs, n, per_sentence) ? 1 : 0;
     }
