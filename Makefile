@@ -25,6 +25,9 @@ pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PK
                 run `make deps` (scripts/install-deps.sh) to install them),$1)
 PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS))))$(PKG_CFLAGS)
 PKG_LIBS    = $(eval PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(PKGS))))$(PKG_LIBS)
+# The command-line tool's own packages (qkv serve's HTTP server); libqkv does not link them.
+CLI_PKGS    := libmicrohttpd
+CLI_PKG_LIBS = $(eval CLI_PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(CLI_PKGS))))$(CLI_PKG_LIBS)
 
 # OpenBLAS: its OpenMP build, the one qkv's threads need (README, "Dependencies"). pkg-config
 # reads that build's own openblas.pc, not the one Debian's alternatives point at, and everything
@@ -88,7 +91,7 @@ $(BUILD)/$(SONAME) $(BUILD)/libqkv.so: $(LIB_SO)
 	ln -sf $(notdir $<) $@
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS) $(CLI_PKG_LIBS) -lpthread
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
