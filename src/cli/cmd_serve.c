@@ -297,7 +297,7 @@ static void *decoder_main(void *arg)
             }
         }
     step:;
-        const int rows = qkv_batch_decoder_running(s->bd);
+        const int rows = s->bd ? qkv_batch_decoder_running(s->bd) : 0;
         if (rows) {
             pthread_mutex_unlock(&s->lock);
             qkv_status st = qkv_batch_decoder_step(s->bd, &err);

@@ -154,10 +154,14 @@ function done(summary, latency, requests)
 end
 EOF
 DUR=3s; [ -n "$QUICK" ] && DUR=2s
-wrk -t2 -c16 -d$DUR --timeout 10s -s "$T/check.lua" "$URL/translate" >"$T/wrk.out" 2>&1
-check "wrk -c16: every response checked, all 200 with three translations, no socket errors" \
-  grep -qE '^checked good=[1-9][0-9]* bad=0 errors=0$' "$T/wrk.out"
-grep -E 'Requests/sec|checked' "$T/wrk.out" | sed 's/^/  /'
+if command -v wrk >/dev/null; then
+  wrk -t2 -c16 -d$DUR --timeout 10s -s "$T/check.lua" "$URL/translate" >"$T/wrk.out" 2>&1
+  check "wrk -c16: every response checked, all 200 with three translations, no socket errors" \
+    grep -qE '^checked good=[1-9][0-9]* bad=0 errors=0$' "$T/wrk.out"
+  grep -E 'Requests/sec|checked' "$T/wrk.out" | sed 's/^/  /'
+else
+  bad "wrk is not installed (scripts/install-deps.sh installs it)"
+fi
 
 # ---- a slow client holds a connection (headers sent, body not): others are still served
 exec 3<>"/dev/tcp/127.0.0.1/${URL##*:}"
