@@ -67,7 +67,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention
+.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention bench-serve
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv
 
 deps:
@@ -136,6 +136,11 @@ bench: deps
 bench-attention: deps
 	$(MAKE) all
 	$(PY) bench/attention_bench.py --qkv $(BUILD)/qkv
+
+# qkv serve under load (concurrency 1, 8, 64) beside the offline CLI (README, "Serving").
+bench-serve: deps
+	$(MAKE) all
+	$(PY) bench/serve_bench.py --qkv $(BUILD)/qkv
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
