@@ -1108,8 +1108,18 @@ int cmd_serve(int argc, char **argv)
         s.draining = 1;
         pthread_mutex_unlock(&s.lock);
         const MHD_socket listener = MHD_quiesce_daemon(s.daemon);
+        /* a client that stalls mid-request is not waited for beyond the timeout (which also
+         * ends it through MHD's connection timeout), or 60 s without one */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout > 0 ? timeout + 10 : 60;
         pthread_mutex_lock(&s.lock);
-        while (s.in_flight > 0) pthread_cond_wait(&s.news, &s.lock);
+        while (s.in_flight > 0)
+            if (pthread_cond_timedwait(&s.news, &s.lock, &until) == ETIMEDOUT) {
+                fprintf(stderr, "qkv serve: %d requests still open: closing them\n",
+                        s.in_flight);
+                break;
+            }
         pthread_mutex_unlock(&s.lock);
         MHD_stop_daemon(s.daemon);
         if (listener != MHD_INVALID_SOCKET) close(listener);
