@@ -6,8 +6,9 @@
  * Retry-After); greedy translations join the running batch of the library's batch decoder at
  * the next step and leave it when they end (continuous batching), so concurrent clients share
  * each step's reading of the weights while a lone request is decoded as soon as it arrives.
- * Beam search and n-best requests are decoded whole by qkv_translate between steps; language
- * model requests one at a time (qkv_lm_generate), streaming each token as it is drawn.
+ * Completions join the language model's batch the same way (qkv_lm_batch), each token streamed
+ * as it is drawn. Beam search and n-best requests are decoded whole by qkv_translate between
+ * steps.
  * A handler waits for its request in short slices and, between them, looks at its socket: a
  * client that went away cancels its request and frees its slot; one that waits past --timeout
  * gets 504. SIGTERM or SIGINT (taken by sigwait in the main thread, no handler, no global
@@ -92,7 +93,10 @@ typedef struct {
     int port, slots, max_queue, timeout_s;
     qkv_translator *tr;     /* one of the two */
     lm_dir lm;
-    qkv_batch_decoder *bd;
+    qkv_batch_decoder *bd;  /* a translation model's running batch */
+    qkv_lm_batch *lb;       /* a language model's */
+    job **lm_job;           /* (slots) the completion in each of lb's slots */
+    int *drawn;             /* (slots) one step's tokens */
     pthread_mutex_t lock;
     pthread_cond_t work;    /* the decoder waits for requests */
     pthread_cond_t news;    /* handlers wait for results */
@@ -180,27 +184,17 @@ static void translate_whole(server *s, job *j)
     pthread_mutex_unlock(&s->lock);
 }
 
-typedef struct {
-    server *s;
-    job *j;
-} token_ctx;
-
-/* Each token of a completion as it is drawn: appended, stop strings looked for, the
- * handler woken. Nonzero stops generation. */
-static int on_token(int id, void *ctx)
+/* A completion's new token: its text appended, stop strings looked for. Under lock; nonzero
+ * when the completion ends here (a stop string, or its client went away). */
+static int append_token(server *s, job *j, int id)
 {
-    token_ctx *c = ctx;
-    server *s = c->s;
-    job *j = c->j;
     char piece[16];
     size_t n = qkv_lm_token_text(piece, sizeof piece, &s->lm.vocab, id);
-    pthread_mutex_lock(&s->lock);
-    int stop = j->cancelled;
     if (j->out_len + n + 1 > j->out_cap) {
         size_t cap = 2 * (j->out_len + n + 1);
         char *grown = realloc(j->out, cap);
         if (!grown) {
-            pthread_mutex_unlock(&s->lock);
+            fail_job(j, 500, "out of memory for a completion");
             return 1;
         }
         j->out = grown, j->out_cap = cap;
@@ -210,42 +204,69 @@ static int on_token(int id, void *ctx)
     j->tokens++, s->tokens++;
     for (int k = 0; k < j->n_stop; k++) { /* the text ends before the first stop string */
         char *at = strstr(j->out, j->stop[k]);
-        if (at) j->out_len = (size_t)(at - j->out), *at = '\0', j->stop_hit = 1, stop = 1;
+        if (at) j->out_len = (size_t)(at - j->out), *at = '\0', j->stop_hit = 1;
     }
-    pthread_cond_broadcast(&s->news);
-    pthread_mutex_unlock(&s->lock);
-    return stop;
+    return j->stop_hit || j->cancelled;
 }
 
-static void complete(server *s, job *j)
+/* Completions: waiting ones join free slots (a prefill each), then one step draws a token for
+ * every running one. Called with the lock held; releases it while the model runs. */
+static void lm_round(server *s)
 {
-    token_ctx c = {s, j};
-    j->gen.on_token = on_token, j->gen.ctx = &c;
-    int *ids = malloc((size_t)(j->gen.tokens ? j->gen.tokens : 1) * sizeof *ids);
     qkv_error err = {0};
-    qkv_status st = ids ? qkv_lm_generate(s->lm.model, j->prompt, j->n_prompt, ids, NULL,
-                                          &j->gen, &err)
-                        : QKV_ERR_NOMEM;
-    free(ids);
-    pthread_mutex_lock(&s->lock);
-    if (st) fail_job(j, 500, ids ? err.msg : "out of memory");
-    j->done = 1;
-    release(s, j);
-    pthread_cond_broadcast(&s->news);
+    while (s->queue && qkv_lm_batch_free_slots(s->lb) > 0) {
+        job *j = s->queue; /* the queue's reference passes to the slot */
+        s->queue = j->next, s->queued--;
+        if (!s->queue) s->queue_tail = NULL;
+        int slot = -1;
+        pthread_mutex_unlock(&s->lock);
+        qkv_status st = qkv_lm_batch_add(s->lb, j->prompt, j->n_prompt, &j->gen, &slot, &err);
+        pthread_mutex_lock(&s->lock);
+        if (st) {
+            fail_job(j, st == QKV_ERR_ARG ? 400 : 500, err.msg);
+            release(s, j);
+            pthread_cond_broadcast(&s->news);
+            continue;
+        }
+        s->lm_job[slot] = j, s->joined++;
+    }
+    const int rows = qkv_lm_batch_running(s->lb);
+    if (!rows) return;
     pthread_mutex_unlock(&s->lock);
+    qkv_status st = qkv_lm_batch_step(s->lb, s->drawn, &err);
+    pthread_mutex_lock(&s->lock);
+    s->steps++, s->batch_rows += (unsigned)rows;
+    for (int slot = 0; slot < qkv_lm_batch_slots(s->lb); slot++) {
+        job *j = s->lm_job[slot];
+        if (!j) continue;
+        int end = st != QKV_OK;
+        if (st) fail_job(j, 500, err.msg);
+        else if (s->drawn[slot] >= 0) end = append_token(s, j, s->drawn[slot]);
+        if (end || j->cancelled || qkv_lm_batch_finished(s->lb, slot)) {
+            qkv_lm_batch_release(s->lb, slot);
+            j->done = 1;
+            release(s, j);
+            s->lm_job[slot] = NULL;
+        }
+    }
+    pthread_cond_broadcast(&s->news);
 }
 
 /* Admits waiting translations into free slots (their sources join together: one encoder
- * pass), runs one decoder step, and hands back what finished. Whole-request work (beam,
- * completions) runs when it reaches the head of the queue. */
+ * pass), runs one decoder step, and hands back what finished; beam search runs whole when it
+ * reaches the head of the queue. For a language model: lm_round. */
 static void *decoder_main(void *arg)
 {
     server *s = arg;
     qkv_error err = {0};
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!s->queue && !s->running && !s->stop_decoder) pthread_cond_wait(&s->work, &s->lock);
-        if (!s->queue && !s->running && s->stop_decoder) break;
+        while (!s->queue && !s->running && !(s->lb && qkv_lm_batch_running(s->lb)) &&
+               !s->stop_decoder)
+            pthread_cond_wait(&s->work, &s->lock);
+        if (!s->queue && !s->running && !(s->lb && qkv_lm_batch_running(s->lb)) &&
+            s->stop_decoder)
+            break;
         /* requests cancelled while waiting leave the queue */
         for (job **p = &s->queue; *p;) {
             job *j = *p;
@@ -259,14 +280,17 @@ static void *decoder_main(void *arg)
         }
         s->queue_tail = NULL;
         for (job *j = s->queue; j; j = j->next) s->queue_tail = j;
+        if (s->lb) {
+            lm_round(s);
+            continue;
+        }
         job *head = s->queue;
-        if (head && (head->kind == JOB_COMPLETE || head->beam > 1 || head->n_best > 1)) {
+        if (head && (head->beam > 1 || head->n_best > 1)) {
             if (s->running) goto step; /* the batch first: whole requests do not mix with it */
             s->queue = head->next, s->queued--;
             if (!s->queue) s->queue_tail = NULL;
             pthread_mutex_unlock(&s->lock);
-            if (head->kind == JOB_COMPLETE) complete(s, head);
-            else translate_whole(s, head);
+            translate_whole(s, head);
             pthread_mutex_lock(&s->lock);
             continue;
         }
@@ -853,7 +877,7 @@ static enum MHD_Result get_metrics(server *s, struct MHD_Connection *c, conn *cn
         "# TYPE qkv_batch_size summary\nqkv_batch_size_sum %llu\nqkv_batch_size_count %llu\n",
         s->batch_rows, s->steps);
     OUT("# HELP qkv_batch_slots Slots of the running batch (--max-batch-tokens).\n"
-        "# TYPE qkv_batch_slots gauge\nqkv_batch_slots %d\n", s->bd ? s->slots : 1);
+        "# TYPE qkv_batch_slots gauge\nqkv_batch_slots %d\n", s->slots);
     OUT("# HELP qkv_request_duration_seconds Time from request to answer.\n"
         "# TYPE qkv_request_duration_seconds histogram\n");
     unsigned long long cum = 0;
@@ -996,8 +1020,21 @@ static int open_model(server *s)
     char path[4096];
     snprintf(path, sizeof path, "%s/vocab.txt", s->model_dir);
     struct stat sb;
-    if (!stat(path, &sb)) return lm_dir_load(&s->lm, s->model_dir, NULL) ? 1 : 0;
     qkv_error err = {0};
+    if (!stat(path, &sb)) {
+        if (lm_dir_load(&s->lm, s->model_dir, NULL)) return 1;
+        s->lm_job = calloc((size_t)s->slots, sizeof *s->lm_job);
+        s->drawn = calloc((size_t)s->slots, sizeof *s->drawn);
+        if (!s->lm_job || !s->drawn) {
+            fprintf(stderr, "qkv serve: out of memory\n");
+            return 1;
+        }
+        if (qkv_lm_batch_create(&s->lb, s->lm.model, s->slots, &err)) {
+            fprintf(stderr, "qkv serve: %s\n", err.msg);
+            return 1;
+        }
+        return 0;
+    }
     if (qkv_translator_open(&s->tr, s->model_dir, &err) ||
         qkv_batch_decoder_create(&s->bd, s->tr, s->slots, &err)) {
         fprintf(stderr, "qkv serve: %s\n", err.msg);
@@ -1079,10 +1116,7 @@ int cmd_serve(int argc, char **argv)
     const char *base = strrchr(model, '/');
     s.model_id = base && base[1] ? base + 1 : model;
     cli_threads(threads);
-    if ((rc = open_model(&s))) {
-        qkv_translator_free(s.tr);
-        return rc;
-    }
+    if ((rc = open_model(&s))) goto free_model;
     pthread_mutex_init(&s.lock, NULL);
     pthread_cond_init(&s.work, NULL), pthread_cond_init(&s.news, NULL);
     pthread_t decoder;
@@ -1134,6 +1168,8 @@ int cmd_serve(int argc, char **argv)
     pthread_cond_destroy(&s.work), pthread_cond_destroy(&s.news);
 free_model:
     qkv_batch_decoder_free(s.bd);
+    qkv_lm_batch_free(s.lb);
+    free(s.lm_job), free(s.drawn);
     qkv_translator_free(s.tr);
     if (s.lm.model) lm_dir_free(&s.lm);
     if (!rc) fprintf(stderr, "qkv serve: stopped\n");

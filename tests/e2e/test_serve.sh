@@ -3,7 +3,7 @@
 # in seconds) and a language model (qkv train-lm on a generated text): every endpoint and error
 # code, translations identical to qkv translate (alone, in one request, and from 24 concurrent
 # clients that the server batches together; beam search and n-best too), completions identical
-# to qkv generate (plain and streamed as server-sent events), a bounded wrk load test whose Lua
+# to qkv generate (plain, streamed as server-sent events, and six at once, batched), a bounded wrk load test whose Lua
 # script checks every response, a full queue (503 + Retry-After), a timeout (504), a client that
 # goes away mid-stream (its generation stops), a slow client that holds a connection while
 # others are served, and SIGTERM with requests in flight (all answered, exit 0).
@@ -180,7 +180,7 @@ for i in $(seq 400); do echo "the cat sat on the mat and the dog ran to the red 
 check "train-lm trained a model" test -s "$T/lm/model.safetensors"
 "$QKV" generate --model "$T/lm" --prompt "the cat" --tokens 40 --seed 7 --temperature 0.8 --top-k 5 \
   --threads 2 >"$T/gen.txt"
-start lm --model "$T/lm" --max-queue 12 --timeout 1 || exit 1
+start lm --model "$T/lm" --max-batch-tokens 1 --max-queue 12 --timeout 1 || exit 1
 req='{"prompt": "the cat", "max_tokens": 40, "seed": 7, "temperature": 0.8, "top_k": 5}'
 body=$(post /v1/completions "$req")
 got=$(json '"the cat" + d["choices"][0]["text"]' <<<"$body")
@@ -211,7 +211,7 @@ check "a client gone mid-stream stops its generation (tokens: $before -> $after)
   test $((after - before)) -lt 4096 -a "$mid" = "$after"
 check "in flight: none left after the disconnect" bash -c "curl -s '$URL/metrics' | grep -q '^qkv_requests_in_flight 1$'"
 
-# a full queue (1 generating + 12 waiting): 503 with Retry-After; the last of those waiting
+# a full queue (1 generating in the one slot + 12 waiting): 503 with Retry-After; the last of those waiting
 # wait longer than --timeout 1 s: 504 (each generation of 4096 tokens takes ~0.1-0.4 s)
 for k in $(seq 10 25); do
   curl -s -D "$T/h$k" -o /dev/null -w '%{http_code}\n' -X POST "$URL/v1/completions" \
@@ -227,9 +227,20 @@ check "still healthy" bash -c "curl -sf '$URL/health' | grep -q ok"
 kill -TERM "$PID"; wait "$PID"; rc=$?
 check "the language-model server exits 0 on SIGTERM" test $rc = 0
 
-# ---- SIGTERM with requests in flight (three generations of 4096 tokens, one at a time):
+# ---- SIGTERM with requests in flight (three generations of 4096 tokens):
 # each answered in full, then exit 0; nothing listens after
 start lm2 --model "$T/lm" || exit 1
+# six concurrent completions (batched together): each as qkv generate gives it
+for k in 0 1 2 3 4 5; do
+  "$QKV" generate --model "$T/lm" --prompt "the cat" --tokens $((20 + 7 * k)) --seed $k --top-p 0.9 \
+    --threads 2 >"$T/g$k.ref"
+  ( curl -s -X POST "$URL/v1/completions" --data-binary '{"prompt": "the cat", "max_tokens": '$((20 + 7 * k))', "seed": '$k', "top_p": 0.9}' |
+    json '"the cat" + d["choices"][0]["text"]' >"$T/g$k.got" ) &
+done
+wait_clients
+same=1
+for k in 0 1 2 3 4 5; do cmp -s "$T/g$k.ref" "$T/g$k.got" || same=0; done
+check "six concurrent completions: each as qkv generate gives it" test $same = 1
 for k in 0 1 2; do
   ( curl -s -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 4096, "seed": '$k'}' |
     json 'd["usage"]["completion_tokens"]' >"$T/s$k.txt" ) &
