@@ -238,9 +238,16 @@ static void cross_attention_step(const backend *be, const stack_dims *d, decode_
 {
     const int B = st->B, C = d->C, H = d->heads;
     const size_t layer = (size_t)l * st->n_src * st->Ts * C;
+    /* rows of a continuous batch see their own sources only: keys up to the longest of them
+     * (the cache holds the model's max_len positions per source) */
+    int m = st->Ts;
+    if (st->row) {
+        m = 1;
+        for (int b = 0; b < B; b++) m = src_valid[st->row[b]] > m ? src_valid[st->row[b]] : m;
+    }
     op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
     be->ops->cached_attention(st->ctx, st->P, st->q, st->cross_k + layer, st->cross_v + layer,
-                              (size_t)st->Ts * C, B, H, C / H, st->Ts,
+                              (size_t)st->Ts * C, B, H, C / H, m,
                               st->row ? st->row : st->row_src, src_valid, NULL, st->Ts);
     op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
 }
