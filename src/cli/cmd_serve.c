@@ -1083,25 +1083,25 @@ int cmd_serve(int argc, char **argv)
     const char *host = "127.0.0.1", *model = NULL;
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory: translation (qkv train) or language "
-                                      "model (qkv train-lm)"},
-        {"host", OPT_STRING, &host, "address to listen on"},
-        {"port", OPT_INT, &port, "port (0: a free one, printed)"},
-        {"threads", OPT_INT, &threads, "decoding threads (0: all cores)"},
+                                      "model (qkv train-lm)", NULL},
+        {"host", OPT_STRING, &host, "address to listen on", NULL},
+        {"port", OPT_INT, &port, "port (0: a free one, printed)", "[0, 65535]"},
+        {"threads", OPT_INT, &threads, "decoding threads (0: all cores)", ARG_THREADS},
         {"max-batch-tokens", OPT_INT, &slots, "tokens decoded per step: sentences in the "
-                                              "running batch"},
-        {"max-queue", OPT_INT, &max_queue, "requests waiting beyond the batch (more: 503)"},
-        {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)"},
-        {NULL, 0, NULL, NULL},
+                                              "running batch", "[1, 4096]"},
+        {"max-queue", OPT_INT, &max_queue, "requests waiting beyond the batch (more: 503)",
+         "[1, 1000000]"},
+        {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
+         "[0, 86400]"},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv serve --model DIR [--host 127.0.0.1] [--port 8080] "
                         "[--threads N] [--max-batch-tokens N] [--max-queue N] [--timeout S]\n"
                         "POST /translate, POST /v1/completions, GET /health /v1/models /metrics");
     if (rc) return rc > 0 ? 0 : 2;
-    if (!model || port < 0 || port > 65535 || slots < 1 || slots > 4096 || max_queue < 1 ||
-        timeout < 0 || threads < 0) {
-        fprintf(stderr, "qkv serve: needs --model DIR, --port in [0, 65535], --max-batch-tokens "
-                "in [1, 4096], --max-queue >= 1, --timeout >= 0 and --threads >= 0\n");
+    if (!model) {
+        fprintf(stderr, "qkv serve: needs --model DIR\n");
         return 2;
     }
     /* SIGTERM and SIGINT are taken by sigwait below: blocked in every thread, which inherit

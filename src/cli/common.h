@@ -29,5 +29,8 @@ typedef struct {
  * prec unless it is NULL; prints the error and returns -1. */
 int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec);
 void lm_dir_free(lm_dir *d);
+/* The positional table is max_len x d_model floats: over 1 GiB, prints why "CMD: --LEN_OPTION
+ * N x --d-model C" cannot be meant and returns -1. */
+int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int d_model);
 
 #endif

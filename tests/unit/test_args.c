@@ -1,0 +1,195 @@
+/* The CLI's option parser: range texts, the checks at their open and closed ends, values
+ * refused by args_parse, a numeric option without a range refusing its whole table, and
+ * --config files (their expansion into options, and args_parse reading the block). */
+#include "cli/args.c" /* the parser is part of the qkv tool, not of libqkv */
+#include "cli/config_args.c"
+
+#include <unistd.h>
+
+#include "test_util.h"
+
+static void test_range_texts(void **state)
+{
+    (void)state;
+    opt_range r;
+    assert_int_equal(args_range_parse("[0, 1)", &r), 0);
+    assert_true(r.lo == 0.0 && r.hi == 1.0 && r.lo_closed && !r.hi_closed);
+    assert_int_equal(args_range_parse(" (0,1] ", &r), 0);
+    assert_true(r.lo == 0.0 && r.hi == 1.0 && !r.lo_closed && r.hi_closed);
+    assert_int_equal(args_range_parse("> 0", &r), 0);
+    assert_true(r.lo == 0.0 && !r.lo_closed && isinf(r.hi));
+    assert_int_equal(args_range_parse(">= 1e-3", &r), 0);
+    assert_true(r.lo == 1e-3 && r.lo_closed);
+    assert_int_equal(args_range_parse("<= 10", &r), 0);
+    assert_true(r.hi == 10.0 && r.hi_closed && isinf(r.lo));
+    assert_int_equal(args_range_parse("[2, 2]", &r), 0);
+    const char *bad[] = {NULL, "", "0, 1", "[0, 1", "[0 1]", "[1, 0]", "(2, 2]", "> ", ">= x",
+                         "[0, 1) x", "= 3", "[nan, 1]", "[0, inf)"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (args_range_parse(bad[i], &r) != -1) print_error("'%s' was read as a range\n", bad[i]);
+        assert_int_equal(args_range_parse(bad[i], &r), -1);
+    }
+}
+
+/* Each end of each kind of range, one value inside and one just outside. */
+static void test_ends(void **state)
+{
+    (void)state;
+    float x = 0;
+    int n = 0;
+    opt_spec f = {"x", OPT_FLOAT, &x, "", "[0, 1)"}, i = {"n", OPT_INT, &n, "", "(-2, 3]"};
+    x = 0.0f, assert_int_equal(args_check(&f, "t", NULL), 0);
+    x = -1e-7f, assert_int_equal(args_check(&f, "t", NULL), -1);
+    x = 0.99999994f, assert_int_equal(args_check(&f, "t", NULL), 0);
+    x = 1.0f, assert_int_equal(args_check(&f, "t", NULL), -1);
+    n = -2, assert_int_equal(args_check(&i, "t", NULL), -1);
+    n = -1, assert_int_equal(args_check(&i, "t", NULL), 0);
+    n = 3, assert_int_equal(args_check(&i, "t", NULL), 0);
+    n = 4, assert_int_equal(args_check(&i, "t", NULL), -1);
+    f.range = "> 0";
+    x = 0.0f, assert_int_equal(args_check(&f, "t", NULL), -1);
+    x = 1e-30f, assert_int_equal(args_check(&f, "t", NULL), 0);
+}
+
+static void test_parse_refuses_values_out_of_range(void **state)
+{
+    (void)state;
+    float lr = 0.5f;
+    int steps = 10, quiet = 0;
+    uint64_t seed = 0;
+    const char *out = NULL;
+    const opt_spec opts[] = {
+        {"lr", OPT_FLOAT, &lr, "", ARG_GT0},       {"steps", OPT_INT, &steps, "", "[2, 8]"},
+        {"seed", OPT_U64, &seed, "", ARG_SEED},    {"quiet", OPT_FLAG, &quiet, "", NULL},
+        {"out", OPT_STRING, &out, "", NULL},       {NULL, 0, NULL, NULL, NULL},
+    };
+    char *ok[] = {"qkv", "t", "--lr", "0.1", "--steps=8", "--seed", "18446744073709551615",
+                  "--quiet", "--out", "d"};
+    assert_int_equal(args_parse(10, ok, 2, opts, ""), 0);
+    assert_true(lr == 0.1f && steps == 8 && seed == UINT64_MAX && quiet && !strcmp(out, "d"));
+    char *neg[] = {"qkv", "t", "--lr", "-0.1"}, *zero[] = {"qkv", "t", "--lr=0"},
+         *big[] = {"qkv", "t", "--steps", "9"}, *huge[] = {"qkv", "t", "--steps", "2147483647"},
+         *seed_neg[] = {"qkv", "t", "--seed", "-1"}, *seed_sp[] = {"qkv", "t", "--seed", " -1"};
+    assert_int_equal(args_parse(4, neg, 2, opts, ""), -1);
+    assert_int_equal(args_parse(3, zero, 2, opts, ""), -1);
+    assert_int_equal(args_parse(4, big, 2, opts, ""), -1);
+    assert_int_equal(args_parse(4, huge, 2, opts, ""), -1);
+    assert_int_equal(args_parse(4, seed_neg, 2, opts, ""), -1);
+    assert_int_equal(args_parse(4, seed_sp, 2, opts, ""), -1);
+}
+
+/* A numeric row without a range, or a flag with one, is a programming error that every
+ * parse of the table reports (so `qkv CMD --help` in the tests finds it). */
+static void test_table_without_range_fails(void **state)
+{
+    (void)state;
+    int n = 1, flag = 0;
+    const opt_spec no_range[] = {{"n", OPT_INT, &n, "", NULL}, {NULL, 0, NULL, NULL, NULL}};
+    const opt_spec bad_range[] = {{"n", OPT_INT, &n, "", "[1, 2"}, {NULL, 0, NULL, NULL, NULL}};
+    const opt_spec flag_range[] = {{"f", OPT_FLAG, &flag, "", ">= 0"}, {NULL, 0, NULL, NULL, NULL}};
+    char *help[] = {"qkv", "t", "--help"};
+    assert_int_equal(args_parse(3, help, 2, no_range, ""), -1);
+    assert_int_equal(args_parse(3, help, 2, bad_range, ""), -1);
+    assert_int_equal(args_parse(3, help, 2, flag_range, ""), -1);
+    assert_int_equal(args_table_check(no_range, "t"), -1);
+}
+
+/* A --config block: flags true and false, values checked, unknown keys refused; the command
+ * line after the block wins. */
+static void test_config_block(void **state)
+{
+    (void)state;
+    float lr = 0.5f;
+    int steps = 4, quiet = 1;
+    const opt_spec opts[] = {
+        {"lr", OPT_FLOAT, &lr, "", ARG_GT0},
+        {"steps", OPT_INT, &steps, "", "[2, 8]"},
+        {"quiet", OPT_FLAG, &quiet, "", NULL},
+        {NULL, 0, NULL, NULL, NULL},
+    };
+    char *ok[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--lr=0.25", "--steps=3",
+                  "--quiet=" CONFIG_FALSE, CONFIG_END, "--steps", "5"};
+    assert_int_equal(args_parse(10, ok, 2, opts, ""), 0);
+    assert_true(lr == 0.25f && steps == 5 && quiet == 0);
+    char *unknown[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--frob=1", CONFIG_END};
+    char *range[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--steps=9", CONFIG_END};
+    char *true_value[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--lr", "0.5", CONFIG_END};
+    char *false_value[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--lr=" CONFIG_FALSE, CONFIG_END};
+    char *typed_false[] = {"qkv", "t", "--quiet=" CONFIG_FALSE}; /* only a file says false */
+    assert_int_equal(args_parse(6, unknown, 2, opts, ""), -1);
+    assert_int_equal(args_parse(6, range, 2, opts, ""), -1);
+    assert_int_equal(args_parse(7, true_value, 2, opts, ""), -1);
+    assert_int_equal(args_parse(6, false_value, 2, opts, ""), -1);
+    assert_int_equal(args_parse(3, typed_false, 2, opts, ""), -1);
+    assert_true(args_given(10, ok, 2, "quiet") && !args_typed(10, ok, 2, "quiet"));
+    assert_true(args_typed(10, ok, 2, "steps") && !args_given(10, ok, 2, "st"));
+}
+
+/* config_args_expand: the block goes after the command's leading words and before the
+ * command line, keys become options, record-only keys are skipped. */
+static void test_config_expand(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/qkv-test-args-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char json[] = "{\"label_smoothing\": 0.1, \"quiet\": true, \"bias\": false, "
+                        "\"epochs\": 3, \"act\": \"gelu\", \"history\": [1], "
+                        "\"valid_bleu\": false, \"data\": \"a.txt\", \"tgt\": \"b.txt\"}";
+    assert_int_equal(write(fd, json, sizeof json - 1), (ssize_t)(sizeof json - 1));
+    close(fd);
+    char *in[] = {"qkv", "train", "--lr", "1", "--config", path, "--out", "d", NULL};
+    int argc = 8;
+    char **argv = in, **owned = NULL;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), 0);
+    const char *want[] = {"qkv", "train", CONFIG_BEGIN, path, "--label-smoothing=0.1",
+                          "--quiet", "--bias=" CONFIG_FALSE, "--epochs=3", "--act=gelu",
+                          "--no-bleu", "--src=a.txt", "--tgt=b.txt", CONFIG_END, "--lr", "1",
+                          "--out", "d"};
+    assert_int_equal(argc, (int)(sizeof want / sizeof *want));
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], want[i])) print_error("word %d: '%s', want '%s'\n", i, argv[i], want[i]);
+        assert_string_equal(argv[i], want[i]);
+    }
+    assert_null(argv[argc]);
+    config_args_free(owned);
+    /* bench KIND and plot DIR stay first */
+    char *bench[] = {"qkv", "bench", "train", "--config=" , NULL};
+    char joined[64];
+    snprintf(joined, sizeof joined, "--config=%s", path);
+    bench[3] = joined;
+    argc = 4, argv = bench;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), 0);
+    assert_string_equal(argv[2], "train");
+    assert_string_equal(argv[3], CONFIG_BEGIN);
+    config_args_free(owned);
+    /* no --config: nothing changes */
+    char *plain[] = {"qkv", "info", "--d-model", "8", NULL};
+    argc = 4, argv = plain;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), 0);
+    assert_true(argv == plain && argc == 4 && !owned);
+    /* an unknown key of a file is refused by args_parse; a key that names no option at all
+     * (upper case, "help") by the expansion */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"Help\": true}", f);
+    fclose(f);
+    char *bad[] = {"qkv", "train", "--config", path, NULL};
+    argc = 4, argv = bad;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), -1);
+    assert_null(owned);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_range_texts),
+        cmocka_unit_test(test_ends),
+        cmocka_unit_test(test_parse_refuses_values_out_of_range),
+        cmocka_unit_test(test_table_without_range_fails),
+        cmocka_unit_test(test_config_block),
+        cmocka_unit_test(test_config_expand),
+    };
+    return cmocka_run_group_tests_name("args", tests, NULL, NULL);
+}
