@@ -241,6 +241,9 @@ wait_clients
 same=1
 for k in 0 1 2 3 4 5; do cmp -s "$T/g$k.ref" "$T/g$k.got" || same=0; done
 check "six concurrent completions: each as qkv generate gives it" test $same = 1
+metrics=$(curl -s "$URL/metrics")
+check "the six were generated together (batch size > 1 on average)" bash -c "
+  awk '/^qkv_batch_size_sum/ {s=\$2} /^qkv_batch_size_count/ {c=\$2} END {exit !(c > 0 && s / c > 1.0)}' <<<'$metrics'"
 for k in 0 1 2; do
   ( curl -s -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 4096, "seed": '$k'}' |
     json 'd["usage"]["completion_tokens"]' >"$T/s$k.txt" ) &
