@@ -234,6 +234,8 @@ start lm2 --model "$T/lm" || exit 1
 for k in 0 1 2 3 4 5; do
   "$QKV" generate --model "$T/lm" --prompt "the cat" --tokens $((20 + 7 * k)) --seed $k --top-p 0.9 \
     --threads 2 >"$T/g$k.ref"
+done
+for k in 0 1 2 3 4 5; do
   ( curl -s -X POST "$URL/v1/completions" --data-binary '{"prompt": "the cat", "max_tokens": '$((20 + 7 * k))', "seed": '$k', "top_p": 0.9}' |
     json '"the cat" + d["choices"][0]["text"]' >"$T/g$k.got" ) &
 done
