@@ -48,7 +48,7 @@ int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
     snprintf(path, sizeof path, "%s/train.json", dir);
     size_t len;
     FILE *probe = fopen(path, "rb");
-    char *text = probe ? (fclose(probe), cli_read_all(path, &len)) : NULL;
+    char *text = probe ? (fclose(probe), cli_read_all(path, QKV_MAX_CONFIG_BYTES, &len)) : NULL;
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     free(text);
     const cJSON *x;
@@ -275,7 +275,7 @@ static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
     size_t len = 0, n = 0;
     int *ids = NULL, rc = 1;
     const int resuming = o->resume;
-    char *text = cli_read_all(data, &len);
+    char *text = cli_read_all(data, QKV_MAX_TEXT_BYTES, &len);
     if (!text) goto done;
     if (len == 0) {
         fprintf(stderr, "qkv: %s is empty: there is nothing to learn from\n", data);
@@ -526,7 +526,7 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
     if (pc.failed || putchar('\n') == EOF || fflush(stdout)) {
-        fprintf(stderr, "qkv: writing the text failed: %s\n", strerror(errno));
+        fprintf(stderr, "qkv: cannot write the text (standard output): %s\n", strerror(errno));
         goto done;
     }
     rc = 0;
@@ -569,7 +569,7 @@ int cmd_eval_lm(int argc, char **argv)
     size_t len = 0, n = 0;
     int *ids = NULL;
     rc = 1;
-    char *text = cli_read_all(data, &len);
+    char *text = cli_read_all(data, QKV_MAX_TEXT_BYTES, &len);
     if (!text) goto done;
     if (context > max_len) {
         fprintf(stderr, "qkv eval-lm: --context %d exceeds the model's %d\n", context, max_len);

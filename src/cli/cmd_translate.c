@@ -1,7 +1,9 @@
 /* qkv translate: greedy or beam-search translation of sentences from stdin or a file.
  * qkv eval: translate a held-out corpus and score it with BLEU. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -102,7 +104,7 @@ int cmd_translate(int argc, char **argv)
     qkv_translator *t;
     if ((rc = open_model(&t, &o, "translate", model, precision, threads))) return rc;
     size_t len;
-    char *text = cli_read_all(input, &len);
+    char *text = cli_read_all(input, QKV_MAX_TEXT_BYTES, &len);
     qkv_sentences words = {0};
     qkv_translations r = {0};
     qkv_error err = {0};
@@ -115,12 +117,18 @@ int cmd_translate(int argc, char **argv)
         goto done;
     }
     warn_truncated(t, &r);
-    for (int h = 0; h < r.count * r.n_best; h++) {
+    int lost = 0; /* a write failed: the reason is in errno when it does */
+    for (int h = 0; h < r.count * r.n_best && !lost; h++) {
         if (!r.text[h]) continue; /* fewer hypotheses than asked exist */
-        if (r.n_best == 1) puts(r.text[h]);
-        else printf("%d ||| %s ||| %.6f\n", h / r.n_best, r.text[h], r.score[h]);
+        if (r.n_best == 1) lost = puts(r.text[h]) == EOF;
+        else lost = printf("%d ||| %s ||| %.6f\n", h / r.n_best, r.text[h], r.score[h]) < 0;
     }
-    if (fflush(stdout) || (attention && draw_attention(t, &words, &r, attention))) goto done;
+    if (lost || fflush(stdout)) {
+        fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
+                strerror(errno));
+        goto done;
+    }
+    if (attention && draw_attention(t, &words, &r, attention)) goto done;
     rc = 0;
 done:
     free(text);

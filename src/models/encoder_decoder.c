@@ -49,9 +49,30 @@ qkv_status qkv_transformer_config_check(const qkv_transformer_config *c, qkv_err
     if (c->decoder_start != QKV_BOS && c->decoder_start != QKV_PAD)
         return qkv_fail(err, QKV_ERR_ARG, "decoding starts from <bos> (%d) or <pad> (%d), not "
                         "id %d", QKV_BOS, QKV_PAD, c->decoder_start);
-    if ((double)c->d_model * c->d_model * (c->enc_layers + c->dec_layers) > 4e10)
-        return qkv_fail(err, QKV_ERR_ARG, "model too large");
-    return QKV_OK;
+    qkv_status st;
+    if ((st = limit_check("src_vocab", c->src_vocab, QKV_MAX_VOCAB, "QKV_MAX_VOCAB", err)) ||
+        (st = limit_check("tgt_vocab", c->tgt_vocab, QKV_MAX_VOCAB, "QKV_MAX_VOCAB", err)) ||
+        (st = limit_check("d_model", c->d_model, QKV_MAX_D_MODEL, "QKV_MAX_D_MODEL", err)) ||
+        (st = limit_check("ffn", c->ffn, QKV_MAX_FFN, "QKV_MAX_FFN", err)) ||
+        (st = limit_check("enc_layers", c->enc_layers, QKV_MAX_LAYERS, "QKV_MAX_LAYERS", err)) ||
+        (st = limit_check("dec_layers", c->dec_layers, QKV_MAX_LAYERS, "QKV_MAX_LAYERS", err)) ||
+        (st = limit_check("max_len", c->max_len, QKV_MAX_LEN, "QKV_MAX_LEN", err)))
+        return st;
+    return params_check(transformer_config_params(c), c->max_len, c->d_model, err);
+}
+
+double transformer_config_params(const qkv_transformer_config *c)
+{
+    const double C = c->d_model, F = c->ffn;
+    double n = c->enc_layers * block_params(C, F, c->bias, 0) +
+               c->dec_layers * block_params(C, F, c->bias, 1);
+    if (c->final_norm) n += 2 * C * ((c->enc_layers > 0) + 1);
+    n += (double)c->src_vocab * C;                                  /* source embedding */
+    if (c->tie != QKV_TIE_ALL) n += (double)c->tgt_vocab * C;       /* target embedding */
+    if (c->tie == QKV_TIE_NONE) n += (double)c->tgt_vocab * C;      /* output projection */
+    n += c->tgt_vocab;                                              /* output bias */
+    if (c->learned_pos) n += 2.0 * c->max_len * C;
+    return n;
 }
 
 static stack_dims dims_of(const qkv_transformer_config *c, int decoder)

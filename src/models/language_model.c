@@ -41,10 +41,27 @@ qkv_status qkv_lm_config_check(const qkv_lm_config *c, qkv_error *err)
                         (int)c->attention);
     if (!(c->ln_eps > 0.0f))
         return qkv_fail(err, QKV_ERR_ARG, "ln_eps must be > 0, got %g", (double)c->ln_eps);
-    if ((double)c->d_model * (c->d_model + c->ffn) * c->layers > 4e10 ||
-        (double)c->max_len * c->max_len > 1e9 || (double)c->vocab * c->d_model > 4e10)
-        return qkv_fail(err, QKV_ERR_ARG, "model too large");
-    return QKV_OK;
+    qkv_status st;
+    if ((st = limit_check("vocab", c->vocab, QKV_MAX_VOCAB, "QKV_MAX_VOCAB", err)) ||
+        (st = limit_check("d_model", c->d_model, QKV_MAX_D_MODEL, "QKV_MAX_D_MODEL", err)) ||
+        (st = limit_check("ffn", c->ffn, QKV_MAX_FFN, "QKV_MAX_FFN", err)) ||
+        (st = limit_check("layers", c->layers, QKV_MAX_LAYERS, "QKV_MAX_LAYERS", err)) ||
+        (st = limit_check("max_len", c->max_len, QKV_MAX_LEN, "QKV_MAX_LEN", err)))
+        return st;
+    /* a (max_len, max_len) score matrix per head and sequence */
+    if ((double)c->max_len * c->max_len > 1e9)
+        return qkv_fail(err, QKV_ERR_ARG, "max_len = %d: its attention scores (max_len^2) would "
+                        "pass 10^9 per head", c->max_len);
+    return params_check(lm_config_params(c), c->max_len, c->d_model, err);
+}
+
+double lm_config_params(const qkv_lm_config *c)
+{
+    const double C = c->d_model, V = c->vocab;
+    double n = c->layers * block_params(C, c->ffn, c->bias, 0) + (c->final_norm ? 2 * C : 0);
+    n += V * C * (c->tie ? 1 : 2) + V; /* embedding, output projection unless tied, bias */
+    if (c->learned_pos) n += (double)c->max_len * C;
+    return n;
 }
 
 /* ---- the parameter table --------------------------------------------------------------- */

@@ -17,6 +17,9 @@ typedef struct {
     float *scratch;
 } lm_acts;
 
+/* The floats a configuration's parameter table holds, computed without building it. */
+double lm_config_params(const qkv_lm_config *c);
+
 struct qkv_lm {
     qkv_lm_config cfg;
     stack_dims dims;

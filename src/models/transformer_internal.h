@@ -26,6 +26,10 @@ struct qkv_transformer {
     model_acts acts;
 };
 
+/* The floats a configuration's parameter table holds (qkv_transformer_num_params of the
+ * model it builds), computed without building it. */
+double transformer_config_params(const qkv_transformer_config *c);
+
 /* Lays the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed),
  * softmax attention over flash_min_keys keys or more on the flash kernel (INT_MAX: every
  * attention keeps its weights P, for whoever wants to look at them). */

@@ -90,23 +90,31 @@ qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B,
     return QKV_OK;
 }
 
-static void log_metrics(const char *dir, const qkv_lm_train_progress *p)
+/* Appends one line to dir/metrics.jsonl. A failure is an error like any other write's: the
+ * log is the run's record, and losing it silently would leave a run that looks complete. */
+static qkv_status log_metrics(const char *dir, const qkv_lm_train_progress *p, qkv_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
-    if (!fp) { /* the log is a convenience; training state lives in the checkpoint */
+    if (!fp) {
+        int e = errno;
         if (fd >= 0) close(fd);
-        return;
+        return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path,
+                        e == ELOOP ? "it is a symbolic link (qkv never writes through one)"
+                                   : strerror(e));
     }
     fprintf(fp, "{\"epoch\": %.6f, \"step\": %lld, \"loss\": %.6f", p->epoch,
             (long long)p->step, p->loss);
     if (!isnan(p->val_loss)) fprintf(fp, ", \"val_loss\": %.6f", p->val_loss);
     fprintf(fp, ", \"lr\": %.6g, \"grad_norm\": %.4f, \"tokens_per_s\": %.1f, \"elapsed_s\": "
             "%.2f}\n", p->lr, p->grad_norm, p->tokens_per_s, p->elapsed_s);
-    fclose(fp);
+    int bad = ferror(fp), e = errno;
+    if (fclose(fp) != 0 && !bad) bad = 1, e = errno;
+    if (bad) return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path, strerror(e));
+    return QKV_OK;
 }
 
 static qkv_status check_options(const qkv_lm *m, size_t n_train, const qkv_lm_train_options *o,
@@ -218,7 +226,7 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
             if ((st = qkv_lm_evaluate(m, val, nv, T, B, &prog.val_loss, NULL, err))) break;
         }
         if (prog.report) {
-            log_metrics(o->out_dir, &prog);
+            if ((st = log_metrics(o->out_dir, &prog, err))) break;
             pos.loss_sum = 0.0, pos.loss_tokens = 0;
             if ((st = lm_checkpoint_save(ckpt, m, &opt, &pos, err))) break;
         }

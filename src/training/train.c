@@ -35,16 +35,21 @@ static float learning_rate(const qkv_train_options *o, int d_model, int64_t step
     return (float)(o->lr_factor / sqrt((double)d_model) * fmin(1.0 / sqrt(s), s * pow(w, -1.5)));
 }
 
-static void log_metrics(const char *dir, const qkv_train_progress *p)
+/* Appends one line to dir/metrics.jsonl. A failure is an error like any other write's: the
+ * log is the run's record, and losing it silently would leave a run that looks complete. */
+static qkv_status log_metrics(const char *dir, const qkv_train_progress *p, qkv_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
-    if (!fp) { /* the log is a convenience; training state lives in the checkpoint */
+    if (!fp) {
+        int e = errno;
         if (fd >= 0) close(fd);
-        return;
+        return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path,
+                        e == ELOOP ? "it is a symbolic link (qkv never writes through one)"
+                                   : strerror(e));
     }
     fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"loss\": %.6f, \"d2l_loss\": %.6f, "
             "\"tokens_per_s\": %.1f, \"lr\": %.6g", p->epoch, (long long)p->step, p->loss,
@@ -54,7 +59,10 @@ static void log_metrics(const char *dir, const qkv_train_progress *p)
         if (!isnan(p->bleu)) fprintf(fp, ", \"bleu\": %.4f", p->bleu);
     }
     fprintf(fp, "}\n");
-    fclose(fp);
+    int bad = ferror(fp), e = errno;
+    if (fclose(fp) != 0 && !bad) bad = 1, e = errno;
+    if (bad) return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path, strerror(e));
+    return QKV_OK;
 }
 
 static qkv_status check_dataset(const qkv_transformer *m, const qkv_dataset *d,
@@ -297,7 +305,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             if ((st = maybe_checkpoint(&r, stop, err))) break;
             if (o->progress) o->progress(&r.prog, o->progress_ctx);
             if (r.prog.end_of_epoch) {
-                log_metrics(o->out_dir, &r.prog);
+                if ((st = log_metrics(o->out_dir, &r.prog, err))) break;
                 r.pos.epoch_loss = 0.0, r.pos.epoch_tokens = 0;
             }
             if (stop) goto done; /* checkpointed; the model is saved only at the end */

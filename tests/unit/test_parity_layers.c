@@ -1,6 +1,6 @@
 /* PyTorch parity of the elementwise and per-row building blocks: random numbers, linear,
  * embedding, activations, dropout, LayerNorm, RMSNorm, cross-entropy, positional encoding,
- * FFN, residual, AddNorm and a pre-norm block composed of them.
+ * FFN, residual, AddNorm, a pre-norm block composed of them, and the AdamW update.
  *
  * Each case is a file written by tests/parity/make_reference.py: inputs, weights, the
  * upstream gradient dy, and torch's output and gradients. We run qkv's forward and backward
@@ -430,6 +430,36 @@ static void test_prenorm(void **state)
     qkv_tensor_file_free(&f);
 }
 
+/* ----------------------------------------------------------------------------------------
+ * The optimizer: AdamW, step by step, with the learning rate changed between steps
+ * ---------------------------------------------------------------------------------------- */
+
+static void test_adamw(void **state)
+{
+    qkv_tensor_file f;
+    tu_reference_load(&f, (const char *)*state);
+    int n = tu_ref_int(&f, "n"), steps = tu_ref_int(&f, "steps");
+    const float *p0 = ref(&f, "p0", (size_t)n), *lrs = ref(&f, "lrs", (size_t)steps);
+    const float *G = ref(&f, "grads", (size_t)steps * n), *P = ref(&f, "P", (size_t)steps * n);
+    qkv_adam opt;
+    qkv_error err = {0};
+    assert_int_equal(qkv_adam_init(&opt, (size_t)n, tu_ref_float(&f, "beta1"),
+                                   tu_ref_float(&f, "beta2"), tu_ref_float(&f, "eps"),
+                                   tu_ref_float(&f, "wd"), &err),
+                     QKV_OK);
+    float *p = tu_zeros((size_t)n);
+    memcpy(p, p0, (size_t)n * sizeof *p);
+    for (int k = 0; k < steps; k++) {
+        qkv_adam_update(&opt, p, G + (size_t)k * n, lrs[k]);
+        char what[32];
+        snprintf(what, sizeof what, "P after step %d", k + 1);
+        tu_check_close(what, p, P + (size_t)k * n, (size_t)n, TU_FWD_ATOL, TU_FWD_RTOL);
+    }
+    qkv_adam_free(&opt);
+    free(p);
+    qkv_tensor_file_free(&f);
+}
+
 /* One cmocka test per reference file, named after it. */
 #define CASE(fn, name) { name, fn, NULL, NULL, (void *)name }
 
@@ -456,6 +486,9 @@ int main(void)
         CASE(test_layernorm, "layernorm_n1"),
         CASE(test_layernorm, "layernorm_odd"),
         CASE(test_layernorm, "layernorm_shift"),
+        CASE(test_layernorm, "layernorm_eps_large"),
+        CASE(test_layernorm, "layernorm_eps_one"),
+        CASE(test_layernorm, "layernorm_small_var"),
         CASE(test_rmsnorm, "rmsnorm_n1"),
         CASE(test_rmsnorm, "rmsnorm_odd"),
         CASE(test_rmsnorm, "rmsnorm_wide"),
@@ -477,6 +510,9 @@ int main(void)
         CASE(test_addnorm, "addnorm_n1"),
         CASE(test_addnorm, "addnorm_drop"),
         CASE(test_addnorm, "addnorm_odd"),
+        CASE(test_addnorm, "addnorm_eps_large"),
+        CASE(test_adamw, "adamw_decay"),
+        CASE(test_adamw, "adamw_strong_decay"),
         CASE(test_prenorm, "prenorm_gelu_drop"),
         CASE(test_prenorm, "prenorm_relu_n1"),
     };
