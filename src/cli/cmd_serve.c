@@ -72,10 +72,20 @@ typedef struct job {
     qkv_lm_generation gen;
     char *stop[MAX_STOPS];
     int n_stop, stop_hit;
+    int streaming;          /* its handler sends each piece as it comes */
     char *out;              /* the text so far */
     size_t out_len, out_cap;
     int tokens;             /* tokens produced (either kind) */
+    pthread_cond_t changed; /* its handler waits on it: done, or a completion's new text */
 } job;
+
+/* A zeroed request with its condition (NULL: out of memory). */
+static job *job_new(void)
+{
+    job *j = calloc(1, sizeof *j);
+    if (j && pthread_cond_init(&j->changed, NULL)) free(j), j = NULL;
+    return j;
+}
 
 static void job_free(job *j)
 {
@@ -83,6 +93,7 @@ static void job_free(job *j)
     for (int i = 0; j->text && i < j->n * j->n_best; i++) free(j->text[i]);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->src), free(j->text), free(j->score), free(j->slot), free(j->prompt), free(j->out);
+    pthread_cond_destroy(&j->changed);
     free(j);
 }
 
@@ -99,7 +110,7 @@ typedef struct {
     int *drawn;             /* (slots) one step's tokens */
     pthread_mutex_t lock;
     pthread_cond_t work;    /* the decoder waits for requests */
-    pthread_cond_t news;    /* handlers wait for results */
+    pthread_cond_t news;    /* a request ended (shutdown waits for in_flight to reach 0) */
     job *queue, *queue_tail, *running; /* waiting to join; joined (translation) */
     int queued, in_flight, draining, stop_decoder;
     /* metrics, under lock */
@@ -150,8 +161,8 @@ static void collect(server *s)
                 if (j->slot[i] >= 0) qkv_batch_decoder_cancel(s->bd, j->slot[i]);
             j->done = 1;
             *p = j->run_next;
+            pthread_cond_broadcast(&j->changed);
             release(s, j);
-            pthread_cond_broadcast(&s->news);
         } else {
             p = &j->run_next;
         }
@@ -179,8 +190,8 @@ static void translate_whole(server *s, job *j)
         j->done = 1;
     }
     if (!st) qkv_translations_free(&r);
+    pthread_cond_broadcast(&j->changed);
     release(s, j);
-    pthread_cond_broadcast(&s->news);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -224,8 +235,8 @@ static void lm_round(server *s)
         pthread_mutex_lock(&s->lock);
         if (st) {
             fail_job(j, st == QKV_ERR_ARG ? 400 : 500, err.msg);
+            pthread_cond_broadcast(&j->changed);
             release(s, j);
-            pthread_cond_broadcast(&s->news);
             continue;
         }
         s->lm_job[slot] = j, s->joined++;
@@ -242,14 +253,16 @@ static void lm_round(server *s)
         int end = st != QKV_OK;
         if (st) fail_job(j, 500, err.msg);
         else if (s->drawn[slot] >= 0) end = append_token(s, j, s->drawn[slot]);
-        if (end || j->cancelled || qkv_lm_batch_finished(s->lb, slot)) {
+        const int over = end || j->cancelled || qkv_lm_batch_finished(s->lb, slot);
+        if (over) {
             qkv_lm_batch_release(s->lb, slot);
             j->done = 1;
-            release(s, j);
             s->lm_job[slot] = NULL;
         }
+        /* only a stream needs each token; a plain request the end */
+        if (over || j->streaming) pthread_cond_broadcast(&j->changed);
+        if (over) release(s, j);
     }
-    pthread_cond_broadcast(&s->news);
 }
 
 /* Admits waiting translations into free slots (their sources join together: one encoder
@@ -502,7 +515,7 @@ static int wait_for(server *s, job *j, int fd, double start,
         clock_gettime(CLOCK_REALTIME, &t);
         t.tv_nsec += 50 * 1000000L;
         if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&s->news, &s->lock, &t);
+        pthread_cond_timedwait(&j->changed, &s->lock, &t);
         if (ready(j, arg)) break;
         if (client_gone(fd)) {
             j->cancelled = 1;
@@ -567,7 +580,7 @@ static enum MHD_Result post_translate(server *s, struct MHD_Connection *c, conn 
         get_int(req, "alternatives", 0, MAX_BEAM - 1, &alternatives, msg, sizeof msg) ||
         get_int(req, "max_len", 1, limit, &max_len, msg, sizeof msg))
         return send_error(c, cn, 400, "%s", msg);
-    job *j = calloc(1, sizeof *j);
+    job *j = job_new();
     if (!j) return send_error(c, cn, 500, "out of memory");
     j->kind = JOB_TRANSLATE, j->n = n, j->max_len = max_len, j->n_best = alternatives + 1;
     j->beam = beam > j->n_best ? beam : j->n_best;
@@ -786,7 +799,7 @@ static enum MHD_Result post_completions(server *s, struct MHD_Connection *c, con
         if (!cJSON_IsString(x) || !*x->valuestring)
             return send_error(c, cn, 400, "\"stop\"[%d] must be a non-empty string", k);
     }
-    job *j = calloc(1, sizeof *j);
+    job *j = job_new();
     if (!j) return send_error(c, cn, 500, "out of memory");
     j->kind = JOB_COMPLETE, j->beam = j->n_best = 1;
     const size_t len = strlen(prompt);
@@ -805,6 +818,7 @@ static enum MHD_Result post_completions(server *s, struct MHD_Connection *c, con
             return job_free(j), send_error(c, cn, 500, "out of memory");
     j->gen = (qkv_lm_generation){max_tokens, {temperature, top_k, top_p}, (uint64_t)seed, NULL,
                                  NULL, 1};
+    j->streaming = cJSON_IsTrue(stream_flag);
     if (max_tokens == 0) j->done = 1, j->refs = 1;
     else if (enqueue(s, j))
         return job_free(j), send_error(c, cn, 503, "the queue is full (%d requests): retry "
