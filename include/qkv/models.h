@@ -161,6 +161,9 @@ typedef struct {
     float label_smoothing; /* eps of qkv_cross_entropy_forward (0: none) */
     int train;             /* 1: dropout as configured; 0: none (evaluation) */
     uint64_t dropout_seed; /* makes a training pass's dropout reproducible */
+    uint64_t first_example; /* the batch is a shard of a larger one starting at this sequence
+                               (data-parallel training; 0: whole): the dropout masks are the
+                               larger batch's, whatever the split */
 } qkv_loss_options;
 
 /* The cross-entropy over one batch with teacher forcing, and with o->backward its gradients,

@@ -106,6 +106,8 @@ typedef struct {
     float p;                   /* dropout rate (0 in evaluation) */
     uint64_t seed;             /* the step's dropout seed: each site draws its own stream */
     float *scratch;
+    uint64_t first;            /* the batch's first sequence in the whole batch of a step run
+                                * on several ranks (0 on one): dropout counters start there */
 } stack_pass;
 
 /* Work space of a backward pass, (B*T, C) each. */
