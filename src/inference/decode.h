@@ -23,4 +23,8 @@ qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_vali
                          int src_len, int max_len, const int *max_lens, int *out, int *out_len,
                          qkv_error *err);
 
+/* A translation's length limit for a source of n tokens: floor(o->max_len_a * n +
+ * o->max_len_b), at least 1, at most cap (a = b = 0: cap), as qkv_translate allows. */
+int translate_length_limit(const qkv_translate_options *o, int n, int cap);
+
 #endif

@@ -127,7 +127,7 @@ static int source_len(const qkv_translator *t, const qkv_sentences *src, int i)
 }
 
 /* Sentence i's limit: floor(a * n + b) for its n tokens, at least 1, at most cap. */
-static int sentence_limit(const qkv_translate_options *o, int n, int cap)
+int translate_length_limit(const qkv_translate_options *o, int n, int cap)
 {
     if (o->max_len_a == 0.0f && o->max_len_b == 0) return cap;
     const double l = floor((double)o->max_len_a * n + o->max_len_b);
@@ -148,7 +148,7 @@ static qkv_status results_init(qkv_translations *r, int **limits, const qkv_tran
     if (!*limits) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d translations",
                                   r->count);
     for (int i = 0; i < src->count; i++) {
-        (*limits)[i] = sentence_limit(o, qkv_sentence_len(src, i), cap);
+        (*limits)[i] = translate_length_limit(o, qkv_sentence_len(src, i), cap);
         if ((*limits)[i] > r->max_len) r->max_len = (*limits)[i];
         const int n = source_len(t, src, i);
         if (n <= limit) continue;

@@ -264,7 +264,8 @@ qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int fla
 static stack_pass encoder_pass(qkv_transformer *m, const qkv_mask *src_mask, int B, int Ts,
                                float p, uint64_t seed)
 {
-    stack_pass k = {&m->enc_dims, B, Ts, 0, src_mask, NULL, NULL, p, seed, m->acts.scratch};
+    stack_pass k = {&m->enc_dims, B, Ts, 0, src_mask, NULL, NULL, p, seed, m->acts.scratch,
+                    m->first_example};
     return k;
 }
 
@@ -273,7 +274,7 @@ static stack_pass decoder_pass(qkv_transformer *m, const qkv_mask *causal,
                                uint64_t seed)
 {
     stack_pass k = {&m->dec_dims, B, Tt, Ts, causal, src_mask, m->acts.enc.out, p, seed,
-                    m->acts.scratch};
+                    m->acts.scratch, m->first_example};
     return k;
 }
 
@@ -347,7 +348,10 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     if (o->backward && !qkv_transformer_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     const float p = o->train ? m->cfg.dropout : 0.0f;
-    if ((st = forward(m, b, p, o->dropout_seed, err))) return st;
+    m->first_example = o->first_example;
+    st = forward(m, b, p, o->dropout_seed, err);
+    m->first_example = 0; /* backward sets it again: nothing else is a shard */
+    if (st) return st;
     const backend be = core_backend(&m->core);
     model_acts *x = &m->acts;
     const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, b->tgt_out,
@@ -360,7 +364,9 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     if (tokens) *tokens = count;
     if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
+        m->first_example = o->first_example;
         backward(m, b, p, o->dropout_seed);
+        m->first_example = 0;
     }
     return QKV_OK;
 }

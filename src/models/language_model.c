@@ -190,7 +190,8 @@ static qkv_status layout_acts(qkv_lm *m, int B, int T, qkv_error *err)
 static stack_pass pass_of(qkv_lm *m, const qkv_mask *causal, int B, int T, float p,
                           uint64_t seed)
 {
-    stack_pass k = {&m->dims, B, T, 0, causal, NULL, NULL, p, seed, m->acts.scratch};
+    stack_pass k = {&m->dims, B, T, 0, causal, NULL, NULL, p, seed, m->acts.scratch,
+                    m->first_example};
     return k;
 }
 
@@ -234,7 +235,9 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     if (o->backward && !qkv_lm_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     const float p = o->train ? m->cfg.dropout : 0.0f;
+    m->first_example = o->first_example;
     qkv_status st = lm_forward(m, ids, B, T, p, o->dropout_seed, err);
+    m->first_example = 0; /* backward sets it again: nothing else is a shard */
     if (st) return st;
     const backend be = core_backend(&m->core);
     lm_acts *x = &m->acts;
@@ -248,7 +251,9 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     if (tokens) *tokens = count;
     if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
+        m->first_example = o->first_example;
         backward(m, ids, B, T, p, o->dropout_seed);
+        m->first_example = 0;
     }
     return QKV_OK;
 }

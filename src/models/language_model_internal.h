@@ -26,6 +26,7 @@ struct qkv_lm {
     model_core core;
     lm_w w, g; /* views of the parameters and of their gradients */
     lm_acts acts;
+    uint64_t first_example; /* of the loss pass running (qkv_loss_options) */
 };
 
 /* The causal forward pass over ids (B, T) with dropout rate p (0: evaluation), filling

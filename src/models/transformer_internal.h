@@ -24,6 +24,7 @@ struct qkv_transformer {
     model_core core;
     model_w w, g; /* views of the parameters and of their gradients */
     model_acts acts;
+    uint64_t first_example; /* of the loss pass running (qkv_loss_options) */
 };
 
 /* The floats a configuration's parameter table holds (qkv_transformer_num_params of the

@@ -340,9 +340,9 @@ static void test_residual(void **state)
     uint64_t seed = meta_u64(&f, "seed");
     const float *x = ref(&f, "x", n), *s = ref(&f, "s", n), *dy = ref(&f, "dy", n);
     float *y = nans(n), *dx = tu_zeros(n), *ds = tu_zeros(n);
-    qkv_residual_forward(y, x, s, n, (qkv_dropout){p, seed});
+    qkv_residual_forward(y, x, s, n, (qkv_dropout){p, seed, 0});
     CHECK_FWD(&f, "y", y, n);
-    qkv_residual_backward(dx, ds, dy, n, (qkv_dropout){p, seed});
+    qkv_residual_backward(dx, ds, dy, n, (qkv_dropout){p, seed, 0});
     CHECK_GRAD(&f, "dx", dx, n);
     CHECK_GRAD(&f, "ds", ds, n);
     free(y), free(dx), free(ds);
@@ -364,7 +364,7 @@ static void test_addnorm(void **state)
     float *scratch = tu_zeros(nx), *dx = tu_zeros(nx), *ds = tu_zeros(nx);
     float *dg = tu_zeros((size_t)C), *db = tu_zeros((size_t)C);
     const qkv_layernorm_weights w = {(float *)g, (float *)b};
-    const qkv_dropout drop = {p, seed};
+    const qkv_dropout drop = {p, seed, 0};
     qkv_addnorm_cache c = {z, mean, rstd};
     qkv_addnorm_forward(y, &c, x, s, &w, N, C, eps, drop);
     CHECK_FWD(&f, "z", z, nx);
@@ -406,14 +406,14 @@ static void test_prenorm(void **state)
     const qkv_ffn_config cfg = {C, Fd, act};
     qkv_ffn_cache c = {h_pre, h};
     qkv_ffn_forward(s, &c, ln, &w, &cfg, N);
-    qkv_residual_forward(y, x, s, nx, (qkv_dropout){p, seed});
+    qkv_residual_forward(y, x, s, nx, (qkv_dropout){p, seed, 0});
     CHECK_FWD(&f, "y", y, nx);
 
     float *dx = tu_zeros(nx), *ds = tu_zeros(nx), *dln = tu_zeros(nx), *scratch = tu_zeros(nh);
     float *dg = tu_zeros((size_t)C), *db = tu_zeros((size_t)C);
     float *dW1 = tu_zeros(nW), *db1 = tu_zeros((size_t)Fd), *dW2 = tu_zeros(nW);
     float *db2 = tu_zeros((size_t)C);
-    qkv_residual_backward(dx, ds, dy, nx, (qkv_dropout){p, seed});
+    qkv_residual_backward(dx, ds, dy, nx, (qkv_dropout){p, seed, 0});
     qkv_ffn_backward(dln, &(qkv_ffn_weights){dW1, db1, dW2, db2}, ds, &c, ln, &w, &cfg, N,
                      scratch);
     qkv_layernorm_backward(dx, &(qkv_layernorm_weights){dg, db}, dln, x, mean, rstd, &norm, N, C);
