@@ -291,6 +291,85 @@ QKV_API
 qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * SentencePiece (Kudo & Richardson 2018): .model / .spm files, unigram or BPE, read and
+ * applied by Debian's libsentencepiece through a thin C++ shim, so the pieces are exactly the
+ * reference library's. Text is raw UTF-8 (the model's own normaliser, nmt_nfkc by default,
+ * runs inside); a piece is a string of the model's vocabulary, U+2581 '▁' standing for a
+ * space, and its id is its row in the model. Typed text that spells a control piece
+ * ("<s>", "<pad>") is text, never that control id: libsentencepiece only matches
+ * user-defined pieces in input.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct qkv_spm qkv_spm;
+
+/* Reads a SentencePiece model file (what spm_train writes as PREFIX.model, and Marian's
+ * source.spm / target.spm). Errors name the file with libsentencepiece's reason. */
+QKV_API
+qkv_status qkv_spm_load(qkv_spm **out, const char *path, qkv_error *err);
+/* The same from the file's bytes in memory; name labels them in messages. */
+QKV_API
+qkv_status qkv_spm_load_bytes(qkv_spm **out, const void *bytes, size_t size,
+                              const char *name, qkv_error *err);
+QKV_API
+void qkv_spm_free(qkv_spm *s);
+
+/* Pieces in the model: ids are 0 .. size - 1. */
+QKV_API
+int qkv_spm_size(const qkv_spm *s);
+/* The id of a piece, the model's unknown id if it has no such piece. */
+QKV_API
+int qkv_spm_piece_id(const qkv_spm *s, const char *piece);
+/* The piece of id (valid while s lives), NULL outside [0, size). */
+QKV_API
+const char *qkv_spm_piece(const qkv_spm *s, int id);
+
+/* The ids the model gives its special pieces; -1 where it has none (spm_train's defaults:
+ * unk 0, bos 1, eos 2, no pad). */
+typedef struct {
+    int unk, bos, eos, pad;
+} qkv_spm_specials;
+QKV_API
+qkv_spm_specials qkv_spm_special_ids(const qkv_spm *s);
+/* Whether id is a control piece (<s>, </s>, <pad>...), which decoding prints as nothing. */
+QKV_API
+int qkv_spm_is_control(const qkv_spm *s, int id);
+
+/* The ids of text[0..len) (one line; bytes that are not UTF-8 are libsentencepiece's
+ * business: it reads them as U+FFFD). *ids is malloc'd, *n of them (release with free()). */
+QKV_API
+qkv_status qkv_spm_encode(const qkv_spm *s, const char *text, size_t len, int **ids, int *n,
+                          qkv_error *err);
+/* The pieces of text[0..len) as one sentence of out (qkv_sentences_free): the surface
+ * strings, so an unknown piece is the text it covers (as SentencePiece's EncodeAsPieces). */
+QKV_API
+qkv_status qkv_spm_encode_pieces(const qkv_spm *s, const char *text, size_t len,
+                                 qkv_sentences *out, qkv_error *err);
+/* The text of ids[0..n): pieces joined, ▁ read as a space, the leading one dropped, control
+ * ids printed as nothing. *text is malloc'd and NUL-terminated (release with free()); an id
+ * outside [0, size) is QKV_ERR_ARG. */
+QKV_API
+qkv_status qkv_spm_decode(const qkv_spm *s, const int *ids, int n, char **text,
+                          qkv_error *err);
+/* The same from pieces (unknown pieces are read as the unknown piece). */
+QKV_API
+qkv_status qkv_spm_decode_pieces(const qkv_spm *s, const char *const *pieces, int n,
+                                 char **text, qkv_error *err);
+
+/* What qkv_spm_train learns. */
+typedef enum { QKV_SPM_UNIGRAM = 0, QKV_SPM_BPE = 1 } qkv_spm_type;
+
+/* Learns a model of vocab_size pieces from input_path (text, one sentence a line) with
+ * libsentencepiece's trainer and writes it to model_path. The special pieces are qkv's:
+ * <unk> <pad> <bos> <eos> at ids 0..3 (QKV_UNK..QKV_EOS), so the model's ids are those of a
+ * qkv vocabulary of its pieces. Every character of the text gets a piece (character coverage
+ * 1.0), and digits are split one by one. Training is deterministic for the same input. Errors
+ * (too large a vocabulary for the text, say) carry the trainer's message. The model is
+ * written atomically (a temporary file renamed over model_path). */
+QKV_API
+qkv_status qkv_spm_train(const char *input_path, const char *model_path, int vocab_size,
+                         qkv_spm_type type, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
  * A model's tokenizer: how its text becomes tokens and ids, and ids text again
  * Lines become words (d2l's preprocessing and words, or plain whitespace-separated tokens
  * for a model whose vocabulary another tokenizer made), words become the model's tokens (the

@@ -1,0 +1,143 @@
+/* qkv tokenize: a SentencePiece model applied to text, line by line from stdin to stdout
+ * (pieces or ids), or the way back (--decode). Unless stdin is a regular file, each output
+ * line is flushed as soon as it is made, so the command works as a filter in a pipe and
+ * interactively. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "qkv.h"
+
+static qkv_status out_of_memory(qkv_error *err)
+{
+    snprintf(err->msg, sizeof err->msg, "out of memory");
+    return err->code = QKV_ERR_NOMEM;
+}
+
+/* One line of pieces or ids (space-separated) as text. */
+static qkv_status decode_line(const qkv_spm *s, char *line, int ids, char **text,
+                              qkv_error *err)
+{
+    size_t n = 0, cap = 16;
+    char **tok = malloc(cap * sizeof *tok), *save = NULL;
+    int *id = NULL;
+    qkv_status st = tok ? QKV_OK : out_of_memory(err);
+    for (char *w = st ? NULL : strtok_r(line, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        if (n == cap) {
+            char **more = realloc(tok, 2 * cap * sizeof *tok);
+            if (!more) {
+                st = out_of_memory(err);
+                break;
+            }
+            tok = more, cap *= 2;
+        }
+        tok[n++] = w;
+    }
+    if (!st && ids) {
+        if (!(id = malloc((n ? n : 1) * sizeof *id)))
+            st = out_of_memory(err);
+        for (size_t i = 0; !st && i < n; i++) {
+            char *end;
+            const long v = strtol(tok[i], &end, 10);
+            if (*end || end == tok[i] || v < 0 || v >= qkv_spm_size(s)) {
+                snprintf(err->msg, sizeof err->msg, "\"%.40s\" is not an id in [0, %d)",
+                         tok[i], qkv_spm_size(s));
+                st = err->code = QKV_ERR_ARG;
+            } else
+                id[i] = (int)v;
+        }
+        if (!st) st = qkv_spm_decode(s, id, (int)n, text, err);
+    } else if (!st) {
+        st = qkv_spm_decode_pieces(s, (const char *const *)tok, (int)n, text, err);
+    }
+    free(tok), free(id);
+    return st;
+}
+
+/* One line of text as pieces or ids, written to stdout. */
+static qkv_status encode_line(const qkv_spm *s, const char *line, size_t len, int ids,
+                              qkv_error *err)
+{
+    if (ids) {
+        int *id, n;
+        qkv_status st = qkv_spm_encode(s, line, len, &id, &n, err);
+        for (int i = 0; !st && i < n; i++) printf(i ? " %d" : "%d", id[i]);
+        free(id);
+        return st;
+    }
+    qkv_sentences pieces;
+    qkv_status st = qkv_spm_encode_pieces(s, line, len, &pieces, err);
+    for (size_t i = 0; !st && i < pieces.n_tokens; i++)
+        printf(i ? " %s" : "%s", pieces.tokens[i]);
+    qkv_sentences_free(&pieces);
+    return st;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    const char *spm = NULL;
+    int pieces = 0, ids = 0, decode = 0;
+    const opt_spec opts[] = {
+        {"spm", OPT_STRING, &spm, "SentencePiece model file (.model / .spm)"},
+        {"pieces", OPT_FLAG, &pieces, "pieces, space-separated (the default)"},
+        {"ids", OPT_FLAG, &ids, "ids, space-separated"},
+        {"decode", OPT_FLAG, &decode, "read pieces (or with --ids, ids) and write the text"},
+        {NULL, 0, NULL, NULL},
+    };
+    int rc = args_parse(argc, argv, 2, opts,
+                        "usage: qkv tokenize --spm FILE [--pieces | --ids] [--decode] "
+                        "< text > tokens");
+    if (rc) return rc > 0 ? 0 : 2;
+    if (!spm || (pieces && ids)) {
+        fprintf(stderr, "qkv tokenize: needs --spm FILE, and --pieces or --ids (not both)\n");
+        return 2;
+    }
+    qkv_spm *s;
+    qkv_error err = {0};
+    if (qkv_spm_load(&s, spm, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    long number = 0;
+    ssize_t n;
+    struct stat in;
+    /* a file is read to its end anyway: flushing each line would only cost system calls */
+    const int flush_lines = fstat(fileno(stdin), &in) || !S_ISREG(in.st_mode);
+    rc = 0;
+    while (!rc && (n = getline(&line, &cap, stdin)) >= 0) {
+        number++;
+        if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
+        if (n > 0 && line[n - 1] == '\r') line[--n] = '\0';
+        qkv_status st;
+        if (decode) {
+            char *text = NULL;
+            if (!(st = decode_line(s, line, ids, &text, &err))) fputs(text, stdout);
+            free(text);
+        } else {
+            st = encode_line(s, line, (size_t)n, ids, &err);
+        }
+        if (st) {
+            fprintf(stderr, "qkv: stdin:%ld: %s\n", number, err.msg);
+            rc = 1;
+        } else if (putchar('\n') == EOF || (flush_lines && fflush(stdout))) {
+            fprintf(stderr, "qkv tokenize: cannot write the output\n");
+            rc = 1;
+        }
+    }
+    if (!rc && fflush(stdout)) {
+        fprintf(stderr, "qkv tokenize: cannot write the output\n");
+        rc = 1;
+    }
+    if (!rc && ferror(stdin)) {
+        fprintf(stderr, "qkv tokenize: cannot read stdin\n");
+        rc = 1;
+    }
+    free(line);
+    qkv_spm_free(s);
+    return rc;
+}
