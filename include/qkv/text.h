@@ -102,6 +102,17 @@ qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_exampl
 QKV_API
 qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
                                    const char *target_path, int num_examples, qkv_error *err);
+/* qkv_corpus_read_tsv and qkv_corpus_read_aligned for text as people write it: each line
+ * as it is (no lower-casing, no spaces added before punctuation), split into words on spaces
+ * as qkv_sentences_split (tabs too, in the aligned files). Invalid UTF-8 or a NUL byte fails
+ * naming file and line. For a model that reads raw text (SentencePiece). */
+QKV_API
+qkv_status qkv_corpus_read_tsv_raw(qkv_corpus *out, const char *path, int num_examples,
+                                   qkv_error *err);
+QKV_API
+qkv_status qkv_corpus_read_aligned_raw(qkv_corpus *out, const char *source_path,
+                                       const char *target_path, int num_examples,
+                                       qkv_error *err);
 QKV_API
 void qkv_corpus_free(qkv_corpus *c);
 
@@ -358,16 +369,23 @@ qkv_status qkv_spm_decode_pieces(const qkv_spm *s, const char *const *pieces, in
 /* What qkv_spm_train learns. */
 typedef enum { QKV_SPM_UNIGRAM = 0, QKV_SPM_BPE = 1 } qkv_spm_type;
 
-/* Learns a model of vocab_size pieces from input_path (text, one sentence a line) with
- * libsentencepiece's trainer and writes it to model_path. The special pieces are qkv's:
- * <unk> <pad> <bos> <eos> at ids 0..3 (QKV_UNK..QKV_EOS), so the model's ids are those of a
- * qkv vocabulary of its pieces. Every character of the text gets a piece (character coverage
- * 1.0), and digits are split one by one. Training is deterministic for the same input. Errors
- * (too large a vocabulary for the text, say) carry the trainer's message. The model is
- * written atomically (a temporary file renamed over model_path). */
+/* Learns a model of vocab_size pieces with libsentencepiece's trainer from the sentences of
+ * texts[0..n_texts) (each sentence its tokens joined by single spaces: raw text read with
+ * qkv_sentences_split, say) and writes it to model_path atomically. The special pieces are
+ * qkv's: <unk> <pad> <bos> <eos> at ids 0..3 (QKV_UNK..QKV_EOS), so the model's ids are those
+ * of a qkv vocabulary of its pieces (qkv_spm_vocab). Every character of the text gets a piece
+ * (character coverage 1.0), digits are split one by one, and one thread learns, so the same
+ * text gives the same model anywhere. Errors (a vocabulary the text cannot fill, say) carry
+ * the trainer's message. */
 QKV_API
-qkv_status qkv_spm_train(const char *input_path, const char *model_path, int vocab_size,
-                         qkv_spm_type type, qkv_error *err);
+qkv_status qkv_spm_train(const qkv_sentences *const *texts, int n_texts,
+                         const char *model_path, int vocab_size, qkv_spm_type type,
+                         qkv_error *err);
+/* The vocabulary of s's pieces in id order (qkv_vocab_id(piece) = the piece's id); s must
+ * hold <unk> <pad> <bos> <eos> at ids 0..3, as qkv_spm_train's models do (QKV_ERR_FORMAT
+ * naming name otherwise). */
+QKV_API
+qkv_status qkv_spm_vocab(qkv_vocab *v, const qkv_spm *s, const char *name, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
  * A model's tokenizer: how its text becomes tokens and ids, and ids text again
@@ -375,13 +393,18 @@ qkv_status qkv_spm_train(const char *input_path, const char *model_path, int voc
  * for a model whose vocabulary another tokenizer made), words become the model's tokens (the
  * words themselves, or their subword pieces), and tokens become ids through the side's
  * vocabulary. A model directory records the choice in text.json
- * ({"tokenizer": "d2l" | "whitespace" | "bpe", "source_bos": false}; absent: d2l).
+ * ({"tokenizer": "d2l" | "whitespace" | "bpe" | "spm", "source_bos": false}; absent: d2l).
+ * A SentencePiece model ("spm") reads raw text: its words are the line split on whitespace
+ * with nothing changed (case and punctuation kept), and its tokens are the pieces that
+ * text.json's "source_spm" and "target_spm" files (default source.spm, target.spm) make of
+ * each line, looked up in the side's vocabulary; its output is the pieces' detokenised text.
  * ------------------------------------------------------------------------------------- */
 
 typedef enum {
     QKV_TOKENIZER_D2L = 0,        /* qkv_sentences_from_text's words */
     QKV_TOKENIZER_WHITESPACE = 1, /* qkv_sentences_split's tokens */
-    QKV_TOKENIZER_BPE = 2         /* d2l's words, then the pieces of src_bpe / tgt_bpe */
+    QKV_TOKENIZER_BPE = 2,        /* d2l's words, then the pieces of src_bpe / tgt_bpe */
+    QKV_TOKENIZER_SPM = 3         /* raw text, the pieces of src_spm / tgt_spm */
 } qkv_tokenizer_kind;
 
 /* Filled by qkv_tokenizer_load, or by hand from vocabularies (and subword encodings) being
@@ -391,6 +414,7 @@ typedef struct {
     int source_bos;          /* sources start with <bos> (PyTorch's translation tutorial) */
     qkv_vocab src, tgt;
     qkv_bpe src_bpe, tgt_bpe; /* QKV_TOKENIZER_BPE (one file for both sides when joint) */
+    qkv_spm *src_spm, *tgt_spm; /* QKV_TOKENIZER_SPM (owned; NULL otherwise) */
 } qkv_tokenizer;
 
 /* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its
@@ -400,7 +424,8 @@ QKV_API
 int qkv_model_dir_file(char *path, size_t cap, const char *dir, const char *name);
 
 /* Reads src_vocab.txt, tgt_vocab.txt, text.json (optional) and, for a subword model,
- * src_bpe.txt and tgt_bpe.txt, each from dir or its parent (qkv_model_dir_file). Errors name
+ * src_bpe.txt and tgt_bpe.txt (SentencePiece: text.json's source_spm and target_spm), each
+ * from dir or its parent (qkv_model_dir_file). Errors name
  * the file: a vocabulary's own, text.json that is not JSON or names an unknown tokenizer, a
  * subword encoding whose symbols are not its vocabulary's tokens. */
 QKV_API

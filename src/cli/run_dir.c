@@ -21,14 +21,15 @@
 
 static const char *const transformer_files[] = {
     "config.json", "model.safetensors", "checkpoint.safetensors", "src_vocab.txt",
-    "tgt_vocab.txt", "src_bpe.txt", "tgt_bpe.txt", "text.json", "train.json", "metrics.jsonl",
+    "tgt_vocab.txt", "src_bpe.txt", "tgt_bpe.txt", "source.spm", "target.spm", "text.json",
+    "train.json", "metrics.jsonl",
     "validation.json", "training.png", NULL};
 static const char *const lm_files[] = {
     "config.json", "model.safetensors", "checkpoint.safetensors", "vocab.txt", "train.json",
     "metrics.jsonl", "training.png", NULL};
 static const char *const model_files[] = {
     "config.json", "model.safetensors", "src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
-    "tgt_bpe.txt", "text.json", "train.json", NULL};
+    "tgt_bpe.txt", "source.spm", "target.spm", "text.json", "train.json", NULL};
 
 const run_kind RUN_TRANSFORMER = {"qkv-transformer", "a qkv train run", transformer_files, 1, 1};
 const run_kind RUN_LM = {"qkv-lm", "a qkv train-lm run", lm_files, 0, 1};

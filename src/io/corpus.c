@@ -331,6 +331,15 @@ static qkv_status copy_line(preprocessed *p, const char *text, size_t len, const
     return QKV_OK;
 }
 
+/* The line as it is (tabs kept), after checking it is UTF-8 without NUL bytes. */
+static qkv_status raw_line(preprocessed *p, const char *text, size_t len, const char *name,
+                           long line, qkv_error *err)
+{
+    qkv_status st = copy_line(p, text, len, name, line, err);
+    if (!st) memcpy(p->buf, text, len); /* copy_line read tabs as spaces */
+    return st;
+}
+
 static qkv_status sentences_from_lines(qkv_sentences *out, const char *text, size_t len,
                                        const char *name_for_errors, int d2l, qkv_error *err)
 {
@@ -387,8 +396,9 @@ static qkv_status corpus_finish(qkv_corpus *out, sentence_builder *src, sentence
     return st;
 }
 
-qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_examples,
-                               qkv_error *err)
+/* raw: lines as they are (raw_line) rather than d2l's preprocessing. */
+static qkv_status read_tsv(qkv_corpus *out, const char *path, int num_examples, int raw,
+                           qkv_error *err)
 {
     memset(out, 0, sizeof *out);
     line_reader r;
@@ -403,7 +413,8 @@ qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_exampl
         st = reader_next(&r, &n, err);
         if (st != QKV_OK || n < 0) break;
         /* The whole line is preprocessed, as d2l does the whole file: the tab is kept. */
-        st = preprocess_line(&p, r.line, (size_t)n, path, r.number, err);
+        st = raw ? raw_line(&p, r.line, (size_t)n, path, r.number, err)
+                 : preprocess_line(&p, r.line, (size_t)n, path, r.number, err);
         if (st != QKV_OK) break;
         char *tab = memchr(p.buf, '\t', p.len);
         if (!tab) {
@@ -424,20 +435,35 @@ qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_exampl
     return st;
 }
 
-/* Reads the next line of r into b: *more = 0 at the end of the file. */
+qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_examples,
+                               qkv_error *err)
+{
+    return read_tsv(out, path, num_examples, 0, err);
+}
+
+qkv_status qkv_corpus_read_tsv_raw(qkv_corpus *out, const char *path, int num_examples,
+                                   qkv_error *err)
+{
+    return read_tsv(out, path, num_examples, 1, err);
+}
+
+/* Reads the next line of r into b: *more = 0 at the end of the file. raw: as it is, tabs
+ * read as spaces (copy_line). */
 static qkv_status read_sentence(line_reader *r, sentence_builder *b, preprocessed *p,
-                                int *more, qkv_error *err)
+                                int raw, int *more, qkv_error *err)
 {
     ptrdiff_t n;
     qkv_status st = reader_next(r, &n, err);
     *more = st == QKV_OK && n >= 0;
     if (!*more) return st;
-    st = preprocess_line(p, r->line, (size_t)n, r->path, r->number, err);
+    st = raw ? copy_line(p, r->line, (size_t)n, r->path, r->number, err)
+             : preprocess_line(p, r->line, (size_t)n, r->path, r->number, err);
     return st == QKV_OK ? builder_add(b, p->buf, p->len, err) : st;
 }
 
-qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
-                                   const char *target_path, int num_examples, qkv_error *err)
+static qkv_status read_aligned(qkv_corpus *out, const char *source_path,
+                               const char *target_path, int num_examples, int raw,
+                               qkv_error *err)
 {
     memset(out, 0, sizeof *out);
     line_reader rs, rt;
@@ -454,8 +480,8 @@ qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
     if (st == QKV_OK) st = builder_init(&tgt, err);
     while (st == QKV_OK && !enough(src.count, num_examples)) {
         int more_src, more_tgt = 0;
-        st = read_sentence(&rs, &src, &p, &more_src, err);
-        if (st == QKV_OK) st = read_sentence(&rt, &tgt, &p, &more_tgt, err);
+        st = read_sentence(&rs, &src, &p, raw, &more_src, err);
+        if (st == QKV_OK) st = read_sentence(&rt, &tgt, &p, raw, &more_tgt, err);
         if (st != QKV_OK || (!more_src && !more_tgt)) break;
         if (more_src != more_tgt) {
             const line_reader *shorter = more_src ? &rt : &rs, *longer = more_src ? &rs : &rt;
@@ -471,4 +497,17 @@ qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
     reader_close(&rs);
     reader_close(&rt);
     return st;
+}
+
+qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
+                                   const char *target_path, int num_examples, qkv_error *err)
+{
+    return read_aligned(out, source_path, target_path, num_examples, 0, err);
+}
+
+qkv_status qkv_corpus_read_aligned_raw(qkv_corpus *out, const char *source_path,
+                                       const char *target_path, int num_examples,
+                                       qkv_error *err)
+{
+    return read_aligned(out, source_path, target_path, num_examples, 1, err);
 }

@@ -128,36 +128,102 @@ qkv_status qkv_spm_decode_pieces(const qkv_spm *s, const char *const *pieces, in
     return QKV_OK;
 }
 
-qkv_status qkv_spm_train(const char *input_path, const char *model_path, int vocab_size,
-                         qkv_spm_type type, qkv_error *err)
+/* Each sentence of the texts as one line, its tokens joined by single spaces: *lines points
+ * into *bytes (both malloc'd). */
+static qkv_status join_sentences(char ***lines, char **bytes, size_t *count,
+                                 const qkv_sentences *const *texts, int n_texts, qkv_error *err)
 {
-    if (vocab_size <= QKV_N_RESERVED)
-        return qkv_fail(err, QKV_ERR_ARG, "a SentencePiece vocabulary needs more than the %d "
-                        "reserved pieces (got %d)", QKV_N_RESERVED, vocab_size);
+    size_t n = 0, total = 0;
+    for (int t = 0; t < n_texts; t++) {
+        n += (size_t)texts[t]->count;
+        for (size_t k = 0; k < texts[t]->n_tokens; k++) total += strlen(texts[t]->tokens[k]) + 1;
+        total += (size_t)texts[t]->count; /* an empty sentence still ends in NUL */
+    }
+    *lines = malloc((n ? n : 1) * sizeof **lines), *bytes = malloc(total ? total : 1);
+    if (!*lines || !*bytes) {
+        free(*lines), free(*bytes);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %zu sentences", n);
+    }
+    char *at = *bytes;
+    size_t line = 0;
+    for (int t = 0; t < n_texts; t++)
+        for (int i = 0; i < texts[t]->count; i++) {
+            (*lines)[line++] = at;
+            for (size_t k = texts[t]->start[i]; k < texts[t]->start[i + 1]; k++) {
+                if (k > texts[t]->start[i]) *at++ = ' ';
+                const size_t len = strlen(texts[t]->tokens[k]);
+                memcpy(at, texts[t]->tokens[k], len);
+                at += len;
+            }
+            *at++ = '\0';
+        }
+    *count = n;
+    return QKV_OK;
+}
+
+qkv_status qkv_spm_train(const qkv_sentences *const *texts, int n_texts,
+                         const char *model_path, int vocab_size, qkv_spm_type type,
+                         qkv_error *err)
+{
+    if (vocab_size <= QKV_N_RESERVED || n_texts < 1)
+        return qkv_fail(err, QKV_ERR_ARG, "a SentencePiece model needs a text and more than "
+                        "the %d reserved pieces (got %d texts, %d pieces)", QKV_N_RESERVED,
+                        n_texts, vocab_size);
     char size[32];
     snprintf(size, sizeof size, "%d", vocab_size);
     /* qkv's reserved tokens at qkv's ids, so that piece ids are vocabulary ids; one thread,
-     * so that the pieces learned do not depend on the machine. */
+     * so that the pieces learned do not depend on the machine; every sentence, in order */
     const char *const keys[] = {
-        "input", "vocab_size", "model_type", "character_coverage", "split_digits",
+        "vocab_size", "model_type", "character_coverage", "split_digits",
         "unk_id", "pad_id", "bos_id", "eos_id",
         "unk_piece", "pad_piece", "bos_piece", "eos_piece",
-        "num_threads", "minloglevel",
+        "num_threads", "minloglevel", "input_sentence_size", "shuffle_input_sentence",
     };
     const char *const values[] = {
-        input_path, size, type == QKV_SPM_BPE ? "bpe" : "unigram", "1.0", "true",
+        size, type == QKV_SPM_BPE ? "bpe" : "unigram", "1.0", "true",
         "0", "1", "2", "3",
         "<unk>", "<pad>", "<bos>", "<eos>",
-        "1", "2",
+        "1", "2", "0", "false",
     };
-    char why[512] = "", *model;
-    size_t bytes;
-    if (spm_shim_train(keys, values, (int)(sizeof keys / sizeof *keys), &model, &bytes, why,
-                       sizeof why))
+    char **lines, *bytes, why[512] = "", *model;
+    size_t count = 0, model_size = 0;
+    qkv_status st = join_sentences(&lines, &bytes, &count, texts, n_texts, err);
+    if (st) return st;
+    const int failed = spm_shim_train(keys, values, (int)(sizeof keys / sizeof *keys),
+                                      (const char *const *)lines, count, &model, &model_size,
+                                      why, sizeof why);
+    free(lines), free(bytes);
+    if (failed)
         return qkv_fail(err, QKV_ERR_ARG, "%.400s: SentencePiece training failed: %.500s",
-                        input_path, why);
+                        model_path, why);
     const void *chunk = model;
-    qkv_status st = qkv_atomic_write(model_path, &chunk, &bytes, 1, err);
+    st = qkv_atomic_write(model_path, &chunk, &model_size, 1, err);
     free(model);
+    return st;
+}
+
+qkv_status qkv_spm_vocab(qkv_vocab *v, const qkv_spm *s, const char *name, qkv_error *err)
+{
+    memset(v, 0, sizeof *v);
+    static const char *const reserved[QKV_N_RESERVED] = {"<unk>", "<pad>", "<bos>", "<eos>"};
+    const int n = qkv_spm_size(s);
+    for (int id = 0; id < QKV_N_RESERVED; id++) {
+        const char *p = qkv_spm_piece(s, id);
+        if (!p || strcmp(p, reserved[id]))
+            return qkv_fail(err, QKV_ERR_FORMAT, "%.400s: piece %d is \"%.40s\", not %s: not a "
+                            "model with qkv's reserved pieces (qkv_spm_train makes those)",
+                            name, id, p ? p : "(none)", reserved[id]);
+    }
+    const char **pieces = malloc((size_t)n * sizeof *pieces);
+    if (!pieces) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d pieces", n);
+    for (int id = 0; id < n; id++) pieces[id] = qkv_spm_piece(s, id);
+    /* every piece once: d2l's frequency order keeps the order of first occurrence, and the
+     * reserved four keep their ids */
+    qkv_status st = qkv_vocab_build(v, pieces, (size_t)n, 1, err);
+    free(pieces);
+    if (!st && v->size != n)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%.400s: %d pieces make a vocabulary of %d", name, n,
+                      v->size);
+    if (st) qkv_vocab_free(v);
     return st;
 }

@@ -48,6 +48,27 @@ int decoded(const sentencepiece::util::Status &status, const std::string &out,
     return 0;
 }
 
+// The trainer reads its sentences through this interface rather than from a file.
+class Sentences : public sentencepiece::SentenceIterator {
+  public:
+    Sentences(const char *const *sentences, size_t count) : s_(sentences), n_(count)
+    {
+        if (n_) value_ = s_[0];
+    }
+    bool done() const override { return i_ >= n_; }
+    void Next() override
+    {
+        if (++i_ < n_) value_ = s_[i_];
+    }
+    const std::string &value() const override { return value_; }
+    sentencepiece::util::Status status() const override { return {}; }
+
+  private:
+    const char *const *s_;
+    size_t n_, i_ = 0;
+    std::string value_;
+};
+
 } // namespace
 
 extern "C" {
@@ -161,16 +182,18 @@ int spm_shim_decode_pieces(const spm_shim *s, const char *const *pieces, int n, 
     }
 }
 
-int spm_shim_train(const char *const *keys, const char *const *values, int n, char **model,
-                   size_t *size, char *why, size_t cap) noexcept
+int spm_shim_train(const char *const *keys, const char *const *values, int n,
+                   const char *const *sentences, size_t count, char **model, size_t *size,
+                   char *why, size_t cap) noexcept
 {
     *model = nullptr, *size = 0;
     try {
         std::unordered_map<std::string, std::string> kwargs;
         for (int i = 0; i < n; i++) kwargs[keys[i]] = values[i];
+        Sentences input(sentences, count);
         std::string serialized;
         const auto status =
-            sentencepiece::SentencePieceTrainer::Train(kwargs, nullptr, &serialized);
+            sentencepiece::SentencePieceTrainer::Train(kwargs, &input, &serialized);
         if (!status.ok()) return fail(why, cap, status);
         if (!(*model = static_cast<char *>(std::malloc(serialized.size() + 1))))
             return fail(why, cap, "out of memory");

@@ -48,9 +48,11 @@ int spm_shim_decode_pieces(const spm_shim *s, const char *const *pieces, int n, 
                            size_t *len, char *why, size_t cap) SPM_NOEXCEPT;
 
 /* SentencePieceTrainer::Train over the options as key/value strings (keys[i] = values[i],
- * e.g. "input", "vocab_size"): the model's serialised bytes in *model (malloc'd, *size). */
-int spm_shim_train(const char *const *keys, const char *const *values, int n, char **model,
-                   size_t *size, char *why, size_t cap) SPM_NOEXCEPT;
+ * e.g. "vocab_size") and the sentences[0..count) (NUL-terminated lines): the model's
+ * serialised bytes in *model (malloc'd, *size). */
+int spm_shim_train(const char *const *keys, const char *const *values, int n,
+                   const char *const *sentences, size_t count, char **model, size_t *size,
+                   char *why, size_t cap) SPM_NOEXCEPT;
 
 #ifdef __cplusplus
 }

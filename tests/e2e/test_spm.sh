@@ -105,5 +105,65 @@ printf '5 x7\n' >"$T/bad_ids"
 expect_fail "an id that is no number" "x7" sh -c \
   "'$QKV' tokenize --spm '$T/bpe.model' --ids --decode <'$T/bad_ids'"
 
+# ---- qkv train --tokenizer spm: models learned by libsentencepiece's trainer, stored beside
+# the model; translate reads raw text and writes detokenised text
+N=1500; [ -n "${QKV_E2E_QUICK:-}" ] && N=300
+SMALL=(--d-model 32 --heads 2 --ffn 64 --layers 1 --num-steps 24 --epochs 1 --batch 64
+       --threads 1 --quiet)
+"$QKV" train --src "$M30/train.de" --tgt "$M30/train.en" --num-examples $N --tokenizer spm \
+  --vocab-size 400 "${SMALL[@]}" --out "$T/m" 2>"$T/err"
+check "train --tokenizer spm" test -s "$T/m/model.safetensors"
+check "the SentencePiece models are stored in the model directory" \
+  test -s "$T/m/source.spm" -a -s "$T/m/target.spm"
+check "text.json records them" grep -q '"tokenizer": "spm", "source_spm": "source.spm", "target_spm": "target.spm"' "$T/m/text.json"
+check "train.json records the tokenizer" grep -qE '"spm_type":[[:space:]]*"unigram"' "$T/m/train.json"
+# the vocabulary is the model's pieces, id for id
+"$PY" - "$T/m" <<'PY' && ok "the vocabularies are the SentencePiece models' pieces, id for id" || bad "vocabularies vs pieces"
+import sys, sentencepiece as spm
+d = sys.argv[1]
+for side, model in (("src", "source"), ("tgt", "target")):
+    sp = spm.SentencePieceProcessor(model_file=f"{d}/{model}.spm")
+    vocab = open(f"{d}/{side}_vocab.txt", encoding="utf-8").read().split("\n")[:-1]
+    assert vocab == [sp.id_to_piece(i) for i in range(sp.get_piece_size())], side
+    assert vocab[:4] == ["<unk>", "<pad>", "<bos>", "<eos>"]
+    assert sp.get_piece_size() == 400
+PY
+# the training text is raw: capitals and punctuation are pieces of the source model
+"$QKV" tokenize --spm "$T/m/source.spm" <<<"Ein Mann." >"$T/p"
+check "the source model keeps case (pieces of 'Ein Mann.')" grep -q "▁E.*\." "$T/p"
+printf 'Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n' >"$T/de"
+"$QKV" translate --model "$T/m" --input "$T/de" --max-len 8 >"$T/en" 2>"$T/err"
+check "translate with a SentencePiece model: one line per line" test "$(wc -l <"$T/en")" -eq 2
+check "its output is detokenised text (no ▁)" test "$(grep -c "▁" "$T/en")" -eq 0
+# BPE type, one model for both languages, shared embeddings
+"$QKV" train --src "$M30/train.de" --tgt "$M30/train.en" --num-examples $N --tokenizer spm \
+  --spm-type bpe --joint-bpe --tie all --vocab-size 400 "${SMALL[@]}" --out "$T/j" 2>"$T/err"
+check "train --spm-type bpe --joint-bpe --tie all" cmp -s "$T/j/source.spm" "$T/j/target.spm"
+check "train.json records the BPE type" grep -qE '"spm_type":[[:space:]]*"bpe"' "$T/j/train.json"
+"$QKV" translate --model "$T/j" --input "$T/de" --max-len 8 >"$T/en" 2>"$T/err"
+check "translate with a joint BPE SentencePiece model" test "$(wc -l <"$T/en")" -eq 2
+"$QKV" eval --model "$T/j" --src "$M30/val.de" --tgt "$M30/val.en" --num-examples 20 --max-len 8 \
+  >"$T/eval" 2>"$T/err"
+check "eval of a SentencePiece model" grep -q "corpus BLEU-4" "$T/eval"
+# resume: the stored SentencePiece models are read back, bit for bit the same training
+"$QKV" train --src "$M30/train.de" --tgt "$M30/train.en" --num-examples $N --tokenizer spm \
+  --spm-type bpe --joint-bpe --tie all --vocab-size 400 "${SMALL[@]}" --out "$T/r" \
+  --stop-after-steps 2 2>"$T/err"
+"$QKV" train --out "$T/r" --resume --threads 1 --quiet 2>"$T/err"
+check "spm: stop + resume == uninterrupted (bit for bit)" cmp -s "$T/j/model.safetensors" "$T/r/model.safetensors"
+expect_fail "spm: resume with another --spm-type is refused" "spm-type unigram differs" \
+  "$QKV" train --out "$T/r" --resume --spm-type unigram
+expect_fail "--spm-type other than unigram|bpe" "spm-type" "$QKV" train --src "$M30/train.de" \
+  --tgt "$M30/train.en" --tokenizer spm --spm-type char --out "$T/x"
+expect_fail "a vocabulary the text cannot fill" "source.spm: SentencePiece training failed.*ocabulary size" \
+  "$QKV" train --src "$M30/train.de" --tgt "$M30/train.en" --num-examples 20 --tokenizer spm \
+  --vocab-size 5000 "${SMALL[@]}" --out "$T/x"
+cp -r "$T/m" "$T/broken" && rm "$T/broken/target.spm"
+expect_fail "a SentencePiece model directory without target.spm" "target.spm: cannot open" \
+  "$QKV" translate --model "$T/broken" --input "$T/de"
+printf '{"tokenizer": "spm", "source_spm": "../../etc/passwd"}\n' >"$T/broken/text.json"
+expect_fail "text.json naming a path out of the directory" "source_spm.*file name" \
+  "$QKV" translate --model "$T/broken" --input "$T/de"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -45,8 +45,17 @@ static int setup(void **state)
                      r % 3 ? "" : " Noch einmal.");
     fclose(out);
     qkv_error err = {0};
-    if (qkv_spm_train(f->text, f->unigram, 100, QKV_SPM_UNIGRAM, &err) ||
-        qkv_spm_train(f->text, f->bpe, 100, QKV_SPM_BPE, &err)) {
+    char *text;
+    size_t len;
+    qkv_sentences s;
+    const qkv_sentences *texts[1] = {&s};
+    if (qkv_read_file(f->text, 1 << 20, &text, &len, &err)) return free(f), -1;
+    qkv_status st = qkv_sentences_split(&s, text, len, f->text, &err);
+    free(text);
+    if (!st) st = qkv_spm_train(texts, 1, f->unigram, 100, QKV_SPM_UNIGRAM, &err);
+    if (!st) st = qkv_spm_train(texts, 1, f->bpe, 100, QKV_SPM_BPE, &err);
+    qkv_sentences_free(&s);
+    if (st) {
         fprintf(stderr, "%s\n", err.msg);
         return free(f), -1;
     }
@@ -239,11 +248,43 @@ static void test_errors(void **state)
     qkv_spm_free(s);
     qkv_spm_free(NULL);
     /* more pieces than the text has material for; and too few for the reserved ones */
+    qkv_sentences words;
+    const char *few = "a few words\nand some more\n";
+    assert_int_equal(qkv_sentences_split(&words, few, strlen(few), "t", &err), QKV_OK);
+    const qkv_sentences *texts[1] = {&words};
     snprintf(path, sizeof path, "%s/huge.model", f->dir);
-    assert_int_equal(qkv_spm_train(f->text, path, 100000, QKV_SPM_BPE, &err), QKV_ERR_ARG);
-    assert_non_null(strstr(err.msg, "text.txt"));
+    assert_int_equal(qkv_spm_train(texts, 1, path, 1000, QKV_SPM_BPE, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "huge.model"));
+    assert_non_null(strstr(err.msg, "ocabulary size"));
     assert_int_equal(access(path, F_OK), -1);
-    assert_int_equal(qkv_spm_train(f->text, path, 4, QKV_SPM_UNIGRAM, &err), QKV_ERR_ARG);
+    assert_int_equal(qkv_spm_train(texts, 1, path, 4, QKV_SPM_UNIGRAM, &err), QKV_ERR_ARG);
+    qkv_sentences_free(&words);
+}
+
+/* A qkv-trained model's pieces are a qkv vocabulary with the same ids; a model with other
+ * special ids is refused, naming it. */
+static void test_vocab(void **state)
+{
+    const fixture *f = *state;
+    qkv_spm *s = load(f->bpe);
+    qkv_vocab v;
+    qkv_error err = {0};
+    assert_int_equal(qkv_spm_vocab(&v, s, f->bpe, &err), QKV_OK);
+    assert_int_equal(v.size, qkv_spm_size(s));
+    for (int id = 0; id < v.size; id++) {
+        assert_string_equal(qkv_vocab_token(&v, id), qkv_spm_piece(s, id));
+        assert_int_equal(qkv_vocab_id(&v, qkv_spm_piece(s, id)), id);
+    }
+    qkv_vocab_free(&v);
+    qkv_spm_free(s);
+    char path[128];
+    snprintf(path, sizeof path, "%s/foreign.model", f->dir);
+    if (access(path, R_OK)) return; /* test_foreign_model made it, if spm_train exists */
+    s = load(path);
+    assert_int_equal(qkv_spm_vocab(&v, s, path, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "foreign.model: piece 1 is \"<s>\""));
+    assert_int_equal(v.size, 0);
+    qkv_spm_free(s);
 }
 
 int main(void)
@@ -256,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_load_bytes),
         cmocka_unit_test(test_foreign_model),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_vocab),
     };
     return cmocka_run_group_tests_name("spm", tests, setup, teardown);
 }
