@@ -9,11 +9,14 @@
 
 The configuration has the keys of qkv_transformer_config (include/qkv.h): src_vocab, tgt_vocab,
 d_model, heads, ffn, enc_layers, dec_layers, max_len, dropout, bias, pre_norm, final_norm,
-act ('relu' | 'gelu'), tie ('none' | 'output' | 'all'), learned_pos, ln_eps. Missing keys take
-the values of qkv_transformer_default_config().
+act ('relu' | 'gelu' | 'silu'), tie ('none' | 'output' | 'all'), learned_pos, ln_eps, and
+Marian's options pos_layout ('interleaved' | 'sin_cos'), scale_embedding, decoder_start (the id
+of the first decoder input, 2 <bos> or 1 <pad>), suppress_pad (decoding only). Missing keys
+take the values of qkv_transformer_default_config().
 
 What the model computes (src/models/encoder_decoder.c), C = d_model, H = heads, p = C / H:
-  embedding   X = dropout(E[ids] * sqrt(C) + P[:T]), P the sinusoidal table or learned positions
+  embedding   X = dropout(E[ids] * s + P[:T]), s = sqrt(C) (1 without scale_embedding), P the
+              sinusoidal table (interleaved or [sin | cos]) or learned positions
   sublayer    post-norm: LayerNorm(x + dropout(f(x)))      pre-norm: x + dropout(f(LayerNorm(x)))
   encoder     per block: self-attention over the source (keys j < src_valid[b]), then the FFN;
               an optional final LayerNorm ("encoder.norm", final_norm and enc_layers > 0)
@@ -25,7 +28,7 @@ What the model computes (src/models/encoder_decoder.c), C = d_model, H = heads, 
               O = softmax(q_h k_h^T / sqrt(p)) v_h with masked weights exactly 0 (a row with no
               visible key is all zeros), dropout on the weights; y = concat(O_h) W_o^T + b_o.
               Attention biases exist only when bias = 1.
-  FFN         act(x W1^T + b1) W2^T + b2, always with biases; act is ReLU or the exact GELU
+  FFN         act(x W1^T + b1) W2^T + b2, always with biases; act is ReLU, the exact GELU or SiLU
   loss        cross-entropy over the tokens whose label is not <pad> (id 1), with optional
               label smoothing as torch.nn.CrossEntropyLoss
 
@@ -50,9 +53,11 @@ DEFAULT_CONFIG = {
     "src_vocab": 0, "tgt_vocab": 0, "d_model": 32, "heads": 4, "ffn": 64, "enc_layers": 2,
     "dec_layers": 2, "max_len": 1000, "dropout": 0.1, "bias": 0, "pre_norm": 0, "final_norm": 0,
     "act": "relu", "tie": "none", "learned_pos": 0, "ln_eps": 1e-5,
+    "pos_layout": "interleaved", "scale_embedding": 1, "decoder_start": BOS, "suppress_pad": 0,
 }
 
-_ACTS = {0: "relu", 1: "gelu", "relu": "relu", "gelu": "gelu"}
+_ACTS = {0: "relu", 1: "gelu", 2: "silu", "relu": "relu", "gelu": "gelu", "silu": "silu"}
+_LAYOUTS = {0: "interleaved", 1: "sin_cos", "interleaved": "interleaved", "sin_cos": "sin_cos"}
 _TIES = {0: "none", 1: "output", 2: "all", "none": "none", "output": "output", "all": "all"}
 
 
@@ -66,8 +71,9 @@ def make_config(cfg=None, **overrides):
     if unknown:
         raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
     c["act"], c["tie"] = _ACTS[c["act"]], _TIES[c["tie"]]
+    c["pos_layout"] = _LAYOUTS[c["pos_layout"]]
     for k in DEFAULT_CONFIG:
-        if k not in ("act", "tie", "dropout", "ln_eps"):
+        if k not in ("act", "tie", "dropout", "ln_eps", "pos_layout"):
             c[k] = int(c[k])
     c["dropout"], c["ln_eps"] = float(c["dropout"]), float(c["ln_eps"])
     if c["src_vocab"] < 4 or c["tgt_vocab"] < 4:
@@ -122,9 +128,16 @@ def qkv_tensor_table(cfg):
     return t
 
 
-def sinusoidal_table(T, C):
+def sinusoidal_table(T, C, layout="interleaved"):
     """P (T, C): P[i, 2j] = sin(i / 10000^(2j/C)), P[i, 2j+1] = cos(same), computed in float64
-    and rounded to float32, as qkv_sinusoidal_table."""
+    and rounded to float32, as qkv_sinusoidal_table; layout 'sin_cos': the same frequencies as
+    [sin | cos] halves (qkv_sinusoidal_table_halves, Marian's layout)."""
+    if layout == "sin_cos":
+        S = (C + 1) // 2
+        pos = np.arange(T, dtype=np.float64)[:, None]
+        angle = pos / np.power(10000.0, 2.0 * np.arange(S, dtype=np.float64) / C)
+        P = np.concatenate([np.sin(angle), np.cos(angle[:, :C - S])], axis=1)
+        return torch.from_numpy(P.astype(np.float32))
     pos = np.arange(T, dtype=np.float64)[:, None]
     two_j = (np.arange(C) & ~1).astype(np.float64)
     angle = pos / np.power(10000.0, two_j / C)
@@ -206,7 +219,8 @@ class FeedForward(nn.Module):
         self.b1 = nn.Parameter(torch.zeros(Fh))
         self.W2 = nn.Parameter(torch.empty(C, Fh))
         self.b2 = nn.Parameter(torch.zeros(C))
-        self.act = F.relu if act == "relu" else F.gelu  # F.gelu: the exact erf form
+        # F.gelu: the exact erf form
+        self.act = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[act]
 
     def forward(self, x):
         return F.linear(self.act(F.linear(x, self.W1, self.b1)), self.W2, self.b2)
@@ -294,7 +308,7 @@ class QKVTransformer(nn.Module):
             self.src_positions = nn.Parameter(torch.empty(c["max_len"], C))
             self.tgt_positions = nn.Parameter(torch.empty(c["max_len"], C))
         else:
-            self.register_buffer("positions", sinusoidal_table(c["max_len"], C),
+            self.register_buffer("positions", sinusoidal_table(c["max_len"], C, c["pos_layout"]),
                                  persistent=False)
         final = c["final_norm"]
         self.encoder = Stack([EncoderBlock(c) for _ in range(c["enc_layers"])],
@@ -362,9 +376,11 @@ class QKVTransformer(nn.Module):
     # ---- forward ---------------------------------------------------------------------------
 
     def embed(self, ids, E, positions):
-        """dropout(E[ids] * sqrt(C) + P[:T]) (paper, sections 3.4 and 3.5)."""
+        """dropout(E[ids] * sqrt(C) + P[:T]) (paper, sections 3.4 and 3.5); no scale without
+        scale_embedding."""
         T = ids.shape[1]
-        x = F.embedding(ids.long(), E) * math.sqrt(self.cfg["d_model"]) + positions[:T]
+        s = math.sqrt(self.cfg["d_model"]) if self.cfg["scale_embedding"] else 1.0
+        x = F.embedding(ids.long(), E) * s + positions[:T]
         return F.dropout(x, self.cfg["dropout"], self.training)
 
     def encode(self, src, src_valid):

@@ -29,6 +29,16 @@ qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_e
 QKV_API
 qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err);
 
+/* Imports a Hugging Face MarianMT directory (an OPUS-MT model: config.json,
+ * model.safetensors in float32, vocab.json (and target_vocab.json when the vocabularies are
+ * separate), source.spm, target.spm) as the qkv model directory out_dir (which must exist):
+ * config.json and model.safetensors (written last), src_vocab.txt and tgt_vocab.txt (qkv's
+ * reserved ids first: Marian's </s> <unk> <pad> become <eos> <unk> <pad>, and a <bos> row
+ * that is never used), the two .spm files, and text.json. What qkv cannot represent is
+ * refused with QKV_ERR_FORMAT naming the file and the reason; nothing is written then. */
+QKV_API
+qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error *err);
+
 /* Where training stands: enough to resume bit for bit. */
 typedef struct {
     int epoch;           /* epochs completed */

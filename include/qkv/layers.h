@@ -47,6 +47,14 @@ void qkv_gelu_forward(float *y, const float *x, size_t n);
 QKV_API
 void qkv_gelu_backward(float *dx, const float *dy, const float *x, size_t n);
 
+/* y = x * sigmoid(x), SiLU or swish (Hendrycks & Gimpel 2016; Ramachandran et al. 2017): the
+ * FFN activation of Marian / OPUS-MT models (torch.nn.SiLU()); y may alias x. */
+QKV_API
+void qkv_silu_forward(float *y, const float *x, size_t n);
+/* dx += dy * sigmoid(x) (1 + x (1 - sigmoid(x))). */
+QKV_API
+void qkv_silu_backward(float *dx, const float *dy, const float *x, size_t n);
+
 /* A dropout as the layers take it: rate p in [0, 1) (0: none), its masks drawn from the
  * counter-based stream seed. */
 typedef struct {
@@ -364,6 +372,10 @@ void qkv_linear_attention_step(float *o, qkv_linear_attention_state *s, const fl
 /* The sinusoidal table, P (T, C): P[i, 2j] = sin(i / 10000^(2j/C)), P[i, 2j+1] = cos(same). */
 QKV_API
 void qkv_sinusoidal_table(float *P, int T, int C);
+/* The same frequencies laid out [sin | cos] as Marian and Hugging Face's MarianMT do: with
+ * S = ceil(C/2), P[i, j] = sin(i / 10000^(2j/C)) for j < S, P[i, S + j] = cos(same). */
+QKV_API
+void qkv_sinusoidal_table_halves(float *P, int T, int C);
 /* y[b, t] = x[b, t] * scale + P[pos0 + t].  x, y (B, T, C); P (>= pos0 + T, C).  scale is
  * sqrt(d_model) when x are token embeddings (paper, section 3.4), else 1.  y may alias x. */
 QKV_API
@@ -378,7 +390,7 @@ void qkv_positional_backward(float *dx, float *dP, const float *dy, int B, int T
  * Position-wise feed-forward network:  FFN(x) = act(x W_1^T + b_1) W_2^T + b_2
  * ------------------------------------------------------------------------------------- */
 
-typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1 } qkv_activation;
+typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1, QKV_ACT_SILU = 2 } qkv_activation;
 
 typedef struct {
     int C;              /* input and output features, d_model */

@@ -47,6 +47,11 @@ typedef enum {
     QKV_TIE_ALL = 2     /* source and target embeddings and output projection (one vocabulary) */
 } qkv_tie;
 
+typedef enum {
+    QKV_POS_INTERLEAVED = 0, /* P[i, 2j] = sin, P[i, 2j+1] = cos (paper, d2l) */
+    QKV_POS_HALVES = 1       /* P[i, j] = sin, P[i, C/2 + j] = cos (Marian, Hugging Face) */
+} qkv_pos_layout;
+
 typedef struct {
     int src_vocab, tgt_vocab;
     int d_model;    /* C */
@@ -62,6 +67,19 @@ typedef struct {
     qkv_tie tie;
     int learned_pos; /* learned positions instead of the sinusoidal table */
     float ln_eps;
+    /* What pretrained models (Marian / OPUS-MT, qkv import marian) need; the defaults are
+     * d2l's behaviour, and a config.json without these keys reads as the defaults. */
+    qkv_pos_layout pos_layout; /* the sinusoidal table's layout */
+    int scale_embedding;       /* 1: embeddings scaled by sqrt(d_model) (paper, 3.4); 0: not */
+    int decoder_start;         /* the reserved id decoding starts from: QKV_BOS, or QKV_PAD
+                                  (Marian's decoder_start_token_id); also training's first
+                                  decoder input */
+    int suppress_pad;          /* 1: decoding never produces <pad> (its log-probability is
+                                  set to -inf after normalisation, as Hugging Face's
+                                  bad_words_ids does) */
+    int forced_eos;            /* 1: a beam hypothesis cut at the length limit ends with an
+                                  <eos> of probability 1, counted in its length penalty
+                                  (Marian's forced_eos_token_id; greedy output unchanged) */
 } qkv_transformer_config;
 
 /* The configuration of d2l's example: 2+2 layers, d_model 32, 4 heads, FFN 64, dropout 0.1,

@@ -393,7 +393,8 @@ qkv_status qkv_spm_vocab(qkv_vocab *v, const qkv_spm *s, const char *name, qkv_e
  * for a model whose vocabulary another tokenizer made), words become the model's tokens (the
  * words themselves, or their subword pieces), and tokens become ids through the side's
  * vocabulary. A model directory records the choice in text.json
- * ({"tokenizer": "d2l" | "whitespace" | "bpe" | "spm", "source_bos": false}; absent: d2l).
+ * ({"tokenizer": "d2l" | "whitespace" | "bpe" | "spm" (or "sentencepiece"), "source_bos":
+ * false}; absent: d2l).
  * A SentencePiece model ("spm") reads raw text: its words are the line split on whitespace
  * with nothing changed (case and punctuation kept), and its tokens are the pieces that
  * text.json's "source_spm" and "target_spm" files (default source.spm, target.spm) make of

@@ -68,6 +68,8 @@ static void activation_forward(qkv_activation act, float *h, const float *h_pre,
 {
     if (act == QKV_ACT_GELU)
         qkv_gelu_forward(h, h_pre, n);
+    else if (act == QKV_ACT_SILU)
+        qkv_silu_forward(h, h_pre, n);
     else
         qkv_relu_forward(h, h_pre, n);
 }

@@ -1,31 +1,145 @@
 #include "cli/args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/config_args.h"
+
+static const char *skip_space(const char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    return s;
+}
+
+/* A finite number, or -1. */
+static int read_bound(const char **s, double *x)
+{
+    char *end = NULL;
+    *s = skip_space(*s);
+    errno = 0;
+    *x = strtod(*s, &end);
+    if (end == *s || errno || !isfinite(*x)) return -1;
+    *s = skip_space(end);
+    return 0;
+}
+
+int args_range_parse(const char *text, opt_range *r)
+{
+    if (!text) return -1;
+    const char *s = skip_space(text);
+    r->lo = -INFINITY, r->hi = INFINITY, r->lo_closed = r->hi_closed = 0;
+    if (*s == '[' || *s == '(') { /* an interval */
+        r->lo_closed = *s++ == '[';
+        if (read_bound(&s, &r->lo) || *s++ != ',' || read_bound(&s, &r->hi)) return -1;
+        if (*s != ']' && *s != ')') return -1;
+        r->hi_closed = *s++ == ']';
+        if (r->lo > r->hi || (r->lo == r->hi && !(r->lo_closed && r->hi_closed))) return -1;
+    } else if (*s == '>' || *s == '<') { /* a bound */
+        const int above = *s++ == '>', closed = *s == '=';
+        if (closed) s++;
+        double x;
+        if (read_bound(&s, &x)) return -1;
+        if (above) r->lo = x, r->lo_closed = closed;
+        else r->hi = x, r->hi_closed = closed;
+    } else
+        return -1;
+    return *skip_space(s) ? -1 : 0;
+}
+
+static int numeric(const opt_spec *o)
+{
+    return o->type == OPT_INT || o->type == OPT_FLOAT || o->type == OPT_U64;
+}
+
+static double value_of(const opt_spec *o)
+{
+    switch (o->type) {
+    case OPT_INT: return *(const int *)o->value;
+    case OPT_FLOAT: return *(const float *)o->value;
+    case OPT_U64: return (double)*(const uint64_t *)o->value;
+    default: return 0.0;
+    }
+}
+
+static void value_text(char *out, size_t cap, const opt_spec *o)
+{
+    switch (o->type) {
+    case OPT_INT: snprintf(out, cap, "%d", *(const int *)o->value); break;
+    case OPT_FLOAT: snprintf(out, cap, "%g", (double)*(const float *)o->value); break;
+    case OPT_U64:
+        snprintf(out, cap, "%llu", (unsigned long long)*(const uint64_t *)o->value);
+        break;
+    default: snprintf(out, cap, "?"); break;
+    }
+}
+
+int args_check(const opt_spec *o, const char *who, const char *where)
+{
+    opt_range r;
+    if (!numeric(o)) return 0;
+    if (args_range_parse(o->range, &r)) {
+        fprintf(stderr, "%s: internal error: option --%s has no valid range ('%s')\n", who,
+                o->name, o->range ? o->range : "NULL");
+        return -1;
+    }
+    const double x = value_of(o);
+    if ((r.lo_closed ? x >= r.lo : x > r.lo) && (r.hi_closed ? x <= r.hi : x < r.hi)) return 0;
+    char got[64];
+    value_text(got, sizeof got, o);
+    const char *s = skip_space(o->range);
+    fprintf(stderr, "%s: --%s must be %s%s (got %s)%s%s\n", who, o->name,
+            *s == '[' || *s == '(' ? "in " : "", s, got, where ? " in " : "", where ? where : "");
+    return -1;
+}
+
+int args_table_check(const opt_spec *opts, const char *who)
+{
+    opt_range r;
+    for (const opt_spec *o = opts; o->name; o++) {
+        if (numeric(o) && args_range_parse(o->range, &r)) {
+            fprintf(stderr, "%s: internal error: numeric option --%s has no valid range ('%s')\n",
+                    who, o->name, o->range ? o->range : "NULL");
+            return -1;
+        }
+        if (!numeric(o) && o->range) {
+            fprintf(stderr, "%s: internal error: option --%s takes no number but has a range\n",
+                    who, o->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void args_usage(const opt_spec *opts, const char *usage)
 {
-    fprintf(stderr, "%s\n\noptions:\n", usage);
+    printf("%s\n\noptions:\n", usage);
     for (const opt_spec *o = opts; o->name; o++) {
         char left[64];
         const char *arg = o->type == OPT_FLAG ? "" : o->type == OPT_STRING ? " S" :
                           o->type == OPT_FLOAT ? " X" : " N";
         snprintf(left, sizeof left, "--%s%s", o->name, arg);
-        fprintf(stderr, "  %-22s %s", left, o->help);
-        if (o->type == OPT_INT) fprintf(stderr, " (default %d)", *(int *)o->value);
-        if (o->type == OPT_U64) fprintf(stderr, " (default %llu)", (unsigned long long)*(uint64_t *)o->value);
-        if (o->type == OPT_FLOAT) fprintf(stderr, " (default %g)", (double)*(float *)o->value);
+        printf("  %-22s %s", left, o->help);
+        if (numeric(o)) {
+            char def[64];
+            value_text(def, sizeof def, o);
+            const char *s = skip_space(o->range);
+            printf(" (%s %s%s; default %s)", arg + 1, *s == '[' || *s == '(' ? "in " : "", s, def);
+        }
         if (o->type == OPT_STRING && *(const char **)o->value)
-            fprintf(stderr, " (default %s)", *(const char **)o->value);
-        fputc('\n', stderr);
+            printf(" (default %s)", *(const char **)o->value);
+        putchar('\n');
     }
-    fprintf(stderr, "  %-22s %s\n", "--help", "this text");
+    printf("  %-22s %s\n", "--config FILE.json",
+           "options from a JSON object {\"name\": value, ...}; the command line wins");
+    printf("  %-22s %s\n", "--help", "this text");
 }
 
-static int set_value(const opt_spec *o, const char *v)
+/* v: the text of o's value, from the command line, or from a --config file (where). */
+static int set_value(const opt_spec *o, const char *v, const char *who, const char *where)
 {
     char *end = NULL;
     errno = 0;
@@ -34,38 +148,54 @@ static int set_value(const opt_spec *o, const char *v)
         long x = strtol(v, &end, 10);
         if (!*v || *end || errno || x < -2147483647L || x > 2147483647L) break;
         *(int *)o->value = (int)x;
-        return 0;
+        return args_check(o, who, where);
     }
     case OPT_U64: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (!*v || *end || errno || *v == '-') break;
+        if (!*v || *end || errno || *skip_space(v) == '-') break;
         *(uint64_t *)o->value = (uint64_t)x;
-        return 0;
+        return args_check(o, who, where);
     }
     case OPT_FLOAT: {
         float x = strtof(v, &end);
         if (!*v || *end || errno || !isfinite(x)) break;
         *(float *)o->value = x;
-        return 0;
+        return args_check(o, who, where);
     }
     case OPT_STRING: *(const char **)o->value = v; return 0;
     case OPT_FLAG: break;
     }
-    fprintf(stderr, "qkv: --%s: '%s' is not a valid %s\n", o->name, v,
-            o->type == OPT_FLOAT ? "number" : "integer");
+    fprintf(stderr, "%s: --%s: '%s' is not a valid %s%s%s\n", who, o->name, v,
+            o->type == OPT_FLOAT ? "number" : "integer", where ? " in " : "", where ? where : "");
     return -1;
 }
 
 int args_parse(int argc, char **argv, int first, const opt_spec *opts, const char *usage)
 {
+    char who[64];
+    snprintf(who, sizeof who, "qkv %s", argc > 1 && first > 1 ? argv[1] : "");
+    if (args_table_check(opts, who)) return -1;
+    const char *where = NULL; /* inside a --config block (config_args.h): its file */
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(a, CONFIG_BEGIN) && i + 1 < argc) {
+            where = argv[++i];
+            continue;
+        }
+        if (!strncmp(a, CONFIG_BEGIN "=", sizeof CONFIG_BEGIN)) {
+            where = a + sizeof CONFIG_BEGIN;
+            continue;
+        }
+        if (!strcmp(a, CONFIG_END)) {
+            where = NULL;
+            continue;
+        }
+        if (!where && (!strcmp(a, "--help") || !strcmp(a, "-h"))) {
             args_usage(opts, usage);
             return 1;
         }
         if (strncmp(a, "--", 2)) {
-            fprintf(stderr, "qkv: unexpected argument '%s' (see --help)\n", a);
+            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", who, a);
             return -1;
         }
         const char *name = a + 2, *eq = strchr(name, '=');
@@ -73,23 +203,46 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
         const opt_spec *o = opts;
         while (o->name && (strlen(o->name) != len || strncmp(o->name, name, len))) o++;
         if (!o->name) {
-            fprintf(stderr, "qkv: unknown option '--%.*s' (see --help)\n", (int)len, name);
+            if (where)
+                fprintf(stderr, "%s: %s: unknown key \"%.*s\": no option --%.*s (see --help)\n",
+                        who, where, (int)len, name, (int)len, name);
+            else
+                fprintf(stderr, "%s: unknown option '--%.*s' (see --help)\n", who, (int)len, name);
             return -1;
         }
+        /* from a file, a flag is "--name" (true) or "--name=" CONFIG_FALSE, and any other
+         * option "--name=value" */
+        const int is_false = eq && !strcmp(eq + 1, CONFIG_FALSE);
         if (o->type == OPT_FLAG) {
-            if (eq) {
-                fprintf(stderr, "qkv: --%s takes no value\n", o->name);
+            if (eq && !(where && is_false)) {
+                fprintf(stderr, "%s: --%s takes no value%s%s\n", who, o->name,
+                        where ? ": true or false in " : "", where ? where : "");
                 return -1;
             }
-            *(int *)o->value = 1;
+            *(int *)o->value = !is_false;
             continue;
+        }
+        if (where && (!eq || is_false)) {
+            fprintf(stderr, "%s: %s: \"%s\" is %s, but --%s takes a value\n", who, where,
+                    o->name, eq ? "false" : "true", o->name);
+            return -1;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) {
-            fprintf(stderr, "qkv: --%s needs a value\n", o->name);
+            fprintf(stderr, "%s: --%s needs a value\n", who, o->name);
             return -1;
         }
-        if (set_value(o, v)) return -1;
+        if (set_value(o, v, who, where)) return -1;
     }
+    return 0;
+}
+
+int args_given(int argc, char **argv, int first, const char *name)
+{
+    const size_t len = strlen(name);
+    for (int i = first; i < argc; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, len) &&
+            (argv[i][2 + len] == '\0' || argv[i][2 + len] == '='))
+            return 1;
     return 0;
 }

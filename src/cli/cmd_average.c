@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/config_args.h"
 #include "cli/run_dir.h"
 
 static const char *const AUX[] = {"src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
@@ -87,7 +88,9 @@ static void usage(FILE *f)
                "and writes DIR as a model directory, with the vocabularies (and subword\n"
                "files, text.json, train.json) of the first model or its parent directory.\n"
                "DIR must not be an input or the directory above one; a DIR that holds a\n"
-               "model (or other files) is refused unless --overwrite.\n");
+               "model (or other files) is refused unless --overwrite.\n"
+               "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
+               "line wins).\n");
 }
 
 int cmd_average(int argc, char **argv)
@@ -96,17 +99,28 @@ int cmd_average(int argc, char **argv)
     const char **dirs = calloc((size_t)argc, sizeof *dirs);
     int n = 0, rc = 2, overwrite = 0;
     if (!dirs) return 1;
+    const char *config = NULL; /* inside a --config block (config_args.h): its file */
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        if (!strcmp(argv[i], CONFIG_BEGIN) && i + 1 < argc) {
+            config = argv[++i];
+            continue;
+        }
+        if (!strcmp(argv[i], CONFIG_END)) {
+            config = NULL;
+            continue;
+        }
+        if (!config && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))) {
             usage(stdout);
             free(dirs);
             return 0;
         }
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
+        else if (config && !strcmp(argv[i], "--overwrite=" CONFIG_FALSE)) overwrite = 0;
         else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
         else if (!strncmp(argv[i], "--", 2)) {
-            fprintf(stderr, "qkv: unknown option '%s' (see --help)\n", argv[i]);
+            fprintf(stderr, "qkv average: %s%sunknown option '%s' (see --help)\n",
+                    config ? config : "", config ? ": " : "", argv[i]);
             goto done;
         } else dirs[n++] = argv[i];
     }

@@ -472,7 +472,8 @@ static const char usage[] =
 
 int cmd_bench(int argc, char **argv)
 {
-    if (argc < 3 || argv[2][0] == '-') {
+    const int help = argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
+    if (argc < 3 || (argv[2][0] == '-' && !help)) {
         fprintf(stderr, "usage: qkv bench train|decode|attention|generate|sgemm [options] "
                 "(--help)\n");
         return 2;
@@ -490,39 +491,43 @@ int cmd_bench(int argc, char **argv)
     a.batch = 32, a.src_len = 32, a.tgt_len = 32, a.steps = 10, a.warmup = 2, a.new_tokens = 32;
     a.n = 1024, a.m = 1024, a.k = 1024, a.position = 100, a.max_len = 0;
     const opt_spec opts[] = {
-        {"d-model", OPT_INT, &a.cfg.d_model, "model width"},
-        {"heads", OPT_INT, &a.cfg.heads, "attention heads"},
-        {"layers", OPT_INT, &layers, "encoder and decoder blocks (generate: LM blocks)"},
-        {"ffn", OPT_INT, &a.cfg.ffn, "FFN hidden size"},
-        {"vocab", OPT_INT, &vocab, "vocabulary size of both sides"},
-        {"dropout", OPT_FLOAT, &a.cfg.dropout, "dropout rate"},
-        {"batch", OPT_INT, &a.batch, "sentences per batch (attention: B)"},
-        {"src-len", OPT_INT, &a.src_len, "source tokens"},
-        {"tgt-len", OPT_INT, &a.tgt_len, "target tokens"},
-        {"new-tokens", OPT_INT, &a.new_tokens, "tokens to decode"},
-        {"n", OPT_INT, &a.n, "attention: sequence length; sgemm: N"},
+        {"d-model", OPT_INT, &a.cfg.d_model, "model width", "[1, 65536]"},
+        {"heads", OPT_INT, &a.cfg.heads, "attention heads", "[1, 65536]"},
+        {"layers", OPT_INT, &layers,
+         "encoder and decoder blocks (generate: LM blocks)", "[1, 1024]"},
+        {"ffn", OPT_INT, &a.cfg.ffn, "FFN hidden size", "[1, 1048576]"},
+        {"vocab", OPT_INT, &vocab, "vocabulary size of both sides", "[5, 16777216]"},
+        {"dropout", OPT_FLOAT, &a.cfg.dropout, "dropout rate", ARG_RATE},
+        {"batch", OPT_INT, &a.batch, "sentences per batch (attention: B)", "[1, 65536]"},
+        {"src-len", OPT_INT, &a.src_len, "source tokens", "[1, 65536]"},
+        {"tgt-len", OPT_INT, &a.tgt_len, "target tokens", "[1, 65536]"},
+        {"new-tokens", OPT_INT, &a.new_tokens, "tokens to decode", "[1, 65536]"},
+        {"n", OPT_INT, &a.n, "attention: sequence length; sgemm: N", "[1, 65536]"},
         {"kind", OPT_STRING, &a.kind,
-         "attention: softmax|flash|linear (default softmax); generate: softmax|linear"},
-        {"flash", OPT_FLAG, &a.flash, "attention: the flash kernel (the same as --kind flash)"},
-        {"causal", OPT_FLAG, &a.causal, "attention: a causal mask (linear: the causal scan)"},
+         "attention: softmax|flash|linear (default softmax); generate: softmax|linear", NULL},
+        {"flash", OPT_FLAG, &a.flash,
+         "attention: the flash kernel (the same as --kind flash)", NULL},
+        {"causal", OPT_FLAG, &a.causal, "attention: a causal mask (linear: the causal scan)", NULL},
         {"dump", OPT_STRING, &a.dump,
-         "attention: write Q K V dO O dQ dK dV of the last step to this safetensors file"},
-        {"position", OPT_INT, &a.position, "generate: the position of the first timed token"},
+         "attention: write Q K V dO O dQ dK dV of the last step to this safetensors file", NULL},
+        {"position", OPT_INT, &a.position,
+         "generate: the position of the first timed token", "[1, 65536]"},
         {"max-len", OPT_INT, &a.max_len,
-         "generate: the model's context (0: --position + --steps, the least that fits)"},
-        {"m", OPT_INT, &a.m, "sgemm: M"},
-        {"k", OPT_INT, &a.k, "sgemm: K"},
-        {"trans-a", OPT_FLAG, &a.trans_a, "sgemm: op(A) = A^T (A stored K x M)"},
-        {"trans-b", OPT_FLAG, &a.trans_b, "sgemm: op(B) = B^T (B stored N x K)"},
+         "generate: the model's context (0: --position + --steps, the least that fits)",
+         "[0, 65536]"},
+        {"m", OPT_INT, &a.m, "sgemm: M", "[1, 65536]"},
+        {"k", OPT_INT, &a.k, "sgemm: K", "[1, 65536]"},
+        {"trans-a", OPT_FLAG, &a.trans_a, "sgemm: op(A) = A^T (A stored K x M)", NULL},
+        {"trans-b", OPT_FLAG, &a.trans_b, "sgemm: op(B) = B^T (B stored N x K)", NULL},
         {"precision", OPT_STRING, &precision,
-         "fp32 or bf16 (train, decode, generate: the model's; sgemm: the bf16 kernel)"},
-        {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)"},
-        {"warmup", OPT_INT, &a.warmup, "untimed repetitions first"},
-        {"threads", OPT_INT, &a.threads, "threads (0: all cores)"},
-        {"seed", OPT_U64, &a.seed, "random model and data"},
-        {NULL, 0, NULL, NULL},
+         "fp32 or bf16 (train, decode, generate: the model's; sgemm: the bf16 kernel)", NULL},
+        {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)", "[1, 1000000]"},
+        {"warmup", OPT_INT, &a.warmup, "untimed repetitions first", "[0, 1000000]"},
+        {"threads", OPT_INT, &a.threads, "threads (0: all cores)", ARG_THREADS},
+        {"seed", OPT_U64, &a.seed, "random model and data", ARG_SEED},
+        {NULL, 0, NULL, NULL, NULL},
     };
-    int rc = args_parse(argc, argv, 3, opts, usage);
+    int rc = args_parse(argc, argv, help ? 2 : 3, opts, usage);
     if (rc) return rc > 0 ? 0 : 2;
     if (cli_precision(precision, &a.precision)) return 2;
     a.cfg.enc_layers = a.cfg.dec_layers = layers;

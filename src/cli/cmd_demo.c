@@ -43,12 +43,12 @@ int cmd_demo(int argc, char **argv)
     int epochs = 10, threads = 0, n_train = 20000, n_test = 200;
     uint64_t seed = 0;
     const opt_spec opts[] = {
-        {"out", OPT_STRING, &out, "where to write the trained model"},
-        {"epochs", OPT_INT, &epochs, "training epochs"},
-        {"train", OPT_INT, &n_train, "training sequences"},
-        {"seed", OPT_U64, &seed, "seed of the task and the model"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {NULL, 0, NULL, NULL},
+        {"out", OPT_STRING, &out, "where to write the trained model", NULL},
+        {"epochs", OPT_INT, &epochs, "training epochs", "[1, 100000]"},
+        {"train", OPT_INT, &n_train, "training sequences", "[1, 1000000]"},
+        {"seed", OPT_U64, &seed, "seed of the task and the model", ARG_SEED},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts, "usage: qkv demo [--out DIR]");
     if (rc) return rc > 0 ? 0 : 2;

@@ -356,46 +356,53 @@ int cmd_train_lm(int argc, char **argv)
     resume_record rec = {0};
     run_dir rd = {-1};
     const opt_spec opts[] = {
-        {"data", OPT_STRING, &data, "a text file; its last --val-fraction is held out"},
-        {"out", OPT_STRING, &out, "model directory to write"},
-        {"vocab", OPT_STRING, &vocab_kind, "char (UTF-8 characters) or byte (the 256 bytes)"},
-        {"attention", OPT_STRING, &attention, "softmax or linear"},
-        {"d-model", OPT_INT, &cfg.d_model, "model width"},
-        {"heads", OPT_INT, &cfg.heads, "attention heads"},
-        {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN"},
-        {"layers", OPT_INT, &cfg.layers, "blocks"},
-        {"dropout", OPT_FLOAT, &cfg.dropout, "dropout rate"},
-        {"context", OPT_INT, &o.context, "tokens per training window: the model's context"},
-        {"pre-norm", OPT_FLAG, &cfg.pre_norm, "x + Sublayer(LayerNorm(x)), and a final LayerNorm"},
-        {"tie", OPT_FLAG, &cfg.tie, "output projection = token embedding"},
-        {"act", OPT_STRING, &act, "FFN activation: relu or gelu"},
-        {"learned-pos", OPT_FLAG, &cfg.learned_pos, "learned instead of sinusoidal positions"},
-        {"no-bias", OPT_FLAG, &no_bias, "no biases in the attention projections"},
-        {"batch", OPT_INT, &o.batch, "windows per step"},
-        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate"},
-        {"warmup", OPT_INT, &o.warmup, "steps of linear learning-rate warm-up"},
+        {"data", OPT_STRING, &data, "a text file; its last --val-fraction is held out", NULL},
+        {"out", OPT_STRING, &out, "model directory to write", NULL},
+        {"vocab", OPT_STRING, &vocab_kind, "char (UTF-8 characters) or byte (the 256 bytes)", NULL},
+        {"attention", OPT_STRING, &attention, "softmax or linear", NULL},
+        {"d-model", OPT_INT, &cfg.d_model, "model width", "[1, 65536]"},
+        {"heads", OPT_INT, &cfg.heads, "attention heads", "[1, 65536]"},
+        {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN", "[1, 1048576]"},
+        {"layers", OPT_INT, &cfg.layers, "blocks", "[1, 1024]"},
+        {"dropout", OPT_FLOAT, &cfg.dropout, "dropout rate", ARG_RATE},
+        {"context", OPT_INT, &o.context,
+         "tokens per training window: the model's context", "[2, 16384]"},
+        {"pre-norm", OPT_FLAG, &cfg.pre_norm,
+         "x + Sublayer(LayerNorm(x)), and a final LayerNorm", NULL},
+        {"tie", OPT_FLAG, &cfg.tie, "output projection = token embedding", NULL},
+        {"act", OPT_STRING, &act, "FFN activation: relu, gelu or silu (swish)", NULL},
+        {"learned-pos", OPT_FLAG, &cfg.learned_pos,
+         "learned instead of sinusoidal positions", NULL},
+        {"no-bias", OPT_FLAG, &no_bias, "no biases in the attention projections", NULL},
+        {"batch", OPT_INT, &o.batch, "windows per step", "[1, 65536]"},
+        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate", ARG_GT0},
+        {"warmup", OPT_INT, &o.warmup, "steps of linear learning-rate warm-up", ARG_GE0},
         {"cosine", OPT_FLAG, &o.cosine, "decay the learning rate to lr/10 (cosine) at --steps, "
-                                        "or at the end of --minutes"},
-        {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay"},
-        {"weight-decay", OPT_FLOAT, &o.weight_decay, "decoupled weight decay (AdamW)"},
-        {"clip", OPT_FLOAT, &o.clip, "clip the global gradient norm to this (0: off)"},
-        {"steps", OPT_INT, &steps, "optimizer steps (0: until --minutes)"},
-        {"minutes", OPT_FLOAT, &minutes, "time budget: stop after this many minutes (0: none)"},
-        {"val-fraction", OPT_FLOAT, &val_fraction, "the end of the file held out"},
-        {"eval-every", OPT_INT, &o.eval_every, "held-out loss every N steps (0: at the end)"},
-        {"eval-tokens", OPT_INT, &o.eval_tokens, "held-out tokens each evaluation reads (0: all)"},
-        {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps"},
-        {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
+                                        "or at the end of --minutes", NULL},
+        {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay", ARG_RATE},
+        {"weight-decay", OPT_FLOAT, &o.weight_decay, "decoupled weight decay (AdamW)", ARG_GE0},
+        {"clip", OPT_FLOAT, &o.clip, "clip the global gradient norm to this (0: off)", ARG_GE0},
+        {"steps", OPT_INT, &steps, "optimizer steps (0: until --minutes)", ARG_GE0},
+        {"minutes", OPT_FLOAT, &minutes,
+         "time budget: stop after this many minutes (0: none)", ARG_GE0},
+        {"val-fraction", OPT_FLOAT, &val_fraction, "the end of the file held out", ARG_RATE},
+        {"eval-every", OPT_INT, &o.eval_every,
+         "held-out loss every N steps (0: at the end)", ARG_GE0},
+        {"eval-tokens", OPT_INT, &o.eval_tokens,
+         "held-out tokens each evaluation reads (0: all)", ARG_GE0},
+        {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps", ARG_GE1},
+        {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout", ARG_SEED},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
                                         "options it recorded (those defining the model or data "
-                                        "cannot change)"},
+                                        "cannot change)", NULL},
         {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a trained model, another "
-                                            "run, files of a run's names)"},
-        {"stop-after-steps", OPT_INT, &stop_after, "checkpoint and stop at this step (0: never)"},
-        {"quiet", OPT_FLAG, &quiet, "no progress output"},
-        {NULL, 0, NULL, NULL},
+                                            "run, files of a run's names)", NULL},
+        {"stop-after-steps", OPT_INT, &stop_after,
+         "checkpoint and stop at this step (0: never)", ARG_GE0},
+        {"quiet", OPT_FLAG, &quiet, "no progress output", NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes M) "
@@ -423,9 +430,9 @@ int cmd_train_lm(int argc, char **argv)
     const int byte_level = !strcmp(vocab_kind, "byte");
     if ((!byte_level && strcmp(vocab_kind, "char")) ||
         (strcmp(attention, "softmax") && strcmp(attention, "linear")) ||
-        (strcmp(act, "relu") && strcmp(act, "gelu"))) {
+        (strcmp(act, "relu") && strcmp(act, "gelu") && strcmp(act, "silu"))) {
         fprintf(stderr, "qkv train-lm: --vocab is char|byte, --attention softmax|linear, --act "
-                "relu|gelu\n");
+                "relu|gelu|silu\n");
         goto usage;
     }
     if (steps < 0 || minutes < 0 || (steps == 0 && minutes == 0) || o.context < 2 ||
@@ -434,10 +441,11 @@ int cmd_train_lm(int argc, char **argv)
                 "least 2 and a --val-fraction in [0, 1)\n");
         goto usage;
     }
+    if (cli_positions_fit("qkv train-lm", "context", o.context, cfg.d_model)) goto usage;
     qkv_precision prec;
     if (cli_precision(precision, &prec)) goto usage;
     cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
-    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
+    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
     o.steps = steps, o.minutes = minutes, o.stop_after_steps = stop_after, o.out_dir = out;
     cli_threads(threads);
@@ -481,16 +489,17 @@ int cmd_generate(int argc, char **argv)
     float temperature = 1.0f, top_p = 1.0f;
     uint64_t seed = 0;
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory (qkv train-lm)"},
-        {"prompt", OPT_STRING, &prompt, "text to continue (default: a newline)"},
-        {"tokens", OPT_INT, &tokens, "tokens to generate"},
-        {"temperature", OPT_FLOAT, &temperature, "softmax temperature (0: greedy)"},
-        {"top-k", OPT_INT, &top_k, "sample from the k most probable tokens (0: all)"},
-        {"top-p", OPT_FLOAT, &top_p, "sample from the smallest set with this much probability"},
-        {"seed", OPT_U64, &seed, "the same seed gives the same text"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
-        {NULL, 0, NULL, NULL},
+        {"model", OPT_STRING, &model, "model directory (qkv train-lm)", NULL},
+        {"prompt", OPT_STRING, &prompt, "text to continue (default: a newline)", NULL},
+        {"tokens", OPT_INT, &tokens, "tokens to generate", "[0, 1000000]"},
+        {"temperature", OPT_FLOAT, &temperature, "softmax temperature (0: greedy)", ARG_GE0},
+        {"top-k", OPT_INT, &top_k, "sample from the k most probable tokens (0: all)", ARG_GE0},
+        {"top-p", OPT_FLOAT, &top_p,
+         "sample from the smallest set with this much probability", "(0, 1]"},
+        {"seed", OPT_U64, &seed, "the same seed gives the same text", ARG_SEED},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv generate --model DIR [--prompt TEXT] [--tokens N] "
@@ -500,6 +509,12 @@ int cmd_generate(int argc, char **argv)
     if (!model || tokens < 0 || temperature < 0 || top_k < 0 || !(top_p > 0.0f)) {
         fprintf(stderr, "qkv generate: needs --model DIR, --tokens >= 0, --temperature >= 0, "
                 "--top-k >= 0 and --top-p in (0, 1]\n");
+        return 2;
+    }
+    if (temperature == 0.0f && (args_given(argc, argv, 2, "top-k") ||
+                                args_given(argc, argv, 2, "top-p"))) {
+        fprintf(stderr, "qkv generate: --temperature 0 is greedy decoding: --top-k and --top-p "
+                "sample, give them with a temperature > 0\n");
         return 2;
     }
     lm_dir d;
@@ -537,14 +552,14 @@ int cmd_eval_lm(int argc, char **argv)
     const char *model = NULL, *data = NULL, *precision = "fp32";
     int all = 0, batch = 16, context = 0, threads = 0;
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory (qkv train-lm)"},
-        {"data", OPT_STRING, &data, "a text file"},
-        {"all", OPT_FLAG, &all, "the whole file (default: its held-out end, as in training)"},
-        {"context", OPT_INT, &context, "tokens per window (0: the model's context)"},
-        {"batch", OPT_INT, &batch, "windows per forward pass"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
-        {NULL, 0, NULL, NULL},
+        {"model", OPT_STRING, &model, "model directory (qkv train-lm)", NULL},
+        {"data", OPT_STRING, &data, "a text file", NULL},
+        {"all", OPT_FLAG, &all, "the whole file (default: its held-out end, as in training)", NULL},
+        {"context", OPT_INT, &context, "tokens per window (0: the model's context)", "[0, 16384]"},
+        {"batch", OPT_INT, &batch, "windows per forward pass", "[1, 65536]"},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv eval-lm --model DIR --data FILE [--all]\n"

@@ -13,12 +13,14 @@ int cmd_plot(int argc, char **argv)
     const char *out = NULL, *positional = NULL;
     int positions = 60, d_model = 32;
     const opt_spec opts[] = {
-        {"out", OPT_STRING, &out, "training curves to this PNG (default DIR/training.png)"},
+        {"out", OPT_STRING, &out, "training curves to this PNG (default DIR/training.png)", NULL},
         {"positional", OPT_STRING, &positional,
-         "write positional-encoding.png and positional-encoding-heatmap.png into this directory"},
-        {"positions", OPT_INT, &positions, "positions shown with --positional"},
-        {"d-model", OPT_INT, &d_model, "encoding width with --positional"},
-        {NULL, 0, NULL, NULL},
+         "write positional-encoding.png and positional-encoding-heatmap.png into this directory",
+         NULL},
+        {"positions", OPT_INT, &positions, "positions shown with --positional", "[2, 4096]"},
+        {"d-model", OPT_INT, &d_model,
+         "encoding width with --positional (the figures show columns 6-9)", "[10, 4096]"},
+        {NULL, 0, NULL, NULL, NULL},
     };
     const char *usage = "usage: qkv plot DIR [--out FILE.png]   training curves of a model directory\n"
                         "       qkv plot --positional OUTDIR    the sinusoidal positional encoding";
@@ -28,6 +30,17 @@ int cmd_plot(int argc, char **argv)
     if (rc) return rc > 0 ? 0 : 2;
     if (!dir == !positional) {
         fprintf(stderr, "qkv plot: give a model directory or --positional OUTDIR (see --help)\n");
+        return 2;
+    }
+    const int first = dir ? 3 : 2;
+    if (dir && (args_given(argc, argv, first, "positions") ||
+                args_given(argc, argv, first, "d-model"))) {
+        fprintf(stderr, "qkv plot: --positions and --d-model are for --positional\n");
+        return 2;
+    }
+    if (positional && out) {
+        fprintf(stderr, "qkv plot: --out names the training-curve figure of DIR; --positional "
+                "writes into its directory\n");
         return 2;
     }
     if (positional) {

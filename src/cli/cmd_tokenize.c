@@ -81,11 +81,11 @@ int cmd_tokenize(int argc, char **argv)
     const char *spm = NULL;
     int pieces = 0, ids = 0, decode = 0;
     const opt_spec opts[] = {
-        {"spm", OPT_STRING, &spm, "SentencePiece model file (.model / .spm)"},
-        {"pieces", OPT_FLAG, &pieces, "pieces, space-separated (the default)"},
-        {"ids", OPT_FLAG, &ids, "ids, space-separated"},
-        {"decode", OPT_FLAG, &decode, "read pieces (or with --ids, ids) and write the text"},
-        {NULL, 0, NULL, NULL},
+        {"spm", OPT_STRING, &spm, "SentencePiece model file (.model / .spm)", NULL},
+        {"pieces", OPT_FLAG, &pieces, "pieces, space-separated (the default)", NULL},
+        {"ids", OPT_FLAG, &ids, "ids, space-separated", NULL},
+        {"decode", OPT_FLAG, &decode, "read pieces (or with --ids, ids) and write the text", NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv tokenize --spm FILE [--pieces | --ids] [--decode] "

@@ -235,6 +235,13 @@ static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *
                                r->min_freq, &err)) {
         goto fail;
     }
+    if (!bpe && (tok.src.size <= QKV_N_RESERVED || tok.tgt.size <= QKV_N_RESERVED)) {
+        fprintf(stderr, "qkv train: no %s word occurs --min-freq %d times: its vocabulary would "
+                "be the %d reserved tokens alone; lower --min-freq\n",
+                tok.src.size <= QKV_N_RESERVED ? "source" : "target", r->min_freq,
+                QKV_N_RESERVED);
+        goto done;
+    }
     cfg->src_vocab = tok.src.size, cfg->tgt_vocab = tok.tgt.size;
     if (cfg->tie == QKV_TIE_ALL && (cfg->src_vocab != cfg->tgt_vocab || (bpe && !r->joint_bpe))) {
         fprintf(stderr, "qkv: --tie all needs one vocabulary for both languages (these have "
@@ -439,67 +446,86 @@ int cmd_train(int argc, char **argv)
     resume_record rec = {0};
     run_dir rd = {-1};
     const opt_spec opts[] = {
-        {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line (d2l's fra.txt)"},
-        {"src", OPT_STRING, &src_path, "source sentences, one per line (with --tgt)"},
-        {"tgt", OPT_STRING, &tgt_path, "target sentences, line-aligned with --src"},
-        {"out", OPT_STRING, &out, "model directory to write"},
+        {"data", OPT_STRING, &data,
+         "sentence pairs, source<TAB>target per line (d2l's fra.txt)", NULL},
+        {"src", OPT_STRING, &src_path, "source sentences, one per line (with --tgt)", NULL},
+        {"tgt", OPT_STRING, &tgt_path, "target sentences, line-aligned with --src", NULL},
+        {"out", OPT_STRING, &out, "model directory to write", NULL},
         {"tokenizer", OPT_STRING, &tokenizer, "word (d2l's words), bpe (subwords of them) or spm "
-                                              "(SentencePiece on raw, cased text)"},
-        {"vocab-size", OPT_INT, &vocab_size, "bpe, spm: tokens per vocabulary, reserved ones included"},
-        {"joint-bpe", OPT_FLAG, &joint_bpe, "bpe, spm: one encoding and vocabulary for both languages"},
-        {"spm-type", OPT_STRING, &spm_type, "spm: unigram (the default) or bpe, SentencePiece's model types"},
-        {"d-model", OPT_INT, &cfg.d_model, "model width"},
-        {"heads", OPT_INT, &cfg.heads, "attention heads"},
-        {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN"},
-        {"layers", OPT_INT, &layers, "encoder and decoder blocks"},
-        {"enc-layers", OPT_INT, &enc_layers, "encoder blocks (overrides --layers)"},
-        {"dec-layers", OPT_INT, &dec_layers, "decoder blocks (overrides --layers)"},
-        {"dropout", OPT_FLOAT, &cfg.dropout, "dropout rate"},
-        {"max-len", OPT_INT, &cfg.max_len, "longest sequence the model accepts"},
-        {"bias", OPT_FLAG, &cfg.bias, "biases in the attention projections"},
-        {"pre-norm", OPT_FLAG, &cfg.pre_norm, "x + Sublayer(LayerNorm(x)) instead of post-norm"},
-        {"final-norm", OPT_FLAG, &cfg.final_norm, "a LayerNorm after each stack"},
-        {"act", OPT_STRING, &act, "FFN activation: relu or gelu"},
-        {"tie", OPT_STRING, &tie, "weight sharing: none, output (target emb = output), all"},
-        {"learned-pos", OPT_FLAG, &cfg.learned_pos, "learned instead of sinusoidal positions"},
-        {"batch", OPT_INT, &o.batch, "sentence pairs per batch"},
-        {"batch-tokens", OPT_INT, &o.batch_tokens, "batches of similar length, pairs x longest <= N (0: --batch)"},
-        {"num-steps", OPT_INT, &num_steps, "tokens per sentence after truncation/padding"},
-        {"schedule", OPT_STRING, &schedule, "learning rate: constant (--lr) or noam (the paper's warmup)"},
-        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate (constant schedule)"},
-        {"warmup", OPT_INT, &o.warmup, "noam: warmup steps"},
-        {"lr-factor", OPT_FLOAT, &o.lr_factor, "noam: lr = F d_model^-0.5 min(step^-0.5, step warmup^-1.5)"},
-        {"beta1", OPT_FLOAT, &o.beta1, "Adam's first-moment decay"},
-        {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay"},
-        {"adam-eps", OPT_FLOAT, &o.adam_eps, "Adam's epsilon"},
-        {"weight-decay", OPT_FLOAT, &o.weight_decay, "decoupled weight decay (AdamW)"},
-        {"clip", OPT_FLOAT, &o.clip, "clip the global gradient norm to this (0: off)"},
-        {"label-smoothing", OPT_FLOAT, &o.label_smoothing, "label smoothing epsilon"},
-        {"loss", OPT_STRING, &loss, "gradient of: token (per-token mean) or d2l (d2l's scaling)"},
-        {"epochs", OPT_INT, &o.epochs, "passes over the data"},
-        {"minutes", OPT_FLOAT, &minutes, "time budget: no epoch starts that would end after it (0: none)"},
-        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)"},
-        {"min-freq", OPT_INT, &min_freq, "word: rarer tokens become <unk>"},
-        {"valid", OPT_STRING, &valid, "held-out pairs (TSV): loss and BLEU every epoch, best model"},
-        {"valid-src", OPT_STRING, &valid_src, "held-out source sentences (with --valid-tgt)"},
-        {"valid-tgt", OPT_STRING, &valid_tgt, "held-out references, line-aligned with --valid-src"},
-        {"no-bleu", OPT_FLAG, &no_bleu, "validation loss only (no decoding for BLEU)"},
-        {"patience", OPT_INT, &o.patience, "stop after N validations without a new best (0: never)"},
-        {"keep-epochs", OPT_INT, &o.keep_epochs, "keep the last N epochs' models in DIR/epoch-NNN"},
-        {"seed", OPT_U64, &o.seed, "initialisation, data order and dropout"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
-        {"checkpoint-every", OPT_INT, &o.checkpoint_every, "also checkpoint every N steps"},
-        {"skip-nonfinite", OPT_FLAG, &o.skip_nonfinite, "skip steps with NaN/Inf instead of stopping"},
+                                              "(SentencePiece on raw, cased text)", NULL},
+        {"vocab-size", OPT_INT, &vocab_size,
+         "bpe, spm: tokens per vocabulary, reserved ones included", "[5, 1048576]"},
+        {"joint-bpe", OPT_FLAG, &joint_bpe,
+         "bpe, spm: one encoding and vocabulary for both languages", NULL},
+        {"spm-type", OPT_STRING, &spm_type,
+         "spm: unigram (the default) or bpe, SentencePiece's model types", NULL},
+        {"d-model", OPT_INT, &cfg.d_model, "model width", "[1, 65536]"},
+        {"heads", OPT_INT, &cfg.heads, "attention heads", "[1, 65536]"},
+        {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN", "[1, 1048576]"},
+        {"layers", OPT_INT, &layers, "encoder and decoder blocks", "[1, 1024]"},
+        {"enc-layers", OPT_INT, &enc_layers, "encoder blocks (overrides --layers)", "[0, 1024]"},
+        {"dec-layers", OPT_INT, &dec_layers, "decoder blocks (overrides --layers)", "[1, 1024]"},
+        {"dropout", OPT_FLOAT, &cfg.dropout, "dropout rate", ARG_RATE},
+        {"max-len", OPT_INT, &cfg.max_len, "longest sequence the model accepts", "[2, 65536]"},
+        {"bias", OPT_FLAG, &cfg.bias, "biases in the attention projections", NULL},
+        {"pre-norm", OPT_FLAG, &cfg.pre_norm,
+         "x + Sublayer(LayerNorm(x)) instead of post-norm", NULL},
+        {"final-norm", OPT_FLAG, &cfg.final_norm, "a LayerNorm after each stack", NULL},
+        {"act", OPT_STRING, &act, "FFN activation: relu, gelu or silu (swish)", NULL},
+        {"tie", OPT_STRING, &tie, "weight sharing: none, output (target emb = output), all", NULL},
+        {"learned-pos", OPT_FLAG, &cfg.learned_pos,
+         "learned instead of sinusoidal positions", NULL},
+        {"batch", OPT_INT, &o.batch, "sentence pairs per batch", "[1, 65536]"},
+        {"batch-tokens", OPT_INT, &o.batch_tokens,
+         "batches of similar length, pairs x longest <= N (0: --batch)", "[0, 16777216]"},
+        {"num-steps", OPT_INT, &num_steps,
+         "tokens per sentence after truncation/padding", "[2, 65536]"},
+        {"schedule", OPT_STRING, &schedule,
+         "learning rate: constant (--lr) or noam (the paper's warmup)", NULL},
+        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate (constant schedule)", ARG_GT0},
+        {"warmup", OPT_INT, &o.warmup, "noam: warmup steps", ARG_GE1},
+        {"lr-factor", OPT_FLOAT, &o.lr_factor,
+         "noam: lr = F d_model^-0.5 min(step^-0.5, step warmup^-1.5)", ARG_GT0},
+        {"beta1", OPT_FLOAT, &o.beta1, "Adam's first-moment decay", ARG_RATE},
+        {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay", ARG_RATE},
+        {"adam-eps", OPT_FLOAT, &o.adam_eps, "Adam's epsilon", ARG_GT0},
+        {"weight-decay", OPT_FLOAT, &o.weight_decay, "decoupled weight decay (AdamW)", ARG_GE0},
+        {"clip", OPT_FLOAT, &o.clip, "clip the global gradient norm to this (0: off)", ARG_GE0},
+        {"label-smoothing", OPT_FLOAT, &o.label_smoothing, "label smoothing epsilon", ARG_RATE},
+        {"loss", OPT_STRING, &loss,
+         "gradient of: token (per-token mean) or d2l (d2l's scaling)", NULL},
+        {"epochs", OPT_INT, &o.epochs, "passes over the data", ARG_GE1},
+        {"minutes", OPT_FLOAT, &minutes,
+         "time budget: no epoch starts that would end after it (0: none)", ARG_GE0},
+        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)", ARG_GE0},
+        {"min-freq", OPT_INT, &min_freq, "word: rarer tokens become <unk>", ARG_GE0},
+        {"valid", OPT_STRING, &valid,
+         "held-out pairs (TSV): loss and BLEU every epoch, best model", NULL},
+        {"valid-src", OPT_STRING, &valid_src, "held-out source sentences (with --valid-tgt)", NULL},
+        {"valid-tgt", OPT_STRING, &valid_tgt,
+         "held-out references, line-aligned with --valid-src", NULL},
+        {"no-bleu", OPT_FLAG, &no_bleu, "validation loss only (no decoding for BLEU)", NULL},
+        {"patience", OPT_INT, &o.patience,
+         "stop after N validations without a new best (0: never)", ARG_GE0},
+        {"keep-epochs", OPT_INT, &o.keep_epochs,
+         "keep the last N epochs' models in DIR/epoch-NNN", ARG_GE0},
+        {"seed", OPT_U64, &o.seed, "initialisation, data order and dropout", ARG_SEED},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {"checkpoint-every", OPT_INT, &o.checkpoint_every,
+         "also checkpoint every N steps", ARG_GE0},
+        {"skip-nonfinite", OPT_FLAG, &o.skip_nonfinite,
+         "skip steps with NaN/Inf instead of stopping", NULL},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
                                         "options it recorded (those defining the model or data "
-                                        "cannot change)"},
+                                        "cannot change)", NULL},
         {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a trained model, another "
-                                            "run, files of a run's names)"},
-        {"stop-after-steps", OPT_INT, &o.stop_after_steps, "checkpoint and stop at this step (0: never)"},
-        {"log-every", OPT_INT, &every, "print a line every N epochs (without a terminal)"},
-        {"quiet", OPT_FLAG, &quiet, "no progress output"},
-        {NULL, 0, NULL, NULL},
+                                            "run, files of a run's names)", NULL},
+        {"stop-after-steps", OPT_INT, &o.stop_after_steps,
+         "checkpoint and stop at this step (0: never)", ARG_GE0},
+        {"log-every", OPT_INT, &every, "print a line every N epochs (without a terminal)", ARG_GE1},
+        {"quiet", OPT_FLAG, &quiet, "no progress output", NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv train (--data FILE.tsv | --src FILE --tgt FILE) --out DIR [options]");
@@ -519,6 +545,11 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "qkv train: needs --out and either --data or --src with --tgt\n");
         goto usage;
     }
+    if (data && (src_path || tgt_path)) {
+        fprintf(stderr, "qkv train: --data is the pairs in one file, --src with --tgt in two: "
+                "give one\n");
+        goto usage;
+    }
     o.minutes = minutes;
     if (num_steps < 2 || num_steps > cfg.max_len || every < 1) {
         fprintf(stderr, "qkv train: --num-steps must be in [2, --max-len] and --log-every >= 1\n");
@@ -526,6 +557,11 @@ int cmd_train(int argc, char **argv)
     }
     if ((valid_src != NULL) != (valid_tgt != NULL) || (valid && valid_src)) {
         fprintf(stderr, "qkv train: validation is --valid FILE.tsv or --valid-src with --valid-tgt\n");
+        goto usage;
+    }
+    if (!valid && !valid_src && (args_given(argc, argv, 2, "patience") || no_bleu)) {
+        fprintf(stderr, "qkv train: --patience and --no-bleu need validation (--valid, or "
+                "--valid-src with --valid-tgt)\n");
         goto usage;
     }
     const int bpe = !strcmp(tokenizer, "bpe") || !strcmp(tokenizer, "spm");
@@ -536,6 +572,11 @@ int cmd_train(int argc, char **argv)
                 "--schedule constant|noam\n");
         goto usage;
     }
+    if (!bpe && (joint_bpe || args_given(argc, argv, 2, "vocab-size"))) {
+        fprintf(stderr, "qkv train: --joint-bpe and --vocab-size are for --tokenizer bpe\n");
+        goto usage;
+    }
+    if (cli_positions_fit("qkv train", "max-len", cfg.max_len, cfg.d_model)) goto usage;
     if (bpe && vocab_size <= QKV_N_RESERVED) {
         fprintf(stderr, "qkv train: --vocab-size must exceed the %d reserved tokens\n",
                 QKV_N_RESERVED);
@@ -543,12 +584,12 @@ int cmd_train(int argc, char **argv)
     }
     cfg.enc_layers = enc_layers >= 0 ? enc_layers : layers;
     cfg.dec_layers = dec_layers >= 0 ? dec_layers : layers;
-    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : QKV_ACT_RELU;
+    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.tie = !strcmp(tie, "all") ? QKV_TIE_ALL : !strcmp(tie, "output") ? QKV_TIE_OUTPUT : QKV_TIE_NONE;
-    if ((strcmp(act, "relu") && strcmp(act, "gelu")) ||
+    if ((strcmp(act, "relu") && strcmp(act, "gelu") && strcmp(act, "silu")) ||
         (strcmp(tie, "none") && strcmp(tie, "output") && strcmp(tie, "all")) ||
         (strcmp(loss, "token") && strcmp(loss, "d2l"))) {
-        fprintf(stderr, "qkv train: --act is relu|gelu, --tie none|output|all, --loss token|d2l\n");
+        fprintf(stderr, "qkv train: --act is relu|gelu|silu, --tie none|output|all, --loss token|d2l\n");
         goto usage;
     }
     qkv_precision prec;

@@ -75,17 +75,21 @@ int cmd_translate(int argc, char **argv)
     int threads = 0;
     qkv_translate_options o = qkv_translate_default_options();
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory"},
-        {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)"},
-        {"attention", OPT_STRING, &attention, "draw every sentence's attention into this directory"},
-        {"max-len", OPT_INT, &o.max_len, "longest translation in tokens (0: the training length)"},
-        {"beam", OPT_INT, &o.beam, "beam width K (1: greedy decoding)"},
-        {"alpha", OPT_FLOAT, &o.alpha, "length penalty ((5 + |Y|) / 6)^alpha of beam search"},
-        {"n-best", OPT_INT, &o.n_best, "print the M best hypotheses: i ||| text ||| score"},
-        {"batch", OPT_INT, &o.batch, "sentences translated together"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
-        {NULL, 0, NULL, NULL},
+        {"model", OPT_STRING, &model, "model directory", NULL},
+        {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)", NULL},
+        {"attention", OPT_STRING, &attention,
+         "draw every sentence's attention into this directory", NULL},
+        {"max-len", OPT_INT, &o.max_len,
+         "longest translation in tokens (0: the training length)", "[0, 65536]"},
+        {"beam", OPT_INT, &o.beam, "beam width K (1: greedy decoding)", "[1, 256]"},
+        {"alpha", OPT_FLOAT, &o.alpha,
+         "length penalty ((5 + |Y|) / 6)^alpha of beam search", ARG_GE0},
+        {"n-best", OPT_INT, &o.n_best,
+         "print the M best hypotheses: i ||| text ||| score", "[1, 256]"},
+        {"batch", OPT_INT, &o.batch, "sentences translated together", "[1, 65536]"},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv translate --model DIR [--input FILE] [--beam K [--alpha A] "
@@ -183,26 +187,29 @@ int cmd_eval(int argc, char **argv)
     int threads = 0, num_examples = 0, show = 0;
     qkv_translate_options o = qkv_translate_default_options();
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory"},
-        {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line"},
-        {"src", OPT_STRING, &src_path, "source sentences (with --tgt)"},
-        {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src"},
-        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)"},
-        {"max-len", OPT_INT, &o.max_len, "longest translation in tokens (0: the training length)"},
-        {"beam", OPT_INT, &o.beam, "beam width K (1: greedy decoding)"},
-        {"alpha", OPT_FLOAT, &o.alpha, "length penalty ((5 + |Y|) / 6)^alpha of beam search"},
-        {"batch", OPT_INT, &o.batch, "sentences translated together"},
-        {"show", OPT_INT, &show, "print the first N translations with their BLEU"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP},
-        {NULL, 0, NULL, NULL},
+        {"model", OPT_STRING, &model, "model directory", NULL},
+        {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line", NULL},
+        {"src", OPT_STRING, &src_path, "source sentences (with --tgt)", NULL},
+        {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src", NULL},
+        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)", ARG_GE0},
+        {"max-len", OPT_INT, &o.max_len,
+         "longest translation in tokens (0: the training length)", "[0, 65536]"},
+        {"beam", OPT_INT, &o.beam, "beam width K (1: greedy decoding)", "[1, 256]"},
+        {"alpha", OPT_FLOAT, &o.alpha,
+         "length penalty ((5 + |Y|) / 6)^alpha of beam search", ARG_GE0},
+        {"batch", OPT_INT, &o.batch, "sentences translated together", "[1, 65536]"},
+        {"show", OPT_INT, &show, "print the first N translations with their BLEU", ARG_GE0},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv eval --model DIR (--data FILE.tsv | --src F --tgt F) [--beam K "
                         "[--alpha A]]");
     if (rc) return rc > 0 ? 0 : 2;
-    if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1) {
-        fprintf(stderr, "qkv eval: needs --model and --data (or --src and --tgt)\n");
+    if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1 ||
+        (data && (src_path || tgt_path))) {
+        fprintf(stderr, "qkv eval: needs --model and either --data or --src with --tgt\n");
         return 2;
     }
     qkv_translator *t;

@@ -28,3 +28,12 @@ int cli_precision(const char *name, qkv_precision *p)
     fprintf(stderr, "qkv: --precision: %s\n", err.msg);
     return -1;
 }
+
+int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int d_model)
+{
+    const double bytes = (double)max_len * d_model * sizeof(float), gib = (double)(1u << 30);
+    if (bytes <= gib) return 0;
+    fprintf(stderr, "%s: --%s %d x --d-model %d needs a %.1f GiB positional table (over 1 GiB): "
+            "lower --%s\n", cmd, len_option, max_len, d_model, bytes / gib, len_option);
+    return -1;
+}

@@ -15,4 +15,8 @@ void cli_threads(int n);
 #define CLI_PRECISION_HELP "fp32, or bf16: the linear layers' products in bfloat16 (AVX512-BF16)"
 int cli_precision(const char *name, qkv_precision *p);
 
+/* The positional table is max_len x d_model floats: over 1 GiB, prints why "CMD: --LEN_OPTION
+ * N x --d-model C" cannot be meant and returns -1. */
+int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int d_model);
+
 #endif

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "qkv.h"
 
 static const struct {
@@ -16,6 +17,7 @@ static const struct {
     {"train", cmd_train, "train an encoder-decoder Transformer on a parallel corpus"},
     {"translate", cmd_translate, "translate sentences with a trained model"},
     {"eval", cmd_eval, "translate a corpus and report BLEU"},
+    {"import", cmd_import, "import a pretrained model: qkv import marian HF_DIR --out DIR"},
     {"tokenize", cmd_tokenize, "SentencePiece pieces or ids of text, and back (a filter)"},
     {"average", cmd_average, "average the parameters of several models (checkpoint averaging)"},
     {"info", cmd_info, "parameter counts of a model or a configuration"},
@@ -59,7 +61,13 @@ int main(int argc, char **argv)
     qkv_error err;
     if (qkv_blas_check(&err)) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
     for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc, argv);
+        if (!strcmp(argv[1], COMMANDS[i].name)) {
+            char **owned; /* --config FILE: its options, before the command line's */
+            if (config_args_expand(&argc, &argv, &owned)) return 2;
+            const int rc = COMMANDS[i].run(argc, argv);
+            config_args_free(owned);
+            return rc;
+        }
     fprintf(stderr, "qkv: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

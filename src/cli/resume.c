@@ -37,7 +37,7 @@ static int type_fits(const opt_spec *o, const cJSON *x)
 }
 
 static int resume_preset(const opt_spec *opts, const resume_option *r, int n, const cJSON *recorded,
-                  const char *file)
+                  const char *file, const char *cmd)
 {
     for (int i = 0; i < n; i++) {
         const opt_spec *o = find_option(opts, r[i].option);
@@ -60,6 +60,7 @@ static int resume_preset(const opt_spec *opts, const resume_option *r, int n, co
         case OPT_STRING: *(const char **)o->value = x->valuestring; break;
         case OPT_FLAG: *(int *)o->value = cJSON_IsTrue(x) != r[i].inverted; break;
         }
+        if (args_check(o, cmd, file)) return -1; /* a recorded value must be one --NAME takes */
     }
     return 0;
 }
@@ -220,7 +221,7 @@ int resume_finish(resume_record *rec, const resume_table *tables, int n_tables,
     for (int t = 0; t < n_tables; t++) {
         const resume_table *x = &tables[t];
         if (resume_preset(opts, x->options, x->n, x->in_train ? rec->train : rec->config,
-                          files[x->in_train]))
+                          files[x->in_train], cmd))
             return 1;
     }
     if (args_parse(argc, argv, 2, opts, "")) return 2;

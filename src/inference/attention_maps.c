@@ -41,7 +41,7 @@ qkv_status qkv_attention_maps_compute(qkv_attention_maps *out, qkv_transformer *
                       "sentence pair", Ts, Tt);
         goto done;
     }
-    tgt_in[0] = QKV_BOS;
+    tgt_in[0] = c->decoder_start;
     memcpy(tgt_in + 1, tgt, (size_t)tgt_len * sizeof *tgt);
     /* labels are not read by a logits pass; the decoder inputs stand in for them */
     const qkv_batch batch = {1, Ts, Tt, src, &src_len, tgt_in, tgt_in};

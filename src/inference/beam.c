@@ -87,6 +87,9 @@ static double log_normaliser(const float *z, int V)
 typedef struct {
     int B, K, N, T, V, n_cand;
     float alpha;
+    int suppress_pad;           /* the model never produces <pad> */
+    int forced_eos;             /* a hypothesis cut at max_len ends with an <eos> of
+                                   probability 1, counted in its length (Marian's) */
     int *tok, *row_src, *first; /* per row; first[b]: sentence b's first row */
     int *hist, *hist2;          /* (cap, T) the tokens of each row so far */
     int *slot, *slot2;          /* (cap, T) the cache row of each position's key and value */
@@ -151,6 +154,7 @@ static int rank_extensions(beam_search *s, const float *logits, int r0, int nr)
     for (int k = 0; k < nr; k++) {
         const float *z = logits + (size_t)(r0 + k) * V;
         for (int v = 0; v < V; v++) {
+            if (v == QKV_PAD && s->suppress_pad) continue; /* after normalising, as HF */
             candidate x = {s->row_score[r0 + k] + ((double)z[v] - s->lse[r0 + k]), k, v};
             if (n == want && !before(&x, &cand[n - 1])) continue;
             int at = n < want ? n++ : n - 1;
@@ -178,7 +182,7 @@ static int advance_sentence(beam_search *s, int b, int r0, int n, int t, int nex
             int *h2 = s->hist2 + (size_t)next_rows * T; /* scratch: the row is not kept */
             memcpy(h2, h, (size_t)t * sizeof *h2);
             h2[t] = x->token;
-            finish(f, K, h2, t + 1, t + 1, x->score, s->alpha);
+            finish(f, K, h2, t + 1, t + 1 + s->forced_eos, x->score, s->alpha);
             live++;
         } else {
             const int r = next_rows + live++;
@@ -249,6 +253,8 @@ qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *s
         beam_free(&s);
         return stt;
     }
+    s.suppress_pad = m->cfg.suppress_pad, s.forced_eos = m->cfg.forced_eos;
+    for (int b = 0; b < B; b++) s.tok[b] = m->cfg.decoder_start;
     int rows = B;
     for (int t = 0; t < T && rows > 0; t++) {
         for (int r = 0; r < rows; r++) s.slot[(size_t)r * T + t] = r; /* where the step writes */

@@ -67,14 +67,14 @@ qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int 
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     }
     int remaining = B;
-    for (int b = 0; b < B; b++) tok[b] = QKV_BOS, out_len[b] = 0;
+    for (int b = 0; b < B; b++) tok[b] = c->decoder_start, out_len[b] = 0;
     for (int t = 0; t < max_len && remaining > 0; t++) {
         decode_step(m, &st, tok, t, src_valid);
         for (int b = 0; b < B; b++) {
             const float *z = st.logits + (size_t)b * V;
-            int best = 0;
+            int best = QKV_UNK; /* never QKV_PAD */
             for (int k = 1; k < V; k++)
-                if (z[k] > z[best]) best = k;
+                if (z[k] > z[best] && !(c->suppress_pad && k == QKV_PAD)) best = k;
             tok[b] = best;
             if (done[b]) continue;
             if (best == QKV_EOS) {

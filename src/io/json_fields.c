@@ -1,6 +1,7 @@
 /* config.json reading for model directories; see json_fields.h. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "io/json_fields.h"
@@ -10,9 +11,11 @@ qkv_status json_get_int(const cJSON *o, const char *key, int *v, const char *fil
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     if (cJSON_IsBool(x)) return *v = cJSON_IsTrue(x), QKV_OK;
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
-        fabs(x->valuedouble) > 1e9)
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble))
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be an integer", file, key);
+    if (fabs(x->valuedouble) > 1e9) /* no size of a model comes near; nor does an int hold it */
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" is %.17g, out of range (at most 1e9 "
+                        "in magnitude)", file, key, x->valuedouble);
     *v = (int)x->valuedouble;
     return QKV_OK;
 }
@@ -42,7 +45,8 @@ qkv_status json_get_choice(const cJSON *o, const char *key, const char *const *n
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     for (int i = 0; cJSON_IsString(x) && i < n; i++)
         if (!strcmp(x->valuestring, names[i])) return *v = i, QKV_OK;
-    return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be one of %s%s%s%s%s", file, key,
-                    names[0], n > 1 ? ", " : "", n > 1 ? names[1] : "", n > 2 ? ", " : "",
-                    n > 2 ? names[2] : "");
+    char list[256] = "";
+    for (int i = 0, at = 0; i < n && at < (int)sizeof list; i++)
+        at += snprintf(list + at, sizeof list - (size_t)at, "%s%s", i ? ", " : "", names[i]);
+    return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be one of %s", file, key, list);
 }

@@ -38,6 +38,7 @@ static void field_write(cJSON *o, const config_field *f, const void *cfg)
 static qkv_status field_read(const cJSON *o, const config_field *f, void *cfg, const char *file,
                              qkv_error *err)
 {
+    if (f->optional && !cJSON_GetObjectItemCaseSensitive(o, f->key)) return QKV_OK;
     switch (f->type) {
     case FIELD_INT: return json_get_int(o, f->key, field_int(cfg, f), file, err);
     case FIELD_FLOAT:

@@ -18,7 +18,9 @@ typedef struct {
     field_type type;
     size_t offset;
     const char *const *choices; /* CHOICE: the names of values 0 .. n_choices - 1 */
-    int n_choices;              /* at most 3 (json_get_choice) */
+    int n_choices;
+    int optional; /* 1: a config.json without the key keeps the default (options added after
+                     models were saved: those older directories read as they always did) */
 } config_field;
 
 /* One metadata entry of a checkpoint's training position (after "format" and "step"): where

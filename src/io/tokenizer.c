@@ -79,6 +79,7 @@ static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, char *src_na
     if (cJSON_IsString(tk)) {
         int k = 0;
         while (k < 4 && strcmp(tk->valuestring, kinds[k])) k++;
+        if (!strcmp(tk->valuestring, "sentencepiece")) k = QKV_TOKENIZER_SPM; /* a synonym */
         if (k == 4) {
             char path[4096];
             qkv_model_dir_file(path, sizeof path, dir, "text.json");

@@ -9,8 +9,12 @@
 #include "io/model_dir.h"
 #include "models/transformer_internal.h"
 
-#define FIELD(key, type, member) {key, type, offsetof(qkv_transformer_config, member), NULL, 0}
-static const char *const acts[] = {"relu", "gelu"}, *const ties[] = {"none", "output", "all"};
+#define FIELD(key, type, member) {key, type, offsetof(qkv_transformer_config, member), NULL, 0, 0}
+#define OPTIONAL(key, type, member, choices, n)                                                \
+    {key, type, offsetof(qkv_transformer_config, member), choices, n, 1}
+static const char *const acts[] = {"relu", "gelu", "silu"}, *const ties[] = {"none", "output", "all"};
+static const char *const layouts[] = {"interleaved", "sin_cos"};
+static const char *const reserved[] = {"<unk>", "<pad>", "<bos>", "<eos>"}; /* by id */
 static const config_field fields[] = {
     FIELD("src_vocab", FIELD_INT, src_vocab),
     FIELD("tgt_vocab", FIELD_INT, tgt_vocab),
@@ -24,12 +28,19 @@ static const config_field fields[] = {
     FIELD("bias", FIELD_FLAG, bias),
     FIELD("pre_norm", FIELD_FLAG, pre_norm),
     FIELD("final_norm", FIELD_FLAG, final_norm),
-    {"act", FIELD_CHOICE, offsetof(qkv_transformer_config, act), acts, 2},
-    {"tie", FIELD_CHOICE, offsetof(qkv_transformer_config, tie), ties, 3},
+    {"act", FIELD_CHOICE, offsetof(qkv_transformer_config, act), acts, 3, 0},
+    {"tie", FIELD_CHOICE, offsetof(qkv_transformer_config, tie), ties, 3, 0},
     FIELD("learned_pos", FIELD_FLAG, learned_pos),
     FIELD("ln_eps", FIELD_FLOAT, ln_eps),
+    /* Marian's options (qkv import marian) */
+    OPTIONAL("pos_layout", FIELD_CHOICE, pos_layout, layouts, 2),
+    OPTIONAL("scale_embedding", FIELD_FLAG, scale_embedding, NULL, 0),
+    OPTIONAL("decoder_start", FIELD_CHOICE, decoder_start, reserved, 4),
+    OPTIONAL("suppress_pad", FIELD_FLAG, suppress_pad, NULL, 0),
+    OPTIONAL("forced_eos", FIELD_FLAG, forced_eos, NULL, 0),
 };
-_Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_tie) == sizeof(int),
+_Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_tie) == sizeof(int) &&
+                   sizeof(qkv_pos_layout) == sizeof(int),
                "a CHOICE member is accessed as an int");
 
 static const meta_field position[] = {

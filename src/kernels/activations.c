@@ -38,6 +38,32 @@ void qkv_gelu_backward(float *dx, const float *dy, const float *x, size_t n)
     }
 }
 
+/* SiLU(x) = x sigmoid(x); sigmoid through exp(-|x|) so that no exp overflows. */
+static inline float sigmoid(float x)
+{
+    const float e = expf(-fabsf(x));
+    return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+
+void qkv_silu_forward(float *y, const float *x, size_t n)
+{
+    #pragma omp parallel for simd if (n > PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) y[i] = x[i] * sigmoid(x[i]);
+}
+
+/* d/dx x s(x) = s(x) + x s(x) (1 - s(x)) */
+static inline float silu_grad(float x)
+{
+    const float s = sigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
+void qkv_silu_backward(float *dx, const float *dy, const float *x, size_t n)
+{
+    #pragma omp parallel for simd if (n > PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) dx[i] += dy[i] * silu_grad(x[i]);
+}
+
 /* The FFN's backward through its activation: dh = dh * act'(h_pre), in place. */
 void activation_grad_inplace(qkv_activation act, float *dh, const float *h_pre, size_t n)
 {
@@ -45,6 +71,9 @@ void activation_grad_inplace(qkv_activation act, float *dh, const float *h_pre, 
         #pragma omp parallel for if (n > PARALLEL_MIN)
         for (size_t e = 0; e < n; e += GELU_CHUNK)
             gelu_grad_block(dh + e, dh + e, h_pre + e, n - e < GELU_CHUNK ? n - e : GELU_CHUNK);
+    } else if (act == QKV_ACT_SILU) {
+        #pragma omp parallel for simd if (n > PARALLEL_MIN)
+        for (size_t e = 0; e < n; e++) dh[e] *= silu_grad(h_pre[e]);
     } else {
         #pragma omp parallel for simd if (n > PARALLEL_MIN)
         for (size_t e = 0; e < n; e++) dh[e] = h_pre[e] > 0.0f ? dh[e] : 0.0f;

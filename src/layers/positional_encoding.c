@@ -16,6 +16,18 @@ void qkv_sinusoidal_table(float *P, int T, int C)
         }
 }
 
+/* P (T, C): [sin | cos] halves, S = ceil(C/2) sines (Marian's layout: its odd-C case too) */
+void qkv_sinusoidal_table_halves(float *P, int T, int C)
+{
+    const int S = (C + 1) / 2;
+    for (int i = 0; i < T; i++)
+        for (int c = 0; c < C; c++) {
+            const int j = c < S ? c : c - S;
+            double angle = (double)i / pow(10000.0, 2.0 * j / (double)C);
+            P[(size_t)i * C + c] = (float)(c < S ? sin(angle) : cos(angle));
+        }
+}
+
 /* x, y (B, T, C):  y[b, t] = scale x[b, t] + P[pos0 + t] */
 void qkv_positional_forward(float *y, const float *x, const float *P, int B, int T, int C,
                             int pos0, float scale)

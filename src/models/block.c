@@ -33,7 +33,8 @@ static sublayer_ctx sublayer_of(const stack_pass *k, int l, int i)
     return s;
 }
 
-/* ---- the embedding: X = dropout(E[ids] sqrt(C) + P) (paper, sections 3.4 and 3.5) -------- */
+/* ---- the embedding: X = dropout(E[ids] s + P), s = sqrt(C) (paper, sections 3.4 and 3.5)
+ * or 1 (models trained without the scale) -------------------------------------------------- */
 
 static const float *positions_of(const stack_w *w, const float *pos_table)
 {
@@ -46,7 +47,7 @@ static qkv_status embed_forward(const backend *be, const stack_pass *k, float *x
     const int C = k->d->C, B = k->B, T = k->T;
     qkv_status st = be->ops->embedding_forward(x, ids, w->embedding, B * T, k->d->vocab, C, err);
     if (st) return st;
-    be->ops->positional_forward(x, x, positions_of(w, pos_table), B, T, C, 0, sqrtf((float)C));
+    be->ops->positional_forward(x, x, positions_of(w, pos_table), B, T, C, 0, k->d->embed_scale);
     be->ops->dropout_forward(x, x, (size_t)B * T * C, k->p,
                              dropout_site_seed(k->seed, k->d->id, 0, 0), 0);
     return QKV_OK;
@@ -62,7 +63,7 @@ static void embed_backward(const backend *be, const stack_pass *k, stack_w *g, c
     be->ops->zero(e, n);
     be->ops->dropout_backward(e, dx, n, k->p, dropout_site_seed(k->seed, k->d->id, 0, 0), 0);
     if (g->positions) be->ops->positional_backward(NULL, g->positions, e, B, T, C, 0, 1.0f);
-    be->ops->scale(e, n, sqrtf((float)C));
+    be->ops->scale(e, n, k->d->embed_scale);
     be->ops->embedding_backward(g->embedding, e, ids, B * T, C);
 }
 
@@ -256,7 +257,7 @@ void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const 
     /* the tokens are the model's own choices, or checked by the caller */
     be->ops->embedding_forward(st->x, tok, w->embedding, st->B, d->vocab, C, NULL);
     be->ops->positional_forward(st->x, st->x, positions_of(w, pos_table), st->B, 1, C, t,
-                                sqrtf((float)C));
+                                d->embed_scale);
     for (int l = 0; l < d->layers; l++) block_step(be, d, &w->blocks[l], st, l, t, src_valid);
 }
 

@@ -19,6 +19,8 @@ qkv_transformer_config qkv_transformer_default_config(void)
     c.d_model = 32, c.heads = 4, c.ffn = 64, c.enc_layers = 2, c.dec_layers = 2;
     c.max_len = 1000, c.dropout = 0.1f, c.bias = 0, c.pre_norm = 0, c.final_norm = 0;
     c.act = QKV_ACT_RELU, c.tie = QKV_TIE_NONE, c.learned_pos = 0, c.ln_eps = 1e-5f;
+    c.pos_layout = QKV_POS_INTERLEAVED, c.scale_embedding = 1, c.decoder_start = QKV_BOS;
+    c.suppress_pad = 0, c.forced_eos = 0;
     return c;
 }
 
@@ -40,8 +42,13 @@ qkv_status qkv_transformer_config_check(const qkv_transformer_config *c, qkv_err
                         "(source %d, target %d)", c->src_vocab, c->tgt_vocab);
     if (!(c->ln_eps > 0.0f && c->ln_eps < 1.0f))
         return qkv_fail(err, QKV_ERR_ARG, "ln_eps must be in (0, 1), got %g", (double)c->ln_eps);
-    if (c->act != QKV_ACT_RELU && c->act != QKV_ACT_GELU)
+    if (c->act != QKV_ACT_RELU && c->act != QKV_ACT_GELU && c->act != QKV_ACT_SILU)
         return qkv_fail(err, QKV_ERR_ARG, "unknown activation %d", (int)c->act);
+    if (c->pos_layout != QKV_POS_INTERLEAVED && c->pos_layout != QKV_POS_HALVES)
+        return qkv_fail(err, QKV_ERR_ARG, "unknown positional layout %d", (int)c->pos_layout);
+    if (c->decoder_start != QKV_BOS && c->decoder_start != QKV_PAD)
+        return qkv_fail(err, QKV_ERR_ARG, "decoding starts from <bos> (%d) or <pad> (%d), not "
+                        "id %d", QKV_BOS, QKV_PAD, c->decoder_start);
     if ((double)c->d_model * c->d_model * (c->enc_layers + c->dec_layers) > 4e10)
         return qkv_fail(err, QKV_ERR_ARG, "model too large");
     return QKV_OK;
@@ -51,7 +58,8 @@ static stack_dims dims_of(const qkv_transformer_config *c, int decoder)
 {
     stack_dims d = {decoder ? c->tgt_vocab : c->src_vocab, c->d_model, c->ffn, c->heads,
                     decoder ? c->dec_layers : c->enc_layers, c->pre_norm, c->bias, decoder, 0,
-                    decoder, c->act, c->ln_eps};
+                    decoder, c->act, c->ln_eps,
+                    c->scale_embedding ? sqrtf((float)c->d_model) : 1.0f};
     return d;
 }
 
@@ -134,6 +142,8 @@ qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_c
         qkv_transformer_free(m);
         return st;
     }
+    if (cfg->pos_layout == QKV_POS_HALVES)
+        qkv_sinusoidal_table_halves(m->core.pos_table, cfg->max_len, cfg->d_model);
     core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie != QKV_TIE_NONE);
     *out = m;
     return QKV_OK;

@@ -34,7 +34,7 @@ qkv_status qkv_lm_config_check(const qkv_lm_config *c, qkv_error *err)
                         "%d, %d)", c->ffn, c->layers, c->max_len);
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return qkv_fail(err, QKV_ERR_ARG, "dropout must be in [0, 1), got %g", (double)c->dropout);
-    if (c->act != QKV_ACT_RELU && c->act != QKV_ACT_GELU)
+    if (c->act != QKV_ACT_RELU && c->act != QKV_ACT_GELU && c->act != QKV_ACT_SILU)
         return qkv_fail(err, QKV_ERR_ARG, "unknown activation %d", (int)c->act);
     if (c->attention != QKV_ATTENTION_SOFTMAX && c->attention != QKV_ATTENTION_LINEAR)
         return qkv_fail(err, QKV_ERR_ARG, "unknown attention %d (softmax 0, linear 1)",
@@ -87,7 +87,8 @@ qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, 
     m->cfg = *cfg;
     m->dims = (stack_dims){cfg->vocab, cfg->d_model, cfg->ffn, cfg->heads, cfg->layers,
                            cfg->pre_norm, cfg->bias, 0,
-                           cfg->attention == QKV_ATTENTION_LINEAR, 0, cfg->act, cfg->ln_eps};
+                           cfg->attention == QKV_ATTENTION_LINEAR, 0, cfg->act, cfg->ln_eps,
+                           sqrtf((float)cfg->d_model)};
     m->w.stack.blocks = calloc((size_t)cfg->layers, sizeof(block_w));
     m->g.stack.blocks = calloc((size_t)cfg->layers, sizeof(block_w));
     m->acts.s.blocks = calloc((size_t)cfg->layers, sizeof(block_acts));

@@ -52,6 +52,7 @@ typedef struct {
     int id;               /* 0 encoder or language model, 1 decoder: names its dropout streams */
     qkv_activation act;
     float ln_eps;
+    float embed_scale; /* sqrt(C) (paper, section 3.4), or 1 */
 } stack_dims;
 
 static inline qkv_mha_config stack_mha_config(const stack_dims *d)

@@ -131,9 +131,9 @@ int qkv_train_batches(int *items, int *first, const qkv_dataset *d, int batch_to
 
 
 /* Gather examples items[0 .. B) into a batch of (B, Ts) sources and (B, Tt) targets;
- * decoder input is <bos> + Y[:-1]. */
-qkv_batch gather(const qkv_dataset *d, const int *items, int B, int Ts, int Tt,
-                        batch_buffers *bb)
+ * decoder input is start + Y[:-1]. */
+qkv_batch gather(const qkv_dataset *d, const int *items, int B, int Ts, int Tt, int start,
+                 batch_buffers *bb)
 {
     const int T = d->num_steps;
     for (int i = 0; i < B; i++) {
@@ -141,7 +141,7 @@ qkv_batch gather(const qkv_dataset *d, const int *items, int B, int Ts, int Tt,
         memcpy(bb->src + (size_t)i * Ts, d->src + (size_t)e * T, Ts * sizeof(int));
         memcpy(bb->tgt_out + (size_t)i * Tt, d->tgt + (size_t)e * T, Tt * sizeof(int));
         bb->src_valid[i] = d->src_valid[e];
-        bb->tgt_in[(size_t)i * Tt] = QKV_BOS;
+        bb->tgt_in[(size_t)i * Tt] = start;
         memcpy(bb->tgt_in + (size_t)i * Tt + 1, d->tgt + (size_t)e * T, (Tt - 1) * sizeof(int));
     }
     return (qkv_batch){B, Ts, Tt, bb->src, bb->src_valid, bb->tgt_in, bb->tgt_out};

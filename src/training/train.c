@@ -197,7 +197,8 @@ static qkv_status train_batch(run *r, int epoch, int bi, double t0, int64_t *tim
     const int size = r->plan.first[bi + 1] - r->plan.first[bi], T = d->num_steps;
     int Ts, Tt;
     batch_lengths(d, items, size, o->batch_tokens > 0, &Ts, &Tt);
-    const qkv_batch batch = gather(d, items, size, Ts, Tt, &r->bb);
+    const qkv_batch batch = gather(d, items, size, Ts, Tt,
+                                   qkv_transformer_get_config(r->m)->decoder_start, &r->bb);
     const int64_t step = r->opt.step + 1;
     const qkv_step_options so = {
         learning_rate(o, qkv_transformer_get_config(r->m)->d_model, step), o->clip,

@@ -36,8 +36,8 @@ typedef struct {
 qkv_status batch_buffers_init(batch_buffers *bb, int B, int T, qkv_error *err);
 void batch_buffers_free(batch_buffers *bb);
 /* Examples items[0 .. B) as a batch of (B, Ts) sources and (B, Tt) targets; the decoder
- * input is <bos> + Y[:-1]. */
-qkv_batch gather(const qkv_dataset *d, const int *items, int B, int Ts, int Tt,
+ * input is start + Y[:-1], start the model's decoder_start (<bos>, or Marian's <pad>). */
+qkv_batch gather(const qkv_dataset *d, const int *items, int B, int Ts, int Tt, int start,
                  batch_buffers *bb);
 /* The batch's padded lengths: the dataset's num_steps, or (cut) its longest pair's. */
 void batch_lengths(const qkv_dataset *d, const int *items, int B, int cut, int *Ts, int *Tt);

@@ -65,7 +65,7 @@ qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_
     for (int first = 0; !st && first < d->n; first += B) {
         int size = d->n - first < B ? d->n - first : B;
         for (int i = 0; i < size; i++) items[i] = first + i;
-        qkv_batch batch = gather(d, items, size, T, T, &bb);
+        qkv_batch batch = gather(d, items, size, T, T, qkv_transformer_get_config(m)->decoder_start, &bb);
         double loss = 0.0;
         int count = 0;
         st = qkv_transformer_loss(m, &batch, NULL /* evaluation */, &loss, &count, err);

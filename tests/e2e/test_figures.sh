@@ -149,7 +149,7 @@ check "positional heatmap decodes (${hw:-?} x ${hh:-?})" test "${hw:-0}" -gt 100
 check "30 positions draw another heatmap (${hw30:-?} x ${hh30:-?})" test "${hw30:-0}x${hh30:-0}" != "${hw}x${hh}"
 check "the same table draws the same bytes" cmp -s "$T/pos/positional-encoding-heatmap.png" \
   "$T/pos2/positional-encoding-heatmap.png"
-expect_fail "--positional needs d_model >= 10" "columns 6-9" "$QKV" plot --positional "$T/p8" --d-model 8
+expect_fail "--positional needs d_model >= 10" "d-model must be in \\[10, 4096\\]" "$QKV" plot --positional "$T/p8" --d-model 8
 expect_fail "plot needs a directory or --positional" "model directory" "$QKV" plot
 
 # ---- qkv plot DIR: training curves from metrics.jsonl

@@ -7,6 +7,9 @@
 #                       which keeps what the fuzzer finds between runs
 #   make fuzz-<target>  one of them (safetensors config checkpoint vocab corpus args bpe
 #                       lm_config lm_model lm_vocab lm_text)
+#   make fuzz-cli       the command-line fuzzer (cli_fuzz.py): random option vectors and values
+#                       against every command of $(BUILD)/qkv for FUZZ_SECONDS, each run under a
+#                       memory and a time limit; part of make fuzz
 #   make fuzz-regress   each harness once over tests/fuzz/regressions/<target>/* and its seeds
 #   make fuzz-seeds     regenerate the binary seeds (safetensors, config, checkpoint,
 #                       lm_config, lm_model)
@@ -47,8 +50,9 @@ FUZZ_MAXLEN_lm_config   := 4096
 FUZZ_MAXLEN_lm_model    := 8192
 FUZZ_MAXLEN_lm_vocab    := 4096
 FUZZ_MAXLEN_lm_text     := 4096
-# args_parse reports on stderr; libFuzzer keeps its own output and crash reports.
-FUZZ_FLAGS_args         := -close_fd_mask=2
+# args_parse reports on stderr and prints --help on stdout; libFuzzer keeps its own output and
+# crash reports.
+FUZZ_FLAGS_args         := -close_fd_mask=3
 
 FUZZ_ENV  := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
              OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -61,11 +65,11 @@ FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) \
                 $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(wildcard src/io/*.cc))
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: fuzz fuzz-build fuzz-regress fuzz-seeds fuzz-clean $(FUZZ_TARGETS:%=fuzz-%) \
+.PHONY: fuzz fuzz-build fuzz-regress fuzz-seeds fuzz-clean fuzz-cli $(FUZZ_TARGETS:%=fuzz-%) \
         $(FUZZ_TARGETS:%=fuzz-regress-%)
 
 fuzz-build: $(FUZZ_BIN)
-fuzz: $(FUZZ_TARGETS:%=fuzz-%)
+fuzz: $(FUZZ_TARGETS:%=fuzz-%) fuzz-cli
 fuzz-regress: $(FUZZ_TARGETS:%=fuzz-regress-%)
 
 # The library, instrumented for coverage (fuzzer-no-link) and sanitizers.
@@ -101,6 +105,14 @@ $(FUZZ_TARGETS:%=fuzz-regress-%): fuzz-regress-%: $(FUZZ_BUILD)/fuzz_%
 	  2>/dev/null | sort); \
 	echo "fuzz-regress-$*: $$(echo "$$files" | grep -c .) inputs"; \
 	[ -z "$$files" ] || $(FUZZ_ENV) $< $(FUZZ_OPTS) $$files
+
+# The qkv tool as built (not instrumented: RLIMIT_AS bounds its memory, which ASan's shadow
+# would not fit in). Failing runs are written to $(FUZZ_BUILD)/artifacts/cli/.
+BUILD ?= build
+PY ?= python3
+fuzz-cli: $(BUILD)/qkv
+	$(PY) tests/fuzz/cli_fuzz.py $(BUILD)/qkv --seconds $(FUZZ_SECONDS) \
+	  --artifacts $(FUZZ_BUILD)/artifacts/cli
 
 $(FUZZ_BUILD)/make_seeds: $(FUZZ_BUILD)/tests/fuzz/make_seeds.o $(FUZZ_BUILD)/libqkv.a
 	$(FUZZ_CC) -fsanitize=fuzzer-no-link $(FUZZ_SAN) -o $@ $< $(FUZZ_BUILD)/libqkv.a \

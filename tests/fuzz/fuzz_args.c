@@ -31,19 +31,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t seed = 0;
     const char *out = NULL, *tie = "none";
     const opt_spec opts[] = {
-        {"out", OPT_STRING, &out, "model directory to write"},
-        {"tie", OPT_STRING, &tie, "weight sharing: none, output, all"},
-        {"num-steps", OPT_INT, &steps, "tokens per sentence"},
-        {"lr", OPT_FLOAT, &lr, "Adam learning rate"},
-        {"seed", OPT_U64, &seed, "initialisation, data order and dropout"},
-        {"quiet", OPT_FLAG, &quiet, "no progress output"},
+        {"out", OPT_STRING, &out, "model directory to write", NULL},
+        {"tie", OPT_STRING, &tie, "weight sharing: none, output, all", NULL},
+        {"num-steps", OPT_INT, &steps, "tokens per sentence", "[2, 65536]"},
+        {"lr", OPT_FLOAT, &lr, "Adam learning rate", "> 0"},
+        {"seed", OPT_U64, &seed, "initialisation, data order and dropout", ">= 0"},
+        {"quiet", OPT_FLAG, &quiet, "no progress output", NULL},
         {"a-name-long-enough-to-overflow-the-column-of-the-usage-text-by-far", OPT_INT, &steps,
-         "an option whose name does not fit the usage column"},
-        {NULL, 0, NULL, NULL},
+         "an option whose name does not fit the usage column", ">= 0"},
+        {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts, "usage: qkv train [options]");
     FUZZ_CHECK(rc == 0 || rc == 1 || rc == -1);
     FUZZ_CHECK(isfinite(lr) && (quiet == 0 || quiet == 1));
+    FUZZ_CHECK(rc != 0 || (lr > 0.0f && steps >= 0)); /* a value out of its range is refused */
+
     int out_ok = !out, tie_ok = !strcmp(tie, "none");
     for (int i = 2; i < argc; i++) {
         uintptr_t a = (uintptr_t)argv[i], z = a + strlen(argv[i]);

@@ -54,6 +54,14 @@ CONFIGS = {
                  dec_layers=2, max_len=9, bias=1, pre_norm=0, final_norm=1, act="relu",
                  tie="all", learned_pos=1, ln_eps=1e-6),
         label_smoothing=0.1, clip=0.0, lr=1e-3),
+    # Marian's model (qkv import marian): post-norm, biases everywhere, SiLU, [sin | cos]
+    # positions, unscaled embeddings, one vocabulary tied all over, decoding from <pad>
+    "marian_silu": dict(
+        cfg=dict(src_vocab=16, tgt_vocab=16, d_model=12, heads=3, ffn=20, enc_layers=2,
+                 dec_layers=2, max_len=11, bias=1, pre_norm=0, final_norm=0, act="silu",
+                 tie="all", learned_pos=0, ln_eps=1e-5, pos_layout="sin_cos",
+                 scale_embedding=0, decoder_start=1),
+        label_smoothing=0.1, clip=0.0, lr=2e-3),
 }
 
 
@@ -69,7 +77,7 @@ def random_ids(rng, n, V):
     return ids
 
 
-def make_batch(rng, Vs, Vt):
+def make_batch(rng, Vs, Vt, start=2):
     """A padded batch, d2l's layout: the source ends with <eos> then <pad>; the decoder input is
     <bos> then the target without its <eos>; labels are the target then <pad>. Lengths are
     drawn so that most rows are padded and row 0 is always shorter than the batch."""
@@ -83,7 +91,7 @@ def make_batch(rng, Vs, Vt):
         src[b, :Ls - 1], src[b, Ls - 1], src_valid[b] = random_ids(rng, Ls - 1, Vs), 3, Ls
         y = np.append(random_ids(rng, Lt - 1, Vt), 3)
         tgt_out[b, :Lt] = y
-        tgt_in[b, 0], tgt_in[b, 1:Lt] = qkv_torch.BOS, y[:-1]
+        tgt_in[b, 0], tgt_in[b, 1:Lt] = start, y[:-1]
     return {"src": src, "src_valid": src_valid, "tgt_in": tgt_in, "tgt_out": tgt_out}
 
 
@@ -132,7 +140,8 @@ def check_against_nn_transformer(model, batch):
         norm_into(ln, norm)
         return ln
 
-    kw = dict(d_model=C, nhead=H, dim_feedforward=Fh, dropout=0.0, activation=act,
+    kw = dict(d_model=C, nhead=H, dim_feedforward=Fh, dropout=0.0,
+              activation=torch.nn.functional.silu if act == "silu" else act,
               layer_norm_eps=eps, batch_first=True, norm_first=bool(c["pre_norm"]))
     enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), c["enc_layers"],
                                 norm=final(model.encoder.norm), enable_nested_tensor=False)
@@ -173,7 +182,8 @@ def run(name, spec, save):
     cfg = qkv_torch.make_config(spec["cfg"], dropout=0.0)
     model = qkv_torch.QKVTransformer(cfg)
     random_weights(model, rng)
-    batches = [make_batch(rng, cfg["src_vocab"], cfg["tgt_vocab"]) for _ in range(N_BATCHES)]
+    batches = [make_batch(rng, cfg["src_vocab"], cfg["tgt_vocab"], cfg["decoder_start"])
+               for _ in range(N_BATCHES)]
     t = {f"batch{k}.{key}": a for k, b in enumerate(batches) for key, a in b.items()}
     t.update({"init." + n: a for n, a in model.qkv_state().items()})
 

@@ -75,7 +75,14 @@ static qkv_transformer_config ref_config(const qkv_tensor_file *f)
     const char *act = meta_str(f, "act"), *tie = meta_str(f, "tie");
     if (!strcmp(act, "relu")) c.act = QKV_ACT_RELU;
     else if (!strcmp(act, "gelu")) c.act = QKV_ACT_GELU;
+    else if (!strcmp(act, "silu")) c.act = QKV_ACT_SILU;
     else fail_msg("unknown activation '%s'", act);
+    const char *layout = meta_str(f, "pos_layout");
+    if (!strcmp(layout, "interleaved")) c.pos_layout = QKV_POS_INTERLEAVED;
+    else if (!strcmp(layout, "sin_cos")) c.pos_layout = QKV_POS_HALVES;
+    else fail_msg("unknown positional layout '%s'", layout);
+    c.scale_embedding = tu_ref_int(f, "scale_embedding");
+    c.decoder_start = tu_ref_int(f, "decoder_start");
     if (!strcmp(tie, "none")) c.tie = QKV_TIE_NONE;
     else if (!strcmp(tie, "output")) c.tie = QKV_TIE_OUTPUT;
     else if (!strcmp(tie, "all")) c.tie = QKV_TIE_ALL;
@@ -287,6 +294,7 @@ int main(void)
         CASE("model_postnorm_d2l"),
         CASE("model_prenorm_tied_clip"),
         CASE("model_tieall_learned"),
+        CASE("model_marian_silu"),
     };
     return cmocka_run_group_tests_name("model_parity", tests, NULL, NULL);
 }

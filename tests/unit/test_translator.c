@@ -451,8 +451,13 @@ static void test_open_errors(void **state)
     word_model_dir(dir, sizeof dir, 7);
     snprintf(path, sizeof path, "%s/nowhere", dir);
     expect_open_error(path, QKV_ERR_IO, "config.json");
+    write_file(dir, "text.json", "{\"tokenizer\": \"characters\"}\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "text.json: unknown tokenizer \"characters\"");
+    /* a SentencePiece model names its models, which must be there */
     write_file(dir, "text.json", "{\"tokenizer\": \"sentencepiece\"}\n");
-    expect_open_error(dir, QKV_ERR_FORMAT, "text.json: unknown tokenizer \"sentencepiece\"");
+    expect_open_error(dir, QKV_ERR_IO, "source.spm: cannot open");
+    write_file(dir, "text.json", "{\"tokenizer\": \"spm\", \"source_spm\": \"../x.spm\"}\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "\"source_spm\" must be a file name");
     write_file(dir, "text.json", "{\"tokenizer\": ");
     expect_open_error(dir, QKV_ERR_FORMAT, "text.json: not valid JSON");
     write_file(dir, "text.json", "{\"tokenizer\": \"bpe\"}\n");

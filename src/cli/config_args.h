@@ -1,0 +1,28 @@
+/* --config FILE.json: options from a JSON object, for every command.
+ *
+ * main() expands each "--config FILE" (or "--config=FILE") of the command line into the
+ * options FILE names, in a block that args_parse reads first (the command line wins):
+ *   qkv train --lr 0.01 --config run.json   ->   qkv train --config run.json --lr=0.005
+ *                                                 --tie=output --bias --config-end --lr 0.01
+ * A key is an option's name, with '_' or '-' ("label_smoothing", "label-smoothing"); a value
+ * is a number, a string or a boolean (a flag: true sets it, false leaves it off). So what
+ * train.json and train-lm's train.json record is a valid --config: its record-only keys
+ * ("history", "train_tokens", "val_tokens") are skipped, "valid_bleu": false is --no-bleu, and
+ * train.json's "data" with a "tgt" is --src. Everything else args_parse checks as it checks the
+ * command line (unknown keys, types, ranges), naming FILE. */
+#ifndef QKV_CLI_CONFIG_ARGS_H
+#define QKV_CLI_CONFIG_ARGS_H
+
+/* The words args_parse knows a block by, and the value a JSON false becomes (a byte no JSON
+ * string of a config may start with). */
+#define CONFIG_BEGIN "--config"
+#define CONFIG_END "--config-end"
+#define CONFIG_FALSE "\001false"
+
+/* Replaces *argv (and *argc) by the expanded command line when it has a --config; *owned then
+ * holds every allocation, for config_args_free, else NULL. 0, or -1 after a message naming the
+ * file (and key). */
+int config_args_expand(int *argc, char ***argv, char ***owned);
+void config_args_free(char **owned);
+
+#endif

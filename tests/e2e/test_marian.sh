@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# End-to-end tests of qkv import marian: the directory it writes (and that the other commands
+# read it), and every refusal with its reason: not a Marian model, an architecture qkv does
+# not represent, a vocabulary that does not fit, missing files, a pytorch_model.bin without
+# safetensors, an output directory that holds a model. The Hugging Face directories are the
+# small random-weight ones of tests/parity/make_marian_reference.py (in $QKV_PARITY_DIR; the
+# numbers against transformers are tests/unit/test_marian.c's). A few seconds.
+# Usage: test_marian.sh QKV_BINARY
+set -u
+QKV=$(realpath "$1")
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+P=${QKV_PARITY_DIR:-build/parity}
+HF=$P/marian_shared_swish
+if [ ! -f "$HF/config.json" ]; then
+  echo "no $HF (make build/parity/.stamp writes it)"; bad "reference directories present"
+  echo "$pass passed, $fail failed"; exit 1
+fi
+expect_fail() {
+  local name=$1 pat=$2; shift 2
+  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
+  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 400 "$T/err")"; fi
+}
+# variant NAME: a copy of the shared_swish directory to break
+variant() { rm -rf "$T/$1"; cp -r "$HF" "$T/$1"; }
+# set_key DIR KEY JSON_VALUE: config.json's KEY set (or removed with the value "DELETE")
+set_key() {
+  /usr/bin/python3 - "$1/config.json" "$2" "$3" <<'PY'
+import json, sys
+p, k, v = sys.argv[1:]
+c = json.load(open(p))
+if v == "DELETE": c.pop(k, None)
+else: c[k] = json.loads(v)
+json.dump(c, open(p, "w"))
+PY
+}
+
+# ---- the directory
+"$QKV" import marian "$HF" --out "$T/m" 2>"$T/err" || bad "import: $(cat "$T/err")"
+check "writes config, model, vocabularies, both SentencePiece models and text.json" \
+  bash -c "cd '$T/m' && ls config.json model.safetensors src_vocab.txt tgt_vocab.txt source.spm target.spm text.json >/dev/null"
+check "the .spm files are Marian's, byte for byte" \
+  bash -c "cmp -s '$HF/source.spm' '$T/m/source.spm' && cmp -s '$HF/target.spm' '$T/m/target.spm'"
+check "config.json holds Marian's options" \
+  bash -c "grep -q '\"act\":.*\"silu\"' '$T/m/config.json' && grep -q '\"pos_layout\":.*\"sin_cos\"' '$T/m/config.json' && grep -q '\"decoder_start\":.*\"<pad>\"' '$T/m/config.json' && grep -q '\"suppress_pad\":.*true' '$T/m/config.json' && grep -q '\"tie\":.*\"all\"' '$T/m/config.json' && grep -q '\"forced_eos\":.*true' '$T/m/config.json'"
+check "the vocabularies start with qkv's reserved tokens" \
+  bash -c "[ \"\$(head -4 '$T/m/tgt_vocab.txt' | tr '\n' ' ')\" = '<unk> <pad> <bos> <eos> ' ]"
+expect_fail "a second import onto the model is refused" "already holds|--overwrite" \
+  "$QKV" import marian "$HF" --out "$T/m"
+check "... and --overwrite replaces it" bash -c "'$QKV' import marian '$HF' --out '$T/m' --overwrite 2>/dev/null"
+
+# ---- the command line
+expect_fail "no kind" "which kind" "$QKV" import
+expect_fail "an unknown kind" "unknown kind 'bert'" "$QKV" import bert "$HF" --out "$T/x"
+expect_fail "no --out" "needs HF_DIR and --out" "$QKV" import marian "$HF"
+check "--help on stdout" bash -c "'$QKV' import --help | grep -q 'qkv import marian HF_DIR --out DIR'"
+expect_fail "a directory that does not exist" "config.json" "$QKV" import marian "$T/nowhere" --out "$T/x"
+echo "{\"out\": \"$T/viacfg\"}" >"$T/imp.json"
+check "--config gives --out" bash -c "'$QKV' import marian '$HF' --config '$T/imp.json' 2>/dev/null && test -s '$T/viacfg/model.safetensors'"
+echo '{"beam": 4}' >"$T/bad.json"
+expect_fail "--config: an unknown key names the file" "bad.json: unknown option '--beam" \
+  "$QKV" import marian "$HF" --config "$T/bad.json" --out "$T/x2"
+
+# ---- what qkv cannot represent is refused with the reason, and nothing is written
+variant bart; set_key "$T/bart" model_type '"bart"'
+expect_fail "another model type" '"model_type" is "bart", not "marian"' \
+  "$QKV" import marian "$T/bart" --out "$T/o1"
+check "... and no model is written" test ! -e "$T/o1/model.safetensors"
+variant prenorm; set_key "$T/prenorm" normalize_before true
+expect_fail "pre-norm (normalize_before)" 'normalize_before.*post-norm' \
+  "$QKV" import marian "$T/prenorm" --out "$T/o2"
+variant act; set_key "$T/act" activation_function '"gelu_new"'
+expect_fail "an activation qkv lacks" 'activation "gelu_new"' "$QKV" import marian "$T/act" --out "$T/o3"
+variant heads; set_key "$T/heads" decoder_attention_heads 2
+expect_fail "encoder and decoder of different shapes" 'heads 4 and 2' \
+  "$QKV" import marian "$T/heads" --out "$T/o4"
+variant start; set_key "$T/start" decoder_start_token_id 0
+expect_fail "decoding started from another token than <pad>" 'starts from id 0, not the pad' \
+  "$QKV" import marian "$T/start" --out "$T/o5"
+variant bad; set_key "$T/bad" bad_words_ids '[[5], [6]]'
+expect_fail "bad words other than <pad>" 'bad_words_ids' "$QKV" import marian "$T/bad" --out "$T/o6"
+variant forced; set_key "$T/forced" forced_eos_token_id 3
+expect_fail "</s> forced as another token" 'forced_eos_token_id" 3 is not the end' \
+  "$QKV" import marian "$T/forced" --out "$T/o17"
+variant learned; set_key "$T/learned" static_position_embeddings false
+expect_fail "learned positions" 'learned positions' "$QKV" import marian "$T/learned" --out "$T/o7"
+variant vocab; set_key "$T/vocab" vocab_size 500; set_key "$T/vocab" decoder_vocab_size 500
+expect_fail "a vocabulary smaller than the embedding" 'no token has id|embedding rows' \
+  "$QKV" import marian "$T/vocab" --out "$T/o8"
+variant pad; set_key "$T/pad" pad_token_id 5; set_key "$T/pad" decoder_start_token_id 5
+set_key "$T/pad" bad_words_ids '[[5]]'
+expect_fail "a pad id that is not vocab.json's <pad>" 'needs <unk>, <pad> with id 5' \
+  "$QKV" import marian "$T/pad" --out "$T/o9"
+variant nospm; rm "$T/nospm/target.spm"
+expect_fail "no target.spm" 'target.spm: missing' "$QKV" import marian "$T/nospm" --out "$T/o10"
+variant bin; mv "$T/bin/model.safetensors" "$T/bin/pytorch_model.bin"
+expect_fail "pytorch_model.bin only: how to convert" 'pytorch_model.bin.*convert it to safetensors' \
+  "$QKV" import marian "$T/bin" --out "$T/o11"
+variant extra
+/usr/bin/python3 - "$T/extra/model.safetensors" <<'PY'
+import sys
+from safetensors.numpy import load_file, save_file
+import numpy as np
+t = load_file(sys.argv[1]); t["model.encoder.layernorm_embedding.weight"] = np.ones(16, np.float32)
+save_file(t, sys.argv[1])
+PY
+expect_fail "a tensor qkv has no place for (a LayerNorm on the embeddings)" \
+  "layernorm_embedding.weight' has no place" "$QKV" import marian "$T/extra" --out "$T/o12"
+variant half
+/usr/bin/python3 - "$T/half/model.safetensors" <<'PY'
+import sys
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1]); save_file({k: v.astype("float16") for k, v in t.items()}, sys.argv[1])
+PY
+expect_fail "float16 tensors" 'F16|float32' "$QKV" import marian "$T/half" --out "$T/o13"
+
+# ---- positions stored in the file (older transformers saved them): Marian's table is
+# accepted, anything else refused
+variant pos
+/usr/bin/python3 - "$T/pos/model.safetensors" <<'PY' 2>/dev/null
+import sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1])
+angle = np.arange(128)[:, None] / np.power(10000.0, 2.0 * np.arange(8) / 16)
+w = np.concatenate([np.sin(angle), np.cos(angle)], axis=1).astype(np.float32)
+t["model.encoder.embed_positions.weight"] = w; t["model.decoder.embed_positions.weight"] = w
+save_file(t, sys.argv[1])
+t["model.decoder.embed_positions.weight"] = w[:, ::-1].copy()
+save_file(t, sys.argv[1] + ".bad")
+PY
+check "Marian's positions in the file are accepted" \
+  bash -c "'$QKV' import marian '$T/pos' --out '$T/o14' 2>/dev/null && cmp -s '$T/o14/model.safetensors' '$T/m/model.safetensors'"
+mv "$T/pos/model.safetensors.bad" "$T/pos/model.safetensors"
+expect_fail "other positions are refused" "not the \[sin \| cos\] sinusoidal table" \
+  "$QKV" import marian "$T/pos" --out "$T/o15"
+
+# ---- the README's conversion of pytorch_model.bin gives the same model
+variant bin2
+# a pytorch_model.bin as older transformers wrote it: the tied embeddings stored under each
+# of their names, sharing memory
+(cd "$T/bin2" && /usr/bin/python3 -c "
+import torch, safetensors.torch as st
+sd = st.load_file('model.safetensors'); e = sd['model.shared.weight']
+sd.update({'model.encoder.embed_tokens.weight': e, 'model.decoder.embed_tokens.weight': e,
+           'lm_head.weight': e})
+torch.save(sd, 'pytorch_model.bin')" && rm model.safetensors &&
+ /usr/bin/python3 -c 'import torch, safetensors.torch as st
+sd = torch.load("pytorch_model.bin", map_location="cpu")
+st.save_file({k: v.float().clone().contiguous() for k, v in sd.items()}, "model.safetensors", {"format": "pt"})')
+check "pytorch_model.bin converted as the README says imports to the same model" \
+  bash -c "'$QKV' import marian '$T/bin2' --out '$T/o16' 2>/dev/null && cmp -s '$T/o16/model.safetensors' '$T/m/model.safetensors'"
+
+# ---- SiLU is an activation qkv trains with too
+awk 'BEGIN { srand(3); for (i = 0; i < 40; i++) { s = ""; for (j = 0; j < 4; j++)
+       s = s (j ? " " : "") substr("abcdef", 1 + int(rand() * 6), 1); print s "\t" s } }' >"$T/copy.tsv"
+check "qkv train --act silu trains and translates a model that says so" bash -c "
+  '$QKV' train --data '$T/copy.tsv' --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 8 \
+    --num-steps 6 --epochs 1 --threads 1 --quiet --act silu --out '$T/silu' >/dev/null 2>&1 &&
+  grep -q '\"act\":.*\"silu\"' '$T/silu/config.json' &&
+  echo 'a b c d' | '$QKV' translate --model '$T/silu' >/dev/null 2>&1"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
