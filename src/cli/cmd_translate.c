@@ -2,6 +2,7 @@
  * qkv eval: translate a held-out corpus and score it with BLEU. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -32,12 +33,71 @@ static int open_model(qkv_translator **t, qkv_translate_options *o, const char *
     return 0;
 }
 
-static void warn_truncated(qkv_translator *t, const qkv_translations *r)
+/* first: the number of r's first sentence (its line) less one. */
+static void warn_truncated(qkv_translator *t, const qkv_translations *r, long first)
 {
     if (!r->truncated) return;
-    fprintf(stderr, "qkv: warning: sentence %d has %d tokens with <eos>; the model accepts %d, "
-            "so it is truncated (and others like it)\n", r->first_truncated + 1,
+    fprintf(stderr, "qkv: warning: sentence %ld has %d tokens with <eos>; the model accepts %d, "
+            "so it is truncated (and others like it)\n", first + r->first_truncated + 1,
             r->first_truncated_len, qkv_transformer_get_config(qkv_translator_model(t))->max_len);
+}
+
+/* A source that is mostly tokens the model does not know is translated all the same (a
+ * fluent sentence unrelated to it): say so, naming its line. */
+static void warn_unknown(const qkv_translations *r, long first, const char *name)
+{
+    for (int i = 0; r->unknown && i < r->count; i++)
+        if (r->src_len[i] > 0 && 2 * r->unknown[i] >= r->src_len[i]) /* half or more */
+            fprintf(stderr, "qkv: warning: %s:%ld: %d of its %d tokens are unknown to the model "
+                    "(<unk>); the translation is unreliable\n", name, first + i + 1,
+                    r->unknown[i], r->src_len[i]);
+}
+
+static void print_translations(const qkv_translations *r, long first)
+{
+    for (int h = 0; h < r->count * r->n_best; h++) {
+        if (!r->text[h]) continue; /* fewer hypotheses than asked exist */
+        if (r->n_best == 1) puts(r->text[h]);
+        else printf("%ld ||| %s ||| %.6f\n", first + h / r->n_best, r->text[h], r->score[h]);
+    }
+}
+
+/* One line in, its translation out and flushed, until the input ends: translate as a filter
+ * in a pipe or at a terminal. The exit status. */
+static int translate_stream(qkv_translator *t, FILE *in, const char *name,
+                            const qkv_translate_options *o)
+{
+    char *line = NULL, where[300];
+    size_t cap = 0;
+    ssize_t n;
+    long number = 0;
+    int rc = 0;
+    while (!rc && (n = getline(&line, &cap, in)) >= 0) {
+        qkv_sentences words = {0};
+        qkv_translations r = {0};
+        qkv_error err = {0};
+        snprintf(where, sizeof where, "%s line %ld", name, ++number);
+        if (qkv_tokenizer_words(qkv_translator_tokenizer(t), &words, line, (size_t)n, where,
+                                &err) ||
+            qkv_translate_words(&r, t, &words, o, &err)) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            rc = 1;
+        } else {
+            if (!words.count) puts(""); /* an empty line: an empty translation */
+            warn_truncated(t, &r, number - 1);
+            warn_unknown(&r, number - 1, name);
+            print_translations(&r, number - 1);
+            if (fflush(stdout)) rc = 1;
+        }
+        qkv_sentences_free(&words);
+        qkv_translations_free(&r);
+    }
+    if (!rc && ferror(in)) {
+        fprintf(stderr, "qkv translate: cannot read %s\n", name);
+        rc = 1;
+    }
+    free(line);
+    return rc;
 }
 
 /* The attention behind each sentence's (best) translation, drawn from the model's tokens. */
@@ -101,6 +161,22 @@ int cmd_translate(int argc, char **argv)
     }
     qkv_translator *t;
     if ((rc = open_model(&t, &o, "translate", model, precision, threads))) return rc;
+    /* A file is translated in batches; a pipe or a terminal line by line, each translation
+     * printed as soon as it is made (attention figures need the batch path) */
+    struct stat st;
+    FILE *in = input ? fopen(input, "rb") : stdin;
+    if (!in) {
+        fprintf(stderr, "qkv: %s: cannot open\n", input);
+        qkv_translator_free(t);
+        return 1;
+    }
+    if (!attention && (fstat(fileno(in), &st) || !S_ISREG(st.st_mode))) {
+        rc = translate_stream(t, in, input ? input : "stdin", &o);
+        if (input) fclose(in);
+        qkv_translator_free(t);
+        return rc;
+    }
+    if (input) fclose(in);
     size_t len;
     char *text = cli_read_all(input, &len);
     qkv_sentences words = {0};
@@ -114,12 +190,9 @@ int cmd_translate(int argc, char **argv)
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
-    warn_truncated(t, &r);
-    for (int h = 0; h < r.count * r.n_best; h++) {
-        if (!r.text[h]) continue; /* fewer hypotheses than asked exist */
-        if (r.n_best == 1) puts(r.text[h]);
-        else printf("%d ||| %s ||| %.6f\n", h / r.n_best, r.text[h], r.score[h]);
-    }
+    warn_truncated(t, &r, 0);
+    warn_unknown(&r, 0, input ? input : "stdin");
+    print_translations(&r, 0);
     if (fflush(stdout) || (attention && draw_attention(t, &words, &r, attention))) goto done;
     rc = 0;
 done:
@@ -223,7 +296,7 @@ int cmd_eval(int argc, char **argv)
         qkv_translate_words(&r, t, &c.source, &o, &err))
         fprintf(stderr, "qkv: %s\n", err.msg);
     else {
-        warn_truncated(t, &r);
+        warn_truncated(t, &r, 0);
         rc = print_bleu(t, &c, &r, show) ? 1 : 0;
     }
     qkv_corpus_free(&c);

@@ -135,6 +135,27 @@ printf 'Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n' >"$T/de"
 "$QKV" translate --model "$T/m" --input "$T/de" --max-len 8 >"$T/en" 2>"$T/err"
 check "translate with a SentencePiece model: one line per line" test "$(wc -l <"$T/en")" -eq 2
 check "its output is detokenised text (no ▁)" test "$(grep -c "▁" "$T/en")" -eq 0
+# translate streams: through a fifo, the first translation arrives before the input ends
+rm -f "$T/in"; mkfifo "$T/in"
+"$QKV" translate --model "$T/m" --max-len 6 <"$T/in" >"$T/stream" 2>"$T/err" &
+pid=$!
+exec 3>"$T/in"
+echo "Ein Mann fährt Fahrrad." >&3
+for _ in $(seq 100); do [ -s "$T/stream" ] && break; sleep 0.1; done
+check "translate streams (the first line is out before stdin closes)" test "$(wc -l <"$T/stream")" -eq 1
+echo "Zwei Hunde." >&3
+exec 3>&-
+wait $pid
+check "translate streams: one line out per line in" test "$(wc -l <"$T/stream")" -eq 2
+"$QKV" translate --model "$T/m" --max-len 6 --input "$T/de" >"$T/batch" 2>/dev/null
+printf 'Ein Mann fährt Fahrrad.\nZwei Hunde.\n' | "$QKV" translate --model "$T/m" --max-len 6 >"$T/piped"
+check "a pipe and a file give the same translations" cmp -s <(head -1 "$T/batch") <(head -1 "$T/piped")
+# a line that is mostly <unk> is translated, with a warning naming it
+printf 'Ein Mann.\n☃☃☃ ☂☂ ☄\nEin Hund.\n' | "$QKV" translate --model "$T/m" --max-len 4 >"$T/out" 2>"$T/err"
+check "a line mostly <unk>: a warning naming its line" grep -q "stdin:2: .* unknown to the model" "$T/err"
+check "... and only that line" test "$(grep -c "unknown to the model" "$T/err")" -eq 1
+check "... still translated, one line per line" test "$(wc -l <"$T/out")" -eq 3
+
 # BPE type, one model for both languages, shared embeddings
 "$QKV" train --src "$M30/train.de" --tgt "$M30/train.en" --num-examples $N --tokenizer spm \
   --spm-type bpe --joint-bpe --tie all --vocab-size 400 "${SMALL[@]}" --out "$T/j" 2>"$T/err"
