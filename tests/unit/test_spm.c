@@ -196,6 +196,7 @@ static void test_load_bytes(void **state)
     assert_int_equal(qkv_spm_size(m), qkv_spm_size(s));
     for (int id = 0; id < qkv_spm_size(s); id++)
         assert_string_equal(qkv_spm_piece(m, id), qkv_spm_piece(s, id));
+    qkv_spm_free(m);
     assert_int_equal(qkv_spm_load_bytes(&m, bytes, size / 2, "half", &err), QKV_ERR_FORMAT);
     assert_null(m);
     assert_non_null(strstr(err.msg, "half"));
