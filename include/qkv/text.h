@@ -30,9 +30,9 @@ extern "C" {
 
 /* d2l's preprocess_nmt on one piece of UTF-8 text:
  *   1. U+202F (narrow no-break space) and U+00A0 (no-break space) become ' ';
- *   2. letters are lower-cased as Python's str.lower() does for ASCII, Latin-1, Latin
- *      Extended-A and basic Cyrillic (U+0400..U+042F), a superset of what fra.txt and
- *      Multi30k contain; other characters are copied unchanged;
+ *   2. letters are lower-cased as Python's str.lower() does: Unicode's lower-case mapping
+ *      (utf8proc's), 'İ' as "i" + U+0307, and Σ as ς where it ends a word (Final_Sigma),
+ *      so Greek capitals lower like Latin and Cyrillic ones;
  *   3. a space is inserted before each of , . ! ? whose preceding character is not a space.
  * out (capacity >= QKV_PREPROCESS_BOUND(len)) receives the NUL-terminated result and
  * *out_len its length. Fails with QKV_ERR_FORMAT, naming the byte offset, on invalid UTF-8

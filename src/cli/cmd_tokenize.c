@@ -76,28 +76,42 @@ static qkv_status encode_line(const qkv_spm *s, const char *line, size_t len, in
     return st;
 }
 
+/* d2l's preprocessing of one line, written to stdout. */
+static qkv_status preprocess_line(const char *line, size_t len, qkv_error *err)
+{
+    char *out = malloc(QKV_PREPROCESS_BOUND(len));
+    if (!out) return out_of_memory(err);
+    qkv_status st = qkv_preprocess(out, NULL, line, len, err);
+    if (!st) fputs(out, stdout);
+    free(out);
+    return st;
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
     const char *spm = NULL;
-    int pieces = 0, ids = 0, decode = 0;
+    int pieces = 0, ids = 0, decode = 0, d2l = 0;
     const opt_spec opts[] = {
         {"spm", OPT_STRING, &spm, "SentencePiece model file (.model / .spm)", NULL},
         {"pieces", OPT_FLAG, &pieces, "pieces, space-separated (the default)", NULL},
         {"ids", OPT_FLAG, &ids, "ids, space-separated", NULL},
         {"decode", OPT_FLAG, &decode, "read pieces (or with --ids, ids) and write the text", NULL},
+        {"d2l", OPT_FLAG, &d2l, "instead: d2l's preprocessing of each line (lower case as "
+                                "Python's str.lower, a space before , . ! ?)", NULL},
         {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv tokenize --spm FILE [--pieces | --ids] [--decode] "
+                        "usage: qkv tokenize (--spm FILE [--pieces | --ids] [--decode] | --d2l) "
                         "< text > tokens");
     if (rc) return rc > 0 ? 0 : 2;
-    if (!spm || (pieces && ids)) {
-        fprintf(stderr, "qkv tokenize: needs --spm FILE, and --pieces or --ids (not both)\n");
+    if ((!spm && !d2l) || (spm && d2l) || (pieces && ids)) {
+        fprintf(stderr, "qkv tokenize: needs --spm FILE or --d2l, and --pieces or --ids (not "
+                "both)\n");
         return 2;
     }
-    qkv_spm *s;
+    qkv_spm *s = NULL;
     qkv_error err = {0};
-    if (qkv_spm_load(&s, spm, &err)) {
+    if (spm && qkv_spm_load(&s, spm, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         return 1;
     }
@@ -114,7 +128,9 @@ int cmd_tokenize(int argc, char **argv)
         if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
         if (n > 0 && line[n - 1] == '\r') line[--n] = '\0';
         qkv_status st;
-        if (decode) {
+        if (d2l) {
+            st = preprocess_line(line, (size_t)n, &err);
+        } else if (decode) {
             char *text = NULL;
             if (!(st = decode_line(s, line, ids, &text, &err))) fputs(text, stdout);
             free(text);

@@ -93,6 +93,30 @@ check "tokenize streams (output before stdin closes)" test -s "$T/stream"
 exec 3>&-
 wait $pid
 
+# ---- d2l's preprocessing (the word-level models' text) lower-cases as Python's str.lower:
+# every line of the corpora, and every character of U+0020..U+1FFF (Latin, Greek, Cyrillic...)
+# with Σ in every context
+"$PY" - "$T" <<'PY' || bad "the reference preprocessing"
+import sys
+T = sys.argv[1]
+def preprocess_nmt(text):  # d2l's, one line at a time
+    text = text.replace("\u202f", " ").replace("\xa0", " ").lower()
+    return "".join(" " + c if i > 0 and c in ",.!?" and text[i - 1] != " " else c
+                   for i, c in enumerate(text))
+chars = [chr(c) for c in range(0x20, 0x2000) if chr(c).isprintable()]
+lines = ["".join(chars[i:i + 64]) for i in range(0, len(chars), 64)]
+lines += ["ΟΔΟΣ ΚΑΙ ΣΟΦΙΑ.", "ΑΣ'Σ Σ:Σ ΑΣΑ Σ", "ΣΑΣ, ΣΑΣ! ΑΣ\u0301 ΑΣ\u0301Α", "İSTANBUL DİL"]
+corpus = open(f"{T}/all.txt", encoding="utf-8").read().split("\n")[:-1]
+with open(f"{T}/chars.txt", "w", encoding="utf-8") as f:
+    f.writelines(l + "\n" for l in lines + corpus)
+with open(f"{T}/chars.want", "w", encoding="utf-8") as f:
+    f.writelines(preprocess_nmt(l) + "\n" for l in lines + corpus)
+PY
+"$QKV" tokenize --d2l <"$T/chars.txt" >"$T/chars.out" 2>"$T/err"
+check "d2l preprocessing is Python's str.lower (Greek, Latin, Cyrillic; all corpus lines)" \
+  cmp -s "$T/chars.out" "$T/chars.want"
+if ! cmp -s "$T/chars.out" "$T/chars.want"; then diff "$T/chars.out" "$T/chars.want" | head -4; fi
+
 # ---- bad input
 expect_fail "needs --spm" "spm" "$QKV" tokenize
 expect_fail "--pieces and --ids together" "not both" "$QKV" tokenize --spm "$T/bpe.model" --pieces --ids
