@@ -394,7 +394,8 @@ qkv_status qkv_spm_vocab(qkv_vocab *v, const qkv_spm *s, const char *name, qkv_e
  * words themselves, or their subword pieces), and tokens become ids through the side's
  * vocabulary. A model directory records the choice in text.json
  * ({"tokenizer": "d2l" | "whitespace" | "bpe" | "spm" (or "sentencepiece"), "source_bos":
- * false}; absent: d2l).
+ * false, "case": "keep"}; absent: d2l). "case": "keep" (a byte-pair model trained by this
+ * qkv) reads raw text split on whitespace instead of d2l's lower-cased words.
  * A SentencePiece model ("spm") reads raw text: its words are the line split on whitespace
  * with nothing changed (case and punctuation kept), and its tokens are the pieces that
  * text.json's "source_spm" and "target_spm" files (default source.spm, target.spm) make of
@@ -416,6 +417,9 @@ typedef struct {
     qkv_vocab src, tgt;
     qkv_bpe src_bpe, tgt_bpe; /* QKV_TOKENIZER_BPE (one file for both sides when joint) */
     qkv_spm *src_spm, *tgt_spm; /* QKV_TOKENIZER_SPM (owned; NULL otherwise) */
+    int keep_case;           /* text.json "case": "keep": the model reads raw text (its words are
+                              * qkv_sentences_split's, a corpus qkv_corpus_read_*_raw's); always
+                              * so for SentencePiece, and for byte-pair models trained since */
 } qkv_tokenizer;
 
 /* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its

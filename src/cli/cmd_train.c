@@ -139,10 +139,10 @@ static int learn_subwords(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_siz
     snprintf(path, sizeof path, "%s/tgt_bpe.txt", out);
     if (qkv_bpe_save(&tok->tgt_bpe, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/text.json", out);
-    if (run_dir_write(path, joint ? "{\"tokenizer\": \"bpe\", \"joint\": true}\n"
-                                  : "{\"tokenizer\": \"bpe\", \"joint\": false}\n"))
+    if (run_dir_write(path, joint ? "{\"tokenizer\": \"bpe\", \"joint\": true, \"case\": \"keep\"}\n"
+                                  : "{\"tokenizer\": \"bpe\", \"joint\": false, \"case\": \"keep\"}\n"))
         return -1;
-    tok->kind = QKV_TOKENIZER_BPE;
+    tok->kind = QKV_TOKENIZER_BPE, tok->keep_case = 1;
     return 0;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
@@ -174,7 +174,7 @@ static int learn_spm(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_size, in
     if (run_dir_write(path, "{\"tokenizer\": \"spm\", \"source_spm\": \"source.spm\", "
                             "\"target_spm\": \"target.spm\", \"case\": \"keep\"}\n"))
         return -1;
-    tok->kind = QKV_TOKENIZER_SPM;
+    tok->kind = QKV_TOKENIZER_SPM, tok->keep_case = 1;
     return 0;
 }
 
@@ -298,6 +298,18 @@ static qkv_translator *resumed_model(const char *out, const train_record *r)
     return t;
 }
 
+/* Whether a byte-pair model reads raw, cased text: a new one does; one being resumed does
+ * as its text.json says (models of older qkv read d2l's lower-cased words). */
+static int raw_bpe(const qkv_train_options *o)
+{
+    if (!o->resume) return 1;
+    qkv_tokenizer tok = {0};
+    qkv_error err = {0};
+    const int keep = !qkv_tokenizer_load(&tok, o->out_dir, &err) && tok.keep_case;
+    qkv_tokenizer_free(&tok);
+    return keep;
+}
+
 /* Trains as r and o say (a new model in o->out_dir, or the one there with --resume): reads
  * the corpora, makes the model and its tokenizer, trains, draws the curves. The exit status. */
 static int run(const train_record *r, qkv_train_options *o, qkv_transformer_config *cfg,
@@ -314,7 +326,7 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     qkv_status (*tsv)(qkv_corpus *, const char *, int, qkv_error *) = qkv_corpus_read_tsv;
     qkv_status (*aligned)(qkv_corpus *, const char *, const char *, int, qkv_error *) =
         qkv_corpus_read_aligned;
-    if (!strcmp(r->tokenizer, "spm"))
+    if (!strcmp(r->tokenizer, "spm") || (!strcmp(r->tokenizer, "bpe") && raw_bpe(o)))
         tsv = qkv_corpus_read_tsv_raw, aligned = qkv_corpus_read_aligned_raw;
     if (r->tgt ? aligned(&corpus, r->data, r->tgt, r->num_examples, &err)
                : tsv(&corpus, r->data, r->num_examples, &err)) {

@@ -291,8 +291,12 @@ int cmd_eval(int argc, char **argv)
     qkv_translations r = {0};
     qkv_error err = {0};
     rc = 1;
-    if ((data ? qkv_corpus_read_tsv(&c, data, num_examples, &err)
-              : qkv_corpus_read_aligned(&c, src_path, tgt_path, num_examples, &err)) ||
+    /* a model that reads raw text is scored on raw text, its references cased */
+    const int raw = qkv_translator_tokenizer(t)->keep_case;
+    if ((data ? (raw ? qkv_corpus_read_tsv_raw : qkv_corpus_read_tsv)(&c, data, num_examples,
+                                                                      &err)
+              : (raw ? qkv_corpus_read_aligned_raw : qkv_corpus_read_aligned)(
+                    &c, src_path, tgt_path, num_examples, &err)) ||
         qkv_translate_words(&r, t, &c.source, &o, &err))
         fprintf(stderr, "qkv: %s\n", err.msg);
     else {

@@ -89,6 +89,9 @@ static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, char *src_na
         t->kind = (qkv_tokenizer_kind)k;
     }
     t->source_bos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "source_bos"));
+    const cJSON *kase = cJSON_GetObjectItemCaseSensitive(o, "case");
+    t->keep_case = t->kind == QKV_TOKENIZER_SPM ||
+                   (cJSON_IsString(kase) && !strcmp(kase->valuestring, "keep"));
     if (!st) st = spm_name(src_name, cap, o, "source_spm", "source.spm", dir, err);
     if (!st) st = spm_name(tgt_name, cap, o, "target_spm", "target.spm", dir, err);
     cJSON_Delete(o);
@@ -154,7 +157,7 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err)
 qkv_status qkv_tokenizer_words(const qkv_tokenizer *t, qkv_sentences *out, const char *text,
                                size_t len, const char *name, qkv_error *err)
 {
-    return t->kind == QKV_TOKENIZER_WHITESPACE || t->kind == QKV_TOKENIZER_SPM
+    return t->kind == QKV_TOKENIZER_WHITESPACE || t->keep_case
                ? qkv_sentences_split(out, text, len, name, err)
                : qkv_sentences_from_text(out, text, len, name, err);
 }

@@ -210,5 +210,17 @@ printf '{"tokenizer": "spm", "source_spm": "../../etc/passwd"}\n' >"$T/broken/te
 expect_fail "text.json naming a path out of the directory" "source_spm.*file name" \
   "$QKV" translate --model "$T/broken" --input "$T/de"
 
+# ---- qkv's own byte-pair models keep case too (text.json "case": "keep"); an older
+# directory without it reads d2l's lower-cased words as before
+"$QKV" train --data "$FRA" --num-examples 400 --tokenizer bpe --vocab-size 200 "${SMALL[@]}" \
+  --out "$T/b" 2>"$T/err"
+check "a new byte-pair model records \"case\": \"keep\"" grep -q '"case": "keep"' "$T/b/text.json"
+check "... and learns from cased text (capitals in its alphabet)" grep -q '^[A-Z]$' "$T/b/src_bpe.txt"
+echo "Go away!" | "$QKV" translate --model "$T/b" --max-len 4 >"$T/out" 2>"$T/err"
+check "... and translates raw text" test "$(wc -l <"$T/out")" -eq 1
+cp -r "$T/b" "$T/old" && printf '{"tokenizer": "bpe", "joint": false}\n' >"$T/old/text.json"
+echo "Go away!" | "$QKV" translate --model "$T/old" --max-len 4 >"$T/out" 2>"$T/err"
+check "an older byte-pair directory (no \"case\") still translates" test "$(wc -l <"$T/out")" -eq 1
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
