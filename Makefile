@@ -26,6 +26,13 @@ pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PK
                 run `make deps` (scripts/install-deps.sh) to install them),$1)
 PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS))))$(PKG_CFLAGS)
 PKG_LIBS    = $(eval PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(PKGS))))$(PKG_LIBS)
+# MPI (Open MPI) for data-parallel training: the qkv tool links it, libqkv does not (the
+# library takes its communication as a qkv_reducer). Asked for as lazily as the rest.
+MPI_PKG     := ompi-c
+MPI_CFLAGS  = $(eval MPI_CFLAGS := $(call mpi_checked,$(call pkg_query,--cflags $(MPI_PKG))))$(MPI_CFLAGS)
+MPI_LIBS    = $(eval MPI_LIBS := $(call mpi_checked,$(call pkg_query,--libs $(MPI_PKG))))$(MPI_LIBS)
+mpi_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(MPI_PKG) (Open \
+                MPI); run `make deps` (scripts/install-deps.sh) to install it),$1)
 
 # OpenBLAS: its OpenMP build, the one qkv's threads need (README, "Dependencies"). pkg-config
 # reads that build's own openblas.pc, not the one Debian's alternatives point at, and everything
@@ -97,8 +104,10 @@ $(LIB_SO): $(LIB_OBJ) src/libqkv.map
 $(BUILD)/$(SONAME) $(BUILD)/libqkv.so: $(LIB_SO)
 	ln -sf $(notdir $<) $@
 
+$(BUILD)/src/cli/mpi_reducer.o: CFLAGS += $(MPI_CFLAGS)
+
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)

@@ -379,7 +379,7 @@ class QKVTransformer(nn.Module):
         """dropout(E[ids] * sqrt(C) + P[:T]) (paper, sections 3.4 and 3.5); no scale without
         scale_embedding."""
         T = ids.shape[1]
-        s = math.sqrt(self.cfg["d_model"]) if self.cfg["scale_embedding"] else 1.0
+        s = math.sqrt(self.cfg["d_model"]) if self.cfg.get("scale_embedding", 1) else 1.0
         x = F.embedding(ids.long(), E) * s + positions[:T]
         return F.dropout(x, self.cfg["dropout"], self.training)
 

@@ -67,6 +67,17 @@ double qkv_now_s(void);
  * Files
  * ------------------------------------------------------------------------------------- */
 
+/* Limits on what qkv reads, so that no input (a huge file, /dev/zero, a pipe that never
+ * ends) can take memory without bound: each reader refuses more, naming the file and the
+ * limit. QKV_MAX_TEXT_BYTES: a text read whole (a language model's training text,
+ * translate's input, a metrics log) and each file of a corpus; QKV_MAX_LINE_BYTES: one line
+ * of a corpus; QKV_MAX_VOCAB_FILE_BYTES: a vocabulary or subword file;
+ * QKV_MAX_CONFIG_BYTES: config.json, text.json, train.json. */
+#define QKV_MAX_TEXT_BYTES ((size_t)1 << 28)       /* 256 MiB */
+#define QKV_MAX_LINE_BYTES ((size_t)1 << 22)       /* 4 MiB */
+#define QKV_MAX_VOCAB_FILE_BYTES ((size_t)1 << 26) /* 64 MiB */
+#define QKV_MAX_CONFIG_BYTES ((size_t)1 << 20)     /* 1 MiB */
+
 /* The whole file at path (NULL: standard input, "stdin" in messages) in *text, with a NUL
  * after its *len bytes (len may be NULL; the text may hold NUL bytes of its own); *text is
  * the caller's to free, and NULL on failure. A file of more than max_bytes (SIZE_MAX: no

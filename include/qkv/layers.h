@@ -56,10 +56,13 @@ QKV_API
 void qkv_silu_backward(float *dx, const float *dy, const float *x, size_t n);
 
 /* A dropout as the layers take it: rate p in [0, 1) (0: none), its masks drawn from the
- * counter-based stream seed. */
+ * counter-based stream seed. Element i of a tensor draws counter offset + i: a layer run on
+ * a shard of a larger batch (data-parallel training) sets offset to the shard's first
+ * element in the whole batch's tensor, so that its masks are the whole batch's. */
 typedef struct {
     float p;
     uint64_t seed;
+    uint64_t offset; /* 0 for a whole batch */
 } qkv_dropout;
 
 /* Inverted dropout: y[i] = x[i] * keep(i) / (1 - p), keep(i) = [u(seed, offset + i) >= p].

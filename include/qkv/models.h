@@ -38,6 +38,22 @@ QKV_API
 qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * Limits on a model's dimensions. qkv_transformer_config_check and qkv_lm_config_check
+ * refuse a value past them, and a configuration whose parameters (with the sinusoidal
+ * table) would pass QKV_MAX_PARAMS floats, before anything is allocated: a hostile or
+ * mistyped config.json ("src_vocab": 10000000, "max_len": 2000000000) fails at once with the
+ * key and the limit instead of asking for gigabytes. Loading a model directory also refuses
+ * a config.json that describes more parameters than its model.safetensors can hold.
+ * ------------------------------------------------------------------------------------- */
+
+#define QKV_MAX_VOCAB (1 << 21)          /* tokens in a vocabulary */
+#define QKV_MAX_D_MODEL (1 << 14)        /* d_model */
+#define QKV_MAX_FFN (1 << 16)            /* the FFN's hidden size */
+#define QKV_MAX_LAYERS 256               /* blocks in a stack */
+#define QKV_MAX_LEN (1 << 16)            /* max_len, positions in the table */
+#define QKV_MAX_PARAMS (1LL << 31)       /* floats: 8 GiB of weights, 24 GiB when training */
+
+/* ---------------------------------------------------------------------------------------
  * The encoder-decoder Transformer (paper, figure 1; d2l 11.7)
  * ------------------------------------------------------------------------------------- */
 
@@ -86,7 +102,8 @@ typedef struct {
  * post-norm, no attention bias, sinusoidal positions, max_len 1000. Vocab sizes left 0. */
 QKV_API
 qkv_transformer_config qkv_transformer_default_config(void);
-/* QKV_ERR_ARG with the reason if the configuration cannot build a model. */
+/* QKV_ERR_ARG with the reason if the configuration cannot build a model, or passes a limit
+ * above (naming the field and the limit). */
 QKV_API
 qkv_status qkv_transformer_config_check(const qkv_transformer_config *cfg, qkv_error *err);
 
@@ -144,6 +161,9 @@ typedef struct {
     float label_smoothing; /* eps of qkv_cross_entropy_forward (0: none) */
     int train;             /* 1: dropout as configured; 0: none (evaluation) */
     uint64_t dropout_seed; /* makes a training pass's dropout reproducible */
+    uint64_t first_example; /* the batch is a shard of a larger one starting at this sequence
+                               (data-parallel training; 0: whole): the dropout masks are the
+                               larger batch's, whatever the split */
 } qkv_loss_options;
 
 /* The cross-entropy over one batch with teacher forcing, and with o->backward its gradients,

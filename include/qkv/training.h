@@ -35,6 +35,26 @@ void qkv_adam_update(qkv_adam *opt, float *params, const float *grads, float lr)
 QKV_API
 double qkv_clip_grad_norm(float *grads, size_t n, double max_norm);
 
+/* ---- data-parallel training ---------------------------------------------------------------
+ * A step split over `size` ranks (processes, on one machine or several): rank r runs the
+ * loss pass on its shard of the whole batch, the ranks sum their gradients, and every rank
+ * applies the same update, so the parameters stay identical everywhere. The library does no
+ * communication itself; the caller supplies it here (the qkv tool uses MPI,
+ * src/cli/mpi_reducer.c). Every rank calls these in the same order with the same sizes; each
+ * returns 0 on success. NULL (or size 1) is one process, as without it. */
+typedef struct {
+    int rank, size;
+    int (*sum_floats)(void *ctx, float *buf, size_t n);   /* in place: the sum over the ranks */
+    int (*sum_doubles)(void *ctx, double *buf, size_t n); /* in place: the sum over the ranks */
+    int (*broadcast)(void *ctx, void *buf, size_t bytes); /* rank 0's bytes to every rank */
+    void *ctx;
+} qkv_reducer;
+
+/* Rank `rank` of `size`'s shard of a batch of B sequences: [*first, *first + *count), the
+ * first B % size ranks taking one more. */
+QKV_API
+void qkv_shard_of(int B, int rank, int size, int *first, int *count);
+
 /* ---- one training step --------------------------------------------------------------------
  * llm.c's step in one call: zero the gradients, forward and loss, backward, clip the global
  * gradient norm, one Adam update. qkv_train and qkv_lm_train are drivers over it; a program
@@ -54,11 +74,17 @@ typedef struct {
     float label_smoothing; /* as qkv_loss_options */
     uint64_t dropout_seed; /* this step's dropout stream */
     int skip_nonfinite;    /* 1: skip a non-finite step instead of failing */
+    /* Data-parallel (reducer->size > 1): the batch is this rank's shard, starting at sequence
+     * first_example of the whole batch, and grad_scale must be set (1 / the whole batch's
+     * target tokens for the per-token mean); the gradients, loss and tokens are summed over
+     * the ranks before clipping, so every rank takes the same step. */
+    const qkv_reducer *reducer;
+    uint64_t first_example;
 } qkv_step_options;
 
 typedef struct {
-    double loss;      /* the sum of the token losses */
-    int tokens;       /* the tokens counted */
+    double loss;      /* the sum of the token losses (over every rank's shard) */
+    int tokens;       /* the tokens counted (over every rank's shard) */
     double grad_norm; /* before clipping; NaN if the loss was not finite */
     int skipped;      /* 1: not applied (skip_nonfinite) */
 } qkv_step_result;
@@ -154,6 +180,12 @@ typedef struct {
     double minutes;         /* time budget of this process (0: none): no epoch starts that
                              * would end after it, judged by the longest epoch so far
                              * (validation included) */
+    const qkv_reducer *reducer; /* data-parallel over reducer->size ranks (NULL: one process):
+                             * each batch is split among the ranks, which keep identical
+                             * parameters; rank 0 alone writes out_dir and validates. Every
+                             * rank passes the same data and options. A rank whose call fails
+                             * returns its error while the others may wait for it in the next
+                             * sum: the caller ends the job (MPI_Abort) */
 } qkv_train_options;
 
 /* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam with PyTorch's defaults
@@ -218,6 +250,9 @@ typedef struct {
     int64_t stop_after_steps; /* stop (cleanly, after checkpointing) at this step; 0: never */
     void (*progress)(const qkv_lm_train_progress *p, void *ctx); /* every step, or NULL */
     void *progress_ctx;
+    const qkv_reducer *reducer; /* data-parallel, as qkv_train_options: each step's B windows
+                                 * are split among the ranks; rank 0 alone writes out_dir and
+                                 * evaluates, and its clock rules a time budget */
 } qkv_lm_train_options;
 
 /* batch 32, context 128, lr 1e-3, Adam (0.9, 0.99, 1e-8), clip 1, warmup 100, log every

@@ -77,6 +77,12 @@ static void value_text(char *out, size_t cap, const opt_spec *o)
     }
 }
 
+static int inside(const opt_spec *o, const opt_range *r)
+{
+    const double x = value_of(o);
+    return (r->lo_closed ? x >= r->lo : x > r->lo) && (r->hi_closed ? x <= r->hi : x < r->hi);
+}
+
 int args_check(const opt_spec *o, const char *who, const char *where)
 {
     opt_range r;
@@ -86,8 +92,7 @@ int args_check(const opt_spec *o, const char *who, const char *where)
                 o->name, o->range ? o->range : "NULL");
         return -1;
     }
-    const double x = value_of(o);
-    if ((r.lo_closed ? x >= r.lo : x > r.lo) && (r.hi_closed ? x <= r.hi : x < r.hi)) return 0;
+    if (inside(o, &r)) return 0;
     char got[64];
     value_text(got, sizeof got, o);
     const char *s = skip_space(o->range);
@@ -124,8 +129,10 @@ void args_usage(const opt_spec *opts, const char *usage)
         snprintf(left, sizeof left, "--%s%s", o->name, arg);
         printf("  %-22s %s", left, o->help);
         if (numeric(o)) {
-            char def[64];
-            value_text(def, sizeof def, o);
+            /* a default outside the range is "not given" (--enc-layers: --layers's) */
+            char def[64] = "unset";
+            opt_range r;
+            if (!args_range_parse(o->range, &r) && inside(o, &r)) value_text(def, sizeof def, o);
             const char *s = skip_space(o->range);
             printf(" (%s %s%s; default %s)", arg + 1, *s == '[' || *s == '(' ? "in " : "", s, def);
         }
@@ -237,12 +244,27 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
     return 0;
 }
 
-int args_given(int argc, char **argv, int first, const char *name)
+static int given(int argc, char **argv, int first, const char *name, int files_too)
 {
     const size_t len = strlen(name);
-    for (int i = first; i < argc; i++)
-        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, len) &&
-            (argv[i][2 + len] == '\0' || argv[i][2 + len] == '='))
+    int in_file = 0;
+    for (int i = first; i < argc; i++) {
+        if (!strcmp(argv[i], CONFIG_BEGIN)) in_file = 1, i++;
+        else if (!strcmp(argv[i], CONFIG_END)) in_file = 0;
+        else if ((files_too || !in_file) && !strncmp(argv[i], "--", 2) &&
+                 !strncmp(argv[i] + 2, name, len) &&
+                 (argv[i][2 + len] == '\0' || argv[i][2 + len] == '='))
             return 1;
+    }
     return 0;
+}
+
+int args_given(int argc, char **argv, int first, const char *name)
+{
+    return given(argc, argv, first, name, 1);
+}
+
+int args_typed(int argc, char **argv, int first, const char *name)
+{
+    return given(argc, argv, first, name, 0);
 }

@@ -50,8 +50,11 @@ int args_table_check(const opt_spec *opts, const char *who);
 int args_parse(int argc, char **argv, int first, const opt_spec *opts, const char *usage);
 void args_usage(const opt_spec *opts, const char *usage);
 
-/* Whether argv[first..argc) sets --name (as "--name" or "--name=..."): for refusing options
- * that a combination would silently ignore. */
+/* Whether argv[first..argc) sets --name (as "--name" or "--name=..."), on the command line or
+ * in a --config file: for refusing options that a combination would silently ignore.
+ * args_typed: on the command line itself (a run's train.json records every option, those its
+ * run ignored included, and stays a valid --config). */
 int args_given(int argc, char **argv, int first, const char *name);
+int args_typed(int argc, char **argv, int first, const char *name);
 
 #endif

@@ -286,7 +286,7 @@ static int bench_attention(const bench_args *a)
     const qkv_mask mask = {NULL, 0, a->causal};
     const qkv_attention_inputs in = {Q, K, V};
     qkv_attention_grads din = {dQ, dK, dV};
-    const qkv_dropout none = {0.0f, 0};
+    const qkv_dropout none = {0.0f, 0, 0};
     for (int s = -a->warmup; s < a->steps; s++) {
         /* gradients accumulate: zero them, untimed, so each step's are one step's */
         memset(dQ, 0, x * 4), memset(dK, 0, x * 4), memset(dV, 0, x * 4);

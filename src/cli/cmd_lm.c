@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
+#include "cli/mpi_reducer.h"
 #include "cli/resume.h"
 #include "cli/run_dir.h"
 
@@ -57,7 +58,7 @@ static int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
     snprintf(path, sizeof path, "%s/train.json", dir);
     size_t len;
     FILE *probe = fopen(path, "rb");
-    char *text = probe ? (fclose(probe), cli_read_all(path, &len)) : NULL;
+    char *text = probe ? (fclose(probe), cli_read_all(path, QKV_MAX_CONFIG_BYTES, &len)) : NULL;
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     free(text);
     const cJSON *x;
@@ -152,6 +153,7 @@ typedef struct {
     qkv_precision prec;
     const char *precision;
     const cJSON *history; /* resumed runs: what changed when (NULL for a new run) */
+    int writer;           /* this process writes the run directory (rank 0 under mpirun) */
 } lm_run;
 
 /* A float option as its shortest decimal (0.005, not 0.004999999888). */
@@ -233,8 +235,9 @@ static int open_or_create(lm_dir *d, qkv_lm_config *cfg, const qkv_lm_train_opti
     }
     cfg->vocab = d->vocab.size;
     snprintf(path, sizeof path, "%s/vocab.txt", out);
-    if (qkv_lm_create(&d->model, cfg, o->seed, &err) || qkv_vocab_save(&d->vocab, path, &err) ||
-        qkv_lm_config_to_json(cfg, &json, &err))
+    if (qkv_lm_create(&d->model, cfg, o->seed, &err)) goto fail;
+    if (!r->writer) return 0; /* every rank builds the same model; rank 0 records it */
+    if (qkv_vocab_save(&d->vocab, path, &err) || qkv_lm_config_to_json(cfg, &json, &err))
         goto fail;
     snprintf(path, sizeof path, "%s/config.json", out);
     const int rc = run_dir_write(path, json);
@@ -284,7 +287,7 @@ static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
     size_t len = 0, n = 0;
     int *ids = NULL, rc = 1;
     const int resuming = o->resume;
-    char *text = cli_read_all(data, &len);
+    char *text = cli_read_all(data, QKV_MAX_TEXT_BYTES, &len);
     if (!text) goto done;
     if (len == 0) {
         fprintf(stderr, "qkv: %s is empty: there is nothing to learn from\n", data);
@@ -299,7 +302,7 @@ static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
                 data, n_train, o->context, o->context + 1);
         goto done;
     }
-    if (write_train_json(out, o, r, n_train, n_val)) goto done;
+    if (r->writer && write_train_json(out, o, r, n_train, n_val)) goto done;
     if (qkv_lm_set_precision(d.model, r->prec, &err)) goto fail;
     const qkv_lm_config *mc = qkv_lm_get_config(d.model);
     if (!r->quiet)
@@ -308,12 +311,16 @@ static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
                 qkv_lm_num_params(d.model),
                 mc->attention == QKV_ATTENTION_LINEAR ? "linear" : "softmax", qkv_get_threads(),
                 resuming ? ", resuming" : "");
+    if (!r->quiet && o->reducer && o->reducer->size > 1)
+        fprintf(stderr, "qkv train-lm: data-parallel over %d ranks (MPI), %d threads each; "
+                "each step's windows are split among them\n", o->reducer->size,
+                qkv_get_threads());
     progress_ctx pc = {isatty(2), r->quiet, o->minutes};
     o->progress = show_progress, o->progress_ctx = &pc;
     const double t0 = qkv_now_s();
     if (qkv_lm_train(d.model, ids, n_train, ids + n_train, n_val, o, &err)) goto fail;
-    if (report_end(&d, o, r, ids + n_train, n_val, t0)) goto done;
-    if (!fig_training_after_run(out) && !r->quiet) /* a figure that fails is not a failed run */
+    if (r->writer && report_end(&d, o, r, ids + n_train, n_val, t0)) goto done;
+    if (r->writer && !fig_training_after_run(out) && !r->quiet) /* a failed figure is no failed run */
         fprintf(stderr, "qkv train-lm: training curves in %s/training.png\n", out);
     rc = 0;
     goto done;
@@ -344,8 +351,9 @@ static const resume_option lm_train_options[] = {
     {"log-every", "log_every", 0, 0}, {"precision", "precision", 0, 0},
 };
 
-int cmd_train_lm(int argc, char **argv)
+static int train_lm_main(int argc, char **argv, cli_ranks *job)
 {
+    const qkv_reducer *ranks = &job->reducer;
     qkv_lm_config cfg = qkv_lm_default_config();
     qkv_lm_train_options o = qkv_lm_train_default_options();
     const char *data = NULL, *out = NULL, *vocab_kind = "char", *attention = "softmax",
@@ -392,7 +400,7 @@ int cmd_train_lm(int argc, char **argv)
          "held-out tokens each evaluation reads (0: all)", ARG_GE0},
         {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps", ARG_GE1},
         {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout", ARG_SEED},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
                                         "options it recorded (those defining the model or data "
@@ -408,6 +416,10 @@ int cmd_train_lm(int argc, char **argv)
                         "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes M) "
                         "[options]");
     if (rc) return rc > 0 ? 0 : 2;
+    const int writer = ranks->rank == 0;
+    if (!writer) quiet = 1; /* rank 0 speaks for the job; the others only of their errors */
+    job->report = !quiet;
+    o.reducer = ranks;
     if (o.resume && overwrite) {
         fprintf(stderr, "qkv train-lm: --resume continues the run in --out, --overwrite "
                 "replaces it: give one\n");
@@ -419,7 +431,8 @@ int cmd_train_lm(int argc, char **argv)
             {1, lm_train_options, (int)(sizeof lm_train_options / sizeof *lm_train_options)},
         };
         /* a resumed run claims its directory first: it reads it */
-        rc = run_dir_claim(&rd, out, &RUN_LM, RUN_RESUME, argc, argv) || resume_start(&rec, out)
+        rc = (writer && run_dir_claim(&rd, out, &RUN_LM, RUN_RESUME, argc, argv)) ||
+                     resume_start(&rec, out)
                  ? 1 : resume_finish(&rec, tables, 2, opts, argc, argv, "qkv train-lm");
         if (rc) goto end;
     }
@@ -448,13 +461,13 @@ int cmd_train_lm(int argc, char **argv)
     cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
     o.steps = steps, o.minutes = minutes, o.stop_after_steps = stop_after, o.out_dir = out;
-    cli_threads(threads);
+    cli_threads(cli_ranks_threads(job, threads));
 
     const lm_run r = {data, byte_level, val_fraction, steps, stop_after, quiet, prec, precision,
-                      rec.history};
+                      rec.history, writer};
     rc = 1;
-    if (o.resume || !run_dir_claim(&rd, out, &RUN_LM, overwrite ? RUN_OVERWRITE : RUN_NEW, argc,
-                                   argv))
+    if (o.resume || !writer ||
+        !run_dir_claim(&rd, out, &RUN_LM, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         rc = run(&cfg, &o, &r);
     goto end;
 usage:
@@ -463,6 +476,15 @@ end:
     run_dir_release(&rd);
     resume_record_free(&rec);
     return rc;
+}
+
+/* Under mpirun every rank runs this; rank 0 writes the run directory (mpi_reducer.h). */
+int cmd_train_lm(int argc, char **argv)
+{
+    cli_ranks ranks;
+    int rc = cli_ranks_open(&ranks, argc, argv);
+    if (rc) return rc;
+    return cli_ranks_close(&ranks, train_lm_main(argc, argv, &ranks));
 }
 
 /* ---- qkv generate ---------------------------------------------------------------------- */
@@ -535,7 +557,7 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
     if (pc.failed || putchar('\n') == EOF || fflush(stdout)) {
-        fprintf(stderr, "qkv: writing the text failed: %s\n", strerror(errno));
+        fprintf(stderr, "qkv: cannot write the text (standard output): %s\n", strerror(errno));
         goto done;
     }
     rc = 0;
@@ -578,7 +600,7 @@ int cmd_eval_lm(int argc, char **argv)
     size_t len = 0, n = 0;
     int *ids = NULL;
     rc = 1;
-    char *text = cli_read_all(data, &len);
+    char *text = cli_read_all(data, QKV_MAX_TEXT_BYTES, &len);
     if (!text) goto done;
     if (context > max_len) {
         fprintf(stderr, "qkv eval-lm: --context %d exceeds the model's %d\n", context, max_len);

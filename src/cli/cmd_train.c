@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
+#include "cli/mpi_reducer.h"
 #include "cli/resume.h"
 #include "cli/run_dir.h"
 
@@ -57,6 +58,7 @@ typedef struct {
     const char *data, *tgt, *tokenizer, *valid, *valid_src, *valid_tgt, *loss, *precision;
     const qkv_train_options *o;
     const cJSON *history; /* resumed runs: what changed when (NULL for a new run) */
+    int writer;           /* this process writes the run directory (rank 0 under mpirun) */
     const char *spm_type; /* SentencePiece: unigram or bpe */
 } train_record;
 
@@ -124,7 +126,7 @@ static int write_train_json(const char *dir, const train_record *r)
 /* Learns the subword encodings of a new model (one for both languages with joint), writes
  * src_bpe.txt, tgt_bpe.txt and text.json, and makes the vocabularies from them. */
 static int learn_subwords(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_size, int joint,
-                          const char *out)
+                          const char *out, int writer)
 {
     qkv_error err = {0};
     const qkv_sentences *both[2] = {&c->source, &c->target};
@@ -134,6 +136,8 @@ static int learn_subwords(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_siz
         qkv_bpe_vocab(&tok->src, &tok->src_bpe, &err) ||
         qkv_bpe_vocab(&tok->tgt, &tok->tgt_bpe, &err))
         goto fail;
+    tok->kind = QKV_TOKENIZER_BPE, tok->keep_case = 1;
+    if (!writer) return 0;
     snprintf(path, sizeof path, "%s/src_bpe.txt", out);
     if (qkv_bpe_save(&tok->src_bpe, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/tgt_bpe.txt", out);
@@ -142,7 +146,6 @@ static int learn_subwords(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_siz
     if (run_dir_write(path, joint ? "{\"tokenizer\": \"bpe\", \"joint\": true, \"case\": \"keep\"}\n"
                                   : "{\"tokenizer\": \"bpe\", \"joint\": false, \"case\": \"keep\"}\n"))
         return -1;
-    tok->kind = QKV_TOKENIZER_BPE, tok->keep_case = 1;
     return 0;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
@@ -150,32 +153,41 @@ fail:
 }
 
 /* Learns the SentencePiece models of a new model from the raw text (one for both languages
- * with joint, written under both names), writes source.spm, target.spm and text.json, and
- * makes the vocabularies from their pieces. */
+ * with joint, written under both names), writes source.spm, target.spm and text.json (the
+ * writer only: other ranks learn the same models into temporary files), and makes the
+ * vocabularies from their pieces. */
 static int learn_spm(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_size, int joint,
-                     const char *type, const char *out)
+                     const char *type, const char *out, int writer)
 {
     qkv_error err = {0};
     const qkv_sentences *both[2] = {&c->source, &c->target};
     const qkv_spm_type kind = !strcmp(type, "bpe") ? QKV_SPM_BPE : QKV_SPM_UNIGRAM;
     char src[4096], tgt[4096];
-    snprintf(src, sizeof src, "%s/source.spm", out);
-    snprintf(tgt, sizeof tgt, "%s/target.spm", out);
-    if (qkv_spm_train(both, joint ? 2 : 1, src, vocab_size, kind, &err) ||
+    if (writer) {
+        snprintf(src, sizeof src, "%s/source.spm", out);
+        snprintf(tgt, sizeof tgt, "%s/target.spm", out);
+    } else {
+        const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        snprintf(src, sizeof src, "%s/qkv-source.%ld.spm", tmp, (long)getpid());
+        snprintf(tgt, sizeof tgt, "%s/qkv-target.%ld.spm", tmp, (long)getpid());
+    }
+    const int failed =
+        qkv_spm_train(both, joint ? 2 : 1, src, vocab_size, kind, &err) ||
         qkv_spm_train(joint ? both : both + 1, joint ? 2 : 1, tgt, vocab_size, kind, &err) ||
         qkv_spm_load(&tok->src_spm, src, &err) || qkv_spm_load(&tok->tgt_spm, tgt, &err) ||
         qkv_spm_vocab(&tok->src, tok->src_spm, src, &err) ||
-        qkv_spm_vocab(&tok->tgt, tok->tgt_spm, tgt, &err)) {
+        qkv_spm_vocab(&tok->tgt, tok->tgt_spm, tgt, &err);
+    if (!writer) remove(src), remove(tgt);
+    if (failed) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         return -1;
     }
+    tok->kind = QKV_TOKENIZER_SPM, tok->keep_case = 1;
+    if (!writer) return 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/text.json", out);
-    if (run_dir_write(path, "{\"tokenizer\": \"spm\", \"source_spm\": \"source.spm\", "
-                            "\"target_spm\": \"target.spm\", \"case\": \"keep\"}\n"))
-        return -1;
-    tok->kind = QKV_TOKENIZER_SPM, tok->keep_case = 1;
-    return 0;
+    return run_dir_write(path, "{\"tokenizer\": \"spm\", \"source_spm\": \"source.spm\", "
+                               "\"target_spm\": \"target.spm\", \"case\": \"keep\"}\n");
 }
 
 /* Replaces word sentences by the model's tokens on one side; -1 (message printed) on
@@ -226,9 +238,10 @@ static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *
     qkv_error err = {0};
     char path[4096], *json = NULL;
     if (spm) {
-        if (learn_spm(&tok, corpus, r->vocab_size, r->joint_bpe, r->spm_type, out)) goto done;
+        if (learn_spm(&tok, corpus, r->vocab_size, r->joint_bpe, r->spm_type, out, r->writer))
+            goto done;
     } else if (bpe) {
-        if (learn_subwords(&tok, corpus, r->vocab_size, r->joint_bpe, out)) goto done;
+        if (learn_subwords(&tok, corpus, r->vocab_size, r->joint_bpe, out, r->writer)) goto done;
     } else if (qkv_vocab_build(&tok.src, corpus->source.tokens, corpus->source.n_tokens,
                                r->min_freq, &err) ||
                qkv_vocab_build(&tok.tgt, corpus->target.tokens, corpus->target.n_tokens,
@@ -252,12 +265,14 @@ static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *
     if (qkv_transformer_create(&m, cfg, r->o->seed, &err) ||
         qkv_config_to_json(qkv_transformer_get_config(m), &json, &err))
         goto fail;
+    if (!r->writer) goto made; /* every rank builds the same model; rank 0 records it */
     snprintf(path, sizeof path, "%s/src_vocab.txt", out);
     if (qkv_vocab_save(&tok.src, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/tgt_vocab.txt", out);
     if (qkv_vocab_save(&tok.tgt, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/config.json", out);
     if (write_train_json(out, r) || run_dir_write(path, json)) goto done;
+made:
     if (!qkv_translator_create(&t, m, &tok, r->num_steps, &err)) {
         free(json);
         return t;
@@ -291,7 +306,7 @@ static qkv_translator *resumed_model(const char *out, const train_record *r)
         fprintf(stderr, "qkv: %s\n", err.msg);
         qkv_transformer_free(m);
         qkv_tokenizer_free(&tok);
-    } else if (write_train_json(out, r)) {
+    } else if (r->writer && write_train_json(out, r)) {
         qkv_translator_free(t), t = NULL;
     }
     free(json);
@@ -357,13 +372,18 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     }
     if (qkv_transformer_set_precision(m, prec, &err)) goto fail;
     const qkv_transformer_config *mc = qkv_transformer_get_config(m);
+    const int ranks = o->reducer ? o->reducer->size : 1;
     if (!quiet)
         fprintf(stderr, "qkv train: %d pairs%s, vocabularies %d/%d%s, %zu parameters, %d "
-                "threads, %s%s\n", ds.n, o->valid ? " (+ validation)" : "", mc->src_vocab,
+                "threads%s, %s%s\n", ds.n, o->valid ? " (+ validation)" : "", mc->src_vocab,
                 mc->tgt_vocab, tok->kind == QKV_TOKENIZER_BPE ? " (subwords)"
                 : tok->kind == QKV_TOKENIZER_SPM ? " (SentencePiece)" : "",
-                qkv_transformer_num_params(m), qkv_get_threads(), qkv_precision_name(prec),
+                qkv_transformer_num_params(m), qkv_get_threads(),
+                ranks > 1 ? " per rank" : "", qkv_precision_name(prec),
                 resuming ? ", resuming" : "");
+    if (!quiet && ranks > 1)
+        fprintf(stderr, "qkv train: data-parallel over %d ranks (MPI); each batch is split "
+                "among them\n", ranks);
     progress_ctx pc = {isatty(2), quiet, every, qkv_now_s(), {0}};
     o->progress = show_progress, o->progress_ctx = &pc;
     if (qkv_train(m, &ds, o, &err)) goto fail;
@@ -375,7 +395,7 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     else if (!quiet)
         fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", out, qkv_now_s() - pc.t0,
                 o->valid ? " (the best model by validation in DIR/best)" : "");
-    if (!fig_training_after_run(out) && !quiet) /* a figure that fails is not a failed training */
+    if (r->writer && !fig_training_after_run(out) && !quiet) /* a failed figure is no failed run */
         fprintf(stderr, "qkv train: training curves in %s/training.png\n", out);
     rc = 0;
     goto done;
@@ -442,8 +462,9 @@ static int resume_options(resume_record *rec, const char *out, const opt_spec *o
     return resume_finish(rec, tables, N_OF(tables), opts, argc, argv, "qkv train");
 }
 
-int cmd_train(int argc, char **argv)
+static int train_main(int argc, char **argv, cli_ranks *job)
 {
+    const qkv_reducer *ranks = &job->reducer;
     qkv_transformer_config cfg = qkv_transformer_default_config();
     qkv_train_options o = qkv_train_default_options();
     const char *data = NULL, *src_path = NULL, *tgt_path = NULL, *out = NULL, *act = "relu",
@@ -522,7 +543,7 @@ int cmd_train(int argc, char **argv)
         {"keep-epochs", OPT_INT, &o.keep_epochs,
          "keep the last N epochs' models in DIR/epoch-NNN", ARG_GE0},
         {"seed", OPT_U64, &o.seed, "initialisation, data order and dropout", ARG_SEED},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
+        {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
         {"checkpoint-every", OPT_INT, &o.checkpoint_every,
          "also checkpoint every N steps", ARG_GE0},
@@ -542,6 +563,10 @@ int cmd_train(int argc, char **argv)
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv train (--data FILE.tsv | --src FILE --tgt FILE) --out DIR [options]");
     if (rc) return rc > 0 ? 0 : 2;
+    const int writer = ranks->rank == 0;
+    if (!writer) quiet = 1; /* rank 0 speaks for the job; the others only of their errors */
+    job->report = !quiet;
+    o.reducer = ranks;
     if (o.resume && overwrite) {
         fprintf(stderr, "qkv train: --resume continues the run in --out, --overwrite replaces "
                 "it: give one\n");
@@ -549,7 +574,7 @@ int cmd_train(int argc, char **argv)
     }
     if (out && o.resume) { /* a resumed run claims its directory first: it reads it */
         rc = 1;
-        if (run_dir_claim(&rd, out, &RUN_TRANSFORMER, RUN_RESUME, argc, argv) ||
+        if ((writer && run_dir_claim(&rd, out, &RUN_TRANSFORMER, RUN_RESUME, argc, argv)) ||
             (rc = resume_options(&rec, out, opts, argc, argv)))
             goto end;
     }
@@ -584,6 +609,13 @@ int cmd_train(int argc, char **argv)
                 "--schedule constant|noam\n");
         goto usage;
     }
+    const int noam = !strcmp(schedule, "noam");
+    if (args_typed(argc, argv, 2, noam ? "lr" : "warmup") ||
+        (!noam && args_typed(argc, argv, 2, "lr-factor"))) {
+        fprintf(stderr, "qkv train: --lr sets the constant schedule's rate; --warmup and "
+                "--lr-factor shape the noam schedule's (this run's is %s)\n", schedule);
+        goto usage;
+    }
     if (!bpe && (joint_bpe || args_given(argc, argv, 2, "vocab-size"))) {
         fprintf(stderr, "qkv train: --joint-bpe and --vocab-size are for --tokenizer bpe\n");
         goto usage;
@@ -609,15 +641,16 @@ int cmd_train(int argc, char **argv)
     o.d2l_loss_scale = !strcmp(loss, "d2l");
     o.schedule = !strcmp(schedule, "noam") ? QKV_LR_NOAM : QKV_LR_CONSTANT;
     o.out_dir = out;
-    cli_threads(threads);
+    cli_threads(cli_ranks_threads(job, threads));
 
     train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
                       data ? data : src_path, data ? NULL : tgt_path, bpe ? tokenizer : "word",
-                      valid, valid_src, valid_tgt, loss, precision, &o, rec.history,
+                      valid, valid_src, valid_tgt, loss, precision, &o, rec.history, writer,
                       spm_type ? spm_type : "unigram"};
     rc = 1;
-    if (o.resume || !run_dir_claim(&rd, out, &RUN_TRANSFORMER,
-                                   overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
+    if (o.resume || !writer ||
+        !run_dir_claim(&rd, out, &RUN_TRANSFORMER, overwrite ? RUN_OVERWRITE : RUN_NEW, argc,
+                       argv))
         rc = run(&r, &o, &cfg, prec, quiet, every);
     goto end;
 usage:
@@ -626,4 +659,13 @@ end:
     run_dir_release(&rd);
     resume_record_free(&rec);
     return rc;
+}
+
+/* Under mpirun every rank runs this; rank 0 writes the run directory (mpi_reducer.h). */
+int cmd_train(int argc, char **argv)
+{
+    cli_ranks ranks;
+    int rc = cli_ranks_open(&ranks, argc, argv);
+    if (rc) return rc;
+    return cli_ranks_close(&ranks, train_main(argc, argv, &ranks));
 }

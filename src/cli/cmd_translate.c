@@ -1,8 +1,10 @@
 /* qkv translate: greedy or beam-search translation of sentences from stdin or a file.
  * qkv eval: translate a held-out corpus and score it with BLEU. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <string.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -53,13 +55,17 @@ static void warn_unknown(const qkv_translations *r, long first, const char *name
                     r->unknown[i], r->src_len[i]);
 }
 
-static void print_translations(const qkv_translations *r, long first)
+/* Nonzero when a write fails (the reason in errno). */
+static int print_translations(const qkv_translations *r, long first)
 {
-    for (int h = 0; h < r->count * r->n_best; h++) {
+    int lost = 0;
+    for (int h = 0; h < r->count * r->n_best && !lost; h++) {
         if (!r->text[h]) continue; /* fewer hypotheses than asked exist */
-        if (r->n_best == 1) puts(r->text[h]);
-        else printf("%ld ||| %s ||| %.6f\n", first + h / r->n_best, r->text[h], r->score[h]);
+        if (r->n_best == 1) lost = puts(r->text[h]) == EOF;
+        else lost = printf("%ld ||| %s ||| %.6f\n", first + h / r->n_best, r->text[h],
+                           r->score[h]) < 0;
     }
+    return lost;
 }
 
 /* One line in, its translation out and flushed, until the input ends: translate as a filter
@@ -86,8 +92,11 @@ static int translate_stream(qkv_translator *t, FILE *in, const char *name,
             if (!words.count) puts(""); /* an empty line: an empty translation */
             warn_truncated(t, &r, number - 1);
             warn_unknown(&r, number - 1, name);
-            print_translations(&r, number - 1);
-            if (fflush(stdout)) rc = 1;
+            if (print_translations(&r, number - 1) || fflush(stdout)) {
+                fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
+                        strerror(errno));
+                rc = 1;
+            }
         }
         qkv_sentences_free(&words);
         qkv_translations_free(&r);
@@ -178,7 +187,7 @@ int cmd_translate(int argc, char **argv)
     }
     if (input) fclose(in);
     size_t len;
-    char *text = cli_read_all(input, &len);
+    char *text = cli_read_all(input, QKV_MAX_TEXT_BYTES, &len);
     qkv_sentences words = {0};
     qkv_translations r = {0};
     qkv_error err = {0};
@@ -192,8 +201,12 @@ int cmd_translate(int argc, char **argv)
     }
     warn_truncated(t, &r, 0);
     warn_unknown(&r, 0, input ? input : "stdin");
-    print_translations(&r, 0);
-    if (fflush(stdout) || (attention && draw_attention(t, &words, &r, attention))) goto done;
+    if (print_translations(&r, 0) || fflush(stdout)) {
+        fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
+                strerror(errno));
+        goto done;
+    }
+    if (attention && draw_attention(t, &words, &r, attention)) goto done;
     rc = 0;
 done:
     free(text);

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *cli_read_all(const char *path, size_t *len)
+char *cli_read_all(const char *path, size_t max_bytes, size_t *len)
 {
     qkv_error err = {0};
     char *text = NULL;
-    if (qkv_read_file(!path || !strcmp(path, "-") ? NULL : path, SIZE_MAX, &text, len, &err)) {
+    if (qkv_read_file(!path || !strcmp(path, "-") ? NULL : path, max_bytes, &text, len, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         return NULL;
     }

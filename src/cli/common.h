@@ -5,7 +5,7 @@
 #include "qkv.h"
 
 /* Reads all of a file ("-" or NULL: stdin) into memory, NUL-terminated. */
-char *cli_read_all(const char *path, size_t *len);
+char *cli_read_all(const char *path, size_t max_bytes, size_t *len);
 
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);

@@ -1,4 +1,5 @@
 /* qkv: train, run and inspect Transformers from the command line. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,26 @@ static void prefer_passive_waits(char **argv)
     execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
 }
 
+/* Output errors are errors, for every command: stdout is buffered, so a full disk or a
+ * device that takes nothing (> /dev/full) shows only when the buffer is written, often at
+ * exit, after the command has returned 0 with its output lost. Flushing and closing it
+ * here, and checking both streams, turns that into a message and a nonzero status (a
+ * command that failed has said why already). stderr is unbuffered: a failed message has
+ * already set its error flag, and there is nowhere left to say so, so only the status
+ * tells. */
+static int finish_output(int rc)
+{
+    errno = 0;
+    int bad = fflush(stdout) != 0, e = errno;
+    if (!bad && ferror(stdout)) bad = 1, e = 0; /* failed earlier; the reason is gone */
+    if (fclose(stdout) != 0 && !bad) bad = 1, e = errno;
+    if (bad && rc == 0)
+        fprintf(stderr, "qkv: cannot write the output (standard output): %s\n",
+                e ? strerror(e) : "a write failed");
+    if (fflush(stderr) != 0 || ferror(stderr)) bad = 1;
+    return bad && rc == 0 ? 1 : rc;
+}
+
 int main(int argc, char **argv)
 {
     prefer_passive_waits(argv);
@@ -55,8 +76,9 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!strcmp(argv[1], "--version")) return printf("qkv %s\n", QKV_VERSION), 0;
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout), 0;
+    if (!strcmp(argv[1], "--version")) return printf("qkv %s\n", QKV_VERSION), finish_output(0);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return usage(stdout), finish_output(0);
     /* The BLAS qkv was built for, or no run at all (see qkv_blas_check). */
     qkv_error err;
     if (qkv_blas_check(&err)) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
@@ -66,7 +88,7 @@ int main(int argc, char **argv)
             if (config_args_expand(&argc, &argv, &owned)) return 2;
             const int rc = COMMANDS[i].run(argc, argv);
             config_args_free(owned);
-            return rc;
+            return finish_output(rc);
         }
     fprintf(stderr, "qkv: unknown command '%s'\n\n", argv[1]);
     usage(stderr);

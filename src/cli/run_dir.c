@@ -179,7 +179,7 @@ static void read_format(char format[64], const char *dir)
     qkv_error err = {0};
     snprintf(path, sizeof path, "%s/config.json", dir);
     snprintf(format, 64, "?");
-    if (qkv_read_file(path, 1u << 20, &text, NULL, &err)) return;
+    if (qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return;
     cJSON *o = cJSON_Parse(text);
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "format");
     if (cJSON_IsString(f)) snprintf(format, 64, "%s", f->valuestring);

@@ -12,6 +12,12 @@
 qkv_status qkv_fail(qkv_error *err, qkv_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* QKV_OK unless path names a device, FIFO or socket: qkv writes a file by renaming a new
+ * one over it, which would replace such a node (as root, `--out /dev/null` would become a
+ * regular file) instead of writing to it. A missing path, a regular file, a symbolic link
+ * (replaced, never followed) and a directory (refused by the rename) pass. */
+qkv_status replaceable_target(const char *path, qkv_error *err);
+
 /* Row-major C = alpha * op(A) op(B) + beta * C, with op(X) = X or X^T: a thin name for
  * cblas_sgemm so the math reads as "C (M,N) = A (M,K) B (K,N)". */
 static inline void gemm(int transA, int transB, int M, int N, int K, float alpha,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -36,9 +37,21 @@ static void sync_dir_of(const char *path)
     free(dir);
 }
 
+qkv_status replaceable_target(const char *path, qkv_error *err)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode) ||
+        S_ISDIR(sb.st_mode))
+        return QKV_OK;
+    return qkv_fail(err, QKV_ERR_IO, "%s: is a device, FIFO or socket, not a regular file: qkv "
+                    "writes its files by replacing them, and will not replace that", path);
+}
+
 qkv_status qkv_atomic_write(const char *path, const void *const *chunks, const size_t *lens,
                             int n_chunks, qkv_error *err)
 {
+    qkv_status special = replaceable_target(path, err);
+    if (special) return special;
     size_t cap = strlen(path) + 32;
     char *tmp = malloc(cap);
     if (!tmp) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <utf8proc.h>
@@ -288,13 +289,18 @@ static qkv_status preprocess_line(preprocessed *p, const char *text, size_t len,
     return QKV_OK;
 }
 
-/* One file read line by line with getline, so a line may be as long as memory allows. */
+/* One file read line by line in bounded memory: a line of at most QKV_MAX_LINE_BYTES, a
+ * file of at most QKV_MAX_TEXT_BYTES (both counted without line breaks' "\n"), so that
+ * /dev/zero, a pipe that never ends or a file without line breaks is refused with a
+ * message instead of growing until the system runs out of memory. */
 typedef struct {
     FILE *f;
     const char *path;
     char *line;
     size_t cap;
-    long number; /* of the line last read, 1-based */
+    long number;  /* of the line last read, 1-based */
+    size_t total; /* bytes read so far */
+    int regular;  /* a regular file, which ends; else a pipe or device, which may not */
 } line_reader;
 
 static qkv_status reader_open(line_reader *r, const char *path, qkv_error *err)
@@ -303,6 +309,14 @@ static qkv_status reader_open(line_reader *r, const char *path, qkv_error *err)
     r->path = path;
     r->f = fopen(path, "rb");
     if (!r->f) return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(r->f), &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) {
+            fclose(r->f), r->f = NULL;
+            return qkv_fail(err, QKV_ERR_IO, "%s: is a directory, not a file", path);
+        }
+        r->regular = S_ISREG(sb.st_mode);
+    }
     return QKV_OK;
 }
 
@@ -313,24 +327,56 @@ static void reader_close(line_reader *r)
     memset(r, 0, sizeof *r);
 }
 
+static const char *never_ends(const line_reader *r)
+{
+    return r->regular ? "" : " (not a regular file: it may never end)";
+}
+
 /* Reads the next line into r->line without its "\n" or "\r\n". *len = its length, or -1 at
  * the end of the file. */
 static qkv_status reader_next(line_reader *r, ptrdiff_t *len, qkv_error *err)
 {
-    errno = 0;
-    ssize_t n = getline(&r->line, &r->cap, r->f);
-    if (n < 0) {
-        if (ferror(r->f) || errno == ENOMEM)
-            return qkv_fail(err, errno == ENOMEM ? QKV_ERR_NOMEM : QKV_ERR_IO,
-                            "%s:%ld: cannot read: %s", r->path, r->number + 1,
-                            strerror(errno ? errno : EIO));
+    size_t n = 0;
+    int c;
+    /* up to QKV_MAX_LINE_BYTES + 1 bytes are kept: the last may be the "\r" of "\r\n" */
+    while ((c = getc_unlocked(r->f)) != EOF && c != '\n') {
+        if (n > QKV_MAX_LINE_BYTES) break; /* a byte after those: too long whatever it is */
+        if (n + 1 >= r->cap) { /* room for c and the NUL */
+            size_t cap = r->cap ? 2 * r->cap : 256;
+            if (cap > QKV_MAX_LINE_BYTES + 2) cap = QKV_MAX_LINE_BYTES + 2;
+            char *line = realloc(r->line, cap);
+            if (!line)
+                return qkv_fail(err, QKV_ERR_NOMEM, "%s:%ld: out of memory for a line of %zu "
+                                "bytes", r->path, r->number + 1, n);
+            r->line = line, r->cap = cap;
+        }
+        r->line[n++] = (char)c;
+    }
+    if (c == EOF && ferror(r->f))
+        return qkv_fail(err, QKV_ERR_IO, "%s:%ld: cannot read: %s", r->path, r->number + 1,
+                        strerror(errno ? errno : EIO));
+    if (c == EOF && n == 0) {
         *len = -1;
         return QKV_OK;
     }
+    const int cut = c != EOF && c != '\n';
+    if (!cut && n > 0 && r->line[n - 1] == '\r') n--;
+    if (cut || n > QKV_MAX_LINE_BYTES)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s:%ld: a line of more than %zu bytes (the "
+                        "limit QKV_MAX_LINE_BYTES)%s", r->path, r->number + 1,
+                        QKV_MAX_LINE_BYTES, never_ends(r));
     r->number++;
-    if (n > 0 && r->line[n - 1] == '\n') n--;
-    if (n > 0 && r->line[n - 1] == '\r') n--;
-    *len = n;
+    r->total += n;
+    if (r->total > QKV_MAX_TEXT_BYTES)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s:%ld: more than %zu bytes (the limit "
+                        "QKV_MAX_TEXT_BYTES)%s", r->path, r->number, QKV_MAX_TEXT_BYTES,
+                        never_ends(r));
+    if (!r->line) { /* an empty first line: a buffer to point at all the same */
+        if (!(r->line = malloc(1))) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+        r->cap = 1;
+    }
+    r->line[n] = '\0';
+    *len = (ptrdiff_t)n;
     return QKV_OK;
 }
 

@@ -1,5 +1,6 @@
 /* config.json reading for model directories; see json_fields.h. */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,9 +14,11 @@ qkv_status json_get_int(const cJSON *o, const char *key, int *v, const char *fil
     if (cJSON_IsBool(x)) return *v = cJSON_IsTrue(x), QKV_OK;
     if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble))
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be an integer", file, key);
-    if (fabs(x->valuedouble) > 1e9) /* no size of a model comes near; nor does an int hold it */
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" is %.17g, out of range (at most 1e9 "
-                        "in magnitude)", file, key, x->valuedouble);
+    /* an integer too large for an int is named as such; one in range meets the limits of
+     * the configuration's check, with their names */
+    if (!(fabs(x->valuedouble) <= INT_MAX))
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" = %.17g is out of range (at most %d)",
+                        file, key, x->valuedouble, INT_MAX);
     *v = (int)x->valuedouble;
     return QKV_OK;
 }

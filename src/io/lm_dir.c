@@ -71,6 +71,7 @@ qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
     qkv_lm_config cfg;
     qkv_lm *m = NULL;
     qkv_status st = model_dir_config(&lm_kind, &cfg, dir, err);
+    if (!st) st = model_dir_fits(dir, lm_config_params(&cfg), err);
     if (!st) st = qkv_lm_create(&m, &cfg, 0, err);
     if (!st) st = model_dir_params(params_of(m), dir, err);
     if (st) qkv_lm_free(m), m = NULL;

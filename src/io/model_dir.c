@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -14,7 +15,6 @@
 #include "io/param_file.h"
 
 #define FORMAT_VERSION 1
-#define MAX_CONFIG_BYTES (1u << 20) /* a configuration is small */
 
 /* A CHOICE member is read and written through an int: the enums it holds have the size of
  * an int and only non-negative values, so their type is int's unsigned counterpart. */
@@ -109,12 +109,24 @@ qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv
     char *json = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    qkv_status st = qkv_read_file(path, MAX_CONFIG_BYTES, &json, &len, err);
+    qkv_status st = qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
     if (!st && strlen(json) != len)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
     if (!st) st = model_config_from_json(k, cfg, json, path, err);
     free(json);
     return st;
+}
+
+qkv_status model_dir_fits(const char *dir, double n_params, qkv_error *err)
+{
+    char model[4096];
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    struct stat sb;
+    if (stat(model, &sb) || !S_ISREG(sb.st_mode) || (double)sb.st_size >= 4 * n_params)
+        return QKV_OK;
+    return qkv_fail(err, QKV_ERR_FORMAT, "%s/config.json describes a model of %.0f parameters "
+                    "(%.0f bytes of float32), more than %s holds (%lld bytes)", dir, n_params,
+                    4 * n_params, model, (long long)sb.st_size);
 }
 
 qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err)

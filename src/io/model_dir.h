@@ -76,6 +76,11 @@ qkv_status model_dir_save(const model_kind *k, const void *cfg, param_set p, con
                           qkv_error *err);
 /* dir/config.json as a checked configuration of kind k. */
 qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv_error *err);
+/* Refuses, before the model is built, a dir/config.json describing n_params floats that a
+ * dir/model.safetensors of its size cannot hold (a mistyped or hostile dimension would
+ * otherwise allocate gigabytes and only then meet a tensor of the wrong shape). A missing
+ * or non-regular model file is left to model_dir_params to report. */
+qkv_status model_dir_fits(const char *dir, double n_params, qkv_error *err);
 /* dir/model.safetensors into p.params: every tensor of the table, float32, its shape, finite;
  * no other tensor. */
 qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err);

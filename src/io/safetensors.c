@@ -876,6 +876,8 @@ static qkv_status write_atomically(const char *path, const char *header, size_t 
 {
     char why[128];
     char *tmp = NULL;
+    qkv_status special = replaceable_target(path, err);
+    if (special) return special;
     int fd = open_temp(path, &tmp);
     if (fd < 0) {
         errno_text(errno, why, sizeof why);

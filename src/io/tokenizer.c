@@ -29,7 +29,7 @@ qkv_status model_dir_json(cJSON **out, const char *dir, const char *name, qkv_er
     *out = NULL;
     if (!qkv_model_dir_file(path, sizeof path, dir, name)) return QKV_OK;
     /* a model's JSON files are small: a megabyte is far beyond any of them */
-    qkv_status st = qkv_read_file(path, (size_t)1 << 20, &text, &len, err);
+    qkv_status st = qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, &len, err);
     if (!st && strlen(text) != len)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
     if (st) return free(text), st;

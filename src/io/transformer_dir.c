@@ -141,6 +141,7 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
     qkv_transformer_config cfg;
     qkv_transformer *m = NULL;
     qkv_status st = model_dir_config(&transformer_kind, &cfg, dir, err);
+    if (!st) st = model_dir_fits(dir, transformer_config_params(&cfg), err);
     if (!st) st = qkv_transformer_create(&m, &cfg, 0, err);
     if (!st) st = model_dir_params(params_of(m), dir, err);
     if (st) qkv_transformer_free(m), m = NULL;

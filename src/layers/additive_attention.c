@@ -38,7 +38,7 @@ void qkv_additive_attention_forward(float *O, qkv_additive_cache *c,
             }
         }
     qkv_masked_softmax_forward(c->P, c->P, B, 1, n, m, mask);
-    const float *pd = dropped_weights(scratch, c->P, (size_t)B * n * m, p, seed, 0);
+    const float *pd = dropped_weights(scratch, c->P, (size_t)B * n * m, p, seed, drop.offset);
     for (int b = 0; b < B; b++)
         gemm(0, 0, n, v, m, 1.0f, pd + (size_t)b * n * m, m, V + (size_t)b * m * v, v, 0.0f,
              O + (size_t)b * n * v, v);
@@ -60,7 +60,7 @@ void qkv_additive_attention_backward(qkv_attention_grads *dx, qkv_additive_weigh
     float *gq = ds + (size_t)B * n * m;       /* (B, n, h) gradient of W_q q */
     float *gk = gq + (size_t)B * n * h;       /* (B, m, h) gradient of W_k k */
     if (dV) {
-        const float *pd = dropped_weights(ds, c->P, (size_t)B * n * m, p, seed, 0);
+        const float *pd = dropped_weights(ds, c->P, (size_t)B * n * m, p, seed, drop.offset);
         for (int b = 0; b < B; b++)
             gemm(1, 0, m, v, n, 1.0f, pd + (size_t)b * n * m, m, dO + (size_t)b * n * v, v, 1.0f,
                  dV + (size_t)b * m * v, v);
@@ -69,7 +69,7 @@ void qkv_additive_attention_backward(qkv_attention_grads *dx, qkv_additive_weigh
         gemm(0, 1, n, m, v, 1.0f, dO + (size_t)b * n * v, v, V + (size_t)b * m * v, v, 0.0f,
              ds + (size_t)b * n * m, m);
     /* dP = dropout'(dPd): dropout is diagonal, its backward the same mask and scale */
-    if (p > 0.0f) qkv_dropout_forward(ds, ds, (size_t)B * n * m, p, seed, 0);
+    if (p > 0.0f) qkv_dropout_forward(ds, ds, (size_t)B * n * m, p, seed, drop.offset);
     for (size_t r = 0; r < (size_t)B * n; r++) { /* softmax backward, in place */
         const float *pr = c->P + r * m;
         float *dsr = ds + r * m, dot = 0.0f;

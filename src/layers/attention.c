@@ -41,7 +41,7 @@ void qkv_attention_forward(float *O, float *P, const qkv_attention_inputs *x,
             qkv_mask mb = mask_of_sequence(mask, b, n);
             gemm(0, 1, n, m, d, scale, Q + at.q, H * d, K + at.k, H * d, 0.0f, pw, m); /* S */
             qkv_masked_softmax_forward(pw, pw, 1, 1, n, m, &mb);
-            const float *pd = dropped_weights(scratch + bh, pw, (size_t)n * m, p, seed, bh);
+            const float *pd = dropped_weights(scratch + bh, pw, (size_t)n * m, p, seed, drop.offset + bh);
             gemm(0, 0, n, v, m, 1.0f, pd, m, V + at.v, H * v, 0.0f, O + at.o, H * v);
         }
 }
@@ -67,13 +67,13 @@ void qkv_attention_backward(qkv_attention_grads *dx, const float *dO, const floa
             const float *pw = P + bh;
             float *ds = scratch + bh;
             if (dV) {
-                const float *pd = dropped_weights(ds, pw, (size_t)n * m, p, seed, bh);
+                const float *pd = dropped_weights(ds, pw, (size_t)n * m, p, seed, drop.offset + bh);
                 gemm(1, 0, m, v, n, 1.0f, pd, m, dout, H * v, 1.0f, dV + at.v, H * v);
             }
             if (!dQ && !dK) continue;
             gemm(0, 1, n, m, v, 1.0f, dout, H * v, V + at.v, H * v, 0.0f, ds, m); /* dPd = dO V^T */
             /* dP = dropout'(dPd): dropout is diagonal, its backward the same mask and scale */
-            if (p > 0.0f) qkv_dropout_forward(ds, ds, (size_t)n * m, p, seed, bh);
+            if (p > 0.0f) qkv_dropout_forward(ds, ds, (size_t)n * m, p, seed, drop.offset + bh);
             for (int i = 0; i < n; i++) { /* softmax backward, in place */
                 const float *pr = pw + (size_t)i * m;
                 float *r = ds + (size_t)i * m, dot = 0.0f;

@@ -101,7 +101,7 @@ typedef struct {
     int H, n, m, d, v;
     const qkv_mask *mask;
     float p, scale;
-    uint64_t seed;
+    uint64_t seed, offset; /* the dropout's stream and first counter (qkv_dropout) */
 } flash_args;
 
 /* Query rows [i0, i0 + rows) of head (b, h) and the number of keys each sees. */
@@ -123,7 +123,7 @@ static query_tile query_tile_at(const flash_args *a, int b, int h, int i0)
 /* Dropout counter of weight (b, h, i, j): its flat index into (B, H, n, m), as qkv_attention. */
 static inline uint64_t weight_index(const flash_args *a, const query_tile *t, int r, int j)
 {
-    return (((uint64_t)t->b * a->H + t->h) * a->n + t->i0 + r) * a->m + j;
+    return a->offset + (((uint64_t)t->b * a->H + t->h) * a->n + t->i0 + r) * a->m + j;
 }
 
 /* ----------------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ void qkv_flash_attention_forward(float *O, float *L, const qkv_attention_inputs 
 {
     const int B = s->B, H = s->H, n = s->n, d = s->d;
     const flash_args a = {x->Q, x->K, x->V, NULL, NULL, NULL, NULL, NULL, NULL, H, n, s->m, d,
-                          s->v, mask, drop.p, 1.0f / sqrtf((float)d), drop.seed};
+                          s->v, mask, drop.p, 1.0f / sqrtf((float)d), drop.seed, drop.offset};
     const int tiles = (n + BR - 1) / BR;
     const long tasks = (long)B * H * tiles;
     #pragma omp parallel for schedule(dynamic) if (tasks > 1)
@@ -323,7 +323,7 @@ void qkv_flash_attention_backward(qkv_attention_grads *dx, const float *dO, cons
                 D[((size_t)b * H + h) * n + i] = s;
             }
     const flash_args a = {x->Q, x->K, x->V, dO, L, D, dQ, dK, dV, H, n, m, d, v,
-                          mask, drop.p, 1.0f / sqrtf((float)d), drop.seed};
+                          mask, drop.p, 1.0f / sqrtf((float)d), drop.seed, drop.offset};
     const int key_tiles = (m + BC - 1) / BC, query_tiles = (n + BR - 1) / BR;
     const int BH = B * H;
     if (dQ && (dK || dV) && BH >= omp_get_max_threads()) {

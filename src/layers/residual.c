@@ -34,7 +34,7 @@ void qkv_residual_forward(float *y, const float *x, const float *s, size_t n, qk
     }
     const dropout_rule d = dropout_rule_of(p, seed);
     #pragma omp parallel for if (n > 16384)
-    for (size_t i = 0; i < n; i++) y[i] = x[i] + dropout_apply(&d, i, s[i]);
+    for (size_t i = 0; i < n; i++) y[i] = x[i] + dropout_apply(&d, drop.offset + i, s[i]);
 }
 
 /* dx += dy;  ds += dropout'(dy) */
@@ -44,7 +44,7 @@ void qkv_residual_backward(float *dx, float *ds, const float *dy, size_t n, qkv_
         #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) dx[i] += dy[i];
     }
-    if (ds) qkv_dropout_backward(ds, dy, n, drop.p, drop.seed, 0);
+    if (ds) qkv_dropout_backward(ds, dy, n, drop.p, drop.seed, drop.offset);
 }
 
 /* x, s, y, z (N, C):  z = x + dropout(s),  y = LayerNorm(z) */
@@ -58,7 +58,7 @@ void qkv_addnorm_forward(float *y, qkv_addnorm_cache *c, const float *x, const f
     #pragma omp parallel for if ((long)N * C > 16384)
     for (int i = 0; i < N; i++) {
         const size_t row = (size_t)i * C;
-        residual_row(z + row, x + row, s + row, C, p, seed, row);
+        residual_row(z + row, x + row, s + row, C, p, seed, drop.offset + row);
         layernorm_row_forward(y + row, mean + i, rstd + i, z + row, gamma, beta, C, eps);
     }
 }
@@ -88,7 +88,7 @@ void qkv_addnorm_backward(float *dx, float *ds, qkv_layernorm_weights *dw, const
             #pragma omp simd
             for (int c = 0; c < C; c++) ds[row + c] += dz[c];
         } else {
-            for (int c = 0; c < C; c++) ds[row + c] += dropout_apply(&d, row + c, dz[c]);
+            for (int c = 0; c < C; c++) ds[row + c] += dropout_apply(&d, drop.offset + row + c, dz[c]);
         }
     }
     layernorm_param_backward(dgamma, dbeta, dy, z, mean, rstd, N, C);

@@ -21,15 +21,27 @@ static uint64_t residual_seed(const stack_pass *k, int l, int i)
     return dropout_site_seed(k->seed, k->d->id, l, 1 + i);
 }
 
+/* The dropout counters of a shard continue the whole batch's: a tensor of `per_sequence`
+ * values per sequence starts at sequence k->first. */
+static uint64_t first_counter(const stack_pass *k, size_t per_sequence)
+{
+    return k->first * per_sequence;
+}
+
+/* Attention j's weights (B, H, T, m): m = T for self-attention, the memory's Tm for cross. */
 static qkv_dropout weights_dropout(const stack_pass *k, int l, int j)
 {
-    qkv_dropout drop = {k->p, dropout_site_seed(k->seed, k->d->id, l, 1 + sublayers(k->d) + j)};
+    const int m = j == 0 ? k->T : k->Tm;
+    qkv_dropout drop = {k->p, dropout_site_seed(k->seed, k->d->id, l, 1 + sublayers(k->d) + j),
+                        first_counter(k, (size_t)k->d->heads * k->T * m)};
     return drop;
 }
 
 static sublayer_ctx sublayer_of(const stack_pass *k, int l, int i)
 {
-    sublayer_ctx s = {k->d, (size_t)k->B * k->T, {k->p, residual_seed(k, l, i)}, k->scratch};
+    sublayer_ctx s = {k->d, (size_t)k->B * k->T,
+                      {k->p, residual_seed(k, l, i), first_counter(k, (size_t)k->T * k->d->C)},
+                      k->scratch};
     return s;
 }
 
@@ -49,7 +61,8 @@ static qkv_status embed_forward(const backend *be, const stack_pass *k, float *x
     if (st) return st;
     be->ops->positional_forward(x, x, positions_of(w, pos_table), B, T, C, 0, k->d->embed_scale);
     be->ops->dropout_forward(x, x, (size_t)B * T * C, k->p,
-                             dropout_site_seed(k->seed, k->d->id, 0, 0), 0);
+                             dropout_site_seed(k->seed, k->d->id, 0, 0),
+                             first_counter(k, (size_t)T * C));
     return QKV_OK;
 }
 
@@ -61,7 +74,8 @@ static void embed_backward(const backend *be, const stack_pass *k, stack_w *g, c
     const size_t n = (size_t)B * T * C;
     float *e = k->scratch;
     be->ops->zero(e, n);
-    be->ops->dropout_backward(e, dx, n, k->p, dropout_site_seed(k->seed, k->d->id, 0, 0), 0);
+    be->ops->dropout_backward(e, dx, n, k->p, dropout_site_seed(k->seed, k->d->id, 0, 0),
+                              first_counter(k, (size_t)T * C));
     if (g->positions) be->ops->positional_backward(NULL, g->positions, e, B, T, C, 0, 1.0f);
     be->ops->scale(e, n, k->d->embed_scale);
     be->ops->embedding_backward(g->embedding, e, ids, B * T, C);

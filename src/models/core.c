@@ -60,6 +60,28 @@ qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int b
     return a;
 }
 
+/* ---- limits, checked before anything is allocated ------------------------------------- */
+
+double block_params(double C, double F, int bias, int cross)
+{
+    const double mha = 4 * C * C + (bias ? 4 * C : 0), norm = 2 * C, ffn = 2 * C * F + F + C;
+    return (cross ? 2 : 1) * (mha + norm) + ffn + norm;
+}
+
+qkv_status limit_check(const char *key, int v, int limit, const char *name, qkv_error *err)
+{
+    if (v <= limit) return QKV_OK;
+    return qkv_fail(err, QKV_ERR_ARG, "%s = %d is over the limit %s = %d", key, v, name, limit);
+}
+
+qkv_status params_check(double n_params, int max_len, int C, qkv_error *err)
+{
+    const double n = n_params + (double)max_len * C;
+    if (n <= (double)QKV_MAX_PARAMS) return QKV_OK;
+    return qkv_fail(err, QKV_ERR_ARG, "the model would hold %.0f parameters (%.1f GiB of float32), "
+                    "over the limit QKV_MAX_PARAMS = %lld", n, n * 4 / (1 << 30), QKV_MAX_PARAMS);
+}
+
 /* ---- life cycle ------------------------------------------------------------------------ */
 
 qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *view, int max_len,

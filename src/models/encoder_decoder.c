@@ -49,9 +49,30 @@ qkv_status qkv_transformer_config_check(const qkv_transformer_config *c, qkv_err
     if (c->decoder_start != QKV_BOS && c->decoder_start != QKV_PAD)
         return qkv_fail(err, QKV_ERR_ARG, "decoding starts from <bos> (%d) or <pad> (%d), not "
                         "id %d", QKV_BOS, QKV_PAD, c->decoder_start);
-    if ((double)c->d_model * c->d_model * (c->enc_layers + c->dec_layers) > 4e10)
-        return qkv_fail(err, QKV_ERR_ARG, "model too large");
-    return QKV_OK;
+    qkv_status st;
+    if ((st = limit_check("src_vocab", c->src_vocab, QKV_MAX_VOCAB, "QKV_MAX_VOCAB", err)) ||
+        (st = limit_check("tgt_vocab", c->tgt_vocab, QKV_MAX_VOCAB, "QKV_MAX_VOCAB", err)) ||
+        (st = limit_check("d_model", c->d_model, QKV_MAX_D_MODEL, "QKV_MAX_D_MODEL", err)) ||
+        (st = limit_check("ffn", c->ffn, QKV_MAX_FFN, "QKV_MAX_FFN", err)) ||
+        (st = limit_check("enc_layers", c->enc_layers, QKV_MAX_LAYERS, "QKV_MAX_LAYERS", err)) ||
+        (st = limit_check("dec_layers", c->dec_layers, QKV_MAX_LAYERS, "QKV_MAX_LAYERS", err)) ||
+        (st = limit_check("max_len", c->max_len, QKV_MAX_LEN, "QKV_MAX_LEN", err)))
+        return st;
+    return params_check(transformer_config_params(c), c->max_len, c->d_model, err);
+}
+
+double transformer_config_params(const qkv_transformer_config *c)
+{
+    const double C = c->d_model, F = c->ffn;
+    double n = c->enc_layers * block_params(C, F, c->bias, 0) +
+               c->dec_layers * block_params(C, F, c->bias, 1);
+    if (c->final_norm) n += 2 * C * ((c->enc_layers > 0) + 1);
+    n += (double)c->src_vocab * C;                                  /* source embedding */
+    if (c->tie != QKV_TIE_ALL) n += (double)c->tgt_vocab * C;       /* target embedding */
+    if (c->tie == QKV_TIE_NONE) n += (double)c->tgt_vocab * C;      /* output projection */
+    n += c->tgt_vocab;                                              /* output bias */
+    if (c->learned_pos) n += 2.0 * c->max_len * C;
+    return n;
 }
 
 static stack_dims dims_of(const qkv_transformer_config *c, int decoder)
@@ -243,7 +264,8 @@ qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int fla
 static stack_pass encoder_pass(qkv_transformer *m, const qkv_mask *src_mask, int B, int Ts,
                                float p, uint64_t seed)
 {
-    stack_pass k = {&m->enc_dims, B, Ts, 0, src_mask, NULL, NULL, p, seed, m->acts.scratch};
+    stack_pass k = {&m->enc_dims, B, Ts, 0, src_mask, NULL, NULL, p, seed, m->acts.scratch,
+                    m->first_example};
     return k;
 }
 
@@ -252,7 +274,7 @@ static stack_pass decoder_pass(qkv_transformer *m, const qkv_mask *causal,
                                uint64_t seed)
 {
     stack_pass k = {&m->dec_dims, B, Tt, Ts, causal, src_mask, m->acts.enc.out, p, seed,
-                    m->acts.scratch};
+                    m->acts.scratch, m->first_example};
     return k;
 }
 
@@ -326,7 +348,10 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     if (o->backward && !qkv_transformer_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     const float p = o->train ? m->cfg.dropout : 0.0f;
-    if ((st = forward(m, b, p, o->dropout_seed, err))) return st;
+    m->first_example = o->first_example;
+    st = forward(m, b, p, o->dropout_seed, err);
+    m->first_example = 0; /* backward sets it again: nothing else is a shard */
+    if (st) return st;
     const backend be = core_backend(&m->core);
     model_acts *x = &m->acts;
     const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, b->tgt_out,
@@ -339,7 +364,9 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     if (tokens) *tokens = count;
     if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
+        m->first_example = o->first_example;
         backward(m, b, p, o->dropout_seed);
+        m->first_example = 0;
     }
     return QKV_OK;
 }

@@ -41,10 +41,27 @@ qkv_status qkv_lm_config_check(const qkv_lm_config *c, qkv_error *err)
                         (int)c->attention);
     if (!(c->ln_eps > 0.0f))
         return qkv_fail(err, QKV_ERR_ARG, "ln_eps must be > 0, got %g", (double)c->ln_eps);
-    if ((double)c->d_model * (c->d_model + c->ffn) * c->layers > 4e10 ||
-        (double)c->max_len * c->max_len > 1e9 || (double)c->vocab * c->d_model > 4e10)
-        return qkv_fail(err, QKV_ERR_ARG, "model too large");
-    return QKV_OK;
+    qkv_status st;
+    if ((st = limit_check("vocab", c->vocab, QKV_MAX_VOCAB, "QKV_MAX_VOCAB", err)) ||
+        (st = limit_check("d_model", c->d_model, QKV_MAX_D_MODEL, "QKV_MAX_D_MODEL", err)) ||
+        (st = limit_check("ffn", c->ffn, QKV_MAX_FFN, "QKV_MAX_FFN", err)) ||
+        (st = limit_check("layers", c->layers, QKV_MAX_LAYERS, "QKV_MAX_LAYERS", err)) ||
+        (st = limit_check("max_len", c->max_len, QKV_MAX_LEN, "QKV_MAX_LEN", err)))
+        return st;
+    /* a (max_len, max_len) score matrix per head and sequence */
+    if ((double)c->max_len * c->max_len > 1e9)
+        return qkv_fail(err, QKV_ERR_ARG, "max_len = %d: its attention scores (max_len^2) would "
+                        "pass 10^9 per head", c->max_len);
+    return params_check(lm_config_params(c), c->max_len, c->d_model, err);
+}
+
+double lm_config_params(const qkv_lm_config *c)
+{
+    const double C = c->d_model, V = c->vocab;
+    double n = c->layers * block_params(C, c->ffn, c->bias, 0) + (c->final_norm ? 2 * C : 0);
+    n += V * C * (c->tie ? 1 : 2) + V; /* embedding, output projection unless tied, bias */
+    if (c->learned_pos) n += (double)c->max_len * C;
+    return n;
 }
 
 /* ---- the parameter table --------------------------------------------------------------- */
@@ -173,7 +190,8 @@ static qkv_status layout_acts(qkv_lm *m, int B, int T, qkv_error *err)
 static stack_pass pass_of(qkv_lm *m, const qkv_mask *causal, int B, int T, float p,
                           uint64_t seed)
 {
-    stack_pass k = {&m->dims, B, T, 0, causal, NULL, NULL, p, seed, m->acts.scratch};
+    stack_pass k = {&m->dims, B, T, 0, causal, NULL, NULL, p, seed, m->acts.scratch,
+                    m->first_example};
     return k;
 }
 
@@ -217,7 +235,9 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     if (o->backward && !qkv_lm_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     const float p = o->train ? m->cfg.dropout : 0.0f;
+    m->first_example = o->first_example;
     qkv_status st = lm_forward(m, ids, B, T, p, o->dropout_seed, err);
+    m->first_example = 0; /* backward sets it again: nothing else is a shard */
     if (st) return st;
     const backend be = core_backend(&m->core);
     lm_acts *x = &m->acts;
@@ -231,7 +251,9 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     if (tokens) *tokens = count;
     if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
+        m->first_example = o->first_example;
         backward(m, ids, B, T, p, o->dropout_seed);
+        m->first_example = 0;
     }
     return QKV_OK;
 }

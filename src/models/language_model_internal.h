@@ -17,12 +17,16 @@ typedef struct {
     float *scratch;
 } lm_acts;
 
+/* The floats a configuration's parameter table holds, computed without building it. */
+double lm_config_params(const qkv_lm_config *c);
+
 struct qkv_lm {
     qkv_lm_config cfg;
     stack_dims dims;
     model_core core;
     lm_w w, g; /* views of the parameters and of their gradients */
     lm_acts acts;
+    uint64_t first_example; /* of the loss pass running (qkv_loss_options) */
 };
 
 /* The causal forward pass over ids (B, T) with dropout rate p (0: evaluation), filling

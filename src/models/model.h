@@ -106,6 +106,8 @@ typedef struct {
     float p;                   /* dropout rate (0 in evaluation) */
     uint64_t seed;             /* the step's dropout seed: each site draws its own stream */
     float *scratch;
+    uint64_t first;            /* the batch's first sequence in the whole batch of a step run
+                                * on several ranks (0 on one): dropout counters start there */
 } stack_pass;
 
 /* Work space of a backward pass, (B*T, C) each. */
@@ -221,6 +223,15 @@ typedef void (*param_walk)(param_walker *w, const void *cfg, void *view);
 
 /* Counts the table, allocates it, the parameters and the sinusoidal table (max_len, C), and
  * points view into the parameters. */
+/* Floats in one block (L of them make a stack): self-attention, cross-attention when cross,
+ * the FFN, and their LayerNorms; in double, for configurations too large to build. */
+double block_params(double C, double F, int bias, int cross);
+/* QKV_ERR_ARG "key = v is over the limit NAME = limit" when v > limit. */
+qkv_status limit_check(const char *key, int v, int limit, const char *name, qkv_error *err);
+/* QKV_ERR_ARG when a configuration's n_params floats (with its max_len x C sinusoidal table)
+ * pass QKV_MAX_PARAMS. */
+qkv_status params_check(double n_params, int max_len, int C, qkv_error *err);
+
 qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *view, int max_len,
                       int C, qkv_error *err);
 void core_free(model_core *c);

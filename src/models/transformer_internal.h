@@ -24,7 +24,12 @@ struct qkv_transformer {
     model_core core;
     model_w w, g; /* views of the parameters and of their gradients */
     model_acts acts;
+    uint64_t first_example; /* of the loss pass running (qkv_loss_options) */
 };
+
+/* The floats a configuration's parameter table holds (qkv_transformer_num_params of the
+ * model it builds), computed without building it. */
+double transformer_config_params(const qkv_transformer_config *c);
 
 /* Lays the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed),
  * softmax attention over flash_min_keys keys or more on the flash kernel (INT_MAX: every

@@ -5,7 +5,10 @@
  * The windows and the dropout of step s are pure functions of (seed, s), so the state to save
  * is the parameters, Adam's moments and the step. Random windows rather than an epoch's
  * shuffled tiling: any step can be recomputed without replaying an epoch's order, and a time
- * budget needs no notion of epochs (those reported are tokens consumed / text length). */
+ * budget needs no notion of epochs (those reported are tokens consumed / text length).
+ * Data-parallel (o->reducer): every rank draws the same B windows and trains on its shard of
+ * them (qkv_shard_of); rank 0 alone writes out_dir and evaluates, and its clock is the one a
+ * time budget and its schedule follow. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -16,6 +19,7 @@
 #include <unistd.h>
 
 #include "models/language_model_internal.h"
+#include "training/parallel.h"
 
 qkv_lm_train_options qkv_lm_train_default_options(void)
 {
@@ -90,23 +94,31 @@ qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B,
     return QKV_OK;
 }
 
-static void log_metrics(const char *dir, const qkv_lm_train_progress *p)
+/* Appends one line to dir/metrics.jsonl. A failure is an error like any other write's: the
+ * log is the run's record, and losing it silently would leave a run that looks complete. */
+static qkv_status log_metrics(const char *dir, const qkv_lm_train_progress *p, qkv_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
-    if (!fp) { /* the log is a convenience; training state lives in the checkpoint */
+    if (!fp) {
+        int e = errno;
         if (fd >= 0) close(fd);
-        return;
+        return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path,
+                        e == ELOOP ? "it is a symbolic link (qkv never writes through one)"
+                                   : strerror(e));
     }
     fprintf(fp, "{\"epoch\": %.6f, \"step\": %lld, \"loss\": %.6f", p->epoch,
             (long long)p->step, p->loss);
     if (!isnan(p->val_loss)) fprintf(fp, ", \"val_loss\": %.6f", p->val_loss);
     fprintf(fp, ", \"lr\": %.6g, \"grad_norm\": %.4f, \"tokens_per_s\": %.1f, \"elapsed_s\": "
             "%.2f}\n", p->lr, p->grad_norm, p->tokens_per_s, p->elapsed_s);
-    fclose(fp);
+    int bad = ferror(fp), e = errno;
+    if (fclose(fp) != 0 && !bad) bad = 1, e = errno;
+    if (bad) return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path, strerror(e));
+    return QKV_OK;
 }
 
 static qkv_status check_options(const qkv_lm *m, size_t n_train, const qkv_lm_train_options *o,
@@ -140,7 +152,10 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         if (train[i] < 0 || train[i] >= m->cfg.vocab)
             return qkv_fail(err, QKV_ERR_ARG, "training token %zu: id %d outside the vocabulary",
                             i, train[i]);
-    if (mkdir(o->out_dir, 0777) && errno != EEXIST)
+    const qkv_reducer *rd = o->reducer;
+    const int writer = rd_writer(rd);
+    if ((st = rd_check_same(rd, rd_hash_ids(0, train, n_train), "training texts", err))) return st;
+    if (writer && mkdir(o->out_dir, 0777) && errno != EEXIST)
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create the directory: %s", o->out_dir,
                         strerror(errno));
     const size_t n = qkv_lm_num_params(m);
@@ -153,7 +168,7 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->out_dir);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", o->out_dir);
     lm_train_position pos = {o->seed, 0.0, 0.0, 0, (int64_t)n_train};
-    FILE *probe = o->resume ? fopen(ckpt, "rb") : NULL;
+    FILE *probe = o->resume && writer ? fopen(ckpt, "rb") : NULL;
     if (probe) {
         fclose(probe);
         /* windows and dropout follow the saved run's seed */
@@ -164,8 +179,13 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
                             "has %zu: resume on the same data", ckpt,
                             (long long)pos.train_tokens, n_train);
         }
-    } else {
+    } else if (writer) {
         remove(metrics); /* a fresh run starts a fresh log */
+    }
+    if (rd_parallel(rd) &&
+        (st = rd_share_state(rd, qkv_lm_params(m), &opt, &pos, sizeof pos, err))) {
+        qkv_adam_free(&opt);
+        return st;
     }
     int *ids = malloc((size_t)B * T * sizeof *ids), *targets = malloc((size_t)B * T * sizeof *ids);
     if (!ids || !targets) {
@@ -178,15 +198,25 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
     prog.steps = o->steps, prog.val_loss = NAN;
     for (;;) {
         double elapsed = elapsed0 + (qkv_now_s() - t0);
+        if (budget > 0.0 && (st = rd_share(rd, &elapsed, sizeof elapsed, err))) break;
         if ((o->steps > 0 && opt.step >= o->steps) || (budget > 0.0 && elapsed >= budget)) break;
         const int64_t s = opt.step; /* steps done: this is step s + 1 */
         gather_windows(ids, targets, train, n_train, B, T, pos.seed, s);
         /* the schedule at this step; with a time budget, at the time it starts */
         const double lr = learning_rate(o, s + 1, elapsed, budget);
-        const qkv_step_options so = {(float)lr, o->clip, 0.0f, 0.0f,
-                                     stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)s + 1), 0};
+        float grad_scale = 0.0f; /* the per-token mean */
+        int first = 0, count = B;
+        if (rd_parallel(rd)) { /* over the whole batch's tokens, whichever shard holds them */
+            const int64_t tokens = rd_target_tokens(targets, (size_t)B * T);
+            grad_scale = 1.0f / (float)(tokens ? tokens : 1);
+            qkv_shard_of(B, rd->rank, rd->size, &first, &count);
+        }
+        const qkv_step_options so = {(float)lr, o->clip, grad_scale, 0.0f,
+                                     stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)s + 1), 0,
+                                     rd, (uint64_t)first};
         qkv_step_result res;
-        if ((st = qkv_lm_train_step(m, &opt, ids, targets, B, T, &so, &res, err))) {
+        if ((st = qkv_lm_train_step(m, &opt, ids + (size_t)first * T, targets + (size_t)first * T,
+                                    count, T, &so, &res, err))) {
             if (st == QKV_ERR_NUMERIC) {
                 char why[sizeof err->msg];
                 snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");
@@ -199,12 +229,13 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         const int tokens = res.tokens;
         pos.loss_sum += loss, pos.loss_tokens += tokens, run_tokens += tokens;
         elapsed = elapsed0 + (qkv_now_s() - t0);
+        if (budget > 0.0 && (st = rd_share(rd, &elapsed, sizeof elapsed, err))) break;
         pos.elapsed_s = elapsed;
         const int stop = o->stop_after_steps > 0 && opt.step >= o->stop_after_steps;
         const int last = (o->steps > 0 && opt.step >= o->steps) ||
                          (budget > 0.0 && elapsed >= budget);
-        const int evaluate = n_val >= 2 && ((o->eval_every > 0 && opt.step % o->eval_every == 0) ||
-                                            last);
+        const int evaluate = writer && n_val >= 2 &&
+                             ((o->eval_every > 0 && opt.step % o->eval_every == 0) || last);
         prog.step = opt.step;
         prog.epoch = (double)opt.step * B * T / (double)n_train;
         prog.loss = pos.loss_sum / (double)(pos.loss_tokens ? pos.loss_tokens : 1);
@@ -217,15 +248,15 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
                                                                               : n_val;
             if ((st = qkv_lm_evaluate(m, val, nv, T, B, &prog.val_loss, NULL, err))) break;
         }
-        if (prog.report) {
-            log_metrics(o->out_dir, &prog);
+        if (prog.report && writer) {
+            if ((st = log_metrics(o->out_dir, &prog, err))) break;
             pos.loss_sum = 0.0, pos.loss_tokens = 0;
             if ((st = lm_checkpoint_save(ckpt, m, &opt, &pos, err))) break;
         }
         if (o->progress) o->progress(&prog, o->progress_ctx);
         if (stop && !last) goto done; /* the model is saved only at the end */
     }
-    if (!st) st = qkv_lm_save(m, o->out_dir, err);
+    if (!st && writer) st = qkv_lm_save(m, o->out_dir, err);
 done:
     free(ids), free(targets);
     qkv_adam_free(&opt);

@@ -1,6 +1,9 @@
 /* One optimizer step, llm.c's shape: zero the gradients, forward and loss, backward, clip,
  * update. The training loops (train.c, lm_train.c) are drivers over it: everything they add
- * (batches, schedules, validation, checkpoints, logs) is policy around this step. */
+ * (batches, schedules, validation, checkpoints, logs) is policy around this step.
+ * Data-parallel (o->reducer): the loss pass runs on this rank's shard, and between backward
+ * and clipping the ranks sum their gradients; with grad_scale = 1 / the whole batch's tokens
+ * that sum is the whole batch's mean gradient, so the update is the one-process update. */
 #include <math.h>
 #include <string.h>
 
@@ -32,15 +35,45 @@ static qkv_status update(qkv_adam *opt, float *params, float *grads, size_t n, q
     return QKV_OK;
 }
 
+static int parallel(const qkv_step_options *o) { return o->reducer && o->reducer->size > 1; }
+
 /* The step's start: the gradients zeroed, the result cleared, and the loss pass's options
  * (training, with backward). */
 static qkv_status begin(float *grads, size_t n, const qkv_step_options *o, qkv_step_result *r,
                         qkv_loss_options *pass, qkv_error *err)
 {
     if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    /* each rank's own per-token mean would weigh the shards' tokens unequally */
+    if (parallel(o) && !(o->grad_scale > 0.0f))
+        return qkv_fail(err, QKV_ERR_ARG, "a step split over ranks needs grad_scale > 0 (1 / the "
+                        "whole batch's tokens for the per-token mean)");
     memset(grads, 0, n * sizeof *grads);
     memset(r, 0, sizeof *r);
-    *pass = (qkv_loss_options){1, o->grad_scale, o->label_smoothing, 1, o->dropout_seed};
+    *pass = (qkv_loss_options){1, o->grad_scale, o->label_smoothing, 1, o->dropout_seed,
+                               parallel(o) ? o->first_example : 0};
+    return QKV_OK;
+}
+
+/* Data-parallel: the sums over the ranks of the loss, the tokens, how each rank's loss pass
+ * went (st) and, when every pass succeeded, the gradients. Every rank comes here whatever
+ * its own pass returned, since the others wait for it in the sums; all of them then see the
+ * same outcome. */
+static qkv_status reduce(const qkv_reducer *rd, float *grads, size_t n, qkv_status st,
+                         qkv_step_result *r, qkv_error *err)
+{
+    double tally[4] = {st ? 0.0 : r->loss, st ? 0.0 : (double)r->tokens,
+                       st == QKV_ERR_NUMERIC, st && st != QKV_ERR_NUMERIC};
+    if (rd->sum_doubles(rd->ctx, tally, 4))
+        return qkv_fail(err, QKV_ERR_IO, "summing the loss over %d ranks failed", rd->size);
+    if (st && st != QKV_ERR_NUMERIC) return st;
+    if (tally[3] > 0.0)
+        return qkv_fail(err, QKV_ERR_ARG, "the loss pass failed on %g other rank(s)", tally[3]);
+    if (tally[2] > 0.0)
+        return st ? st : qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite on %g other "
+                                  "rank(s)", tally[2]);
+    r->loss = tally[0], r->tokens = (int)tally[1];
+    if (rd->sum_floats(rd->ctx, grads, n))
+        return qkv_fail(err, QKV_ERR_IO, "summing the gradients over %d ranks failed", rd->size);
     return QKV_OK;
 }
 
@@ -52,7 +85,9 @@ qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const q
     float *grads = qkv_transformer_grads(m);
     qkv_loss_options pass;
     qkv_status st = begin(grads, n, o, r, &pass, err);
-    if (!st) st = qkv_transformer_loss(m, b, &pass, &r->loss, &r->tokens, err);
+    if (st) return st;
+    if (b->B > 0) st = qkv_transformer_loss(m, b, &pass, &r->loss, &r->tokens, err);
+    if (parallel(o)) st = reduce(o->reducer, grads, n, st, r, err);
     return update(opt, qkv_transformer_params(m), grads, n, st, o, r, err);
 }
 
@@ -64,6 +99,8 @@ qkv_status qkv_lm_train_step(qkv_lm *m, qkv_adam *opt, const int *ids, const int
     float *grads = qkv_lm_grads(m);
     qkv_loss_options pass;
     qkv_status st = begin(grads, n, o, r, &pass, err);
-    if (!st) st = qkv_lm_loss(m, ids, targets, B, T, &pass, &r->loss, &r->tokens, err);
+    if (st) return st;
+    if (B > 0) st = qkv_lm_loss(m, ids, targets, B, T, &pass, &r->loss, &r->tokens, err);
+    if (parallel(o)) st = reduce(o->reducer, grads, n, st, r, err);
     return update(opt, qkv_lm_params(m), grads, n, st, o, r, err);
 }

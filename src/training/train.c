@@ -6,7 +6,11 @@
  * models, a time budget, metrics.jsonl, and checkpoints from which a run resumes exactly.
  * Everything random is a pure function of (seed, epoch, step), so the state to save is just
  * the parameters, Adam's moments and where we are; the validation history (best score,
- * patience) is replayed from its own file. */
+ * patience) is replayed from its own file.
+ * Data-parallel (o->reducer, several ranks): every rank plans the same batches and takes its
+ * shard of each (qkv_shard_of); the step sums the gradients. Rank 0 alone touches the run
+ * directory (checkpoint, metrics, validation, models) and hands every decision that depends
+ * on it (resumed state, early stopping, the time budget) to the others. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -16,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "training/parallel.h"
 #include "training/training.h"
 
 qkv_train_options qkv_train_default_options(void)
@@ -35,16 +40,21 @@ static float learning_rate(const qkv_train_options *o, int d_model, int64_t step
     return (float)(o->lr_factor / sqrt((double)d_model) * fmin(1.0 / sqrt(s), s * pow(w, -1.5)));
 }
 
-static void log_metrics(const char *dir, const qkv_train_progress *p)
+/* Appends one line to dir/metrics.jsonl. A failure is an error like any other write's: the
+ * log is the run's record, and losing it silently would leave a run that looks complete. */
+static qkv_status log_metrics(const char *dir, const qkv_train_progress *p, qkv_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
-    if (!fp) { /* the log is a convenience; training state lives in the checkpoint */
+    if (!fp) {
+        int e = errno;
         if (fd >= 0) close(fd);
-        return;
+        return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path,
+                        e == ELOOP ? "it is a symbolic link (qkv never writes through one)"
+                                   : strerror(e));
     }
     fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"loss\": %.6f, \"d2l_loss\": %.6f, "
             "\"tokens_per_s\": %.1f, \"lr\": %.6g", p->epoch, (long long)p->step, p->loss,
@@ -54,7 +64,10 @@ static void log_metrics(const char *dir, const qkv_train_progress *p)
         if (!isnan(p->bleu)) fprintf(fp, ", \"bleu\": %.4f", p->bleu);
     }
     fprintf(fp, "}\n");
-    fclose(fp);
+    int bad = ferror(fp), e = errno;
+    if (fclose(fp) != 0 && !bad) bad = 1, e = errno;
+    if (bad) return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path, strerror(e));
+    return QKV_OK;
 }
 
 static qkv_status check_dataset(const qkv_transformer *m, const qkv_dataset *d,
@@ -135,6 +148,8 @@ typedef struct {
     history hist;
     int since_best;         /* validations since the best one */
     qkv_train_progress prog;
+    const qkv_reducer *rd;  /* data-parallel ranks, or NULL */
+    int writer;             /* this rank writes the run directory */
     char ckpt[4096], hist_path[4096], best_dir[4096];
 } run;
 
@@ -151,12 +166,19 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
                            const qkv_train_options *o, qkv_error *err)
 {
     memset(r, 0, sizeof *r);
-    r->m = m, r->d = d, r->o = o;
+    r->m = m, r->d = d, r->o = o, r->rd = o->reducer, r->writer = rd_writer(o->reducer);
     qkv_status st = check_options(o, err);
     if (!st) st = check_dataset(m, d, "training", err);
     if (!st && o->valid) st = check_dataset(m, o->valid, "validation", err);
+    if (!st && rd_parallel(r->rd)) {
+        const size_t cells = (size_t)d->n * d->num_steps;
+        uint64_t h = rd_hash_ids(0, &d->num_steps, 1);
+        h = rd_hash_ids(rd_hash_ids(h, d->src, cells), d->tgt, cells);
+        h = rd_hash_ids(rd_hash_ids(h, d->src_valid, (size_t)d->n), d->tgt_valid, (size_t)d->n);
+        st = rd_check_same(r->rd, h, "training pairs", err);
+    }
     if (st) return st;
-    if (mkdir(o->out_dir, 0777) && errno != EEXIST)
+    if (r->writer && mkdir(o->out_dir, 0777) && errno != EEXIST)
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create the directory: %s", o->out_dir,
                         strerror(errno));
     if (!qkv_transformer_grads(m))
@@ -168,7 +190,7 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
     snprintf(r->hist_path, sizeof r->hist_path, "%s/validation.json", o->out_dir);
     snprintf(r->best_dir, sizeof r->best_dir, "%s/best", o->out_dir);
     r->pos = (qkv_train_position){0, 0, o->seed, 0.0, 0};
-    FILE *probe = o->resume ? fopen(r->ckpt, "rb") : NULL;
+    FILE *probe = o->resume && r->writer ? fopen(r->ckpt, "rb") : NULL;
     if (probe) {
         fclose(probe);
         /* the data order and dropout follow the saved run's seed */
@@ -176,6 +198,9 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
         if (!st && o->valid) st = history_load(&r->hist, r->hist_path, r->pos.epoch, err);
     }
     history_best(&r->hist, o->valid_bleu, &r->since_best);
+    if (!st && rd_parallel(r->rd))
+        st = rd_share_state(r->rd, qkv_transformer_params(m), &r->opt, &r->pos, sizeof r->pos,
+                            err);
     const int by_tokens = o->batch_tokens > 0;
     /* a batch by tokens holds at most batch_tokens pairs (each is at least one token long) */
     const int Bmax = by_tokens ? o->batch_tokens : o->batch;
@@ -196,15 +221,29 @@ static qkv_status train_batch(run *r, int epoch, int bi, double t0, int64_t *tim
     const int *items = r->plan.items + r->plan.first[bi];
     const int size = r->plan.first[bi + 1] - r->plan.first[bi], T = d->num_steps;
     int Ts, Tt;
+    /* the whole batch's lengths, on every rank: a shard is padded as the whole batch is */
     batch_lengths(d, items, size, o->batch_tokens > 0, &Ts, &Tt);
-    const qkv_batch batch = gather(d, items, size, Ts, Tt,
-                                   qkv_transformer_get_config(r->m)->decoder_start, &r->bb);
+    qkv_batch batch = gather(d, items, size, Ts, Tt,
+                             qkv_transformer_get_config(r->m)->decoder_start, &r->bb);
     const int64_t step = r->opt.step + 1;
+    /* d2l differentiates sum_seq mean_t(loss): each token counts 1/num_steps */
+    float grad_scale = o->d2l_loss_scale ? 1.0f / (float)T : 0.0f;
+    int first = 0, count = size;
+    if (rd_parallel(r->rd)) {
+        /* the per-token mean over the whole batch: each shard's token losses over its tokens */
+        if (!o->d2l_loss_scale) {
+            const int64_t tokens = rd_target_tokens(batch.tgt_out, (size_t)size * Tt);
+            grad_scale = 1.0f / (float)(tokens ? tokens : 1);
+        }
+        qkv_shard_of(size, r->rd->rank, r->rd->size, &first, &count);
+        batch = (qkv_batch){count, Ts, Tt, batch.src + (size_t)first * Ts,
+                            batch.src_valid + first, batch.tgt_in + (size_t)first * Tt,
+                            batch.tgt_out + (size_t)first * Tt};
+    }
     const qkv_step_options so = {
-        learning_rate(o, qkv_transformer_get_config(r->m)->d_model, step), o->clip,
-        /* d2l differentiates sum_seq mean_t(loss): each token counts 1/num_steps */
-        o->d2l_loss_scale ? 1.0f / (float)T : 0.0f, o->label_smoothing,
-        stream_of(r->pos.seed, STREAM_DROPOUT, (uint64_t)step), o->skip_nonfinite};
+        learning_rate(o, qkv_transformer_get_config(r->m)->d_model, step), o->clip, grad_scale,
+        o->label_smoothing, stream_of(r->pos.seed, STREAM_DROPOUT, (uint64_t)step),
+        o->skip_nonfinite, r->rd, (uint64_t)first};
     qkv_step_result res;
     qkv_status st = qkv_transformer_train_step(r->m, &r->opt, &batch, &so, &res, err);
     if (st == QKV_ERR_NUMERIC) {
@@ -237,7 +276,7 @@ static qkv_status end_epoch(run *r, int epoch, qkv_error *err)
     const qkv_train_options *o = r->o;
     qkv_train_progress *p = &r->prog;
     qkv_status st;
-    if (o->valid) {
+    if (o->valid && r->writer) {
         if ((st = validate(r->m, o, &p->val_loss, &p->bleu, err))) return st;
         if (history_add(&r->hist, epoch + 1, p->val_loss, p->bleu))
             return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
@@ -247,7 +286,14 @@ static qkv_status end_epoch(run *r, int epoch, qkv_error *err)
         if (p->best && (st = qkv_transformer_save(r->m, r->best_dir, err))) return st;
         p->stopping = o->patience > 0 && r->since_best >= o->patience;
     }
-    if (o->keep_epochs > 0) {
+    if (o->valid && rd_parallel(r->rd)) { /* rank 0 validated; early stopping is its call */
+        struct { double val_loss, bleu; int validated, best, stopping; } v = {
+            p->val_loss, p->bleu, p->validated, p->best, p->stopping};
+        if ((st = rd_share(r->rd, &v, sizeof v, err))) return st;
+        p->val_loss = v.val_loss, p->bleu = v.bleu;
+        p->validated = v.validated, p->best = v.best, p->stopping = v.stopping;
+    }
+    if (o->keep_epochs > 0 && r->writer) {
         char dir[4200];
         epoch_dir(dir, sizeof dir, o->out_dir, epoch + 1);
         if ((st = qkv_transformer_save(r->m, dir, err))) return st;
@@ -263,6 +309,7 @@ static qkv_status end_epoch(run *r, int epoch, qkv_error *err)
 static qkv_status maybe_checkpoint(run *r, int stop, qkv_error *err)
 {
     const int every = r->o->checkpoint_every;
+    if (!r->writer) return QKV_OK;
     if (!r->prog.end_of_epoch && !stop && !(every > 0 && r->opt.step % every == 0))
         return QKV_OK;
     qkv_train_position saved = r->pos;
@@ -277,11 +324,16 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
     qkv_status st = run_open(&r, m, d, o, err);
     if (st) return st;
     int stopped_early = o->patience > 0 && r.since_best >= o->patience && r.hist.n > 0;
+    if ((st = rd_share(r.rd, &stopped_early, sizeof stopped_early, err))) goto done;
     const double run_start = qkv_now_s();
     double longest_epoch = 0.0;
     for (int epoch = r.pos.epoch; epoch < o->epochs && !st && !stopped_early; epoch++) {
         const double epoch_start = qkv_now_s();
-        if (o->minutes > 0.0 && epoch_start - run_start + longest_epoch > o->minutes * 60.0) break;
+        if (o->minutes > 0.0) { /* rank 0's clock decides for every rank */
+            int out_of_time = epoch_start - run_start + longest_epoch > o->minutes * 60.0;
+            if ((st = rd_share(r.rd, &out_of_time, sizeof out_of_time, err))) break;
+            if (out_of_time) break;
+        }
         if (o->batch_tokens > 0) plan_tokens(&r.plan, d, o->batch_tokens, r.pos.seed, epoch);
         else plan_fixed(&r.plan, d, o->batch, r.pos.seed, epoch);
         r.prog.batches = r.plan.n_batches;
@@ -297,7 +349,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             if ((st = maybe_checkpoint(&r, stop, err))) break;
             if (o->progress) o->progress(&r.prog, o->progress_ctx);
             if (r.prog.end_of_epoch) {
-                log_metrics(o->out_dir, &r.prog);
+                if (r.writer && (st = log_metrics(o->out_dir, &r.prog, err))) break;
                 r.pos.epoch_loss = 0.0, r.pos.epoch_tokens = 0;
             }
             if (stop) goto done; /* checkpointed; the model is saved only at the end */
@@ -306,7 +358,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
         r.pos.batch = 0;
         longest_epoch = fmax(longest_epoch, qkv_now_s() - epoch_start);
     }
-    if (!st) st = qkv_transformer_save(m, o->out_dir, err);
+    if (!st && r.writer) st = qkv_transformer_save(m, o->out_dir, err);
 done:
     run_close(&r);
     return st;

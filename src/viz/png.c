@@ -68,6 +68,8 @@ qkv_status qkv_canvas_write_png(const qkv_canvas *c, const char *path, qkv_error
         return qkv_fail(err, QKV_ERR_ARG, "png %s: the canvas is empty", path ? path : "(null)");
     if (!path || !*path)
         return qkv_fail(err, QKV_ERR_ARG, "png: no output path");
+    qkv_status special = replaceable_target(path, err);
+    if (special) return special;
     size_t len = strlen(path);
     char *tmp = malloc(len + sizeof ".tmp-XXXXXX");
     if (!tmp)

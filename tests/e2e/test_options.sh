@@ -26,6 +26,28 @@ for c in $COMMANDS "bench train" "bench decode" "bench attention" "bench generat
   else bad "$c --help: $ranged of $numeric numeric options show a range: $(grep -E '^  --[a-z0-9-]+ [NX] ' "$T/help" | grep -vE '\([NX] (in|[<>])')"; fi
 done
 
+# every default shown lies inside its range ("unset" where the option's absence means
+# something else, as --enc-layers: --layers's value)
+if python3 - "$QKV" "$(dirname "$0")/../fuzz" $COMMANDS >"$T/defaults" 2>&1 <<'PY'
+import re, subprocess, sys
+sys.path.insert(0, sys.argv[2])
+import cli_fuzz
+bad = 0
+for c in sys.argv[3:]:
+    for words in ([c, k] for k in cli_fuzz.BENCH_KINDS) if c == "bench" else [[c]]:
+        text = subprocess.run([sys.argv[1]] + words + ["--help"], capture_output=True, text=True).stdout
+        for o in cli_fuzz.read_help(sys.argv[1], words):
+            if o.kind not in "NX":
+                continue
+            line = next(l for l in text.splitlines() if l.startswith("  --%s " % o.name))
+            d = re.search(r"; default ([^)]*)\)$", line).group(1)
+            if d != "unset" and not o.inside(float(d)):
+                print("%s --%s: default %s outside its range" % (" ".join(words), o.name, d))
+                bad += 1
+sys.exit(1 if bad else 0)
+PY
+then ok "every default shown lies inside its option's range"; else bad "defaults: $(cat "$T/defaults")"; fi
+
 # ---- values outside their range (issue #17's list): nonzero exit, a message naming the range
 expect_fail "--lr -0.1" "--lr must be > 0 \(got -0.1\)" "$QKV" train --lr -0.1
 expect_fail "--beta2 2" "--beta2 must be in \[0, 1\)" "$QKV" train --beta2 2
@@ -68,6 +90,10 @@ expect_fail "--vocab-size with the word tokenizer" "for --tokenizer bpe" \
   "$QKV" train --data "$T/pairs.tsv" --vocab-size 100 --out "$T/x"
 expect_fail "--patience without validation" "need validation" "$QKV" train --data "$T/pairs.tsv" --patience 2 --out "$T/x"
 expect_fail "--no-bleu without validation" "need validation" "$QKV" train --data "$T/pairs.tsv" --no-bleu --out "$T/x"
+expect_fail "--lr with the noam schedule" "--lr sets the constant schedule's rate.*this run's is noam" \
+  "$QKV" train --data "$T/pairs.tsv" --schedule noam --lr 0.1 --out "$T/x"
+expect_fail "--warmup with the constant schedule" "this run's is constant" "$QKV" train --data "$T/pairs.tsv" --warmup 10 --out "$T/x"
+expect_fail "--lr-factor with the constant schedule" "shape the noam schedule" "$QKV" train --data "$T/pairs.tsv" --lr-factor 2 --out "$T/x"
 expect_fail "--max-len x --d-model over 1 GiB of positions" "needs a 2.0 GiB positional table" \
   "$QKV" train --data "$T/pairs.tsv" --max-len 65536 --d-model 8192 --out "$T/x"
 expect_fail "train-lm --context x --d-model over 1 GiB" "--context 16384 x --d-model 32768" \
@@ -88,8 +114,15 @@ d = json.load(open(sys.argv[1])); d["max_len"] = 2000000000
 os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True); json.dump(d, open(sys.argv[2], "w"))
 PY
 cp "$T/m/"*.txt "$T/m/"*.safetensors "$T/big/" 2>/dev/null
-expect_fail '"max_len": 2000000000 in config.json' '"max_len" is 2000000000, out of range' \
+expect_fail '"max_len": 2000000000 in config.json' 'max_len = 2000000000 is over the limit QKV_MAX_LEN' \
   "$QKV" translate --model "$T/big" --input "$T/src.txt"
+"$QKV" train --data "$T/pairs.tsv" "${TINY[@]}" --epochs 2 --stop-after-steps 1 --out "$T/r" 2>/dev/null
+python3 - "$T/r/train.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["beta1"] = 1; json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_fail "--resume: a recorded value out of range names the file" "--beta1 must be in \[0, 1\) \(got 1\) in .*r/train.json" \
+  "$QKV" train --out "$T/r" --resume
 mkdir -p "$T/dir"
 expect_fail "train --data DIR" "directory" "$QKV" train --data "$T/dir" --out "$T/x"
 expect_fail "translate --input DIR" "is a directory" "$QKV" translate --model "$T/m" --input "$T/dir"

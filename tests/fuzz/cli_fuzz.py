@@ -7,9 +7,13 @@ The ranges come from each command's --help ("(N in [a, b]; default d)", "(X > 0;
 It fails on:
   - a run that ends by a signal (a crash, an abort, the kernel's OOM kill) or hits the limit;
   - exit 0 when a numeric value lies outside its option's range or is not a number;
-  - a non-zero exit without a message (stderr empty, or just "qkv: ").
+  - a non-zero exit without a message (stderr empty, or just "qkv: ");
+  - a sanitizer report on stderr (QKV built with -fsanitize=...; run it with --memory-mb 0,
+    which also leaves out the large sizes below: there is no limit for them to meet).
 Values inside their ranges are drawn near the low end, and each command starts from arguments
-that make it small (fixture.base), so that a run that is accepted ends in a second or so.
+that make it small (fixture.base), so that a run that is accepted ends in a second or so;
+one value in ten is a large one (the top of its range), which must meet the memory limit
+with a message, not a crash, and may take long (its timeouts are counted, not failures).
 
 Usage: cli_fuzz.py QKV [--seconds S] [--seed N] [--memory-mb M] [--timeout S] [--artifacts DIR]
 Stdlib only (any python3).
@@ -108,6 +112,17 @@ def value_inside(o, rnd):
     return fmt((o.lo + o.hi) / 2 if o.hi != float("inf") else lo + 1.0, "X")
 
 
+def value_large(o, rnd):
+    """A value in range near its top (or large where there is none): sizes that should meet
+    the memory limit as an error message, not a crash. A run with one may take long."""
+    top = o.hi if o.hi != float("inf") else 1e6 if o.kind == "N" else 1e9
+    for x in (top, top - 1, top / 2, top / 16):
+        x = int(x) if o.kind == "N" else x
+        if o.inside(x):
+            return fmt(x, o.kind)
+    return None
+
+
 def value_outside(o, rnd):
     """A value outside the range or not a number at all, or None if the range has no outside
     that the type can hold."""
@@ -204,20 +219,22 @@ def quiet_env():
 
 def limits(memory_mb, cpu_s):
     def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+        if memory_mb:  # 0: none (AddressSanitizer's shadow memory needs terabytes of it)
+            resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.setsid()
     return apply
 
 
-def one_case(rnd, fx, cmd, opts):
-    """(argv after `qkv`, whether some value is outside its range or not a number)."""
+def one_case(rnd, fx, cmd, opts, large_ok):
+    """(argv after `qkv`, whether some value is outside its range or not a number, whether
+    some value is a large one)."""
     words = cmd.split()
     args = list(fx.base(words[0]))
     if words[0] == "plot" and rnd.random() < 0.4:
         args = ["--positional", fx.fresh()]
-    outside = False
+    outside = large = False
     for _ in range(rnd.choice([0, 1, 1, 2, 3, 4, 6])):
         r = rnd.random()
         if r < 0.04:
@@ -235,13 +252,17 @@ def one_case(rnd, fx, cmd, opts):
         elif o.kind == "S":
             args += ["--" + o.name, fx.string(rnd)]
         else:
-            v = value_outside(o, rnd) if rnd.random() < 0.5 else None
+            r, v = rnd.random(), None
+            if r < 0.5:
+                v = value_outside(o, rnd)
+                outside = v is not None
+            elif r < 0.6 and large_ok:
+                v = value_large(o, rnd)
+                large = v is not None
             if v is None:
                 v = value_inside(o, rnd)
-            else:
-                outside = True
             args += ["--%s=%s" % (o.name, v)] if rnd.random() < 0.3 else ["--" + o.name, v]
-    return words + args, outside
+    return words + args, outside, large
 
 
 def main():
@@ -267,13 +288,13 @@ def main():
         for words in ([c + " " + k for k in BENCH_KINDS] if c == "bench" else [c]):
             tables[words] = read_help(qkv, words.split())
     root = tempfile.mkdtemp(prefix="qkv-cli-fuzz-")
-    failures, runs, accepted, t_end = [], 0, 0, time.time() + a.seconds
+    failures, runs, accepted, slow, t_end = [], 0, 0, 0, time.time() + a.seconds
     try:
         fx = Fixture(qkv, root)
         env = quiet_env()
         while time.time() < t_end:
             cmd = rnd.choice(sorted(tables))
-            argv, outside = one_case(rnd, fx, cmd, tables[cmd])
+            argv, outside, large = one_case(rnd, fx, cmd, tables[cmd], a.memory_mb > 0)
             stdin = open(fx.p("src.txt"), "rb")
             try:
                 p = subprocess.run([qkv] + argv, stdin=stdin, capture_output=True, env=env,
@@ -287,12 +308,16 @@ def main():
             runs += 1
             accepted += rc == 0
             why = None
-            if rc == "timeout":
+            if rc == "timeout" and large and not outside:
+                slow += 1  # a large size may legitimately take long
+            elif rc == "timeout":
                 why = "ran past %.0f s" % a.timeout
             elif rc < 0:
                 why = "killed by signal %s" % signal.Signals(-rc).name
             elif rc == 0 and outside and "--help" not in argv:
                 why = "exit 0 with a value outside its range"
+            elif re.search(r"Sanitizer|runtime error:", err):
+                why = "a sanitizer report (exit %d)" % rc
             elif rc != 0 and not re.search(r"\S", re.sub(r"qkv[ a-z-]*:", "", err)):
                 why = "exit %d without a message" % rc
             if why:
@@ -313,8 +338,8 @@ def main():
         with open(os.path.join(a.artifacts, "cli-fuzz-seed-%d.txt" % seed), "w") as f:
             for why, line, err in failures:
                 f.write("# %s\n%s\n# stderr: %s\n\n" % (why, line, err.replace("\n", "\n# ")))
-    print("cli_fuzz: %d runs over %d commands (%d exited 0), %d failures (seed %d)"
-          % (runs, len(tables), accepted, len(failures), seed))
+    print("cli_fuzz: %d runs over %d commands (%d exited 0, %d with a large size timed out), "
+          "%d failures (seed %d)" % (runs, len(tables), accepted, slow, len(failures), seed))
     return 1 if failures else 0
 
 

@@ -244,9 +244,13 @@ def case_dropout(name, n, p, seed, offset):
 # normalisation
 # ---------------------------------------------------------------------------------------------
 
-def case_layernorm(name, N, C, eps, shift):
+def case_layernorm(name, N, C, eps, shift, row_scales=None):
+    """row_scales: one standard deviation per row, so that rows whose variance is below, near
+    and above eps tell sqrt(var + eps) from sqrt(var) + eps (and from no eps at all)."""
     r = rng_for(name)
-    x = leaf(randn(r, N, C) + np.float32(shift))
+    scale = np.ones((N, 1), np.float32) if row_scales is None else \
+        np.asarray(row_scales, np.float32).reshape(N, 1)
+    x = leaf(randn(r, N, C) * scale + np.float32(shift))
     g, b, dy = leaf(1 + randn(r, C, scale=0.3)), leaf(randn(r, C, scale=0.3)), randn(r, N, C)
     y = F.layer_norm(x, (C,), g, b, eps)
     y.backward(torch.from_numpy(dy))
@@ -507,9 +511,9 @@ def case_residual(name, n, p, seed):
          {"n": n, "p": fstr(p), "seed": seed})
 
 
-def case_addnorm(name, N, C, eps, p, seed):
+def case_addnorm(name, N, C, eps, p, seed, scale=1.0):
     r = rng_for(name)
-    x, s = leaf(randn(r, N, C)), leaf(randn(r, N, C))
+    x, s = leaf(randn(r, N, C, scale=scale)), leaf(randn(r, N, C, scale=scale))
     g, b, dy = leaf(1 + randn(r, C, scale=0.3)), leaf(randn(r, C, scale=0.3)), randn(r, N, C)
     z = dropout(s, p, seed) + x
     y = F.layer_norm(z, (C,), g, b, eps)
@@ -537,6 +541,33 @@ def case_prenorm(name, N, C, Fd, act, eps, p, seed):
         t["d" + k] = w.grad
     save(name, t, {"N": N, "C": C, "F": Fd, "act": int(act == "gelu"), "eps": fstr(eps),
                    "p": fstr(p), "seed": seed})
+
+
+# ---------------------------------------------------------------------------------------------
+# the optimizer: Adam with decoupled weight decay against torch.optim.AdamW
+# ---------------------------------------------------------------------------------------------
+
+def case_adamw(name, n, lrs, wd, beta1, beta2, eps):
+    """len(lrs) steps of torch.optim.AdamW from random parameters on random gradients, the
+    learning rate changed before each step as a schedule does. torch decays p by lr * wd * p
+    (decoupled, scaled by the learning rate) before the Adam step; P holds the parameters
+    after every step, so a wrong first step and a drift that builds up both show."""
+    r = rng_for(name)
+    steps = len(lrs)
+    p0 = randn(r, n, scale=2.0)
+    G = np.stack([randn(r, n, scale=0.1 * (k + 1)) for k in range(steps)])
+    p = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+    opt = torch.optim.AdamW([p], lr=lrs[0], betas=(beta1, beta2), eps=eps, weight_decay=wd)
+    P = []
+    for k in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lrs[k]
+        p.grad = torch.from_numpy(G[k].copy())
+        opt.step()
+        P.append(p.detach().clone().numpy())
+    save(name, {"p0": p0, "grads": G, "lrs": np.asarray(lrs, np.float32), "P": np.stack(P)},
+         {"n": n, "steps": steps, "wd": fstr(wd), "beta1": fstr(beta1), "beta2": fstr(beta2),
+          "eps": fstr(eps)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -570,6 +601,11 @@ def main():
     case_layernorm("layernorm_n1", 1, 8, 1e-5, 0.0)
     case_layernorm("layernorm_odd", 6, 33, 1e-5, 0.0)
     case_layernorm("layernorm_shift", 5, 64, 1e-6, 3.0)
+    # eps as large as the variance, and rows whose variance spans it (sqrt(var) + eps, or eps
+    # left out, fails each of these)
+    case_layernorm("layernorm_eps_large", 6, 16, 0.1, 0.0, [0.03, 0.1, 0.3, 1.0, 3.0, 10.0])
+    case_layernorm("layernorm_eps_one", 4, 24, 1.0, -2.0, [0.5, 1.0, 2.0, 4.0])
+    case_layernorm("layernorm_small_var", 5, 32, 1e-3, 1.0, [1e-3, 1e-2, 3e-2, 0.1, 1.0])
     case_rmsnorm("rmsnorm_n1", 1, 8, 1e-6, 0.0)
     case_rmsnorm("rmsnorm_odd", 7, 21, 1e-5, 0.5)
     case_rmsnorm("rmsnorm_wide", 3, 96, 1e-6, 0.0)
@@ -628,6 +664,10 @@ def main():
     case_addnorm("addnorm_n1", 1, 8, 1e-5, 0.0, 0)
     case_addnorm("addnorm_drop", 7, 16, 1e-6, 0.2, 42)
     case_addnorm("addnorm_odd", 3, 13, 1e-5, 0.5, 1234)
+    case_addnorm("addnorm_eps_large", 4, 12, 0.05, 0.1, 7, scale=0.2)
+
+    case_adamw("adamw_decay", 37, [1e-2, 3e-2, 3e-2, 1e-2, 5e-3, 1e-3], 0.1, 0.9, 0.999, 1e-8)
+    case_adamw("adamw_strong_decay", 8, [0.1, 0.05, 0.2], 0.5, 0.8, 0.98, 1e-6)
 
     case_prenorm("prenorm_gelu_drop", 6, 8, 16, "gelu", 1e-5, 0.25, 77)
     case_prenorm("prenorm_relu_n1", 1, 4, 8, "relu", 1e-5, 0.0, 0)

@@ -1,6 +1,10 @@
 /* The CLI's option parser: range texts, the checks at their open and closed ends, values
- * refused by args_parse, and a numeric option without a range refusing its whole table. */
+ * refused by args_parse, a numeric option without a range refusing its whole table, and
+ * --config files (their expansion into options, and args_parse reading the block). */
 #include "cli/args.c" /* the parser is part of the qkv tool, not of libqkv */
+#include "cli/config_args.c"
+
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -90,6 +94,93 @@ static void test_table_without_range_fails(void **state)
     assert_int_equal(args_table_check(no_range, "t"), -1);
 }
 
+/* A --config block: flags true and false, values checked, unknown keys refused; the command
+ * line after the block wins. */
+static void test_config_block(void **state)
+{
+    (void)state;
+    float lr = 0.5f;
+    int steps = 4, quiet = 1;
+    const opt_spec opts[] = {
+        {"lr", OPT_FLOAT, &lr, "", ARG_GT0},
+        {"steps", OPT_INT, &steps, "", "[2, 8]"},
+        {"quiet", OPT_FLAG, &quiet, "", NULL},
+        {NULL, 0, NULL, NULL, NULL},
+    };
+    char *ok[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--lr=0.25", "--steps=3",
+                  "--quiet=" CONFIG_FALSE, CONFIG_END, "--steps", "5"};
+    assert_int_equal(args_parse(10, ok, 2, opts, ""), 0);
+    assert_true(lr == 0.25f && steps == 5 && quiet == 0);
+    char *unknown[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--frob=1", CONFIG_END};
+    char *range[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--steps=9", CONFIG_END};
+    char *true_value[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--lr", "0.5", CONFIG_END};
+    char *false_value[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--lr=" CONFIG_FALSE, CONFIG_END};
+    char *typed_false[] = {"qkv", "t", "--quiet=" CONFIG_FALSE}; /* only a file says false */
+    assert_int_equal(args_parse(6, unknown, 2, opts, ""), -1);
+    assert_int_equal(args_parse(6, range, 2, opts, ""), -1);
+    assert_int_equal(args_parse(7, true_value, 2, opts, ""), -1);
+    assert_int_equal(args_parse(6, false_value, 2, opts, ""), -1);
+    assert_int_equal(args_parse(3, typed_false, 2, opts, ""), -1);
+    assert_true(args_given(10, ok, 2, "quiet") && !args_typed(10, ok, 2, "quiet"));
+    assert_true(args_typed(10, ok, 2, "steps") && !args_given(10, ok, 2, "st"));
+}
+
+/* config_args_expand: the block goes after the command's leading words and before the
+ * command line, keys become options, record-only keys are skipped. */
+static void test_config_expand(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/qkv-test-args-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char json[] = "{\"label_smoothing\": 0.1, \"quiet\": true, \"bias\": false, "
+                        "\"epochs\": 3, \"act\": \"gelu\", \"history\": [1], "
+                        "\"valid_bleu\": false, \"data\": \"a.txt\", \"tgt\": \"b.txt\"}";
+    assert_int_equal(write(fd, json, sizeof json - 1), (ssize_t)(sizeof json - 1));
+    close(fd);
+    char *in[] = {"qkv", "train", "--lr", "1", "--config", path, "--out", "d", NULL};
+    int argc = 8;
+    char **argv = in, **owned = NULL;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), 0);
+    const char *want[] = {"qkv", "train", CONFIG_BEGIN, path, "--label-smoothing=0.1",
+                          "--quiet", "--bias=" CONFIG_FALSE, "--epochs=3", "--act=gelu",
+                          "--no-bleu", "--src=a.txt", "--tgt=b.txt", CONFIG_END, "--lr", "1",
+                          "--out", "d"};
+    assert_int_equal(argc, (int)(sizeof want / sizeof *want));
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], want[i])) print_error("word %d: '%s', want '%s'\n", i, argv[i], want[i]);
+        assert_string_equal(argv[i], want[i]);
+    }
+    assert_null(argv[argc]);
+    config_args_free(owned);
+    /* bench KIND and plot DIR stay first */
+    char *bench[] = {"qkv", "bench", "train", "--config=" , NULL};
+    char joined[64];
+    snprintf(joined, sizeof joined, "--config=%s", path);
+    bench[3] = joined;
+    argc = 4, argv = bench;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), 0);
+    assert_string_equal(argv[2], "train");
+    assert_string_equal(argv[3], CONFIG_BEGIN);
+    config_args_free(owned);
+    /* no --config: nothing changes */
+    char *plain[] = {"qkv", "info", "--d-model", "8", NULL};
+    argc = 4, argv = plain;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), 0);
+    assert_true(argv == plain && argc == 4 && !owned);
+    /* an unknown key of a file is refused by args_parse; a key that names no option at all
+     * (upper case, "help") by the expansion */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"Help\": true}", f);
+    fclose(f);
+    char *bad[] = {"qkv", "train", "--config", path, NULL};
+    argc = 4, argv = bad;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), -1);
+    assert_null(owned);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -97,6 +188,8 @@ int main(void)
         cmocka_unit_test(test_ends),
         cmocka_unit_test(test_parse_refuses_values_out_of_range),
         cmocka_unit_test(test_table_without_range_fails),
+        cmocka_unit_test(test_config_block),
+        cmocka_unit_test(test_config_expand),
     };
     return cmocka_run_group_tests_name("args", tests, NULL, NULL);
 }

@@ -152,7 +152,7 @@ static void first_layer_self_attention(float *P, qkv_transformer *m, const char 
     const qkv_mask mask = {causal ? NULL : &T, 0, causal};
     const qkv_attention_shape shape = qkv_mha_shape(&mc, 1, T, T);
     qkv_mha_forward(y, &cache, &(qkv_attention_inputs){x, x, x}, &w, &mc, &shape, &mask,
-                    (qkv_dropout){0.0f, 0}, NULL);
+                    (qkv_dropout){0.0f, 0, 0}, NULL);
     memcpy(P, cache.P, (size_t)c->heads * T * T * sizeof *P);
     free(x), free(pos), free(y), free(buf);
 }

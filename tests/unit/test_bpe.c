@@ -408,6 +408,12 @@ static void test_file(void **state)
         {"#qkv-bpe 1\nchars 2\na\n" SP "\nmerges 1\na a\nextra\n", ":7: unexpected text"},
         {"#qkv-bpe 1\nchars 2\na\n" SP "\nmerges 2\na a\na a\n", ":7: merge \"a a\" repeated"},
         {"#qkv-bpe 1\nchars x\n", ":2: expected \"chars N\""},
+        /* the counts on their boundaries (exactly right is every good file above): one
+         * character more than listed, one fewer, one merge more, one fewer */
+        {"#qkv-bpe 1\nchars 3\na\n" SP "\nmerges 0\n", ":5: expected one UTF-8 character"},
+        {"#qkv-bpe 1\nchars 1\n" SP "\na\nmerges 0\n", ":4: expected \"merges M\""},
+        {"#qkv-bpe 1\nchars 2\na\n" SP "\nmerges 1\n", ":6: expected \"left right\""},
+        {"#qkv-bpe 1\nchars 2\na\n" SP "\nmerges 0\na a\n", ":6: unexpected text"},
         {"#qkv-bpe 1\nchars 2\na\n" SP "\nmerges -1\n", ":5: expected \"merges M\""},
         {"#qkv-bpe 1\nchars 6\n" SP "\n<\nu\nn\nk\n>\nmerges 4\n< u\n<u n\n<un k\n<unk >\n",
          ":13: merge spells the reserved token <unk>"},

@@ -32,7 +32,7 @@ static void check_case(int B, int H, int d, int m, int cache_rows, int cap)
                               &(qkv_attention_inputs){Q + (size_t)b * C, K + r * stride,
                                                       V + r * stride},
                               &(qkv_attention_shape){1, H, 1, m, d, d}, &mask,
-                              (qkv_dropout){0.0f, 0}, NULL);
+                              (qkv_dropout){0.0f, 0, 0}, NULL);
         tu_check_close("O", O + (size_t)b * C, O_ref, (size_t)C, TU_FWD_ATOL, TU_FWD_RTOL);
         tu_check_close("weights", S + (size_t)b * H * m, P_ref, (size_t)H * m, TU_FWD_ATOL,
                        TU_FWD_RTOL);
@@ -63,7 +63,7 @@ static void test_defaults(void **state)
     float *P_ref = tu_zeros((size_t)B * H * m);
     cached_attention(O, S, Q, K, V, (size_t)m * C, B, H, d, m, NULL, NULL, NULL, 0);
     qkv_attention_forward(O_ref, P_ref, &(qkv_attention_inputs){Q, K, V},
-                          &(qkv_attention_shape){B, H, 1, m, d, d}, NULL, (qkv_dropout){0.0f, 0},
+                          &(qkv_attention_shape){B, H, 1, m, d, d}, NULL, (qkv_dropout){0.0f, 0, 0},
                           NULL);
     tu_check_close("O", O, O_ref, (size_t)B * C, TU_FWD_ATOL, TU_FWD_RTOL);
     tu_check_close("weights", S, P_ref, (size_t)B * H * m, TU_FWD_ATOL, TU_FWD_RTOL);
@@ -95,7 +95,7 @@ static void test_slots(void **state)
         }
         qkv_attention_forward(O_ref, P_ref, &(qkv_attention_inputs){Q + (size_t)b * C, Kg, Vg},
                               &(qkv_attention_shape){1, H, 1, m, d, d}, NULL,
-                              (qkv_dropout){0.0f, 0}, NULL);
+                              (qkv_dropout){0.0f, 0, 0}, NULL);
         tu_check_close("O", O + (size_t)b * C, O_ref, (size_t)C, TU_FWD_ATOL, TU_FWD_RTOL);
         tu_check_close("weights", S + (size_t)b * H * m, P_ref, (size_t)H * m, TU_FWD_ATOL,
                        TU_FWD_RTOL);

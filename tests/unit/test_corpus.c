@@ -360,6 +360,48 @@ static void test_very_long_lines(void **state)
     qkv_corpus_free(&c);
 }
 
+/* A line of exactly QKV_MAX_LINE_BYTES is read, one byte more is refused naming file, line
+ * and limit; so are a directory and a device that never ends. */
+static void test_line_limit(void **state)
+{
+    fixture *fx = *state;
+    const size_t max = QKV_MAX_LINE_BYTES;
+    char *text = malloc(max + 8);
+    assert_non_null(text);
+    memcpy(text, "x\ty\n", 4);
+    memset(text + 4, 'a', max); /* line 2: "aaa...a\tb" of exactly max bytes */
+    text[4 + max - 2] = '\t', text[4 + max - 1] = 'b';
+    memcpy(text + 4 + max, "\r\n", 2); /* "\r" is not counted, as "\n" is not */
+    write_file(fx->a, text, 4 + max + 2);
+    qkv_corpus c;
+    qkv_error err = {0};
+    assert_int_equal(qkv_corpus_read_tsv(&c, fx->a, 0, &err), QKV_OK);
+    assert_int_equal(c.source.count, 2);
+    assert_int_equal(strlen(c.source.tokens[c.source.start[1]]), max - 2);
+    qkv_corpus_free(&c);
+    text[4 + max] = 'c'; /* one byte more */
+    write_file(fx->a, text, 4 + max + 2);
+    assert_int_equal(qkv_corpus_read_tsv(&c, fx->a, 0, &err), QKV_ERR_FORMAT);
+    char want[256];
+    snprintf(want, sizeof want, "%s:2: a line of more than %zu bytes (the limit "
+             "QKV_MAX_LINE_BYTES)", fx->a, max);
+    assert_string_equal(err.msg, want);
+    /* within num_examples only: the long line is not read */
+    assert_int_equal(qkv_corpus_read_tsv(&c, fx->a, 1, &err), QKV_OK);
+    qkv_corpus_free(&c);
+    free(text);
+
+    assert_int_equal(qkv_corpus_read_tsv(&c, fx->dir, 0, &err), QKV_ERR_IO);
+    snprintf(want, sizeof want, "%s: is a directory", fx->dir);
+    assert_ptr_equal(strstr(err.msg, want), err.msg);
+    assert_int_equal(qkv_corpus_read_aligned(&c, fx->a, fx->dir, 0, &err), QKV_ERR_IO);
+    assert_ptr_equal(strstr(err.msg, want), err.msg);
+    assert_int_equal(qkv_corpus_read_tsv(&c, "/dev/zero", 0, &err), QKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "/dev/zero:1: a line of more than"));
+    assert_non_null(strstr(err.msg, "not a regular file: it may never end"));
+}
+
+
 /* ---------------------------------------------------------------------------------------
  * The line-aligned reader
  * ------------------------------------------------------------------------------------- */
@@ -490,6 +532,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tsv_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tsv_reader_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_very_long_lines, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_line_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aligned_reader, setup, teardown),
         cmocka_unit_test(test_fra_eng_first_pairs),
         cmocka_unit_test(test_fra_eng_whole_file),

@@ -71,7 +71,7 @@ static void test_additive_attention_example(void **state)
     qkv_mask mask = {lens, 0, 0};
     qkv_additive_attention_forward(O, &cache, &(qkv_attention_inputs){Q, K, V}, &w,
                                    &(qkv_additive_shape){B, n, m, dq, dk, v, h}, &mask,
-                                   (qkv_dropout){0.0f, 0}, NULL);
+                                   (qkv_dropout){0.0f, 0, 0}, NULL);
     const float want[B * n * v] = {2, 3, 4, 5, 10, 11, 12, 13};
     for (int i = 0; i < B * n * v; i++) assert_float_equal(O[i], want[i], 1e-5f);
     for (int j = 0; j < m; j++) {
@@ -94,7 +94,7 @@ static void test_dot_product_attention_example(void **state)
     int lens[B] = {2, 6};
     qkv_mask mask = {lens, 0, 0};
     qkv_attention_forward(O, P, &(qkv_attention_inputs){Q, K, V},
-                          &(qkv_attention_shape){B, 1, n, m, d, v}, &mask, (qkv_dropout){0.0f, 0},
+                          &(qkv_attention_shape){B, 1, n, m, d, v}, &mask, (qkv_dropout){0.0f, 0, 0},
                           NULL);
     const float want[B * n * v] = {2, 3, 4, 5, 10, 11, 12, 13};
     for (int i = 0; i < B * n * v; i++) assert_float_equal(O[i], want[i], 1e-5f);

@@ -137,7 +137,7 @@ static void run_case(const flash_case *c)
     float *dO = tu_rand(nO, 14);
     const qkv_attention_inputs x = {Q, K, V};
     const qkv_attention_shape shape = {B, H, n, m, d, v};
-    const qkv_dropout drop = {c->p, seed};
+    const qkv_dropout drop = {c->p, seed, 0};
 
     /* The reference: materialised weights. */
     size_t nP = (size_t)B * H * n * m;
@@ -255,7 +255,7 @@ static void test_accumulates(void **state)
     float *dO = tu_rand(nO, 24), *O = nans(nO), *L = nans((size_t)B * H * n);
     const qkv_attention_inputs x = {Q, K, V};
     const qkv_attention_shape shape = {B, H, n, m, d, v};
-    const qkv_dropout drop = {0.2f, 5};
+    const qkv_dropout drop = {0.2f, 5, 0};
     float *scratch = tu_zeros(qkv_flash_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
     float *dQ2 = tu_zeros(nQ), *dK2 = tu_zeros(nK), *dV2 = tu_zeros(nV);
@@ -309,7 +309,7 @@ static double fd_loss(void *p)
     fd_ctx *c = p;
     qkv_flash_attention_forward(c->O, c->L, &(qkv_attention_inputs){c->Q, c->K, c->V},
                                 &(qkv_attention_shape){c->B, c->H, c->n, c->m, c->d, c->v},
-                                &c->mask, (qkv_dropout){c->p, 99});
+                                &c->mask, (qkv_dropout){c->p, 99, 0});
     return tu_dot(c->O, c->r, (size_t)c->B * c->n * c->H * c->v);
 }
 
@@ -327,7 +327,7 @@ static void gradcheck(int B, int H, int n, int m, int d, int v, const int *lens,
     fd_loss(&c);
     qkv_flash_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, c.r, c.O, c.L,
                                  &(qkv_attention_inputs){c.Q, c.K, c.V}, &shape, &c.mask,
-                                 (qkv_dropout){p, 99}, scratch);
+                                 (qkv_dropout){p, 99, 0}, scratch);
     char name[96];
     snprintf(name, sizeof name, "%s dQ", label);
     tu_gradcheck(name, c.Q, nQ, dQ, fd_loss, &c, TU_FD_STEP, TU_FD_TOL, 48);
@@ -391,7 +391,7 @@ static void test_parity(void **state)
     float *O = nans(nO), *L = nans(nL);
     const qkv_attention_inputs x = {Q, K, V};
     const qkv_attention_shape shape = {B, H, n, m, d, v};
-    const qkv_dropout drop = {p, seed};
+    const qkv_dropout drop = {p, seed, 0};
     float *scratch = tu_zeros(qkv_flash_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
     qkv_flash_attention_forward(O, L, &x, &shape, &mask, drop);
@@ -425,7 +425,7 @@ static void test_long_sequence(void **state)
     float *dO = tu_rand(nX, 44), *O = nans(nX), *L = nans((size_t)H * N);
     const qkv_attention_inputs x = {Q, K, V};
     const qkv_attention_shape shape = {B, H, N, N, D, D};
-    const qkv_dropout none = {0.0f, 0};
+    const qkv_dropout none = {0.0f, 0, 0};
     size_t ns = qkv_flash_attention_scratch_floats(&shape);
     assert_int_equal(ns, (size_t)H * N); /* linear in N: no N x N anything */
     float *scratch = fenced(ns), *dQ = tu_zeros(nX), *dK = tu_zeros(nX), *dV = tu_zeros(nX);

@@ -77,7 +77,7 @@ static void test_dropout_exact(void **state)
         for (size_t i = 0; i < n; i++)
             if (dx[i] != dx0[i] + reference_drop(x[i], p, seed, offset + i))
                 fail_msg("dropout backward p = %g, element %zu", (double)p, i);
-        qkv_residual_forward(y, x, s, n, (qkv_dropout){p, seed});
+        qkv_residual_forward(y, x, s, n, (qkv_dropout){p, seed, 0});
         for (size_t i = 0; i < n; i++)
             if (y[i] != x[i] + reference_drop(s[i], p, seed, i))
                 fail_msg("residual p = %g, element %zu", (double)p, i);
@@ -90,7 +90,7 @@ static void test_dropout_exact(void **state)
     const qkv_attention_shape shape = {B, H, N, M, D, D};
     float *scratch = tu_zeros(qkv_attention_scratch_floats(&shape));
     qkv_attention_forward(O, P, &(qkv_attention_inputs){Q, K, V}, &shape, NULL,
-                          (qkv_dropout){0.3f, seed}, scratch);
+                          (qkv_dropout){0.3f, seed, 0}, scratch);
     for (size_t e = 0; e < (size_t)B * H * N * M; e++)
         if (scratch[e] != reference_drop(P[e], 0.3f, seed, e))
             fail_msg("attention dropout, weight %zu", e);
@@ -113,7 +113,7 @@ static void test_addnorm_fused(void **state)
         float *dx = tu_rand(n, 6), *ds = tu_rand(n, 7), *dg = tu_zeros(C), *db = tu_zeros(C);
         float *scratch = tu_zeros(n);
         const qkv_layernorm_weights w = {g, b};
-        const qkv_dropout drop = {p, seed};
+        const qkv_dropout drop = {p, seed, 0};
         qkv_addnorm_cache c = {z, mean, rstd};
         qkv_addnorm_forward(y, &c, x, s, &w, N, C, 1e-5f, drop);
         qkv_addnorm_backward(dx, ds, &(qkv_layernorm_weights){dg, db}, dy, &c, &w, N, C, drop,

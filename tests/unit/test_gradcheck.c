@@ -169,7 +169,7 @@ static double att_loss(void *p)
 {
     att_ctx *c = p;
     qkv_attention_forward(c->O, c->P, &(qkv_attention_inputs){c->Q, c->K, c->V}, &att_shape,
-                          &c->mask, (qkv_dropout){c->p, 42}, c->scratch);
+                          &c->mask, (qkv_dropout){c->p, 42, 0}, c->scratch);
     return tu_dot(c->O, c->r, AB * AN * AH * AV);
 }
 static void test_attention(void **state)
@@ -187,7 +187,7 @@ static void test_attention(void **state)
         att_loss(&c);
         qkv_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, c.r, c.P,
                                &(qkv_attention_inputs){c.Q, c.K, c.V}, &att_shape,
-                               (qkv_dropout){c.p, 42}, c.scratch);
+                               (qkv_dropout){c.p, 42, 0}, c.scratch);
         CHECK("attention dQ", c.Q, AB * AN * AH * AD, dQ, &c, att_loss);
         CHECK("attention dK", c.K, AB * AM * AH * AD, dK, &c, att_loss);
         CHECK("attention dV", c.V, AB * AM * AH * AV, dV, &c, att_loss);
@@ -209,7 +209,7 @@ static double add_loss(void *p)
 {
     add_ctx *c = p;
     qkv_additive_attention_forward(c->O, &c->cache, &(qkv_attention_inputs){c->Q, c->K, c->V},
-                                   &c->w, &add_shape, &c->mask, (qkv_dropout){0.2f, 5},
+                                   &c->w, &add_shape, &c->mask, (qkv_dropout){0.2f, 5, 0},
                                    c->scratch);
     return tu_dot(c->O, c->r, DB * DN * DVV);
 }
@@ -229,7 +229,7 @@ static void test_additive_attention(void **state)
     add_loss(&c);
     qkv_additive_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, &dw, c.r, &c.cache,
                                     &(qkv_attention_inputs){c.Q, c.K, c.V}, &c.w, &add_shape,
-                                    (qkv_dropout){0.2f, 5}, c.scratch);
+                                    (qkv_dropout){0.2f, 5, 0}, c.scratch);
     CHECK("additive dQ", c.Q, DB * DN * DQ, dQ, &c, add_loss);
     CHECK("additive dK", c.K, DB * DM * DK, dK, &c, add_loss);
     CHECK("additive dV", c.V, DB * DM * DVV, dV, &c, add_loss);
@@ -255,7 +255,7 @@ static double mha_loss(void *p)
     mha_ctx *c = p;
     const qkv_attention_shape s = qkv_mha_shape(&c->cfg, c->B, c->n, c->m);
     qkv_mha_forward(c->y, &c->cache, &(qkv_attention_inputs){c->xq, c->xkv, c->xkv}, &c->w,
-                    &c->cfg, &s, &c->mask, (qkv_dropout){0.1f, 77}, c->scratch);
+                    &c->cfg, &s, &c->mask, (qkv_dropout){0.1f, 77, 0}, c->scratch);
     return tu_dot(c->y, c->r, (size_t)c->B * c->n * c->cfg.d_q);
 }
 static void test_mha(void **state)
@@ -279,7 +279,7 @@ static void test_mha(void **state)
         const qkv_attention_shape s = qkv_mha_shape(&c.cfg, c.B, c.n, c.m);
         qkv_mha_backward(&(qkv_attention_grads){dxq, dxkv, dxkv}, &dw, c.r, &c.cache,
                          &(qkv_attention_inputs){c.xq, c.xkv, c.xkv}, &c.w, &c.cfg, &s,
-                         (qkv_dropout){0.1f, 77}, c.scratch);
+                         (qkv_dropout){0.1f, 77, 0}, c.scratch);
         CHECK("mha dxq", c.xq, nq, dxq, &c, mha_loss);
         if (cross) CHECK("mha dxkv", c.xkv, nkv, dxkv, &c, mha_loss);
         CHECK("mha dweights", c.wbuf, nw, dwbuf, &c, mha_loss);
@@ -355,13 +355,13 @@ static double addnorm_loss(void *p)
 {
     addnorm_ctx *c = p;
     qkv_addnorm_forward(c->y, &(qkv_addnorm_cache){c->z, c->mean, c->rstd}, c->x, c->s,
-                        &(qkv_layernorm_weights){c->g, c->b}, 3, 5, 1e-5f, (qkv_dropout){0.3f, 8});
+                        &(qkv_layernorm_weights){c->g, c->b}, 3, 5, 1e-5f, (qkv_dropout){0.3f, 8, 0});
     return tu_dot(c->y, c->r, 15);
 }
 static double residual_loss(void *p)
 {
     addnorm_ctx *c = p;
-    qkv_residual_forward(c->y, c->x, c->s, 15, (qkv_dropout){0.3f, 8});
+    qkv_residual_forward(c->y, c->x, c->s, 15, (qkv_dropout){0.3f, 8, 0});
     return tu_dot(c->y, c->r, 15);
 }
 static void test_addnorm_and_residual(void **state)
@@ -374,7 +374,7 @@ static void test_addnorm_and_residual(void **state)
     addnorm_loss(&c);
     qkv_addnorm_backward(dx, ds, &(qkv_layernorm_weights){dg, db}, c.r,
                          &(qkv_addnorm_cache){c.z, c.mean, c.rstd},
-                         &(qkv_layernorm_weights){c.g, c.b}, 3, 5, (qkv_dropout){0.3f, 8},
+                         &(qkv_layernorm_weights){c.g, c.b}, 3, 5, (qkv_dropout){0.3f, 8, 0},
                          scratch);
     CHECK("addnorm dx", c.x, 15, dx, &c, addnorm_loss);
     CHECK("addnorm ds", c.s, 15, ds, &c, addnorm_loss);
@@ -382,7 +382,7 @@ static void test_addnorm_and_residual(void **state)
     CHECK("addnorm dbeta", c.b, 5, db, &c, addnorm_loss);
     memset(dx, 0, 15 * sizeof *dx), memset(ds, 0, 15 * sizeof *ds);
     residual_loss(&c);
-    qkv_residual_backward(dx, ds, c.r, 15, (qkv_dropout){0.3f, 8});
+    qkv_residual_backward(dx, ds, c.r, 15, (qkv_dropout){0.3f, 8, 0});
     CHECK("residual dx", c.x, 15, dx, &c, residual_loss);
     CHECK("residual ds", c.s, 15, ds, &c, residual_loss);
     free(c.x), free(c.s), free(c.g), free(c.b), free(c.y), free(c.z), free(c.mean), free(c.rstd);

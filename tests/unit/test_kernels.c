@@ -118,7 +118,7 @@ static void test_causal_equals_incremental(void **state)
     float *Q = tu_rand(T * H * d, 1), *K = tu_rand(T * H * d, 2), *V = tu_rand(T * H * d, 3);
     float O[T * H * d], P[H * T * T], Ot[H * d], Pt[H * T];
     qkv_mask causal = {NULL, 0, 1};
-    const qkv_dropout none = {0.0f, 0};
+    const qkv_dropout none = {0.0f, 0, 0};
     qkv_attention_forward(O, P, &(qkv_attention_inputs){Q, K, V},
                           &(qkv_attention_shape){1, H, T, T, d, d}, &causal, none, NULL);
     for (int t = 0; t < T; t++) {

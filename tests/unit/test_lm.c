@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "models/language_model_internal.h" /* lm_config_params */
 #include "test_util.h"
 
 enum { B = 2, T = 5, V = 11 };
@@ -665,6 +668,146 @@ static void test_config_file_errors(void **state)
     assert_int_equal(system(want), 0);
 }
 
+/* A metrics.jsonl that cannot be appended to stops training with an error naming it (it
+ * used to be skipped in silence): a symbolic link, never written through (the file it
+ * points at is untouched), and a directory in its place. */
+static void test_metrics_append_errors(void **state)
+{
+    (void)state;
+    int *text = make_text(100);
+    qkv_lm_config c = small_config(QKV_ATTENTION_SOFTMAX, 0);
+    qkv_error err = {0};
+    char dir[] = "/tmp/qkv-lm-XXXXXX", metrics[96], outside[96], cmd[128], want[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    snprintf(outside, sizeof outside, "%s/outside.txt", dir);
+    qkv_lm *m;
+    assert_int_equal(qkv_lm_create(&m, &c, 4, &err), QKV_OK);
+    qkv_lm_train_options o = qkv_lm_train_default_options();
+    o.out_dir = dir, o.batch = 2, o.context = 8, o.steps = 2, o.log_every = 1, o.seed = 5;
+    assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_OK);
+    /* resumed with the log replaced by a link to another file */
+    FILE *fp = fopen(outside, "w");
+    assert_non_null(fp);
+    fputs("not a log\n", fp);
+    assert_int_equal(fclose(fp), 0);
+    assert_int_equal(unlink(metrics), 0);
+    assert_int_equal(symlink(outside, metrics), 0);
+    o.resume = 1, o.steps = 4;
+    assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_ERR_IO);
+    snprintf(want, sizeof want, "%s: cannot append: it is a symbolic link", metrics);
+    assert_ptr_equal(strstr(err.msg, want), err.msg);
+    char got[64] = {0};
+    fp = fopen(outside, "r");
+    assert_non_null(fp);
+    assert_non_null(fgets(got, sizeof got, fp));
+    assert_null(fgets(got + 20, 20, fp)); /* nothing appended */
+    fclose(fp);
+    assert_string_equal(got, "not a log\n");
+    /* a fresh run with a directory (not empty, so not removed) in its place */
+    assert_int_equal(unlink(metrics), 0);
+    assert_int_equal(mkdir(metrics, 0700), 0);
+    snprintf(cmd, sizeof cmd, "%s/keep", metrics);
+    fp = fopen(cmd, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    o.resume = 0, o.steps = 2;
+    assert_int_equal(qkv_lm_train(m, text, 100, NULL, 0, &o, &err), QKV_ERR_IO);
+    snprintf(want, sizeof want, "%s: cannot append: Is a directory", metrics);
+    assert_ptr_equal(strstr(err.msg, want), err.msg);
+    qkv_lm_free(m);
+    free(text);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* out = text with the integer after "key":<tab> replaced by v. */
+static void set_int(char *out, size_t cap, const char *text, const char *key, int v)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\t", key);
+    const char *at = strstr(text, pat);
+    if (!at) fail_msg("no %s in %s", pat, text);
+    const char *end = at + strlen(pat);
+    while (*end >= '0' && *end <= '9') end++;
+    snprintf(out, cap, "%.*s%s%d%s", (int)(at - text), text, pat, v, end);
+}
+
+/* The parameter count of a configuration is the model's in every variant; the limits on
+ * their boundaries; a config.json past them, or describing more parameters than its
+ * model.safetensors holds, is refused before the model is built. */
+static void test_config_limits(void **state)
+{
+    (void)state;
+    qkv_error err = {0};
+    for (int v = 0; v < 8; v++) {
+        qkv_lm_config c = small_config(QKV_ATTENTION_SOFTMAX, v & 1);
+        c.tie = (v >> 1) & 1, c.learned_pos = (v >> 2) & 1, c.bias = v % 3 == 0;
+        qkv_lm *m;
+        assert_int_equal(qkv_lm_create(&m, &c, 1, &err), QKV_OK);
+        if (lm_config_params(&c) != (double)qkv_lm_num_params(m))
+            fail_msg("variant %d: counted %.0f parameters, the model has %zu", v,
+                     lm_config_params(&c), qkv_lm_num_params(m));
+        qkv_lm_free(m);
+    }
+    qkv_lm_config c = small_config(QKV_ATTENTION_SOFTMAX, 0);
+    c.vocab = QKV_MAX_VOCAB, c.ffn = QKV_MAX_FFN, c.layers = QKV_MAX_LAYERS, c.max_len = 31622;
+    assert_int_equal(qkv_lm_config_check(&c, &err), QKV_OK);
+    c.vocab++;
+    assert_int_equal(qkv_lm_config_check(&c, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "vocab = 2097153 is over the limit QKV_MAX_VOCAB"));
+    c.vocab--, c.layers++;
+    assert_int_equal(qkv_lm_config_check(&c, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "layers = 257 is over the limit QKV_MAX_LAYERS"));
+    c.layers--, c.max_len++; /* 31623^2 > 10^9 */
+    assert_int_equal(qkv_lm_config_check(&c, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "max_len = 31623: its attention scores"));
+
+    /* from a model directory */
+    char dir[] = "/tmp/qkv-lm-XXXXXX", path[96], json[4096];
+    assert_non_null(mkdtemp(dir));
+    c = small_config(QKV_ATTENTION_SOFTMAX, 0);
+    qkv_lm *m, *back = NULL;
+    assert_int_equal(qkv_lm_create(&m, &c, 3, &err), QKV_OK);
+    assert_int_equal(qkv_lm_save(m, dir, &err), QKV_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const struct {
+        int vocab, max_len;
+        const char *want;
+    } bad[] = {
+        {10000000, 8, "vocab = 10000000 is over the limit QKV_MAX_VOCAB"},
+        {V, 2000000000, "max_len = 2000000000 is over the limit QKV_MAX_LEN"},
+        {100000, 8, "describes a model of"},
+        {V, 9, NULL}, /* the table is not in the file */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c.vocab = V, c.max_len = 8;
+        char *text = NULL;
+        assert_int_equal(qkv_lm_config_to_json(&c, &text, &err), QKV_OK);
+        set_int(json, sizeof json, text, "vocab", bad[i].vocab);
+        free(text);
+        text = strdup(json);
+        set_int(json, sizeof json, text, "max_len", bad[i].max_len);
+        free(text);
+        FILE *fp = fopen(path, "wb");
+        assert_non_null(fp);
+        fputs(json, fp);
+        assert_int_equal(fclose(fp), 0);
+        qkv_status st = qkv_lm_load(&back, dir, &err);
+        if (!bad[i].want) {
+            assert_int_equal(st, QKV_OK);
+            qkv_lm_free(back);
+            continue;
+        }
+        if (st == QKV_OK || !strstr(err.msg, bad[i].want))
+            fail_msg("%s: got \"%s\", want \"%s\"", json, err.msg, bad[i].want);
+        assert_null(back);
+    }
+    qkv_lm_free(m);
+    snprintf(json, sizeof json, "rm -rf %s", dir);
+    assert_int_equal(system(json), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -682,6 +825,8 @@ int main(void)
         cmocka_unit_test(test_train_resume),
         cmocka_unit_test(test_checkpoint_metadata),
         cmocka_unit_test(test_config_file_errors),
+        cmocka_unit_test(test_config_limits),
+        cmocka_unit_test(test_metrics_append_errors),
     };
     return cmocka_run_group_tests_name("language_model", tests, NULL, NULL);
 }

@@ -115,11 +115,11 @@ static void test_attention(void **state)
     const qkv_attention_shape shape = {B, H, n, m, d, v};
     float *scratch = tu_zeros(qkv_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
-    qkv_attention_forward(O, P, &x, &shape, &mask, (qkv_dropout){p, seed}, scratch);
+    qkv_attention_forward(O, P, &x, &shape, &mask, (qkv_dropout){p, seed, 0}, scratch);
     CHECK_FWD(&f, "P", P, nP);
     CHECK_FWD(&f, "O", O, nO);
     qkv_attention_backward(&(qkv_attention_grads){dQ, dK, dV}, dO, P, &x, &shape,
-                           (qkv_dropout){p, seed}, scratch);
+                           (qkv_dropout){p, seed, 0}, scratch);
     CHECK_GRAD(&f, "dQ", dQ, nQ);
     CHECK_GRAD(&f, "dK", dK, nK);
     CHECK_GRAD(&f, "dV", dV, nV);
@@ -154,7 +154,7 @@ static void test_additive(void **state)
 
     const qkv_attention_inputs x = {Q, K, V};
     const qkv_additive_shape shape = {B, n, m, dq, dk, v, h};
-    const qkv_dropout drop = {p, seed};
+    const qkv_dropout drop = {p, seed, 0};
     float *O = nans(nO), *scratch = tu_zeros(qkv_additive_attention_scratch_floats(&shape));
     float *dQ = tu_zeros(nQ), *dK = tu_zeros(nK), *dV = tu_zeros(nV);
     qkv_additive_attention_forward(O, &c, &x, &w, &shape, &mask, drop, scratch);
@@ -239,11 +239,11 @@ static void test_mha(void **state)
     float *y = nans(nq), *dxq = tu_zeros(nq), *dxkv = self ? dxq : tu_zeros(nkv);
     const qkv_attention_inputs x = {xq, xkv, xkv};
     const qkv_attention_shape shape = qkv_mha_shape(&cfg, B, n, m);
-    qkv_mha_forward(y, &c, &x, &w, &cfg, &shape, &mask, (qkv_dropout){p, seed}, scratch);
+    qkv_mha_forward(y, &c, &x, &w, &cfg, &shape, &mask, (qkv_dropout){p, seed, 0}, scratch);
     CHECK_FWD(&f, "P", c.P, nP);
     CHECK_FWD(&f, "y", y, nq);
     qkv_mha_backward(&(qkv_attention_grads){dxq, dxkv, dxkv}, &dw, dy, &c, &x, &w, &cfg, &shape,
-                     (qkv_dropout){p, seed}, scratch);
+                     (qkv_dropout){p, seed, 0}, scratch);
     CHECK_GRAD(&f, "dxq", dxq, nq);
     if (!self) CHECK_GRAD(&f, "dxkv", dxkv, nkv);
     for (int i = 0; i < nt; i++) {

@@ -1,6 +1,6 @@
 /* PyTorch parity of the elementwise and per-row building blocks: random numbers, linear,
  * embedding, activations, dropout, LayerNorm, RMSNorm, cross-entropy, positional encoding,
- * FFN, residual, AddNorm and a pre-norm block composed of them.
+ * FFN, residual, AddNorm, a pre-norm block composed of them, and the AdamW update.
  *
  * Each case is a file written by tests/parity/make_reference.py: inputs, weights, the
  * upstream gradient dy, and torch's output and gradients. We run qkv's forward and backward
@@ -340,9 +340,9 @@ static void test_residual(void **state)
     uint64_t seed = meta_u64(&f, "seed");
     const float *x = ref(&f, "x", n), *s = ref(&f, "s", n), *dy = ref(&f, "dy", n);
     float *y = nans(n), *dx = tu_zeros(n), *ds = tu_zeros(n);
-    qkv_residual_forward(y, x, s, n, (qkv_dropout){p, seed});
+    qkv_residual_forward(y, x, s, n, (qkv_dropout){p, seed, 0});
     CHECK_FWD(&f, "y", y, n);
-    qkv_residual_backward(dx, ds, dy, n, (qkv_dropout){p, seed});
+    qkv_residual_backward(dx, ds, dy, n, (qkv_dropout){p, seed, 0});
     CHECK_GRAD(&f, "dx", dx, n);
     CHECK_GRAD(&f, "ds", ds, n);
     free(y), free(dx), free(ds);
@@ -364,7 +364,7 @@ static void test_addnorm(void **state)
     float *scratch = tu_zeros(nx), *dx = tu_zeros(nx), *ds = tu_zeros(nx);
     float *dg = tu_zeros((size_t)C), *db = tu_zeros((size_t)C);
     const qkv_layernorm_weights w = {(float *)g, (float *)b};
-    const qkv_dropout drop = {p, seed};
+    const qkv_dropout drop = {p, seed, 0};
     qkv_addnorm_cache c = {z, mean, rstd};
     qkv_addnorm_forward(y, &c, x, s, &w, N, C, eps, drop);
     CHECK_FWD(&f, "z", z, nx);
@@ -406,14 +406,14 @@ static void test_prenorm(void **state)
     const qkv_ffn_config cfg = {C, Fd, act};
     qkv_ffn_cache c = {h_pre, h};
     qkv_ffn_forward(s, &c, ln, &w, &cfg, N);
-    qkv_residual_forward(y, x, s, nx, (qkv_dropout){p, seed});
+    qkv_residual_forward(y, x, s, nx, (qkv_dropout){p, seed, 0});
     CHECK_FWD(&f, "y", y, nx);
 
     float *dx = tu_zeros(nx), *ds = tu_zeros(nx), *dln = tu_zeros(nx), *scratch = tu_zeros(nh);
     float *dg = tu_zeros((size_t)C), *db = tu_zeros((size_t)C);
     float *dW1 = tu_zeros(nW), *db1 = tu_zeros((size_t)Fd), *dW2 = tu_zeros(nW);
     float *db2 = tu_zeros((size_t)C);
-    qkv_residual_backward(dx, ds, dy, nx, (qkv_dropout){p, seed});
+    qkv_residual_backward(dx, ds, dy, nx, (qkv_dropout){p, seed, 0});
     qkv_ffn_backward(dln, &(qkv_ffn_weights){dW1, db1, dW2, db2}, ds, &c, ln, &w, &cfg, N,
                      scratch);
     qkv_layernorm_backward(dx, &(qkv_layernorm_weights){dg, db}, dln, x, mean, rstd, &norm, N, C);
@@ -427,6 +427,36 @@ static void test_prenorm(void **state)
     free(ln), free(mean), free(rstd), free(h_pre), free(h), free(s), free(y);
     free(dx), free(ds), free(dln), free(scratch), free(dg), free(db), free(dW1), free(db1),
         free(dW2), free(db2);
+    qkv_tensor_file_free(&f);
+}
+
+/* ----------------------------------------------------------------------------------------
+ * The optimizer: AdamW, step by step, with the learning rate changed between steps
+ * ---------------------------------------------------------------------------------------- */
+
+static void test_adamw(void **state)
+{
+    qkv_tensor_file f;
+    tu_reference_load(&f, (const char *)*state);
+    int n = tu_ref_int(&f, "n"), steps = tu_ref_int(&f, "steps");
+    const float *p0 = ref(&f, "p0", (size_t)n), *lrs = ref(&f, "lrs", (size_t)steps);
+    const float *G = ref(&f, "grads", (size_t)steps * n), *P = ref(&f, "P", (size_t)steps * n);
+    qkv_adam opt;
+    qkv_error err = {0};
+    assert_int_equal(qkv_adam_init(&opt, (size_t)n, tu_ref_float(&f, "beta1"),
+                                   tu_ref_float(&f, "beta2"), tu_ref_float(&f, "eps"),
+                                   tu_ref_float(&f, "wd"), &err),
+                     QKV_OK);
+    float *p = tu_zeros((size_t)n);
+    memcpy(p, p0, (size_t)n * sizeof *p);
+    for (int k = 0; k < steps; k++) {
+        qkv_adam_update(&opt, p, G + (size_t)k * n, lrs[k]);
+        char what[32];
+        snprintf(what, sizeof what, "P after step %d", k + 1);
+        tu_check_close(what, p, P + (size_t)k * n, (size_t)n, TU_FWD_ATOL, TU_FWD_RTOL);
+    }
+    qkv_adam_free(&opt);
+    free(p);
     qkv_tensor_file_free(&f);
 }
 
@@ -456,6 +486,9 @@ int main(void)
         CASE(test_layernorm, "layernorm_n1"),
         CASE(test_layernorm, "layernorm_odd"),
         CASE(test_layernorm, "layernorm_shift"),
+        CASE(test_layernorm, "layernorm_eps_large"),
+        CASE(test_layernorm, "layernorm_eps_one"),
+        CASE(test_layernorm, "layernorm_small_var"),
         CASE(test_rmsnorm, "rmsnorm_n1"),
         CASE(test_rmsnorm, "rmsnorm_odd"),
         CASE(test_rmsnorm, "rmsnorm_wide"),
@@ -477,6 +510,9 @@ int main(void)
         CASE(test_addnorm, "addnorm_n1"),
         CASE(test_addnorm, "addnorm_drop"),
         CASE(test_addnorm, "addnorm_odd"),
+        CASE(test_addnorm, "addnorm_eps_large"),
+        CASE(test_adamw, "adamw_decay"),
+        CASE(test_adamw, "adamw_strong_decay"),
         CASE(test_prenorm, "prenorm_gelu_drop"),
         CASE(test_prenorm, "prenorm_relu_n1"),
     };

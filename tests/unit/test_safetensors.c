@@ -429,6 +429,164 @@ static void test_hostile_lengths(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Every length and offset check on its boundary: the largest value accepted and the
+ * smallest refused (a bound off by one, e.g. a header allowed to end one byte past the
+ * file, fails here; AddressSanitizer alone sees it only when the extra byte is unmapped).
+ * ------------------------------------------------------------------------------------- */
+
+static void set_header_len(unsigned char *b, uint64_t n)
+{
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(n >> (8 * i));
+}
+
+static void check_good(const unsigned char *b, size_t len, const char *what, int count)
+{
+    qkv_tensor_file f;
+    qkv_error err = {0};
+    if (qkv_tensor_file_parse(&f, b, len, "mem.safetensors", &err) != QKV_OK)
+        fail_msg("case %s: refused: %s", what, err.msg);
+    assert_int_equal(f.count, count);
+    qkv_tensor_file_free(&f);
+}
+
+/* One header, accepted with good_len bytes of data and refused with bad_len. */
+static void check_data_boundary(const char *header, size_t good_len, size_t bad_len,
+                                const char *want)
+{
+    size_t len;
+    unsigned char *b = image(header, strlen(header), good_len, &len);
+    check_good(b, len, header, 1);
+    free(b);
+    b = image(header, strlen(header), bad_len, &len);
+    check_bad(b, len, header, want, NULL);
+    free(b);
+}
+
+static void test_header_length_boundaries(void **state)
+{
+    (void)state;
+    /* the file length: 8 bytes hold the prefix (then the empty header is what is wrong),
+     * 7 do not */
+    size_t len;
+    unsigned char *b = image("", 0, 0, &len);
+    check_bad(b, 8, "8 bytes", "not valid JSON", NULL);
+    check_bad(b, 7, "7 bytes", "too short", NULL);
+    free(b);
+
+    /* the header length: up to the last byte of the file, and not one byte further. image()
+     * allocates a byte past the image, set to a space, so a reader that wrongly takes it
+     * reads "{} " as a valid header and this test sees the success */
+    b = image("{}", 2, 0, &len);
+    b[len] = ' ';
+    check_good(b, len, "header ends at the end of the file", 0);
+    set_header_len(b, len - 8 + 1);
+    check_bad(b, len, "header one byte past the file", "past the end", NULL);
+    set_header_len(b, len - 8 - 1);
+    check_bad(b, len, "header one byte short", "not valid JSON", NULL); /* "{", then "}" */
+    free(b);
+
+    /* the header limit: exactly MAX_HEADER_BYTES (10^8) is not over it, so what is wrong with
+     * this small file is its end; one more is over the limit, whatever the file */
+    b = image("{}", 2, 0, &len);
+    set_header_len(b, 100000000u);
+    check_bad(b, len, "header at the limit", "past the end", NULL);
+    set_header_len(b, 100000001u);
+    check_bad(b, len, "header over the limit", "limit", NULL);
+    free(b);
+}
+
+/* The same header bound through qkv_tensor_file_load, which reads with pread: a header one
+ * byte past the end must be refused for what it is, not met as a short read. */
+static void test_header_length_boundary_on_disk(void **state)
+{
+    fixture *fx = *state;
+    size_t len;
+    unsigned char *b = image("{}  ", 4, 0, &len);
+    set_header_len(b, len - 8 + 1);
+    FILE *fp = fopen(fx->path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(b, 1, len, fp), len);
+    assert_int_equal(fclose(fp), 0);
+    qkv_tensor_file f;
+    qkv_error err = {0};
+    assert_int_equal(qkv_tensor_file_load(&f, fx->path, &err), QKV_ERR_FORMAT);
+    assert_msg_has(&err, fx->path);
+    assert_msg_has(&err, "past the end");
+    assert_empty(&f);
+    free(b);
+}
+
+static void test_offset_boundaries(void **state)
+{
+    (void)state;
+    /* a tensor's end: the last byte of the data section, not one past it */
+    check_data_boundary(T("w", "\"F32\"", "[1]", "[0, 4]"), 4, 3, "past the data section");
+    check_data_boundary(T("w", "\"I64\"", "[2]", "[8, 24]"), 24, 23, "past the data section");
+    /* an empty tensor may sit at the very end, not past it */
+    check_data_boundary(T("w", "\"F32\"", "[0]", "[4, 4]"), 4, 3, "past the data section");
+    /* the bytes a tensor holds: exactly its elements', not one more or less */
+    size_t len;
+    unsigned char *b;
+    const char *more = T("w", "\"F32\"", "[2]", "[0, 9]");
+    const char *less = T("w", "\"F32\"", "[2]", "[0, 7]");
+    b = image(more, strlen(more), 9, &len);
+    check_bad(b, len, more, "hold 9 bytes", "need 8");
+    free(b);
+    b = image(less, strlen(less), 9, &len);
+    check_bad(b, len, less, "hold 7 bytes", "need 8");
+    free(b);
+    /* begin == end is an empty span, end one before begin is backwards */
+    const char *back = T("w", "\"F32\"", "[0]", "[4, 3]");
+    b = image(back, strlen(back), 4, &len);
+    check_bad(b, len, back, "before", NULL);
+    free(b);
+
+    /* two tensors: touching is allowed, sharing one byte is not */
+    const char *touch = "{\"a\": {" F32_1 "}, \"b\": {\"dtype\": \"F32\", \"shape\": [1], "
+                        "\"data_offsets\": [4, 8]}}";
+    const char *share = "{\"a\": {" F32_1 "}, \"b\": {\"dtype\": \"F32\", \"shape\": [1], "
+                        "\"data_offsets\": [3, 7]}}";
+    b = image(touch, strlen(touch), 8, &len);
+    check_good(b, len, touch, 2);
+    free(b);
+    b = image(share, strlen(share), 8, &len);
+    check_bad(b, len, share, "overlap tensor 'a'", NULL);
+    free(b);
+}
+
+static void test_shape_boundaries(void **state)
+{
+    (void)state;
+    size_t len;
+    unsigned char *b;
+    /* QKV_MAX_DIMS dimensions are read, one more is refused (w_9d above) */
+    const char *d8 = T("w", "\"F32\"", "[1, 1, 1, 1, 1, 1, 1, 2]", "[0, 8]");
+    b = image(d8, strlen(d8), 8, &len);
+    check_good(b, len, d8, 1);
+    free(b);
+    /* a dimension of 2^53 (the largest integer a JSON number holds exactly) is read; 2^53 + 2
+     * (the next double) is refused */
+    const char *big = T("w", "\"F32\"", "[9007199254740992, 0]", "[0, 0]");
+    const char *past = T("w", "\"F32\"", "[9007199254740994, 0]", "[0, 0]");
+    b = image(big, strlen(big), 0, &len);
+    check_good(b, len, big, 1);
+    free(b);
+    b = image(past, strlen(past), 0, &len);
+    check_bad(b, len, past, "shape[0]", NULL);
+    free(b);
+    /* the element count times the dtype size: (2^30 - 1)(2^30 + 1) F64s = 8 (2^60 - 1) bytes
+     * fit int64 (the offsets are then what is wrong), 2^30 * 2^30 F64s = 2^63 bytes do not */
+    const char *fits = T("w", "\"F64\"", "[1073741823, 1073741825]", "[0, 8]");
+    const char *over = T("w", "\"F64\"", "[1073741824, 1073741824]", "[0, 8]");
+    b = image(fits, strlen(fits), 8, &len);
+    check_bad(b, len, fits, "need 9223372036854775800", NULL);
+    free(b);
+    b = image(over, strlen(over), 8, &len);
+    check_bad(b, len, over, "overflow", NULL);
+    free(b);
+}
+
+/* ---------------------------------------------------------------------------------------
  * Loading from disk
  * ------------------------------------------------------------------------------------- */
 
@@ -598,6 +756,27 @@ static int save_with_small_file_limit(const fixture *fx)
     return save_fails_with_io(fx, "too large");
 }
 
+/* A FIFO (or a device) where the file goes is refused, not replaced by the rename. */
+static void test_save_over_fifo(void **state)
+{
+    fixture *fx = *state;
+    assert_int_equal(mkfifo(fx->path, 0600), 0);
+    qkv_error err = {0};
+    assert_int_equal(qkv_tensor_file_save(fx->path, REFS, 1, NULL, 0, &err), QKV_ERR_IO);
+    assert_msg_has(&err, fx->path);
+    assert_msg_has(&err, "is a device, FIFO or socket");
+    struct stat sb;
+    assert_int_equal(lstat(fx->path, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    const void *chunk[1] = {"x"};
+    const size_t len[1] = {1};
+    assert_int_equal(qkv_atomic_write(fx->path, chunk, len, 1, &err), QKV_ERR_IO);
+    assert_msg_has(&err, "is a device, FIFO or socket");
+    assert_int_equal(lstat(fx->path, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    unlink(fx->path);
+}
+
 static void test_save_into_unwritable_directory(void **state)
 {
     fixture *fx = *state;
@@ -695,9 +874,14 @@ int main(void)
         cmocka_unit_test(test_parse_realigns_and_allows_gaps),
         cmocka_unit_test(test_hostile_headers),
         cmocka_unit_test(test_hostile_lengths),
+        cmocka_unit_test(test_header_length_boundaries),
+        cmocka_unit_test_setup_teardown(test_header_length_boundary_on_disk, setup, teardown),
+        cmocka_unit_test(test_offset_boundaries),
+        cmocka_unit_test(test_shape_boundaries),
         cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_over_directory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_save_over_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_into_unwritable_directory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_write_failure, setup, teardown),
         cmocka_unit_test(test_free_zeroed),

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/transformer_internal.h" /* transformer_config_params */
 #include "test_util.h"
 
 enum { B = 2, TS = 5, TT = 4, VS = 11, VT = 9 };
@@ -343,10 +344,118 @@ static void test_load_rejects_bad_model_files(void **state)
     assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "\"heads\" must be an integer"));
     free(json);
+
+    /* dimensions past their limits fail at once, naming key and limit, before any
+     * allocation (10^7 tokens used to allocate 2.5 GB and then meet a wrong shape) */
+    static const struct {
+        const char *from, *to, *want;
+    } huge[] = {
+        {"\"src_vocab\":\t11", "\"src_vocab\": 10000000",
+         "src_vocab = 10000000 is over the limit QKV_MAX_VOCAB"},
+        {"\"max_len\":\t16", "\"max_len\": 2000000000",
+         "max_len = 2000000000 is over the limit QKV_MAX_LEN"},
+        {"\"max_len\":\t16", "\"max_len\": 3000000000",
+         "\"max_len\" = 3000000000 is out of range"},
+        {"\"ffn\":\t64", "\"ffn\": 65537", "ffn = 65537 is over the limit QKV_MAX_FFN"},
+        {"\"dec_layers\":\t2", "\"dec_layers\": 257",
+         "dec_layers = 257 is over the limit QKV_MAX_LAYERS"},
+        /* within every limit, but more parameters than the model file holds */
+        {"\"src_vocab\":\t11", "\"src_vocab\": 1000000", "describes a model of"},
+        {"\"max_len\":\t16", "\"max_len\": 17", NULL}, /* sinusoidal: no parameter */
+    };
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        assert_int_equal(qkv_config_to_json(&cfg, &json, &err), QKV_OK);
+        char *at = strstr(json, huge[i].from);
+        if (!at) fail_msg("config.json has no %s: %s", huge[i].from, json);
+        char edited[4096];
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - json), json, huge[i].to,
+                 at + strlen(huge[i].from));
+        free(json);
+        write_text(path, edited);
+        qkv_status st = qkv_transformer_load(&back, dir, &err);
+        if (!huge[i].want) {
+            assert_int_equal(st, QKV_OK);
+            qkv_transformer_free(back);
+            continue;
+        }
+        if (st == QKV_OK || !strstr(err.msg, huge[i].want))
+            fail_msg("%s: got \"%s\", want \"%s\"", huge[i].to, err.msg, huge[i].want);
+        assert_null(back);
+    }
     free(refs);
     qkv_transformer_free(m);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+/* The parameter count the limits and the model-file check use, computed from the
+ * configuration alone, is the model's own in every variant; each limit on its boundary. */
+static void test_config_limits(void **state)
+{
+    (void)state;
+    qkv_error err = {0};
+    for (int v = 0; v < 12; v++) {
+        qkv_transformer_config c = qkv_transformer_default_config();
+        c.src_vocab = VS, c.tgt_vocab = v % 3 == 2 ? VS : VT, c.max_len = 9;
+        c.tie = (qkv_tie)(v % 3), c.learned_pos = v & 1, c.final_norm = (v >> 1) & 1;
+        c.bias = (v >> 2) & 1, c.enc_layers = v % 4 == 3 ? 0 : 1 + v % 2, c.ffn = 24 + v;
+        qkv_transformer *m;
+        assert_int_equal(qkv_transformer_create(&m, &c, 1, &err), QKV_OK);
+        if (transformer_config_params(&c) != (double)qkv_transformer_num_params(m))
+            fail_msg("variant %d: counted %.0f parameters, the model has %zu", v,
+                     transformer_config_params(&c), qkv_transformer_num_params(m));
+        qkv_transformer_free(m);
+    }
+    qkv_transformer_config c = qkv_transformer_default_config();
+    c.src_vocab = c.tgt_vocab = QKV_MAX_VOCAB, c.max_len = QKV_MAX_LEN, c.ffn = QKV_MAX_FFN;
+    c.enc_layers = c.dec_layers = QKV_MAX_LAYERS, c.d_model = 8, c.heads = 1;
+    assert_int_equal(qkv_transformer_config_check(&c, &err), QKV_OK);
+    const struct {
+        int *field;
+        const char *want;
+    } one_past[] = {
+        {&c.src_vocab, "src_vocab = 2097153 is over the limit QKV_MAX_VOCAB = 2097152"},
+        {&c.tgt_vocab, "tgt_vocab = 2097153"},
+        {&c.max_len, "max_len = 65537 is over the limit QKV_MAX_LEN = 65536"},
+        {&c.ffn, "ffn = 65537 is over the limit QKV_MAX_FFN"},
+        {&c.enc_layers, "enc_layers = 257 is over the limit QKV_MAX_LAYERS"},
+        {&c.dec_layers, "dec_layers = 257"},
+    };
+    for (size_t i = 0; i < sizeof one_past / sizeof one_past[0]; i++) {
+        ++*one_past[i].field;
+        assert_int_equal(qkv_transformer_config_check(&c, &err), QKV_ERR_ARG);
+        if (!strstr(err.msg, one_past[i].want))
+            fail_msg("\"%s\": want %s", err.msg, one_past[i].want);
+        --*one_past[i].field;
+    }
+    c = qkv_transformer_default_config();
+    c.src_vocab = c.tgt_vocab = 100, c.d_model = QKV_MAX_D_MODEL, c.heads = 1;
+    c.enc_layers = 0, c.dec_layers = 1, c.ffn = 1, c.max_len = 2;
+    /* at its limit d_model passes its own check; the 2 x 4 C^2 weights of a decoder block
+     * are then 2^31, over the parameter limit with anything else */
+    assert_int_equal(qkv_transformer_config_check(&c, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "over the limit QKV_MAX_PARAMS"));
+    c.d_model++;
+    assert_int_equal(qkv_transformer_config_check(&c, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "d_model = 16385 is over the limit QKV_MAX_D_MODEL"));
+    /* the parameter limit itself: a configuration of exactly 2^31 floats, table included,
+     * passes, 1024 more (one more position) do not */
+    c = qkv_transformer_default_config();
+    c.d_model = 1024, c.heads = 1, c.ffn = 1, c.enc_layers = 0, c.dec_layers = 1;
+    c.tie = QKV_TIE_ALL, c.max_len = 0;
+    double rest = 0;
+    for (c.src_vocab = QKV_MAX_VOCAB; c.src_vocab > 4; c.src_vocab--) {
+        c.tgt_vocab = c.src_vocab;
+        rest = (double)QKV_MAX_PARAMS - transformer_config_params(&c);
+        if (rest >= 2 * 1024 && rest <= 1024.0 * QKV_MAX_LEN && fmod(rest, 1024) == 0) break;
+    }
+    c.max_len = (int)(rest / 1024);
+    assert_true(transformer_config_params(&c) + 1024.0 * c.max_len == (double)QKV_MAX_PARAMS);
+    assert_int_equal(qkv_transformer_config_check(&c, &err), QKV_OK);
+    c.max_len++;
+    assert_int_equal(qkv_transformer_config_check(&c, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "2147484672 parameters"));
+    assert_non_null(strstr(err.msg, "over the limit QKV_MAX_PARAMS = 2147483648"));
 }
 
 int main(void)
@@ -361,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_greedy_cache_and_batch_independence),
         cmocka_unit_test(test_save_load_translate),
         cmocka_unit_test(test_load_rejects_bad_model_files),
+        cmocka_unit_test(test_config_limits),
     };
     return cmocka_run_group_tests_name("transformer", tests, NULL, NULL);
 }
