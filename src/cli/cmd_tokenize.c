@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "qkv.h"
 
 static qkv_status out_of_memory(qkv_error *err)
@@ -118,24 +119,27 @@ int cmd_tokenize(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0;
     long number = 0;
-    ssize_t n;
+    size_t n;
+    int got;
     struct stat in;
     /* a file is read to its end anyway: flushing each line would only cost system calls */
     const int flush_lines = fstat(fileno(stdin), &in) || !S_ISREG(in.st_mode);
     rc = 0;
-    while (!rc && (n = getline(&line, &cap, stdin)) >= 0) {
+    while (!rc && (got = cli_read_line(stdin, "stdin", number + 1, &line, &cap, &n)) != 0) {
+        if (got < 0) {
+            rc = 1;
+            break;
+        }
         number++;
-        if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
-        if (n > 0 && line[n - 1] == '\r') line[--n] = '\0';
         qkv_status st;
         if (d2l) {
-            st = preprocess_line(line, (size_t)n, &err);
+            st = preprocess_line(line, n, &err);
         } else if (decode) {
             char *text = NULL;
             if (!(st = decode_line(s, line, ids, &text, &err))) fputs(text, stdout);
             free(text);
         } else {
-            st = encode_line(s, line, (size_t)n, ids, &err);
+            st = encode_line(s, line, n, ids, &err);
         }
         if (st) {
             fprintf(stderr, "qkv: stdin:%ld: %s\n", number, err.msg);
@@ -147,10 +151,6 @@ int cmd_tokenize(int argc, char **argv)
     }
     if (!rc && fflush(stdout)) {
         fprintf(stderr, "qkv tokenize: cannot write the output\n");
-        rc = 1;
-    }
-    if (!rc && ferror(stdin)) {
-        fprintf(stderr, "qkv tokenize: cannot read stdin\n");
         rc = 1;
     }
     free(line);

@@ -74,17 +74,19 @@ static int translate_stream(qkv_translator *t, FILE *in, const char *name,
                             const qkv_translate_options *o)
 {
     char *line = NULL, where[300];
-    size_t cap = 0;
-    ssize_t n;
+    size_t cap = 0, n;
     long number = 0;
-    int rc = 0;
-    while (!rc && (n = getline(&line, &cap, in)) >= 0) {
+    int rc = 0, got;
+    while (!rc && (got = cli_read_line(in, name, number + 1, &line, &cap, &n)) != 0) {
+        if (got < 0) {
+            rc = 1;
+            break;
+        }
         qkv_sentences words = {0};
         qkv_translations r = {0};
         qkv_error err = {0};
         snprintf(where, sizeof where, "%s line %ld", name, ++number);
-        if (qkv_tokenizer_words(qkv_translator_tokenizer(t), &words, line, (size_t)n, where,
-                                &err) ||
+        if (qkv_tokenizer_words(qkv_translator_tokenizer(t), &words, line, n, where, &err) ||
             qkv_translate_words(&r, t, &words, o, &err)) {
             fprintf(stderr, "qkv: %s\n", err.msg);
             rc = 1;
@@ -100,10 +102,6 @@ static int translate_stream(qkv_translator *t, FILE *in, const char *name,
         }
         qkv_sentences_free(&words);
         qkv_translations_free(&r);
-    }
-    if (!rc && ferror(in)) {
-        fprintf(stderr, "qkv translate: cannot read %s\n", name);
-        rc = 1;
     }
     free(line);
     return rc;
@@ -176,6 +174,12 @@ int cmd_translate(int argc, char **argv)
     FILE *in = input ? fopen(input, "rb") : stdin;
     if (!in) {
         fprintf(stderr, "qkv: %s: cannot open\n", input);
+        qkv_translator_free(t);
+        return 1;
+    }
+    if (!fstat(fileno(in), &st) && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "qkv: %s: is a directory\n", input ? input : "stdin");
+        if (input) fclose(in);
         qkv_translator_free(t);
         return 1;
     }
