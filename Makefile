@@ -26,6 +26,9 @@ pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PK
                 run `make deps` (scripts/install-deps.sh) to install them),$1)
 PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS))))$(PKG_CFLAGS)
 PKG_LIBS    = $(eval PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(PKGS))))$(PKG_LIBS)
+# The command-line tool's own packages (qkv serve's HTTP server); libqkv does not link them.
+CLI_PKGS    := libmicrohttpd
+CLI_PKG_LIBS = $(eval CLI_PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(CLI_PKGS))))$(CLI_PKG_LIBS)
 # MPI (Open MPI) for data-parallel training: the qkv tool links it, libqkv does not (the
 # library takes its communication as a qkv_reducer). Asked for as lazily as the rest.
 MPI_PKG     := ompi-c
@@ -77,7 +80,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention
+.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention bench-serve
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv
 
 deps:
@@ -107,7 +110,7 @@ $(BUILD)/$(SONAME) $(BUILD)/libqkv.so: $(LIB_SO)
 $(BUILD)/src/cli/mpi_reducer.o: CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS) $(MPI_LIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS) $(MPI_LIBS) $(CLI_PKG_LIBS) -lpthread
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
@@ -152,6 +155,11 @@ bench: deps
 bench-attention: deps
 	$(MAKE) all
 	$(PY) bench/attention_bench.py --qkv $(BUILD)/qkv
+
+# qkv serve under load (concurrency 1, 8, 64) beside the offline CLI (README, "Serving").
+bench-serve: deps
+	$(MAKE) all
+	$(PY) bench/serve_bench.py --qkv $(BUILD)/qkv
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

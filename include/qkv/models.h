@@ -390,6 +390,39 @@ QKV_API
 qkv_status qkv_lm_generate(qkv_lm *m, const int *prompt, int n_prompt, int *out, int *n_out,
                            const qkv_lm_generation *g, qkv_error *err);
 
+/* ---- continuous batching: several texts generated together -----------------------------
+ * A server's concurrent requests: a fixed number of slots, each a text being generated with
+ * its own prompt, length, sampling and seed. A text joins a free slot with a prefill of its
+ * prompt (qkv_lm_batch_add); each qkv_lm_batch_step draws the next token of every running text
+ * (drawn[slot], -1 for slots that drew none) and runs the model once on all of them, each at
+ * its own position; a text that has drawn its g->tokens is finished and frees its slot on
+ * qkv_lm_batch_release (which also ends a text early: a stop string, a client gone). Each text
+ * gets the tokens qkv_lm_generate draws for it alone (the same arithmetic up to float rounding
+ * of the linear layers); g->on_token is not called. One thread at a time, with the model. */
+typedef struct qkv_lm_batch qkv_lm_batch;
+
+QKV_API
+qkv_status qkv_lm_batch_create(qkv_lm_batch **out, qkv_lm *m, int slots, qkv_error *err);
+QKV_API
+void qkv_lm_batch_free(qkv_lm_batch *b);
+QKV_API
+int qkv_lm_batch_slots(const qkv_lm_batch *b);
+QKV_API
+int qkv_lm_batch_free_slots(const qkv_lm_batch *b);
+QKV_API
+int qkv_lm_batch_running(const qkv_lm_batch *b);
+/* prompt (n_prompt >= 1 ids) into a free slot (*slot; none free: QKV_ERR_ARG); g->tokens >= 1. */
+QKV_API
+qkv_status qkv_lm_batch_add(qkv_lm_batch *b, const int *prompt, int n_prompt,
+                            const qkv_lm_generation *g, int *slot, qkv_error *err);
+/* drawn (slots): the token each running text drew this step, -1 elsewhere. */
+QKV_API
+qkv_status qkv_lm_batch_step(qkv_lm_batch *b, int *drawn, qkv_error *err);
+QKV_API
+int qkv_lm_batch_finished(const qkv_lm_batch *b, int slot);
+QKV_API
+void qkv_lm_batch_release(qkv_lm_batch *b, int slot);
+
 /* ---- text as tokens --------------------------------------------------------------------
  * A language model's vocabulary is a qkv_vocab (<unk> <pad> <bos> <eos> first), saved with
  * qkv_vocab_save, one token per line. Two kinds:

@@ -93,6 +93,52 @@ qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
 QKV_API
 void qkv_translations_free(qkv_translations *r);
 
+/* ---------------------------------------------------------------------------------------
+ * Continuous batching: sentences that arrive at different times decoded together (a server's
+ * concurrent requests). The batch decoder has a fixed number of slots; a sentence joins a free
+ * slot between two steps (its encoder runs then), each step advances every running sentence by
+ * one token, each at its own position, and a sentence leaves as soon as it ends, freeing its
+ * slot for the next. Greedy decoding only: each sentence gets the translation qkv_translate
+ * gives it alone with beam 1 (the same arithmetic up to float rounding of the linear layers).
+ * It uses the translator's model: one thread at a time for both.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct qkv_batch_decoder qkv_batch_decoder;
+
+/* Buffers for `slots` sentences of the model's max_len (source and target) each. */
+QKV_API
+qkv_status qkv_batch_decoder_create(qkv_batch_decoder **out, qkv_translator *t, int slots,
+                                    qkv_error *err);
+QKV_API
+void qkv_batch_decoder_free(qkv_batch_decoder *bd);
+QKV_API
+int qkv_batch_decoder_slots(const qkv_batch_decoder *bd);
+QKV_API
+int qkv_batch_decoder_free_slots(const qkv_batch_decoder *bd);
+/* Slots whose sentence is still being decoded. */
+QKV_API
+int qkv_batch_decoder_running(const qkv_batch_decoder *bd);
+/* Tokenises sources[0..n) (raw UTF-8, one sentence each, as qkv_translate), runs the encoder
+ * on them together and puts each in a free slot: slots[i] receives source i's. max_len as
+ * qkv_translate_options'. Fewer than n free slots: QKV_ERR_ARG, nothing added. */
+QKV_API
+qkv_status qkv_batch_decoder_add(qkv_batch_decoder *bd, const char *const *sources, int n,
+                                 int max_len, int *slots, qkv_error *err);
+/* One decoder step for every running sentence (nothing when none runs). */
+QKV_API
+qkv_status qkv_batch_decoder_step(qkv_batch_decoder *bd, qkv_error *err);
+/* Whether the slot holds a finished translation, waiting for qkv_batch_decoder_take. */
+QKV_API
+int qkv_batch_decoder_finished(const qkv_batch_decoder *bd, int slot);
+/* A finished slot's translation as text (*text: malloc'd, the caller frees it) and its
+ * token count (tokens may be NULL); the slot is free again. */
+QKV_API
+qkv_status qkv_batch_decoder_take(qkv_batch_decoder *bd, int slot, char **text, int *tokens,
+                                  qkv_error *err);
+/* Frees a slot, running or finished (a client that went away). */
+QKV_API
+void qkv_batch_decoder_cancel(qkv_batch_decoder *bd, int slot);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,20 @@ void cli_threads(int n);
 #define CLI_PRECISION_HELP "fp32, or bf16: the linear layers' products in bfloat16 (AVX512-BF16)"
 int cli_precision(const char *name, qkv_precision *p);
 
+/* A language model's directory (qkv train-lm): the model, its vocabulary and train.json's
+ * settings. */
+typedef struct {
+    qkv_lm *model;
+    qkv_vocab vocab;
+    int byte_level;       /* train.json "vocab": "byte" */
+    int context, batch;   /* train.json, 0 if unknown */
+    float val_fraction;   /* train.json, 0.1 if unknown */
+} lm_dir;
+
+/* Loads DIR's model, vocabulary and training settings, and gives the model the precision
+ * prec unless it is NULL; prints the error and returns -1. */
+int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec);
+void lm_dir_free(lm_dir *d);
 /* The positional table is max_len x d_model floats: over 1 GiB, prints why "CMD: --LEN_OPTION
  * N x --d-model C" cannot be meant and returns -1. */
 int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int d_model);

@@ -26,6 +26,7 @@ static const struct {
     {"train-lm", cmd_train_lm, "train a decoder-only language model on a text file"},
     {"generate", cmd_generate, "continue a prompt with a trained language model"},
     {"eval-lm", cmd_eval_lm, "per-token loss and perplexity of a language model on a text"},
+    {"serve", cmd_serve, "serve a model over HTTP (translation, completions, metrics)"},
     {"bench", cmd_bench, "time training, decoding, attention and the BLAS roof (JSON)"},
 };
 
