@@ -6,13 +6,14 @@
 .SUFFIXES:
 .SECONDARY:
 CC      ?= cc
+CXX     ?= c++
 PREFIX  ?= /usr/local
 BUILD   ?= build
 OPT     ?= -O2 -march=x86-64-v3 -mtune=native
 SAN     ?=
 PY      ?= /usr/bin/python3
 
-PKGS    := openblas libcjson libpng freetype2
+PKGS    := openblas libcjson libpng freetype2 sentencepiece libutf8proc
 
 # pkg-config's flags are asked for the first time a recipe needs them, and once only: not when
 # this file is read, since on a fresh machine the packages are not there yet. `make demo` and
@@ -53,7 +54,11 @@ comma := ,
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
           $(EXTRA_CFLAGS)
-LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -fopenmp -lm $(SAN)
+# The C++ of the SentencePiece shim (src/io/*.cc): the same warnings, visibility and position
+# independence; everything that links libqkv links the C++ runtime too (-lstdc++).
+CXXFLAGS = -std=c++17 $(OPT) -g -Wall -Wextra -fPIC -fvisibility=hidden -Iinclude -Isrc \
+           $(PKG_CFLAGS) $(SAN) $(EXTRA_CXXFLAGS)
+LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -lstdc++ -fopenmp -lm $(SAN)
 
 # The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
 # number), exports limited to qkv_* by a version script.
@@ -65,7 +70,8 @@ LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 LIB_SRC := $(sort $(wildcard src/core/*.c src/backend/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
              src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_CXX := $(sort $(wildcard src/io/*.cc))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 
 TEST_COMMON := $(sort $(wildcard tests/common/*.c))
@@ -85,6 +91,10 @@ deps:
 $(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cc Makefile
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@

@@ -75,11 +75,16 @@ typedef struct {
                      * their <eos>, as d2l's truncate_pad) */
     int first_truncated, first_truncated_len; /* the first of them (0-based; -1 if none) and
                                                * its tokens, <eos> (and <bos>) included */
+    int *src_len;   /* (count) tokens of each source (without <eos> and <bos>) */
+    int *unknown;   /* (count) how many of them the source vocabulary lacks (<unk>): a source
+                     * mostly of unknown tokens gets an unreliable translation */
 } qkv_translations;
 
 /* Translates sources[0..n), one sentence of raw UTF-8 text each (no line break inside), as
  * the model's tokenizer reads them; messages name a source "source:<i + 1>". On failure *out
- * is left empty. n = 0 gives zero translations. */
+ * is left empty. n = 0 gives zero translations. Text that spells a reserved token ("<pad>",
+ * "<bos>", "<eos>", "<unk>") is text: it reaches the encoder as <unk>, never as the control
+ * token (a typed "<pad>" used to be masked out with everything after it). */
 QKV_API
 qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *const *sources,
                          int n, const qkv_translate_options *o, qkv_error *err);

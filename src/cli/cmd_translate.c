@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -80,12 +81,76 @@ static int open_model(qkv_translator **t, qkv_translate_options *o, const char *
     return 0;
 }
 
-static void warn_truncated(qkv_translator *t, const qkv_translations *r)
+/* first: the number of r's first sentence (its line) less one. */
+static void warn_truncated(qkv_translator *t, const qkv_translations *r, long first)
 {
     if (!r->truncated) return;
-    fprintf(stderr, "qkv: warning: sentence %d has %d tokens with <eos>; the model accepts %d, "
-            "so it is truncated (and others like it)\n", r->first_truncated + 1,
+    fprintf(stderr, "qkv: warning: sentence %ld has %d tokens with <eos>; the model accepts %d, "
+            "so it is truncated (and others like it)\n", first + r->first_truncated + 1,
             r->first_truncated_len, qkv_transformer_get_config(qkv_translator_model(t))->max_len);
+}
+
+/* A source that is mostly tokens the model does not know is translated all the same (a
+ * fluent sentence unrelated to it): say so, naming its line. */
+static void warn_unknown(const qkv_translations *r, long first, const char *name)
+{
+    for (int i = 0; r->unknown && i < r->count; i++)
+        if (r->src_len[i] > 0 && 2 * r->unknown[i] >= r->src_len[i]) /* half or more */
+            fprintf(stderr, "qkv: warning: %s:%ld: %d of its %d tokens are unknown to the model "
+                    "(<unk>); the translation is unreliable\n", name, first + i + 1,
+                    r->unknown[i], r->src_len[i]);
+}
+
+/* Nonzero when a write fails (the reason in errno). */
+static int print_translations(const qkv_translations *r, long first)
+{
+    int lost = 0;
+    for (int h = 0; h < r->count * r->n_best && !lost; h++) {
+        if (!r->text[h]) continue; /* fewer hypotheses than asked exist */
+        if (r->n_best == 1) lost = puts(r->text[h]) == EOF;
+        else lost = printf("%ld ||| %s ||| %.6f\n", first + h / r->n_best, r->text[h],
+                           r->score[h]) < 0;
+    }
+    return lost;
+}
+
+/* One line in, its translation out and flushed, until the input ends: translate as a filter
+ * in a pipe or at a terminal. The exit status. */
+static int translate_stream(qkv_translator *t, FILE *in, const char *name,
+                            const qkv_translate_options *o)
+{
+    char *line = NULL, where[300];
+    size_t cap = 0, n;
+    long number = 0;
+    int rc = 0, got;
+    while (!rc && (got = cli_read_line(in, name, number + 1, &line, &cap, &n)) != 0) {
+        if (got < 0) {
+            rc = 1;
+            break;
+        }
+        qkv_sentences words = {0};
+        qkv_translations r = {0};
+        qkv_error err = {0};
+        snprintf(where, sizeof where, "%s line %ld", name, ++number);
+        if (qkv_tokenizer_words(qkv_translator_tokenizer(t), &words, line, n, where, &err) ||
+            qkv_translate_words(&r, t, &words, o, &err)) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            rc = 1;
+        } else {
+            if (!words.count) puts(""); /* an empty line: an empty translation */
+            warn_truncated(t, &r, number - 1);
+            warn_unknown(&r, number - 1, name);
+            if (print_translations(&r, number - 1) || fflush(stdout)) {
+                fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
+                        strerror(errno));
+                rc = 1;
+            }
+        }
+        qkv_sentences_free(&words);
+        qkv_translations_free(&r);
+    }
+    free(line);
+    return rc;
 }
 
 /* The attention behind each sentence's (best) translation, drawn from the model's tokens. */
@@ -148,6 +213,28 @@ int cmd_translate(int argc, char **argv)
     qkv_translator *t;
     if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop,
                          ALPHA_GIVEN(argc, argv)))) return rc;
+    /* A file is translated in batches; a pipe or a terminal line by line, each translation
+     * printed as soon as it is made (attention figures need the batch path) */
+    struct stat st;
+    FILE *in = input ? fopen(input, "rb") : stdin;
+    if (!in) {
+        fprintf(stderr, "qkv: %s: cannot open\n", input);
+        qkv_translator_free(t);
+        return 1;
+    }
+    if (!fstat(fileno(in), &st) && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "qkv: %s: is a directory\n", input ? input : "stdin");
+        if (input) fclose(in);
+        qkv_translator_free(t);
+        return 1;
+    }
+    if (!attention && (fstat(fileno(in), &st) || !S_ISREG(st.st_mode))) {
+        rc = translate_stream(t, in, input ? input : "stdin", &o);
+        if (input) fclose(in);
+        qkv_translator_free(t);
+        return rc;
+    }
+    if (input) fclose(in);
     size_t len;
     char *text = cli_read_all(input, QKV_MAX_TEXT_BYTES, &len);
     qkv_sentences words = {0};
@@ -161,14 +248,9 @@ int cmd_translate(int argc, char **argv)
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
-    warn_truncated(t, &r);
-    int lost = 0; /* a write failed: the reason is in errno when it does */
-    for (int h = 0; h < r.count * r.n_best && !lost; h++) {
-        if (!r.text[h]) continue; /* fewer hypotheses than asked exist */
-        if (r.n_best == 1) lost = puts(r.text[h]) == EOF;
-        else lost = printf("%d ||| %s ||| %.6f\n", h / r.n_best, r.text[h], r.score[h]) < 0;
-    }
-    if (lost || fflush(stdout)) {
+    warn_truncated(t, &r, 0);
+    warn_unknown(&r, 0, input ? input : "stdin");
+    if (print_translations(&r, 0) || fflush(stdout)) {
         fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
                 strerror(errno));
         goto done;
@@ -347,12 +429,16 @@ int cmd_eval(int argc, char **argv)
     qkv_error err = {0};
     char *ref_text = NULL, **refs = NULL;
     rc = 1;
-    if ((data ? qkv_corpus_read_tsv(&c, data, num_examples, &err)
-              : qkv_corpus_read_aligned(&c, src_path, tgt_path, num_examples, &err)) ||
+    /* a model that reads raw text is scored on raw text, its references cased */
+    const int raw = qkv_translator_tokenizer(t)->keep_case;
+    if ((data ? (raw ? qkv_corpus_read_tsv_raw : qkv_corpus_read_tsv)(&c, data, num_examples,
+                                                                      &err)
+              : (raw ? qkv_corpus_read_aligned_raw : qkv_corpus_read_aligned)(
+                    &c, src_path, tgt_path, num_examples, &err)) ||
         qkv_translate_words(&r, t, &c.source, &o, &err))
         fprintf(stderr, "qkv: %s\n", err.msg);
     else {
-        warn_truncated(t, &r);
+        warn_truncated(t, &r, 0);
         int n = c.source.count;
         rc = 0;
         if (want_d2l) rc = print_bleu(t, &c, &r, want_sacre ? 0 : show) ? 1 : 0;

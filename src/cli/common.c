@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,46 @@ fail:
     free(*lines), free(*text);
     *lines = NULL, *text = NULL;
     return -1;
+}
+
+int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *cap,
+                  size_t *len)
+{
+    size_t n = 0;
+    int c;
+    while ((c = getc(in)) != EOF && c != '\n') {
+        if (n >= QKV_MAX_LINE_BYTES + 1) { /* + 1: the "\r" of "\r\n" */
+            fprintf(stderr, "qkv: %s:%ld: a line of more than %zu bytes (the limit "
+                    "QKV_MAX_LINE_BYTES) (not a regular file: it may never end)\n", name,
+                    number, QKV_MAX_LINE_BYTES);
+            return -1;
+        }
+        if (n + 2 > *cap) {
+            const size_t more = *cap ? 2 * *cap : 256;
+            char *grown = realloc(*line, more);
+            if (!grown) {
+                fprintf(stderr, "qkv: %s:%ld: out of memory for the line\n", name, number);
+                return -1;
+            }
+            *line = grown, *cap = more;
+        }
+        (*line)[n++] = (char)c;
+    }
+    if (ferror(in)) {
+        fprintf(stderr, "qkv: %s:%ld: cannot read: %s\n", name, number, strerror(errno));
+        return -1;
+    }
+    if (c == EOF && n == 0) return 0;
+    if (n > 0 && (*line)[n - 1] == '\r') n--;
+    if (n > QKV_MAX_LINE_BYTES) {
+        fprintf(stderr, "qkv: %s:%ld: a line of more than %zu bytes (the limit "
+                "QKV_MAX_LINE_BYTES)\n", name, number, QKV_MAX_LINE_BYTES);
+        return -1;
+    }
+    if (!*line && !(*line = malloc(*cap = 1))) return -1;
+    (*line)[n] = '\0';
+    *len = n;
+    return 1;
 }
 
 void cli_threads(int n)

@@ -2,6 +2,8 @@
 #ifndef QKV_CLI_COMMON_H
 #define QKV_CLI_COMMON_H
 
+#include <stdio.h>
+
 #include "qkv.h"
 
 /* Reads all of a file ("-" or NULL: stdin) into memory, NUL-terminated. */
@@ -12,6 +14,12 @@ char *cli_read_all(const char *path, size_t max_bytes, size_t *len);
  * *count strings pointing into *text (free both). Returns 0, or -1 after printing why (a file
  * with fewer lines, a line without a tab). */
 int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text);
+
+/* The next line of in (a pipe, a terminal: read as it comes) without its "\n" or "\r\n",
+ * NUL-terminated, in *line (grown as needed, *cap bytes): 1, with *len its length; 0 at the
+ * end; -1 after printing why (name:number: a line over QKV_MAX_LINE_BYTES, a read error). */
+int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *cap,
+                  size_t *len);
 
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);

@@ -19,6 +19,7 @@ static const struct {
     {"translate", cmd_translate, "translate sentences with a trained model"},
     {"eval", cmd_eval, "translate a corpus and report BLEU"},
     {"import", cmd_import, "import a pretrained model: qkv import marian HF_DIR --out DIR"},
+    {"tokenize", cmd_tokenize, "SentencePiece pieces or ids of text, and back (a filter)"},
     {"average", cmd_average, "average the parameters of several models (checkpoint averaging)"},
     {"info", cmd_info, "parameter counts of a model or a configuration"},
     {"plot", cmd_plot, "training curves of a model directory, positional encoding figures"},

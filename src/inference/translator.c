@@ -101,6 +101,7 @@ void qkv_translations_free(qkv_translations *r)
     if (!r) return;
     for (size_t h = 0; r->text && h < (size_t)r->count * r->n_best; h++) free(r->text[h]);
     free(r->text), free(r->ids), free(r->len), free(r->score);
+    free(r->src_len), free(r->unknown);
     memset(r, 0, sizeof *r);
 }
 
@@ -156,6 +157,15 @@ static qkv_status results_init(qkv_translations *r, int **limits, const qkv_tran
     }
     const size_t H = (size_t)r->count * r->n_best;
     if (!H) return QKV_OK;
+    r->src_len = malloc((size_t)r->count * sizeof *r->src_len);
+    r->unknown = malloc((size_t)r->count * sizeof *r->unknown);
+    if (!r->src_len || !r->unknown)
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d translations", r->count);
+    for (int i = 0; i < src->count; i++) {
+        r->src_len[i] = qkv_sentence_len(src, i), r->unknown[i] = 0;
+        for (size_t k = src->start[i]; k < src->start[i + 1]; k++)
+            r->unknown[i] += qkv_vocab_id(&t->tok.src, src->tokens[k]) < QKV_N_RESERVED;
+    }
     r->text = calloc(H, sizeof *r->text);
     r->ids = malloc(H * r->max_len * sizeof *r->ids);
     r->len = malloc(H * sizeof *r->len), r->score = malloc(H * sizeof *r->score);
@@ -203,8 +213,13 @@ static void encode_batch(batch_buffers *b, int *T, const qkv_translator *t,
         const char *const *words = src->tokens + src->start[first + i];
         int *row = b->src + (size_t)i * *T;
         if (bos) row[0] = QKV_BOS;
-        b->valid[i] = bos + qkv_vocab_encode(row + bos, &t->tok.src, words,
-                                             qkv_sentence_len(src, first + i), *T - bos);
+        const int n = qkv_sentence_len(src, first + i);
+        qkv_vocab_encode(row + bos, &t->tok.src, words, n, *T - bos);
+        /* a source's own tokens are text: one spelling <pad>, <bos> or <eos> is unknown (a
+         * <pad> would be masked out, with everything after it: valid_len counts non-pads) */
+        for (int k = bos; k < bos + n && k < *T; k++)
+            if (row[k] < QKV_N_RESERVED) row[k] = QKV_UNK;
+        b->valid[i] = bos + n + 1 < *T ? bos + n + 1 : *T; /* the words and <eos>, as fit */
     }
 }
 

@@ -470,8 +470,13 @@ static void test_open_errors(void **state)
     word_model_dir(dir, sizeof dir, 7);
     snprintf(path, sizeof path, "%s/nowhere", dir);
     expect_open_error(path, QKV_ERR_IO, "config.json");
+    write_file(dir, "text.json", "{\"tokenizer\": \"characters\"}\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "text.json: unknown tokenizer \"characters\"");
+    /* a SentencePiece model names its models, which must be there */
     write_file(dir, "text.json", "{\"tokenizer\": \"sentencepiece\"}\n");
-    expect_open_error(dir, QKV_ERR_FORMAT, "text.json: unknown tokenizer \"sentencepiece\"");
+    expect_open_error(dir, QKV_ERR_IO, "source.spm: cannot open");
+    write_file(dir, "text.json", "{\"tokenizer\": \"spm\", \"source_spm\": \"../x.spm\"}\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "\"source_spm\" must be a file name");
     write_file(dir, "text.json", "{\"tokenizer\": ");
     expect_open_error(dir, QKV_ERR_FORMAT, "text.json: not valid JSON");
     write_file(dir, "text.json", "{\"tokenizer\": \"bpe\"}\n");
@@ -613,6 +618,38 @@ static void test_bad_options_and_sources(void **state)
 
 /* A translator around a model in memory: it takes the model and the tokenizer on success
  * (the tokenizer zeroed), neither on failure. */
+/* Typed reserved tokens are text: "<pad>" and "<eos>" reach the encoder as <unk> (so the
+ * translation is that of the same sentence with "<unk>" there; a <pad> id used to mask the
+ * rest of the source), and the results count each source's unknown tokens. */
+static void test_reserved_tokens_are_text(void **state)
+{
+    (void)state;
+    char dir[64];
+    word_model_dir(dir, sizeof dir, 8);
+    qkv_translator *t = open_ok(dir);
+    const char *typed[] = {"the <pad> cat <eos> sat", "the <bos> cat sat", "zz yy the"};
+    const char *unk[] = {"the <unk> cat <unk> sat", "the <unk> cat sat", "zz yy the"};
+    qkv_translate_options o = qkv_translate_default_options();
+    qkv_translations a, b;
+    assert_int_equal(qkv_translate(&a, t, typed, 3, &o, NULL), QKV_OK);
+    assert_int_equal(qkv_translate(&b, t, unk, 3, &o, NULL), QKV_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(a.len[i], b.len[i]);
+        assert_memory_equal(a.ids + (size_t)i * a.max_len, b.ids + (size_t)i * b.max_len,
+                            (size_t)a.len[i] * sizeof *a.ids);
+        assert_int_equal(a.src_len[i], b.src_len[i]);
+        assert_int_equal(a.unknown[i], b.unknown[i]);
+    }
+    assert_int_equal(a.src_len[0], 5);
+    assert_int_equal(a.unknown[0], 2);
+    assert_int_equal(a.unknown[1], 1);
+    assert_int_equal(a.src_len[2], 3);
+    assert_int_equal(a.unknown[2], 2); /* "zz", "yy": mostly unknown */
+    qkv_translations_free(&a), qkv_translations_free(&b);
+    qkv_translator_free(t);
+    remove_tree(dir);
+}
+
 static void test_create_from_memory(void **state)
 {
     (void)state;
@@ -817,6 +854,7 @@ int main(void)
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_length_follows_source),
         cmocka_unit_test(test_bad_options_and_sources),
+        cmocka_unit_test(test_reserved_tokens_are_text),
         cmocka_unit_test(test_create_from_memory),
         cmocka_unit_test(test_word_ids),
         cmocka_unit_test(test_validation_bleu_over_words),
