@@ -6,13 +6,14 @@
 .SUFFIXES:
 .SECONDARY:
 CC      ?= cc
+CXX     ?= c++
 PREFIX  ?= /usr/local
 BUILD   ?= build
 OPT     ?= -O2 -march=x86-64-v3 -mtune=native
 SAN     ?=
 PY      ?= /usr/bin/python3
 
-PKGS    := openblas libcjson libpng freetype2
+PKGS    := openblas libcjson libpng freetype2 sentencepiece libutf8proc
 
 # pkg-config's flags are asked for the first time a recipe needs them, and once only: not when
 # this file is read, since on a fresh machine the packages are not there yet. `make demo` and
@@ -25,6 +26,9 @@ pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PK
                 run `make deps` (scripts/install-deps.sh) to install them),$1)
 PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS))))$(PKG_CFLAGS)
 PKG_LIBS    = $(eval PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(PKGS))))$(PKG_LIBS)
+# The command-line tool's own packages (qkv serve's HTTP server); libqkv does not link them.
+CLI_PKGS    := libmicrohttpd
+CLI_PKG_LIBS = $(eval CLI_PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(CLI_PKGS))))$(CLI_PKG_LIBS)
 # MPI (Open MPI) for data-parallel training: the qkv tool links it, libqkv does not (the
 # library takes its communication as a qkv_reducer). Asked for as lazily as the rest.
 MPI_PKG     := ompi-c
@@ -50,7 +54,11 @@ comma := ,
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
           $(EXTRA_CFLAGS)
-LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -fopenmp -lm $(SAN)
+# The C++ of the SentencePiece shim (src/io/*.cc): the same warnings, visibility and position
+# independence; everything that links libqkv links the C++ runtime too (-lstdc++).
+CXXFLAGS = -std=c++17 $(OPT) -g -Wall -Wextra -fPIC -fvisibility=hidden -Iinclude -Isrc \
+           $(PKG_CFLAGS) $(SAN) $(EXTRA_CXXFLAGS)
+LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -lstdc++ -fopenmp -lm $(SAN)
 
 # The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
 # number), exports limited to qkv_* by a version script.
@@ -62,7 +70,8 @@ LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 LIB_SRC := $(sort $(wildcard src/core/*.c src/backend/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
              src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_CXX := $(sort $(wildcard src/io/*.cc))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 
 TEST_COMMON := $(sort $(wildcard tests/common/*.c))
@@ -71,7 +80,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention
+.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention bench-serve
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv
 
 deps:
@@ -82,6 +91,10 @@ deps:
 $(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cc Makefile
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
@@ -97,7 +110,7 @@ $(BUILD)/$(SONAME) $(BUILD)/libqkv.so: $(LIB_SO)
 $(BUILD)/src/cli/mpi_reducer.o: CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS) $(MPI_LIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS) $(MPI_LIBS) $(CLI_PKG_LIBS) -lpthread
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
@@ -142,6 +155,11 @@ bench: deps
 bench-attention: deps
 	$(MAKE) all
 	$(PY) bench/attention_bench.py --qkv $(BUILD)/qkv
+
+# qkv serve under load (concurrency 1, 8, 64) beside the offline CLI (README, "Serving").
+bench-serve: deps
+	$(MAKE) all
+	$(PY) bench/serve_bench.py --qkv $(BUILD)/qkv
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

@@ -3,7 +3,7 @@
 # ordered by length, so these are the short sentences d2l trains on), every 50th is held out
 # (800 pairs) and the rest (39,200) are trained on with the paper's recipe (word vocabularies,
 # min_freq 2, label smoothing 0.1, token-budget batches), for a time budget; the held-out pairs
-# are then translated with beam 4 and scored with qkv's corpus BLEU-4 (d2l's preprocessed words).
+# are then translated with beam 4 and scored with qkv's corpus BLEU-4 (d2l's preprocessed words) and sacreBLEU.
 # bf16 products where the CPU has AVX512-BF16 (more epochs in the budget).
 # Usage: [OUT=DIR] [MINUTES=10] [THREADS=2] [PRECISION=bf16|fp32] examples/fra_eng_heldout.sh [QKV_BINARY]
 set -euo pipefail
@@ -18,4 +18,5 @@ head -n 40000 "$DATA" | awk -F'\t' 'NR % 50 == 0 { print $1 "\t" $2 }' > "$OUT/h
   --d-model 256 --heads 8 --ffn 512 --layers 3 --dropout 0.1 --label-smoothing 0.1 \
   --batch-tokens 2048 --lr 5e-4 --clip 1 --epochs 100 --minutes "${MINUTES:-10}" \
   --log-every 1 --threads "${THREADS:-2}" --precision "$PRECISION"
-"$QKV" eval --model "$OUT/model" --data "$OUT/heldout.tsv" --beam 4 --alpha 0.6 --threads "${THREADS:-2}"
+"$QKV" eval --model "$OUT/model" --data "$OUT/heldout.tsv" --beam 4 --alpha 0.6 --metric all \
+  --threads "${THREADS:-2}"

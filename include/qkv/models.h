@@ -188,15 +188,32 @@ qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int 
 /* Beam search (Wu et al. 2016, GNMT, section 7). Per sentence, K hypotheses live in the
  * decoder's cache; a step keeps the K best one-token extensions by log P(y | x), and an
  * <eos> ranked among the first K finishes one, scored log P(Y | x) / lp(Y) with the length
- * penalty lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting its <eos>. A sentence ends with K
- * finished hypotheses, when no live one can enter its n best any more, or after max_len
- * tokens, where live hypotheses finish without <eos> (as greedy decoding's do). beam = 1 is
- * qkv_transformer_greedy exactly; a sentence's result does not depend on the others. */
+ * penalty lp(Y) = ((5 + |Y|) / 6)^alpha (|Y|^alpha under QKV_BEAM_STOP_HF), |Y| counting its
+ * <eos>. When a sentence ends is the stopping rule (qkv_beam_stop); every sentence ends after
+ * max_len tokens, where live hypotheses finish without <eos> (as greedy decoding's do).
+ * beam = 1 with alpha = 0 is qkv_transformer_greedy exactly; a sentence's result does not
+ * depend on the others. */
+typedef enum {
+    /* when no live hypothesis can still enter the n best: exact, given the beam (a live
+     * log P only falls, and lp(|Y|) <= lp(max_len)); the default */
+    QKV_BEAM_STOP_BOUND = 0,
+    /* as bound, or as soon as K hypotheses have finished (the common rule, which can stop
+     * while a live hypothesis already scores higher than every finished one) */
+    QKV_BEAM_STOP_COUNT,
+    /* Hugging Face transformers 4.38's BeamSearchScorer with early_stopping=False and
+     * length_penalty=alpha: lp = |Y|^alpha, done once K have finished and the K-th best is
+     * at least the step's best candidate divided by the current length's lp */
+    QKV_BEAM_STOP_HF,
+} qkv_beam_stop;
+
 typedef struct {
     int beam;    /* K >= 1 */
     int n_best;  /* hypotheses returned per sentence, 1 .. K */
     int max_len; /* tokens per hypothesis, <eos> not counted, 1 .. the model's max_len */
-    float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7) */
+    float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7; transformers'
+                  * length_penalty, 1.0 by default there, under QKV_BEAM_STOP_HF) */
+    qkv_beam_stop stop;   /* when a sentence is done (0: QKV_BEAM_STOP_BOUND) */
+    const int *max_lens;  /* (B) each sentence's own limit, 1 .. max_len; NULL: max_len */
 } qkv_beam_options;
 
 /* Where beam search writes the n_best hypotheses of each of B sentences, best first. */
@@ -389,6 +406,39 @@ typedef struct {
 QKV_API
 qkv_status qkv_lm_generate(qkv_lm *m, const int *prompt, int n_prompt, int *out, int *n_out,
                            const qkv_lm_generation *g, qkv_error *err);
+
+/* ---- continuous batching: several texts generated together -----------------------------
+ * A server's concurrent requests: a fixed number of slots, each a text being generated with
+ * its own prompt, length, sampling and seed. A text joins a free slot with a prefill of its
+ * prompt (qkv_lm_batch_add); each qkv_lm_batch_step draws the next token of every running text
+ * (drawn[slot], -1 for slots that drew none) and runs the model once on all of them, each at
+ * its own position; a text that has drawn its g->tokens is finished and frees its slot on
+ * qkv_lm_batch_release (which also ends a text early: a stop string, a client gone). Each text
+ * gets the tokens qkv_lm_generate draws for it alone (the same arithmetic up to float rounding
+ * of the linear layers); g->on_token is not called. One thread at a time, with the model. */
+typedef struct qkv_lm_batch qkv_lm_batch;
+
+QKV_API
+qkv_status qkv_lm_batch_create(qkv_lm_batch **out, qkv_lm *m, int slots, qkv_error *err);
+QKV_API
+void qkv_lm_batch_free(qkv_lm_batch *b);
+QKV_API
+int qkv_lm_batch_slots(const qkv_lm_batch *b);
+QKV_API
+int qkv_lm_batch_free_slots(const qkv_lm_batch *b);
+QKV_API
+int qkv_lm_batch_running(const qkv_lm_batch *b);
+/* prompt (n_prompt >= 1 ids) into a free slot (*slot; none free: QKV_ERR_ARG); g->tokens >= 1. */
+QKV_API
+qkv_status qkv_lm_batch_add(qkv_lm_batch *b, const int *prompt, int n_prompt,
+                            const qkv_lm_generation *g, int *slot, qkv_error *err);
+/* drawn (slots): the token each running text drew this step, -1 elsewhere. */
+QKV_API
+qkv_status qkv_lm_batch_step(qkv_lm_batch *b, int *drawn, qkv_error *err);
+QKV_API
+int qkv_lm_batch_finished(const qkv_lm_batch *b, int slot);
+QKV_API
+void qkv_lm_batch_release(qkv_lm_batch *b, int slot);
 
 /* ---- text as tokens --------------------------------------------------------------------
  * A language model's vocabulary is a qkv_vocab (<unk> <pad> <bos> <eos> first), saved with

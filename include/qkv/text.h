@@ -30,9 +30,9 @@ extern "C" {
 
 /* d2l's preprocess_nmt on one piece of UTF-8 text:
  *   1. U+202F (narrow no-break space) and U+00A0 (no-break space) become ' ';
- *   2. letters are lower-cased as Python's str.lower() does for ASCII, Latin-1, Latin
- *      Extended-A and basic Cyrillic (U+0400..U+042F), a superset of what fra.txt and
- *      Multi30k contain; other characters are copied unchanged;
+ *   2. letters are lower-cased as Python's str.lower() does: Unicode's lower-case mapping
+ *      (utf8proc's), 'İ' as "i" + U+0307, and Σ as ς where it ends a word (Final_Sigma),
+ *      so Greek capitals lower like Latin and Cyrillic ones;
  *   3. a space is inserted before each of , . ! ? whose preceding character is not a space.
  * out (capacity >= QKV_PREPROCESS_BOUND(len)) receives the NUL-terminated result and
  * *out_len its length. Fails with QKV_ERR_FORMAT, naming the byte offset, on invalid UTF-8
@@ -102,6 +102,17 @@ qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_exampl
 QKV_API
 qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
                                    const char *target_path, int num_examples, qkv_error *err);
+/* qkv_corpus_read_tsv and qkv_corpus_read_aligned for text as people write it: each line
+ * as it is (no lower-casing, no spaces added before punctuation), split into words on spaces
+ * as qkv_sentences_split (tabs too, in the aligned files). Invalid UTF-8 or a NUL byte fails
+ * naming file and line. For a model that reads raw text (SentencePiece). */
+QKV_API
+qkv_status qkv_corpus_read_tsv_raw(qkv_corpus *out, const char *path, int num_examples,
+                                   qkv_error *err);
+QKV_API
+qkv_status qkv_corpus_read_aligned_raw(qkv_corpus *out, const char *source_path,
+                                       const char *target_path, int num_examples,
+                                       qkv_error *err);
 QKV_API
 void qkv_corpus_free(qkv_corpus *c);
 
@@ -291,18 +302,111 @@ QKV_API
 qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * SentencePiece (Kudo & Richardson 2018): .model / .spm files, unigram or BPE, read and
+ * applied by Debian's libsentencepiece through a thin C++ shim, so the pieces are exactly the
+ * reference library's. Text is raw UTF-8 (the model's own normaliser, nmt_nfkc by default,
+ * runs inside); a piece is a string of the model's vocabulary, U+2581 '▁' standing for a
+ * space, and its id is its row in the model. Typed text that spells a control piece
+ * ("<s>", "<pad>") is text, never that control id: libsentencepiece only matches
+ * user-defined pieces in input.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct qkv_spm qkv_spm;
+
+/* Reads a SentencePiece model file (what spm_train writes as PREFIX.model, and Marian's
+ * source.spm / target.spm). Errors name the file with libsentencepiece's reason. */
+QKV_API
+qkv_status qkv_spm_load(qkv_spm **out, const char *path, qkv_error *err);
+/* The same from the file's bytes in memory; name labels them in messages. */
+QKV_API
+qkv_status qkv_spm_load_bytes(qkv_spm **out, const void *bytes, size_t size,
+                              const char *name, qkv_error *err);
+QKV_API
+void qkv_spm_free(qkv_spm *s);
+
+/* Pieces in the model: ids are 0 .. size - 1. */
+QKV_API
+int qkv_spm_size(const qkv_spm *s);
+/* The id of a piece, the model's unknown id if it has no such piece. */
+QKV_API
+int qkv_spm_piece_id(const qkv_spm *s, const char *piece);
+/* The piece of id (valid while s lives), NULL outside [0, size). */
+QKV_API
+const char *qkv_spm_piece(const qkv_spm *s, int id);
+
+/* The ids the model gives its special pieces; -1 where it has none (spm_train's defaults:
+ * unk 0, bos 1, eos 2, no pad). */
+typedef struct {
+    int unk, bos, eos, pad;
+} qkv_spm_specials;
+QKV_API
+qkv_spm_specials qkv_spm_special_ids(const qkv_spm *s);
+/* Whether id is a control piece (<s>, </s>, <pad>...), which decoding prints as nothing. */
+QKV_API
+int qkv_spm_is_control(const qkv_spm *s, int id);
+
+/* The ids of text[0..len) (one line; bytes that are not UTF-8 are libsentencepiece's
+ * business: it reads them as U+FFFD). *ids is malloc'd, *n of them (release with free()). */
+QKV_API
+qkv_status qkv_spm_encode(const qkv_spm *s, const char *text, size_t len, int **ids, int *n,
+                          qkv_error *err);
+/* The pieces of text[0..len) as one sentence of out (qkv_sentences_free): the surface
+ * strings, so an unknown piece is the text it covers (as SentencePiece's EncodeAsPieces). */
+QKV_API
+qkv_status qkv_spm_encode_pieces(const qkv_spm *s, const char *text, size_t len,
+                                 qkv_sentences *out, qkv_error *err);
+/* The text of ids[0..n): pieces joined, ▁ read as a space, the leading one dropped, control
+ * ids printed as nothing. *text is malloc'd and NUL-terminated (release with free()); an id
+ * outside [0, size) is QKV_ERR_ARG. */
+QKV_API
+qkv_status qkv_spm_decode(const qkv_spm *s, const int *ids, int n, char **text,
+                          qkv_error *err);
+/* The same from pieces (unknown pieces are read as the unknown piece). */
+QKV_API
+qkv_status qkv_spm_decode_pieces(const qkv_spm *s, const char *const *pieces, int n,
+                                 char **text, qkv_error *err);
+
+/* What qkv_spm_train learns. */
+typedef enum { QKV_SPM_UNIGRAM = 0, QKV_SPM_BPE = 1 } qkv_spm_type;
+
+/* Learns a model of vocab_size pieces with libsentencepiece's trainer from the sentences of
+ * texts[0..n_texts) (each sentence its tokens joined by single spaces: raw text read with
+ * qkv_sentences_split, say) and writes it to model_path atomically. The special pieces are
+ * qkv's: <unk> <pad> <bos> <eos> at ids 0..3 (QKV_UNK..QKV_EOS), so the model's ids are those
+ * of a qkv vocabulary of its pieces (qkv_spm_vocab). Every character of the text gets a piece
+ * (character coverage 1.0), digits are split one by one, and one thread learns, so the same
+ * text gives the same model anywhere. Errors (a vocabulary the text cannot fill, say) carry
+ * the trainer's message. */
+QKV_API
+qkv_status qkv_spm_train(const qkv_sentences *const *texts, int n_texts,
+                         const char *model_path, int vocab_size, qkv_spm_type type,
+                         qkv_error *err);
+/* The vocabulary of s's pieces in id order (qkv_vocab_id(piece) = the piece's id); s must
+ * hold <unk> <pad> <bos> <eos> at ids 0..3, as qkv_spm_train's models do (QKV_ERR_FORMAT
+ * naming name otherwise). */
+QKV_API
+qkv_status qkv_spm_vocab(qkv_vocab *v, const qkv_spm *s, const char *name, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
  * A model's tokenizer: how its text becomes tokens and ids, and ids text again
  * Lines become words (d2l's preprocessing and words, or plain whitespace-separated tokens
  * for a model whose vocabulary another tokenizer made), words become the model's tokens (the
  * words themselves, or their subword pieces), and tokens become ids through the side's
  * vocabulary. A model directory records the choice in text.json
- * ({"tokenizer": "d2l" | "whitespace" | "bpe", "source_bos": false}; absent: d2l).
+ * ({"tokenizer": "d2l" | "whitespace" | "bpe" | "spm" (or "sentencepiece"), "source_bos":
+ * false, "case": "keep"}; absent: d2l). "case": "keep" (a byte-pair model trained by this
+ * qkv) reads raw text split on whitespace instead of d2l's lower-cased words.
+ * A SentencePiece model ("spm") reads raw text: its words are the line split on whitespace
+ * with nothing changed (case and punctuation kept), and its tokens are the pieces that
+ * text.json's "source_spm" and "target_spm" files (default source.spm, target.spm) make of
+ * each line, looked up in the side's vocabulary; its output is the pieces' detokenised text.
  * ------------------------------------------------------------------------------------- */
 
 typedef enum {
     QKV_TOKENIZER_D2L = 0,        /* qkv_sentences_from_text's words */
     QKV_TOKENIZER_WHITESPACE = 1, /* qkv_sentences_split's tokens */
-    QKV_TOKENIZER_BPE = 2         /* d2l's words, then the pieces of src_bpe / tgt_bpe */
+    QKV_TOKENIZER_BPE = 2,        /* d2l's words, then the pieces of src_bpe / tgt_bpe */
+    QKV_TOKENIZER_SPM = 3         /* raw text, the pieces of src_spm / tgt_spm */
 } qkv_tokenizer_kind;
 
 /* Filled by qkv_tokenizer_load, or by hand from vocabularies (and subword encodings) being
@@ -312,6 +416,10 @@ typedef struct {
     int source_bos;          /* sources start with <bos> (PyTorch's translation tutorial) */
     qkv_vocab src, tgt;
     qkv_bpe src_bpe, tgt_bpe; /* QKV_TOKENIZER_BPE (one file for both sides when joint) */
+    qkv_spm *src_spm, *tgt_spm; /* QKV_TOKENIZER_SPM (owned; NULL otherwise) */
+    int keep_case;           /* text.json "case": "keep": the model reads raw text (its words are
+                              * qkv_sentences_split's, a corpus qkv_corpus_read_*_raw's); always
+                              * so for SentencePiece, and for byte-pair models trained since */
 } qkv_tokenizer;
 
 /* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its
@@ -321,7 +429,8 @@ QKV_API
 int qkv_model_dir_file(char *path, size_t cap, const char *dir, const char *name);
 
 /* Reads src_vocab.txt, tgt_vocab.txt, text.json (optional) and, for a subword model,
- * src_bpe.txt and tgt_bpe.txt, each from dir or its parent (qkv_model_dir_file). Errors name
+ * src_bpe.txt and tgt_bpe.txt (SentencePiece: text.json's source_spm and target_spm), each
+ * from dir or its parent (qkv_model_dir_file). Errors name
  * the file: a vocabulary's own, text.json that is not JSON or names an unknown tokenizer, a
  * subword encoding whose symbols are not its vocabulary's tokens. */
 QKV_API

@@ -124,6 +124,8 @@ typedef struct {
     int validated;         /* this epoch end ran validation: val_loss (and bleu) hold it */
     double val_loss;       /* per-token cross-entropy on the held-out pairs, no smoothing */
     double bleu;           /* corpus BLEU-4 (0..100) of their greedy translations; NaN if off */
+    double sacrebleu, chrf; /* sacreBLEU's BLEU and chrF2 of their text against
+                             * valid_reference_text; NaN if off */
     int best;              /* the best validation so far: the model went to out_dir/best */
     int stopping;          /* early stopping ends the run after this epoch */
 } qkv_train_progress;
@@ -173,6 +175,10 @@ typedef struct {
      * the target side of valid up to its <eos>. */
     const qkv_tokenizer *valid_tokenizer;
     const qkv_sentences *valid_references;
+    /* With valid_tokenizer and valid_bleu: the references as written (valid->n lines of raw
+     * UTF-8), for sacreBLEU's BLEU and chrF2 of the translations' text (qkv_tokenizer_decode),
+     * recorded as "sacrebleu" and "chrf" in metrics.jsonl; NULL: not computed. */
+    const char *const *valid_reference_text;
     int patience;           /* stop after this many validations in a row without a new best
                              * (0: never) */
     int keep_epochs;        /* also keep the models of the last N epochs in out_dir/epoch-NNN
@@ -275,6 +281,68 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
 QKV_API
 qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B, double *loss,
                            int64_t *count, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Scores people can quote: sacreBLEU's BLEU and chrF (Post 2018), computed as pip's
+ * sacrebleu 2.x computes them with its defaults, on detokenised text (raw UTF-8 lines).
+ * ------------------------------------------------------------------------------------- */
+
+enum { QKV_SACREBLEU_ORDER = 4, QKV_CHRF_ORDER = 6 };
+
+/* sacreBLEU's "13a" tokenisation of one line (mteval-v13a.pl's, as WMT uses it): trailing
+ * whitespace dropped, <skipped> and hyphenated line ends removed, &quot; &amp; &lt; &gt;
+ * unescaped, punctuation and symbols split off (a full stop or comma only away from digits,
+ * a hyphen after a digit), single spaces between tokens. Writes at most cap bytes with the
+ * NUL (an empty string if the whole does not fit) and returns the tokenised length without
+ * the NUL, as snprintf; (size_t)-1 if out of memory. */
+QKV_API
+size_t qkv_tokenize_13a(char *out, size_t cap, const char *line);
+
+/* BLEU's sufficient statistics over a corpus (zero-initialise, then add every pair). */
+typedef struct {
+    int64_t hyp_len, ref_len;                 /* 13a tokens: c and r */
+    int64_t correct[QKV_SACREBLEU_ORDER];     /* clipped matches of (index + 1)-grams */
+    int64_t total[QKV_SACREBLEU_ORDER];       /* (index + 1)-grams of the hypotheses */
+} qkv_sacrebleu_stats;
+
+/* Adds one hypothesis and its reference (detokenised lines, case kept) to st. */
+QKV_API
+qkv_status qkv_sacrebleu_add(qkv_sacrebleu_stats *st, const char *hyp, const char *ref,
+                             qkv_error *err);
+/* BLEU (0..100) with mteval's "exp" smoothing (an order without matches counts as
+ * 1 / (2^k total), k counting such orders): effective_order 0 is sacrebleu.corpus_bleu's
+ * default, 1 sentence_bleu's (orders the hypothesis is too short for do not count).
+ * precisions (QKV_SACREBLEU_ORDER, x 100, smoothed) and brevity (BP) may be NULL. */
+QKV_API
+double qkv_sacrebleu_score(const qkv_sacrebleu_stats *st, int effective_order,
+                           double *precisions, double *brevity);
+/* The corpus score as `sacrebleu -f text -w 2` prints it: "BLEU|<signature> = 64.79
+ * 89.4/80.1/73.3/67.8 (BP = 0.839 ratio = 0.851 hyp_len = 3178 ref_len = 3736)". Returns the
+ * length, as snprintf. */
+QKV_API
+size_t qkv_sacrebleu_format(char *out, size_t cap, const qkv_sacrebleu_stats *st);
+/* "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0": what the corpus score is,
+ * in sacreBLEU's words (the version it was checked against). */
+QKV_API
+const char *qkv_sacrebleu_signature(void);
+
+/* chrF's statistics per character n-gram order 1..6 (zero-initialise, then add pairs). */
+typedef struct {
+    int64_t hyp[QKV_CHRF_ORDER], ref[QKV_CHRF_ORDER], match[QKV_CHRF_ORDER];
+} qkv_chrf_stats;
+
+/* Adds one pair: character n-grams of the lines without their whitespace, as sacreBLEU's
+ * CHRF() (characters are code points; a hypothesis n-gram counts only where the reference
+ * has n-grams of that order). */
+QKV_API
+qkv_status qkv_chrf_add(qkv_chrf_stats *st, const char *hyp, const char *ref, qkv_error *err);
+/* chrF2 (0..100): the F-score with beta 2 of the mean character n-gram precision and recall
+ * over the orders both sides have (sacreBLEU's default, eps_smoothing off). */
+QKV_API
+double qkv_chrf_score(const qkv_chrf_stats *st);
+/* "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0". */
+QKV_API
+const char *qkv_chrf_signature(void);
 
 #ifdef __cplusplus
 }

@@ -47,13 +47,17 @@ typedef struct {
     int beam;      /* K >= 1; K = 1 with n_best = 1 is greedy decoding */
     int n_best;    /* hypotheses per sentence, 1 .. beam */
     float alpha;   /* length penalty exponent of beam search >= 0 (qkv_beam_options) */
-    int max_len;   /* longest translation in tokens, <eos> not counted; 0: the training
-                    * length (else 100); at most the model's max_len (longer is cut to it) */
+    qkv_beam_stop stop; /* beam search's stopping rule (0: QKV_BEAM_STOP_BOUND) */
+    int max_len;   /* longest translation in tokens, <eos> not counted, a hard cap; 0: the
+                    * model's max_len (and never more than it: longer is cut to it) */
+    float max_len_a; /* and each sentence's own limit: floor(a * n + b) tokens for a source of */
+    int max_len_b;   /* n tokens (the model's, without <eos>), at least 1; a = b = 0: none */
     int batch;     /* sentences decoded together, >= 1 (results do not depend on it) */
     qkv_precision precision; /* set on the model for this and later translations */
 } qkv_translate_options;
 
-/* Greedy decoding, max_len 0, batches of 32, float32. */
+/* Greedy decoding, each translation at most 1.5 n + 10 tokens for a source of n (every
+ * reference of Multi30k and fra.txt, both ways, fits), batches of 32, float32. */
 QKV_API
 qkv_translate_options qkv_translate_default_options(void);
 
@@ -61,7 +65,7 @@ qkv_translate_options qkv_translate_default_options(void);
  * best first. Owned until qkv_translations_free. */
 typedef struct {
     int count, n_best;
-    int max_len;    /* the length decoding allowed: the row length of ids */
+    int max_len;    /* the longest length decoding allowed a sentence: the row length of ids */
     char **text;    /* (count * n_best) the translations as text; NULL where beam search found
                      * fewer hypotheses than n_best (a tiny vocabulary) */
     int *ids;       /* (count * n_best, max_len) target ids without <bos> and <eos> */
@@ -71,11 +75,16 @@ typedef struct {
                      * their <eos>, as d2l's truncate_pad) */
     int first_truncated, first_truncated_len; /* the first of them (0-based; -1 if none) and
                                                * its tokens, <eos> (and <bos>) included */
+    int *src_len;   /* (count) tokens of each source (without <eos> and <bos>) */
+    int *unknown;   /* (count) how many of them the source vocabulary lacks (<unk>): a source
+                     * mostly of unknown tokens gets an unreliable translation */
 } qkv_translations;
 
 /* Translates sources[0..n), one sentence of raw UTF-8 text each (no line break inside), as
  * the model's tokenizer reads them; messages name a source "source:<i + 1>". On failure *out
- * is left empty. n = 0 gives zero translations. */
+ * is left empty. n = 0 gives zero translations. Text that spells a reserved token ("<pad>",
+ * "<bos>", "<eos>", "<unk>") is text: it reaches the encoder as <unk>, never as the control
+ * token (a typed "<pad>" used to be masked out with everything after it). */
 QKV_API
 qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *const *sources,
                          int n, const qkv_translate_options *o, qkv_error *err);
@@ -87,6 +96,52 @@ qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
                                qkv_error *err);
 QKV_API
 void qkv_translations_free(qkv_translations *r);
+
+/* ---------------------------------------------------------------------------------------
+ * Continuous batching: sentences that arrive at different times decoded together (a server's
+ * concurrent requests). The batch decoder has a fixed number of slots; a sentence joins a free
+ * slot between two steps (its encoder runs then), each step advances every running sentence by
+ * one token, each at its own position, and a sentence leaves as soon as it ends, freeing its
+ * slot for the next. Greedy decoding only: each sentence gets the translation qkv_translate
+ * gives it alone with beam 1 (the same arithmetic up to float rounding of the linear layers).
+ * It uses the translator's model: one thread at a time for both.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct qkv_batch_decoder qkv_batch_decoder;
+
+/* Buffers for `slots` sentences of the model's max_len (source and target) each. */
+QKV_API
+qkv_status qkv_batch_decoder_create(qkv_batch_decoder **out, qkv_translator *t, int slots,
+                                    qkv_error *err);
+QKV_API
+void qkv_batch_decoder_free(qkv_batch_decoder *bd);
+QKV_API
+int qkv_batch_decoder_slots(const qkv_batch_decoder *bd);
+QKV_API
+int qkv_batch_decoder_free_slots(const qkv_batch_decoder *bd);
+/* Slots whose sentence is still being decoded. */
+QKV_API
+int qkv_batch_decoder_running(const qkv_batch_decoder *bd);
+/* Tokenises sources[0..n) (raw UTF-8, one sentence each, as qkv_translate), runs the encoder
+ * on them together and puts each in a free slot: slots[i] receives source i's. max_len as
+ * qkv_translate_options'. Fewer than n free slots: QKV_ERR_ARG, nothing added. */
+QKV_API
+qkv_status qkv_batch_decoder_add(qkv_batch_decoder *bd, const char *const *sources, int n,
+                                 int max_len, int *slots, qkv_error *err);
+/* One decoder step for every running sentence (nothing when none runs). */
+QKV_API
+qkv_status qkv_batch_decoder_step(qkv_batch_decoder *bd, qkv_error *err);
+/* Whether the slot holds a finished translation, waiting for qkv_batch_decoder_take. */
+QKV_API
+int qkv_batch_decoder_finished(const qkv_batch_decoder *bd, int slot);
+/* A finished slot's translation as text (*text: malloc'd, the caller frees it) and its
+ * token count (tokens may be NULL); the slot is free again. */
+QKV_API
+qkv_status qkv_batch_decoder_take(qkv_batch_decoder *bd, int slot, char **text, int *tokens,
+                                  qkv_error *err);
+/* Frees a slot, running or finished (a client that went away). */
+QKV_API
+void qkv_batch_decoder_cancel(qkv_batch_decoder *bd, int slot);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,8 @@
 #include "cli/run_dir.h"
 
 static const char *const AUX[] = {"src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
-                                  "tgt_bpe.txt", "text.json", "train.json"};
+                                  "tgt_bpe.txt", "source.spm", "target.spm", "text.json",
+                                  "train.json"};
 
 /* Copies DIR/name (or DIR/../name) to OUT/name (atomically) if it exists. */
 static int copy_aux(const char *dir, const char *out, const char *name)

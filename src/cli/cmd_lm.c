@@ -23,24 +23,15 @@
 
 /* ---- model directories ----------------------------------------------------------------- */
 
-typedef struct {
-    qkv_lm *model;
-    qkv_vocab vocab;
-    int byte_level;       /* train.json "vocab": "byte" */
-    int context, batch;   /* train.json, 0 if unknown */
-    float val_fraction;   /* train.json, 0.1 if unknown */
-} lm_dir;
-
-static void lm_dir_free(lm_dir *d)
+void lm_dir_free(lm_dir *d)
 {
     qkv_lm_free(d->model);
     qkv_vocab_free(&d->vocab);
     memset(d, 0, sizeof *d);
 }
 
-/* Loads DIR's model, vocabulary and training settings, and gives the model the precision
- * prec unless it is NULL; prints the error and returns -1. */
-static int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
+/* (common.h) */
+int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
 {
     memset(d, 0, sizeof *d);
     d->val_fraction = 0.1f;

@@ -59,6 +59,7 @@ typedef struct {
     const qkv_train_options *o;
     const cJSON *history; /* resumed runs: what changed when (NULL for a new run) */
     int writer;           /* this process writes the run directory (rank 0 under mpirun) */
+    const char *spm_type; /* SentencePiece: unigram or bpe */
 } train_record;
 
 /* A float option as its shortest decimal (0.005, not 0.004999999888). */
@@ -81,10 +82,11 @@ static int write_train_json(const char *dir, const train_record *r)
     cJSON_AddStringToObject(j, "data", r->data);
     if (r->tgt) cJSON_AddStringToObject(j, "tgt", r->tgt);
     cJSON_AddStringToObject(j, "tokenizer", r->tokenizer);
-    if (!strcmp(r->tokenizer, "bpe")) {
+    if (!strcmp(r->tokenizer, "bpe") || !strcmp(r->tokenizer, "spm")) {
         cJSON_AddNumberToObject(j, "vocab_size", r->vocab_size);
         cJSON_AddBoolToObject(j, "joint_bpe", r->joint_bpe);
     }
+    if (!strcmp(r->tokenizer, "spm")) cJSON_AddStringToObject(j, "spm_type", r->spm_type);
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "batch_tokens", o->batch_tokens);
     cJSON_AddNumberToObject(j, "epochs", o->epochs);
@@ -134,21 +136,58 @@ static int learn_subwords(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_siz
         qkv_bpe_vocab(&tok->src, &tok->src_bpe, &err) ||
         qkv_bpe_vocab(&tok->tgt, &tok->tgt_bpe, &err))
         goto fail;
-    tok->kind = QKV_TOKENIZER_BPE;
+    tok->kind = QKV_TOKENIZER_BPE, tok->keep_case = 1;
     if (!writer) return 0;
     snprintf(path, sizeof path, "%s/src_bpe.txt", out);
     if (qkv_bpe_save(&tok->src_bpe, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/tgt_bpe.txt", out);
     if (qkv_bpe_save(&tok->tgt_bpe, path, &err)) goto fail;
     snprintf(path, sizeof path, "%s/text.json", out);
-    if (run_dir_write(path, joint ? "{\"tokenizer\": \"bpe\", \"joint\": true}\n"
-                                  : "{\"tokenizer\": \"bpe\", \"joint\": false}\n"))
+    if (run_dir_write(path, joint ? "{\"tokenizer\": \"bpe\", \"joint\": true, \"case\": \"keep\"}\n"
+                                  : "{\"tokenizer\": \"bpe\", \"joint\": false, \"case\": \"keep\"}\n"))
         return -1;
-    tok->kind = QKV_TOKENIZER_BPE;
     return 0;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
     return -1;
+}
+
+/* Learns the SentencePiece models of a new model from the raw text (one for both languages
+ * with joint, written under both names), writes source.spm, target.spm and text.json (the
+ * writer only: other ranks learn the same models into temporary files), and makes the
+ * vocabularies from their pieces. */
+static int learn_spm(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_size, int joint,
+                     const char *type, const char *out, int writer)
+{
+    qkv_error err = {0};
+    const qkv_sentences *both[2] = {&c->source, &c->target};
+    const qkv_spm_type kind = !strcmp(type, "bpe") ? QKV_SPM_BPE : QKV_SPM_UNIGRAM;
+    char src[4096], tgt[4096];
+    if (writer) {
+        snprintf(src, sizeof src, "%s/source.spm", out);
+        snprintf(tgt, sizeof tgt, "%s/target.spm", out);
+    } else {
+        const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        snprintf(src, sizeof src, "%s/qkv-source.%ld.spm", tmp, (long)getpid());
+        snprintf(tgt, sizeof tgt, "%s/qkv-target.%ld.spm", tmp, (long)getpid());
+    }
+    const int failed =
+        qkv_spm_train(both, joint ? 2 : 1, src, vocab_size, kind, &err) ||
+        qkv_spm_train(joint ? both : both + 1, joint ? 2 : 1, tgt, vocab_size, kind, &err) ||
+        qkv_spm_load(&tok->src_spm, src, &err) || qkv_spm_load(&tok->tgt_spm, tgt, &err) ||
+        qkv_spm_vocab(&tok->src, tok->src_spm, src, &err) ||
+        qkv_spm_vocab(&tok->tgt, tok->tgt_spm, tgt, &err);
+    if (!writer) remove(src), remove(tgt);
+    if (failed) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return -1;
+    }
+    tok->kind = QKV_TOKENIZER_SPM, tok->keep_case = 1;
+    if (!writer) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/text.json", out);
+    return run_dir_write(path, "{\"tokenizer\": \"spm\", \"source_spm\": \"source.spm\", "
+                               "\"target_spm\": \"target.spm\", \"case\": \"keep\"}\n");
 }
 
 /* Replaces word sentences by the model's tokens on one side; -1 (message printed) on
@@ -192,13 +231,16 @@ static int build_dataset(qkv_dataset *d, int **bufs, const qkv_sentences *src,
 static qkv_translator *new_model(qkv_transformer_config *cfg, const qkv_corpus *corpus,
                                  const char *out, const train_record *r)
 {
-    const int bpe = !strcmp(r->tokenizer, "bpe");
+    const int spm = !strcmp(r->tokenizer, "spm"), bpe = spm || !strcmp(r->tokenizer, "bpe");
     qkv_tokenizer tok = {0};
     qkv_transformer *m = NULL;
     qkv_translator *t = NULL;
     qkv_error err = {0};
     char path[4096], *json = NULL;
-    if (bpe) {
+    if (spm) {
+        if (learn_spm(&tok, corpus, r->vocab_size, r->joint_bpe, r->spm_type, out, r->writer))
+            goto done;
+    } else if (bpe) {
         if (learn_subwords(&tok, corpus, r->vocab_size, r->joint_bpe, out, r->writer)) goto done;
     } else if (qkv_vocab_build(&tok.src, corpus->source.tokens, corpus->source.n_tokens,
                                r->min_freq, &err) ||
@@ -271,6 +313,18 @@ static qkv_translator *resumed_model(const char *out, const train_record *r)
     return t;
 }
 
+/* Whether a byte-pair model reads raw, cased text: a new one does; one being resumed does
+ * as its text.json says (models of older qkv read d2l's lower-cased words). */
+static int raw_bpe(const qkv_train_options *o)
+{
+    if (!o->resume) return 1;
+    qkv_tokenizer tok = {0};
+    qkv_error err = {0};
+    const int keep = !qkv_tokenizer_load(&tok, o->out_dir, &err) && tok.keep_case;
+    qkv_tokenizer_free(&tok);
+    return keep;
+}
+
 /* Trains as r and o say (a new model in o->out_dir, or the one there with --resume): reads
  * the corpora, makes the model and its tokenizer, trains, draws the curves. The exit status. */
 static int run(const train_record *r, qkv_train_options *o, qkv_transformer_config *cfg,
@@ -279,18 +333,25 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     qkv_error err = {0};
     qkv_corpus corpus = {0}, held_out = {0};
     qkv_sentences held_out_tgt = {0}; /* the held-out targets as the model's tokens */
+    char *ref_text = NULL, **ref_lines = NULL; /* and as written, for sacreBLEU */
     qkv_translator *t = NULL;
     int *bufs[8] = {0};
     const char *out = o->out_dir;
     int rc = 1;
-    if (r->tgt ? qkv_corpus_read_aligned(&corpus, r->data, r->tgt, r->num_examples, &err)
-               : qkv_corpus_read_tsv(&corpus, r->data, r->num_examples, &err)) {
+    /* SentencePiece reads text as people write it; d2l's words are lower-cased */
+    qkv_status (*tsv)(qkv_corpus *, const char *, int, qkv_error *) = qkv_corpus_read_tsv;
+    qkv_status (*aligned)(qkv_corpus *, const char *, const char *, int, qkv_error *) =
+        qkv_corpus_read_aligned;
+    if (!strcmp(r->tokenizer, "spm") || (!strcmp(r->tokenizer, "bpe") && raw_bpe(o)))
+        tsv = qkv_corpus_read_tsv_raw, aligned = qkv_corpus_read_aligned_raw;
+    if (r->tgt ? aligned(&corpus, r->data, r->tgt, r->num_examples, &err)
+               : tsv(&corpus, r->data, r->num_examples, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
     if ((r->valid || r->valid_src) &&
-        (r->valid ? qkv_corpus_read_tsv(&held_out, r->valid, 0, &err)
-                  : qkv_corpus_read_aligned(&held_out, r->valid_src, r->valid_tgt, 0, &err))) {
+        (r->valid ? tsv(&held_out, r->valid, 0, &err)
+                  : aligned(&held_out, r->valid_src, r->valid_tgt, 0, &err))) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
@@ -299,8 +360,14 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     qkv_transformer *m = qkv_translator_model(t);
     const qkv_tokenizer *tok = qkv_translator_tokenizer(t);
     /* the model learns from its tokens, validation BLEU compares the references' words */
-    if (held_out.source.count && r->valid_bleu)
+    if (held_out.source.count && r->valid_bleu) {
+        int n = held_out.target.count;
         o->valid_bleu = 1, o->valid_tokenizer = tok, o->valid_references = &held_out.target;
+        if (cli_read_lines(r->valid ? r->valid : r->valid_tgt, r->valid != NULL, &n, &ref_lines,
+                           &ref_text))
+            goto done;
+        o->valid_reference_text = (const char *const *)ref_lines;
+    }
     if (to_tokens(tok, &corpus.source, 0) || to_tokens(tok, &corpus.target, 1)) goto done;
     qkv_dataset ds, vs;
     if (build_dataset(&ds, bufs, &corpus.source, &corpus.target, tok, T)) goto done;
@@ -316,7 +383,8 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     if (!quiet)
         fprintf(stderr, "qkv train: %d pairs%s, vocabularies %d/%d%s, %zu parameters, %d "
                 "threads%s, %s%s\n", ds.n, o->valid ? " (+ validation)" : "", mc->src_vocab,
-                mc->tgt_vocab, tok->kind == QKV_TOKENIZER_BPE ? " (subwords)" : "",
+                mc->tgt_vocab, tok->kind == QKV_TOKENIZER_BPE ? " (subwords)"
+                : tok->kind == QKV_TOKENIZER_SPM ? " (SentencePiece)" : "",
                 qkv_transformer_num_params(m), qkv_get_threads(),
                 ranks > 1 ? " per rank" : "", qkv_precision_name(prec),
                 resuming ? ", resuming" : "");
@@ -345,6 +413,7 @@ done:
     qkv_corpus_free(&corpus);
     qkv_corpus_free(&held_out);
     qkv_sentences_free(&held_out_tgt);
+    free(ref_lines), free(ref_text);
     qkv_translator_free(t);
     return rc;
 }
@@ -370,6 +439,7 @@ static const resume_option train_options[] = {
     {"num-steps", "num_steps", 1, 0}, {"num-examples", "num_examples", 1, 0},
     {"min-freq", "min_freq", 1, 0}, {"tokenizer", "tokenizer", 1, 0},
     {"vocab-size", "vocab_size", 1, 0}, {"joint-bpe", "joint_bpe", 1, 0},
+    {"spm-type", "spm_type", 1, 0},
     {"batch", "batch", 1, 0}, {"batch-tokens", "batch_tokens", 1, 0}, {"seed", "seed", 1, 0},
     {"valid", "valid", 1, 0}, {"valid-src", "valid_src", 1, 0},
     {"valid-tgt", "valid_tgt", 1, 0}, {"no-bleu", "valid_bleu", 1, 1},
@@ -407,7 +477,8 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     qkv_train_options o = qkv_train_default_options();
     const char *data = NULL, *src_path = NULL, *tgt_path = NULL, *out = NULL, *act = "relu",
                *tie = "none", *loss = "token", *tokenizer = "word", *schedule = "constant",
-               *valid = NULL, *valid_src = NULL, *valid_tgt = NULL, *precision = "fp32";
+               *valid = NULL, *valid_src = NULL, *valid_tgt = NULL, *precision = "fp32",
+               *spm_type = NULL; /* unigram; NULL so that runs of other tokenizers record none */
     int layers = 2, enc_layers = -1, dec_layers = -1, num_steps = 10, num_examples = 0,
         min_freq = 2, threads = 0, quiet = 0, every = 10, vocab_size = 8000, joint_bpe = 0,
         no_bleu = 0, overwrite = 0;
@@ -421,11 +492,14 @@ static int train_main(int argc, char **argv, cli_ranks *job)
         {"src", OPT_STRING, &src_path, "source sentences, one per line (with --tgt)", NULL},
         {"tgt", OPT_STRING, &tgt_path, "target sentences, line-aligned with --src", NULL},
         {"out", OPT_STRING, &out, "model directory to write", NULL},
-        {"tokenizer", OPT_STRING, &tokenizer, "word (d2l's words) or bpe (subwords of them)", NULL},
+        {"tokenizer", OPT_STRING, &tokenizer, "word (d2l's words), bpe (subwords of them) or spm "
+                                              "(SentencePiece on raw, cased text)", NULL},
         {"vocab-size", OPT_INT, &vocab_size,
-         "bpe: tokens per vocabulary, reserved ones included", "[5, 1048576]"},
+         "bpe, spm: tokens per vocabulary, reserved ones included", "[5, 1048576]"},
         {"joint-bpe", OPT_FLAG, &joint_bpe,
-         "bpe: one encoding and vocabulary for both languages", NULL},
+         "bpe, spm: one encoding and vocabulary for both languages", NULL},
+        {"spm-type", OPT_STRING, &spm_type,
+         "spm: unigram (the default) or bpe, SentencePiece's model types", NULL},
         {"d-model", OPT_INT, &cfg.d_model, "model width", "[1, 65536]"},
         {"heads", OPT_INT, &cfg.heads, "attention heads", "[1, 65536]"},
         {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN", "[1, 1048576]"},
@@ -535,10 +609,12 @@ static int train_main(int argc, char **argv, cli_ranks *job)
                 "--valid-src with --valid-tgt)\n");
         goto usage;
     }
-    const int bpe = !strcmp(tokenizer, "bpe");
+    const int bpe = !strcmp(tokenizer, "bpe") || !strcmp(tokenizer, "spm");
     if ((strcmp(tokenizer, "word") && !bpe) ||
-        (strcmp(schedule, "constant") && strcmp(schedule, "noam"))) {
-        fprintf(stderr, "qkv train: --tokenizer is word|bpe, --schedule constant|noam\n");
+        (strcmp(schedule, "constant") && strcmp(schedule, "noam")) ||
+        (spm_type && strcmp(spm_type, "unigram") && strcmp(spm_type, "bpe"))) {
+        fprintf(stderr, "qkv train: --tokenizer is word|bpe|spm, --spm-type unigram|bpe, "
+                "--schedule constant|noam\n");
         goto usage;
     }
     const int noam = !strcmp(schedule, "noam");
@@ -576,8 +652,9 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     cli_threads(cli_ranks_threads(job, threads));
 
     train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
-                      data ? data : src_path, data ? NULL : tgt_path, bpe ? "bpe" : "word",
-                      valid, valid_src, valid_tgt, loss, precision, &o, rec.history, writer};
+                      data ? data : src_path, data ? NULL : tgt_path, bpe ? tokenizer : "word",
+                      valid, valid_src, valid_tgt, loss, precision, &o, rec.history, writer,
+                      spm_type ? spm_type : "unigram"};
     rc = 1;
     if (o.resume || !writer ||
         !run_dir_claim(&rd, out, &RUN_TRANSFORMER, overwrite ? RUN_OVERWRITE : RUN_NEW, argc,

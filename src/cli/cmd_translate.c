@@ -1,8 +1,10 @@
 /* qkv translate: greedy or beam-search translation of sentences from stdin or a file.
  * qkv eval: translate a held-out corpus and score it with BLEU. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -10,18 +12,63 @@
 #include "cli/common.h"
 #include "cli/figures.h"
 
+/* Beam search's stopping rule by name, and the length penalty's default for it when no
+ * option set it (alpha_given 0): GNMT's alpha 0 (none) for qkv's rules, transformers'
+ * length_penalty 1.0 for hf. Returns 0, or 2 after printing why. */
+static int beam_rule(qkv_translate_options *o, const char *stop, int alpha_given,
+                     const char *cmd)
+{
+    static const char *const names[] = {"bound", "count", "hf"};
+    int k = 0;
+    while (k < 3 && strcmp(stop, names[k])) k++;
+    if (k == 3) {
+        fprintf(stderr, "qkv %s: --beam-stop '%s': expected bound, count or hf\n", cmd, stop);
+        return 2;
+    }
+    o->stop = (qkv_beam_stop)k;
+    if (!alpha_given) o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
+    return 0;
+}
+
+#define BEAM_OPTIONS(o, stop)                                                                  \
+    {"beam", OPT_INT, &(o).beam, "beam width K (1: greedy decoding)", "[1, 256]"},             \
+    {"beam-stop", OPT_STRING, &(stop), "when beam search ends a sentence: bound (when no live " \
+     "hypothesis can beat the n best), count (when K have finished) or hf (as transformers' "  \
+     "BeamSearchScorer, with lp = |Y|^alpha)", NULL},                                          \
+    {"length-penalty", OPT_FLOAT, &(o).alpha, "beam search scores log P / lp with lp = ((5 + "  \
+     "|Y|) / 6)^alpha, or |Y|^alpha under --beam-stop hf (where the default is 1, as "          \
+     "transformers')", "[0, 100]"},                                                             \
+    {"alpha", OPT_FLOAT, &(o).alpha, "the same as --length-penalty", "[0, 100]"}
+
+#define LENGTH_OPTIONS(o)                                                                      \
+    {"max-len", OPT_INT, &(o).max_len, "longest translation in tokens, a hard cap (0: the "     \
+     "model's max_len)", "[0, 65536]"},                                                         \
+    {"max-len-a", OPT_FLOAT, &(o).max_len_a, "and each sentence's own limit, a * n + b tokens "  \
+     "for a source of n tokens (a = b = 0: none)", "[0, 1000]"},                                \
+    {"max-len-b", OPT_INT, &(o).max_len_b, "b of --max-len-a", "[0, 65536]"}
+
+#define ALPHA_GIVEN(argc, argv)                                                                \
+    (args_given(argc, argv, 2, "length-penalty") || args_given(argc, argv, 2, "alpha"))
+
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
  * read, on a CPU without bf16). Returns 0, or the exit status after printing why. */
 static int open_model(qkv_translator **t, qkv_translate_options *o, const char *cmd,
-                      const char *dir, const char *precision, int threads)
+                      const char *dir, const char *precision, int threads, const char *stop,
+                      int alpha_given)
 {
-    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f)) {
-        fprintf(stderr, "qkv %s: needs --beam >= 1, 1 <= --n-best <= --beam and --alpha >= 0\n",
-                cmd);
+    if (beam_rule(o, stop, alpha_given, cmd)) return 2;
+    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
+        !isfinite(o->alpha)) {
+        fprintf(stderr, "qkv %s: needs --beam >= 1, 1 <= --n-best <= --beam and a finite "
+                "--length-penalty >= 0\n", cmd);
         return 2;
     }
-    if (o->max_len < 0) o->max_len = 0; /* the training length, as 0 */
+    if (o->max_len < 0 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f || o->max_len_b < 0) {
+        fprintf(stderr, "qkv %s: needs --max-len >= 0, --max-len-a in [0, 1e6] and "
+                "--max-len-b >= 0\n", cmd);
+        return 2;
+    }
     if (cli_precision(precision, &o->precision)) return 2;
     cli_threads(threads);
     qkv_error err = {0};
@@ -34,12 +81,76 @@ static int open_model(qkv_translator **t, qkv_translate_options *o, const char *
     return 0;
 }
 
-static void warn_truncated(qkv_translator *t, const qkv_translations *r)
+/* first: the number of r's first sentence (its line) less one. */
+static void warn_truncated(qkv_translator *t, const qkv_translations *r, long first)
 {
     if (!r->truncated) return;
-    fprintf(stderr, "qkv: warning: sentence %d has %d tokens with <eos>; the model accepts %d, "
-            "so it is truncated (and others like it)\n", r->first_truncated + 1,
+    fprintf(stderr, "qkv: warning: sentence %ld has %d tokens with <eos>; the model accepts %d, "
+            "so it is truncated (and others like it)\n", first + r->first_truncated + 1,
             r->first_truncated_len, qkv_transformer_get_config(qkv_translator_model(t))->max_len);
+}
+
+/* A source that is mostly tokens the model does not know is translated all the same (a
+ * fluent sentence unrelated to it): say so, naming its line. */
+static void warn_unknown(const qkv_translations *r, long first, const char *name)
+{
+    for (int i = 0; r->unknown && i < r->count; i++)
+        if (r->src_len[i] > 0 && 2 * r->unknown[i] >= r->src_len[i]) /* half or more */
+            fprintf(stderr, "qkv: warning: %s:%ld: %d of its %d tokens are unknown to the model "
+                    "(<unk>); the translation is unreliable\n", name, first + i + 1,
+                    r->unknown[i], r->src_len[i]);
+}
+
+/* Nonzero when a write fails (the reason in errno). */
+static int print_translations(const qkv_translations *r, long first)
+{
+    int lost = 0;
+    for (int h = 0; h < r->count * r->n_best && !lost; h++) {
+        if (!r->text[h]) continue; /* fewer hypotheses than asked exist */
+        if (r->n_best == 1) lost = puts(r->text[h]) == EOF;
+        else lost = printf("%ld ||| %s ||| %.6f\n", first + h / r->n_best, r->text[h],
+                           r->score[h]) < 0;
+    }
+    return lost;
+}
+
+/* One line in, its translation out and flushed, until the input ends: translate as a filter
+ * in a pipe or at a terminal. The exit status. */
+static int translate_stream(qkv_translator *t, FILE *in, const char *name,
+                            const qkv_translate_options *o)
+{
+    char *line = NULL, where[300];
+    size_t cap = 0, n;
+    long number = 0;
+    int rc = 0, got;
+    while (!rc && (got = cli_read_line(in, name, number + 1, &line, &cap, &n)) != 0) {
+        if (got < 0) {
+            rc = 1;
+            break;
+        }
+        qkv_sentences words = {0};
+        qkv_translations r = {0};
+        qkv_error err = {0};
+        snprintf(where, sizeof where, "%s line %ld", name, ++number);
+        if (qkv_tokenizer_words(qkv_translator_tokenizer(t), &words, line, n, where, &err) ||
+            qkv_translate_words(&r, t, &words, o, &err)) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            rc = 1;
+        } else {
+            if (!words.count) puts(""); /* an empty line: an empty translation */
+            warn_truncated(t, &r, number - 1);
+            warn_unknown(&r, number - 1, name);
+            if (print_translations(&r, number - 1) || fflush(stdout)) {
+                fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
+                        strerror(errno));
+                rc = 1;
+            }
+        }
+        qkv_sentences_free(&words);
+        qkv_translations_free(&r);
+    }
+    free(line);
+    return rc;
 }
 
 /* The attention behind each sentence's (best) translation, drawn from the model's tokens. */
@@ -75,17 +186,15 @@ int cmd_translate(int argc, char **argv)
 {
     const char *model = NULL, *input = NULL, *attention = NULL, *precision = "fp32";
     int threads = 0;
+    const char *stop = "bound";
     qkv_translate_options o = qkv_translate_default_options();
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory", NULL},
         {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)", NULL},
         {"attention", OPT_STRING, &attention,
          "draw every sentence's attention into this directory", NULL},
-        {"max-len", OPT_INT, &o.max_len,
-         "longest translation in tokens (0: the training length)", "[0, 65536]"},
-        {"beam", OPT_INT, &o.beam, "beam width K (1: greedy decoding)", "[1, 256]"},
-        {"alpha", OPT_FLOAT, &o.alpha,
-         "length penalty ((5 + |Y|) / 6)^alpha of beam search", ARG_GE0},
+        LENGTH_OPTIONS(o),
+        BEAM_OPTIONS(o, stop),
         {"n-best", OPT_INT, &o.n_best,
          "print the M best hypotheses: i ||| text ||| score", "[1, 256]"},
         {"batch", OPT_INT, &o.batch, "sentences translated together", "[1, 65536]"},
@@ -94,15 +203,38 @@ int cmd_translate(int argc, char **argv)
         {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv translate --model DIR [--input FILE] [--beam K [--alpha A] "
-                        "[--n-best M]] [--attention OUTDIR]");
+                        "usage: qkv translate --model DIR [--input FILE] [--beam K [--beam-stop R] "
+                        "[--length-penalty A] [--n-best M]] [--attention OUTDIR]");
     if (rc) return rc > 0 ? 0 : 2;
     if (!model || o.batch < 1) {
         fprintf(stderr, "qkv translate: needs --model DIR (and --batch >= 1)\n");
         return 2;
     }
     qkv_translator *t;
-    if ((rc = open_model(&t, &o, "translate", model, precision, threads))) return rc;
+    if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop,
+                         ALPHA_GIVEN(argc, argv)))) return rc;
+    /* A file is translated in batches; a pipe or a terminal line by line, each translation
+     * printed as soon as it is made (attention figures need the batch path) */
+    struct stat st;
+    FILE *in = input ? fopen(input, "rb") : stdin;
+    if (!in) {
+        fprintf(stderr, "qkv: %s: cannot open\n", input);
+        qkv_translator_free(t);
+        return 1;
+    }
+    if (!fstat(fileno(in), &st) && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "qkv: %s: is a directory\n", input ? input : "stdin");
+        if (input) fclose(in);
+        qkv_translator_free(t);
+        return 1;
+    }
+    if (!attention && (fstat(fileno(in), &st) || !S_ISREG(st.st_mode))) {
+        rc = translate_stream(t, in, input ? input : "stdin", &o);
+        if (input) fclose(in);
+        qkv_translator_free(t);
+        return rc;
+    }
+    if (input) fclose(in);
     size_t len;
     char *text = cli_read_all(input, QKV_MAX_TEXT_BYTES, &len);
     qkv_sentences words = {0};
@@ -116,14 +248,9 @@ int cmd_translate(int argc, char **argv)
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
-    warn_truncated(t, &r);
-    int lost = 0; /* a write failed: the reason is in errno when it does */
-    for (int h = 0; h < r.count * r.n_best && !lost; h++) {
-        if (!r.text[h]) continue; /* fewer hypotheses than asked exist */
-        if (r.n_best == 1) lost = puts(r.text[h]) == EOF;
-        else lost = printf("%d ||| %s ||| %.6f\n", h / r.n_best, r.text[h], r.score[h]) < 0;
-    }
-    if (lost || fflush(stdout)) {
+    warn_truncated(t, &r, 0);
+    warn_unknown(&r, 0, input ? input : "stdin");
+    if (print_translations(&r, 0) || fflush(stdout)) {
         fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
                 strerror(errno));
         goto done;
@@ -188,23 +315,82 @@ done:
     return rc;
 }
 
+/* sacreBLEU's BLEU and chrF2 of the n hypotheses (NULL: empty) against the raw reference
+ * lines, with each sentence's scores when per_sentence. Returns 0, or -1 after printing why. */
+static int print_sacrebleu(const char *const *hyps, char **refs, int n, int per_sentence)
+{
+    qkv_sacrebleu_stats bleu = {0};
+    qkv_chrf_stats chrf = {0};
+    qkv_error err = {0};
+    int dotted = 0;
+    for (int i = 0; i < n; i++) {
+        const char *h = hyps[i] ? hyps[i] : "";
+        const size_t len = strlen(h);
+        dotted += len >= 2 && !strcmp(h + len - 2, " .");
+        qkv_sacrebleu_stats sb = {0};
+        qkv_chrf_stats sc = {0};
+        if (qkv_sacrebleu_add(&sb, h, refs[i], &err) || qkv_chrf_add(&sc, h, refs[i], &err)) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            return -1;
+        }
+        for (int k = 0; k < QKV_SACREBLEU_ORDER; k++)
+            bleu.correct[k] += sb.correct[k], bleu.total[k] += sb.total[k];
+        bleu.hyp_len += sb.hyp_len, bleu.ref_len += sb.ref_len;
+        for (int k = 0; k < QKV_CHRF_ORDER; k++)
+            chrf.hyp[k] += sc.hyp[k], chrf.ref[k] += sc.ref[k], chrf.match[k] += sc.match[k];
+        if (per_sentence)
+            printf("%d\t%.6f\t%.6f\n", i + 1, qkv_sacrebleu_score(&sb, 1, NULL, NULL),
+                   qkv_chrf_score(&sc));
+    }
+    if (dotted >= 100) /* as sacreBLEU warns */
+        fprintf(stderr, "qkv eval: warning: %d translations end in a tokenised period (' .'): "
+                "sacreBLEU scores detokenised text\n", dotted);
+    char line[512];
+    qkv_sacrebleu_format(line, sizeof line, &bleu);
+    printf("%s\nchrF2|%s = %.2f\n", line, qkv_chrf_signature(), qkv_chrf_score(&chrf));
+    return 0;
+}
+
+/* qkv eval --hyp FILE: scores translations made elsewhere (one a line) against --tgt or the
+ * target column of --data, as `sacrebleu REF -i HYP -m bleu chrf -f text -w 2` would. */
+static int score_file(const char *hyp_path, const char *data, const char *tgt_path,
+                      int num_examples, int per_sentence)
+{
+    char *hyp_text = NULL, *ref_text = NULL, **hyps = NULL, **refs = NULL;
+    int n = num_examples > 0 ? num_examples : -1, m = n, rc = 1;
+    const int read = !cli_read_lines(hyp_path, 0, &n, &hyps, &hyp_text) &&
+                     !cli_read_lines(data ? data : tgt_path, data != NULL, &m, &refs, &ref_text);
+    if (read && n != m)
+        fprintf(stderr, "qkv eval: %s has %d lines, the references %d\n", hyp_path, n, m);
+    else if (read) {
+        printf("sentences: %d\n", n);
+        rc = print_sacrebleu((const char *const *)hyps, refs, n, per_sentence) ? 1 : 0;
+    }
+    free(hyps), free(hyp_text), free(refs), free(ref_text);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL, *src_path = NULL, *tgt_path = NULL,
-               *precision = "fp32";
-    int threads = 0, num_examples = 0, show = 0;
+               *precision = "fp32", *stop = "bound", *metric = "sacrebleu", *hyp_path = NULL;
+    int threads = 0, num_examples = 0, show = 0, per_sentence = 0;
     qkv_translate_options o = qkv_translate_default_options();
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory", NULL},
         {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line", NULL},
         {"src", OPT_STRING, &src_path, "source sentences (with --tgt)", NULL},
         {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src", NULL},
+        {"hyp", OPT_STRING, &hyp_path, "score these translations (one a line) against --tgt or "
+         "--data's targets instead of translating (no --model)", NULL},
         {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)", ARG_GE0},
-        {"max-len", OPT_INT, &o.max_len,
-         "longest translation in tokens (0: the training length)", "[0, 65536]"},
-        {"beam", OPT_INT, &o.beam, "beam width K (1: greedy decoding)", "[1, 256]"},
-        {"alpha", OPT_FLOAT, &o.alpha,
-         "length penalty ((5 + |Y|) / 6)^alpha of beam search", ARG_GE0},
+        {"metric", OPT_STRING, &metric, "sacrebleu (BLEU and chrF2 of the detokenised text as "
+         "sacreBLEU's defaults score it), d2l (BLEU-4 over the model's words and d2l's mean "
+         "BLEU) or all", NULL},
+        {"per-sentence", OPT_FLAG, &per_sentence, "also print each sentence's sacreBLEU "
+         "(sentence_bleu: effective order) and chrF2: line<TAB>BLEU<TAB>chrF2", NULL},
+        LENGTH_OPTIONS(o),
+        BEAM_OPTIONS(o, stop),
         {"batch", OPT_INT, &o.batch, "sentences translated together", "[1, 65536]"},
         {"show", OPT_INT, &show, "print the first N translations with their BLEU", ARG_GE0},
         {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
@@ -213,27 +399,63 @@ int cmd_eval(int argc, char **argv)
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv eval --model DIR (--data FILE.tsv | --src F --tgt F) [--beam K "
-                        "[--alpha A]]");
+                        "[--beam-stop R] [--length-penalty A]] [--metric sacrebleu|d2l|all]\n"
+                        "       qkv eval --hyp FILE (--tgt F | --data FILE.tsv)");
     if (rc) return rc > 0 ? 0 : 2;
+    const int want_sacre = !strcmp(metric, "sacrebleu") || !strcmp(metric, "all");
+    const int want_d2l = !strcmp(metric, "d2l") || !strcmp(metric, "all");
+    if (!want_sacre && !want_d2l) {
+        fprintf(stderr, "qkv eval: --metric '%s': expected sacrebleu, d2l or all\n", metric);
+        return 2;
+    }
+    if (hyp_path) {
+        if (model || src_path || !(data || tgt_path) || (data && tgt_path) || want_d2l) {
+            fprintf(stderr, "qkv eval: --hyp scores a file of translations against --tgt (or "
+                    "--data): no --model, --src or --metric d2l\n");
+            return 2;
+        }
+        return score_file(hyp_path, data, tgt_path, num_examples, per_sentence);
+    }
     if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1 ||
         (data && (src_path || tgt_path))) {
         fprintf(stderr, "qkv eval: needs --model and either --data or --src with --tgt\n");
         return 2;
     }
     qkv_translator *t;
-    if ((rc = open_model(&t, &o, "eval", model, precision, threads))) return rc;
+    if ((rc = open_model(&t, &o, "eval", model, precision, threads, stop,
+                         ALPHA_GIVEN(argc, argv)))) return rc;
     qkv_corpus c = {0};
     qkv_translations r = {0};
     qkv_error err = {0};
+    char *ref_text = NULL, **refs = NULL;
     rc = 1;
-    if ((data ? qkv_corpus_read_tsv(&c, data, num_examples, &err)
-              : qkv_corpus_read_aligned(&c, src_path, tgt_path, num_examples, &err)) ||
+    /* a model that reads raw text is scored on raw text, its references cased */
+    const int raw = qkv_translator_tokenizer(t)->keep_case;
+    if ((data ? (raw ? qkv_corpus_read_tsv_raw : qkv_corpus_read_tsv)(&c, data, num_examples,
+                                                                      &err)
+              : (raw ? qkv_corpus_read_aligned_raw : qkv_corpus_read_aligned)(
+                    &c, src_path, tgt_path, num_examples, &err)) ||
         qkv_translate_words(&r, t, &c.source, &o, &err))
         fprintf(stderr, "qkv: %s\n", err.msg);
     else {
-        warn_truncated(t, &r);
-        rc = print_bleu(t, &c, &r, show) ? 1 : 0;
+        warn_truncated(t, &r, 0);
+        int n = c.source.count;
+        rc = 0;
+        if (want_d2l) rc = print_bleu(t, &c, &r, want_sacre ? 0 : show) ? 1 : 0;
+        else printf("sentences: %d\n", n);
+        if (!rc && want_sacre) {
+            /* the references as written: sacreBLEU scores raw text, not the corpus's words */
+            rc = cli_read_lines(data ? data : tgt_path, data != NULL, &n, &refs, &ref_text) ||
+                 print_sacrebleu((const char *const *)r.text, refs, n, per_sentence) ? 1 : 0;
+            for (int i = 0; !rc && i < show && i < n; i++) {
+                qkv_sacrebleu_stats sb = {0};
+                qkv_sacrebleu_add(&sb, r.text[i] ? r.text[i] : "", refs[i], NULL);
+                printf("%d: %s => BLEU %.2f\n", i + 1, r.text[i] ? r.text[i] : "",
+                       qkv_sacrebleu_score(&sb, 1, NULL, NULL));
+            }
+        }
     }
+    free(refs), free(ref_text);
     qkv_corpus_free(&c);
     qkv_translations_free(&r);
     qkv_translator_free(t);

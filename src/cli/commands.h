@@ -13,6 +13,8 @@ int cmd_train_lm(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_eval_lm(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_import(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

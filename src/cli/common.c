@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,87 @@ char *cli_read_all(const char *path, size_t max_bytes, size_t *len)
         return NULL;
     }
     return text;
+}
+
+int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text)
+{
+    size_t len;
+    *lines = NULL;
+    if (!(*text = cli_read_all(path, QKV_MAX_TEXT_BYTES, &len))) return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) n += (*text)[i] == '\n';
+    n += len > 0 && (*text)[len - 1] != '\n'; /* a last line without its newline */
+    if (*count >= 0 && n < (size_t)*count) {
+        fprintf(stderr, "qkv: %s has %zu lines, %d needed\n", path, n, *count);
+        goto fail;
+    }
+    if (*count < 0) *count = (int)n;
+    if (!(*lines = malloc(((size_t)*count + 1) * sizeof **lines))) {
+        fprintf(stderr, "qkv: out of memory for the lines of %s\n", path);
+        goto fail;
+    }
+    char *at = *text;
+    for (int i = 0; i < *count; i++) {
+        char *end = strchr(at, '\n'), *next = end ? end + 1 : at + strlen(at);
+        if (end) *end = '\0';
+        if (end > at && end[-1] == '\r') end[-1] = '\0';
+        if (tsv) {
+            char *tab = strchr(at, '\t');
+            if (!tab) {
+                fprintf(stderr, "qkv: %s:%d: no tab (source<TAB>target)\n", path, i + 1);
+                goto fail;
+            }
+            at = tab + 1;
+            if ((tab = strchr(at, '\t'))) *tab = '\0';
+        }
+        (*lines)[i] = at;
+        at = next;
+    }
+    return 0;
+fail:
+    free(*lines), free(*text);
+    *lines = NULL, *text = NULL;
+    return -1;
+}
+
+int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *cap,
+                  size_t *len)
+{
+    size_t n = 0;
+    int c;
+    while ((c = getc(in)) != EOF && c != '\n') {
+        if (n >= QKV_MAX_LINE_BYTES + 1) { /* + 1: the "\r" of "\r\n" */
+            fprintf(stderr, "qkv: %s:%ld: a line of more than %zu bytes (the limit "
+                    "QKV_MAX_LINE_BYTES) (not a regular file: it may never end)\n", name,
+                    number, QKV_MAX_LINE_BYTES);
+            return -1;
+        }
+        if (n + 2 > *cap) {
+            const size_t more = *cap ? 2 * *cap : 256;
+            char *grown = realloc(*line, more);
+            if (!grown) {
+                fprintf(stderr, "qkv: %s:%ld: out of memory for the line\n", name, number);
+                return -1;
+            }
+            *line = grown, *cap = more;
+        }
+        (*line)[n++] = (char)c;
+    }
+    if (ferror(in)) {
+        fprintf(stderr, "qkv: %s:%ld: cannot read: %s\n", name, number, strerror(errno));
+        return -1;
+    }
+    if (c == EOF && n == 0) return 0;
+    if (n > 0 && (*line)[n - 1] == '\r') n--;
+    if (n > QKV_MAX_LINE_BYTES) {
+        fprintf(stderr, "qkv: %s:%ld: a line of more than %zu bytes (the limit "
+                "QKV_MAX_LINE_BYTES)\n", name, number, QKV_MAX_LINE_BYTES);
+        return -1;
+    }
+    if (!*line && !(*line = malloc(*cap = 1))) return -1;
+    (*line)[n] = '\0';
+    *len = n;
+    return 1;
 }
 
 void cli_threads(int n)

@@ -2,10 +2,24 @@
 #ifndef QKV_CLI_COMMON_H
 #define QKV_CLI_COMMON_H
 
+#include <stdio.h>
+
 #include "qkv.h"
 
 /* Reads all of a file ("-" or NULL: stdin) into memory, NUL-terminated. */
 char *cli_read_all(const char *path, size_t max_bytes, size_t *len);
+
+/* Lines 1..count of a file as sacreBLEU reads references (a final \r dropped; count < 0:
+ * every line), or with tsv the text between each line's first and second tab: *lines gets
+ * *count strings pointing into *text (free both). Returns 0, or -1 after printing why (a file
+ * with fewer lines, a line without a tab). */
+int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text);
+
+/* The next line of in (a pipe, a terminal: read as it comes) without its "\n" or "\r\n",
+ * NUL-terminated, in *line (grown as needed, *cap bytes): 1, with *len its length; 0 at the
+ * end; -1 after printing why (name:number: a line over QKV_MAX_LINE_BYTES, a read error). */
+int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *cap,
+                  size_t *len);
 
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
@@ -15,6 +29,20 @@ void cli_threads(int n);
 #define CLI_PRECISION_HELP "fp32, or bf16: the linear layers' products in bfloat16 (AVX512-BF16)"
 int cli_precision(const char *name, qkv_precision *p);
 
+/* A language model's directory (qkv train-lm): the model, its vocabulary and train.json's
+ * settings. */
+typedef struct {
+    qkv_lm *model;
+    qkv_vocab vocab;
+    int byte_level;       /* train.json "vocab": "byte" */
+    int context, batch;   /* train.json, 0 if unknown */
+    float val_fraction;   /* train.json, 0.1 if unknown */
+} lm_dir;
+
+/* Loads DIR's model, vocabulary and training settings, and gives the model the precision
+ * prec unless it is NULL; prints the error and returns -1. */
+int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec);
+void lm_dir_free(lm_dir *d);
 /* The positional table is max_len x d_model floats: over 1 GiB, prints why "CMD: --LEN_OPTION
  * N x --d-model C" cannot be meant and returns -1. */
 int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int d_model);

@@ -19,12 +19,14 @@ static const struct {
     {"translate", cmd_translate, "translate sentences with a trained model"},
     {"eval", cmd_eval, "translate a corpus and report BLEU"},
     {"import", cmd_import, "import a pretrained model: qkv import marian HF_DIR --out DIR"},
+    {"tokenize", cmd_tokenize, "SentencePiece pieces or ids of text, and back (a filter)"},
     {"average", cmd_average, "average the parameters of several models (checkpoint averaging)"},
     {"info", cmd_info, "parameter counts of a model or a configuration"},
     {"plot", cmd_plot, "training curves of a model directory, positional encoding figures"},
     {"train-lm", cmd_train_lm, "train a decoder-only language model on a text file"},
     {"generate", cmd_generate, "continue a prompt with a trained language model"},
     {"eval-lm", cmd_eval_lm, "per-token loss and perplexity of a language model on a text"},
+    {"serve", cmd_serve, "serve a model over HTTP (translation, completions, metrics)"},
     {"bench", cmd_bench, "time training, decoding, attention and the BLAS roof (JSON)"},
 };
 

@@ -21,7 +21,8 @@
 
 static const char *const transformer_files[] = {
     "config.json", "model.safetensors", "checkpoint.safetensors", "src_vocab.txt",
-    "tgt_vocab.txt", "src_bpe.txt", "tgt_bpe.txt", "text.json", "train.json", "metrics.jsonl",
+    "tgt_vocab.txt", "src_bpe.txt", "tgt_bpe.txt", "source.spm", "target.spm", "text.json",
+    "train.json", "metrics.jsonl",
     "validation.json", "training.png", NULL};
 static const char *const lm_files[] = {
     "config.json", "model.safetensors", "checkpoint.safetensors", "vocab.txt", "train.json",

@@ -4,22 +4,35 @@
  * Each sentence keeps up to K live hypotheses, each a row of the cache. A step runs the
  * decoder on every live row, then each sentence ranks the 2K best one-token extensions of its
  * rows by log P(y_1..t | x): an <eos> among the first K finishes a hypothesis, scored
- * log P(Y | x) / lp(Y) with lp(Y) = ((5 + |Y|) / 6)^alpha; the K best others live on. Rows are
- * then gathered from their parents, which also drops the rows of sentences that are done, so
- * a step costs the live hypotheses only. What a row inherits is its history and, per
- * position, the cache row (slot) where its ancestor's key and value lie: each key and value
- * is written once, into the cache row of the hypothesis that computed it, and never moves,
- * so reordering costs t integers per row where copying the cache would cost t keys and
- * values per layer (25 MB a step at t = 256 with 4 rows of a 6-layer, 512-wide model).
- * A sentence is done when it has K finished hypotheses, when no live one can still enter its
- * n best (a live score can only fall, and lp grows at most to lp(max_len)), or at max_len
- * tokens, where the live hypotheses finish as they are (as greedy decoding's do). With K = 1
- * this is greedy decoding: the best extension is the argmax, and an <eos> there ends the
- * sentence. */
+ * log P(Y | x) / lp(Y), and the K best others live on. Rows are then gathered from their
+ * parents, which also drops the rows of sentences that are done, so a step costs the live
+ * hypotheses only. What a row inherits is its history and, per position, the cache row
+ * (slot) where its ancestor's key and value lie: each key and value is written once, into the
+ * cache row of the hypothesis that computed it, and never moves, so reordering costs t
+ * integers per row where copying the cache would cost t keys and values per layer (25 MB a
+ * step at t = 256 with 4 rows of a 6-layer, 512-wide model).
+ *
+ * When a sentence is done is the stopping rule (qkv_beam_stop):
+ *   bound: when no live hypothesis can still enter the n best. A live log P can only fall as
+ *          it grows, and it is <= 0, so its best possible score is log P / lp(T), T the
+ *          longest length it may reach, lp growing with length (GNMT's lp with alpha >= 0).
+ *          This is exact: what stops could never have been overtaken.
+ *   count: the same, or as soon as K hypotheses have finished, even when a live one scores
+ *          higher already (the common rule; qkv's before 0.x).
+ *   hf:    Hugging Face transformers' BeamSearchScorer (early_stopping=False): lp = |Y|^alpha
+ *          and a sentence is done once K have finished and the K-th best is at least the best
+ *          candidate of the step divided by the current length's lp (not a bound when
+ *          alpha > 0: longer hypotheses divide by more); at max_len the live hypotheses of
+ *          sentences not done finish as they are. Ties rank the later finished first, and a
+ *          finished hypothesis that only ties the K-th is not kept, as there.
+ * Every sentence also ends at its max_len tokens, where the live hypotheses finish as they
+ * are (as greedy decoding's do). With K = 1 this is greedy decoding: the best extension is
+ * the argmax, and an <eos> there ends the sentence. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "inference/beam.h"
 #include "inference/decode.h"
 
 typedef struct {
@@ -31,7 +44,6 @@ typedef struct {
 typedef struct {
     int n;          /* kept, best first (at most K) */
     int found;      /* finished so far, kept or not */
-    int done;
     hypothesis *h;  /* (K) */
 } finished_list;
 
@@ -41,7 +53,7 @@ typedef struct {
 } candidate;
 
 /* Whether a ranks before b: higher score, then lower (row, token), so K = 1 picks the first
- * maximum as greedy decoding's argmax does. */
+ * maximum as greedy decoding's argmax does (and as torch.topk over row * V + token does). */
 static int before(const candidate *a, const candidate *b)
 {
     if (a->score != b->score) return a->score > b->score;
@@ -49,20 +61,26 @@ static int before(const candidate *a, const candidate *b)
     return a->token < b->token;
 }
 
-static double length_penalty(int len, float alpha)
+/* lp(len): GNMT's ((5 + len) / 6)^alpha, or Hugging Face's len^alpha. */
+static double length_penalty(int len, float alpha, qkv_beam_stop stop)
 {
-    return alpha == 0.0f ? 1.0 : pow((5.0 + len) / 6.0, (double)alpha);
+    if (alpha == 0.0f) return 1.0;
+    return stop == QKV_BEAM_STOP_HF ? pow((double)len, (double)alpha)
+                                    : pow((5.0 + len) / 6.0, (double)alpha);
 }
 
 /* Inserts a finished hypothesis of `steps` decoder steps (its len tokens, plus <eos> if it
- * ended there) if it ranks among the best K; equal scores keep the order they finished in. */
+ * ended there) if it ranks among the best K. Equal scores keep the order they finished in;
+ * under hf the later ranks first and one that only ties a full list's last is not kept. */
 static void finish(finished_list *f, int K, const int *tokens, int len, int steps,
-                   double logprob, float alpha)
+                   double logprob, float alpha, qkv_beam_stop stop)
 {
     f->found++;
-    double score = logprob / length_penalty(steps, alpha);
+    const int hf = stop == QKV_BEAM_STOP_HF;
+    double score = logprob / length_penalty(steps, alpha, stop);
+    if (hf && f->n == K && score <= f->h[K - 1].score) return;
     int at = f->n;
-    while (at > 0 && f->h[at - 1].score < score) at--;
+    while (at > 0 && (hf ? f->h[at - 1].score <= score : f->h[at - 1].score < score)) at--;
     if (at >= K) return;
     int *spare = f->n == K ? f->h[K - 1].tokens : f->h[f->n].tokens; /* the slot that goes */
     int last = f->n == K ? K - 1 : f->n;
@@ -87,6 +105,8 @@ static double log_normaliser(const float *z, int V)
 typedef struct {
     int B, K, N, T, V, n_cand;
     float alpha;
+    qkv_beam_stop stop;
+    const int *max_lens;        /* (B) or NULL: each sentence's own limit, <= T */
     int suppress_pad;           /* the model never produces <pad> */
     int forced_eos;             /* a hypothesis cut at max_len ends with an <eos> of
                                    probability 1, counted in its length (Marian's) */
@@ -110,12 +130,14 @@ static void beam_free(beam_search *s)
     free(s->hyps), free(s->hyp_tokens);
 }
 
-static qkv_status beam_alloc(beam_search *s, int B, int K, int N, int T, int V, float alpha,
+static qkv_status beam_alloc(beam_search *s, int B, int V, const qkv_beam_options *o,
                              qkv_error *err)
 {
+    const int K = o->beam, T = o->max_len;
     const size_t cap = (size_t)B * K;
     memset(s, 0, sizeof *s);
-    s->B = B, s->K = K, s->N = N, s->T = T, s->V = V, s->alpha = alpha;
+    s->B = B, s->K = K, s->N = o->n_best, s->T = T, s->V = V, s->alpha = o->alpha;
+    s->stop = o->stop, s->max_lens = o->max_lens;
     s->n_cand = 2 * K < K * V ? 2 * K : K * V;
     int **ints[] = {&s->tok, &s->row_src, &s->next_parent, &s->next_tok, &s->next_src};
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) *ints[i] = malloc(cap * sizeof(int));
@@ -165,24 +187,35 @@ static int rank_extensions(beam_search *s, const float *logits, int r0, int nr)
     return n;
 }
 
+/* Finishes candidate x of rows r0.. as it is, without <eos>, at its sentence's last step t
+ * (its length counting the forced <eos> that follows, for a model with forced_eos). */
+static void finish_cut(beam_search *s, finished_list *f, const candidate *x, int r0, int t,
+                       int scratch_row)
+{
+    const int T = s->T;
+    int *h2 = s->hist2 + (size_t)scratch_row * T; /* scratch: the row is not kept */
+    memcpy(h2, s->hist + (size_t)(r0 + x->row) * T, (size_t)t * sizeof *h2);
+    h2[t] = x->token;
+    finish(f, s->K, h2, t + 1, t + 1 + s->forced_eos, x->score, s->alpha, s->stop);
+}
+
 /* Sentence b at step t, from its n ranked extensions of rows r0..: an <eos> among the first
  * K finishes a hypothesis, the K best others are queued as next rows from next_rows on.
  * Returns how many rows the sentence keeps (0 when it is done). */
 static int advance_sentence(beam_search *s, int b, int r0, int n, int t, int next_rows)
 {
-    const int K = s->K, N = s->N, T = s->T;
+    const int K = s->K, N = s->N, T = s->T, hf = s->stop == QKV_BEAM_STOP_HF;
+    const int Tb = s->max_lens ? s->max_lens[b] : T, last = t == Tb - 1;
     finished_list *f = &s->fin[b];
     int live = 0;
     for (int i = 0; i < n && live < K; i++) {
         const candidate *x = &s->cand[i];
-        const int *h = s->hist + (size_t)(r0 + x->row) * T;
         if (x->token == QKV_EOS) {
-            if (i < K) finish(f, K, h, t, t + 1, x->score, s->alpha);
-        } else if (t == T - 1) { /* out of room: finishes as it is */
-            int *h2 = s->hist2 + (size_t)next_rows * T; /* scratch: the row is not kept */
-            memcpy(h2, h, (size_t)t * sizeof *h2);
-            h2[t] = x->token;
-            finish(f, K, h2, t + 1, t + 1 + s->forced_eos, x->score, s->alpha);
+            if (i < K)
+                finish(f, K, s->hist + (size_t)(r0 + x->row) * T, t, t + 1, x->score, s->alpha,
+                       s->stop);
+        } else if (last && !hf) { /* out of room: finishes as it is */
+            finish_cut(s, f, x, r0, t, next_rows);
             live++;
         } else {
             const int r = next_rows + live++;
@@ -190,9 +223,23 @@ static int advance_sentence(beam_search *s, int b, int r0, int n, int t, int nex
             s->next_score[r] = x->score, s->next_src[r] = b;
         }
     }
-    int done = t == T - 1 || live == 0 || f->found >= K;
+    if (hf) {
+        /* transformers' is_done: K finished, and the K-th is at least the step's best
+         * candidate over the current length's lp; else at max_len the live ones finish */
+        const int done = f->n >= K &&
+                         f->h[K - 1].score >= s->cand[0].score / length_penalty(t + 1, s->alpha,
+                                                                                 s->stop);
+        if (last && !done)
+            for (int i = 0, kept = 0; i < n && kept < K; i++)
+                if (s->cand[i].token != QKV_EOS) finish_cut(s, f, &s->cand[i], r0, t, next_rows),
+                                                 kept++;
+        return done || last || live == 0 ? 0 : live;
+    }
+    int done = last || live == 0 || (s->stop == QKV_BEAM_STOP_COUNT && f->found >= K);
     if (!done && f->n >= N) /* can the best live hypothesis still enter the n best? */
-        done = s->next_score[next_rows] / length_penalty(T, s->alpha) <= f->h[N - 1].score;
+        done = s->next_score[next_rows] /
+                   length_penalty(Tb + s->forced_eos, s->alpha, s->stop) <=
+               f->h[N - 1].score;
     return done ? 0 : live;
 }
 
@@ -214,8 +261,8 @@ static void inherit_rows(beam_search *s, int rows, int t)
     swap = s->slot, s->slot = s->slot2, s->slot2 = swap;
 }
 
-static qkv_status check_beam(const qkv_transformer *m, const int *src_valid, int B, int src_len,
-                             const qkv_beam_options *o, qkv_error *err)
+/* The options a search of B sentences accepts, with T_cap the longest length possible. */
+static qkv_status check_options(const qkv_beam_options *o, int B, int T_cap, qkv_error *err)
 {
     const int K = o->beam, N = o->n_best, T = o->max_len;
     if (K < 1 || N < 1 || N > K)
@@ -224,66 +271,113 @@ static qkv_status check_beam(const qkv_transformer *m, const int *src_valid, int
     if (!(o->alpha >= 0.0f) || !isfinite(o->alpha))
         return qkv_fail(err, QKV_ERR_ARG, "length penalty alpha %g must be finite and >= 0",
                         (double)o->alpha);
-    if (T <= 0 || T > m->cfg.max_len)
+    if ((unsigned)o->stop > QKV_BEAM_STOP_HF)
+        return qkv_fail(err, QKV_ERR_ARG, "unknown beam stopping rule %d", (int)o->stop);
+    if (T <= 0 || T > T_cap)
         return qkv_fail(err, QKV_ERR_ARG, "max_len %d outside [1, %d] (the model's maximum "
-                        "length)", T, m->cfg.max_len);
-    if (B < 1) return QKV_OK; /* nothing to translate */
-    for (int b = 0; b < B; b++)
-        if (src_valid[b] < 0 || src_valid[b] > src_len)
-            return qkv_fail(err, QKV_ERR_ARG, "source %d: valid length %d outside [0, %d]", b,
-                            src_valid[b], src_len);
+                        "length)", T, T_cap);
+    for (int b = 0; o->max_lens && b < B; b++)
+        if (o->max_lens[b] < 1 || o->max_lens[b] > T)
+            return qkv_fail(err, QKV_ERR_ARG, "sentence %d: max_len %d outside [1, %d]", b,
+                            o->max_lens[b], T);
     if ((size_t)B * K > (size_t)1 << 30)
         return qkv_fail(err, QKV_ERR_ARG, "%d sentences x beam %d: too many hypotheses", B, K);
     return QKV_OK;
+}
+
+static void write_results(const beam_search *s, qkv_beam_results *results)
+{
+    const int N = s->N, T = s->T;
+    for (int b = 0; b < s->B; b++)
+        for (int k = 0; k < N; k++) {
+            const size_t i = (size_t)b * N + k;
+            const hypothesis *h = k < s->fin[b].n ? &s->fin[b].h[k] : NULL;
+            results->len[i] = h ? h->len : -1;
+            if (h) memcpy(results->ids + i * T, h->tokens, (size_t)h->len * sizeof *results->ids);
+            if (results->score) results->score[i] = h ? h->score : -INFINITY;
+            if (results->logprob) results->logprob[i] = h ? h->logprob : -INFINITY;
+        }
+}
+
+/* The search itself, over any step function. */
+static void run_search(beam_search *s, beam_step_fn step, void *ctx)
+{
+    const int B = s->B, T = s->T, V = s->V;
+    int rows = B;
+    for (int t = 0; t < T && rows > 0; t++) {
+        for (int r = 0; r < rows; r++) s->slot[(size_t)r * T + t] = r; /* where the step writes */
+        const float *logits = step(ctx, rows, s->row_src, s->tok, s->hist, s->slot, T, t);
+        #pragma omp parallel for if (rows > 1)
+        for (int r = 0; r < rows; r++) s->lse[r] = log_normaliser(logits + (size_t)r * V, V);
+        int next_rows = 0;
+        for (int b = 0; b < B; b++) {
+            const int r0 = s->first[b], nr = s->first[b + 1] - s->first[b];
+            s->first[b] = next_rows;
+            if (nr == 0) continue; /* done */
+            const int n = rank_extensions(s, logits, r0, nr);
+            next_rows += advance_sentence(s, b, r0, n, t, next_rows);
+        }
+        s->first[B] = next_rows;
+        inherit_rows(s, next_rows, t);
+        rows = next_rows;
+    }
+}
+
+qkv_status beam_search_steps(beam_step_fn step, void *ctx, int B, int V, int T_cap,
+                             int forced_eos, const qkv_beam_options *o,
+                             qkv_beam_results *results, qkv_error *err)
+{
+    qkv_status stt = check_options(o, B, T_cap, err);
+    if (stt || B < 1) return stt;
+    beam_search s;
+    if ((stt = beam_alloc(&s, B, V, o, err))) return stt;
+    s.forced_eos = forced_eos != 0;
+    run_search(&s, step, ctx);
+    write_results(&s, results);
+    beam_free(&s);
+    return QKV_OK;
+}
+
+/* The model's decoder as a step function. */
+typedef struct {
+    qkv_transformer *m;
+    decode_state st;
+    const int *src_valid;
+} model_step;
+
+static const float *model_logits(void *ctx, int rows, const int *row_src, const int *tok,
+                                 const int *hist, const int *slot, int T, int t)
+{
+    model_step *ms = ctx;
+    (void)hist, (void)T;
+    ms->st.B = rows, ms->st.row_src = (int *)row_src, ms->st.slot = (int *)slot;
+    decode_step(ms->m, &ms->st, tok, t, ms->src_valid);
+    return ms->st.logits;
 }
 
 qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
                                 int B, int src_len, const qkv_beam_options *o,
                                 qkv_beam_results *results, qkv_error *err)
 {
-    int *out = results->ids, *out_len = results->len;
-    double *score = results->score, *logprob = results->logprob;
-    const int K = o->beam, N = o->n_best, T = o->max_len, V = m->cfg.tgt_vocab;
-    qkv_status stt = check_beam(m, src_valid, B, src_len, o, err);
+    const int K = o->beam, T = o->max_len, V = m->cfg.tgt_vocab;
+    qkv_status stt = check_options(o, B, m->cfg.max_len, err);
     if (stt || B < 1) return stt;
+    for (int b = 0; b < B; b++)
+        if (src_valid[b] < 0 || src_valid[b] > src_len)
+            return qkv_fail(err, QKV_ERR_ARG, "source %d: valid length %d outside [0, %d]", b,
+                            src_valid[b], src_len);
     beam_search s;
-    decode_state st;
-    if ((stt = beam_alloc(&s, B, K, N, T, V, o->alpha, err))) return stt;
-    if ((stt = decode_begin(&st, m, src, src_valid, B, src_len, B * K, T, err))) {
+    model_step ms = {m, {0}, src_valid};
+    if ((stt = beam_alloc(&s, B, V, o, err))) return stt;
+    if ((stt = decode_begin(&ms.st, m, src, src_valid, B, src_len, B * K, T, err))) {
         beam_free(&s);
         return stt;
     }
     s.suppress_pad = m->cfg.suppress_pad, s.forced_eos = m->cfg.forced_eos;
     for (int b = 0; b < B; b++) s.tok[b] = m->cfg.decoder_start;
-    int rows = B;
-    for (int t = 0; t < T && rows > 0; t++) {
-        for (int r = 0; r < rows; r++) s.slot[(size_t)r * T + t] = r; /* where the step writes */
-        st.B = rows, st.row_src = s.row_src, st.slot = s.slot;
-        decode_step(m, &st, s.tok, t, src_valid);
-        #pragma omp parallel for if (rows > 1)
-        for (int r = 0; r < rows; r++) s.lse[r] = log_normaliser(st.logits + (size_t)r * V, V);
-        int next_rows = 0;
-        for (int b = 0; b < B; b++) {
-            const int r0 = s.first[b], nr = s.first[b + 1] - s.first[b];
-            s.first[b] = next_rows;
-            if (nr == 0) continue; /* done */
-            const int n = rank_extensions(&s, st.logits, r0, nr);
-            next_rows += advance_sentence(&s, b, r0, n, t, next_rows);
-        }
-        s.first[B] = next_rows;
-        inherit_rows(&s, next_rows, t);
-        rows = next_rows;
-    }
-    for (int b = 0; b < B; b++)
-        for (int k = 0; k < N; k++) {
-            const size_t i = (size_t)b * N + k;
-            const hypothesis *h = k < s.fin[b].n ? &s.fin[b].h[k] : NULL;
-            out_len[i] = h ? h->len : -1;
-            if (h) memcpy(out + i * T, h->tokens, (size_t)h->len * sizeof *out);
-            if (score) score[i] = h ? h->score : -INFINITY;
-            if (logprob) logprob[i] = h ? h->logprob : -INFINITY;
-        }
-    decode_end(&st);
+    run_search(&s, model_logits, &ms);
+    write_results(&s, results);
+    decode_end(&ms.st);
     beam_free(&s);
     return QKV_OK;
 }

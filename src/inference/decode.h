@@ -17,4 +17,14 @@ void decode_end(decode_state *st);
 void decode_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
                  const int *src_valid);
 
+/* qkv_transformer_greedy with each sentence's own limit, max_lens (B) in 1 .. max_len, or
+ * NULL: max_len for all. */
+qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
+                         int src_len, int max_len, const int *max_lens, int *out, int *out_len,
+                         qkv_error *err);
+
+/* A translation's length limit for a source of n tokens: floor(o->max_len_a * n +
+ * o->max_len_b), at least 1, at most cap (a = b = 0: cap), as qkv_translate allows. */
+int translate_length_limit(const qkv_translate_options *o, int n, int cap);
+
 #endif

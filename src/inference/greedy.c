@@ -45,19 +45,23 @@ qkv_status decode_begin(decode_state *st, qkv_transformer *m, const int *src,
 
 void decode_end(decode_state *st) { decode_state_free(st); }
 
-qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int *src_valid,
-                                  int B, int src_len, int max_len, int *out, int *out_len,
-                                  qkv_error *err)
+qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
+                         int src_len, int max_len, const int *max_lens, int *out, int *out_len,
+                         qkv_error *err)
 {
     const qkv_transformer_config *c = &m->cfg;
     const int V = c->tgt_vocab;
     if (max_len <= 0 || max_len > c->max_len)
         return qkv_fail(err, QKV_ERR_ARG, "max_len %d outside [1, %d] (the model's maximum "
                         "length)", max_len, c->max_len);
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < B; b++) {
         if (src_valid[b] < 0 || src_valid[b] > src_len)
             return qkv_fail(err, QKV_ERR_ARG, "source %d: valid length %d outside [0, %d]", b,
                             src_valid[b], src_len);
+        if (max_lens && (max_lens[b] < 1 || max_lens[b] > max_len))
+            return qkv_fail(err, QKV_ERR_ARG, "sentence %d: max_len %d outside [1, %d]", b,
+                            max_lens[b], max_len);
+    }
     decode_state st;
     qkv_status stt = decode_begin(&st, m, src, src_valid, B, src_len, B, max_len, err);
     if (stt) return stt;
@@ -82,8 +86,16 @@ qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int 
                 continue;
             }
             out[(size_t)b * max_len + out_len[b]++] = best;
+            if (max_lens && out_len[b] == max_lens[b]) done[b] = 1, remaining--;
         }
     }
     free(tok), free(done), decode_end(&st);
     return QKV_OK;
+}
+
+qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int *src_valid,
+                                  int B, int src_len, int max_len, int *out, int *out_len,
+                                  qkv_error *err)
+{
+    return greedy_decode(m, src, src_valid, B, src_len, max_len, NULL, out, out_len, err);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "inference/decode.h"
 #include "io/tokenizer.h"
 
 struct qkv_translator {
@@ -91,7 +92,8 @@ int qkv_translator_num_steps(const qkv_translator *t) { return t->num_steps; }
 qkv_translate_options qkv_translate_default_options(void)
 {
     return (qkv_translate_options){.beam = 1, .n_best = 1, .alpha = 0.0f, .max_len = 0,
-                                   .batch = 32, .precision = QKV_PRECISION_FP32};
+                                   .max_len_a = 1.5f, .max_len_b = 10, .batch = 32,
+                                   .precision = QKV_PRECISION_FP32};
 }
 
 void qkv_translations_free(qkv_translations *r)
@@ -99,17 +101,22 @@ void qkv_translations_free(qkv_translations *r)
     if (!r) return;
     for (size_t h = 0; r->text && h < (size_t)r->count * r->n_best; h++) free(r->text[h]);
     free(r->text), free(r->ids), free(r->len), free(r->score);
+    free(r->src_len), free(r->unknown);
     memset(r, 0, sizeof *r);
 }
 
 static qkv_status check_options(const qkv_translate_options *o, qkv_error *err)
 {
-    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f))
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam "
-                        "and alpha >= 0 (got %d, %d, %g)", o->beam, o->n_best, (double)o->alpha);
-    if (o->max_len < 0 || o->batch < 1)
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0 and batch >= 1 (got "
-                        "%d, %d)", o->max_len, o->batch);
+    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
+        !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam, "
+                        "finite alpha >= 0 and a known stopping rule (got %d, %d, %g, %d)",
+                        o->beam, o->n_best, (double)o->alpha, (int)o->stop);
+    if (o->max_len < 0 || o->batch < 1 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f ||
+        o->max_len_b < 0)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, batch >= 1, "
+                        "max_len_a in [0, 1e6] and max_len_b >= 0 (got %d, %d, %g, %d)",
+                        o->max_len, o->batch, (double)o->max_len_a, o->max_len_b);
     return QKV_OK;
 }
 
@@ -120,22 +127,45 @@ static int source_len(const qkv_translator *t, const qkv_sentences *src, int i)
     return qkv_sentence_len(src, i) + 1 + t->tok.source_bos;
 }
 
-/* Empty results for count sentences, and which sources the model's max_len cuts. */
-static qkv_status results_init(qkv_translations *r, const qkv_translator *t,
+/* Sentence i's limit: floor(a * n + b) for its n tokens, at least 1, at most cap. */
+int translate_length_limit(const qkv_translate_options *o, int n, int cap)
+{
+    if (o->max_len_a == 0.0f && o->max_len_b == 0) return cap;
+    const double l = floor((double)o->max_len_a * n + o->max_len_b);
+    return l < 1.0 ? 1 : l > cap ? cap : (int)l;
+}
+
+/* Empty results for count sentences, each sentence's length limit (limits, count) and which
+ * sources the model's max_len cuts. */
+static qkv_status results_init(qkv_translations *r, int **limits, const qkv_translator *t,
                                const qkv_sentences *src, const qkv_translate_options *o,
                                qkv_error *err)
 {
     const int limit = qkv_transformer_get_config(t->model)->max_len;
-    int max_len = o->max_len ? o->max_len : t->num_steps ? t->num_steps : 100;
-    r->count = src->count, r->n_best = o->n_best, r->max_len = max_len < limit ? max_len : limit;
+    const int cap = o->max_len && o->max_len < limit ? o->max_len : limit;
+    r->count = src->count, r->n_best = o->n_best, r->max_len = 1;
     r->first_truncated = -1;
+    *limits = malloc(((size_t)src->count + 1) * sizeof **limits);
+    if (!*limits) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d translations",
+                                  r->count);
     for (int i = 0; i < src->count; i++) {
+        (*limits)[i] = translate_length_limit(o, qkv_sentence_len(src, i), cap);
+        if ((*limits)[i] > r->max_len) r->max_len = (*limits)[i];
         const int n = source_len(t, src, i);
         if (n <= limit) continue;
         if (!r->truncated++) r->first_truncated = i, r->first_truncated_len = n;
     }
     const size_t H = (size_t)r->count * r->n_best;
     if (!H) return QKV_OK;
+    r->src_len = malloc((size_t)r->count * sizeof *r->src_len);
+    r->unknown = malloc((size_t)r->count * sizeof *r->unknown);
+    if (!r->src_len || !r->unknown)
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d translations", r->count);
+    for (int i = 0; i < src->count; i++) {
+        r->src_len[i] = qkv_sentence_len(src, i), r->unknown[i] = 0;
+        for (size_t k = src->start[i]; k < src->start[i + 1]; k++)
+            r->unknown[i] += qkv_vocab_id(&t->tok.src, src->tokens[k]) < QKV_N_RESERVED;
+    }
     r->text = calloc(H, sizeof *r->text);
     r->ids = malloc(H * r->max_len * sizeof *r->ids);
     r->len = malloc(H * sizeof *r->len), r->score = malloc(H * sizeof *r->score);
@@ -183,17 +213,25 @@ static void encode_batch(batch_buffers *b, int *T, const qkv_translator *t,
         const char *const *words = src->tokens + src->start[first + i];
         int *row = b->src + (size_t)i * *T;
         if (bos) row[0] = QKV_BOS;
-        b->valid[i] = bos + qkv_vocab_encode(row + bos, &t->tok.src, words,
-                                             qkv_sentence_len(src, first + i), *T - bos);
+        const int n = qkv_sentence_len(src, first + i);
+        qkv_vocab_encode(row + bos, &t->tok.src, words, n, *T - bos);
+        /* a source's own tokens are text: one spelling <pad>, <bos> or <eos> is unknown (a
+         * <pad> would be masked out, with everything after it: valid_len counts non-pads) */
+        for (int k = bos; k < bos + n && k < *T; k++)
+            if (row[k] < QKV_N_RESERVED) row[k] = QKV_UNK;
+        b->valid[i] = bos + n + 1 < *T ? bos + n + 1 : *T; /* the words and <eos>, as fit */
     }
 }
 
 /* Every source decoded, batch by batch, into r's ids, lengths and scores. */
 static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_sentences *src,
-                             const qkv_translate_options *o, qkv_error *err)
+                             const int *limits, const qkv_translate_options *o, qkv_error *err)
 {
     const int limit = qkv_transformer_get_config(t->model)->max_len, N = r->n_best;
-    const int greedy = o->beam == 1 && o->n_best == 1, L = r->max_len;
+    /* K = 1 is greedy decoding, except that the exact rule with a length penalty may carry
+     * on past an <eos> for a longer hypothesis that could score higher */
+    const int greedy = o->beam == 1 && o->n_best == 1 &&
+                       (o->alpha == 0.0f || o->stop != QKV_BEAM_STOP_BOUND), L = r->max_len;
     const int Bmax = o->batch < src->count ? o->batch : src->count;
     int longest = 1;
     for (int i = 0; i < src->count; i++) {
@@ -202,14 +240,15 @@ static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_s
     }
     batch_buffers b;
     qkv_status st = buffers_init(&b, Bmax, longest, r, err);
-    const qkv_beam_options bo = {o->beam, o->n_best, L, o->alpha};
+    qkv_beam_options bo = {o->beam, o->n_best, L, o->alpha, o->stop, NULL};
     qkv_beam_results br = {b.out, b.out_len, b.score, NULL};
     for (int first = 0; !st && first < src->count; first += Bmax) {
         const int B = src->count - first < Bmax ? src->count - first : Bmax;
         int T;
         encode_batch(&b, &T, t, src, first, B);
-        st = greedy ? qkv_transformer_greedy(t->model, b.src, b.valid, B, T, L, b.out,
-                                             b.out_len, err)
+        bo.max_lens = limits + first;
+        st = greedy ? greedy_decode(t->model, b.src, b.valid, B, T, L, limits + first, b.out,
+                                    b.out_len, err)
                     : qkv_transformer_beam(t->model, b.src, b.valid, B, T, &bo, &br, err);
         for (int i = 0; !st && i < B * N; i++) {
             const size_t h = (size_t)first * N + i;
@@ -245,11 +284,13 @@ static qkv_status translate(qkv_translations *out, qkv_translator *t,
     if (qkv_transformer_get_precision(t->model) != o->precision)
         st = qkv_transformer_set_precision(t->model, o->precision, err);
     qkv_sentences src = {0};
+    int *limits = NULL;
     if (!st) st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
-    if (!st) st = results_init(out, t, &src, o, err);
-    if (!st && src.count) st = decode_all(out, t, &src, o, err);
+    if (!st) st = results_init(out, &limits, t, &src, o, err);
+    if (!st && src.count) st = decode_all(out, t, &src, limits, o, err);
     if (!st && src.count) st = detokenize(out, t, err);
     qkv_sentences_free(&src);
+    free(limits);
     if (st) qkv_translations_free(out);
     return st;
 }

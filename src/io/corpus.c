@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <utf8proc.h>
+
 #include "core/internal.h"
 #include "qkv.h"
 
@@ -67,27 +69,47 @@ static int utf8_encode(uint32_t c, char *out)
     return 4;
 }
 
-/* Python's str.lower() of one character, for ASCII, Latin-1, Latin Extended-A and basic
- * Cyrillic (the corpora hold nothing else that has a lower case; Greek is left out because
- * Python lower-cases Σ by context). Writes 1 code point to lo, or 2 for U+0130 'İ', which
- * Python turns into "i" + U+0307 COMBINING DOT ABOVE. */
-static int lower_char(uint32_t c, uint32_t lo[2])
+/* Cased and case-ignorable characters as Unicode defines them (section 3.13), close enough
+ * for Σ's context: letters with a case; marks, format characters, modifiers and the
+ * apostrophes and dots that may sit inside a word. */
+static int is_cased(uint32_t c)
 {
-    lo[0] = c;
-    if (c >= 'A' && c <= 'Z') lo[0] = c + 32;
-    else if (c >= 0xC0 && c <= 0xDE && c != 0xD7) lo[0] = c + 0x20; /* À..Þ, not × */
-    else if (c == 0x130) return lo[0] = 'i', lo[1] = 0x307, 2;
-    else if (c == 0x178) lo[0] = 0xFF; /* Ÿ -> ÿ */
-    /* Latin Extended-A pairs capital and small letters; the parity of the capital changes
-     * where ı, ĸ and ŉ, which have no capital, break the pattern. */
-    else if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) ||
-             (c >= 0x14A && c <= 0x177))
-        lo[0] = c % 2 == 0 ? c + 1 : c;
-    else if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
-        lo[0] = c % 2 == 1 ? c + 1 : c;
-    else if (c >= 0x400 && c <= 0x40F) lo[0] = c + 0x50; /* Ѐ..Џ */
-    else if (c >= 0x410 && c <= 0x42F) lo[0] = c + 0x20; /* А..Я */
+    const utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
+}
+
+static int is_case_ignorable(uint32_t c)
+{
+    const utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+    return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_ME || k == UTF8PROC_CATEGORY_CF ||
+           k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_SK || c == '\'' || c == '.' ||
+           c == ':' || c == 0xB7 || c == 0x2018 || c == 0x2019 || c == 0x2024 || c == 0x2027;
+}
+
+/* Python's str.lower() of one character (Unicode's lower-case mapping, through utf8proc):
+ * writes 1 code point to lo, or 2 for U+0130 'İ', which becomes "i" + U+0307 COMBINING DOT
+ * ABOVE (Unicode's one unconditional lower case of two characters). final: Σ ends a word
+ * (qkv_preprocess decides), so it becomes ς, as Python's Final_Sigma rule does. */
+static int lower_char(uint32_t c, int final, uint32_t lo[2])
+{
+    if (c == 0x130) return lo[0] = 'i', lo[1] = 0x307, 2;
+    if (c == 0x3A3) return lo[0] = final ? 0x3C2 : 0x3C3, 1;
+    lo[0] = (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
     return 1;
+}
+
+/* Whether the Σ at text[i] (n bytes) ends a word: a cased letter before it (prev_cased,
+ * skipping case-ignorable characters) and none after it. */
+static int sigma_is_final(const unsigned char *s, size_t len, size_t i, int prev_cased)
+{
+    if (!prev_cased) return 0;
+    for (;;) {
+        uint32_t c;
+        const int n = i < len ? utf8_decode(s + i, len - i, &c) : 0;
+        if (n == 0) return 1;
+        if (!is_case_ignorable(c)) return !is_cased(c);
+        i += (size_t)n;
+    }
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -101,6 +123,7 @@ qkv_status qkv_preprocess(char *out, size_t *out_len, const char *text, size_t l
 {
     const unsigned char *s = (const unsigned char *)text;
     size_t o = 0;
+    int prev_cased = 0; /* the last character that is not case-ignorable is cased */
     for (size_t i = 0; i < len;) {
         uint32_t c, lo[2];
         int n = utf8_decode(s + i, len - i, &c);
@@ -114,7 +137,8 @@ qkv_status qkv_preprocess(char *out, size_t *out_len, const char *text, size_t l
         }
         i += (size_t)n;
         if (c == 0x202F || c == 0xA0) c = ' '; /* the French side spaces "Va !" this way */
-        int m = lower_char(c, lo);
+        int m = lower_char(c, c == 0x3A3 && sigma_is_final(s, len, i, prev_cased), lo);
+        if (!is_case_ignorable(c)) prev_cased = is_cased(c);
         for (int j = 0; j < m; j++) {
             /* d2l looks at the previous character, never at an inserted space; both are
              * ' ' exactly when the last byte written is, since punctuation is ASCII. */
@@ -377,6 +401,15 @@ static qkv_status copy_line(preprocessed *p, const char *text, size_t len, const
     return QKV_OK;
 }
 
+/* The line as it is (tabs kept), after checking it is UTF-8 without NUL bytes. */
+static qkv_status raw_line(preprocessed *p, const char *text, size_t len, const char *name,
+                           long line, qkv_error *err)
+{
+    qkv_status st = copy_line(p, text, len, name, line, err);
+    if (!st) memcpy(p->buf, text, len); /* copy_line read tabs as spaces */
+    return st;
+}
+
 static qkv_status sentences_from_lines(qkv_sentences *out, const char *text, size_t len,
                                        const char *name_for_errors, int d2l, qkv_error *err)
 {
@@ -433,8 +466,9 @@ static qkv_status corpus_finish(qkv_corpus *out, sentence_builder *src, sentence
     return st;
 }
 
-qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_examples,
-                               qkv_error *err)
+/* raw: lines as they are (raw_line) rather than d2l's preprocessing. */
+static qkv_status read_tsv(qkv_corpus *out, const char *path, int num_examples, int raw,
+                           qkv_error *err)
 {
     memset(out, 0, sizeof *out);
     line_reader r;
@@ -449,7 +483,8 @@ qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_exampl
         st = reader_next(&r, &n, err);
         if (st != QKV_OK || n < 0) break;
         /* The whole line is preprocessed, as d2l does the whole file: the tab is kept. */
-        st = preprocess_line(&p, r.line, (size_t)n, path, r.number, err);
+        st = raw ? raw_line(&p, r.line, (size_t)n, path, r.number, err)
+                 : preprocess_line(&p, r.line, (size_t)n, path, r.number, err);
         if (st != QKV_OK) break;
         char *tab = memchr(p.buf, '\t', p.len);
         if (!tab) {
@@ -470,20 +505,35 @@ qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_exampl
     return st;
 }
 
-/* Reads the next line of r into b: *more = 0 at the end of the file. */
+qkv_status qkv_corpus_read_tsv(qkv_corpus *out, const char *path, int num_examples,
+                               qkv_error *err)
+{
+    return read_tsv(out, path, num_examples, 0, err);
+}
+
+qkv_status qkv_corpus_read_tsv_raw(qkv_corpus *out, const char *path, int num_examples,
+                                   qkv_error *err)
+{
+    return read_tsv(out, path, num_examples, 1, err);
+}
+
+/* Reads the next line of r into b: *more = 0 at the end of the file. raw: as it is, tabs
+ * read as spaces (copy_line). */
 static qkv_status read_sentence(line_reader *r, sentence_builder *b, preprocessed *p,
-                                int *more, qkv_error *err)
+                                int raw, int *more, qkv_error *err)
 {
     ptrdiff_t n;
     qkv_status st = reader_next(r, &n, err);
     *more = st == QKV_OK && n >= 0;
     if (!*more) return st;
-    st = preprocess_line(p, r->line, (size_t)n, r->path, r->number, err);
+    st = raw ? copy_line(p, r->line, (size_t)n, r->path, r->number, err)
+             : preprocess_line(p, r->line, (size_t)n, r->path, r->number, err);
     return st == QKV_OK ? builder_add(b, p->buf, p->len, err) : st;
 }
 
-qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
-                                   const char *target_path, int num_examples, qkv_error *err)
+static qkv_status read_aligned(qkv_corpus *out, const char *source_path,
+                               const char *target_path, int num_examples, int raw,
+                               qkv_error *err)
 {
     memset(out, 0, sizeof *out);
     line_reader rs, rt;
@@ -500,8 +550,8 @@ qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
     if (st == QKV_OK) st = builder_init(&tgt, err);
     while (st == QKV_OK && !enough(src.count, num_examples)) {
         int more_src, more_tgt = 0;
-        st = read_sentence(&rs, &src, &p, &more_src, err);
-        if (st == QKV_OK) st = read_sentence(&rt, &tgt, &p, &more_tgt, err);
+        st = read_sentence(&rs, &src, &p, raw, &more_src, err);
+        if (st == QKV_OK) st = read_sentence(&rt, &tgt, &p, raw, &more_tgt, err);
         if (st != QKV_OK || (!more_src && !more_tgt)) break;
         if (more_src != more_tgt) {
             const line_reader *shorter = more_src ? &rt : &rs, *longer = more_src ? &rs : &rt;
@@ -517,4 +567,17 @@ qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
     reader_close(&rs);
     reader_close(&rt);
     return st;
+}
+
+qkv_status qkv_corpus_read_aligned(qkv_corpus *out, const char *source_path,
+                                   const char *target_path, int num_examples, qkv_error *err)
+{
+    return read_aligned(out, source_path, target_path, num_examples, 0, err);
+}
+
+qkv_status qkv_corpus_read_aligned_raw(qkv_corpus *out, const char *source_path,
+                                       const char *target_path, int num_examples,
+                                       qkv_error *err)
+{
+    return read_aligned(out, source_path, target_path, num_examples, 1, err);
 }

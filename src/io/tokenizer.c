@@ -43,21 +43,44 @@ void qkv_tokenizer_free(qkv_tokenizer *t)
     if (!t) return;
     qkv_vocab_free(&t->src), qkv_vocab_free(&t->tgt);
     qkv_bpe_free(&t->src_bpe), qkv_bpe_free(&t->tgt_bpe);
+    qkv_spm_free(t->src_spm), qkv_spm_free(t->tgt_spm);
     memset(t, 0, sizeof *t);
 }
 
-/* text.json: the tokenizer's kind and whether sources start with <bos>. */
-static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, qkv_error *err)
+/* A file name of text.json beside the model: a plain name, never a path out of the
+ * directory. */
+static qkv_status spm_name(char *name, size_t cap, const cJSON *o, const char *key,
+                           const char *fallback, const char *dir, qkv_error *err)
 {
-    static const char *const kinds[] = {"d2l", "whitespace", "bpe"};
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const char *n = cJSON_IsString(v) ? v->valuestring : fallback;
+    if (v && (!cJSON_IsString(v) || !*n || strchr(n, '/') || !strcmp(n, "..") ||
+              strlen(n) >= cap)) {
+        char path[4096];
+        qkv_model_dir_file(path, sizeof path, dir, "text.json");
+        return qkv_fail(err, QKV_ERR_FORMAT, "%.400s: \"%s\" must be a file name beside it "
+                        "(no '/')", path, key);
+    }
+    snprintf(name, cap, "%s", n);
+    return QKV_OK;
+}
+
+/* text.json: the tokenizer's kind, whether sources start with <bos>, and a SentencePiece
+ * model's files (src_name, tgt_name: cap bytes each). */
+static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, char *src_name,
+                                 char *tgt_name, size_t cap, qkv_error *err)
+{
+    static const char *const kinds[] = {"d2l", "whitespace", "bpe", "spm"};
+    snprintf(src_name, cap, "source.spm"), snprintf(tgt_name, cap, "target.spm");
     cJSON *o;
     qkv_status st = model_dir_json(&o, dir, "text.json", err);
     if (st || !o) return st;
     const cJSON *tk = cJSON_GetObjectItemCaseSensitive(o, "tokenizer");
     if (cJSON_IsString(tk)) {
         int k = 0;
-        while (k < 3 && strcmp(tk->valuestring, kinds[k])) k++;
-        if (k == 3) {
+        while (k < 4 && strcmp(tk->valuestring, kinds[k])) k++;
+        if (!strcmp(tk->valuestring, "sentencepiece")) k = QKV_TOKENIZER_SPM; /* a synonym */
+        if (k == 4) {
             char path[4096];
             qkv_model_dir_file(path, sizeof path, dir, "text.json");
             st = qkv_fail(err, QKV_ERR_FORMAT, "%s: unknown tokenizer \"%.100s\"", path,
@@ -66,8 +89,20 @@ static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, qkv_error *e
         t->kind = (qkv_tokenizer_kind)k;
     }
     t->source_bos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "source_bos"));
+    const cJSON *kase = cJSON_GetObjectItemCaseSensitive(o, "case");
+    t->keep_case = t->kind == QKV_TOKENIZER_SPM ||
+                   (cJSON_IsString(kase) && !strcmp(kase->valuestring, "keep"));
+    if (!st) st = spm_name(src_name, cap, o, "source_spm", "source.spm", dir, err);
+    if (!st) st = spm_name(tgt_name, cap, o, "target_spm", "target.spm", dir, err);
     cJSON_Delete(o);
     return st;
+}
+
+static qkv_status load_spm(qkv_spm **s, const char *dir, const char *name, qkv_error *err)
+{
+    char path[4096];
+    qkv_model_dir_file(path, sizeof path, dir, name);
+    return qkv_spm_load(s, path, err);
 }
 
 /* A subword encoding and the vocabulary file beside it must agree token for token. */
@@ -98,7 +133,8 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err)
         qkv_model_dir_file(path, sizeof path, dir, "tgt_vocab.txt");
         st = qkv_vocab_load(&t->tgt, path, err);
     }
-    if (!st) st = read_text_json(t, dir, err);
+    char src_spm[256], tgt_spm[256];
+    if (!st) st = read_text_json(t, dir, src_spm, tgt_spm, sizeof src_spm, err);
     if (!st && t->kind != QKV_TOKENIZER_BPE &&
         (qkv_model_dir_file(path, sizeof path, dir, "src_bpe.txt") ||
          qkv_model_dir_file(path, sizeof path, dir, "tgt_bpe.txt")))
@@ -110,6 +146,10 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err)
         st = load_bpe(&t->src_bpe, &t->src, dir, "src_bpe.txt", err);
         if (!st) st = load_bpe(&t->tgt_bpe, &t->tgt, dir, "tgt_bpe.txt", err);
     }
+    if (!st && t->kind == QKV_TOKENIZER_SPM) {
+        st = load_spm(&t->src_spm, dir, src_spm, err);
+        if (!st) st = load_spm(&t->tgt_spm, dir, tgt_spm, err);
+    }
     if (st) qkv_tokenizer_free(t);
     return st;
 }
@@ -117,8 +157,9 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err)
 qkv_status qkv_tokenizer_words(const qkv_tokenizer *t, qkv_sentences *out, const char *text,
                                size_t len, const char *name, qkv_error *err)
 {
-    return t->kind == QKV_TOKENIZER_WHITESPACE ? qkv_sentences_split(out, text, len, name, err)
-                                               : qkv_sentences_from_text(out, text, len, name, err);
+    return t->kind == QKV_TOKENIZER_WHITESPACE || t->keep_case
+               ? qkv_sentences_split(out, text, len, name, err)
+               : qkv_sentences_from_text(out, text, len, name, err);
 }
 
 static qkv_status sentences_copy(qkv_sentences *out, const qkv_sentences *s, qkv_error *err)
@@ -145,16 +186,103 @@ static qkv_status sentences_copy(qkv_sentences *out, const qkv_sentences *s, qkv
     return QKV_OK;
 }
 
+/* Each sentence's words joined by spaces (the raw line, up to runs of whitespace, which
+ * SentencePiece's normaliser collapses anyway) as the pieces of spm. */
+static qkv_status spm_sentences(qkv_sentences *out, const qkv_spm *spm,
+                                const qkv_sentences *words, qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    size_t line_cap = 64, n_pieces = 0, n_bytes = 0, piece_cap = 64, byte_cap = 256;
+    char *line = malloc(line_cap), *bytes = malloc(byte_cap);
+    size_t *at = malloc(piece_cap * sizeof *at);
+    size_t *start = malloc(((size_t)words->count + 1) * sizeof *start);
+    qkv_status st = line && bytes && at && start ? QKV_OK
+                    : qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d sentences",
+                               words->count);
+    if (start) start[0] = 0;
+    for (int i = 0; !st && i < words->count; i++) {
+        size_t len = 0;
+        for (size_t k = words->start[i]; !st && k < words->start[i + 1]; k++) {
+            const size_t w = strlen(words->tokens[k]);
+            if (len + w + 2 > line_cap) {
+                char *more = realloc(line, 2 * (len + w + 2));
+                if (!more) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+                else line = more, line_cap = 2 * (len + w + 2);
+            }
+            if (st) break;
+            if (len) line[len++] = ' ';
+            memcpy(line + len, words->tokens[k], w);
+            len += w;
+        }
+        qkv_sentences pieces = {0};
+        if (!st) st = qkv_spm_encode_pieces(spm, line ? line : "", len, &pieces, err);
+        for (size_t k = 0; !st && k < pieces.n_tokens; k++) {
+            const size_t w = strlen(pieces.tokens[k]) + 1;
+            if (n_pieces == piece_cap) {
+                size_t *more = realloc(at, 2 * piece_cap * sizeof *at);
+                if (!more) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+                else at = more, piece_cap *= 2;
+            }
+            if (!st && n_bytes + w > byte_cap) {
+                char *more = realloc(bytes, 2 * (n_bytes + w));
+                if (!more) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+                else bytes = more, byte_cap = 2 * (n_bytes + w);
+            }
+            if (st) break;
+            at[n_pieces++] = n_bytes;
+            memcpy(bytes + n_bytes, pieces.tokens[k], w);
+            n_bytes += w;
+        }
+        qkv_sentences_free(&pieces);
+        if (!st) start[i + 1] = n_pieces;
+    }
+    const char **tokens = st ? NULL : malloc((n_pieces ? n_pieces : 1) * sizeof *tokens);
+    if (!st && !tokens) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for pieces");
+    free(line);
+    if (st) {
+        free(bytes), free(at), free(start);
+        return st;
+    }
+    for (size_t k = 0; k < n_pieces; k++) tokens[k] = bytes + at[k];
+    free(at);
+    *out = (qkv_sentences){words->count, n_pieces, tokens, start, bytes};
+    return QKV_OK;
+}
+
 qkv_status qkv_tokenizer_tokens(const qkv_tokenizer *t, qkv_sentences *out,
                                 const qkv_sentences *words, int target, qkv_error *err)
 {
+    if (t->kind == QKV_TOKENIZER_SPM)
+        return spm_sentences(out, target ? t->tgt_spm : t->src_spm, words, err);
     if (t->kind != QKV_TOKENIZER_BPE) return sentences_copy(out, words, err);
     return qkv_bpe_encode_sentences(out, target ? &t->tgt_bpe : &t->src_bpe, words, err);
+}
+
+/* The text of target ids up to the first <eos>: their pieces (the target vocabulary's tokens,
+ * <pad> and <bos> skipped, ids outside it read as <unk>) detokenised by the target model.
+ * Out of memory gives "". */
+static size_t spm_decode(const qkv_tokenizer *t, char *out, size_t cap, const int *ids, int n)
+{
+    const char **pieces = malloc((n > 0 ? (size_t)n : 1) * sizeof *pieces);
+    char *text = NULL;
+    int k = 0;
+    for (int i = 0; pieces && i < n && ids[i] != QKV_EOS; i++) {
+        if (ids[i] == QKV_PAD || ids[i] == QKV_BOS) continue;
+        const char *p = qkv_vocab_token(&t->tgt, ids[i]);
+        pieces[k++] = p ? p : "<unk>";
+    }
+    qkv_error err = {0};
+    if (pieces && qkv_spm_decode_pieces(t->tgt_spm, pieces, k, &text, &err)) text = NULL;
+    free(pieces);
+    const size_t len = snprintf(out, cap, "%s", text ? text : "");
+    free(text);
+    return len;
 }
 
 size_t qkv_tokenizer_decode(const qkv_tokenizer *t, char *out, size_t cap, const int *ids,
                             int n)
 {
+    if (t->kind == QKV_TOKENIZER_SPM) return spm_decode(t, out, cap, ids, n);
     return t->kind == QKV_TOKENIZER_BPE ? qkv_bpe_decode(out, cap, &t->tgt_bpe, ids, n)
                                         : qkv_vocab_decode(out, cap, &t->tgt, ids, n);
 }

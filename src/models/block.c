@@ -217,18 +217,31 @@ static void self_attention_step(const backend *be, const stack_dims *d, decode_s
     if (d->linear_attention) {
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * C;
-            be->ops->linear_attention_step(st->ctx + r, &st->sums[l * st->cap + b], st->q + r,
+            const int cr = st->row ? st->row[b] : b;
+            be->ops->linear_attention_step(st->ctx + r, &st->sums[l * st->cap + cr], st->q + r,
                                            st->k + r, st->v + r);
         }
     } else { /* append this position's key and value, then attend to positions 0..t */
         float *K = st->self_k + (size_t)l * st->cap * st->T * C;
         float *V = st->self_v + (size_t)l * st->cap * st->T * C;
-        for (int b = 0; b < B; b++) {
-            be->ops->copy(K + ((size_t)b * st->T + t) * C, st->k + (size_t)b * C, C);
-            be->ops->copy(V + ((size_t)b * st->T + t) * C, st->v + (size_t)b * C, C);
+        if (st->pos) { /* rows at their own positions: each sees row_len of its cache row */
+            int m = 1;
+            for (int b = 0; b < B; b++) {
+                const size_t at = ((size_t)st->row[b] * st->T + st->pos[b]) * C;
+                be->ops->copy(K + at, st->k + (size_t)b * C, C);
+                be->ops->copy(V + at, st->v + (size_t)b * C, C);
+                if (st->pos[b] + 1 > m) m = st->pos[b] + 1;
+            }
+            be->ops->cached_attention(st->ctx, st->P, st->q, K, V, (size_t)st->T * C, B, H,
+                                      C / H, m, st->row, st->row_len, NULL, st->T);
+        } else {
+            for (int b = 0; b < B; b++) {
+                be->ops->copy(K + ((size_t)b * st->T + t) * C, st->k + (size_t)b * C, C);
+                be->ops->copy(V + ((size_t)b * st->T + t) * C, st->v + (size_t)b * C, C);
+            }
+            be->ops->cached_attention(st->ctx, st->P, st->q, K, V, (size_t)st->T * C, B, H,
+                                      C / H, t + 1, NULL, NULL, st->slot, st->T);
         }
-        be->ops->cached_attention(st->ctx, st->P, st->q, K, V, (size_t)st->T * C, B, H, C / H,
-                                  t + 1, NULL, NULL, st->slot, st->T);
     }
     op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
 }
@@ -240,10 +253,17 @@ static void cross_attention_step(const backend *be, const stack_dims *d, decode_
 {
     const int B = st->B, C = d->C, H = d->heads;
     const size_t layer = (size_t)l * st->n_src * st->Ts * C;
+    /* rows of a continuous batch see their own sources only: keys up to the longest of them
+     * (the cache holds the model's max_len positions per source) */
+    int m = st->Ts;
+    if (st->row) {
+        m = 1;
+        for (int b = 0; b < B; b++) m = src_valid[st->row[b]] > m ? src_valid[st->row[b]] : m;
+    }
     op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
     be->ops->cached_attention(st->ctx, st->P, st->q, st->cross_k + layer, st->cross_v + layer,
-                              (size_t)st->Ts * C, B, H, C / H, st->Ts, st->row_src, src_valid,
-                              NULL, st->Ts);
+                              (size_t)st->Ts * C, B, H, C / H, m,
+                              st->row ? st->row : st->row_src, src_valid, NULL, st->Ts);
     op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
 }
 
@@ -270,8 +290,14 @@ void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const 
     const int C = d->C;
     /* the tokens are the model's own choices, or checked by the caller */
     be->ops->embedding_forward(st->x, tok, w->embedding, st->B, d->vocab, C, NULL);
-    be->ops->positional_forward(st->x, st->x, positions_of(w, pos_table), st->B, 1, C, t,
-                                d->embed_scale);
+    if (st->pos) /* each row at its own position */
+        for (int b = 0; b < st->B; b++)
+            be->ops->positional_forward(st->x + (size_t)b * C, st->x + (size_t)b * C,
+                                        positions_of(w, pos_table), 1, 1, C, st->pos[b],
+                                        d->embed_scale);
+    else
+        be->ops->positional_forward(st->x, st->x, positions_of(w, pos_table), st->B, 1, C, t,
+                                    d->embed_scale);
     for (int l = 0; l < d->layers; l++) block_step(be, d, &w->blocks[l], st, l, t, src_valid);
 }
 

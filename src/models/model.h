@@ -137,6 +137,12 @@ typedef struct {
     /* (B, T) the cache row that holds position j of row b: slot[b * T + j]; NULL: row b. A
      * step writes row b's new key and value into cache row b, so slot[b * T + t] must be b. */
     const int *slot;
+    /* Continuous batching (qkv_batch_decoder): rows of one step that are independent
+     * sequences at different positions. row (B): the cache row (and source) of step row b;
+     * NULL: b. pos (B): its position, instead of the step's t; NULL: t for every row.
+     * row_len (cap): the positions each cache row holds after this step (pos + 1), read only
+     * with pos given. */
+    const int *row, *pos, *row_len;
     float *self_k, *self_v;           /* per layer (cap, T, C): keys and values so far */
     float *cross_k, *cross_v;         /* per layer (n_src, Ts, C): the encoder output projected */
     qkv_linear_attention_state *sums; /* linear attention: per layer and row, the state */

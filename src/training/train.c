@@ -62,6 +62,8 @@ static qkv_status log_metrics(const char *dir, const qkv_train_progress *p, qkv_
     if (p->validated) {
         fprintf(fp, ", \"val_loss\": %.6f", p->val_loss);
         if (!isnan(p->bleu)) fprintf(fp, ", \"bleu\": %.4f", p->bleu);
+        if (!isnan(p->sacrebleu))
+            fprintf(fp, ", \"sacrebleu\": %.4f, \"chrf\": %.4f", p->sacrebleu, p->chrf);
     }
     fprintf(fp, "}\n");
     int bad = ferror(fp), e = errno;
@@ -265,7 +267,7 @@ static qkv_status train_batch(run *r, int epoch, int bi, double t0, int64_t *tim
     p->lr = so.lr;
     p->end_of_epoch = bi + 1 == r->plan.n_batches;
     p->validated = p->best = p->stopping = 0;
-    p->val_loss = p->bleu = NAN;
+    p->val_loss = p->bleu = p->sacrebleu = p->chrf = NAN;
     return QKV_OK;
 }
 
@@ -277,7 +279,8 @@ static qkv_status end_epoch(run *r, int epoch, qkv_error *err)
     qkv_train_progress *p = &r->prog;
     qkv_status st;
     if (o->valid && r->writer) {
-        if ((st = validate(r->m, o, &p->val_loss, &p->bleu, err))) return st;
+        if ((st = validate(r->m, o, &p->val_loss, &p->bleu, &p->sacrebleu, &p->chrf, err)))
+            return st;
         if (history_add(&r->hist, epoch + 1, p->val_loss, p->bleu))
             return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
         if ((st = history_save(&r->hist, r->hist_path, err))) return st;

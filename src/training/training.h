@@ -45,9 +45,10 @@ void batch_lengths(const qkv_dataset *d, const int *items, int B, int cut, int *
 /* ---- validation (validation.c) -------------------------------------------------------------- */
 
 /* Per-token cross-entropy (no smoothing, no dropout) of o->valid, and the corpus BLEU-4
- * (x 100) of its greedy translations when o->valid_bleu (NaN otherwise). */
+ * (x 100) of its greedy translations when o->valid_bleu (NaN otherwise), and their sacreBLEU
+ * and chrF2 when o->valid_reference_text is set too (NaN otherwise). */
 qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_loss,
-                    double *bleu, qkv_error *err);
+                    double *bleu, double *sacrebleu, double *chrf, qkv_error *err);
 
 /* The validations so far, one per epoch that ran one; best and patience follow from them. */
 typedef struct {

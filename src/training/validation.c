@@ -44,7 +44,7 @@ static qkv_status references_init(reference_words *r, const qkv_sentences *refs,
 /* Per-token cross-entropy (no smoothing, no dropout) of the held-out pairs, and the corpus
  * BLEU-4 (x 100) of their greedy translations when asked (NaN otherwise). */
 qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_loss,
-                           double *bleu, qkv_error *err)
+                    double *bleu, double *sacrebleu, double *chrf, qkv_error *err)
 {
     const qkv_dataset *d = o->valid;
     const int T = d->num_steps, B = 64;
@@ -62,6 +62,11 @@ qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_
     double sum = 0.0;
     int64_t tokens = 0;
     qkv_bleu_stats stats = {0};
+    qkv_sacrebleu_stats sacre = {0};
+    qkv_chrf_stats chrf_stats = {0};
+    const char *const *ref_text = refs ? o->valid_reference_text : NULL;
+    char *text = NULL;
+    size_t text_cap = 0;
     for (int first = 0; !st && first < d->n; first += B) {
         int size = d->n - first < B ? d->n - first : B;
         for (int i = 0; i < size; i++) items[i] = first + i;
@@ -75,6 +80,21 @@ qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_
         for (int i = 0; !st && i < size; i++) {
             const int e = first + i, *hyp = out + (size_t)i * T, *ref;
             int n_hyp = out_len[i], n_ref;
+            if (ref_text) { /* the translation's text against the reference as written */
+                const size_t need = qkv_tokenizer_decode(o->valid_tokenizer, NULL, 0, hyp, n_hyp);
+                if (need + 1 > text_cap) {
+                    char *grown = realloc(text, need + 1);
+                    if (!grown) {
+                        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a translation");
+                        break;
+                    }
+                    text = grown, text_cap = need + 1;
+                }
+                qkv_tokenizer_decode(o->valid_tokenizer, text, text_cap, hyp, n_hyp);
+                if ((st = qkv_sacrebleu_add(&sacre, text, ref_text[e], err)) ||
+                    (st = qkv_chrf_add(&chrf_stats, text, ref_text[e], err)))
+                    break;
+            }
             if (refs) {
                 n_hyp = qkv_tokenizer_word_ids(o->valid_tokenizer, &rw.words, words, T + 1,
                                                hyp, n_hyp);
@@ -93,6 +113,9 @@ qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_
     }
     *val_loss = sum / (double)(tokens ? tokens : 1);
     *bleu = o->valid_bleu ? 100.0 * qkv_bleu_stats_score(&stats) : NAN;
+    *sacrebleu = ref_text ? qkv_sacrebleu_score(&sacre, 0, NULL, NULL) : NAN;
+    *chrf = ref_text ? qkv_chrf_score(&chrf_stats) : NAN;
+    free(text);
     free(items), free(bb.src), free(bb.src_valid), free(bb.tgt_in), free(bb.tgt_out);
     free(out), free(out_len), free(words);
     references_free(&rw);

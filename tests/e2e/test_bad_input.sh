@@ -84,14 +84,18 @@ stop_fifos
 
 # ---- texts read whole: at most QKV_MAX_TEXT_BYTES (256 MiB)
 TEXT="more than 268435456 bytes \(not a regular file: it may never end\)"
-expect_fail "translate --input /dev/zero" "/dev/zero: $TEXT" \
+# translate reads a pipe or a device line by line (it streams): each line at most
+# QKV_MAX_LINE_BYTES
+expect_fail "translate --input /dev/zero" "/dev/zero:1: $LINE" \
   "$QKV" translate --model "$T/m" --input /dev/zero
-expect_fail "translate from stdin = /dev/zero" "stdin: $TEXT" \
+expect_fail "translate from stdin = /dev/zero" "stdin:1: $LINE" \
   bash -c "exec '$QKV' translate --model '$T/m' </dev/zero"
 endless_fifo "$T/fifo"
-expect_fail "translate --input FIFO" "$T/fifo: $TEXT" \
+expect_fail "translate --input FIFO" "$T/fifo:1: $LINE" \
   "$QKV" translate --model "$T/m" --input "$T/fifo"
 stop_fifos
+expect_fail "tokenize from stdin = /dev/zero" "stdin:1: $LINE" \
+  bash -c "exec '$QKV' tokenize --d2l </dev/zero"
 expect_fail "train-lm --data /dev/zero" "/dev/zero: $TEXT" \
   "$QKV" train-lm --data /dev/zero "${LM[@]}" --out "$T/o6"
 expect_fail "eval-lm --data /dev/zero" "/dev/zero: $TEXT" \

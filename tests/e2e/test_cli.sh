@@ -61,8 +61,9 @@ printf 'go .\ni lost .\nhello zyzzyva\n\n' >"$T/in.txt"
 "$QKV" translate --model "$T/m" --input "$T/in.txt" --batch 1 >"$T/t2"
 check "translate prints one line per input line" test "$(wc -l <"$T/t1")" -eq 4
 check "stdin and --input, batch 32 and 1, agree" cmp -s "$T/t1" "$T/t2"
-"$QKV" eval --model "$T/m" --data "$FRA" --num-examples 50 >"$T/eval"
-check "eval reports corpus BLEU" grep -qE '^corpus BLEU-4: [0-9]+\.[0-9]+' "$T/eval"
+"$QKV" eval --model "$T/m" --data "$FRA" --num-examples 50 --metric all >"$T/eval"
+check "eval reports corpus BLEU (d2l's words) and sacreBLEU" \
+  bash -c "grep -qE '^corpus BLEU-4: [0-9]+\.[0-9]+' '$T/eval' && grep -qE '^BLEU\|nrefs:1.* = [0-9]+\.[0-9]{2} ' '$T/eval'"
 
 # a sentence longer than the model accepts is truncated with a warning (documented behaviour)
 "$QKV" train "${TRAIN[@]}" --epochs 1 --max-len 10 --out "$T/short" 2>/dev/null

@@ -27,6 +27,8 @@ expect_fail "--tie all needs a joint encoding" "joint-bpe" "$QKV" train --data "
   --out "$T/x" --tokenizer bpe --vocab-size 100 --tie all --epochs 1 --quiet
 expect_fail "--beam 0" "beam" "$QKV" translate --model "$T/x" --beam 0
 expect_fail "--n-best above --beam" "n-best" "$QKV" translate --model "$T/x" --beam 2 --n-best 3
+expect_fail "unknown --beam-stop" "beam-stop 'first'" "$QKV" translate --model "$T/x" --beam-stop first
+expect_fail "negative --length-penalty" "length-penalty" "$QKV" translate --model "$T/x" --length-penalty -1
 expect_fail "average needs models" "model directory" "$QKV" average --out "$T/avg"
 
 # ---- a subword model on fra.txt: batches by tokens, noam warmup, validation
@@ -66,12 +68,20 @@ check "n-best scores fall within each sentence" awk -F' \\|\\|\\| ' '
   $1 == prev && $3 > last + 1e-9 { bad = 1 } { prev = $1; last = $3 } END { exit bad }' "$T/nbest"
 check "the first of the n best is the beam's translation" \
   bash -c "diff <(awk -F' \\\\|\\\\|\\\\| ' '!seen[\$1]++ { print \$2 }' '$T/nbest') <('$QKV' translate --model '$T/m' --beam 4 <'$T/in.txt')"
+for rule in bound count hf; do
+  "$QKV" translate --model "$T/m" --beam 3 --n-best 2 --beam-stop $rule <"$T/in.txt" >"$T/rule_$rule"
+done
+check "--beam-stop bound, count and hf each give 2 hypotheses a sentence" \
+  test "$(cat "$T"/rule_* | grep -c ' ||| ')" -eq 24
+check "the exact rule's best scores at least the count rule's, sentence by sentence" \
+  awk -F' \\|\\|\\| ' 'FNR == 1 { f++ } !seen[f, $1]++ { best[f, $1] = $3 }
+    END { for (i = 0; i < 4; i++) if (best[1, i] < best[2, i] - 1e-9) exit 1 }' "$T/rule_bound" "$T/rule_count"
 "$QKV" translate --model "$T/m/best" <"$T/in.txt" >"$T/best"
 check "best/ loads as a model (vocabularies from its parent)" test "$(wc -l <"$T/best")" -eq 4
-"$QKV" eval --model "$T/m" --data "$T/valid.tsv" >"$T/eval" && \
-"$QKV" eval --model "$T/m" --data "$T/valid.tsv" --beam 4 >"$T/eval4"
-check "eval reports word BLEU, greedy and beam" \
-  bash -c "grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval' && grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval4'"
+"$QKV" eval --model "$T/m" --data "$T/valid.tsv" --metric all >"$T/eval" && \
+"$QKV" eval --model "$T/m" --data "$T/valid.tsv" --metric all --beam 4 >"$T/eval4"
+check "eval reports word BLEU and sacreBLEU, greedy and beam" \
+  bash -c "grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval' && grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval4' && grep -q '^BLEU|nrefs:1' '$T/eval4'"
 
 # ---- validation BLEU is qkv eval's greedy BLEU (a copy task of words, learnt in a few epochs)
 awk 'BEGIN { srand(7); split("red green blue cat dog sun moon tree car book", w, " ")
@@ -83,7 +93,9 @@ head -n 200 "$T/copy.tsv" >"$T/copy_valid.tsv"
   --d-model 32 --heads 2 --ffn 64 --layers 2 --batch-tokens 512 --num-steps 24 --lr 0.005 \
   --epochs 4 --valid "$T/copy_valid.tsv" --threads 2 --quiet --out "$T/copy"
 last_bleu=$(tail -n 1 "$T/copy/metrics.jsonl" | sed 's/.*"bleu": \([0-9.]*\).*/\1/')
-eval_bleu=$("$QKV" eval --model "$T/copy" --data "$T/copy_valid.tsv" | sed -n 's/^corpus BLEU-4: //p')
+# validation decodes to --num-steps tokens, eval by default to 1.5 n + 10: the same limit here
+eval_bleu=$("$QKV" eval --model "$T/copy" --data "$T/copy_valid.tsv" --max-len 24 --max-len-a 0 \
+  --max-len-b 0 --metric d2l | sed -n 's/^corpus BLEU-4: //p')
 check "validation BLEU ($last_bleu) = qkv eval's ($eval_bleu), and above 5" \
   awk -v a="$last_bleu" -v b="$eval_bleu" 'BEGIN { d = a - b; exit !(d < 0.006 && d > -0.006 && a > 5) }'
 

@@ -19,6 +19,7 @@
 # once fixed).
 FUZZ_SAVED_GOAL := $(.DEFAULT_GOAL)
 FUZZ_CC      ?= clang
+FUZZ_CXX     ?= clang++
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := safetensors config checkpoint vocab corpus args bpe lm_config lm_model lm_vocab \
@@ -33,7 +34,9 @@ FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=all
 # first needs them.
 FUZZ_CFLAGS  = -std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Wno-pass-failed -fopenmp \
                -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/fuzz $(PKG_CFLAGS) $(FUZZ_SAN)
-FUZZ_LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -fopenmp -lm
+FUZZ_CXXFLAGS = -std=c++17 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Iinclude -Isrc \
+                $(PKG_CFLAGS) $(FUZZ_SAN)
+FUZZ_LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -lstdc++ -fopenmp -lm
 
 # Inputs longer than this are not generated: a little over the largest seed of each target.
 FUZZ_MAXLEN_safetensors := 16384
@@ -58,7 +61,8 @@ FUZZ_OPTS  = -timeout=5 -rss_limit_mb=2048 -max_len=$(FUZZ_MAXLEN_$*) \
              $(if $(wildcard tests/fuzz/dict/$*.dict),-dict=tests/fuzz/dict/$*.dict) \
              $(FUZZ_FLAGS_$*)
 
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) \
+                $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(wildcard src/io/*.cc))
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 
 .PHONY: fuzz fuzz-build fuzz-regress fuzz-seeds fuzz-clean fuzz-cli $(FUZZ_TARGETS:%=fuzz-%) \
@@ -72,6 +76,10 @@ fuzz-regress: $(FUZZ_TARGETS:%=fuzz-regress-%)
 $(FUZZ_BUILD)/src/%.o: src/%.c Makefile tests/fuzz/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/src/%.o: src/%.cc Makefile tests/fuzz/fuzz.mk
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/libqkv.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@

@@ -683,6 +683,7 @@ def main():
     __import__("make_linear_reference").write_all(save)  # linear attention vs its quadratic form
     __import__("make_flash_reference").write_all(save)  # flash attention (tiled, O(N) memory)
     __import__("make_lm_reference").write_all(save)  # the decoder-only language model
+    __import__("make_beam_reference").write_all(save)  # beam search's rules, scripted logits
     # Hugging Face MarianMT directories for qkv import marian (tests/unit/test_marian.c)
     __import__("make_marian_reference").write_all(save, OUT, os.environ.get("QKV_DATA_DIR",
                                                                          "../shared/data"))

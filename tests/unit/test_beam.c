@@ -2,11 +2,16 @@
  * log-probabilities of its outputs; a wider beam finds sequences at least as probable as
  * greedy's on random models; with a beam as wide as every sequence (K = V^L) it finds the
  * exact best and the exact n best, with and without a length penalty; a sentence's result is
- * the same alone and in a batch; bad options are refused. */
+ * the same alone and in a batch; bad options are refused. Over scripted logits (a hash of the
+ * prefix, tests/parity/make_beam_reference.py): every stopping rule gives the reference's
+ * hypotheses token for token (transformers' own BeamSearchScorer for hf), and the exact rule
+ * finds better hypotheses where the count rule stops early. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "inference/beam.h"
 #include "test_util.h"
 
 /* Raises the output bias of <eos> so that random models end sentences at varied lengths. */
@@ -76,7 +81,7 @@ static void test_beam1_is_greedy(void **state)
             int g[NB * 12], gl[NB], bo[NB * 12], bl[NB];
             double score[NB], lp[NB];
             assert_int_equal(qkv_transformer_greedy(m, SRC, VALID, NB, SL, ml, g, gl, NULL), QKV_OK);
-            qkv_beam_options o = {1, 1, ml, 0.0f};
+            qkv_beam_options o = {1, 1, ml, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
             assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o,
                                                   &(qkv_beam_results){bo, bl, score, lp},
                                                   NULL), QKV_OK);
@@ -112,7 +117,7 @@ static void test_wider_beam_not_worse(void **state)
         for (int K = 2; K <= 8; K *= 2) {
             int bo[NB * 2 * ml], bl[NB * 2];
             double score[NB * 2], lp[NB * 2];
-            qkv_beam_options o = {K, 2, ml, 0.0f};
+            qkv_beam_options o = {K, 2, ml, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
             assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o,
                                                   &(qkv_beam_results){bo, bl, score, lp},
                                                   NULL), QKV_OK);
@@ -181,7 +186,7 @@ static void test_exhaustive_beam_is_exact(void **state)
             for (int i = 0; i < L; i++) K *= V; /* 125 >= every candidate of every step */
             int out[NBEST * L], out_len[NBEST];
             double score[NBEST], lp[NBEST];
-            qkv_beam_options o = {K, NBEST, L, alpha};
+            qkv_beam_options o = {K, NBEST, L, alpha, QKV_BEAM_STOP_BOUND, NULL};
             int valid = VALID[b];
             assert_int_equal(qkv_transformer_beam(m, src, &valid, 1, SL, &o,
                                                   &(qkv_beam_results){out, out_len, score, lp},
@@ -210,7 +215,7 @@ static void test_batch_independence(void **state)
         qkv_transformer *m = random_model(20, 12, variant, 400 + variant);
         int out[NB * NBEST * ML], len[NB * NBEST];
         double score[NB * NBEST];
-        qkv_beam_options o = {K, NBEST, ML, 0.6f};
+        qkv_beam_options o = {K, NBEST, ML, 0.6f, QKV_BEAM_STOP_BOUND, NULL};
         assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o,
                                               &(qkv_beam_results){out, len, score, NULL},
                                               NULL), QKV_OK);
@@ -260,7 +265,7 @@ static void test_length_penalty(void **state)
     for (int a = 0; a < 4; a++) {
         int out[NB * K * ML], len[NB * K];
         double score[NB * K], lp[NB * K];
-        qkv_beam_options o = {K, K, ML, alphas[a]};
+        qkv_beam_options o = {K, K, ML, alphas[a], QKV_BEAM_STOP_BOUND, NULL};
         assert_int_equal(qkv_transformer_beam(m, SRC, VALID, NB, SL, &o,
                                               &(qkv_beam_results){out, len, score, lp},
                                               NULL), QKV_OK);
@@ -286,19 +291,139 @@ static void test_rejects_bad_options(void **state)
     qkv_transformer *m = random_model(20, 10, 0, 600);
     int out[64], len[8];
     qkv_error err = {0};
-    qkv_beam_options bad[] = {{0, 1, 5, 0.0f}, {2, 3, 5, 0.0f}, {2, 0, 5, 0.0f},
-                              {2, 1, 5, -0.5f}, {2, 1, 0, 0.0f}, {2, 1, 33, 0.0f}};
+#define BAD(K, N, L, A) {K, N, L, A, QKV_BEAM_STOP_BOUND, NULL}
+    qkv_beam_options bad[] = {BAD(0, 1, 5, 0.0f), BAD(2, 3, 5, 0.0f), BAD(2, 0, 5, 0.0f),
+                              BAD(2, 1, 5, -0.5f), BAD(2, 1, 0, 0.0f), BAD(2, 1, 33, 0.0f),
+                              {2, 1, 5, 0.0f, (qkv_beam_stop)7, NULL}};
+#undef BAD
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
         assert_int_equal(qkv_transformer_beam(m, SRC, VALID, 1, SL, &bad[k],
                                               &(qkv_beam_results){out, len, NULL, NULL},
                                               &err), QKV_ERR_ARG);
     int too_long = SL + 1;
-    qkv_beam_options o = {2, 1, 5, 0.0f};
+    qkv_beam_options o = {2, 1, 5, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
     assert_int_equal(qkv_transformer_beam(m, SRC, &too_long, 1, SL, &o,
                                           &(qkv_beam_results){out, len, NULL, NULL},
                                           &err), QKV_ERR_ARG);
     assert_non_null(strstr(err.msg, "valid length"));
     qkv_transformer_free(m);
+}
+
+/* ---- scripted logits: the hash of make_beam_reference.py, bit for bit ---- */
+
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct {
+    uint64_t seed;
+    int V;
+    float *logits; /* (rows, V) */
+} scripted;
+
+static const float *scripted_logits(void *ctx, int rows, const int *row_src, const int *tok,
+                                    const int *hist, const int *slot, int T, int t)
+{
+    scripted *sc = ctx;
+    (void)tok, (void)slot;
+    for (int r = 0; r < rows; r++) {
+        uint64_t h = mix(mix(sc->seed) ^ (uint64_t)row_src[r]);
+        for (int j = 0; j < t; j++) h = mix(h ^ (uint64_t)hist[(size_t)r * T + j]);
+        for (int v = 0; v < sc->V; v++) {
+            const uint64_t k = mix(h ^ (uint64_t)(v + 1000)) >> 40;
+            double x = (double)((int64_t)(k % 4001) - 2000) / 500.0;
+            if (v == QKV_EOS) x += 0.5 * t - 1.5;
+            else if (v < QKV_N_RESERVED) x = -30.0;
+            sc->logits[(size_t)r * sc->V + v] = (float)x;
+        }
+    }
+    return sc->logits;
+}
+
+static void scripted_search(uint64_t seed, int B, int V, int forced_eos,
+                            const qkv_beam_options *o, int *ids, int *len, double *score)
+{
+    scripted sc = {seed, V, tu_zeros((size_t)B * o->beam * V)};
+    qkv_error err = {0};
+    if (beam_search_steps(scripted_logits, &sc, B, V, o->max_len, forced_eos, o,
+                          &(qkv_beam_results){ids, len, score, NULL}, &err))
+        fail_msg("%s", err.msg);
+    free(sc.logits);
+}
+
+/* Each rule, token for token, as the reference searches of make_beam_reference.py. */
+static void test_scripted_rules_match_reference(void **state)
+{
+    (void)state;
+    qkv_tensor_file cases;
+    tu_reference_load(&cases, "beam_cases");
+    const int n = tu_ref_int(&cases, "n");
+    qkv_tensor_file_free(&cases);
+    int compared[3] = {0};
+    for (int c = 0; c < n; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "beam_%d", c);
+        qkv_tensor_file f;
+        tu_reference_load(&f, name);
+        const int B = tu_ref_int(&f, "B"), V = tu_ref_int(&f, "V"), T = tu_ref_int(&f, "T");
+        const int K = tu_ref_int(&f, "K"), N = tu_ref_int(&f, "N"), mode = tu_ref_int(&f, "mode");
+        const int *want_ids = tu_ref_i32(&f, "ids", NULL), *want_len = tu_ref_i32(&f, "len", NULL);
+        const float *want_score = tu_ref_f32(&f, "score", NULL);
+        const qkv_beam_options o = {K, N, T, tu_ref_float(&f, "alpha"), (qkv_beam_stop)mode,
+                                    tu_ref_i32(&f, "max_lens", NULL)};
+        int *ids = calloc((size_t)B * N * T, sizeof *ids), *len = malloc((size_t)B * N * sizeof *len);
+        double *score = malloc((size_t)B * N * sizeof *score);
+        const int forced_eos = tu_ref_int(&f, "forced_eos");
+        scripted_search((uint64_t)tu_ref_int(&f, "seed"), B, V, forced_eos, &o, ids, len, score);
+        for (int i = 0; i < B * N; i++) {
+            if (len[i] != want_len[i] ||
+                memcmp(ids + (size_t)i * T, want_ids + (size_t)i * T, (size_t)(len[i] > 0 ? len[i] : 0) * sizeof *ids))
+                fail_msg("case %d (rule %d, K %d, n_best %d, alpha %g, forced_eos %d): sentence %d "
+                         "hypothesis %d differs (length %d, reference %d)", c, mode, K, N,
+                         (double)o.alpha, forced_eos, i / N, i % N, len[i], want_len[i]);
+            if (len[i] >= 0 && fabs(score[i] - want_score[i]) > 1e-5 * (1 + fabs(score[i])))
+                fail_msg("case %d sentence %d: score %.7f, reference %.7f", c, i / N, score[i],
+                         (double)want_score[i]);
+        }
+        compared[mode] += B;
+        free(ids), free(len), free(score);
+        qkv_tensor_file_free(&f);
+    }
+    print_message("sentences compared: bound %d, count %d, hf %d\n", compared[0], compared[1],
+                  compared[2]);
+}
+
+/* The exact rule never ends worse than the count rule (it runs the same search, longer), and
+ * on these logits often better: the count rule stops while a live hypothesis scores higher
+ * than every finished one. */
+static void test_bound_beats_count(void **state)
+{
+    (void)state;
+    enum { B = 16, V = 14, T = 12 };
+    int better = 0, total = 0;
+    for (int seed = 0; seed < 12; seed++)
+        for (int K = 2; K <= 4; K++) {
+            const float alpha = (float)(seed % 3) * 0.5f;
+            int ids[2][B * T], len[2][B];
+            double score[2][B];
+            for (int rule = 0; rule < 2; rule++) {
+                const qkv_beam_options o = {K, 1, T, alpha, (qkv_beam_stop)rule, NULL};
+                scripted_search(7000 + (uint64_t)seed, B, V, 0, &o, ids[rule], len[rule],
+                                score[rule]);
+            }
+            for (int b = 0; b < B; b++) {
+                if (score[0][b] < score[1][b])
+                    fail_msg("seed %d K %d sentence %d: bound %.6f below count %.6f", seed, K, b,
+                             score[0][b], score[1][b]);
+                better += score[0][b] > score[1][b], total++;
+            }
+        }
+    print_message("the exact rule found a better hypothesis in %d of %d searches\n", better, total);
+    assert_true(better > 0); /* 7 of 576 when written */
 }
 
 int main(void)
@@ -311,6 +436,8 @@ int main(void)
         cmocka_unit_test(test_batch_independence),
         cmocka_unit_test(test_length_penalty),
         cmocka_unit_test(test_rejects_bad_options),
+        cmocka_unit_test(test_scripted_rules_match_reference),
+        cmocka_unit_test(test_bound_beats_count),
     };
     return cmocka_run_group_tests_name("beam", tests, NULL, NULL);
 }

@@ -175,8 +175,13 @@ static void test_preprocess_lower_case(void **state)
     /* Latin Extended-A, where the capital's parity changes; İ becomes "i" + U+0307;
      * ı ĸ ŉ ſ have no lower case of their own; Ÿ lowers into Latin-1. */
     check_preprocess("ĀĲĹŁŊŒŸŹŽİıĸŉſ", "āĳĺłŋœÿźži\xcc\x87ıĸŉſ");
-    /* Cyrillic capitals (fra.txt has one С); Greek is not handled: Python would give σ. */
-    check_preprocess("СЁЯ Σ", "сёя Σ");
+    /* Cyrillic capitals (fra.txt has one С); Greek capitals, Σ by its context as Python's
+     * Final_Sigma (ς ending a word, σ elsewhere, also across an apostrophe); letters
+     * outside the old tables (ẞ, Ω, the Kelvin sign) */
+    check_preprocess("СЁЯ Σ", "сёя σ");
+    check_preprocess("ΟΔΟΣ ΚΑΙ ΣΟΦΙΑ", "οδος και σοφια");
+    check_preprocess("ΑΣ'Σ Σ:Σ ΑΣΑ", "ασ'ς σ:ς ασα");
+    check_preprocess("\xe1\xba\x9e \xe2\x84\xa6 \xe2\x84\xaa", "ß ω k");
     check_preprocess("ÇA VA\xc2\xa0?", "ça va ?");
 }
 

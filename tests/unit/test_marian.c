@@ -141,7 +141,7 @@ static void test_start_and_suppress(void **state)
         if (v != QKV_PAD && logits[v] > logits[best]) best = v;
     assert_int_equal(out[0], best);
     int bout[T], blen = 0;
-    const qkv_beam_options o = {1, 1, T, 0.0f};
+    const qkv_beam_options o = {1, 1, T, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
     qkv_beam_results r = {bout, &blen, NULL, NULL};
     assert_int_equal(qkv_transformer_beam(m, src, &valid, 1, Ts, &o, &r, &err), QKV_OK);
     assert_int_equal(blen, len);

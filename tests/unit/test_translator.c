@@ -147,14 +147,18 @@ static void reference(qkv_translator *t, const qkv_sentences *tokens, int batch,
 }
 
 /* r holds exactly the reference's ids, lengths and scores (NaN for greedy), and the text of
- * each hypothesis found is its ids' text. */
-static void check_results(const qkv_translations *r, qkv_translator *t,
-                          const qkv_sentences *tokens, int batch, const qkv_beam_options *beam)
+ * each hypothesis found is its ids' text. limits (count) or NULL: each sentence's length limit
+ * below r->max_len, for greedy decoding (whose output to a limit is the longer one's prefix). */
+static void check_results_limits(const qkv_translations *r, qkv_translator *t,
+                                 const qkv_sentences *tokens, int batch,
+                                 const qkv_beam_options *beam, const int *limits)
 {
     const int H = r->count * r->n_best, L = r->max_len;
     int *ids = calloc((size_t)H * L + 1, sizeof *ids), *len = calloc((size_t)H + 1, sizeof *len);
     double *score = calloc((size_t)H + 1, sizeof *score);
     reference(t, tokens, batch, L, beam, ids, len, score);
+    for (int h = 0; limits && !beam && h < H; h++)
+        if (len[h] > limits[h]) len[h] = limits[h];
     for (int h = 0; h < H; h++) {
         assert_int_equal(r->len[h], len[h]);
         if (len[h] < 0) {
@@ -171,6 +175,12 @@ static void check_results(const qkv_translations *r, qkv_translator *t,
         assert_string_equal(r->text[h], text);
     }
     free(ids), free(len), free(score);
+}
+
+static void check_results(const qkv_translations *r, qkv_translator *t,
+                          const qkv_sentences *tokens, int batch, const qkv_beam_options *beam)
+{
+    check_results_limits(r, t, tokens, batch, beam, NULL);
 }
 
 /* The sources as the model's tokens, read the way the translator reads raw strings. */
@@ -192,8 +202,9 @@ static const char *const SOURCES[] = {
 };
 enum { N_SOURCES = sizeof SOURCES / sizeof *SOURCES };
 
-/* Greedy: train.json's length by default, exactly the model's own decoding, and a batch of
- * 3 for 11 sentences gives what one batch of 32 gives. */
+/* Greedy: by default each sentence at most 1.5 n + 10 tokens (n its source's) and the
+ * model's max_len, exactly the model's own decoding, and a batch of 3 for 11 sentences gives
+ * what one batch of 32 gives. */
 static void test_greedy_is_the_models(void **state)
 {
     (void)state;
@@ -209,19 +220,27 @@ static void test_greedy_is_the_models(void **state)
     assert_int_equal(qkv_translate(&r, t, SOURCES, N_SOURCES, &o, &err), QKV_OK);
     assert_int_equal(r.count, N_SOURCES);
     assert_int_equal(r.n_best, 1);
-    assert_int_equal(r.max_len, NUM_STEPS);
+    int limits[N_SOURCES];
+    for (int i = 0; i < N_SOURCES; i++) {
+        const int l = (int)floor(1.5 * qkv_sentence_len(&tokens, i) + 10);
+        limits[i] = l < MAX_LEN ? l : MAX_LEN;
+    }
+    assert_int_equal(r.max_len, MAX_LEN); /* not train.json's NUM_STEPS */
     assert_int_equal(r.truncated, 0);
     assert_int_equal(r.first_truncated, -1);
-    check_results(&r, t, &tokens, 32, NULL);
+    check_results_limits(&r, t, &tokens, 32, NULL, limits);
     int shorter = 0, unknown = 0;
-    for (int i = 0; i < N_SOURCES; i++) shorter += r.len[i] < NUM_STEPS;
+    for (int i = 0; i < N_SOURCES; i++) {
+        assert_true(r.len[i] <= limits[i]);
+        shorter += r.len[i] < limits[i];
+    }
     for (size_t k = 0; k < tokens.n_tokens; k++)
         unknown += qkv_vocab_id(&qkv_translator_tokenizer(t)->src, tokens.tokens[k]) == QKV_UNK;
     assert_true(shorter > 0 && shorter < N_SOURCES); /* <eos> and max_len both end some */
     assert_true(unknown >= 1);                       /* "zebra" reads as <unk> */
     o.batch = 3;
     assert_int_equal(qkv_translate(&r3, t, SOURCES, N_SOURCES, &o, &err), QKV_OK);
-    check_results(&r3, t, &tokens, 3, NULL);
+    check_results_limits(&r3, t, &tokens, 3, NULL, limits);
     for (int i = 0; i < N_SOURCES; i++) assert_string_equal(r3.text[i], r.text[i]);
     qkv_translations_free(&r), qkv_translations_free(&r3);
     qkv_translations_free(&r3); /* freeing twice is harmless */
@@ -242,7 +261,7 @@ static void test_beam_n_best(void **state)
     tokens_of(&tokens, t, SOURCES, N_SOURCES);
     qkv_translate_options o = qkv_translate_default_options();
     o.beam = 4, o.n_best = 3, o.alpha = 0.6f, o.max_len = 9, o.batch = 4;
-    const qkv_beam_options bo = {4, 3, 9, 0.6f};
+    const qkv_beam_options bo = {4, 3, 9, 0.6f, QKV_BEAM_STOP_BOUND, NULL};
     qkv_translations r, r32;
     qkv_error err = {0};
     assert_int_equal(qkv_translate(&r, t, SOURCES, N_SOURCES, &o, &err), QKV_OK);
@@ -288,7 +307,7 @@ static void test_fewer_hypotheses_than_asked(void **state)
     tokens_of(&tokens, t, SOURCES, 3);
     qkv_translate_options o = qkv_translate_default_options();
     o.beam = o.n_best = 8, o.max_len = 1;
-    const qkv_beam_options bo = {8, 8, 1, 0.0f};
+    const qkv_beam_options bo = {8, 8, 1, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
     qkv_translations r;
     assert_int_equal(qkv_translate(&r, t, SOURCES, 3, &o, NULL), QKV_OK);
     check_results(&r, t, &tokens, 32, &bo);
@@ -426,7 +445,7 @@ static void test_whitespace_tokens_with_bos(void **state)
     o.beam = 3, o.n_best = 2;
     qkv_translations r;
     assert_int_equal(qkv_translate(&r, t, src, 3, &o, NULL), QKV_OK);
-    const qkv_beam_options bo = {3, 2, NUM_STEPS, 0.0f};
+    const qkv_beam_options bo = {3, 2, MAX_LEN, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
     check_results(&r, t, &tokens, 32, &bo);
     qkv_translations_free(&r);
     qkv_sentences_free(&tokens);
@@ -451,8 +470,13 @@ static void test_open_errors(void **state)
     word_model_dir(dir, sizeof dir, 7);
     snprintf(path, sizeof path, "%s/nowhere", dir);
     expect_open_error(path, QKV_ERR_IO, "config.json");
+    write_file(dir, "text.json", "{\"tokenizer\": \"characters\"}\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "text.json: unknown tokenizer \"characters\"");
+    /* a SentencePiece model names its models, which must be there */
     write_file(dir, "text.json", "{\"tokenizer\": \"sentencepiece\"}\n");
-    expect_open_error(dir, QKV_ERR_FORMAT, "text.json: unknown tokenizer \"sentencepiece\"");
+    expect_open_error(dir, QKV_ERR_IO, "source.spm: cannot open");
+    write_file(dir, "text.json", "{\"tokenizer\": \"spm\", \"source_spm\": \"../x.spm\"}\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "\"source_spm\" must be a file name");
     write_file(dir, "text.json", "{\"tokenizer\": ");
     expect_open_error(dir, QKV_ERR_FORMAT, "text.json: not valid JSON");
     write_file(dir, "text.json", "{\"tokenizer\": \"bpe\"}\n");
@@ -492,6 +516,60 @@ static void test_open_errors(void **state)
     remove_tree(dir);
 }
 
+/* Each sentence's limit a * n + b follows its source, greedy and beam alike: a sentence
+ * translates as the model decodes it alone with that limit; --max-len caps it; a = b = 0 is
+ * no limit but the cap. */
+static void test_length_follows_source(void **state)
+{
+    (void)state;
+    char dir[64];
+    word_model_dir(dir, sizeof dir, 10);
+    qkv_translator *t = open_ok(dir);
+    qkv_transformer *m = qkv_translator_model(t);
+    qkv_sentences tokens;
+    tokens_of(&tokens, t, SOURCES, N_SOURCES);
+    int at_limit = 0;
+    for (int variant = 0; variant < 4; variant++) {
+        qkv_translate_options o = qkv_translate_default_options();
+        o.max_len_a = variant == 3 ? 0.0f : 0.5f, o.max_len_b = variant == 3 ? 0 : 2;
+        o.max_len = variant == 2 ? 3 : 0;
+        if (variant & 1) o.beam = 3, o.n_best = 2;
+        qkv_translations r;
+        assert_int_equal(qkv_translate(&r, t, SOURCES, N_SOURCES, &o, NULL), QKV_OK);
+        for (int i = 0; i < N_SOURCES; i++) {
+            const int n = qkv_sentence_len(&tokens, i), cap = o.max_len ? o.max_len : MAX_LEN;
+            int limit = variant == 3 ? cap : (int)floor(0.5 * n + 2);
+            if (limit > cap) limit = cap;
+            /* the sentence alone, decoded to its limit */
+            int row[64], ids[2 * MAX_LEN], len[2];
+            int valid = source_ids(row, &qkv_translator_tokenizer(t)->src, &tokens, i, 0);
+            if (o.beam == 1)
+                assert_int_equal(qkv_transformer_greedy(m, row, &valid, 1, valid, limit, ids, len,
+                                                        NULL), QKV_OK);
+            else {
+                const qkv_beam_options bo = {3, 2, limit, 0.0f, QKV_BEAM_STOP_BOUND, NULL};
+                assert_int_equal(qkv_transformer_beam(m, row, &valid, 1, valid, &bo,
+                                                      &(qkv_beam_results){ids, len, NULL, NULL},
+                                                      NULL), QKV_OK);
+            }
+            for (int k = 0; k < o.n_best; k++) {
+                const size_t h = (size_t)i * o.n_best + k;
+                if (r.len[h] != len[k])
+                    fail_msg("variant %d sentence %d hypothesis %d: %d tokens, alone to %d: %d",
+                             variant, i, k, r.len[h], limit, len[k]);
+                assert_memory_equal(r.ids + h * r.max_len, ids + k * limit,
+                                    (size_t)(len[k] > 0 ? len[k] : 0) * sizeof *ids);
+                at_limit += len[k] == limit;
+            }
+        }
+        qkv_translations_free(&r);
+    }
+    assert_true(at_limit > 0); /* the limits were reached, so they were tested */
+    qkv_sentences_free(&tokens);
+    qkv_translator_free(t);
+    remove_tree(dir);
+}
+
 /* Options out of range and sources that are not one line of UTF-8 fail, naming what is
  * wrong, and leave the results empty. */
 static void test_bad_options_and_sources(void **state)
@@ -501,20 +579,26 @@ static void test_bad_options_and_sources(void **state)
     word_model_dir(dir, sizeof dir, 8);
     qkv_translator *t = open_ok(dir);
     const char *src[] = {"the cat", "a dog"};
-    qkv_translate_options bad[8];
-    for (int k = 0; k < 8; k++) bad[k] = qkv_translate_default_options();
+    enum { NBAD = 12 };
+    qkv_translate_options bad[NBAD];
+    for (int k = 0; k < NBAD; k++) bad[k] = qkv_translate_default_options();
     bad[0].beam = 0, bad[1].n_best = 0, bad[2].beam = 2, bad[2].n_best = 3;
     bad[3].alpha = -0.5f, bad[4].alpha = NAN, bad[5].batch = 0, bad[6].max_len = -1;
-    bad[7].precision = (qkv_precision)7;
+    bad[8].max_len_a = -1.0f, bad[9].max_len_a = NAN, bad[10].max_len_b = -1;
+    bad[11].stop = (qkv_beam_stop)3;
+    bad[7].precision = (qkv_precision)7; /* last, for the message below */
     qkv_translations r;
     qkv_error err = {0};
-    for (int k = 0; k < 8; k++) {
+    for (int k = NBAD - 1; k >= 0; k--) {
         memset(&r, 0xff, sizeof r);
         assert_int_equal(qkv_translate(&r, t, src, 2, &bad[k], &err), QKV_ERR_ARG);
         assert_int_equal(r.count, 0);
         assert_null(r.text);
         assert_null(r.ids);
     }
+    assert_non_null(strstr(err.msg, "beam >= 1")); /* bad[0] */
+    memset(&r, 0xff, sizeof r);
+    assert_int_equal(qkv_translate(&r, t, src, 2, &bad[7], &err), QKV_ERR_ARG);
     assert_non_null(strstr(err.msg, "precision"));
     qkv_translate_options o = qkv_translate_default_options();
     const char *newline[] = {"the cat", "a dog\nthe mat"}, *null[] = {"the cat", NULL};
@@ -534,6 +618,38 @@ static void test_bad_options_and_sources(void **state)
 
 /* A translator around a model in memory: it takes the model and the tokenizer on success
  * (the tokenizer zeroed), neither on failure. */
+/* Typed reserved tokens are text: "<pad>" and "<eos>" reach the encoder as <unk> (so the
+ * translation is that of the same sentence with "<unk>" there; a <pad> id used to mask the
+ * rest of the source), and the results count each source's unknown tokens. */
+static void test_reserved_tokens_are_text(void **state)
+{
+    (void)state;
+    char dir[64];
+    word_model_dir(dir, sizeof dir, 8);
+    qkv_translator *t = open_ok(dir);
+    const char *typed[] = {"the <pad> cat <eos> sat", "the <bos> cat sat", "zz yy the"};
+    const char *unk[] = {"the <unk> cat <unk> sat", "the <unk> cat sat", "zz yy the"};
+    qkv_translate_options o = qkv_translate_default_options();
+    qkv_translations a, b;
+    assert_int_equal(qkv_translate(&a, t, typed, 3, &o, NULL), QKV_OK);
+    assert_int_equal(qkv_translate(&b, t, unk, 3, &o, NULL), QKV_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(a.len[i], b.len[i]);
+        assert_memory_equal(a.ids + (size_t)i * a.max_len, b.ids + (size_t)i * b.max_len,
+                            (size_t)a.len[i] * sizeof *a.ids);
+        assert_int_equal(a.src_len[i], b.src_len[i]);
+        assert_int_equal(a.unknown[i], b.unknown[i]);
+    }
+    assert_int_equal(a.src_len[0], 5);
+    assert_int_equal(a.unknown[0], 2);
+    assert_int_equal(a.unknown[1], 1);
+    assert_int_equal(a.src_len[2], 3);
+    assert_int_equal(a.unknown[2], 2); /* "zz", "yy": mostly unknown */
+    qkv_translations_free(&a), qkv_translations_free(&b);
+    qkv_translator_free(t);
+    remove_tree(dir);
+}
+
 static void test_create_from_memory(void **state)
 {
     (void)state;
@@ -560,7 +676,7 @@ static void test_create_from_memory(void **state)
     qkv_translations r;
     qkv_translate_options o = qkv_translate_default_options();
     assert_int_equal(qkv_translate(&r, t, src, 1, &o, &err), QKV_OK);
-    assert_int_equal(r.max_len, 5);
+    assert_int_equal(r.max_len, MAX_LEN); /* 1.5 * 3 + 10 tokens, cut to the model's */
     qkv_translations_free(&r);
     qkv_translator_free(t);
     qkv_sentences_free(&s);
@@ -736,7 +852,9 @@ int main(void)
         cmocka_unit_test(test_subword_model_and_best_dir),
         cmocka_unit_test(test_whitespace_tokens_with_bos),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_length_follows_source),
         cmocka_unit_test(test_bad_options_and_sources),
+        cmocka_unit_test(test_reserved_tokens_are_text),
         cmocka_unit_test(test_create_from_memory),
         cmocka_unit_test(test_word_ids),
         cmocka_unit_test(test_validation_bleu_over_words),

@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# End-to-end tests of qkv serve on loopback, with a translation model (qkv demo, trained here
+# in seconds) and a language model (qkv train-lm on a generated text): every endpoint and error
+# code, translations identical to qkv translate (alone, in one request, and from 24 concurrent
+# clients that the server batches together; beam search and n-best too), completions identical
+# to qkv generate (plain, streamed as server-sent events, and six at once, batched), a bounded wrk load test whose Lua
+# script checks every response, a full queue (503 + Retry-After), a timeout (504), a client that
+# goes away mid-stream (its generation stops), a slow client that holds a connection while
+# others are served, and SIGTERM with requests in flight (all answered, exit 0).
+# Usage: test_serve.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run) shortens the load test.
+set -u
+QKV=$(realpath "$1")
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+QUICK=${QKV_E2E_QUICK:-}
+
+# start NAME ARGS...: runs qkv serve --port 0 ARGS in the background; sets PID and URL
+start() {
+  local name=$1; shift
+  "$QKV" serve --port 0 --threads 2 "$@" >"$T/$name.out" 2>"$T/$name.err" &
+  PID=$!; PIDS+=("$PID"); URL=
+  for _ in $(seq 200); do
+    URL=$(sed -n 's|.* on \(http://[^ ]*\)$|\1|p' "$T/$name.out")
+    [ -n "$URL" ] && break
+    sleep 0.05
+  done
+  if [ -z "$URL" ]; then bad "$name: the server did not start: $(head -c 300 "$T/$name.err")"; return 1; fi
+}
+# post PATH JSON: the body of the answer; $T/code receives the status
+post() { curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL$1" -H 'Content-Type: application/json' \
+           --data-binary "$2" >"$T/code"; cat "$T/body"; }
+code_is() { [ "$(cat "$T/code")" = "$1" ]; }
+# expect_code NAME CODE PATTERN PATH JSON: the status and a body matching PATTERN
+expect_code() {
+  local name=$1 code=$2 pat=$3 body
+  body=$(post "$4" "$5")
+  # the body as sent, and its error message decoded from JSON
+  if code_is "$code" && { echo "$body"; json 'd.get("error", "")' <<<"$body" 2>/dev/null; } |
+       grep -qE -- "$pat"; then ok "$name"
+  else bad "$name: got $(cat "$T/code") $(head -c 300 <<<"$body")"; fi
+}
+json() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+# holds EXPR BODY: the Python expression over the JSON body d is true
+holds() { [ "$(json "$1" <<<"$2" 2>/dev/null)" = True ]; }
+
+check "serve --help" bash -c "'$QKV' serve --help 2>&1 | grep -q -- --max-batch-tokens"
+"$QKV" serve --model "$T/none" --port 0 >/dev/null 2>"$T/err"
+check "a missing model directory fails with a message" grep -q "$T/none" "$T/err"
+"$QKV" serve --port 0 >/dev/null 2>"$T/err"
+check "--model is required" grep -q "needs --model" "$T/err"
+
+# ---- a translation model
+"$QKV" demo --out "$T/tm" --epochs 2 --train 2000 --threads 2 >/dev/null 2>&1
+check "qkv demo trained a model" test -s "$T/tm/model.safetensors"
+printf '%s\n' "a b c d e" "n a q" "c c g a l" "a f e j q r o j" "q" "j i h g f e d c b a" \
+  "b b b" "o p q r s t" >"$T/src.txt"
+"$QKV" translate --model "$T/tm" --input "$T/src.txt" --threads 2 >"$T/ref.txt"
+"$QKV" translate --model "$T/tm" --input "$T/src.txt" --threads 2 --beam 3 --n-best 2 >"$T/ref_beam.txt"
+start tm --model "$T/tm" --max-batch-tokens 8 || exit 1
+check "prints the address it listens on" grep -qE '^qkv serve: translation model .* on http://127.0.0.1:[0-9]+$' "$T/tm.out"
+
+body=$(curl -s "$URL/health")
+check "GET /health" grep -q '"status":"ok"' <<<"$body"
+body=$(curl -s "$URL/v1/models")
+check "GET /v1/models names the model" bash -c "grep -q '\"object\":\"list\"' <<<'$body' && grep -q '\"id\":\"tm\"' <<<'$body'"
+
+# one request per sentence, then all in one request: the same text as qkv translate
+same=1
+while IFS= read -r line; do
+  got=$(post /translate "{\"q\": \"$line\", \"source\": \"auto\", \"target\": \"x\", \"format\": \"text\"}" | json 'd["translatedText"]')
+  printf '%s\n' "$got" >>"$T/one.txt"
+done <"$T/src.txt"
+check "POST /translate (a string): each text as qkv translate gives it" cmp -s "$T/one.txt" "$T/ref.txt"
+q=$(/usr/bin/python3 -c "import json; print(json.dumps({'q': open('$T/src.txt').read().split('\n')[:-1]}))")
+post /translate "$q" | json '"\n".join(d["translatedText"])' >"$T/list.txt"
+check "POST /translate (an array): translatedText an array, as qkv translate" cmp -s "$T/list.txt" "$T/ref.txt"
+body=$(post /translate '{"q": "a b c d e", "beam": 3, "alternatives": 1}')
+want=$(sed -n '1,2p' "$T/ref_beam.txt" | awk -F' \\|\\|\\| ' '{print $2}' | paste -sd'|')
+got=$(json 'd["translatedText"] + "|" + d["alternatives"][0]' <<<"$body")
+check "beam 3 with an alternative: qkv translate --beam 3 --n-best 2's two best" test "$got" = "$want"
+check "beam search reports its scores" holds 'len(d["scores"]) == 2 and d["scores"][0] >= d["scores"][1]' "$body"
+expect_code "an empty array gives an empty array" 200 '"translatedText":\[\]' /translate '{"q": []}'
+expect_code "max_len cuts the translation" 200 '"translatedText":"[^ ]*"' /translate '{"q": "j i h g f e d c b a", "max_len": 1}'
+
+# 24 concurrent clients, 3 rounds of the 8 sentences: every answer as qkv translate's, and the
+# server decoded them in batches (metrics: more than one sentence per step on average)
+for k in $(seq 0 23); do
+  i=$((k % 8 + 1)); line=$(sed -n "${i}p" "$T/src.txt")
+  ( curl -s -X POST "$URL/translate" --data-binary "{\"q\": \"$line\"}" | json 'd["translatedText"]' >"$T/c$k.txt" ) &
+done
+wait_clients() { for p in $(jobs -p); do [ "$p" = "$PID" ] || wait "$p"; done; }
+wait_clients
+same=1
+for k in $(seq 0 23); do
+  i=$((k % 8 + 1))
+  [ "$(cat "$T/c$k.txt")" = "$(sed -n "${i}p" "$T/ref.txt")" ] || { same=0; echo "  client $k: $(cat "$T/c$k.txt")"; }
+done
+check "24 concurrent clients: every answer as qkv translate's" test $same = 1
+metrics=$(curl -s "$URL/metrics")
+check "GET /metrics: Prometheus text with requests by code, tokens, queue, batch, latency" bash -c "
+  grep -q '^qkv_requests_total{code=\"200\"} [1-9]' <<<'$metrics' &&
+  grep -q '^qkv_tokens_generated_total [1-9]' <<<'$metrics' &&
+  grep -q '^qkv_queue_length 0' <<<'$metrics' &&
+  grep -q '^qkv_request_duration_seconds_bucket{le=\"+Inf\"} [1-9]' <<<'$metrics' &&
+  grep -q '^# TYPE qkv_request_duration_seconds histogram' <<<'$metrics'"
+check "concurrent requests were decoded together (batch size > 1 on average)" bash -c "
+  awk '/^qkv_batch_size_sum/ {s=\$2} /^qkv_batch_size_count/ {c=\$2} END {exit !(c > 0 && s / c > 1.0)}' <<<'$metrics'"
+
+# ---- bad requests: a JSON error with a message, and the server lives on
+expect_code "malformed JSON: 400 naming the byte" 400 'malformed JSON at byte' /translate '{"q": "a b'
+expect_code "q of the wrong type: 400" 400 '"q" must be a string or an array' /translate '{"q": 3}'
+expect_code "an item of the wrong type: 400" 400 '"q"\[1\] must be a string' /translate '{"q": ["a", 2]}'
+expect_code "invalid UTF-8: 400" 400 'not valid UTF-8' /translate $'{"q": "a \xc3\x28"}'
+expect_code "a body that is not an object: 400" 400 'must be a JSON object' /translate '["a"]'
+expect_code "an empty body: 400" 400 'empty' /translate ''
+expect_code "beam out of range: 400" 400 '"beam" must be an integer in \[1, 16\]' /translate '{"q": "a", "beam": 0}'
+expect_code "max_len beyond the model: 400" 400 '"max_len"' /translate '{"q": "a", "max_len": 100000}'
+expect_code "format html: 400" 400 'only "text"' /translate '{"q": "a", "format": "html"}'
+expect_code "a line break inside a text: 400" 400 'line break' /translate '{"q": "a\nb"}'
+expect_code "source of the wrong type: 400" 400 '"source" must be a string' /translate '{"q": "a", "source": 1}'
+expect_code "completions on a translation model: 400" 400 'use /translate' /v1/completions '{"prompt": "a"}'
+expect_code "an unknown path: 404" 404 'no endpoint /nope' /nope '{}'
+code=$(curl -s -o "$T/body" -w '%{http_code}' "$URL/translate")
+check "GET /translate: 405" test "$code" = 405
+code=$(curl -s -o "$T/body" -w '%{http_code}' -X DELETE "$URL/health")
+check "DELETE /health: 405" test "$code" = 405
+head -c 1100000 /dev/zero | tr '\0' 'a' | sed 's/^/{"q": "/; s/$/"}/' >"$T/big.json"
+code=$(curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL/translate" --data-binary "@$T/big.json")
+check "a body over 1 MiB: 413" bash -c "test $code = 413 && grep -q 'at most' '$T/body'"
+many=$(/usr/bin/python3 -c "import json; print(json.dumps({'q': ['a'] * 129}))")
+expect_code "more than 128 texts: 413" 413 'at most 128' /translate "$many"
+check "still healthy after the bad requests" bash -c "curl -sf '$URL/health' | grep -q ok"
+
+# ---- the load test: wrk for a bounded time, its Lua script checking every response
+cat >"$T/check.lua" <<'EOF'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"q": ["a b c d e", "n a q", "c c g a l"]}'
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) good = 0; bad = 0 end
+function response(status, headers, body)
+  if status == 200 and body:find('"translatedText":%["[^"]*","[^"]*","[^"]*"%]') then
+    good = good + 1 else bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local g, b = 0, 0
+  for _, t in ipairs(threads) do g = g + t:get("good"); b = b + t:get("bad") end
+  local e = summary.errors
+  io.write(string.format("checked good=%d bad=%d errors=%d\n", g, b,
+                         e.connect + e.read + e.write + e.status + e.timeout))
+end
+EOF
+DUR=3s; [ -n "$QUICK" ] && DUR=2s
+if command -v wrk >/dev/null; then
+  wrk -t2 -c16 -d$DUR --timeout 10s -s "$T/check.lua" "$URL/translate" >"$T/wrk.out" 2>&1
+  check "wrk -c16: every response checked, all 200 with three translations, no socket errors" \
+    grep -qE '^checked good=[1-9][0-9]* bad=0 errors=0$' "$T/wrk.out"
+  grep -E 'Requests/sec|checked' "$T/wrk.out" | sed 's/^/  /'
+else
+  bad "wrk is not installed (scripts/install-deps.sh installs it)"
+fi
+
+# ---- a slow client holds a connection (headers sent, body not): others are still served
+exec 3<>"/dev/tcp/127.0.0.1/${URL##*:}"
+printf 'POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"q": ' >&3
+body=$(post /translate '{"q": "n a q"}')
+check "a slow client does not hold up the others" test "$(json 'd["translatedText"]' <<<"$body")" = "$(sed -n 2p "$T/ref.txt")"
+exec 3>&-
+
+kill -TERM "$PID"; wait "$PID"; rc=$?
+check "the translation server exits 0 on SIGTERM" test $rc = 0
+
+# ---- a language model
+for i in $(seq 400); do echo "the cat sat on the mat and the dog ran to the red house $i"; done >"$T/text.txt"
+"$QKV" train-lm --data "$T/text.txt" --d-model 32 --heads 2 --ffn 64 --layers 2 --context 32 \
+  --batch 16 --lr 3e-3 --warmup 10 --steps 30 --threads 2 --quiet --out "$T/lm" >/dev/null 2>&1
+check "train-lm trained a model" test -s "$T/lm/model.safetensors"
+"$QKV" generate --model "$T/lm" --prompt "the cat" --tokens 40 --seed 7 --temperature 0.8 --top-k 5 \
+  --threads 2 >"$T/gen.txt"
+start lm --model "$T/lm" --max-batch-tokens 1 --max-queue 1000 --timeout 1 || exit 1
+req='{"prompt": "the cat", "max_tokens": 40, "seed": 7, "temperature": 0.8, "top_k": 5}'
+body=$(post /v1/completions "$req")
+got=$(json '"the cat" + d["choices"][0]["text"]' <<<"$body")
+check "POST /v1/completions: qkv generate's text for the same seed and sampling" test "$got" = "$(cat "$T/gen.txt")"
+check "the completion reports its usage" holds 'd["usage"]["completion_tokens"] == 40 and d["choices"][0]["finish_reason"] == "length" and d["object"] == "text_completion"' "$body"
+curl -sN -X POST "$URL/v1/completions" --data-binary "${req%\}}, \"stream\": true}" >"$T/sse.txt"
+got=$(grep '^data: {' "$T/sse.txt" | sed 's/^data: //' | /usr/bin/python3 -c "
+import json, sys
+print('the cat' + ''.join(json.loads(l)['choices'][0]['text'] for l in sys.stdin))")
+check "stream: server-sent events whose texts join into the same text" test "$got" = "$(cat "$T/gen.txt")"
+check "stream: ends with data: [DONE]" test "$(grep -v '^$' "$T/sse.txt" | tail -1)" = "data: [DONE]"
+body=$(post /v1/completions '{"prompt": "the cat", "max_tokens": 200, "seed": 7, "temperature": 0, "stop": ["mat"]}')
+check "stop: the text ends before the stop string, finish_reason stop" holds 'd["choices"][0]["finish_reason"] == "stop" and "mat" not in d["choices"][0]["text"]' "$body"
+expect_code "max_tokens out of range: 400" 400 '"max_tokens" must be an integer' /v1/completions '{"prompt": "a", "max_tokens": -1}'
+expect_code "temperature of the wrong type: 400" 400 '"temperature" must be a number' /v1/completions '{"prompt": "a", "temperature": "hot"}'
+expect_code "stop of the wrong type: 400" 400 '"stop" must be a string or an array' /v1/completions '{"prompt": "a", "stop": 5}'
+expect_code "stream not a boolean: 400" 400 '"stream" must be true or false' /v1/completions '{"prompt": "a", "stream": "yes"}'
+expect_code "translate on a language model: 400" 400 'use /v1/completions' /translate '{"q": "a"}'
+
+# a client that goes away after the first event: its generation stops (tokens counted by
+# /metrics stay far below the 4096 asked for)
+tokens() { curl -s "$URL/metrics" | sed -n 's/^qkv_tokens_generated_total //p'; }
+before=$(tokens)
+curl -sN -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 4096, "stream": true}' | head -c 1 >/dev/null
+sleep 0.5
+mid=$(tokens); sleep 0.3; after=$(tokens)
+check "a client gone mid-stream stops its generation (tokens: $before -> $after)" \
+  test $((after - before)) -lt 4096 -a "$mid" = "$after"
+check "in flight: none left after the disconnect" bash -c "curl -s '$URL/metrics' | grep -q '^qkv_requests_in_flight 1$'"
+
+# N requests for 4096 tokens at once, N such that one after another they take over 2.5 s
+# whatever this machine's speed: with one slot, the last of them wait past --timeout 1 s (504)
+secs=$(curl -s -o /dev/null -w '%{time_total}' -X POST "$URL/v1/completions" \
+         --data-binary '{"prompt": "the", "max_tokens": 4096}')
+N=$(awk -v t="$secs" 'BEGIN { n = int(2.5 / (t > 0.001 ? t : 0.001)) + 4; print (n < 8 ? 8 : n > 200 ? 200 : n) }')
+flood() { # flood PREFIX: N requests at once; $T/PREFIX.K.code their status, $T/PREFIX.K.h their headers
+  for k in $(seq 1 "$N"); do
+    curl -s -D "$T/$1.$k.h" -o /dev/null -w '%{http_code}\n' -X POST "$URL/v1/completions" \
+      --data-binary '{"prompt": "the", "max_tokens": 4096, "seed": '$k'}' >"$T/$1.$k.code" &
+  done
+  wait_clients
+  cat "$T/$1".*.code | sort | uniq -c | tr -s ' ' | paste -sd,
+}
+codes=$(flood slow)
+check "$N requests of ${secs}s each, one slot: past --timeout 1 s, 504 ($codes)" bash -c "cat '$T'/slow.*.code | grep -qx 504"
+check "every answer 200 or 504 ($codes)" bash -c "! cat '$T'/slow.*.code | grep -qvxE '200|504'"
+check "still healthy" bash -c "curl -sf '$URL/health' | grep -q ok"
+kill -TERM "$PID"; wait "$PID"; rc=$?
+check "the language-model server exits 0 on SIGTERM" test $rc = 0
+
+# the same N at a server with one slot and a queue of one: 503 with Retry-After
+start lmq --model "$T/lm" --max-batch-tokens 1 --max-queue 1 || exit 1
+codes=$(flood full)
+check "a full queue answers 503 ($codes)" bash -c "cat '$T'/full.*.code | grep -qx 503"
+check "503 carries Retry-After" bash -c "grep -l '^HTTP/1.1 503' '$T'/full.*.h | head -1 | xargs grep -qi '^Retry-After: 1'"
+check "every answer 200 or 503 ($codes)" bash -c "! cat '$T'/full.*.code | grep -qvxE '200|503'"
+kill -TERM "$PID"; wait "$PID"
+
+# ---- SIGTERM with requests in flight (three generations of 4096 tokens):
+# each answered in full, then exit 0; nothing listens after
+start lm2 --model "$T/lm" || exit 1
+# six concurrent completions (batched together): each as qkv generate gives it
+for k in 0 1 2 3 4 5; do
+  "$QKV" generate --model "$T/lm" --prompt "the cat" --tokens $((20 + 7 * k)) --seed $k --top-p 0.9 \
+    --threads 2 >"$T/g$k.ref"
+done
+for k in 0 1 2 3 4 5; do
+  ( curl -s -X POST "$URL/v1/completions" --data-binary '{"prompt": "the cat", "max_tokens": '$((20 + 7 * k))', "seed": '$k', "top_p": 0.9}' |
+    json '"the cat" + d["choices"][0]["text"]' >"$T/g$k.got" ) &
+done
+wait_clients
+same=1
+for k in 0 1 2 3 4 5; do cmp -s "$T/g$k.ref" "$T/g$k.got" || same=0; done
+check "six concurrent completions: each as qkv generate gives it" test $same = 1
+metrics=$(curl -s "$URL/metrics")
+check "the six were generated together (batch size > 1 on average)" bash -c "
+  awk '/^qkv_batch_size_sum/ {s=\$2} /^qkv_batch_size_count/ {c=\$2} END {exit !(c > 0 && s / c > 1.0)}' <<<'$metrics'"
+for k in 0 1 2; do
+  ( curl -s -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 4096, "seed": '$k'}' |
+    json 'd["usage"]["completion_tokens"]' >"$T/s$k.txt" ) &
+done
+for _ in $(seq 400); do # until all three are in flight (and the /metrics request itself)
+  curl -s "$URL/metrics" | grep -q '^qkv_requests_in_flight 4$' && break
+done
+kill -TERM "$PID"
+wait_clients
+wait "$PID"; rc=$?
+check "SIGTERM: exit 0" test $rc = 0
+check "SIGTERM: the requests in flight were answered in full" \
+  test "$(cat "$T"/s0.txt "$T"/s1.txt "$T"/s2.txt | paste -sd,)" = "4096,4096,4096"
+check "SIGTERM: the server said it stopped" grep -q "stopped" "$T/lm2.err"
+check "after SIGTERM nothing listens" bash -c "! curl -s -m 2 '$URL/health' >/dev/null"
+if grep -E "ERROR: (Address|Leak)Sanitizer|runtime error" "$T"/*.err; then bad "sanitizer reports"; fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
