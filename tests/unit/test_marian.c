@@ -8,6 +8,8 @@
  *   logits   |qkv - HF| <= 1e-4 max(1, |HF|) for every sentence, position and token, and
  *            the same log-normaliser (qkv's extra <bos> column takes no probability)
  *   greedy   generate(num_beams=1)'s tokens, token for token, for every sentence
+ *   beam     generate(num_beams=4, length_penalty=1.0 and 0.6)'s, the same, under
+ *            QKV_BEAM_STOP_HF (transformers' scorer) with the model's forced_eos
  * with ids mapped through the two vocabularies' token strings (not through the importer's
  * own map). The command line (refusals, the directory) is tests/e2e/test_marian.sh. */
 #include <math.h>
@@ -191,6 +193,26 @@ static int *marian_to_qkv(const char *vocab_json, const char *qkv_vocab_path, in
     return map;
 }
 
+/* qkv's outputs (N, T) against transformers' (N, max_new) in Marian ids; the tokens compared */
+static int same_outputs(const char *name, const char *what, const int *got, const int *got_len,
+                        int T, const int *want, const int *want_len, int max_new,
+                        const int *tmap, int N)
+{
+    int tokens = 0;
+    for (int i = 0; i < N; i++) {
+        if (got_len[i] != want_len[i])
+            fail_msg("%s, %s: sentence %d: qkv's output has %d tokens, transformers' %d", name,
+                     what, i, got_len[i], want_len[i]);
+        for (int j = 0; j < want_len[i]; j++)
+            if (got[(size_t)i * T + j] != tmap[want[(size_t)i * max_new + j]])
+                fail_msg("%s, %s: sentence %d, token %d: qkv %d, transformers %d (qkv id %d)",
+                         name, what, i, j, got[(size_t)i * T + j], want[(size_t)i * max_new + j],
+                         tmap[want[(size_t)i * max_new + j]]);
+        tokens += want_len[i];
+    }
+    return tokens;
+}
+
 static void check_import(const char *name)
 {
     char hf[1024], ref[256], out[] = "/tmp/qkv_marian_XXXXXX", path[1200], path2[1200];
@@ -250,20 +272,26 @@ static void check_import(const char *name)
     const int *greedy = tu_ref_i32(&f, "greedy", &n), *glen = tu_ref_i32(&f, "greedy_len", &n);
     int *out_ids = malloc((size_t)N * T * sizeof *out_ids), *out_len = malloc((size_t)N * sizeof *out_len);
     if (qkv_transformer_greedy(m, s, valid, N, Ts, T, out_ids, out_len, &err)) fail_msg("%s", err.msg);
-    int tokens = 0;
-    for (int i = 0; i < N; i++) {
-        if (out_len[i] != glen[i])
-            fail_msg("%s: sentence %d: qkv's greedy output has %d tokens, transformers' %d", name,
-                     i, out_len[i], glen[i]);
-        for (int j = 0; j < glen[i]; j++)
-            if (out_ids[(size_t)i * T + j] != tmap[greedy[(size_t)i * max_new + j]])
-                fail_msg("%s: sentence %d, token %d: qkv %d, transformers %d (qkv id %d)", name,
-                         i, j, out_ids[(size_t)i * T + j], greedy[(size_t)i * max_new + j],
-                         tmap[greedy[(size_t)i * max_new + j]]);
-        tokens += glen[i];
+    const int tokens = same_outputs(name, "greedy", out_ids, out_len, T, greedy, glen, max_new,
+                                    tmap, N);
+    /* beam search: transformers' BeamSearchScorer (QKV_BEAM_STOP_HF) with its length_penalty */
+    int beam_tokens = 0;
+    for (int k = 0; k < 2; k++) {
+        char key[32], len_key[32], lp_key[32];
+        snprintf(key, sizeof key, "beam%d", k), snprintf(len_key, sizeof len_key, "beam%d_len", k);
+        snprintf(lp_key, sizeof lp_key, "length_penalty%d", k);
+        const qkv_beam_options o = {tu_ref_int(&f, "beam"), 1, T, tu_ref_float(&f, lp_key),
+                                    QKV_BEAM_STOP_HF, NULL};
+        qkv_beam_results r = {out_ids, out_len, NULL, NULL};
+        if (qkv_transformer_beam(m, s, valid, N, Ts, &o, &r, &err)) fail_msg("%s", err.msg);
+        char what[64];
+        snprintf(what, sizeof what, "beam %d, length_penalty %g", o.beam, (double)o.alpha);
+        beam_tokens += same_outputs(name, what, out_ids, out_len, T, tu_ref_i32(&f, key, &n),
+                                    tu_ref_i32(&f, len_key, &n), max_new, tmap, N);
     }
     printf("%s: %d sentences: logits within %.1e (relative, max(1, |HF|)), greedy identical "
-           "(%d tokens)\n", name, N, worst, tokens);
+           "(%d tokens), beam identical (%d tokens, 2 length penalties)\n", name, N, worst,
+           tokens, beam_tokens);
     free(out_ids), free(out_len), free(got), free(s), free(t), free(smap), free(tmap);
     qkv_tensor_file_free(&f);
     qkv_transformer_free(m);
