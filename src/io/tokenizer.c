@@ -274,6 +274,10 @@ static size_t spm_decode(const qkv_tokenizer *t, char *out, size_t cap, const in
     qkv_error err = {0};
     if (pieces && qkv_spm_decode_pieces(t->tgt_spm, pieces, k, &text, &err)) text = NULL;
     free(pieces);
+    /* a translation ending in a lone "▁" piece decodes with a trailing space: none is text
+     * (transformers' MarianTokenizer strips it too) */
+    size_t end = text ? strlen(text) : 0;
+    while (end > 0 && text[end - 1] == ' ') text[--end] = '\0';
     const size_t len = snprintf(out, cap, "%s", text ? text : "");
     free(text);
     return len;

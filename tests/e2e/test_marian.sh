@@ -150,6 +150,22 @@ st.save_file({k: v.float().clone().contiguous() for k, v in sd.items()}, "model.
 check "pytorch_model.bin converted as the README says imports to the same model" \
   bash -c "'$QKV' import marian '$T/bin2' --out '$T/o16' 2>/dev/null && cmp -s '$T/o16/model.safetensors' '$T/m/model.safetensors'"
 
+# ---- text in, text out: qkv translate (SentencePiece in, detokenised text out) equals
+# transformers' generate decoded by MarianTokenizer, line for line; --max-len 23 with the
+# per-source limit off is generate(max_new_tokens=24), which forces </s> as token 24
+LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)
+for n in shared_swish separate_gelu shared_relu_untied; do
+  "$QKV" import marian "$P/marian_$n" --out "$T/t_$n" 2>/dev/null || bad "import $n"
+  check "$n: qkv translate gives transformers' greedy text" bash -c "
+    '$QKV' translate --model '$T/t_$n' ${LIM[*]} <'$P/marian_$n.de' 2>/dev/null | cmp -s - '$P/marian_$n.greedy.en'"
+  check "$n: --beam 4 --beam-stop hf --length-penalty 1 gives generate(num_beams=4)'s text" bash -c "
+    '$QKV' translate --model '$T/t_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
+      <'$P/marian_$n.de' 2>/dev/null | cmp -s - '$P/marian_$n.beam4.en'"
+done
+check "echo 'Ein Mann fährt Fahrrad.' | qkv translate: transformers' translation" bash -c "
+  [ \"\$(echo 'Ein Mann fährt Fahrrad.' | '$QKV' translate --model '$T/t_shared_swish' ${LIM[*]} 2>/dev/null)\" = \"\$(head -1 '$P/marian_shared_swish.greedy.en')\" ]"
+check "qkv info reads the imported directory" bash -c "'$QKV' info --model '$T/t_shared_swish' >/dev/null 2>&1"
+
 # ---- SiLU is an activation qkv trains with too
 awk 'BEGIN { srand(3); for (i = 0; i < 40; i++) { s = ""; for (j = 0; j < 4; j++)
        s = s (j ? " " : "") substr("abcdef", 1 + int(rand() * 6), 1); print s "\t" s } }' >"$T/copy.tsv"
