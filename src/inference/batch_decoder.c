@@ -100,23 +100,8 @@ int qkv_batch_decoder_running(const qkv_batch_decoder *bd)
 static qkv_status tokenize(qkv_sentences *src, const qkv_tokenizer *tok,
                            const char *const *sources, int n, qkv_error *err)
 {
-    size_t bytes = 1;
-    for (int i = 0; i < n; i++) {
-        if (!sources[i] || strchr(sources[i], '\n'))
-            return qkv_fail(err, QKV_ERR_ARG, "source:%d: %s", i + 1, sources[i] ?
-                            "a line break inside (one sentence per source)" : "NULL");
-        bytes += strlen(sources[i]) + 1;
-    }
-    char *text = malloc(bytes), *at = text;
-    if (!text) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d sources", n);
-    for (int i = 0; i < n; i++) {
-        const size_t len = strlen(sources[i]);
-        memcpy(at, sources[i], len);
-        at += len, *at++ = '\n';
-    }
     qkv_sentences words;
-    qkv_status st = qkv_tokenizer_words(tok, &words, text, (size_t)(at - text), "source", err);
-    free(text);
+    qkv_status st = source_words(&words, tok, sources, n, err);
     if (!st) st = qkv_tokenizer_tokens(tok, src, &words, 0, err);
     qkv_sentences_free(&words);
     return st;

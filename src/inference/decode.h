@@ -27,4 +27,10 @@ qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_vali
  * o->max_len_b), at least 1, at most cap (a = b = 0: cap), as qkv_translate allows. */
 int translate_length_limit(const qkv_translate_options *o, int n, int cap);
 
+/* The sources (n, each one sentence: NULL or a line break inside is an error naming it) as
+ * words, one sentence per source, as qkv_translate reads them; on failure *words is empty
+ * (qkv_sentences_free is still fine). */
+qkv_status source_words(qkv_sentences *words, const qkv_tokenizer *tok,
+                        const char *const *sources, int n, qkv_error *err);
+
 #endif

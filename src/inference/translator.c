@@ -304,15 +304,10 @@ qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
     return st ? st : translate(out, t, words, o, err);
 }
 
-qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *const *sources,
-                         int n, const qkv_translate_options *o, qkv_error *err)
+qkv_status source_words(qkv_sentences *words, const qkv_tokenizer *tok,
+                        const char *const *sources, int n, qkv_error *err)
 {
-    memset(out, 0, sizeof *out);
-    qkv_status st = check_options(o, err);
-    if (st) return st;
-    if (n < 0 || (n > 0 && !sources))
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs n >= 0 sources and an array of "
-                        "them (got %d%s)", n, sources ? "" : " and NULL");
+    memset(words, 0, sizeof *words);
     /* one line per source, so that the tokenizer's messages name a source by its line */
     size_t bytes = 1;
     for (int i = 0; i < n; i++) {
@@ -328,9 +323,22 @@ qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *c
         memcpy(at, sources[i], len);
         at += len, *at++ = '\n';
     }
-    qkv_sentences words;
-    st = qkv_tokenizer_words(&t->tok, &words, text, (size_t)(at - text), "source", err);
+    qkv_status st = qkv_tokenizer_words(tok, words, text, (size_t)(at - text), "source", err);
     free(text);
+    return st;
+}
+
+qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *const *sources,
+                         int n, const qkv_translate_options *o, qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    qkv_status st = check_options(o, err);
+    if (st) return st;
+    if (n < 0 || (n > 0 && !sources))
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs n >= 0 sources and an array of "
+                        "them (got %d%s)", n, sources ? "" : " and NULL");
+    qkv_sentences words;
+    st = source_words(&words, &t->tok, sources, n, err);
     if (!st) st = translate(out, t, &words, o, err);
     qkv_sentences_free(&words);
     return st;
