@@ -20,6 +20,7 @@
 
 #include "models/language_model_internal.h"
 #include "training/parallel.h"
+#include "training/training.h"
 
 qkv_lm_train_options qkv_lm_train_default_options(void)
 {
@@ -99,26 +100,15 @@ qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B,
 static qkv_status log_metrics(const char *dir, const qkv_lm_train_progress *p, qkv_error *err)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
-    if (!fp) {
-        int e = errno;
-        if (fd >= 0) close(fd);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path,
-                        e == ELOOP ? "it is a symbolic link (qkv never writes through one)"
-                                   : strerror(e));
-    }
+    FILE *fp;
+    qkv_status st = metrics_open(&fp, path, sizeof path, dir, err);
+    if (st) return st;
     fprintf(fp, "{\"epoch\": %.6f, \"step\": %lld, \"loss\": %.6f", p->epoch,
             (long long)p->step, p->loss);
     if (!isnan(p->val_loss)) fprintf(fp, ", \"val_loss\": %.6f", p->val_loss);
     fprintf(fp, ", \"lr\": %.6g, \"grad_norm\": %.4f, \"tokens_per_s\": %.1f, \"elapsed_s\": "
             "%.2f}\n", p->lr, p->grad_norm, p->tokens_per_s, p->elapsed_s);
-    int bad = ferror(fp), e = errno;
-    if (fclose(fp) != 0 && !bad) bad = 1, e = errno;
-    if (bad) return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path, strerror(e));
-    return QKV_OK;
+    return metrics_close(fp, path, err);
 }
 
 static qkv_status check_options(const qkv_lm *m, size_t n_train, const qkv_lm_train_options *o,

@@ -40,22 +40,39 @@ static float learning_rate(const qkv_train_options *o, int d_model, int64_t step
     return (float)(o->lr_factor / sqrt((double)d_model) * fmin(1.0 / sqrt(s), s * pow(w, -1.5)));
 }
 
-/* Appends one line to dir/metrics.jsonl. A failure is an error like any other write's: the
- * log is the run's record, and losing it silently would leave a run that looks complete. */
-static qkv_status log_metrics(const char *dir, const qkv_train_progress *p, qkv_error *err)
+qkv_status metrics_open(FILE **fp, char *path, size_t path_size, const char *dir,
+                        qkv_error *err)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(path, path_size, "%s/metrics.jsonl", dir);
     /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
-    if (!fp) {
+    *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!*fp) {
         int e = errno;
         if (fd >= 0) close(fd);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path,
                         e == ELOOP ? "it is a symbolic link (qkv never writes through one)"
                                    : strerror(e));
     }
+    return QKV_OK;
+}
+
+qkv_status metrics_close(FILE *fp, const char *path, qkv_error *err)
+{
+    int bad = ferror(fp), e = errno;
+    if (fclose(fp) != 0 && !bad) bad = 1, e = errno;
+    if (bad) return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path, strerror(e));
+    return QKV_OK;
+}
+
+/* Appends one line to dir/metrics.jsonl. A failure is an error like any other write's: the
+ * log is the run's record, and losing it silently would leave a run that looks complete. */
+static qkv_status log_metrics(const char *dir, const qkv_train_progress *p, qkv_error *err)
+{
+    char path[4096];
+    FILE *fp;
+    qkv_status st = metrics_open(&fp, path, sizeof path, dir, err);
+    if (st) return st;
     fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"loss\": %.6f, \"d2l_loss\": %.6f, "
             "\"tokens_per_s\": %.1f, \"lr\": %.6g", p->epoch, (long long)p->step, p->loss,
             p->d2l_loss, p->tokens_per_s, p->lr);
@@ -66,10 +83,7 @@ static qkv_status log_metrics(const char *dir, const qkv_train_progress *p, qkv_
             fprintf(fp, ", \"sacrebleu\": %.4f, \"chrf\": %.4f", p->sacrebleu, p->chrf);
     }
     fprintf(fp, "}\n");
-    int bad = ferror(fp), e = errno;
-    if (fclose(fp) != 0 && !bad) bad = 1, e = errno;
-    if (bad) return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path, strerror(e));
-    return QKV_OK;
+    return metrics_close(fp, path, err);
 }
 
 static qkv_status check_dataset(const qkv_transformer *m, const qkv_dataset *d,

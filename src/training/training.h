@@ -1,7 +1,10 @@
 /* What the translation training driver (train.c) is built from: the batches of an epoch
- * (batches.c) and validation with its history (validation.c). Private to the library. */
+ * (batches.c), validation with its history (validation.c), and metrics.jsonl, which the
+ * language model's driver (lm_train.c) appends to the same way. Private to the library. */
 #ifndef QKV_TRAINING_H
 #define QKV_TRAINING_H
+
+#include <stdio.h>
 
 #include "core/internal.h"
 
@@ -64,5 +67,14 @@ int history_best(const history *h, int by_bleu, int *since);
 qkv_status history_save(const history *h, const char *path, qkv_error *err);
 /* Reads the validations of epochs <= up_to; a missing file is an empty history. */
 qkv_status history_load(history *h, const char *path, int up_to, qkv_error *err);
+
+/* ---- metrics.jsonl (train.c; train-lm's driver, lm_train.c, too) --------------------------- */
+
+/* dir/metrics.jsonl (its name into path, of path_size bytes) opened to append to, never
+ * through a symbolic link. Each driver writes its own line, then metrics_close: a failed write
+ * or close is an error like any other write's, naming path. */
+qkv_status metrics_open(FILE **fp, char *path, size_t path_size, const char *dir,
+                        qkv_error *err);
+qkv_status metrics_close(FILE *fp, const char *path, qkv_error *err);
 
 #endif
