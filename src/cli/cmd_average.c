@@ -102,14 +102,7 @@ int cmd_average(int argc, char **argv)
     if (!dirs) return 1;
     const char *config = NULL; /* inside a --config block (config_args.h): its file */
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], CONFIG_BEGIN) && i + 1 < argc) {
-            config = argv[++i];
-            continue;
-        }
-        if (!strcmp(argv[i], CONFIG_END)) {
-            config = NULL;
-            continue;
-        }
+        if (config_args_block(argc, argv, &i, &config)) continue;
         if (!config && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))) {
             usage(stdout);
             free(dirs);
