@@ -329,6 +329,7 @@ static void test_cased_bpe_reads_nfd_as_nfc(void **state)
     const qkv_sentences *texts[1] = {&text};
     assert_int_equal(qkv_bpe_learn(&tok.src_bpe, texts, 1, 40, &err), QKV_OK);
     assert_int_equal(qkv_bpe_vocab(&tok.src, &tok.src_bpe, &err), QKV_OK);
+    qkv_sentences_free(&text);
     tok.kind = QKV_TOKENIZER_BPE, tok.keep_case = 1;
     int a[64], b[64];
     const int n = source_ids(&tok, nfc, a, 64);
