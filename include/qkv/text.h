@@ -115,6 +115,18 @@ qkv_status qkv_corpus_read_aligned_raw(qkv_corpus *out, const char *source_path,
                                        qkv_error *err);
 QKV_API
 void qkv_corpus_free(qkv_corpus *c);
+/* Every token in Unicode Normalization Form C (canonical composition, through utf8proc), in
+ * place: "e" + U+0301 COMBINING ACUTE ACCENT (NFD, as macOS writes it) becomes the one
+ * character U+00E9 "é", so text typed either way gives the same words. What qkv's cased
+ * byte-pair models read (qkv_tokenizer_words; training and evaluation normalise their
+ * corpora read by qkv_corpus_read_*_raw with qkv_corpus_nfc). d2l's words are never
+ * normalised (d2l does not), nor SentencePiece's text (its model has its own normaliser).
+ * Tokens must be valid UTF-8 (as every reader here checks); on failure s is unchanged. */
+QKV_API
+qkv_status qkv_sentences_nfc(qkv_sentences *s, qkv_error *err);
+/* qkv_sentences_nfc of both sides. */
+QKV_API
+qkv_status qkv_corpus_nfc(qkv_corpus *c, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
  * Vocabulary (d2l's Vocab with reserved_tokens = ['<pad>', '<bos>', '<eos>'])
@@ -419,7 +431,8 @@ typedef struct {
     qkv_spm *src_spm, *tgt_spm; /* QKV_TOKENIZER_SPM (owned; NULL otherwise) */
     int keep_case;           /* text.json "case": "keep": the model reads raw text (its words are
                               * qkv_sentences_split's, a corpus qkv_corpus_read_*_raw's); always
-                              * so for SentencePiece, and for byte-pair models trained since */
+                              * so for SentencePiece, and for byte-pair models trained since,
+                              * which also read it in NFC (qkv_sentences_nfc) */
 } qkv_tokenizer;
 
 /* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its

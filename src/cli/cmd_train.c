@@ -342,16 +342,20 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     qkv_status (*tsv)(qkv_corpus *, const char *, int, qkv_error *) = qkv_corpus_read_tsv;
     qkv_status (*aligned)(qkv_corpus *, const char *, const char *, int, qkv_error *) =
         qkv_corpus_read_aligned;
-    if (!strcmp(r->tokenizer, "spm") || (!strcmp(r->tokenizer, "bpe") && raw_bpe(o)))
+    /* and a cased byte-pair model reads it in NFC, as qkv_tokenizer_words gives it later */
+    const int nfc = !strcmp(r->tokenizer, "bpe") && raw_bpe(o);
+    if (!strcmp(r->tokenizer, "spm") || nfc)
         tsv = qkv_corpus_read_tsv_raw, aligned = qkv_corpus_read_aligned_raw;
-    if (r->tgt ? aligned(&corpus, r->data, r->tgt, r->num_examples, &err)
-               : tsv(&corpus, r->data, r->num_examples, &err)) {
+    if ((r->tgt ? aligned(&corpus, r->data, r->tgt, r->num_examples, &err)
+                : tsv(&corpus, r->data, r->num_examples, &err)) ||
+        (nfc && qkv_corpus_nfc(&corpus, &err))) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
     if ((r->valid || r->valid_src) &&
-        (r->valid ? tsv(&held_out, r->valid, 0, &err)
-                  : aligned(&held_out, r->valid_src, r->valid_tgt, 0, &err))) {
+        ((r->valid ? tsv(&held_out, r->valid, 0, &err)
+                   : aligned(&held_out, r->valid_src, r->valid_tgt, 0, &err)) ||
+         (nfc && qkv_corpus_nfc(&held_out, &err)))) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }

@@ -431,11 +431,13 @@ int cmd_eval(int argc, char **argv)
     rc = 1;
     /* a model that reads raw text is scored on raw text, its references cased */
     const int raw = qkv_translator_tokenizer(t)->keep_case;
+    /* in NFC for a cased byte-pair model, as its training corpus was (qkv_tokenizer_words) */
+    const int nfc = raw && qkv_translator_tokenizer(t)->kind == QKV_TOKENIZER_BPE;
     if ((data ? (raw ? qkv_corpus_read_tsv_raw : qkv_corpus_read_tsv)(&c, data, num_examples,
                                                                       &err)
               : (raw ? qkv_corpus_read_aligned_raw : qkv_corpus_read_aligned)(
                     &c, src_path, tgt_path, num_examples, &err)) ||
-        qkv_translate_words(&r, t, &c.source, &o, &err))
+        (nfc && qkv_corpus_nfc(&c, &err)) || qkv_translate_words(&r, t, &c.source, &o, &err))
         fprintf(stderr, "qkv: %s\n", err.msg);
     else {
         warn_truncated(t, &r, 0);

@@ -263,6 +263,65 @@ void qkv_corpus_free(qkv_corpus *c)
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Unicode normalisation
+ * ------------------------------------------------------------------------------------- */
+
+/* NFC per token equals NFC of the whole line: tokens are split at spaces, which are starters
+ * that no canonical mapping makes, removes or combines with a following mark. */
+qkv_status qkv_sentences_nfc(qkv_sentences *s, qkv_error *err)
+{
+    /* nfc[i]: token i recomposed by utf8proc when that changed it, else NULL (kept) */
+    char **nfc = calloc(s->n_tokens ? s->n_tokens : 1, sizeof *nfc);
+    if (!nfc) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %zu tokens", s->n_tokens);
+    qkv_status st = QKV_OK;
+    size_t bytes = 0, changed = 0;
+    for (size_t i = 0; !st && i < s->n_tokens; i++) {
+        const unsigned char *w = (const unsigned char *)s->tokens[i];
+        size_t n = 0;
+        int ascii = 1; /* ASCII is its own NFC: utf8proc only sees the rest */
+        for (; w[n]; n++) ascii &= w[n] < 0x80;
+        if (!ascii) {
+            utf8proc_uint8_t *m = NULL;
+            const utf8proc_ssize_t r = utf8proc_map(
+                w, (utf8proc_ssize_t)n, &m, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (r < 0) {
+                st = qkv_fail(err, r == UTF8PROC_ERROR_NOMEM ? QKV_ERR_NOMEM : QKV_ERR_FORMAT,
+                              "token %zu: %s", i + 1, utf8proc_errmsg(r));
+                break;
+            }
+            if ((size_t)r == n && !memcmp(m, w, n))
+                free(m); /* already NFC, as nearly all text is */
+            else
+                nfc[i] = (char *)m, n = (size_t)r, changed++;
+        }
+        bytes += n + 1;
+    }
+    char *storage = !st && changed ? malloc(bytes) : NULL;
+    if (!st && changed && !storage)
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %zu bytes of tokens", bytes);
+    if (storage) {
+        char *at = storage;
+        for (size_t i = 0; i < s->n_tokens; i++) {
+            const char *w = nfc[i] ? nfc[i] : s->tokens[i];
+            const size_t n = strlen(w) + 1;
+            s->tokens[i] = memcpy(at, w, n);
+            at += n;
+        }
+        free(s->storage);
+        s->storage = storage;
+    }
+    for (size_t i = 0; i < s->n_tokens; i++) free(nfc[i]);
+    free(nfc);
+    return st;
+}
+
+qkv_status qkv_corpus_nfc(qkv_corpus *c, qkv_error *err)
+{
+    qkv_status st = qkv_sentences_nfc(&c->source, err);
+    return st ? st : qkv_sentences_nfc(&c->target, err);
+}
+
+/* ---------------------------------------------------------------------------------------
  * Reading lines
  * ------------------------------------------------------------------------------------- */
 

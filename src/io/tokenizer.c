@@ -157,9 +157,14 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err)
 qkv_status qkv_tokenizer_words(const qkv_tokenizer *t, qkv_sentences *out, const char *text,
                                size_t len, const char *name, qkv_error *err)
 {
-    return t->kind == QKV_TOKENIZER_WHITESPACE || t->keep_case
-               ? qkv_sentences_split(out, text, len, name, err)
-               : qkv_sentences_from_text(out, text, len, name, err);
+    if (t->kind != QKV_TOKENIZER_WHITESPACE && !t->keep_case)
+        return qkv_sentences_from_text(out, text, len, name, err);
+    qkv_status st = qkv_sentences_split(out, text, len, name, err);
+    /* a cased byte-pair model learned its pieces from NFC text (qkv_corpus_nfc in training):
+     * "é" typed as e + U+0301 must give the pieces of the precomposed "é" */
+    if (!st && t->kind == QKV_TOKENIZER_BPE && t->keep_case && (st = qkv_sentences_nfc(out, err)))
+        qkv_sentences_free(out);
+    return st;
 }
 
 static qkv_status sentences_copy(qkv_sentences *out, const qkv_sentences *s, qkv_error *err)

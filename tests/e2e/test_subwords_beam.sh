@@ -83,8 +83,9 @@ check "best/ loads as a model (vocabularies from its parent)" test "$(wc -l <"$T
 check "eval reports word BLEU and sacreBLEU, greedy and beam" \
   bash -c "grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval' && grep -qE '^corpus BLEU-4: [0-9.]+' '$T/eval4' && grep -q '^BLEU|nrefs:1' '$T/eval4'"
 
-# ---- validation BLEU is qkv eval's greedy BLEU (a copy task of words, learnt in a few epochs)
-awk 'BEGIN { srand(7); split("red green blue cat dog sun moon tree car book", w, " ")
+# ---- validation BLEU is qkv eval's greedy BLEU (a copy task of words, learnt in a few epochs;
+# accented, for the NFD checks below)
+awk 'BEGIN { srand(7); split("red café blue été dog crème moon über car book", w, " ")
              for (i = 0; i < 3000; i++) { n = 4 + int(rand() * 5); s = ""
                for (k = 0; k < n; k++) s = s (k ? " " : "") w[1 + int(rand() * 10)]
                print s "\t" s } }' >"$T/copy.tsv"
@@ -131,6 +132,28 @@ check "per-language encodings differ" bash -c "! cmp -s '$T/de/src_bpe.txt' '$T/
 check "both validations logged" test "$(grep -c '"bleu"' "$T/de/metrics.jsonl")" -eq 2
 "$QKV" eval --model "$T/de" --src "$T/va.de" --tgt "$T/va.en" --beam 3 >"$T/de.eval"
 check "eval on aligned files" grep -q '^sentences: 100$' "$T/de.eval"
+
+# ---- text typed in NFD ("ä" as a + U+0308, as macOS writes it) reads as the NFC it means
+nfd() { perl -CSD -MUnicode::Normalize -pe '$_ = NFD($_)' "$@"; }
+grep -m 8 '[äöüÄÖÜ]' "$T/va.de" >"$T/nfc.de"; nfd "$T/nfc.de" >"$T/nfd.de"
+nfd "$T/tr.de" >"$T/nfd_tr.de"; nfd "$T/tr.en" >"$T/nfd_tr.en"
+nfd "$T/va.de" >"$T/nfd_va.de"; nfd "$T/va.en" >"$T/nfd_va.en"
+check "the NFD test lines differ from the NFC ones in bytes" bash -c "! cmp -s '$T/nfc.de' '$T/nfd.de'"
+"$QKV" translate --model "$T/de" --beam 3 --n-best 3 <"$T/nfc.de" >"$T/nfc.out"
+"$QKV" translate --model "$T/de" --beam 3 --n-best 3 <"$T/nfd.de" >"$T/nfd.out"
+check "translate: NFD lines give the NFC lines' translations and scores" \
+  bash -c "[ -s '$T/nfc.out' ] && cmp -s '$T/nfc.out' '$T/nfd.out'"
+nfd "$T/copy_valid.tsv" >"$T/nfd_copy_valid.tsv" # the copy model: scores that can differ
+"$QKV" eval --model "$T/copy" --data "$T/copy_valid.tsv" --metric d2l >"$T/nfc.eval"
+"$QKV" eval --model "$T/copy" --data "$T/nfd_copy_valid.tsv" --metric d2l >"$T/nfd.eval"
+check "eval: NFD sources and references score as the NFC ones ($(sed -n 's/^corpus //p' "$T/nfc.eval"))" \
+  bash -c "! cmp -s '$T/copy_valid.tsv' '$T/nfd_copy_valid.tsv' && cmp -s '$T/nfc.eval' '$T/nfd.eval'"
+"$QKV" train --src "$T/nfd_tr.de" --tgt "$T/nfd_tr.en" --valid-src "$T/nfd_va.de" \
+  --valid-tgt "$T/nfd_va.en" --tokenizer bpe --vocab-size 300 --d-model 16 --heads 2 --ffn 32 \
+  --layers 1 --num-steps 24 --batch-tokens 400 --epochs 2 --threads 2 --quiet --out "$T/de_nfd"
+check "train: an NFD corpus learns the NFC corpus's encodings, model and validation" bash -c \
+  "for f in src_bpe.txt tgt_bpe.txt model.safetensors validation.json; do
+     cmp -s '$T/de/'\$f '$T/de_nfd/'\$f || exit 1; done"
 expect_fail "average refuses two configurations" "configuration" "$QKV" average --out "$T/y" "$T/m" "$T/de"
 
 echo "$pass passed, $fail failed"

@@ -262,6 +262,97 @@ static void test_tokens_from_text(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Unicode normalisation (NFC) for cased byte-pair models
+ * ------------------------------------------------------------------------------------- */
+
+/* Composition (e + U+0301 is é), reordering of marks by combining class, singletons
+ * (U+212B ANGSTROM SIGN is Å), Hangul jamo, an exclusion that grows (U+0344 is U+0308
+ * U+0301: two characters, one byte more), and text already NFC left as it is. */
+static void test_sentences_nfc(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"Caf" "e\xcc\x81" " cre\xcc\x80me", "Caf\xc3\xa9 cr\xc3\xa8me"},
+        {"a\xcc\x81\xcc\xa3", "\xe1\xba\xa1\xcc\x81"},       /* a U+0301 U+0323: ạ U+0301 */
+        {"\xe2\x84\xab" "ngstr" "o\xcc\x88" "m", "\xc3\x85ngstr\xc3\xb6m"},
+        {"\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab", "\xed\x95\x9c"}, /* jamo: 한 */
+        {"\xcd\x84", "\xcc\x88\xcc\x81"},
+        {"d\xc3\xa9j\xc3\xa0 vu \xe2\x80\x94 Stra\xc3\x9f" "e", "d\xc3\xa9j\xc3\xa0 vu \xe2\x80\x94 Stra\xc3\x9f" "e"},
+        {"plain ASCII words", "plain ASCII words"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        qkv_sentences s;
+        qkv_error err = {0};
+        assert_int_equal(qkv_sentences_split(&s, cases[i].in, strlen(cases[i].in), "t", &err),
+                         QKV_OK);
+        assert_int_equal(qkv_sentences_nfc(&s, &err), QKV_OK);
+        check_sentence(&s, 0, cases[i].want);
+        qkv_sentences_free(&s);
+    }
+    qkv_sentences empty = {0};
+    qkv_error err = {0};
+    assert_int_equal(qkv_sentences_nfc(&empty, &err), QKV_OK);
+    qkv_sentences_free(&empty);
+}
+
+/* ids of the first sentence of text, as tok reads it (words, then the source's pieces) */
+static int source_ids(const qkv_tokenizer *tok, const char *text, int *ids, int cap)
+{
+    qkv_sentences words, pieces;
+    qkv_error err = {0};
+    assert_int_equal(qkv_tokenizer_words(tok, &words, text, strlen(text), "t", &err), QKV_OK);
+    assert_int_equal(qkv_tokenizer_tokens(tok, &pieces, &words, 0, &err), QKV_OK);
+    const int n = qkv_sentence_len(&pieces, 0);
+    assert_true(n <= cap);
+    for (int i = 0; i < n; i++) ids[i] = qkv_vocab_id(&tok->src, pieces.tokens[i]);
+    qkv_sentences_free(&words), qkv_sentences_free(&pieces);
+    return n;
+}
+
+/* A cased byte-pair model learned from NFC text reads "é" typed as e + U+0301 (NFD, as
+ * macOS writes it) as the precomposed é: the same ids, none <unk>; d2l's words and the
+ * whitespace tokenizer keep the bytes as typed (d2l's Python does not normalise). */
+static void test_cased_bpe_reads_nfd_as_nfc(void **state)
+{
+    (void)state;
+    const char corpus[] = "Le caf\xc3\xa9 est d\xc3\xa9j\xc3\xa0 l\xc3\xa0\n"
+                          "Une cr\xc3\xa8me br\xc3\xbbl\xc3\xa9" "e au caf\xc3\xa9\n"
+                          "Caf\xc3\xa9 cr\xc3\xa8me\n";
+    const char nfc[] = "caf\xc3\xa9 cr\xc3\xa8me br\xc3\xbbl\xc3\xa9" "e",
+               nfd[] = "cafe\xcc\x81 cre\xcc\x80me bru\xcc\x82le\xcc\x81" "e";
+    qkv_tokenizer tok = {0};
+    qkv_sentences text;
+    qkv_error err = {0};
+    assert_int_equal(qkv_sentences_split(&text, corpus, strlen(corpus), "t", &err), QKV_OK);
+    const qkv_sentences *texts[1] = {&text};
+    assert_int_equal(qkv_bpe_learn(&tok.src_bpe, texts, 1, 40, &err), QKV_OK);
+    assert_int_equal(qkv_bpe_vocab(&tok.src, &tok.src_bpe, &err), QKV_OK);
+    qkv_sentences_free(&text);
+    tok.kind = QKV_TOKENIZER_BPE, tok.keep_case = 1;
+    int a[64], b[64];
+    const int n = source_ids(&tok, nfc, a, 64);
+    assert_int_equal(source_ids(&tok, nfd, b, 64), n);
+    for (int i = 0; i < n; i++) {
+        assert_int_not_equal(a[i], QKV_UNK);
+        assert_int_equal(b[i], a[i]);
+    }
+    for (int k = 0; k < 2; k++) { /* d2l's words, whitespace: as typed */
+        qkv_sentences w;
+        tok.kind = k ? QKV_TOKENIZER_WHITESPACE : QKV_TOKENIZER_D2L, tok.keep_case = 0;
+        assert_int_equal(qkv_tokenizer_words(&tok, &w, nfd, strlen(nfd), "t", &err), QKV_OK);
+        check_sentence(&w, 0, nfd);
+        qkv_sentences_free(&w);
+    }
+    tok.kind = QKV_TOKENIZER_BPE, tok.keep_case = 1; /* invalid UTF-8: the reader's error */
+    assert_int_equal(qkv_tokenizer_words(&tok, &text, "ok\nbad \xff", 8, "input", &err),
+                     QKV_ERR_FORMAT);
+    check_message(err.msg, "input:2:", "invalid UTF-8");
+    qkv_tokenizer_free(&tok);
+}
+
+/* ---------------------------------------------------------------------------------------
  * The tab-separated reader
  * ------------------------------------------------------------------------------------- */
 
@@ -529,6 +620,8 @@ int main(void)
         cmocka_unit_test(test_preprocess_punctuation),
         cmocka_unit_test(test_preprocess_rejects_bad_utf8),
         cmocka_unit_test(test_tokens_from_text),
+        cmocka_unit_test(test_sentences_nfc),
+        cmocka_unit_test(test_cased_bpe_reads_nfd_as_nfc),
         cmocka_unit_test_setup_teardown(test_tsv_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tsv_reader_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_very_long_lines, setup, teardown),
