@@ -124,9 +124,10 @@ qkv_status model_dir_fits(const char *dir, double n_params, qkv_error *err)
     struct stat sb;
     if (stat(model, &sb) || !S_ISREG(sb.st_mode) || (double)sb.st_size >= 4 * n_params)
         return QKV_OK;
-    return qkv_fail(err, QKV_ERR_FORMAT, "%s/config.json describes a model of %.0f parameters "
-                    "(%.0f bytes of float32), more than %s holds (%lld bytes)", dir, n_params,
-                    4 * n_params, model, (long long)sb.st_size);
+    /* named after the model file first, as every other refusal of it is */
+    return qkv_fail(err, QKV_ERR_FORMAT, "%s holds %lld bytes, but %s/config.json describes a "
+                    "model of %.0f parameters (%.0f bytes of float32)", model,
+                    (long long)sb.st_size, dir, n_params, 4 * n_params);
 }
 
 qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err)
