@@ -49,7 +49,7 @@ MODELS = {
     "d512": ["--d-model", "512", "--heads", "8", "--ffn", "2048", "--layers", "6", "--pre-norm",
              "--num-steps", "12", "--batch", "64", "--epochs", "1", "--lr", "0.001", "--seed", "1"],
     "d256": ["--d-model", "256", "--heads", "4", "--ffn", "1024", "--layers", "3", "--pre-norm",
-             "--num-steps", "12", "--batch", "64", "--epochs", "4", "--lr", "0.001", "--seed", "1"],
+             "--num-steps", "12", "--batch", "64", "--epochs", "3", "--lr", "0.001", "--seed", "1"],
 }
 TINY = {  # --tiny: the whole pipeline in about a minute (numbers meaningless)
     "tiny": ["--d-model", "64", "--heads", "4", "--ffn", "128", "--layers", "2", "--pre-norm",
@@ -432,16 +432,20 @@ def main():
             tables.append(f"### {name}, {env_name}\n\n" + fmt_table(name, res, minfo))
     report["wall_seconds"] = round(time.time() - t_start, 1)
     os.makedirs(args.out, exist_ok=True)
-    js = os.path.join(args.out, "results-tiny.json" if args.tiny else "results.json")
+    stem = os.path.join(args.out, "results-" + "+".join(models))
+    js = stem + ".json"
     with open(js, "w") as f:
         json.dump(report, f, indent=1)
-    print(f"qkv translate against CTranslate2 {ct2_version} (AVX-512), {report['date']}, qkv {commit}, "
+    head = (f"qkv translate against CTranslate2 {ct2_version} (AVX-512), {report['date']}, qkv {commit}, "
           f"{report['cpu']} ({report['cores']} cores), 2 threads, OMP_WAIT_POLICY=passive, "
           f"OPENBLAS_CORETYPE {'=' + exported if exported else 'not exported'}; {n_held} held-out "
           f"fra-eng sentences (English -> French), up to {args.max_len} tokens, median of {args.reps}, "
           f"tokens/s of translation (load excluded)\n")
-    print("\n\n".join(tables))
-    print(f"\n(results: {js}; {report['wall_seconds']:.0f} s)")
+    text = head + "\n" + "\n\n".join(tables) + "\n"
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    print(text)
+    print(f"(results: {js} and {stem}.md; {report['wall_seconds']:.0f} s)")
 
 
 if __name__ == "__main__":
