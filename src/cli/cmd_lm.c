@@ -497,7 +497,7 @@ static int print_token(int id, void *ctx)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "\n", *precision = "fp32";
+    const char *model = NULL, *prompt = "\n", *precision = "fp32", *kv_cache = "auto";
     int tokens = 200, top_k = 0, threads = 0;
     float temperature = 1.0f, top_p = 1.0f;
     uint64_t seed = 0;
@@ -512,6 +512,7 @@ int cmd_generate(int argc, char **argv)
         {"seed", OPT_U64, &seed, "the same seed gives the same text", ARG_SEED},
         {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {"kv-cache", OPT_STRING, &kv_cache, CLI_KV_CACHE_HELP, NULL},
         {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -530,9 +531,12 @@ int cmd_generate(int argc, char **argv)
                 "sample, give them with a temperature > 0\n");
         return 2;
     }
+    qkv_kv_cache kv;
+    if (cli_kv_cache(kv_cache, &kv)) return 2;
     lm_dir d;
     if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
     qkv_error err = {0};
+    qkv_lm_set_kv_cache(d.model, kv, &err); /* kv is one of the enum's: it cannot fail */
     if (!*prompt) prompt = "\n";
     size_t n = 0;
     int *ids = encode_text(&d.vocab, prompt, strlen(prompt), &n, "the prompt");
