@@ -80,6 +80,7 @@ typedef struct {
     int position, max_len; /* generate: the first timed position; the model's context */
     int trans_a, trans_b;  /* sgemm: op(A) = A^T, op(B) = B^T */
     qkv_precision precision;
+    qkv_kv_cache kv_cache; /* generate */
     uint64_t seed;
 } bench_args;
 
@@ -345,6 +346,14 @@ done:
  * steps at positions position .. position + steps - 1 are timed one by one. A softmax model's
  * step attends over a KV cache of t + 1 rows (O(t) at position t); a linear model's updates
  * its recurrent state (O(1)). */
+/* The cache type a state of m gets: the setting, with auto resolved as the library does. */
+static const char *kv_name(const qkv_lm *m)
+{
+    const qkv_kv_cache kv = qkv_lm_get_kv_cache(m);
+    if (kv != QKV_KV_CACHE_AUTO) return qkv_kv_cache_name(kv);
+    return qkv_lm_get_precision(m) == QKV_PRECISION_FP32 ? "fp32" : "bf16";
+}
+
 static int bench_generate(const bench_args *a, int layers, int vocab)
 {
     qkv_lm_config cfg = qkv_lm_default_config();
@@ -379,7 +388,7 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
         goto done;
     }
     if (qkv_lm_create(&m, &cfg, a->seed, &err) || qkv_lm_set_precision(m, a->precision, &err) ||
-        qkv_lm_state_create(&st, m, &err))
+        qkv_lm_set_kv_cache(m, a->kv_cache, &err) || qkv_lm_state_create(&st, m, &err))
         goto done;
     random_ids(ids, (size_t)(P + S), vocab, a->seed + 1);
     double t0 = now_ms();
@@ -400,10 +409,11 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
            "\"ms_per_token\": %.4f, \"tokens_per_s\": %.1f, \"ms_prefill\": %.1f, "
            "\"prefill_tokens\": %d, \"state_mb\": %.3f, \"peak_rss_mb\": %.1f, \"threads\": %d, "
            "\"d_model\": %d, \"heads\": %d, \"layers\": %d, \"ffn\": %d, \"vocab\": %d, "
-           "\"max_len\": %d, \"steps\": %d, \"precision\": \"%s\"}\n",
-           kind, P, med, 1e3 / med, prefill_ms, P - W, state * 4 / (1 << 20), peak_rss_mb(),
+           "\"max_len\": %d, \"steps\": %d, \"precision\": \"%s\", \"kv_cache\": \"%s\"}\n",
+           kind, P, med, 1e3 / med, prefill_ms, P - W, state * (strcmp(kv_name(m), "bf16") ? 4 : 2) / (1 << 20), peak_rss_mb(),
            qkv_get_threads(), cfg.d_model, cfg.heads, layers, cfg.ffn, vocab, cfg.max_len, S,
-           qkv_precision_name(a->precision));
+           qkv_precision_name(a->precision),
+           cfg.attention == QKV_ATTENTION_SOFTMAX ? kv_name(m) : "none");
     rc = 0;
 done:
     if (rc && err.msg[0]) fprintf(stderr, "qkv: %s\n", err.msg);
@@ -468,7 +478,8 @@ static const char usage[] =
     "  generate   a decoder-only LM with random weights (--layers default 2, --vocab default\n"
     "             256) prefills --position minus --warmup tokens, steps --warmup tokens, then\n"
     "             times --steps single-token steps from --position on; --kind softmax (KV cache)\n"
-    "             or linear (recurrent state). Fields: ms_per_token, ms_prefill, state_mb.";
+    "             or linear (recurrent state); --kv-cache fp32|bf16|auto the cache's type.\n"
+    "             Fields: ms_per_token, ms_prefill, state_mb, kv_cache.";
 
 int cmd_bench(int argc, char **argv)
 {
@@ -487,7 +498,7 @@ int cmd_bench(int argc, char **argv)
     /* generate defaults to a small LM: 2 blocks over bytes, so that attention, not the
      * output projection, decides the time of a token */
     int layers = generate ? 2 : 6, vocab = generate ? 256 : 10000;
-    const char *precision = "fp32";
+    const char *precision = "fp32", *kv_cache = "auto";
     a.batch = 32, a.src_len = 32, a.tgt_len = 32, a.steps = 10, a.warmup = 2, a.new_tokens = 32;
     a.n = 1024, a.m = 1024, a.k = 1024, a.position = 100, a.max_len = 0;
     const opt_spec opts[] = {
@@ -521,6 +532,7 @@ int cmd_bench(int argc, char **argv)
         {"trans-b", OPT_FLAG, &a.trans_b, "sgemm: op(B) = B^T (B stored N x K)", NULL},
         {"precision", OPT_STRING, &precision,
          "fp32 or bf16 (train, decode, generate: the model's; sgemm: the bf16 kernel)", NULL},
+        {"kv-cache", OPT_STRING, &kv_cache, "generate: " CLI_KV_CACHE_HELP, NULL},
         {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)", "[1, 1000000]"},
         {"warmup", OPT_INT, &a.warmup, "untimed repetitions first", "[0, 1000000]"},
         {"threads", OPT_INT, &a.threads, "threads (0: all cores)", ARG_THREADS},
@@ -529,7 +541,7 @@ int cmd_bench(int argc, char **argv)
     };
     int rc = args_parse(argc, argv, help ? 2 : 3, opts, usage);
     if (rc) return rc > 0 ? 0 : 2;
-    if (cli_precision(precision, &a.precision)) return 2;
+    if (cli_precision(precision, &a.precision) || cli_kv_cache(kv_cache, &a.kv_cache)) return 2;
     a.cfg.enc_layers = a.cfg.dec_layers = layers;
     a.cfg.src_vocab = a.cfg.tgt_vocab = vocab;
     if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.src_len < 1 || a.tgt_len < 1 ||
