@@ -47,7 +47,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The two models of issue 19. Fixed epochs (not minutes) and seeds: the same model every run.
 MODELS = {
     "d512": ["--d-model", "512", "--heads", "8", "--ffn", "2048", "--layers", "6", "--pre-norm",
-             "--num-steps", "12", "--batch", "64", "--epochs", "1", "--lr", "0.001", "--seed", "1"],
+             "--num-steps", "12", "--batch", "64", "--epochs", "1", "--lr", "0.0003", "--seed", "1"],
     "d256": ["--d-model", "256", "--heads", "4", "--ffn", "1024", "--layers", "3", "--pre-norm",
              "--num-steps", "12", "--batch", "64", "--epochs", "3", "--lr", "0.001", "--seed", "1"],
 }
