@@ -364,6 +364,8 @@ def main():
     ap.add_argument("--env", choices=["both", "asis", "unset"], default="both",
                     help="OPENBLAS_CORETYPE as exported, unset, or both passes (default)")
     ap.add_argument("--models", default="d512,d256", help="comma-separated: d512, d256")
+    ap.add_argument("--epochs", type=int, default=0,
+                    help="train every model for this many epochs instead of its own (0: d512 1, d256 3)")
     ap.add_argument("--max-len", type=int, default=16, help="longest translation, tokens")
     ap.add_argument("--train-precision", default="bf16", help="bf16 (falls back to fp32 if refused) or fp32")
     ap.add_argument("--lock", default="/tmp/qkv-cpu.lock", help="flock file around timed blocks ('' = none)")
@@ -376,6 +378,9 @@ def main():
     args.out = os.path.abspath(args.out)
     models = TINY if args.tiny else {k: MODELS[k] for k in args.models.split(",")}
     n_train, n_held = (2000, 60) if args.tiny else (18000, 300)
+    if args.epochs > 0:  # a new cache key, so these are trained anew
+        models = {k: [str(args.epochs) if i > 0 and o[i - 1] == "--epochs" else x
+                      for i, x in enumerate(o)] for k, o in models.items()}
 
     exported = os.environ.get("OPENBLAS_CORETYPE")
     envs = []
