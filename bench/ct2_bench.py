@@ -219,6 +219,8 @@ def time_qkv(args, mdir, text, one, env, beam, batch, precision, out_path):
     base = [args.qkv, "translate", "--model", mdir, "--threads", "2", "--max-len", str(args.max_len),
             "--max-len-a", "0", "--max-len-b", "0", "--beam", str(beam), "--batch", str(batch),
             "--precision", precision]
+    if beam > 1:  # the rule ct2_translate.py's default (--beam-stop qkv) gives CTranslate2: K finished
+        base += ["--beam-stop", "count"]
     # stderr kept out of the way (warnings about unknown words), shown if qkv fails
     t0 = time.perf_counter()
     with open(out_path, "wb") as fout:
