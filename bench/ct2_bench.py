@@ -47,7 +47,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The two models of issue 19. Fixed epochs (not minutes) and seeds: the same model every run.
 MODELS = {
     "d512": ["--d-model", "512", "--heads", "8", "--ffn", "2048", "--layers", "6", "--pre-norm",
-             "--num-steps", "12", "--batch", "64", "--epochs", "1", "--lr", "0.001", "--seed", "1"],
+             "--num-steps", "12", "--batch", "64", "--epochs", "1", "--lr", "0.0003", "--seed", "1"],
     "d256": ["--d-model", "256", "--heads", "4", "--ffn", "1024", "--layers", "3", "--pre-norm",
              "--num-steps", "12", "--batch", "64", "--epochs", "3", "--lr", "0.001", "--seed", "1"],
 }
@@ -219,6 +219,8 @@ def time_qkv(args, mdir, text, one, env, beam, batch, precision, out_path):
     base = [args.qkv, "translate", "--model", mdir, "--threads", "2", "--max-len", str(args.max_len),
             "--max-len-a", "0", "--max-len-b", "0", "--beam", str(beam), "--batch", str(batch),
             "--precision", precision]
+    if beam > 1:  # the rule ct2_translate.py's default (--beam-stop qkv) gives CTranslate2: K finished
+        base += ["--beam-stop", "count"]
     # stderr kept out of the way (warnings about unknown words), shown if qkv fails
     t0 = time.perf_counter()
     with open(out_path, "wb") as fout:
@@ -364,6 +366,8 @@ def main():
     ap.add_argument("--env", choices=["both", "asis", "unset"], default="both",
                     help="OPENBLAS_CORETYPE as exported, unset, or both passes (default)")
     ap.add_argument("--models", default="d512,d256", help="comma-separated: d512, d256")
+    ap.add_argument("--epochs", type=int, default=0,
+                    help="train every model for this many epochs instead of its own (0: d512 1, d256 3)")
     ap.add_argument("--max-len", type=int, default=16, help="longest translation, tokens")
     ap.add_argument("--train-precision", default="bf16", help="bf16 (falls back to fp32 if refused) or fp32")
     ap.add_argument("--lock", default="/tmp/qkv-cpu.lock", help="flock file around timed blocks ('' = none)")
@@ -376,6 +380,9 @@ def main():
     args.out = os.path.abspath(args.out)
     models = TINY if args.tiny else {k: MODELS[k] for k in args.models.split(",")}
     n_train, n_held = (2000, 60) if args.tiny else (18000, 300)
+    if args.epochs > 0:  # a new cache key, so these are trained anew
+        models = {k: [str(args.epochs) if i > 0 and o[i - 1] == "--epochs" else x
+                      for i, x in enumerate(o)] for k, o in models.items()}
 
     exported = os.environ.get("OPENBLAS_CORETYPE")
     envs = []
