@@ -554,7 +554,8 @@ int cmd_bench(int argc, char **argv)
         {"trans-a", OPT_FLAG, &a.trans_a, "sgemm: op(A) = A^T (A stored K x M)", NULL},
         {"trans-b", OPT_FLAG, &a.trans_b, "sgemm: op(B) = B^T (B stored N x K)", NULL},
         {"precision", OPT_STRING, &precision,
-         "fp32 or bf16 (train, decode, generate: the model's; sgemm: the bf16 kernel)", NULL},
+         "fp32, bf16 or int8 (train, decode, generate: the model's, int8 for decode and "
+         "generate only; sgemm: the bf16 kernel)", NULL},
         {"kv-cache", OPT_STRING, &kv_cache, "generate: " CLI_KV_CACHE_HELP, NULL},
         {"kv-compare", OPT_FLAG, &a.kv_compare,
          "generate: a float32 and a bf16 cache, steps alternating (two JSON lines)", NULL},
@@ -567,6 +568,11 @@ int cmd_bench(int argc, char **argv)
     int rc = args_parse(argc, argv, help ? 2 : 3, opts, usage);
     if (rc) return rc > 0 ? 0 : 2;
     if (cli_precision(precision, &a.precision) || cli_kv_cache(kv_cache, &a.kv_cache)) return 2;
+    if (a.precision == QKV_PRECISION_INT8 && (!strcmp(what, "train") || !strcmp(what, "sgemm"))) {
+        fprintf(stderr, "qkv bench %s: --precision int8 is for inference only (decode, "
+                "generate)\n", what);
+        return 2;
+    }
     a.cfg.enc_layers = a.cfg.dec_layers = layers;
     a.cfg.src_vocab = a.cfg.tgt_vocab = vocab;
     if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.src_len < 1 || a.tgt_len < 1 ||

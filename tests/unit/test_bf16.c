@@ -561,7 +561,7 @@ static void test_precision_names(void **state)
     assert_int_equal(qkv_precision_parse(&p, "fp32", &err), QKV_OK);
     assert_int_equal(p, QKV_PRECISION_FP32);
     assert_int_equal(qkv_precision_parse(&p, "fp16", &err), QKV_ERR_ARG);
-    assert_non_null(strstr(err.msg, "fp32 or bf16"));
+    assert_non_null(strstr(err.msg, "fp32, bf16 or int8"));
     assert_string_equal(qkv_precision_name(QKV_PRECISION_BF16), "bf16");
     qkv_transformer *m = reversal_model(QKV_PRECISION_FP32);
     assert_int_equal(qkv_transformer_set_precision(m, (qkv_precision)7, &err), QKV_ERR_ARG);
