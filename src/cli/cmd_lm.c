@@ -392,7 +392,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
         {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps", ARG_GE1},
         {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout", ARG_SEED},
         {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {"precision", OPT_STRING, &precision, CLI_TRAIN_PRECISION_HELP, NULL},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
                                         "options it recorded (those defining the model or data "
                                         "cannot change)", NULL},
@@ -445,7 +445,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
     }
     if (cli_positions_fit("qkv train-lm", "context", o.context, cfg.d_model)) goto usage;
     qkv_precision prec;
-    if (cli_precision(precision, &prec)) goto usage;
+    if (cli_train_precision(precision, &prec)) goto usage;
     cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
     cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
@@ -492,7 +492,7 @@ static int print_token(int id, void *ctx)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "\n", *precision = "fp32";
+    const char *model = NULL, *prompt = "\n", *precision = "fp32", *kv_cache = "auto";
     int tokens = 200, top_k = 0, threads = 0;
     float temperature = 1.0f, top_p = 1.0f;
     uint64_t seed = 0;
@@ -507,6 +507,7 @@ int cmd_generate(int argc, char **argv)
         {"seed", OPT_U64, &seed, "the same seed gives the same text", ARG_SEED},
         {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {"kv-cache", OPT_STRING, &kv_cache, CLI_KV_CACHE_HELP, NULL},
         {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -525,9 +526,12 @@ int cmd_generate(int argc, char **argv)
                 "sample, give them with a temperature > 0\n");
         return 2;
     }
+    qkv_kv_cache kv;
+    if (cli_kv_cache(kv_cache, &kv)) return 2;
     lm_dir d;
     if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
     qkv_error err = {0};
+    qkv_lm_set_kv_cache(d.model, kv, &err); /* kv is one of the enum's: it cannot fail */
     if (!*prompt) prompt = "\n";
     size_t n = 0;
     int *ids = encode_text(&d.vocab, prompt, strlen(prompt), &n, "the prompt");

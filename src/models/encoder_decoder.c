@@ -206,6 +206,13 @@ qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
     return m->core.prec.precision;
 }
 
+qkv_status qkv_transformer_set_kv_cache(qkv_transformer *m, qkv_kv_cache kv, qkv_error *err)
+{
+    return core_set_kv_cache(&m->core, kv, err);
+}
+
+qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m) { return m->core.kv_cache; }
+
 float *qkv_transformer_grads(qkv_transformer *m)
 {
     return core_grads(&m->core, walk, &m->cfg, &m->g);
@@ -345,6 +352,7 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
                                        err);
     if (!st) st = check_batch(b, err);
     if (st) return st;
+    if (o->backward && precision_check_training(&m->core.prec, err)) return QKV_ERR_ARG;
     if (o->backward && !qkv_transformer_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     const float p = o->train ? m->cfg.dropout : 0.0f;

@@ -1,0 +1,238 @@
+/* int8 GEMM with exact int32 sums on AVX512-VNNI; see int8.h.
+ *
+ * One kernel for both shapes the models ask for. A tile is MR_MAX (or fewer) rows of x by a
+ * group of 64 output channels: per 4 consecutive k, the group's 4 weight vectors are loaded
+ * once and each row's 4 bytes broadcast against them (4 VPDPBUSD per row). With one row (a
+ * decoding step at batch 1) that streams the weights from memory at a byte per weight, a
+ * quarter of float32's bytes; with many rows (the encoder's pass) the group's weights (64 x
+ * in bytes: 32 KiB at in = 512) stay in L1/L2 while the rows stream past them. Threads split
+ * the groups, so each reads only its own weights, taken in order as threads come free (a
+ * late-waking thread finds its share done by the others instead of holding them back).
+ * The AVX-512 code is compiled for AVX-512 function by function (target attributes), so the
+ * rest of the library keeps its x86-64-v3 baseline; callers check gemm_int8_supported(). */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "kernels/int8.h"
+
+#define AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+
+enum {
+    MR_MAX = 6, /* rows per tile: 6 x 4 accumulators + 4 weight vectors + a broadcast */
+    BLOCKS = INT8_GROUP / INT8_BLOCK,
+};
+
+/* Products of fewer multiply-adds than this (N x in x out) run on one thread: waking a second
+ * one costs more. */
+#define PARALLEL_MIN (1L << 16)
+
+int gemm_int8_supported(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+
+/* ---- quantising the weights, once ------------------------------------------------------ */
+
+qkv_status int8_matrix_quantise(int8_matrix *q, const float *W, int out, int in, qkv_error *err)
+{
+    memset(q, 0, sizeof *q);
+    const int k4 = (in + 3) / 4, out_pad = (out + INT8_GROUP - 1) / INT8_GROUP * INT8_GROUP;
+    const size_t bytes = (size_t)out_pad * k4 * 4;
+    void *w = NULL;
+    if (posix_memalign(&w, 64, bytes ? bytes : 64) ||
+        !(q->scale = calloc((size_t)out_pad, sizeof *q->scale)) ||
+        !(q->comp = calloc((size_t)out_pad, sizeof *q->comp))) {
+        free(w), free(q->scale), free(q->comp);
+        memset(q, 0, sizeof *q);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a (%d, %d) int8 weight matrix",
+                        out, in);
+    }
+    memset(w, 0, bytes); /* the padding: zero weights */
+    q->w = w, q->in = in, q->out = out, q->k4 = k4, q->out_pad = out_pad;
+    #pragma omp parallel for schedule(static) if ((long)out * in >= PARALLEL_MIN)
+    for (int o = 0; o < out; o++) {
+        const float *row = W + (size_t)o * in;
+        float amax = 0.0f;
+        for (int k = 0; k < in; k++) amax = fmaxf(amax, fabsf(row[k]));
+        const float s = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int8_t *dst = q->w + (size_t)(o / INT8_BLOCK) * k4 * 64 + (o % INT8_BLOCK) * 4;
+        int32_t sum = 0;
+        for (int k = 0; k < in; k++) {
+            long v = lrintf(row[k] * inv);
+            v = v > 127 ? 127 : v < -127 ? -127 : v;
+            dst[(size_t)(k / 4) * 64 + k % 4] = (int8_t)v;
+            sum += (int32_t)v;
+        }
+        q->scale[o] = s;
+        q->comp[o] = 128 * sum;
+    }
+    return QKV_OK;
+}
+
+void int8_matrix_free(int8_matrix *q)
+{
+    free(q->w), free(q->scale), free(q->comp);
+    memset(q, 0, sizeof *q);
+}
+
+/* ---- the workspace and the activations, each call ---------------------------------------- */
+
+qkv_status gemm_int8_reserve(gemm_int8_workspace *ws, int N, int in, qkv_error *err)
+{
+    const size_t rows = N > 0 ? (size_t)N : 1, bytes = rows * (size_t)((in + 3) / 4) * 4;
+    if (ws->xu && ws->bytes >= bytes && ws->rows >= rows) return QKV_OK;
+    const size_t nb = bytes > ws->bytes ? bytes : ws->bytes, nr = rows > ws->rows ? rows : ws->rows;
+    void *xu = NULL;
+    float *s = malloc(nr * sizeof *s);
+    if (!s || posix_memalign(&xu, 64, nb ? nb : 64)) {
+        free(s);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the int8 GEMM's activations "
+                        "(%zu KiB)", nb >> 10);
+    }
+    free(ws->xu), free(ws->scale);
+    ws->xu = xu, ws->scale = s, ws->bytes = nb, ws->rows = nr;
+    return QKV_OK;
+}
+
+void gemm_int8_workspace_free(gemm_int8_workspace *ws)
+{
+    free(ws->xu), free(ws->scale);
+    memset(ws, 0, sizeof *ws);
+}
+
+static inline __mmask16 lanes16(int n)
+{
+    return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* One row: s_x = max |x| / 127, xu = round(x 127 / max |x|) + 128 (to nearest even, as
+ * VCVTPS2DQ rounds under the default MXCSR), 128 past `in`. */
+AVX512_VNNI static void quantise_row(uint8_t *xu, float *s_x, const float *x, int in, int k4)
+{
+    __m512 amax = _mm512_setzero_ps();
+    for (int k = 0; k < in; k += 16)
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(lanes16(in - k), x + k)));
+    const float m = _mm512_reduce_max_ps(amax);
+    *s_x = m / 127.0f;
+    const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+    const __m512i bias = _mm512_set1_epi32(128);
+    for (int k = 0; k < 4 * k4; k += 16) {
+        const __mmask16 lanes = lanes16(4 * k4 - k);
+        const __m512 v = _mm512_maskz_loadu_ps(lanes16(in - k), x + k);
+        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+        q = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)),
+                                              _mm512_set1_epi32(-127)),
+                             bias);
+        _mm512_mask_cvtepi32_storeu_epi8(xu + k, lanes, q);
+    }
+}
+
+void int8_quantise_rows(uint8_t *xu, float *s_x, const float *x, int N, int in, int k4)
+{
+    #pragma omp parallel for schedule(static) if ((long)N * in >= PARALLEL_MIN)
+    for (int n = 0; n < N; n++)
+        quantise_row(xu + (size_t)n * k4 * 4, s_x + n, x + (size_t)n * in, in, k4);
+}
+
+/* ---- the tile ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const int8_matrix *W;
+    const uint8_t *xu;
+    const float *s_x, *b;
+    float *y;       /* dequantised output, or */
+    int32_t *z;     /* the exact int32 sums */
+    int N;
+} call;
+
+/* Rows r0 .. r0 + R - 1 by channels o0 .. o0 + 63: the sums over k, then z or y stored for
+ * the channels below W->out. R is a constant in each instance (the loops unroll). */
+AVX512_VNNI static ALWAYS_INLINE void tile(const call *c, int R, int r0, int o0)
+{
+    const int8_matrix *W = c->W;
+    const int k4 = W->k4;
+    const size_t ldx = (size_t)k4 * 4, ldb = (size_t)k4 * 64;
+    const int8_t *wg = W->w + (size_t)(o0 / INT8_BLOCK) * ldb;
+    const uint8_t *xr = c->xu + (size_t)r0 * ldx;
+    __m512i acc[MR_MAX][BLOCKS];
+    #pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < BLOCKS; j++) acc[r][j] = _mm512_setzero_si512();
+    for (int p = 0; p < k4; p++) {
+        __m512i w[BLOCKS];
+        for (int j = 0; j < BLOCKS; j++) w[j] = _mm512_load_si512(wg + j * ldb + (size_t)p * 64);
+        #pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            int32_t four;
+            memcpy(&four, xr + r * ldx + (size_t)p * 4, sizeof four);
+            const __m512i a = _mm512_set1_epi32(four);
+            for (int j = 0; j < BLOCKS; j++) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], a, w[j]);
+        }
+    }
+    const int out = W->out;
+    for (int j = 0; j < BLOCKS; j++) {
+        const int o = o0 + j * INT8_BLOCK;
+        if (o >= out) break;
+        const __mmask16 m = lanes16(out - o);
+        const __m512i comp = _mm512_loadu_si512(W->comp + o);
+        const __m512 s_w = _mm512_loadu_ps(W->scale + o);
+        const __m512 b = c->b ? _mm512_maskz_loadu_ps(m, c->b + o) : _mm512_setzero_ps();
+        for (int r = 0; r < R; r++) {
+            const __m512i z = _mm512_sub_epi32(acc[r][j], comp); /* sum_k xq wq, exact */
+            const size_t at = (size_t)(r0 + r) * out + o;
+            if (c->z) {
+                _mm512_mask_storeu_epi32(c->z + at, m, z);
+            } else {
+                const __m512 s = _mm512_mul_ps(_mm512_set1_ps(c->s_x[r0 + r]), s_w);
+                _mm512_mask_storeu_ps(c->y + at, m, _mm512_fmadd_ps(_mm512_cvtepi32_ps(z), s, b));
+            }
+        }
+    }
+}
+
+/* Every row of x against one group of 64 channels. */
+AVX512_VNNI static void group(const call *c, int o0)
+{
+    int r = 0;
+    for (; r + MR_MAX <= c->N; r += MR_MAX) tile(c, MR_MAX, r, o0);
+    switch (c->N - r) {
+    case 5: tile(c, 5, r, o0); break;
+    case 4: tile(c, 4, r, o0); break;
+    case 3: tile(c, 3, r, o0); break;
+    case 2: tile(c, 2, r, o0); break;
+    case 1: tile(c, 1, r, o0); break;
+    default: break;
+    }
+}
+
+static void run(const call *c)
+{
+    const int groups = c->W->out_pad / INT8_GROUP;
+    const long work = (long)c->N * c->W->k4 * 4 * c->W->out_pad;
+    #pragma omp parallel for schedule(dynamic, 1) if (work >= PARALLEL_MIN && groups > 1)
+    for (int g = 0; g < groups; g++) group(c, g * INT8_GROUP);
+}
+
+void gemm_int8_i32(int32_t *z, const uint8_t *xu, int N, const int8_matrix *W)
+{
+    if (N <= 0 || W->out <= 0) return;
+    const call c = {W, xu, NULL, NULL, NULL, z, N};
+    run(&c);
+}
+
+void gemm_int8(float *y, const float *x, const int8_matrix *W, const float *b, int N,
+               gemm_int8_workspace *ws)
+{
+    if (N <= 0 || W->out <= 0) return;
+    int8_quantise_rows(ws->xu, ws->scale, x, N, W->in, W->k4);
+    const call c = {W, ws->xu, ws->scale, b, y, NULL, N};
+    run(&c);
+}
