@@ -20,11 +20,18 @@ extern "C" {
  * moments, attention itself, norms, softmax and the loss stay float32. Decoding reads a
  * bf16 copy of the weights, half the bytes, which the model owns. The standalone blocks
  * (qkv_linear_*, qkv_ffn_*, qkv_mha_*) are always float32.
+ * QKV_PRECISION_INT8 (inference only) runs the same products with int8 weights, quantised
+ * once per output channel (scale max|W[o,:]| / 127, a copy of one byte per weight the model
+ * owns), and int8 activations, quantised per row at each product (scale max|x[n,:]| / 127),
+ * multiplied with exact int32 sums on AVX512-VNNI (VPDPBUSD) and scaled back to float32:
+ * a quarter of float32's bytes per weight read. Everything else stays float32. Training at
+ * int8 is refused (QKV_ERR_ARG).
  * ------------------------------------------------------------------------------------- */
 
 typedef enum {
     QKV_PRECISION_FP32 = 0, /* float32 throughout: the default */
-    QKV_PRECISION_BF16 = 1  /* the linear layers' products in bf16 with float32 sums */
+    QKV_PRECISION_BF16 = 1, /* the linear layers' products in bf16 with float32 sums */
+    QKV_PRECISION_INT8 = 2  /* inference: int8 weights and activations, int32 sums */
 } qkv_precision;
 
 /* The type of the key-value cache that decoding keeps (the keys and values of every position
@@ -51,10 +58,13 @@ qkv_status qkv_kv_cache_parse(qkv_kv_cache *c, const char *name, qkv_error *err)
 /* Whether this CPU runs QKV_PRECISION_BF16 (AVX512F, BW, VL, DQ and BF16). */
 QKV_API
 int qkv_bf16_supported(void);
-/* "fp32" or "bf16". */
+/* Whether this CPU runs QKV_PRECISION_INT8 (AVX512F, BW, VL, DQ and VNNI). */
+QKV_API
+int qkv_int8_supported(void);
+/* "fp32", "bf16" or "int8". */
 QKV_API
 const char *qkv_precision_name(qkv_precision p);
-/* *p from "fp32" or "bf16"; QKV_ERR_ARG naming the choices otherwise. */
+/* *p from "fp32", "bf16" or "int8"; QKV_ERR_ARG naming the choices otherwise. */
 QKV_API
 qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *err);
 
@@ -262,8 +272,12 @@ qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float 
  * weights' bf16 copy for decoding (2 bytes per parameter) and the products' packing buffers,
  * and decoding makes the copy again whenever the parameters may have changed since: after a
  * backward pass, qkv_transformer_params or a load. A caller that writes the parameters
- * through a pointer taken earlier calls this again before decoding. QKV_ERR_ARG on a CPU
- * without AVX512-BF16 (qkv_bf16_supported), the model unchanged. */
+ * through a pointer taken earlier calls this again before decoding. At int8 it quantises the
+ * linear layers' weights (1 byte per weight, plus a scale per output channel), again
+ * whenever the parameters may have changed, and a backward pass (qkv_transformer_loss with
+ * backward) fails with QKV_ERR_ARG. QKV_ERR_ARG on a CPU without AVX512-BF16
+ * (qkv_bf16_supported) for bf16, without AVX512-VNNI (qkv_int8_supported) for int8, the
+ * model unchanged. */
 QKV_API
 qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err);
 QKV_API
@@ -364,8 +378,8 @@ qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
                          qkv_error *err);
 
 /* The precision of the model's linear layers, as qkv_transformer_set_precision (generation
- * reads the weights' bf16 copy at bf16; it is made again after a backward pass, qkv_lm_params
- * or a load). */
+ * reads the weights' bf16 copy at bf16, their int8 copy at int8; it is made again after a
+ * backward pass, qkv_lm_params or a load; no backward pass at int8). */
 QKV_API
 qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err);
 QKV_API

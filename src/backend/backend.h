@@ -4,8 +4,9 @@
  * kernels need (a backend). The models, their blocks and the decoding loops compute only
  * through it: they never call a kernel by name, never choose between kernels, and never touch
  * activation memory except through zero/copy/add. So the choices live here, in one place:
- *   precision   the table: backend_cpu_fp32 (OpenBLAS) or backend_cpu_bf16 (qkv's AVX512-BF16
- *               GEMM; kernels/bf16.h), picked by qkv_transformer_set_precision /
+ *   precision   the table: backend_cpu_fp32 (OpenBLAS), backend_cpu_bf16 (qkv's AVX512-BF16
+ *               GEMM; kernels/bf16.h) or backend_cpu_int8 (int8 weights and activations,
+ *               AVX512-VNNI; kernels/int8.h), picked by qkv_transformer_set_precision /
  *               qkv_lm_set_precision;
  *   few rows    op_linear_forward takes ops->linear_rows (matrix-vector products that read
  *               the weights once: a decoding step) up to ops->few_rows rows, else
@@ -24,6 +25,7 @@
 
 #include "inference/cached_attention.h"
 #include "kernels/bf16.h"
+#include "kernels/int8.h"
 #include "qkv.h"
 
 typedef enum {
@@ -33,6 +35,13 @@ typedef enum {
 } attention_kernel;
 
 typedef struct backend backend;
+
+/* One weight matrix of a model quantised to int8: the offset of its float32 original among
+ * the model's parameters, and the packed matrix. */
+typedef struct {
+    size_t offset;
+    int8_matrix q;
+} int8_weight;
 
 typedef struct {
     const char *name;
@@ -126,14 +135,19 @@ struct backend {
     size_t n_params;
     const uint16_t *params_bf16;
     gemm_bf16_workspace *ws; /* the bf16 GEMM's packing buffers */
+    /* int8: the quantised weights when they are current (else NULL), in increasing offset,
+     * and the activations' buffer (grown by the calls that need more) */
+    const int8_weight *int8;
+    int n_int8;
+    gemm_int8_workspace *ws8;
 };
 
-extern const backend_ops backend_cpu_fp32, backend_cpu_bf16;
+extern const backend_ops backend_cpu_fp32, backend_cpu_bf16, backend_cpu_int8;
 
 /* The float32 CPU backend with no model behind it: what the public qkv_ layer functions run. */
 static inline backend backend_cpu(void)
 {
-    backend be = {&backend_cpu_fp32, NULL, 0, NULL, NULL};
+    backend be = {.ops = &backend_cpu_fp32};
     return be;
 }
 

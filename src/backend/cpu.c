@@ -1,6 +1,6 @@
-/* The CPU backends (backend.h): float32 (OpenBLAS for the products) and bf16 products
- * (AVX512-BF16, float32 sums). The two tables differ only in their linear entries; every other
- * operation is the library's own CPU kernel. */
+/* The CPU backends (backend.h): float32 (OpenBLAS for the products), bf16 products
+ * (AVX512-BF16, float32 sums) and int8 products (AVX512-VNNI, int32 sums). The tables differ
+ * only in their linear entries; every other operation is the library's own CPU kernel. */
 #include <string.h>
 
 #include "backend/backend.h"
@@ -126,3 +126,10 @@ const backend_ops backend_cpu_fp32 =
  * weights. Parameters, gradients and everything but the products stay float32. */
 const backend_ops backend_cpu_bf16 =
     CPU_TABLE("cpu-bf16", linear_rows_bf16w, linear_gemm_bf16, linear_backward_bf16);
+
+/* int8 weights and activations with exact int32 sums (kernels/int8.h), for inference: the
+ * weights the model quantised (models/precision.c says which, and why) go through the int8
+ * GEMM, any other product through float32's. Softmax, norms, residuals and attention itself
+ * stay float32, as everywhere. No backward: the models refuse to train at int8. */
+const backend_ops backend_cpu_int8 =
+    CPU_TABLE("cpu-int8", linear_forward_int8, linear_forward_int8, linear_backward_f32);

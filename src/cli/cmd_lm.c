@@ -392,7 +392,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
         {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps", ARG_GE1},
         {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout", ARG_SEED},
         {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {"precision", OPT_STRING, &precision, CLI_TRAIN_PRECISION_HELP, NULL},
         {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
                                         "options it recorded (those defining the model or data "
                                         "cannot change)", NULL},
@@ -445,7 +445,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
     }
     if (cli_positions_fit("qkv train-lm", "context", o.context, cfg.d_model)) goto usage;
     qkv_precision prec;
-    if (cli_precision(precision, &prec)) goto usage;
+    if (cli_train_precision(precision, &prec)) goto usage;
     cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
     cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;

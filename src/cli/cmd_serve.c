@@ -102,6 +102,7 @@ static void job_free(job *j)
 typedef struct {
     const char *model_dir, *host, *model_id;
     int port, slots, max_queue, timeout_s;
+    qkv_precision precision; /* --precision: how the model's linear layers multiply */
     qkv_translator *tr;     /* one of the two */
     lm_dir lm;
     qkv_batch_decoder *bd;  /* a translation model's running batch */
@@ -1036,7 +1037,7 @@ static int open_model(server *s)
     struct stat sb;
     qkv_error err = {0};
     if (!stat(path, &sb)) {
-        if (lm_dir_load(&s->lm, s->model_dir, NULL)) return 1;
+        if (lm_dir_load(&s->lm, s->model_dir, &s->precision)) return 1;
         s->lm_job = calloc((size_t)s->slots, sizeof *s->lm_job);
         s->drawn = calloc((size_t)s->slots, sizeof *s->drawn);
         if (!s->lm_job || !s->drawn) {
@@ -1050,6 +1051,7 @@ static int open_model(server *s)
         return 0;
     }
     if (qkv_translator_open(&s->tr, s->model_dir, &err) ||
+        qkv_transformer_set_precision(qkv_translator_model(s->tr), s->precision, &err) ||
         qkv_batch_decoder_create(&s->bd, s->tr, s->slots, &err)) {
         fprintf(stderr, "qkv serve: %s\n", err.msg);
         return 1;
@@ -1094,7 +1096,7 @@ int cmd_serve(int argc, char **argv)
 {
     server s = {0};
     int threads = 0, slots = 64, max_queue = 256, timeout = 60, port = 8080;
-    const char *host = "127.0.0.1", *model = NULL;
+    const char *host = "127.0.0.1", *model = NULL, *precision = "fp32";
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory: translation (qkv train) or language "
                                       "model (qkv train-lm)", NULL},
@@ -1107,17 +1109,20 @@ int cmd_serve(int argc, char **argv)
          "[1, 1000000]"},
         {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
          "[0, 86400]"},
+        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
         {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv serve --model DIR [--host 127.0.0.1] [--port 8080] "
-                        "[--threads N] [--max-batch-tokens N] [--max-queue N] [--timeout S]\n"
+                        "[--threads N] [--max-batch-tokens N] [--max-queue N] [--timeout S] "
+                        "[--precision fp32|bf16|int8]\n"
                         "POST /translate, POST /v1/completions, GET /health /v1/models /metrics");
     if (rc) return rc > 0 ? 0 : 2;
     if (!model) {
         fprintf(stderr, "qkv serve: needs --model DIR\n");
         return 2;
     }
+    if (cli_precision(precision, &s.precision)) return 2;
     /* SIGTERM and SIGINT are taken by sigwait below: blocked in every thread, which inherit
      * the mask (the decoder, the HTTP threads, OpenMP's) */
     sigset_t stop;

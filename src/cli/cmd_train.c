@@ -556,7 +556,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
          "keep the last N epochs' models in DIR/epoch-NNN", ARG_GE0},
         {"seed", OPT_U64, &o.seed, "initialisation, data order and dropout", ARG_SEED},
         {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {"precision", OPT_STRING, &precision, CLI_TRAIN_PRECISION_HELP, NULL},
         {"checkpoint-every", OPT_INT, &o.checkpoint_every,
          "also checkpoint every N steps", ARG_GE0},
         {"skip-nonfinite", OPT_FLAG, &o.skip_nonfinite,
@@ -647,7 +647,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
         goto usage;
     }
     qkv_precision prec;
-    if (cli_precision(precision, &prec)) goto usage;
+    if (cli_train_precision(precision, &prec)) goto usage;
     o.d2l_loss_scale = !strcmp(loss, "d2l");
     o.schedule = !strcmp(schedule, "noam") ? QKV_LR_NOAM : QKV_LR_CONSTANT;
     o.out_dir = out;

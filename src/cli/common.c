@@ -119,6 +119,15 @@ int cli_kv_cache(const char *name, qkv_kv_cache *c)
     return -1;
 }
 
+int cli_train_precision(const char *name, qkv_precision *p)
+{
+    if (cli_precision(name, p)) return -1;
+    if (*p != QKV_PRECISION_INT8) return 0;
+    fprintf(stderr, "qkv: --precision int8 is for inference only (translate, eval, serve, "
+            "generate): train at fp32 or bf16\n");
+    return -1;
+}
+
 int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int d_model)
 {
     const double bytes = (double)max_len * d_model * sizeof(float), gib = (double)(1u << 30);

@@ -24,10 +24,16 @@ int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
 
-/* The help line of --precision, and its value: fp32 or bf16; prints why and returns -1 for
- * anything else. */
-#define CLI_PRECISION_HELP "fp32, or bf16: the linear layers' products in bfloat16 (AVX512-BF16)"
+/* The help line of --precision, and its value: fp32, bf16 or int8; prints why and returns -1
+ * for anything else. The training commands take fp32 or bf16 (cli_train_precision refuses
+ * int8, which is for inference only). */
+#define CLI_PRECISION_HELP                                                                     \
+    "fp32, bf16 (the linear layers' products in bfloat16, AVX512-BF16) or int8 (int8 weights " \
+    "and activations, AVX512-VNNI)"
+#define CLI_TRAIN_PRECISION_HELP                                                               \
+    "fp32, or bf16: the linear layers' products in bfloat16 (AVX512-BF16)"
 int cli_precision(const char *name, qkv_precision *p);
+int cli_train_precision(const char *name, qkv_precision *p);
 
 /* The help line of --kv-cache, and its value: auto, fp32 or bf16; prints why and returns -1
  * for anything else. */

@@ -192,12 +192,7 @@ void linear_rows_bf16w(const backend *be, float *y, const float *x, const float 
 void linear_gemm_bf16(const backend *be, float *y, const float *x, const float *W,
                       const float *b, int N, int in, int out)
 {
-    const uint16_t *W16 = bf16_weights(be, W, (size_t)in * out);
-    if (W16)
-        gemm_bf16_wt(N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out, be->ws);
-    else
-        gemm_bf16(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out, be->ws);
-    if (b) add_bias(y, b, N, out);
+    gemm_bf16_linear(N, out, in, x, W, bf16_weights(be, W, (size_t)in * out), b, y, be->ws);
 }
 
 void linear_backward_bf16(const backend *be, float *dx, float *dW, float *db, const float *dy,
@@ -206,6 +201,43 @@ void linear_backward_bf16(const backend *be, float *dx, float *dW, float *db, co
     if (dx) gemm_bf16(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in, be->ws);
     if (dW) gemm_bf16(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, be->ws);
     if (db) bias_backward(db, dy, N, out);
+}
+
+/* ---- int8 weights and activations, int32 sums ------------------------------------------- */
+
+/* W's quantised copy, or NULL: none current, W not among the model's parameters, or not one
+ * of the weights the model quantises (precision.c says which). Binary search by offset. */
+static const int8_matrix *int8_weights(const backend *be, const float *W, int in, int out)
+{
+    if (!be->int8) return NULL;
+    const uintptr_t w = (uintptr_t)W, p0 = (uintptr_t)be->params;
+    if (w < p0 || w >= p0 + be->n_params * sizeof *W || (w - p0) % sizeof *W) return NULL;
+    const size_t offset = (w - p0) / sizeof *W;
+    int lo = 0, hi = be->n_int8 - 1;
+    while (lo <= hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const int8_weight *q = &be->int8[mid];
+        if (q->offset == offset) return q->q.in == in && q->q.out == out ? &q->q : NULL;
+        if (q->offset < offset) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return NULL;
+}
+
+/* One kernel for few rows and many (kernels/gemm_int8.c tiles both); float32 where W has no
+ * quantised copy or the activations' buffer cannot grow (no memory: slower, still right). */
+void linear_forward_int8(const backend *be, float *y, const float *x, const float *W,
+                         const float *b, int N, int in, int out)
+{
+    const int8_matrix *q = int8_weights(be, W, in, out);
+    if (q && be->ws8 && !gemm_int8_reserve(be->ws8, N, in, NULL)) {
+        gemm_int8(y, x, q, b, N, be->ws8);
+        return;
+    }
+    if (N <= SMALL_ROWS)
+        linear_rows_f32(be, y, x, W, b, N, in, out);
+    else
+        linear_gemm_f32(be, y, x, W, b, N, in, out);
 }
 
 /* ---- the public layer: float32 on the CPU ------------------------------------------------ */

@@ -25,4 +25,10 @@ void linear_gemm_bf16(const backend *be, float *y, const float *x, const float *
 void linear_backward_bf16(const backend *be, float *dx, float *dW, float *db, const float *dy,
                           const float *x, const float *W, int N, int in, int out);
 
+/* int8 weights and activations (kernels/int8.h) for the weights the backend holds quantised
+ * (be->int8); float32 for any other W. Inference only: the backward is float32's, and the
+ * models refuse to train at int8 before it could run. */
+void linear_forward_int8(const backend *be, float *y, const float *x, const float *W,
+                         const float *b, int N, int in, int out);
+
 #endif

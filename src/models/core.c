@@ -162,7 +162,7 @@ float *core_params(model_core *c)
 
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err)
 {
-    return precision_set(&c->prec, p, c->params, c->n_params, err);
+    return precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
 }
 
 qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err)

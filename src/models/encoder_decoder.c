@@ -352,6 +352,7 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
                                        err);
     if (!st) st = check_batch(b, err);
     if (st) return st;
+    if (o->backward && precision_check_training(&m->core.prec, err)) return QKV_ERR_ARG;
     if (o->backward && !qkv_transformer_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     const float p = o->train ? m->cfg.dropout : 0.0f;

@@ -239,6 +239,7 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
 {
     const qkv_loss_options evaluation = {0};
     if (!o) o = &evaluation;
+    if (o->backward && precision_check_training(&m->core.prec, err)) return QKV_ERR_ARG;
     if (o->backward && !qkv_lm_grads(m))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
     const float p = o->train ? m->cfg.dropout : 0.0f;

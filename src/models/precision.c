@@ -7,17 +7,22 @@
 #include "models/precision.h"
 
 int qkv_bf16_supported(void) { return gemm_bf16_supported(); }
+int qkv_int8_supported(void) { return gemm_int8_supported(); }
 
 const char *qkv_precision_name(qkv_precision p)
 {
-    return p == QKV_PRECISION_BF16 ? "bf16" : p == QKV_PRECISION_FP32 ? "fp32" : "unknown";
+    return p == QKV_PRECISION_BF16   ? "bf16"
+           : p == QKV_PRECISION_FP32 ? "fp32"
+           : p == QKV_PRECISION_INT8 ? "int8"
+                                     : "unknown";
 }
 
 qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *err)
 {
     if (name && !strcmp(name, "fp32")) return *p = QKV_PRECISION_FP32, QKV_OK;
     if (name && !strcmp(name, "bf16")) return *p = QKV_PRECISION_BF16, QKV_OK;
-    return qkv_fail(err, QKV_ERR_ARG, "unknown precision '%s' (fp32 or bf16)",
+    if (name && !strcmp(name, "int8")) return *p = QKV_PRECISION_INT8, QKV_OK;
+    return qkv_fail(err, QKV_ERR_ARG, "unknown precision '%s' (fp32, bf16 or int8)",
                     name ? name : "(null)");
 }
 
@@ -36,6 +41,77 @@ qkv_status qkv_kv_cache_parse(qkv_kv_cache *c, const char *name, qkv_error *err)
                     name ? name : "(null)");
 }
 
+/* ---- int8: which weights, and quantising them ------------------------------------------ */
+
+static int ends_with(const char *s, const char *tail)
+{
+    const size_t n = strlen(s), t = strlen(tail);
+    return n >= t && !strcmp(s + n - t, tail);
+}
+
+/* Whether tensor i is a weight the int8 products read. Quantised: every attention projection
+ * (W_q, W_k, W_v, W_o) and both FFN layers (W1, W2): they hold nearly all of a model's
+ * weights and products. The output projection (output.W, or the embedding tied to it) too:
+ * at d512 with a 10k vocabulary it is a fifth of a decoding step's bytes, and measured on
+ * the models in the README it changes greedy translations no more than the other layers do
+ * (CTranslate2's int8 quantises it too). Embeddings as lookups and the positions stay
+ * float32: a lookup reads one row, so its bytes do not matter, and their rows enter the
+ * residual stream directly. An untied embedding is never a product's weight: not
+ * quantised. */
+static int int8_quantised(const qkv_param_info *t, int i, int n, int has_output)
+{
+    const char *name = t[i].name;
+    (void)n;
+    if (t[i].ndim != 2) return 0;
+    if (ends_with(name, ".W_q") || ends_with(name, ".W_k") || ends_with(name, ".W_v") ||
+        ends_with(name, ".W_o") || ends_with(name, ".W1") || ends_with(name, ".W2"))
+        return 1;
+    if (!strcmp(name, "output.W")) return 1;
+    /* tied: the embedding is also the output projection */
+    return !has_output && (!strcmp(name, "embedding") || !strcmp(name, "tgt_embedding"));
+}
+
+static void int8_free(model_precision *mp)
+{
+    for (int i = 0; i < mp->n_int8; i++) int8_matrix_free(&mp->int8[i].q);
+    free(mp->int8);
+    mp->int8 = NULL, mp->n_int8 = 0, mp->int8_current = 0;
+}
+
+/* Quantises the weights int8_quantised picks, in the table's order (increasing offsets: the
+ * walk hands out consecutive slices). */
+static qkv_status int8_refresh(model_precision *mp, const float *params, qkv_error *err)
+{
+    int8_free(mp);
+    int has_output = 0, count = 0;
+    for (int i = 0; i < mp->n_tensors; i++)
+        has_output |= !strcmp(mp->tensors[i].name, "output.W");
+    for (int i = 0; i < mp->n_tensors; i++)
+        count += int8_quantised(mp->tensors, i, mp->n_tensors, has_output);
+    if (count && !(mp->int8 = calloc((size_t)count, sizeof *mp->int8)))
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d int8 weight matrices", count);
+    for (int i = 0; i < mp->n_tensors; i++) {
+        const qkv_param_info *t = &mp->tensors[i];
+        if (!int8_quantised(mp->tensors, i, mp->n_tensors, has_output)) continue;
+        int8_weight *q = &mp->int8[mp->n_int8];
+        q->offset = t->offset;
+        qkv_status st = int8_matrix_quantise(&q->q, params + t->offset, (int)t->shape[0],
+                                             (int)t->shape[1], err);
+        if (st) return int8_free(mp), st;
+        mp->n_int8++;
+    }
+    mp->int8_current = 1;
+    return QKV_OK;
+}
+
+qkv_status precision_check_training(const model_precision *mp, qkv_error *err)
+{
+    if (mp->precision == QKV_PRECISION_INT8)
+        return qkv_fail(err, QKV_ERR_ARG, "int8 precision is for inference only: a backward "
+                        "pass (training) needs fp32 or bf16");
+    return QKV_OK;
+}
+
 static qkv_status refresh(model_precision *mp, const float *params, size_t n, qkv_error *err)
 {
     if (!mp->bf16 && !(mp->bf16 = malloc(n * sizeof *mp->bf16)))
@@ -47,17 +123,30 @@ static qkv_status refresh(model_precision *mp, const float *params, size_t n, qk
 }
 
 qkv_status precision_set(model_precision *mp, qkv_precision p, const float *params, size_t n,
-                         qkv_error *err)
+                         const qkv_param_info *tensors, int n_tensors, qkv_error *err)
 {
-    if (p != QKV_PRECISION_FP32 && p != QKV_PRECISION_BF16)
-        return qkv_fail(err, QKV_ERR_ARG, "unknown precision %d (fp32 0, bf16 1)", (int)p);
+    if (p != QKV_PRECISION_FP32 && p != QKV_PRECISION_BF16 && p != QKV_PRECISION_INT8)
+        return qkv_fail(err, QKV_ERR_ARG, "unknown precision %d (fp32 0, bf16 1, int8 2)",
+                        (int)p);
     if (p == QKV_PRECISION_FP32) {
         precision_free(mp);
+        return QKV_OK;
+    }
+    if (p == QKV_PRECISION_INT8) {
+        if (!gemm_int8_supported())
+            return qkv_fail(err, QKV_ERR_ARG, "int8 precision needs a CPU with AVX512-VNNI "
+                            "(VPDPBUSD), and this one has none: use fp32");
+        precision_free(mp);
+        mp->tensors = tensors, mp->n_tensors = n_tensors;
+        qkv_status st = int8_refresh(mp, params, err);
+        if (st) return precision_free(mp), st;
+        mp->precision = p;
         return QKV_OK;
     }
     if (!gemm_bf16_supported())
         return qkv_fail(err, QKV_ERR_ARG, "bf16 precision needs a CPU with AVX512-BF16 "
                         "(VDPBF16PS), and this one has none: use fp32");
+    if (mp->precision == QKV_PRECISION_INT8) precision_free(mp);
     qkv_status st = gemm_bf16_reserve(&mp->ws, omp_get_max_threads(), err);
     if (!st) st = refresh(mp, params, n, err);
     if (st) return precision_free(mp), st;
@@ -68,6 +157,9 @@ qkv_status precision_set(model_precision *mp, qkv_precision p, const float *para
 qkv_status precision_prepare(model_precision *mp, const float *params, size_t n, int decoding,
                              qkv_error *err)
 {
+    (void)n;
+    if (mp->precision == QKV_PRECISION_INT8)
+        return mp->int8_current ? QKV_OK : int8_refresh(mp, params, err);
     if (mp->precision != QKV_PRECISION_BF16) return QKV_OK;
     qkv_status st = gemm_bf16_reserve(&mp->ws, omp_get_max_threads(), err);
     if (!st && decoding && !mp->bf16_current) st = refresh(mp, params, n, err);
@@ -76,8 +168,15 @@ qkv_status precision_prepare(model_precision *mp, const float *params, size_t n,
 
 backend precision_backend(model_precision *mp, const float *params, size_t n)
 {
+    if (mp->precision == QKV_PRECISION_INT8) {
+        backend be = {.ops = &backend_cpu_int8, .params = params, .n_params = n,
+                      .int8 = mp->int8_current ? mp->int8 : NULL, .n_int8 = mp->n_int8,
+                      .ws8 = &mp->ws8};
+        return be;
+    }
     if (mp->precision != QKV_PRECISION_BF16) return backend_cpu();
-    backend be = {&backend_cpu_bf16, params, n, mp->bf16_current ? mp->bf16 : NULL, &mp->ws};
+    backend be = {.ops = &backend_cpu_bf16, .params = params, .n_params = n,
+                  .params_bf16 = mp->bf16_current ? mp->bf16 : NULL, .ws = &mp->ws};
     return be;
 }
 
@@ -85,5 +184,7 @@ void precision_free(model_precision *mp)
 {
     free(mp->bf16);
     gemm_bf16_workspace_free(&mp->ws);
+    int8_free(mp);
+    gemm_int8_workspace_free(&mp->ws8);
     memset(mp, 0, sizeof *mp);
 }

@@ -1,6 +1,7 @@
 /* A model's precision setting (qkv_transformer_set_precision, qkv_lm_set_precision) and what
  * it owns for it: the bf16 GEMM's packing buffers and a bf16 copy of the parameters that
- * decoding reads. Shared by both models. */
+ * decoding reads; at int8, the linear layers' weights quantised and the int8 GEMM's
+ * activation buffer. Shared by both models. */
 #ifndef QKV_PRECISION_H
 #define QKV_PRECISION_H
 
@@ -11,15 +12,26 @@ typedef struct {
     uint16_t *bf16;   /* (n_params) the parameters in bf16, at QKV_PRECISION_BF16 */
     int bf16_current; /* whether bf16 holds the parameters as they are now */
     gemm_bf16_workspace ws;
+    /* int8: the model's parameter table (which tensors to quantise: precision.c), the
+     * quantised weights (n_int8, by increasing offset) and whether they are current */
+    const qkv_param_info *tensors;
+    int n_tensors;
+    int8_weight *int8;
+    int n_int8, int8_current;
+    gemm_int8_workspace ws8;
 } model_precision;
 
-/* Sets p: at bf16, checks the CPU, allocates and fills the copy and the buffers. */
+/* Sets p: at bf16, checks the CPU, allocates and fills the copy and the buffers; at int8,
+ * checks the CPU and quantises the weights of the linear layers named in tensors (n_tensors
+ * entries, which outlive mp). */
 qkv_status precision_set(model_precision *mp, qkv_precision p, const float *params, size_t n,
-                         qkv_error *err);
+                         const qkv_param_info *tensors, int n_tensors, qkv_error *err);
 
 /* Before a pass: room in the packing buffers for the threads there are now; for decoding,
  * the copy made current (a pass that reads a copy older than the parameters would be
- * wrong, and one conversion per decoding call after training costs little). */
+ * wrong, and one conversion per decoding call after training costs little). At int8 the
+ * quantised weights are made current before any pass (int8 has no float fallback worth
+ * taking), and a pass with a backward is refused: backward says so. */
 qkv_status precision_prepare(model_precision *mp, const float *params, size_t n, int decoding,
                              qkv_error *err);
 
@@ -29,7 +41,10 @@ backend precision_backend(model_precision *mp, const float *params, size_t n);
 
 /* The parameters may be about to change (a backward pass, a load, a mutable pointer handed
  * out): the copy is no longer trusted until the next decoding refreshes it. */
-static inline void precision_touch(model_precision *mp) { mp->bf16_current = 0; }
+static inline void precision_touch(model_precision *mp) { mp->bf16_current = mp->int8_current = 0; }
+
+/* QKV_ERR_ARG at int8 (inference only), before a pass with a backward starts. */
+qkv_status precision_check_training(const model_precision *mp, qkv_error *err);
 
 void precision_free(model_precision *mp);
 

@@ -207,7 +207,10 @@ static void test_exhaustive_beam_is_exact(void **state)
 }
 
 /* A sentence's hypotheses and scores are the same alone and in any batch. */
-static void check_batch_independence(qkv_kv_cache kv)
+/* Scores agree to float32 rounding (tol 1e-5) with a float32 cache; with a bf16 one a
+ * cross-attention key projected in another batch shape can differ in its last float32 bit and
+ * so round to the neighbouring bf16 value (2^-8 of it): tol 1e-3. */
+static void check_batch_independence(qkv_kv_cache kv, double tol)
 {
     enum { K = 4, NBEST = 3, ML = 9 };
     for (int variant = 0; variant < 2; variant++) {
@@ -230,7 +233,7 @@ static void check_batch_independence(qkv_kv_cache kv)
                 const int i = b * NBEST + k;
                 assert_int_equal(one_len[k], len[i]);
                 assert_memory_equal(one + k * ML, out + (size_t)i * ML, (size_t)len[i] * sizeof *one);
-                assert_true(fabs(one_score[k] - score[i]) <= 1e-5 * (1 + fabs(score[i])));
+                assert_true(fabs(one_score[k] - score[i]) <= tol * (1 + fabs(score[i])));
             }
         }
         /* and in a batch of two, in the other order */
@@ -256,7 +259,7 @@ static void check_batch_independence(qkv_kv_cache kv)
 static void test_batch_independence(void **state)
 {
     (void)state;
-    check_batch_independence(QKV_KV_CACHE_FP32);
+    check_batch_independence(QKV_KV_CACHE_FP32, 1e-5);
 }
 
 /* With a bf16 key-value cache: beam 1 is still greedy decoding exactly (both read the same
@@ -268,7 +271,7 @@ static void test_bf16_cache(void **state)
 {
     (void)state;
     enum { K = 4, ML = 10 };
-    check_batch_independence(QKV_KV_CACHE_BF16);
+    check_batch_independence(QKV_KV_CACHE_BF16, 1e-3);
     double worst = 0;
     for (int variant = 0; variant < 4; variant++) {
         qkv_transformer *m = random_model(20, variant < 2 ? 8 : 40, variant & 1, 700 + variant);
