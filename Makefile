@@ -80,7 +80,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention bench-serve
+.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention bench-serve bench-ct2
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv
 
 deps:
@@ -160,6 +160,17 @@ bench-attention: deps
 bench-serve: deps
 	$(MAKE) all
 	$(PY) bench/serve_bench.py --qkv $(BUILD)/qkv
+
+# qkv translate against CTranslate2 on two fra-eng models it trains itself (cached in
+# build/bench-ct2; README, "Against CTranslate2"). CT2_PY: a python3 with ctranslate2 and
+# safetensors (pip-installed into it here when missing: bench tools, not qkv's dependencies).
+# REPS=N sets the repetitions; BENCH_CT2_ARGS passes options (--env, --models, --tiny, ...).
+CT2_PY ?= python3
+bench-ct2: deps
+	$(MAKE) all
+	$(CT2_PY) -c 'import ctranslate2, safetensors' 2>/dev/null || \
+	  $(CT2_PY) -m pip install ctranslate2 safetensors
+	$(CT2_PY) bench/ct2_bench.py --qkv $(BUILD)/qkv $(BENCH_CT2_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

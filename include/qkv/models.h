@@ -34,6 +34,27 @@ typedef enum {
     QKV_PRECISION_INT8 = 2  /* inference: int8 weights and activations, int32 sums */
 } qkv_precision;
 
+/* The type of the key-value cache that decoding keeps (the keys and values of every position
+ * so far, and the cross-attention keys and values of the encoder output), which a decoding
+ * step reads in full. QKV_KV_CACHE_BF16 stores them in bf16 (rounded to nearest even: a
+ * relative error of at most 2^-8 per value) and widens them back to float32 exactly, so that
+ * the scores, the softmax and the weighted sum stay float32 and a step at a long position
+ * reads half the bytes. AUTO (the default) follows the precision: float32 at
+ * QKV_PRECISION_FP32 (its results are exactly those of a float32 cache), bf16 at any other
+ * precision. Any CPU runs it (AVX-512 F and BW make it fast). */
+typedef enum {
+    QKV_KV_CACHE_AUTO = 0, /* as the precision: fp32 at QKV_PRECISION_FP32, else bf16 */
+    QKV_KV_CACHE_FP32 = 1,
+    QKV_KV_CACHE_BF16 = 2
+} qkv_kv_cache;
+
+/* "auto", "fp32" or "bf16". */
+QKV_API
+const char *qkv_kv_cache_name(qkv_kv_cache c);
+/* *c from "auto", "fp32" or "bf16"; QKV_ERR_ARG naming the choices otherwise. */
+QKV_API
+qkv_status qkv_kv_cache_parse(qkv_kv_cache *c, const char *name, qkv_error *err);
+
 /* Whether this CPU runs QKV_PRECISION_BF16 (AVX512F, BW, VL, DQ and BF16). */
 QKV_API
 int qkv_bf16_supported(void);
@@ -261,6 +282,13 @@ QKV_API
 qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err);
 QKV_API
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m);
+/* The key-value cache type of decoding from now on (a run-time setting, not saved; a new or
+ * loaded model is QKV_KV_CACHE_AUTO); a decoding that has begun keeps the type it began
+ * with. QKV_ERR_ARG on a value outside the enum. */
+QKV_API
+qkv_status qkv_transformer_set_kv_cache(qkv_transformer *m, qkv_kv_cache kv, qkv_error *err);
+QKV_API
+qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m);
 
 /* ---------------------------------------------------------------------------------------
  * The decoder-only language model (GPT; Radford et al. 2018): the Transformer's decoder
@@ -356,6 +384,12 @@ QKV_API
 qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err);
 QKV_API
 qkv_precision qkv_lm_get_precision(const qkv_lm *m);
+/* The key-value cache type of generation states made from now on (qkv_lm_state_create,
+ * qkv_lm_batch_create), as qkv_transformer_set_kv_cache. */
+QKV_API
+qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err);
+QKV_API
+qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m);
 
 /* ---- generation: one sequence, one token per step ----------------------------------------
  * A state holds what the model remembers of the tokens so far: per layer the keys and values

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "inference/cached_attention.h"
 #include "kernels/bf16.h"
 #include "kernels/int8.h"
 #include "qkv.h"
@@ -69,10 +70,12 @@ typedef struct {
                                qkv_dropout drop, float *scratch);
     size_t (*attention_saved_floats)(attention_kernel k, const qkv_attention_shape *s); /* S */
     size_t (*attention_scratch_floats)(attention_kernel k, const qkv_attention_shape *s);
-    /* one query per row over a key-value cache (inference/cached_attention.h) */
-    void (*cached_attention)(float *O, float *S, const float *Q, const float *K, const float *V,
-                             size_t stride, int B, int H, int d, int m, const int *row,
+    /* one query per row over a key-value cache of float32 or bf16 values
+     * (inference/cached_attention.h), and writing n values into one */
+    void (*cached_attention)(float *O, float *S, const float *Q, const void *K, const void *V,
+                             kv_dtype kv, size_t stride, int B, int H, int d, int m, const int *row,
                              const int *len, const int *slots, int ld_slots);
+    void (*kv_store)(void *cache, kv_dtype kv, size_t at, const float *x, size_t n);
     /* one position of causal linear attention from its recurrent state */
     void (*linear_attention_step)(float *o, qkv_linear_attention_state *s, const float *q,
                                   const float *k, const float *v);

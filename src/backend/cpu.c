@@ -101,7 +101,8 @@ static void scale(float *x, size_t n, float s)
         .attention_forward = attention_forward, .attention_backward = attention_backward,       \
         .attention_saved_floats = attention_saved_floats,                                       \
         .attention_scratch_floats = attention_scratch_floats,                                   \
-        .cached_attention = cached_attention, .linear_attention_step = qkv_linear_attention_step,\
+        .cached_attention = cached_attention, .kv_store = kv_cache_store,                       \
+        .linear_attention_step = qkv_linear_attention_step,                                     \
         .activation_forward = activation_forward, .activation_backward = activation_grad_inplace,\
         .layernorm_forward = qkv_layernorm_forward, .layernorm_backward = qkv_layernorm_backward,\
         .addnorm_forward = qkv_addnorm_forward, .addnorm_backward = qkv_addnorm_backward,       \

@@ -80,6 +80,8 @@ typedef struct {
     int position, max_len; /* generate: the first timed position; the model's context */
     int trans_a, trans_b;  /* sgemm: op(A) = A^T, op(B) = B^T */
     qkv_precision precision;
+    qkv_kv_cache kv_cache; /* generate */
+    int kv_compare;        /* generate: float32 and bf16 caches, steps alternating */
     uint64_t seed;
 } bench_args;
 
@@ -340,11 +342,21 @@ done:
 
 /* ---- generate: the time of one new token at a given position ---------------------------- */
 
+/* The cache type a state of m gets: the setting, with auto resolved as the library does. */
+static const char *kv_name(const qkv_lm *m)
+{
+    const qkv_kv_cache kv = qkv_lm_get_kv_cache(m);
+    if (kv != QKV_KV_CACHE_AUTO) return qkv_kv_cache_name(kv);
+    return qkv_lm_get_precision(m) == QKV_PRECISION_FP32 ? "fp32" : "bf16";
+}
+
 /* A decoder-only LM with random weights generates at position `position`: the prefix (all but
  * the warmup tokens) goes in by one prefill, the warmup tokens one step each, then `steps`
  * steps at positions position .. position + steps - 1 are timed one by one. A softmax model's
  * step attends over a KV cache of t + 1 rows (O(t) at position t); a linear model's updates
- * its recurrent state (O(1)). */
+ * its recurrent state (O(1)). With --kv-compare two states of the same model, one with a
+ * float32 cache and one with a bf16 cache, take the same tokens, their timed steps
+ * alternating, so that both see the same machine (a shared one's load drifts). */
 static int bench_generate(const bench_args *a, int layers, int vocab)
 {
     qkv_lm_config cfg = qkv_lm_default_config();
@@ -360,7 +372,12 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
                 "state), got '%s'\n", kind);
         return 2;
     }
-    const int P = a->position, W = a->warmup, S = a->steps;
+    if (a->kv_compare && cfg.attention != QKV_ATTENTION_SOFTMAX) {
+        fprintf(stderr, "qkv bench generate: --kv-compare needs --kind softmax (a linear model "
+                "keeps no key-value cache)\n");
+        return 2;
+    }
+    const int P = a->position, W = a->warmup, S = a->steps, n_states = a->kv_compare ? 2 : 1;
     if (P - W < 1) {
         fprintf(stderr, "qkv bench generate: --position (%d) must exceed --warmup (%d): the "
                 "prefill needs a token\n", P, W);
@@ -368,47 +385,60 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
     }
     cfg.max_len = a->max_len > P + S ? a->max_len : P + S;
     qkv_lm *m = NULL;
-    qkv_lm_state *st = NULL;
+    qkv_lm_state *st[2] = {NULL, NULL};
+    const qkv_kv_cache kv[2] = {a->kv_compare ? QKV_KV_CACHE_FP32 : a->kv_cache,
+                                QKV_KV_CACHE_BF16};
+    const char *kv_used[2] = {"none", "none"};
+    double prefill_ms[2] = {0, 0};
     qkv_error err = {0};
     int *ids = malloc((size_t)(P + S) * sizeof *ids);
     float *logits = malloc((size_t)vocab * sizeof *logits);
-    double *ms = malloc((size_t)S * sizeof *ms);
+    double *ms = malloc((size_t)2 * S * sizeof *ms);
     int rc = 1;
     if (!ids || !logits || !ms) {
         fprintf(stderr, "qkv: out of memory\n");
         goto done;
     }
-    if (qkv_lm_create(&m, &cfg, a->seed, &err) || qkv_lm_set_precision(m, a->precision, &err) ||
-        qkv_lm_state_create(&st, m, &err))
+    if (qkv_lm_create(&m, &cfg, a->seed, &err) || qkv_lm_set_precision(m, a->precision, &err))
         goto done;
     random_ids(ids, (size_t)(P + S), vocab, a->seed + 1);
-    double t0 = now_ms();
-    if (qkv_lm_prefill(m, st, ids, P - W, logits, &err)) goto done;
-    const double prefill_ms = now_ms() - t0;
-    for (int i = -W; i < S; i++) {
-        double t = now_ms();
-        if (qkv_lm_step(m, st, ids[P + i], logits, &err)) goto done;
-        if (i >= 0) ms[i] = now_ms() - t;
+    for (int k = 0; k < n_states; k++) {
+        if (qkv_lm_set_kv_cache(m, kv[k], &err) || qkv_lm_state_create(&st[k], m, &err))
+            goto done;
+        if (cfg.attention == QKV_ATTENTION_SOFTMAX) kv_used[k] = kv_name(m);
+        double t0 = now_ms();
+        if (qkv_lm_prefill(m, st[k], ids, P - W, logits, &err)) goto done;
+        prefill_ms[k] = now_ms() - t0;
     }
-    const double med = median(ms, S);
+    for (int i = -W; i < S; i++)
+        for (int k = 0; k < n_states; k++) {
+            double t = now_ms();
+            if (qkv_lm_step(m, st[k], ids[P + i], logits, &err)) goto done;
+            if (i >= 0) ms[(size_t)k * S + i] = now_ms() - t;
+        }
     /* what the model remembers of the P + S tokens: keys and values, or S and z */
     const int hd = cfg.d_model / cfg.heads;
     const double state = cfg.attention == QKV_ATTENTION_SOFTMAX
                              ? 2.0 * layers * (double)(P + S) * cfg.d_model
                              : (double)layers * cfg.heads * ((double)hd * hd + hd);
-    printf("{\"bench\": \"generate\", \"attention\": \"%s\", \"position\": %d, "
-           "\"ms_per_token\": %.4f, \"tokens_per_s\": %.1f, \"ms_prefill\": %.1f, "
-           "\"prefill_tokens\": %d, \"state_mb\": %.3f, \"peak_rss_mb\": %.1f, \"threads\": %d, "
-           "\"d_model\": %d, \"heads\": %d, \"layers\": %d, \"ffn\": %d, \"vocab\": %d, "
-           "\"max_len\": %d, \"steps\": %d, \"precision\": \"%s\"}\n",
-           kind, P, med, 1e3 / med, prefill_ms, P - W, state * 4 / (1 << 20), peak_rss_mb(),
-           qkv_get_threads(), cfg.d_model, cfg.heads, layers, cfg.ffn, vocab, cfg.max_len, S,
-           qkv_precision_name(a->precision));
+    for (int k = 0; k < n_states; k++) {
+        const double med = median(ms + (size_t)k * S, S);
+        printf("{\"bench\": \"generate\", \"attention\": \"%s\", \"position\": %d, "
+               "\"ms_per_token\": %.4f, \"tokens_per_s\": %.1f, \"ms_prefill\": %.1f, "
+               "\"prefill_tokens\": %d, \"state_mb\": %.3f, \"peak_rss_mb\": %.1f, "
+               "\"threads\": %d, \"d_model\": %d, \"heads\": %d, \"layers\": %d, \"ffn\": %d, "
+               "\"vocab\": %d, \"max_len\": %d, \"steps\": %d, \"precision\": \"%s\", "
+               "\"kv_cache\": \"%s\"}\n",
+               kind, P, med, 1e3 / med, prefill_ms[k], P - W,
+               state * (strcmp(kv_used[k], "bf16") ? 4 : 2) / (1 << 20), peak_rss_mb(),
+               qkv_get_threads(), cfg.d_model, cfg.heads, layers, cfg.ffn, vocab, cfg.max_len, S,
+               qkv_precision_name(a->precision), kv_used[k]);
+    }
     rc = 0;
 done:
     if (rc && err.msg[0]) fprintf(stderr, "qkv: %s\n", err.msg);
     free(ids), free(logits), free(ms);
-    qkv_lm_state_free(st);
+    qkv_lm_state_free(st[0]), qkv_lm_state_free(st[1]);
     qkv_lm_free(m);
     return rc;
 }
@@ -468,7 +498,9 @@ static const char usage[] =
     "  generate   a decoder-only LM with random weights (--layers default 2, --vocab default\n"
     "             256) prefills --position minus --warmup tokens, steps --warmup tokens, then\n"
     "             times --steps single-token steps from --position on; --kind softmax (KV cache)\n"
-    "             or linear (recurrent state). Fields: ms_per_token, ms_prefill, state_mb.";
+    "             or linear (recurrent state); --kv-cache fp32|bf16|auto the cache's type;\n"
+    "             --kv-compare: a float32 and a bf16 cache of one model, steps alternating.\n"
+    "             Fields: ms_per_token, ms_prefill, state_mb, kv_cache.";
 
 int cmd_bench(int argc, char **argv)
 {
@@ -487,7 +519,7 @@ int cmd_bench(int argc, char **argv)
     /* generate defaults to a small LM: 2 blocks over bytes, so that attention, not the
      * output projection, decides the time of a token */
     int layers = generate ? 2 : 6, vocab = generate ? 256 : 10000;
-    const char *precision = "fp32";
+    const char *precision = "fp32", *kv_cache = "auto";
     a.batch = 32, a.src_len = 32, a.tgt_len = 32, a.steps = 10, a.warmup = 2, a.new_tokens = 32;
     a.n = 1024, a.m = 1024, a.k = 1024, a.position = 100, a.max_len = 0;
     const opt_spec opts[] = {
@@ -522,6 +554,9 @@ int cmd_bench(int argc, char **argv)
         {"precision", OPT_STRING, &precision,
          "fp32, bf16 or int8 (train, decode, generate: the model's, int8 for decode and "
          "generate only; sgemm: the bf16 kernel)", NULL},
+        {"kv-cache", OPT_STRING, &kv_cache, "generate: " CLI_KV_CACHE_HELP, NULL},
+        {"kv-compare", OPT_FLAG, &a.kv_compare,
+         "generate: a float32 and a bf16 cache, steps alternating (two JSON lines)", NULL},
         {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)", "[1, 1000000]"},
         {"warmup", OPT_INT, &a.warmup, "untimed repetitions first", "[0, 1000000]"},
         {"threads", OPT_INT, &a.threads, "threads (0: all cores)", ARG_THREADS},
@@ -530,7 +565,7 @@ int cmd_bench(int argc, char **argv)
     };
     int rc = args_parse(argc, argv, help ? 2 : 3, opts, usage);
     if (rc) return rc > 0 ? 0 : 2;
-    if (cli_precision(precision, &a.precision)) return 2;
+    if (cli_precision(precision, &a.precision) || cli_kv_cache(kv_cache, &a.kv_cache)) return 2;
     if (a.precision == QKV_PRECISION_INT8 && (!strcmp(what, "train") || !strcmp(what, "sgemm"))) {
         fprintf(stderr, "qkv bench %s: --precision int8 is for inference only (decode, "
                 "generate)\n", what);

@@ -407,9 +407,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
                         "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes M) "
                         "[options]");
     if (rc) return rc > 0 ? 0 : 2;
-    const int writer = ranks->rank == 0;
-    if (!writer) quiet = 1; /* rank 0 speaks for the job; the others only of their errors */
-    job->report = !quiet;
+    const int writer = cli_ranks_writer(job, &quiet);
     o.reducer = ranks;
     if (o.resume && overwrite) {
         fprintf(stderr, "qkv train-lm: --resume continues the run in --out, --overwrite "
@@ -422,7 +420,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
             {1, lm_train_options, (int)(sizeof lm_train_options / sizeof *lm_train_options)},
         };
         /* a resumed run claims its directory first: it reads it */
-        rc = (writer && run_dir_claim(&rd, out, &RUN_LM, RUN_RESUME, argc, argv)) ||
+        rc = run_dir_claim_writer(&rd, out, &RUN_LM, RUN_RESUME, writer, argc, argv) ||
                      resume_start(&rec, out)
                  ? 1 : resume_finish(&rec, tables, 2, opts, argc, argv, "qkv train-lm");
         if (rc) goto end;
@@ -457,8 +455,8 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
     const lm_run r = {data, byte_level, val_fraction, steps, stop_after, quiet, prec, precision,
                       rec.history, writer};
     rc = 1;
-    if (o.resume || !writer ||
-        !run_dir_claim(&rd, out, &RUN_LM, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
+    if (o.resume || !run_dir_claim_writer(&rd, out, &RUN_LM, overwrite ? RUN_OVERWRITE : RUN_NEW,
+                                          writer, argc, argv))
         rc = run(&cfg, &o, &r);
     goto end;
 usage:
@@ -472,10 +470,7 @@ end:
 /* Under mpirun every rank runs this; rank 0 writes the run directory (mpi_reducer.h). */
 int cmd_train_lm(int argc, char **argv)
 {
-    cli_ranks ranks;
-    int rc = cli_ranks_open(&ranks, argc, argv);
-    if (rc) return rc;
-    return cli_ranks_close(&ranks, train_lm_main(argc, argv, &ranks));
+    return cli_ranks_run(argc, argv, train_lm_main);
 }
 
 /* ---- qkv generate ---------------------------------------------------------------------- */
@@ -497,7 +492,7 @@ static int print_token(int id, void *ctx)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "\n", *precision = "fp32";
+    const char *model = NULL, *prompt = "\n", *precision = "fp32", *kv_cache = "auto";
     int tokens = 200, top_k = 0, threads = 0;
     float temperature = 1.0f, top_p = 1.0f;
     uint64_t seed = 0;
@@ -512,6 +507,7 @@ int cmd_generate(int argc, char **argv)
         {"seed", OPT_U64, &seed, "the same seed gives the same text", ARG_SEED},
         {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
         {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
+        {"kv-cache", OPT_STRING, &kv_cache, CLI_KV_CACHE_HELP, NULL},
         {NULL, 0, NULL, NULL, NULL},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -530,9 +526,12 @@ int cmd_generate(int argc, char **argv)
                 "sample, give them with a temperature > 0\n");
         return 2;
     }
+    qkv_kv_cache kv;
+    if (cli_kv_cache(kv_cache, &kv)) return 2;
     lm_dir d;
     if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
     qkv_error err = {0};
+    qkv_lm_set_kv_cache(d.model, kv, &err); /* kv is one of the enum's: it cannot fail */
     if (!*prompt) prompt = "\n";
     size_t n = 0;
     int *ids = encode_text(&d.vocab, prompt, strlen(prompt), &n, "the prompt");

@@ -575,9 +575,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv train (--data FILE.tsv | --src FILE --tgt FILE) --out DIR [options]");
     if (rc) return rc > 0 ? 0 : 2;
-    const int writer = ranks->rank == 0;
-    if (!writer) quiet = 1; /* rank 0 speaks for the job; the others only of their errors */
-    job->report = !quiet;
+    const int writer = cli_ranks_writer(job, &quiet);
     o.reducer = ranks;
     if (o.resume && overwrite) {
         fprintf(stderr, "qkv train: --resume continues the run in --out, --overwrite replaces "
@@ -586,7 +584,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     }
     if (out && o.resume) { /* a resumed run claims its directory first: it reads it */
         rc = 1;
-        if ((writer && run_dir_claim(&rd, out, &RUN_TRANSFORMER, RUN_RESUME, argc, argv)) ||
+        if (run_dir_claim_writer(&rd, out, &RUN_TRANSFORMER, RUN_RESUME, writer, argc, argv) ||
             (rc = resume_options(&rec, out, opts, argc, argv)))
             goto end;
     }
@@ -660,9 +658,8 @@ static int train_main(int argc, char **argv, cli_ranks *job)
                       valid, valid_src, valid_tgt, loss, precision, &o, rec.history, writer,
                       spm_type ? spm_type : "unigram"};
     rc = 1;
-    if (o.resume || !writer ||
-        !run_dir_claim(&rd, out, &RUN_TRANSFORMER, overwrite ? RUN_OVERWRITE : RUN_NEW, argc,
-                       argv))
+    if (o.resume || !run_dir_claim_writer(&rd, out, &RUN_TRANSFORMER,
+                                          overwrite ? RUN_OVERWRITE : RUN_NEW, writer, argc, argv))
         rc = run(&r, &o, &cfg, prec, quiet, every);
     goto end;
 usage:
@@ -676,8 +673,5 @@ end:
 /* Under mpirun every rank runs this; rank 0 writes the run directory (mpi_reducer.h). */
 int cmd_train(int argc, char **argv)
 {
-    cli_ranks ranks;
-    int rc = cli_ranks_open(&ranks, argc, argv);
-    if (rc) return rc;
-    return cli_ranks_close(&ranks, train_main(argc, argv, &ranks));
+    return cli_ranks_run(argc, argv, train_main);
 }

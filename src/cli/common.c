@@ -120,6 +120,14 @@ int cli_train_precision(const char *name, qkv_precision *p)
     return -1;
 }
 
+int cli_kv_cache(const char *name, qkv_kv_cache *c)
+{
+    qkv_error err = {0};
+    if (!qkv_kv_cache_parse(c, name, &err)) return 0;
+    fprintf(stderr, "qkv: --kv-cache: %s\n", err.msg);
+    return -1;
+}
+
 int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int d_model)
 {
     const double bytes = (double)max_len * d_model * sizeof(float), gib = (double)(1u << 30);

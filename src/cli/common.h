@@ -35,6 +35,13 @@ void cli_threads(int n);
 int cli_precision(const char *name, qkv_precision *p);
 int cli_train_precision(const char *name, qkv_precision *p);
 
+/* The help line of --kv-cache, and its value: auto, fp32 or bf16; prints why and returns -1
+ * for anything else. */
+#define CLI_KV_CACHE_HELP                                                                    \
+    "the key-value cache's type: auto (bf16 at --precision bf16, else fp32), fp32 or bf16 " \
+    "(half the bytes per step)"
+int cli_kv_cache(const char *name, qkv_kv_cache *c);
+
 /* A language model's directory (qkv train-lm): the model, its vocabulary and train.json's
  * settings. */
 typedef struct {

@@ -128,3 +128,18 @@ int cli_ranks_close(cli_ranks *c, int rc)
     MPI_Finalize();
     return rc;
 }
+
+int cli_ranks_run(int argc, char **argv, cli_ranks_main main)
+{
+    cli_ranks job;
+    const int rc = cli_ranks_open(&job, argc, argv);
+    return rc ? rc : cli_ranks_close(&job, main(argc, argv, &job));
+}
+
+int cli_ranks_writer(cli_ranks *job, int *quiet)
+{
+    const int writer = job->reducer.rank == 0;
+    if (!writer) *quiet = 1;
+    job->report = !*quiet;
+    return writer;
+}

@@ -34,5 +34,14 @@ int cli_ranks_threads(const cli_ranks *c, int threads);
  * allreduce time per step when c->report; after a failure on a rank of several, MPI_Abort,
  * since the other ranks may be waiting for this one in a sum. Returns rc. */
 int cli_ranks_close(cli_ranks *c, int rc);
+/* A training command's body, run by every rank of the job (rank 0 of 1 without mpirun). */
+typedef int (*cli_ranks_main)(int argc, char **argv, cli_ranks *job);
+/* The whole of a training command: joins the job, runs main on this rank, ends the job with
+ * main's exit status (cli_ranks_open, cli_ranks_close). */
+int cli_ranks_run(int argc, char **argv, cli_ranks_main main);
+/* 1 on the rank that writes the run directory and speaks for the job (rank 0); the others
+ * get *quiet = 1 and print only their errors. Rank 0 reports the allreduce time at the end
+ * unless *quiet. */
+int cli_ranks_writer(cli_ranks *job, int *quiet);
 
 #endif

@@ -136,6 +136,12 @@ static int take_lock(run_dir *rd, const char *dir, int argc, char **argv)
     return 0;
 }
 
+int run_dir_claim_writer(run_dir *rd, const char *dir, const run_kind *k, run_mode mode,
+                         int writer, int argc, char **argv)
+{
+    return writer ? run_dir_claim(rd, dir, k, mode, argc, argv) : 0;
+}
+
 void run_dir_release(run_dir *rd)
 {
     if (rd->lock_fd >= 0) close(rd->lock_fd);

@@ -48,6 +48,11 @@ typedef struct {
 int run_dir_claim(run_dir *rd, const char *dir, const run_kind *k, run_mode mode, int argc,
                   char **argv);
 void run_dir_release(run_dir *rd);
+/* run_dir_claim on the rank that writes the run (writer: rank 0 of an mpirun job, or the one
+ * process); the other ranks claim nothing and get 0. Mode: a resumed run claims its directory
+ * before reading it (RUN_RESUME), a new one before training (RUN_OVERWRITE or RUN_NEW). */
+int run_dir_claim_writer(run_dir *rd, const char *dir, const run_kind *k, run_mode mode,
+                         int writer, int argc, char **argv);
 
 /* Writes text to path atomically (never through a link); -1 after printing why. */
 int run_dir_write(const char *path, const char *text);

@@ -62,7 +62,7 @@ qkv_status qkv_batch_decoder_create(qkv_batch_decoder **out, qkv_translator *t, 
     }
     for (int s = 0; s < cap; s++) bd->slots[s].out = bd->out + (size_t)s * T;
     qkv_status st = decode_state_init(&bd->st, &m->dec_dims, cap, T, cap, T, m->cfg.tgt_vocab,
-                                      err);
+                                      core_kv_cache(&m->core), err);
     if (st) {
         qkv_batch_decoder_free(bd);
         return st;
@@ -159,8 +159,8 @@ qkv_status qkv_batch_decoder_add(qkv_batch_decoder *bd, const char *const *sourc
             const qkv_mha_weights *a = &m->w.decoder.blocks[l].cross;
             const size_t at = ((size_t)l * bd->cap + s) * bd->T * C;
             const float *enc = m->acts.enc.out + (size_t)i * Ts * C;
-            op_linear_forward(&be, bd->st.cross_k + at, enc, a->W_k, a->b_k, Ts, C, C);
-            op_linear_forward(&be, bd->st.cross_v + at, enc, a->W_v, a->b_v, Ts, C, C);
+            decode_kv_project(&be, &bd->st, bd->st.cross_k, at, enc, a->W_k, a->b_k, Ts, C);
+            decode_kv_project(&be, &bd->st, bd->st.cross_v, at, enc, a->W_v, a->b_v, Ts, C);
         }
         bd->src_valid[s] = valid[i];
         bd->slots[s] = (slot){SLOT_RUNNING, 0, QKV_BOS, L[i], bd->slots[s].out, 0};

@@ -5,6 +5,10 @@
 
 #include <stddef.h>
 
+/* How a key-value cache stores its values: float32, or bf16 (kernels/bf16.h; half the bytes
+ * that a step reads, a relative rounding of at most 2^-8 per value, widened back exactly). */
+typedef enum { KV_FP32 = 0, KV_BF16 = 1 } kv_dtype;
+
 /* For each row b and head h, over the n keys the row sees:
  *     O[b, h] = sum_{j < n} softmax_j(Q[b, h] . K[b, j, h] / sqrt(d)) V[b, j, h]
  * Q, O (B, H, d). The cache holds rows of positions, heads interleaved (as
@@ -15,11 +19,19 @@
  *   - or, with slots given, position j from cache row slots[b * ld_slots + j], n = m (beam
  *     search: hypotheses share the keys of their common prefix, where their ancestors
  *     computed them, so reordering the hypotheses moves no keys).
+ * K and V hold float or, with kv = KV_BF16, uint16_t bf16 values (offsets count values, not
+ * bytes); the products and sums are float32 either way.
  * A row that sees no key gets O = 0. S (B, H, m) receives the attention weights (0 for keys
  * not seen). Equal to qkv_attention_forward with n = 1 up to float rounding, without its GEMM
  * calls, which for a single query cost more in set-up than in arithmetic. */
-void cached_attention(float *O, float *S, const float *Q, const float *K, const float *V,
-                      size_t stride, int B, int H, int d, int m, const int *row,
+void cached_attention(float *O, float *S, const float *Q, const void *K, const void *V,
+                      kv_dtype kv, size_t stride, int B, int H, int d, int m, const int *row,
                       const int *len, const int *slots, int ld_slots);
+
+/* Values at..at + n - 1 of a cache of type kv = x (n), rounded to bf16 at KV_BF16. */
+void kv_cache_store(void *cache, kv_dtype kv, size_t at, const float *x, size_t n);
+
+/* Whether the bf16 cache runs on the AVX-512 kernel (else a plain loop, as exact). */
+int cached_attention_bf16_fast(void);
 
 #endif

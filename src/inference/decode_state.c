@@ -6,14 +6,21 @@
 #include "models/model.h"
 
 qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int T, int n_src,
-                             int Ts, int V, qkv_error *err)
+                             int Ts, int V, kv_dtype kv_type, qkv_error *err)
 {
     memset(st, 0, sizeof *st);
     const size_t C = d->C, L = d->layers, R = cap, S = n_src;
-    const size_t kv = d->linear_attention ? 0 : L * R * T * C, cross = d->cross ? L * S * Ts * C : 0;
-    size_t sizes[] = {kv, kv, cross, cross, R * C, R * C, R * C, R * C, R * C, R * C, R * C, R, R,
-                      R * d->F, R * d->F, R * d->heads * (size_t)(T > Ts ? T : Ts), R * V};
-    float **ptrs[] = {&st->self_k, &st->self_v, &st->cross_k, &st->cross_v, &st->x, &st->u,
+    /* the caches in floats: a bf16 cache packs two values into each */
+    const size_t per = kv_type == KV_BF16 ? 2 : 1;
+    const size_t kv = d->linear_attention ? 0 : (L * R * T * C + per - 1) / per;
+    const size_t cross = d->cross ? (L * S * Ts * C + per - 1) / per : 0;
+    /* bf16: one layer's cross-attention keys (or values) in float32 before they are rounded */
+    const size_t stage = d->cross && kv_type == KV_BF16 ? S * Ts * C : 0;
+    size_t sizes[] = {kv, kv, cross, cross, stage, R * C, R * C, R * C, R * C, R * C, R * C,
+                      R * C, R, R, R * d->F, R * d->F,
+                      R * d->heads * (size_t)(T > Ts ? T : Ts), R * V};
+    float *cache[5];
+    float **ptrs[] = {&cache[0], &cache[1], &cache[2], &cache[3], &cache[4], &st->x, &st->u,
                       &st->q, &st->k, &st->v, &st->ctx, &st->s, &st->mean, &st->rstd,
                       &st->ffn.h_pre, &st->ffn.h, &st->P, &st->logits};
     size_t total = 0;
@@ -24,6 +31,9 @@ qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int
                         total * 4 >> 20);
     float *at = st->buffer;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *ptrs[i] = at, at += sizes[i];
+    st->self_k = cache[0], st->self_v = cache[1], st->cross_k = cache[2], st->cross_v = cache[3];
+    st->kv_stage = stage ? cache[4] : NULL;
+    st->kv = kv_type;
     st->B = cap, st->T = T, st->Ts = Ts, st->cap = cap, st->n_src = n_src;
     if (d->linear_attention) {
         const int hd = d->C / d->heads;
@@ -39,6 +49,17 @@ qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int
         }
     }
     return QKV_OK;
+}
+
+void decode_kv_project(const backend *be, const decode_state *st, void *cache, size_t at,
+                       const float *x, const float *W, const float *b, int N, int C)
+{
+    if (st->kv == KV_FP32) { /* straight into the cache, as before there was a choice */
+        op_linear_forward(be, (float *)cache + at, x, W, b, N, C, C);
+        return;
+    }
+    op_linear_forward(be, st->kv_stage, x, W, b, N, C, C);
+    be->ops->kv_store(cache, st->kv, at, st->kv_stage, (size_t)N * C);
 }
 
 void decode_state_free(decode_state *st)

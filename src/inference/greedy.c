@@ -30,15 +30,17 @@ qkv_status decode_begin(decode_state *st, qkv_transformer *m, const int *src,
     qkv_status stt = precision_prepare(&m->core.prec, m->core.params, m->core.n_params, 1, err);
     if (!stt) stt = transformer_layout(m, n_src, Ts, 1, m->core.flash_min_keys, err);
     if (!stt) stt = transformer_encode(m, src, src_valid, n_src, Ts, 0.0f, 0, err);
-    if (!stt) stt = decode_state_init(st, &m->dec_dims, cap, T, n_src, Ts, c->tgt_vocab, err);
+    if (!stt) stt = decode_state_init(st, &m->dec_dims, cap, T, n_src, Ts, c->tgt_vocab,
+                                         core_kv_cache(&m->core), err);
     if (stt) return stt;
     const backend be = core_backend(&m->core);
     for (int l = 0; l < c->dec_layers; l++) { /* K, V of the encoder output, once */
         const qkv_mha_weights *a = &m->w.decoder.blocks[l].cross;
-        op_linear_forward(&be, st->cross_k + (size_t)l * n_src * Ts * C, m->acts.enc.out, a->W_k,
-                          a->b_k, n_src * Ts, C, C);
-        op_linear_forward(&be, st->cross_v + (size_t)l * n_src * Ts * C, m->acts.enc.out, a->W_v,
-                          a->b_v, n_src * Ts, C, C);
+        const size_t at = (size_t)l * n_src * Ts * C;
+        decode_kv_project(&be, st, st->cross_k, at, m->acts.enc.out, a->W_k, a->b_k, n_src * Ts,
+                          C);
+        decode_kv_project(&be, st, st->cross_v, at, m->acts.enc.out, a->W_v, a->b_v, n_src * Ts,
+                          C);
     }
     return QKV_OK;
 }

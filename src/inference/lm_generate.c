@@ -22,7 +22,8 @@ qkv_status qkv_lm_state_create(qkv_lm_state **out, const qkv_lm *m, qkv_error *e
     *out = NULL;
     qkv_lm_state *s = calloc(1, sizeof *s);
     if (!s) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a generation state");
-    qkv_status st = decode_state_init(&s->st, &m->dims, 1, m->cfg.max_len, 0, 0, 0, err);
+    qkv_status st = decode_state_init(&s->st, &m->dims, 1, m->cfg.max_len, 0, 0, 0,
+                                      core_kv_cache(&m->core), err);
     if (st) return free(s), st;
     *out = s;
     return QKV_OK;
@@ -71,8 +72,8 @@ qkv_status qkv_lm_prefill(qkv_lm *m, qkv_lm_state *s, const int *ids, int n, flo
     for (int l = 0; l < c->layers; l++) {
         const qkv_mha_cache *a = &m->acts.s.blocks[l].self_att.c;
         if (!m->dims.linear_attention) {
-            be.ops->copy(s->st.self_k + (size_t)l * T * C, a->k, (size_t)n * C);
-            be.ops->copy(s->st.self_v + (size_t)l * T * C, a->v, (size_t)n * C);
+            be.ops->kv_store(s->st.self_k, s->st.kv, (size_t)l * T * C, a->k, (size_t)n * C);
+            be.ops->kv_store(s->st.self_v, s->st.kv, (size_t)l * T * C, a->v, (size_t)n * C);
         } else { /* absorb the keys and values into S, z (the outputs are the forward's) */
             qkv_linear_attention_state_reset(&s->st.sums[l]);
             for (int j = 0; j < n; j++)
@@ -276,7 +277,8 @@ qkv_status qkv_lm_batch_create(qkv_lm_batch **out, qkv_lm *m, int slots, qkv_err
         qkv_lm_batch_free(b);
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a generation batch of %d", slots);
     }
-    qkv_status st = decode_state_init(&b->st, &m->dims, slots, b->T, 0, 0, b->V, err);
+    qkv_status st = decode_state_init(&b->st, &m->dims, slots, b->T, 0, 0, b->V,
+                                      core_kv_cache(&m->core), err);
     if (st) return qkv_lm_batch_free(b), st;
     *out = b;
     return QKV_OK;
@@ -323,8 +325,8 @@ static qkv_status slot_prefill(qkv_lm_batch *b, int s, int n, qkv_error *err)
         const qkv_mha_cache *a = &m->acts.s.blocks[l].self_att.c;
         if (!m->dims.linear_attention) {
             const size_t at = ((size_t)l * b->cap + s) * T * C;
-            be.ops->copy(b->st.self_k + at, a->k, (size_t)n * C);
-            be.ops->copy(b->st.self_v + at, a->v, (size_t)n * C);
+            be.ops->kv_store(b->st.self_k, b->st.kv, at, a->k, (size_t)n * C);
+            be.ops->kv_store(b->st.self_v, b->st.kv, at, a->v, (size_t)n * C);
         } else {
             qkv_linear_attention_state *S = &b->st.sums[l * b->cap + s];
             qkv_linear_attention_state_reset(S);

@@ -44,6 +44,12 @@ void gemm_bf16_wt(int M, int N, int K, float alpha, const float *A, int lda,
                   const uint16_t *W, int ldw, float beta, float *C, int ldc,
                   gemm_bf16_workspace *ws);
 
+/* A linear layer's y (N, out) = x W^T + b (b may be NULL) for x (N, in) and W (out, in):
+ * from W16, W's bf16 copy, where it is not NULL, else from W rounded on the fly. The bias is
+ * added as the product's rows are stored, bitwise what a separate pass adds. */
+void gemm_bf16_linear(int N, int out, int in, const float *x, const float *W,
+                      const uint16_t *W16, const float *b, float *y, gemm_bf16_workspace *ws);
+
 /* x rounded to bf16 as the kernels round it: to nearest, ties to even; denormals become
  * zeros of their sign; NaN stays NaN. */
 static inline uint16_t bf16_from_float(float x)

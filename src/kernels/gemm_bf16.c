@@ -152,7 +152,6 @@ typedef struct {
 AVX512_BF16 static void pack_lines_along_k(uint32_t *dst, int stride, source s, int width,
                                           int k0, int kc)
 {
-    const int kp = (kc + 1) / 2;
     for (int c = 0; c < kc; c += 32) {
         const int n = kc - c < 32 ? kc - c : 32, pairs = (n + 1) / 2;
         for (int j0 = 0; j0 < width; j0 += 16) {
@@ -170,56 +169,74 @@ AVX512_BF16 static void pack_lines_along_k(uint32_t *dst, int stride, source s, 
                 _mm512_mask_storeu_epi32(dst + (size_t)(c / 2 + q) * stride + j0, keep, r[q]);
         }
     }
-    (void)kp;
 }
 
-/* Packs `width` (<= 32) lines of a matrix stored with the lines along its rows (X (K, width),
- * row stride ld: line j is column j) the same way: dst[p * stride + j] = (X[k0 + 2p][j],
- * X[k0 + 2p + 1][j]). Two rows at a time, interleaved. */
-AVX512_BF16 static void pack_lines_across_k(uint32_t *dst, int stride, source s, int width,
-                                           int k0, int kc)
+/* Packs `count` lines of a matrix stored with the lines along its rows (X (K, count), row
+ * stride ld: line l is column l) into panels of `stride` lines, `pitch` pairs apart:
+ * dst[(l / stride) pitch + p stride + l % stride] = (X[k0 + 2p][l], X[k0 + 2p + 1][l]).
+ * Two rows at a time, interleaved, 16 lines (or what is left of a panel) per store. */
+AVX512_BF16 static void pack_lines_across_k(uint32_t *dst, size_t pitch, int stride, source s,
+                                           int count, int k0, int kc)
 {
     for (int k = 0; k < kc; k += 2) {
         const float *r0 = s.f + (size_t)(k0 + k) * s.ld;
         const float *r1 = k + 1 < kc ? r0 + s.ld : NULL;
         uint32_t *d = dst + (size_t)(k / 2) * stride;
-        for (int j0 = 0; j0 < width; j0 += 16) {
-            const int lines = width - j0 < 16 ? width - j0 : 16;
-            const __m512i p = pairs_of_rows(r0 + j0, r1 ? r1 + j0 : NULL, lines);
-            _mm512_mask_storeu_epi32(d + j0, lanes16(lines), p);
+        for (int q0 = 0; q0 < count; q0 += stride) { /* panel q0 / stride */
+            uint32_t *panel = d + (size_t)(q0 / stride) * pitch;
+            const int width = count - q0 < stride ? count - q0 : stride;
+            for (int j0 = 0; j0 < width; j0 += 16) {
+                const int lines = width - j0 < 16 ? width - j0 : 16;
+                const __m512i p = pairs_of_rows(r0 + q0 + j0, r1 ? r1 + q0 + j0 : NULL, lines);
+                _mm512_mask_storeu_epi32(panel + j0, lanes16(lines), p);
+            }
         }
     }
 }
 
-/* One panel of `width` lines starting at line j of op(X), K block k0 .. k0 + kc, into a
- * panel of `stride` lines per pair (lines past width are zero). along_k: line j of op(X) is
- * row j of the stored matrix (op(A) = A, or op(B) = B^T). */
-static void pack_panel(uint32_t *dst, int stride, source s, int along_k, int j, int width,
-                       int k0, int kc)
+/* `count` lines of op(X) starting at line j, K block k0 .. k0 + kc, into panels of `stride`
+ * lines, one after another `pitch` pairs apart: line j + l goes to panel l / stride, place
+ * l % stride; the last panel's lines past count are zero. along_k: line j of op(X) is row j of
+ * the stored matrix (op(A) = A, or op(B) = B^T), and each panel is packed by itself (16 x 16
+ * transposes, reading each line's run of k). Otherwise line j is column j of the stored
+ * matrix: two stored rows at a time, across every panel, so the rows stream from memory once
+ * in order (a panel at a time read them 2 cache lines per row, one row stride apart: 4 KiB
+ * strides at the FFN's width, a third of a dW product's time went there). */
+static void pack_block(uint32_t *dst, size_t pitch, int stride, source s, int along_k, int j,
+                       int count, int k0, int kc)
 {
-    const int kp = (kc + 1) / 2;
-    if (width < stride) /* zero lines: the micro-kernel computes them and never stores them */
+    const int kp = (kc + 1) / 2, panels = (count + stride - 1) / stride;
+    const int tail = count - (panels - 1) * stride; /* lines in the last panel */
+    if (tail < stride) { /* zero lines: the micro-kernel computes them and never stores them */
+        uint32_t *last = dst + (size_t)(panels - 1) * pitch;
         for (int p = 0; p < kp; p++)
-            memset(dst + (size_t)p * stride + width, 0, (size_t)(stride - width) * sizeof *dst);
+            memset(last + (size_t)p * stride + tail, 0, (size_t)(stride - tail) * sizeof *dst);
+    }
     if (along_k) {
-        source at = s;
-        if (s.h) at.h += (size_t)j * s.ld;
-        else at.f += (size_t)j * s.ld;
-        pack_lines_along_k(dst, stride, at, width, k0, kc);
+        for (int q = 0; q < panels; q++) {
+            source at = s;
+            const size_t first = (size_t)(j + q * stride) * s.ld;
+            if (s.h) at.h += first;
+            else at.f += first;
+            pack_lines_along_k(dst + (size_t)q * pitch, stride, at, q < panels - 1 ? stride : tail,
+                               k0, kc);
+        }
     } else {
         source at = s;
         at.f += j;
-        pack_lines_across_k(dst, stride, at, width, k0, kc);
+        pack_lines_across_k(dst, pitch, stride, at, count, k0, kc);
     }
 }
 
 /* ---- the micro-kernel --------------------------------------------------------------------- */
 
-/* C (m <= MR, n <= NR) = alpha a b + beta C over kp pairs of k: a (kp, MR) and b (kp, NR)
- * packed pairs. beta = 0 writes C without reading it. */
+/* C (m <= MR, n <= NR) = alpha a b + beta C (+ bias, one per column, where bias is not NULL)
+ * over kp pairs of k: a (kp, MR) and b (kp, NR) packed pairs. beta = 0 writes C without
+ * reading it. The bias is added last, to what would have been stored: the same float32 sums
+ * as a separate pass over C, without that pass's read and write of all of C. */
 AVX512_BF16 static void micro_kernel(int kp, const uint32_t *restrict a,
                                      const uint32_t *restrict b, float *C, int ldc, int m, int n,
-                                     float alpha, float beta)
+                                     float alpha, float beta, const float *bias)
 {
     __m512 c[MR][2];
     #pragma GCC unroll 12
@@ -237,6 +254,8 @@ AVX512_BF16 static void micro_kernel(int kp, const uint32_t *restrict a,
     }
     const __mmask16 m0 = lanes16(n), m1 = lanes16(n - 16);
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         if (i >= m) break;
@@ -246,6 +265,7 @@ AVX512_BF16 static void micro_kernel(int kp, const uint32_t *restrict a,
             r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, row), r0);
             r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, row + 16), r1);
         }
+        if (bias) r0 = _mm512_add_ps(r0, bias0), r1 = _mm512_add_ps(r1, bias1);
         _mm512_mask_storeu_ps(row, m0, r0);
         _mm512_mask_storeu_ps(row + 16, m1, r1);
     }
@@ -261,6 +281,7 @@ typedef struct {
     float alpha, beta;
     float *C;
     int ldc;
+    const float *bias; /* (N) added to every row of C after the product, or NULL */
 } product;
 
 /* The rows [m0, m1) and columns [n0, n1) of C that one thread computes. */
@@ -268,17 +289,31 @@ typedef struct {
     int m0, m1, n0, n1;
 } region;
 
-/* Thread t of T gets an equal share of the MR-row panels (when there are enough of them to
- * go round), else of the NR-column panels: no two threads write the same part of C, and a
- * thread packs what it reads itself, so the threads never wait for each other. Each packs
- * its own copy of the op(B) block when rows are split, which costs a few percent of the
- * product at the models' sizes; barriers cost more (a sleeping thread takes tens of
- * microseconds to wake). */
+/* The values one thread packs when the threads split the rows of C (or its columns) T ways:
+ * its share of op(A) once per column block of NC, and all of op(B) (with columns split: all
+ * of op(A) once per column block of its share, and its share of op(B)). */
+static double packed_per_thread(const product *g, int T, int split_rows)
+{
+    const double M = g->M, N = g->N, K = g->K;
+    const double m = split_rows ? M / T : M, n = split_rows ? N : N / T;
+    return m * K * (double)((int)((n + NC - 1) / NC)) + n * K;
+}
+
+/* Thread t of T gets an equal share of the MR-row panels or of the NR-column panels: no two
+ * threads write the same part of C, and a thread packs what it reads itself, so the threads
+ * never wait for each other. Each packs its own copy of the other operand, which costs a few
+ * percent of the product at the models' sizes; barriers cost more (a sleeping thread takes
+ * tens of microseconds to wake). Where both ways leave every thread at least two panels, the
+ * one that packs fewer values wins (columns for a dW of the FFN's second layer, whose op(B)
+ * is 4x its op(A)); otherwise the way with more panels. */
 static region region_of(const product *g, int t, int T)
 {
     const int mp = (g->M + MR - 1) / MR, np = (g->N + NR - 1) / NR;
     region r = {0, g->M, 0, g->N};
-    if (mp >= 4 * T || mp >= np) {
+    int split_rows = mp >= np;
+    if (mp >= 2 * T && np >= 2 * T)
+        split_rows = packed_per_thread(g, T, 1) <= packed_per_thread(g, T, 0);
+    if (split_rows) {
         r.m0 = (int)((long)mp * t / T) * MR, r.m1 = (int)((long)mp * (t + 1) / T) * MR;
         if (r.m1 > g->M) r.m1 = g->M;
     } else {
@@ -299,25 +334,18 @@ static void product_run(const product *g, gemm_bf16_workspace *ws, int t, int T)
         for (int pc = 0; pc < g->K; pc += KC) {
             const int kc = g->K - pc < KC ? g->K - pc : KC, kp = (kc + 1) / 2;
             const float beta = pc ? 1.0f : g->beta; /* later K blocks add to the first */
-            for (int q = 0; q < npanels; q++) {
-                const int w = nc - q * NR < NR ? nc - q * NR : NR;
-                pack_panel(Bp + (size_t)q * KCP * NR, NR, g->b, g->b_along_k, jc + q * NR, w, pc,
-                           kc);
-            }
+            const int last = pc + kc == g->K;         /* the bias goes in after the last */
+            pack_block(Bp, (size_t)KCP * NR, NR, g->b, g->b_along_k, jc, nc, pc, kc);
             for (int ic = rg.m0; ic < rg.m1; ic += MC) {
                 const int mc = rg.m1 - ic < MC ? rg.m1 - ic : MC, mpanels = (mc + MR - 1) / MR;
-                for (int r = 0; r < mpanels; r++) {
-                    const int h = mc - r * MR < MR ? mc - r * MR : MR;
-                    pack_panel(Ap + (size_t)r * KCP * MR, MR, g->a, g->a_along_k, ic + r * MR, h,
-                               pc, kc);
-                }
+                pack_block(Ap, (size_t)KCP * MR, MR, g->a, g->a_along_k, ic, mc, pc, kc);
                 for (int q = 0; q < npanels; q++) {
                     const int j = jc + q * NR, w = nc - q * NR < NR ? nc - q * NR : NR;
                     for (int r = 0; r < mpanels; r++) {
                         const int i = ic + r * MR, h = mc - r * MR < MR ? mc - r * MR : MR;
                         micro_kernel(kp, Ap + (size_t)r * KCP * MR, Bp + (size_t)q * KCP * NR,
                                      g->C + (size_t)i * g->ldc + j, g->ldc, h, w, g->alpha,
-                                     beta);
+                                     beta, last && g->bias ? g->bias + j : NULL);
                     }
                 }
             }
@@ -352,7 +380,8 @@ void gemm_bf16(int transA, int transB, int M, int N, int K, float alpha, const f
                int lda, const float *B, int ldb, float beta, float *C, int ldc,
                gemm_bf16_workspace *ws)
 {
-    product g = {M, N, K, {A, NULL, lda}, {B, NULL, ldb}, !transA, transB, alpha, beta, C, ldc};
+    product g = {M, N, K, {A, NULL, lda}, {B, NULL, ldb}, !transA, transB, alpha, beta, C, ldc,
+                 NULL};
     product_parallel(&g, ws);
 }
 
@@ -360,7 +389,19 @@ void gemm_bf16_wt(int M, int N, int K, float alpha, const float *A, int lda,
                   const uint16_t *W, int ldw, float beta, float *C, int ldc,
                   gemm_bf16_workspace *ws)
 {
-    product g = {M, N, K, {A, NULL, lda}, {NULL, W, ldw}, 1, 1, alpha, beta, C, ldc};
+    product g = {M, N, K, {A, NULL, lda}, {NULL, W, ldw}, 1, 1, alpha, beta, C, ldc, NULL};
+    product_parallel(&g, ws);
+}
+
+void gemm_bf16_linear(int N, int out, int in, const float *x, const float *W,
+                      const uint16_t *W16, const float *b, float *y, gemm_bf16_workspace *ws)
+{
+    product g = {N, out, in, {x, NULL, in}, {W16 ? NULL : W, W16, in}, 1, 1, 1.0f, 0.0f, y, out,
+                 b};
+    if (in <= 0 && b) { /* no product: y = b in every row */
+        for (int i = 0; i < N; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
+        return;
+    }
     product_parallel(&g, ws);
 }
 

@@ -192,12 +192,7 @@ void linear_rows_bf16w(const backend *be, float *y, const float *x, const float 
 void linear_gemm_bf16(const backend *be, float *y, const float *x, const float *W,
                       const float *b, int N, int in, int out)
 {
-    const uint16_t *W16 = bf16_weights(be, W, (size_t)in * out);
-    if (W16)
-        gemm_bf16_wt(N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out, be->ws);
-    else
-        gemm_bf16(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out, be->ws);
-    if (b) add_bias(y, b, N, out);
+    gemm_bf16_linear(N, out, in, x, W, bf16_weights(be, W, (size_t)in * out), b, y, be->ws);
 }
 
 void linear_backward_bf16(const backend *be, float *dx, float *dW, float *db, const float *dy,

@@ -222,25 +222,26 @@ static void self_attention_step(const backend *be, const stack_dims *d, decode_s
                                            st->k + r, st->v + r);
         }
     } else { /* append this position's key and value, then attend to positions 0..t */
-        float *K = st->self_k + (size_t)l * st->cap * st->T * C;
-        float *V = st->self_v + (size_t)l * st->cap * st->T * C;
+        void *K = kv_at(st, st->self_k, (size_t)l * st->cap * st->T * C);
+        void *V = kv_at(st, st->self_v, (size_t)l * st->cap * st->T * C);
         if (st->pos) { /* rows at their own positions: each sees row_len of its cache row */
             int m = 1;
             for (int b = 0; b < B; b++) {
                 const size_t at = ((size_t)st->row[b] * st->T + st->pos[b]) * C;
-                be->ops->copy(K + at, st->k + (size_t)b * C, C);
-                be->ops->copy(V + at, st->v + (size_t)b * C, C);
+                be->ops->kv_store(K, st->kv, at, st->k + (size_t)b * C, C);
+                be->ops->kv_store(V, st->kv, at, st->v + (size_t)b * C, C);
                 if (st->pos[b] + 1 > m) m = st->pos[b] + 1;
             }
-            be->ops->cached_attention(st->ctx, st->P, st->q, K, V, (size_t)st->T * C, B, H,
-                                      C / H, m, st->row, st->row_len, NULL, st->T);
+            be->ops->cached_attention(st->ctx, st->P, st->q, K, V, st->kv, (size_t)st->T * C, B,
+                                      H, C / H, m, st->row, st->row_len, NULL, st->T);
         } else {
             for (int b = 0; b < B; b++) {
-                be->ops->copy(K + ((size_t)b * st->T + t) * C, st->k + (size_t)b * C, C);
-                be->ops->copy(V + ((size_t)b * st->T + t) * C, st->v + (size_t)b * C, C);
+                const size_t at = ((size_t)b * st->T + t) * C;
+                be->ops->kv_store(K, st->kv, at, st->k + (size_t)b * C, C);
+                be->ops->kv_store(V, st->kv, at, st->v + (size_t)b * C, C);
             }
-            be->ops->cached_attention(st->ctx, st->P, st->q, K, V, (size_t)st->T * C, B, H,
-                                      C / H, t + 1, NULL, NULL, st->slot, st->T);
+            be->ops->cached_attention(st->ctx, st->P, st->q, K, V, st->kv, (size_t)st->T * C, B,
+                                      H, C / H, t + 1, NULL, NULL, st->slot, st->T);
         }
     }
     op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
@@ -261,9 +262,9 @@ static void cross_attention_step(const backend *be, const stack_dims *d, decode_
         for (int b = 0; b < B; b++) m = src_valid[st->row[b]] > m ? src_valid[st->row[b]] : m;
     }
     op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
-    be->ops->cached_attention(st->ctx, st->P, st->q, st->cross_k + layer, st->cross_v + layer,
-                              (size_t)st->Ts * C, B, H, C / H, m,
-                              st->row ? st->row : st->row_src, src_valid, NULL, st->Ts);
+    be->ops->cached_attention(st->ctx, st->P, st->q, kv_at(st, st->cross_k, layer),
+                              kv_at(st, st->cross_v, layer), st->kv, (size_t)st->Ts * C, B, H,
+                              C / H, m,                              st->row ? st->row : st->row_src, src_valid, NULL, st->Ts);
     op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
 }
 

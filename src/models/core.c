@@ -102,6 +102,7 @@ qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *vie
     walk(&recorder, cfg, view);
     qkv_sinusoidal_table(c->pos_table, max_len, C);
     c->flash_min_keys = FLASH_MIN_KEYS;
+    c->kv_cache = QKV_KV_CACHE_AUTO;
     return QKV_OK;
 }
 
@@ -162,6 +163,27 @@ float *core_params(model_core *c)
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err)
 {
     return precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
+}
+
+qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err)
+{
+    if (kv != QKV_KV_CACHE_AUTO && kv != QKV_KV_CACHE_FP32 && kv != QKV_KV_CACHE_BF16)
+        return qkv_fail(err, QKV_ERR_ARG, "unknown key-value cache type %d (auto 0, fp32 1, "
+                        "bf16 2)", (int)kv);
+    c->kv_cache = kv;
+    return QKV_OK;
+}
+
+kv_dtype core_kv_cache(const model_core *c)
+{
+    /* int8 has a bf16 cache only where the CPU has AVX512-BF16: VNNI alone (Cascade Lake,
+     * Ice Lake) runs int8 but not bf16 */
+    if (c->kv_cache == QKV_KV_CACHE_AUTO)
+        return c->prec.precision == QKV_PRECISION_BF16 ||
+                       (c->prec.precision == QKV_PRECISION_INT8 && qkv_bf16_supported())
+                   ? KV_BF16
+                   : KV_FP32;
+    return c->kv_cache == QKV_KV_CACHE_BF16 ? KV_BF16 : KV_FP32;
 }
 
 /* ---- the activation arena -------------------------------------------------------------- */

@@ -206,6 +206,13 @@ qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
     return m->core.prec.precision;
 }
 
+qkv_status qkv_transformer_set_kv_cache(qkv_transformer *m, qkv_kv_cache kv, qkv_error *err)
+{
+    return core_set_kv_cache(&m->core, kv, err);
+}
+
+qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m) { return m->core.kv_cache; }
+
 float *qkv_transformer_grads(qkv_transformer *m)
 {
     return core_grads(&m->core, walk, &m->cfg, &m->g);

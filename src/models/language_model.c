@@ -143,6 +143,13 @@ qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
 
 qkv_precision qkv_lm_get_precision(const qkv_lm *m) { return m->core.prec.precision; }
 
+qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err)
+{
+    return core_set_kv_cache(&m->core, kv, err);
+}
+
+qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m) { return m->core.kv_cache; }
+
 float *qkv_lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }
 
 /* ---- the activations --------------------------------------------------------------------- */

@@ -143,8 +143,12 @@ typedef struct {
      * row_len (cap): the positions each cache row holds after this step (pos + 1), read only
      * with pos given. */
     const int *row, *pos, *row_len;
-    float *self_k, *self_v;           /* per layer (cap, T, C): keys and values so far */
-    float *cross_k, *cross_v;         /* per layer (n_src, Ts, C): the encoder output projected */
+    /* The caches hold values of type kv (float or bf16: inference/cached_attention.h), fixed
+     * when the state is made; offsets into them count values. */
+    kv_dtype kv;
+    void *self_k, *self_v;            /* per layer (cap, T, C): keys and values so far */
+    void *cross_k, *cross_v;          /* per layer (n_src, Ts, C): the encoder output projected */
+    float *kv_stage;                  /* bf16: (n_src Ts, C) a projection before it is rounded */
     qkv_linear_attention_state *sums; /* linear attention: per layer and row, the state */
     int n_sums;
     float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *P, *logits;
@@ -153,9 +157,18 @@ typedef struct {
 } decode_state;
 
 /* Room for cap rows of T positions of a stack, n_src sources of Ts positions (0 without
- * cross-attention) and logits over V tokens (0: none). */
+ * cross-attention) and logits over V tokens (0: none), the caches of type kv. */
 qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int T, int n_src,
-                             int Ts, int V, qkv_error *err);
+                             int Ts, int V, kv_dtype kv, qkv_error *err);
+/* Value i of one of st's caches. */
+static inline void *kv_at(const decode_state *st, void *cache, size_t i)
+{
+    return (char *)cache + i * (st->kv == KV_BF16 ? sizeof(uint16_t) : sizeof(float));
+}
+/* Cache values at..at + N C - 1 = x (N, C) W^T + b, W (C, C): the cross-attention keys or
+ * values of encoder outputs (through st->kv_stage and rounded, in a bf16 cache). */
+void decode_kv_project(const backend *be, const decode_state *st, void *cache, size_t at,
+                       const float *x, const float *W, const float *b, int N, int C);
 void decode_state_free(decode_state *st);
 
 /* Position t of the rows' input tokens tok (B): the stack on one new row each, appending its
@@ -203,6 +216,7 @@ typedef struct {
     size_t arena_cap;
     int flash_min_keys;   /* softmax attention over this many keys or more runs flash */
     model_precision prec; /* the backend's state: how the linear layers multiply */
+    qkv_kv_cache kv_cache; /* the decoding caches' type (AUTO: as the precision) */
 } model_core;
 
 /* The parameter walk: a model's table in a fixed order hands out consecutive slices of one
@@ -251,6 +265,11 @@ backend core_backend(model_core *c);
  * copy. */
 float *core_params(model_core *c);
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err);
+qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err);
+/* The type of the key-value caches that decoding states made now get: kv_cache, or with
+ * QKV_KV_CACHE_AUTO bf16 at any precision but float32 (so float32 results stay those of a
+ * float32 cache). */
+kv_dtype core_kv_cache(const model_core *c);
 
 /* Activations laid out in the arena: an arena with a NULL base only counts. */
 typedef struct {

@@ -260,6 +260,35 @@ static void test_gemm_deterministic(void **state)
     gemm_bf16_workspace_free(&ws);
 }
 
+/* A linear layer's product with its bias fused into the stores (gemm_bf16_linear) is bitwise
+ * the product followed by a separate pass adding the bias, from the float32 weights and from
+ * their bf16 copy, with K over two K blocks (the bias must go in after the last one). */
+static void test_linear_bias_fused(void **state)
+{
+    (void)state;
+    if (skip_without_bf16()) return;
+    const int N = 70, out = 45, in = 700;
+    gemm_bf16_workspace ws = workspace();
+    float *x = tu_rand((size_t)N * in, 11), *W = tu_rand((size_t)out * in, 12);
+    float *b = tu_rand((size_t)out, 13);
+    float *want = tu_zeros((size_t)N * out), *got = tu_zeros((size_t)N * out);
+    uint16_t *W16 = malloc((size_t)out * in * sizeof *W16);
+    assert_non_null(W16);
+    bf16_convert(W16, W, (size_t)out * in);
+    gemm_bf16(0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, want, out, &ws);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < out; o++) want[(size_t)i * out + o] += b[o];
+    gemm_bf16_linear(N, out, in, x, W, NULL, b, got, &ws);
+    assert_memory_equal(want, got, (size_t)N * out * sizeof *got);
+    memset(got, 0, (size_t)N * out * sizeof *got);
+    gemm_bf16_linear(N, out, in, x, W, W16, b, got, &ws);
+    assert_memory_equal(want, got, (size_t)N * out * sizeof *got);
+    gemm_bf16_linear(N, out, 0, x, W, NULL, b, got, &ws); /* no product: the bias alone */
+    for (int i = 0; i < N; i++) assert_memory_equal(got + (size_t)i * out, b, out * sizeof *b);
+    free(x), free(W), free(b), free(want), free(got), free(W16);
+    gemm_bf16_workspace_free(&ws);
+}
+
 /* The few-rows kernel (a decoding step): float32 activations times the bf16 weights, exactly
  * widened, within float32's summation bound of the float64 product with those weights; a
  * row's result is bitwise the same alone and among others; nothing past y written. */
@@ -547,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_gemm_within_bounds),
         cmocka_unit_test(test_bounds_catch_planted_bugs),
         cmocka_unit_test(test_gemm_deterministic),
+        cmocka_unit_test(test_linear_bias_fused),
         cmocka_unit_test(test_rows_kernel),
         cmocka_unit_test(test_training_matches_fp32),
         cmocka_unit_test(test_decoding_agrees_with_fp32),

@@ -282,6 +282,77 @@ static void test_generate(void **state)
     }
 }
 
+/* A bf16 key-value cache: every step's logits are those of the full float32 forward pass up
+ * to the cache's rounding (and do differ from them: the cache is bf16), a prefill fills it the
+ * same way, and greedy generation picks at every step a token whose full-forward logit is
+ * within that rounding of the best: it agrees with float32 greedy decoding but where two
+ * tokens are that close. */
+static void test_bf16_cache(void **state)
+{
+    (void)state;
+    enum { VB = 23, T = 48, NP = 3, NG = 40 };
+    /* the cache's values are rounded by up to 2^-8 of themselves; through these 2 blocks the
+     * logits (up to ~3 in size) moved by at most 0.0014 in a trial: 7x that */
+    const float tol = 0.01f;
+    qkv_lm_config c = small_config(QKV_ATTENTION_SOFTMAX, 1);
+    c.vocab = VB, c.max_len = T, c.d_model = 32, c.heads = 4, c.ffn = 48;
+    qkv_lm *m;
+    qkv_lm_state *s;
+    qkv_error err = {0};
+    assert_int_equal(qkv_lm_create(&m, &c, 31, &err), QKV_OK);
+    assert_int_equal(qkv_lm_set_kv_cache(m, QKV_KV_CACHE_BF16, &err), QKV_OK);
+    assert_int_equal(qkv_lm_get_kv_cache(m), QKV_KV_CACHE_BF16);
+    assert_int_equal(qkv_lm_state_create(&s, m, &err), QKV_OK);
+    int seq[T];
+    for (int t = 0; t < T; t++) seq[t] = 4 + (t * 7 + 3) % (VB - 4);
+    float *full = tu_zeros((size_t)T * VB), step[VB];
+    assert_int_equal(qkv_lm_logits(m, seq, 1, T, full, &err), QKV_OK);
+    float worst = 0.0f;
+    for (int t = 0; t < T; t++) {
+        assert_int_equal(qkv_lm_step(m, s, seq[t], step, &err), QKV_OK);
+        for (int k = 0; k < VB; k++) {
+            const float e = fabsf(step[k] - full[(size_t)t * VB + k]);
+            worst = e > worst ? e : worst;
+        }
+        tu_check_close("bf16-cache step logits", step, full + (size_t)t * VB, VB, tol, tol);
+    }
+    assert_true(worst > 0.0f); /* the cache did round */
+    assert_int_equal(qkv_lm_prefill(m, s, seq, 20, step, &err), QKV_OK);
+    for (int t = 20; t < T; t++) {
+        assert_int_equal(qkv_lm_step(m, s, seq[t], step, &err), QKV_OK);
+        tu_check_close("bf16-cache step after prefill", step, full + (size_t)t * VB, VB, tol,
+                       tol);
+    }
+    /* greedy, within the context (no restart) */
+    const int prompt[NP] = {7, 12, 5};
+    int g16[NG], g32[NG], text[NP + NG];
+    qkv_lm_generation g = {NG, {0.0f, 0, 1.0f}, 1, NULL, NULL, 0};
+    assert_int_equal(qkv_lm_generate(m, prompt, NP, g16, NULL, &g, &err), QKV_OK);
+    assert_int_equal(qkv_lm_set_kv_cache(m, QKV_KV_CACHE_FP32, &err), QKV_OK);
+    assert_int_equal(qkv_lm_generate(m, prompt, NP, g32, NULL, &g, &err), QKV_OK);
+    memcpy(text, prompt, sizeof prompt), memcpy(text + NP, g16, sizeof g16);
+    assert_int_equal(qkv_lm_logits(m, text, 1, NP + NG, full, &err), QKV_OK);
+    int agree = 0;
+    while (agree < NG && g16[agree] == g32[agree]) agree++;
+    for (int i = 0; i < NG; i++) {
+        const float *z = full + (size_t)(NP + i - 1) * VB;
+        if (z[g16[i]] < z[argmax(z, VB)] - tol)
+            fail_msg("token %d: bf16-cache greedy chose %d, logit %g; the best is %g", i, g16[i],
+                     z[g16[i]], z[argmax(z, VB)]);
+    }
+    print_message("bf16 cache: logits within %.2g of float32; greedy agrees for %d of %d "
+                  "tokens\n", worst, agree, NG);
+    assert_int_equal(qkv_lm_set_kv_cache(m, (qkv_kv_cache)7, &err), QKV_ERR_ARG);
+    qkv_kv_cache kv;
+    assert_int_equal(qkv_kv_cache_parse(&kv, "bf16", &err), QKV_OK);
+    assert_int_equal(kv, QKV_KV_CACHE_BF16);
+    assert_int_equal(qkv_kv_cache_parse(&kv, "int4", &err), QKV_ERR_ARG);
+    assert_string_equal(qkv_kv_cache_name(QKV_KV_CACHE_AUTO), "auto");
+    free(full);
+    qkv_lm_state_free(s);
+    qkv_lm_free(m);
+}
+
 /* The sampling distribution: temperature, top-k, top-p's smallest set, exact zeros, order. */
 static void test_sampling(void **state)
 {
@@ -816,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_gradcheck_linear_post_norm_tied),
         cmocka_unit_test(test_gradcheck_linear_pre_norm_learned_dropout),
         cmocka_unit_test(test_parameter_table),
+        cmocka_unit_test(test_bf16_cache),
         cmocka_unit_test(test_causal),
         cmocka_unit_test(test_step_equals_forward),
         cmocka_unit_test(test_generate),

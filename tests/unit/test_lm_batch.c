@@ -10,7 +10,7 @@
 
 enum { V = 23, CONTEXT = 12, N = 7 };
 
-static qkv_lm *random_lm(qkv_attention_kind attention)
+static qkv_lm *random_lm(qkv_attention_kind attention, qkv_kv_cache kv)
 {
     qkv_lm_config c = qkv_lm_default_config();
     c.vocab = V, c.d_model = 16, c.heads = 2, c.ffn = 32, c.layers = 2, c.max_len = CONTEXT;
@@ -19,6 +19,7 @@ static qkv_lm *random_lm(qkv_attention_kind attention)
     assert_int_equal(qkv_lm_create(&m, &c, 5, NULL), QKV_OK);
     float *p = qkv_lm_params(m);
     for (size_t i = 0; i < qkv_lm_num_params(m); i++) p[i] *= 2.0f; /* sharper choices */
+    assert_int_equal(qkv_lm_set_kv_cache(m, kv, NULL), QKV_OK);
     return m;
 }
 
@@ -37,9 +38,9 @@ static qkv_lm_generation generation_of(int k)
     return g; /* lengths 5 .. 41: several restart at the context of 12 */
 }
 
-static void check_batched(qkv_attention_kind attention, int slots, int every)
+static void check_batched(qkv_attention_kind attention, int slots, int every, qkv_kv_cache kv)
 {
-    qkv_lm *m = random_lm(attention);
+    qkv_lm *m = random_lm(attention, kv);
     int ref[N][64], got[N][64], n_got[N] = {0}, ids[16];
     qkv_error err = {0};
     for (int k = 0; k < N; k++) {
@@ -85,21 +86,29 @@ static void check_batched(qkv_attention_kind attention, int slots, int every)
 static void test_softmax(void **state)
 {
     (void)state;
-    check_batched(QKV_ATTENTION_SOFTMAX, 3, 2);
-    check_batched(QKV_ATTENTION_SOFTMAX, 8, 1);
-    check_batched(QKV_ATTENTION_SOFTMAX, 1, 1);
+    check_batched(QKV_ATTENTION_SOFTMAX, 3, 2, QKV_KV_CACHE_AUTO);
+    check_batched(QKV_ATTENTION_SOFTMAX, 8, 1, QKV_KV_CACHE_AUTO);
+    check_batched(QKV_ATTENTION_SOFTMAX, 1, 1, QKV_KV_CACHE_AUTO);
+}
+
+/* The same with a bf16 cache: each slot's cache row holds what a text alone would */
+static void test_softmax_bf16_cache(void **state)
+{
+    (void)state;
+    check_batched(QKV_ATTENTION_SOFTMAX, 3, 2, QKV_KV_CACHE_BF16);
+    check_batched(QKV_ATTENTION_SOFTMAX, 8, 1, QKV_KV_CACHE_BF16);
 }
 
 static void test_linear(void **state)
 {
     (void)state;
-    check_batched(QKV_ATTENTION_LINEAR, 3, 2);
+    check_batched(QKV_ATTENTION_LINEAR, 3, 2, QKV_KV_CACHE_AUTO);
 }
 
 static void test_errors_and_release(void **state)
 {
     (void)state;
-    qkv_lm *m = random_lm(QKV_ATTENTION_SOFTMAX);
+    qkv_lm *m = random_lm(QKV_ATTENTION_SOFTMAX, QKV_KV_CACHE_AUTO);
     qkv_lm_batch *b;
     qkv_error err = {0};
     assert_int_equal(qkv_lm_batch_create(&b, m, 0, &err), QKV_ERR_ARG);
@@ -126,6 +135,7 @@ int main(void)
     qkv_set_threads(2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_softmax_bf16_cache),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_errors_and_release),
     };
