@@ -40,7 +40,7 @@ typedef struct {
     int N, in, out;
 } shape;
 
-/* N = 1 (a decoding step), 3, 6 and 7 (around the 6-row tile), 33; in = 4k + 0..3 and not a
+/* N = 1 (a decoding step), 3, 6, 7, 12 (around the 4-row tile), 33, 40; in = 4k + 0..3 and not a
  * multiple of 16; out around the 16-channel block and the 64-channel group. */
 static const shape shapes[] = {
     {1, 1, 1},    {1, 5, 17},   {3, 6, 15},    {6, 7, 64},    {7, 64, 65},  {33, 129, 200},
