@@ -145,6 +145,11 @@ test-asan: $(BUILD)/parity/.stamp
 	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv \
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
 
+# The CPU's arithmetic roofs (AVX-512 FMA, VDPBF16PS): OMP_NUM_THREADS=2 build/peak
+$(BUILD)/peak: bench/peak.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -fopenmp $< -o $@
+
 # qkv beside PyTorch, same shapes and threads, alternating; prints tables of ratios.
 bench: deps
 	$(MAKE) all

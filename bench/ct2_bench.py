@@ -311,8 +311,9 @@ def fmt_table(name, res, minfo):
                   else f"{row['tokens_per_s'][e]:,.0f}") for e in ENGINES]
         ratio = row["qkv_best_over_ct2_best"]
         lines.append("| " + " | ".join([label] + cells + [f"{ratio:.2f}x" if ratio else "-"]) + " |")
-    lines.append("")
-    lines.append("(- : the one-sentence run took as long as the full run: too noisy to time)")
+    if any(v is None for row in res["settings"] for v in row["tokens_per_s"].values()):
+        lines.append("")
+        lines.append("(- : the one-sentence run took as long as the full run: too noisy to time)")
     lines.append("")
     lines.append("| quality (batch 32) | " + " | ".join(e.replace("ct2", "CT2") for e in ENGINES) + " |")
     lines.append("| --- | " + " | ".join("---" for _ in ENGINES) + " |")

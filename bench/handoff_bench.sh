@@ -13,13 +13,15 @@
 # Each round holds LOCK (default /tmp/qkv-cpu.lock) so that other benchmarks on a shared
 # machine do not run at the same time; a busy machine still makes every number provisional.
 # Usage: bench/handoff_bench.sh [QKV]   (default build/qkv)
-#   REPS=5 SPINS="1000 10000" COMPETE=2 TRAIN=1 LOCK=/tmp/qkv-cpu.lock
+#   REPS=5 SPINS="100 1000" COMPETE=2 TRAIN=1 ACTIVE=1 LOCK=/tmp/qkv-cpu.lock
+#   (ACTIVE=0 leaves out the active scheme, the slowest on a busy machine)
 set -eu
 QKV=$(realpath "${1:-build/qkv}")
 REPS=${REPS:-5}
-SPINS=${SPINS:-"1000 10000"}
+SPINS=${SPINS:-"100 1000"}
 COMPETE=${COMPETE:-2}
 TRAIN=${TRAIN:-1}
+ACTIVE=${ACTIVE:-1}
 LOCK=${LOCK:-/tmp/qkv-cpu.lock}
 T=$(mktemp -d)
 busy=()
@@ -38,7 +40,7 @@ start_competitors() {
 
 schemes=(passive)
 for n in $SPINS; do schemes+=("spin$n"); done
-schemes+=(active)
+[ "$ACTIVE" = 1 ] && schemes+=(active)
 
 # run SCHEME CMD...: CMD under the scheme's environment (QKV_NO_REEXEC keeps qkv from
 # choosing a policy itself)

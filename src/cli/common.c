@@ -111,20 +111,20 @@ int cli_precision(const char *name, qkv_precision *p)
     return -1;
 }
 
+int cli_kv_cache(const char *name, qkv_kv_cache *c)
+{
+    qkv_error err = {0};
+    if (!qkv_kv_cache_parse(c, name, &err)) return 0;
+    fprintf(stderr, "qkv: --kv-cache: %s\n", err.msg);
+    return -1;
+}
+
 int cli_train_precision(const char *name, qkv_precision *p)
 {
     if (cli_precision(name, p)) return -1;
     if (*p != QKV_PRECISION_INT8) return 0;
     fprintf(stderr, "qkv: --precision int8 is for inference only (translate, eval, serve, "
             "generate): train at fp32 or bf16\n");
-    return -1;
-}
-
-int cli_kv_cache(const char *name, qkv_kv_cache *c)
-{
-    qkv_error err = {0};
-    if (!qkv_kv_cache_parse(c, name, &err)) return 0;
-    fprintf(stderr, "qkv: --kv-cache: %s\n", err.msg);
     return -1;
 }
 

@@ -38,14 +38,52 @@ static void usage(FILE *f)
     fprintf(f, "\n  --version  print the version\n");
 }
 
-/* OpenMP threads that wait by spinning collapse when the cores are shared: measured on a
- * 2-core machine with other work running, training ran 18x slower (349 vs 6,412 target
- * tokens/s) than with sleeping waits. libgomp reads OMP_WAIT_POLICY once, when it loads
- * (before main), so when the user has not chosen a policy we set "passive" and start again. */
-static void prefer_passive_waits(char **argv)
+/* How OpenMP's idle threads wait. A greedy decoding step at batch 1 opens some 50 parallel
+ * regions (one per product), and with sleeping (passive) waits each one wakes the second
+ * thread through the kernel: measured on a quiet 2-core machine, 4.5 ms a step against 3.1
+ * with spinning waits. But threads that spin collapse when the cores are shared: with other
+ * work running, training ran 18x slower (349 vs 6,412 target tokens/s) with libgomp's
+ * default spin (300,000 iterations, some 7 ms) than with sleeping waits. So, unless the user
+ * has chosen (OMP_WAIT_POLICY or GOMP_SPINCOUNT):
+ *   - the decoding commands, started while the cores are free (the 1-minute load average
+ *     below half the cores), spin SPIN_WAIT iterations (PAUSE, ~25 ns each on Zen 3: some
+ *     25 us, longer than the gaps between a step's products) and then sleep; a competitor
+ *     that arrives later costs each wait at most those 25 us, not libgomp's 7 ms
+ *     (bench/handoff_bench.sh);
+ *   - everything else, training above all, and decoding on a busy machine, sleeps at once.
+ * libgomp reads both variables once, when it loads (before main), so we set them and start
+ * again. */
+#define SPIN_WAIT "1000"
+
+/* Commands that spend their time in decoding steps: bounded spins pay there. */
+static int decodes(int argc, char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("QKV_NO_REEXEC")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+    if (argc < 2) return 0;
+    const char *c = argv[1];
+    if (!strcmp(c, "bench"))
+        return argc > 2 && (!strcmp(argv[2], "decode") || !strcmp(argv[2], "generate"));
+    return !strcmp(c, "translate") || !strcmp(c, "eval") || !strcmp(c, "generate");
+}
+
+/* Whether the cores look free: the 1-minute load average below half of them. */
+static int cores_free(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double load = 0.0;
+    const int ok = f && fscanf(f, "%lf", &load) == 1;
+    if (f) fclose(f);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return ok && cores > 0 && load < 0.5 * (double)cores;
+}
+
+static void choose_waits(int argc, char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("QKV_NO_REEXEC"))
+        return;
+    if (decodes(argc, argv) && cores_free())
+        setenv("GOMP_SPINCOUNT", SPIN_WAIT, 1); /* the policy unset: spin, then sleep */
+    else
+        setenv("OMP_WAIT_POLICY", "passive", 1);
     setenv("QKV_NO_REEXEC", "1", 1);
     execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
 }
@@ -72,7 +110,7 @@ static int finish_output(int rc)
 
 int main(int argc, char **argv)
 {
-    prefer_passive_waits(argv);
+    choose_waits(argc, argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -26,6 +26,21 @@ qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *er
                     name ? name : "(null)");
 }
 
+const char *qkv_kv_cache_name(qkv_kv_cache c)
+{
+    return c == QKV_KV_CACHE_AUTO ? "auto" : c == QKV_KV_CACHE_FP32 ? "fp32"
+           : c == QKV_KV_CACHE_BF16 ? "bf16" : "unknown";
+}
+
+qkv_status qkv_kv_cache_parse(qkv_kv_cache *c, const char *name, qkv_error *err)
+{
+    if (name && !strcmp(name, "auto")) return *c = QKV_KV_CACHE_AUTO, QKV_OK;
+    if (name && !strcmp(name, "fp32")) return *c = QKV_KV_CACHE_FP32, QKV_OK;
+    if (name && !strcmp(name, "bf16")) return *c = QKV_KV_CACHE_BF16, QKV_OK;
+    return qkv_fail(err, QKV_ERR_ARG, "unknown key-value cache type '%s' (auto, fp32 or bf16)",
+                    name ? name : "(null)");
+}
+
 /* ---- int8: which weights, and quantising them ------------------------------------------ */
 
 static int ends_with(const char *s, const char *tail)
@@ -95,21 +110,6 @@ qkv_status precision_check_training(const model_precision *mp, qkv_error *err)
         return qkv_fail(err, QKV_ERR_ARG, "int8 precision is for inference only: a backward "
                         "pass (training) needs fp32 or bf16");
     return QKV_OK;
-}
-
-const char *qkv_kv_cache_name(qkv_kv_cache c)
-{
-    return c == QKV_KV_CACHE_AUTO ? "auto" : c == QKV_KV_CACHE_FP32 ? "fp32"
-           : c == QKV_KV_CACHE_BF16 ? "bf16" : "unknown";
-}
-
-qkv_status qkv_kv_cache_parse(qkv_kv_cache *c, const char *name, qkv_error *err)
-{
-    if (name && !strcmp(name, "auto")) return *c = QKV_KV_CACHE_AUTO, QKV_OK;
-    if (name && !strcmp(name, "fp32")) return *c = QKV_KV_CACHE_FP32, QKV_OK;
-    if (name && !strcmp(name, "bf16")) return *c = QKV_KV_CACHE_BF16, QKV_OK;
-    return qkv_fail(err, QKV_ERR_ARG, "unknown key-value cache type '%s' (auto, fp32 or bf16)",
-                    name ? name : "(null)");
 }
 
 static qkv_status refresh(model_precision *mp, const float *params, size_t n, qkv_error *err)

@@ -73,6 +73,11 @@ check "generate prints the prompt, then exactly 120 characters and a newline" \
 check "generate: top-k 1 is greedy" cmp -s "$T/greedy" "$T/top1"
 "$QKV" generate "${GEN[@]}" --top-p 0.5 --seed 7 >"$T/nucleus" 2>>"$T/gerr"
 check "generate: top-p runs and differs from full sampling" bash -c "test -s '$T/nucleus' && ! cmp -s '$T/g1' '$T/nucleus'"
+"$QKV" generate "${GEN[@]}" --kv-cache fp32 --seed 7 >"$T/g32" 2>>"$T/gerr"
+"$QKV" generate "${GEN[@]}" --kv-cache bf16 --temperature 0 >"$T/greedy16" 2>>"$T/gerr"
+check "generate: --kv-cache fp32 is the fp32 default's text" cmp -s "$T/g1" "$T/g32"
+check "generate: --kv-cache bf16 greedy prints 120 characters" test "$(wc -c <"$T/greedy16")" -eq 127
+expect_fail "generate: an unknown --kv-cache names the choices" "auto, fp32 or bf16" "$QKV" generate "${GEN[@]}" --kv-cache int4
 check "generate: no errors on stderr" test ! -s "$T/gerr"
 
 "$QKV" eval-lm --model "$T/m" --data "$T/tiny.txt" --threads 2 >"$T/eval" 2>&1
