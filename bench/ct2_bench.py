@@ -233,8 +233,18 @@ def time_qkv(args, mdir, text, one, env, beam, batch, precision, out_path):
     return (t1 - t0, t2 - t1), ntok
 
 
-def bleu(qkv, hyp, held_tsv):
-    r = subprocess.run([qkv, "eval", "--hyp", hyp, "--data", held_tsv], capture_output=True,
+def word_references(ct2_dir, held_fr, out):
+    """The references as a word model writes its output: d2l's preprocessing (lower case, a
+    space before punctuation), so that BLEU compares words, not case and spacing."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import qkv_tokenize as t\n"
+            "for l in open(sys.argv[2], encoding='utf-8'): print(' '.join(t.split_words(t.preprocess_d2l(l.rstrip('\\n')))))")
+    with open(out, "w", encoding="utf-8") as f:
+        run([sys.executable, "-c", code, ct2_dir, held_fr], stdout=f)
+    return out
+
+
+def bleu(qkv, hyp, refs):
+    r = subprocess.run([qkv, "eval", "--hyp", hyp, "--tgt", refs], capture_output=True,
                        text=True, check=True)
     m = re.search(r"^BLEU\S* = ([0-9.]+)", r.stdout, re.M)
     return float(m.group(1)) if m else None
@@ -290,7 +300,7 @@ def bench_model(args, name, mdir, ct2, data, tok, one, precs, env_name, env):
         q = {}
         for e in engines:
             hyp = os.path.join(outdir, f"{e.replace(' ', '-')}-beam{beam}-batch32.txt")
-            q[e] = {"bleu": bleu(args.qkv, hyp, data["held.tsv"]), "same_as_qkv_fp32": agreement(hyp, ref)}
+            q[e] = {"bleu": bleu(args.qkv, hyp, data["held.words"]), "same_as_qkv_fp32": agreement(hyp, ref)}
         base = q["qkv fp32"]["bleu"]
         for e in engines:
             q[e]["bleu_minus_qkv_fp32"] = None if base is None or q[e]["bleu"] is None else q[e]["bleu"] - base
@@ -404,6 +414,8 @@ def main():
     t_start = time.time()
     data, data_hash = prepare_data(args.data, os.path.join(args.out, "data" + ("-tiny" if args.tiny else "")),
                                    n_train, n_held)
+    data["held.words"] = word_references(args.ct2_dir, data["held.fr"],
+                                         os.path.join(os.path.dirname(data["held.en"]), "held.fr.words"))
     one = os.path.join(os.path.dirname(data["held.en"]), "one.en")
     with open(data["held.en"], encoding="utf-8") as f, open(one, "w", encoding="utf-8") as g:
         g.write(f.readline())

@@ -46,7 +46,7 @@ static void usage(FILE *f)
  * default spin (300,000 iterations, some 7 ms) than with sleeping waits. So, unless the user
  * has chosen (OMP_WAIT_POLICY or GOMP_SPINCOUNT):
  *   - the decoding commands, started while the cores are free (the 1-minute load average
- *     below half the cores), spin SPIN_WAIT iterations (PAUSE, ~25 ns each on Zen 3: some
+ *     below half the cores), spin SPIN_WAIT iterations (PAUSE, ~25 ns each on this AMD EPYC: some
  *     25 us, longer than the gaps between a step's products) and then sleep; a competitor
  *     that arrives later costs each wait at most those 25 us, not libgomp's 7 ms
  *     (bench/handoff_bench.sh);

@@ -1,6 +1,6 @@
 /* int8 GEMM with exact int32 sums on AVX512-VNNI; see int8.h.
  *
- * One kernel for both shapes the models ask for. A tile is MR_MAX (or fewer) rows of x by a
+ * One kernel for both shapes the models ask for. A tile is MR_MAX (4) or fewer rows of x by a
  * group of 64 output channels: per 4 consecutive k, the group's 4 weight vectors are loaded
  * once and each row's 4 bytes broadcast against them (4 VPDPBUSD per row). With one row (a
  * decoding step at batch 1) that streams the weights from memory at a byte per weight, a
@@ -23,7 +23,8 @@
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
 
 enum {
-    MR_MAX = 6, /* rows per tile: 6 x 4 accumulators + 4 weight vectors + a broadcast */
+    MR_MAX = 4, /* rows per tile: 4 x 4 accumulators + 4 weight vectors + a broadcast (at 6
+                   rows, 24 accumulators, GCC 12 spilled them to the stack every k) */
     BLOCKS = INT8_GROUP / INT8_BLOCK,
 };
 
@@ -163,28 +164,35 @@ AVX512_VNNI static ALWAYS_INLINE void tile(const call *c, int R, int r0, int o0)
     const int8_t *wg = W->w + (size_t)(o0 / INT8_BLOCK) * ldb;
     const uint8_t *xr = c->xu + (size_t)r0 * ldx;
     __m512i acc[MR_MAX][BLOCKS];
-    #pragma GCC unroll 6
+    /* every loop over r and j unrolled, so that acc lives in registers (16 of the 32 zmm) */
+    #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
+        #pragma GCC unroll 4
         for (int j = 0; j < BLOCKS; j++) acc[r][j] = _mm512_setzero_si512();
     for (int p = 0; p < k4; p++) {
         __m512i w[BLOCKS];
+        #pragma GCC unroll 4
         for (int j = 0; j < BLOCKS; j++) w[j] = _mm512_load_si512(wg + j * ldb + (size_t)p * 64);
-        #pragma GCC unroll 6
+        #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             int32_t four;
             memcpy(&four, xr + r * ldx + (size_t)p * 4, sizeof four);
             const __m512i a = _mm512_set1_epi32(four);
+            #pragma GCC unroll 4
             for (int j = 0; j < BLOCKS; j++) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], a, w[j]);
         }
     }
     const int out = W->out;
+    #pragma GCC unroll 4
     for (int j = 0; j < BLOCKS; j++) {
         const int o = o0 + j * INT8_BLOCK;
-        if (o >= out) break;
+        /* masked: past `out` nothing is stored (and nothing indexes acc at run time, which
+         * would put it in memory) */
         const __mmask16 m = lanes16(out - o);
         const __m512i comp = _mm512_loadu_si512(W->comp + o);
         const __m512 s_w = _mm512_loadu_ps(W->scale + o);
         const __m512 b = c->b ? _mm512_maskz_loadu_ps(m, c->b + o) : _mm512_setzero_ps();
+        #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512i z = _mm512_sub_epi32(acc[r][j], comp); /* sum_k xq wq, exact */
             const size_t at = (size_t)(r0 + r) * out + o;
@@ -204,8 +212,6 @@ AVX512_VNNI static void group(const call *c, int o0)
     int r = 0;
     for (; r + MR_MAX <= c->N; r += MR_MAX) tile(c, MR_MAX, r, o0);
     switch (c->N - r) {
-    case 5: tile(c, 5, r, o0); break;
-    case 4: tile(c, 4, r, o0); break;
     case 3: tile(c, 3, r, o0); break;
     case 2: tile(c, 2, r, o0); break;
     case 1: tile(c, 1, r, o0); break;

@@ -27,7 +27,7 @@
 
 /* BR x BC tiles: a tile of scores and one of their gradients sit on each thread's stack
  * (2 BR BC floats = 128 KiB) and in L2 with the rows of Q, K, V they come from. Measured on
- * Zen 3: 128 x 128 is 5% faster than 64 x 128, and larger tiles gain nothing more. */
+ * this AMD EPYC: 128 x 128 is 5% faster than 64 x 128, and larger tiles gain nothing more. */
 enum { BR = 128, BC = 128, LANES = 8 };
 /* Key tiles one sweep of backward over the query tiles handles (see backward_key_tiles). */
 enum { KEY_RUN = 4 };

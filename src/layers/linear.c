@@ -17,7 +17,7 @@
 /* The CPU tables' few_rows (backend.h): up to this many rows, the matrix-vector kernel; from
  * SMALL_ROWS + 1, the GEMM. Measured on
  * the decoder's shapes (512 x 512, 512 x 2048, 2048 x 512, 512 x 10000; 2 threads of an AMD
- * EPYC, Zen 3): against OpenBLAS's GEMM the kernel is 2-3x faster at 1 to 4 rows, where it
+ * EPYC with AVX-512): against OpenBLAS's GEMM the kernel is 2-3x faster at 1 to 4 rows, where it
  * reads W at the memory's speed, and still 1.7-2x at 8 to 12, where it is bound by its
  * multiply-adds; 1.3x at 14, even at 15, 0.75x at 16. */
 

@@ -176,8 +176,13 @@ qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err)
 
 kv_dtype core_kv_cache(const model_core *c)
 {
+    /* int8 has a bf16 cache only where the CPU has AVX512-BF16: VNNI alone (Cascade Lake,
+     * Ice Lake) runs int8 but not bf16 */
     if (c->kv_cache == QKV_KV_CACHE_AUTO)
-        return c->prec.precision == QKV_PRECISION_FP32 ? KV_FP32 : KV_BF16;
+        return c->prec.precision == QKV_PRECISION_BF16 ||
+                       (c->prec.precision == QKV_PRECISION_INT8 && qkv_bf16_supported())
+                   ? KV_BF16
+                   : KV_FP32;
     return c->kv_cache == QKV_KV_CACHE_BF16 ? KV_BF16 : KV_FP32;
 }
 
