@@ -104,6 +104,16 @@ static void softmax_scores(float *p, float scale, int nh, int n, int m)
     }
 }
 
+/* Zero o (nh, d) and the weights of the keys a query does not see (p[h, n..m)); returns whether
+ * it sees any key (one that sees none gives 0, as the masked softmax's all-zero row does). */
+static int clear_unseen(float *restrict o, float *restrict p, int d, int nh, int n, int m)
+{
+    for (int i = 0; i < nh * d; i++) o[i] = 0.0f;
+    for (int h = 0; h < nh; h++)
+        for (int j = n > 0 ? n : 0; j < m; j++) p[(size_t)h * m + j] = 0.0f;
+    return n > 0;
+}
+
 /* One query, nh heads of it, n visible keys: q, o (nh, d); key j of head h at
  * K + key_at(w, j) + h d, value j at V + the same; p (nh, m) receives the weights (0 from n
  * on). The keys are walked in order, each row's nh heads together: the cache is read as a
@@ -111,10 +121,7 @@ static void softmax_scores(float *p, float scale, int nh, int n, int m)
 static void attend_heads(float *restrict o, float *restrict p, const float *q, const float *K,
                          const float *V, const key_walk *w, int d, int nh, int n, int m)
 {
-    for (int i = 0; i < nh * d; i++) o[i] = 0.0f;
-    for (int h = 0; h < nh; h++)
-        for (int j = n > 0 ? n : 0; j < m; j++) p[(size_t)h * m + j] = 0.0f; /* not seen */
-    if (n <= 0) return; /* sees no key: 0, as the masked softmax's all-zero row gives */
+    if (!clear_unseen(o, p, d, nh, n, m)) return;
     const float scale = 1.0f / sqrtf((float)d);
     int j = 0;
     for (; j + 4 <= n; j += 4) {
@@ -206,10 +213,7 @@ AVX512 static void attend_heads_bf16(float *restrict o, float *restrict p, const
                                      const uint16_t *K, const uint16_t *V, const key_walk *w,
                                      int d, int nh, int n, int m)
 {
-    for (int i = 0; i < nh * d; i++) o[i] = 0.0f;
-    for (int h = 0; h < nh; h++)
-        for (int j = n > 0 ? n : 0; j < m; j++) p[(size_t)h * m + j] = 0.0f;
-    if (n <= 0) return;
+    if (!clear_unseen(o, p, d, nh, n, m)) return;
     int j = 0;
     for (; j + 4 <= n; j += 4) {
         const size_t at[4] = {key_at(w, j), key_at(w, j + 1), key_at(w, j + 2), key_at(w, j + 3)};
@@ -242,10 +246,7 @@ static void attend_heads_bf16_plain(float *restrict o, float *restrict p, const 
                                     const uint16_t *K, const uint16_t *V, const key_walk *w,
                                     int d, int nh, int n, int m)
 {
-    for (int i = 0; i < nh * d; i++) o[i] = 0.0f;
-    for (int h = 0; h < nh; h++)
-        for (int j = n > 0 ? n : 0; j < m; j++) p[(size_t)h * m + j] = 0.0f;
-    if (n <= 0) return;
+    if (!clear_unseen(o, p, d, nh, n, m)) return;
     for (int j = 0; j < n; j++)
         for (int h = 0; h < nh; h++) {
             const uint16_t *k = K + key_at(w, j) + (size_t)h * d;
