@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
+#include "reversal.h"
 #include "test_util.h"
 
 #define U (1.0 / 256.0)  /* bf16's unit roundoff, 2^-8 */
@@ -330,101 +331,11 @@ static void test_rows_kernel(void **state)
 
 /* ---- the models ------------------------------------------------------------------------------ */
 
-/* The reversal task of qkv demo: a source of 3 to 8 symbols (ids 4 .. V-1), the target its
- * reverse. src (B, TS), valid (B), tin / tout (B, TT), TT = TS + 1 (<eos>). */
-enum { V = 24, TS = 8, TT = TS + 1 };
-
-static void reversal_batch(int *src, int *valid, int *tin, int *tout, int B, uint64_t seed)
-{
-    for (int b = 0; b < B; b++) {
-        const int len = 3 + (int)(qkv_random_u32(seed, 100 * (uint64_t)b) % 6);
-        int *s = src + b * TS, *ti = tin + b * TT, *to = tout + b * TT;
-        for (int t = 0; t < TS; t++)
-            s[t] = t < len ? 4 + (int)(qkv_random_u32(seed, 100 * (uint64_t)b + 1 + t) % (V - 4))
-                           : QKV_PAD;
-        valid[b] = len;
-        ti[0] = QKV_BOS;
-        for (int t = 0; t < TT; t++) {
-            to[t] = t < len ? s[len - 1 - t] : t == len ? QKV_EOS : QKV_PAD;
-            if (t + 1 < TT) ti[t + 1] = t < len ? s[len - 1 - t] : QKV_PAD;
-        }
-    }
-}
-
-static qkv_transformer *reversal_model(qkv_precision p)
-{
-    qkv_transformer_config cfg = qkv_transformer_default_config();
-    cfg.src_vocab = cfg.tgt_vocab = V, cfg.d_model = 64, cfg.heads = 4, cfg.ffn = 128;
-    cfg.enc_layers = cfg.dec_layers = 2, cfg.dropout = 0.0f, cfg.max_len = 16;
-    qkv_transformer *m;
-    qkv_error err = {0};
-    assert_int_equal(qkv_transformer_create(&m, &cfg, 3, &err), QKV_OK);
-    assert_int_equal(qkv_transformer_set_precision(m, p, &err), QKV_OK);
-    assert_int_equal(qkv_transformer_get_precision(m), p);
-    return m;
-}
-
+/* The reversal task of tests/common/reversal.h: steps, batch, steps averaged for the loss. */
 enum { STEPS = 1000, BATCH = 64, LAST = 50 };
 
 /* The float32 model the training test trains, kept for the decoding test. */
 static qkv_transformer *trained;
-
-/* Trains on the same batches from the same initialisation; returns the mean loss per token
- * over the last LAST steps. */
-static double train_reversal(qkv_transformer *m)
-{
-    qkv_adam opt;
-    qkv_error err = {0};
-    assert_int_equal(qkv_adam_init(&opt, qkv_transformer_num_params(m), 0.9f, 0.98f, 1e-9f, 0.0f,
-                                   &err), QKV_OK);
-    int src[BATCH * TS], valid[BATCH], tin[BATCH * TT], tout[BATCH * TT];
-    double last = 0.0;
-    for (int step = 0; step < STEPS; step++) {
-        reversal_batch(src, valid, tin, tout, BATCH, 1000 + (uint64_t)step);
-        qkv_batch b = {BATCH, TS, TT, src, valid, tin, tout};
-        float *grads = qkv_transformer_grads(m);
-        memset(grads, 0, qkv_transformer_num_params(m) * sizeof *grads);
-        double sum;
-        int tokens;
-        const qkv_loss_options pass = {.backward = 1, .train = 1, .dropout_seed = (uint64_t)step};
-        assert_int_equal(qkv_transformer_loss(m, &b, &pass, &sum, &tokens, &err), QKV_OK);
-        if (step >= STEPS - LAST) last += sum / tokens / LAST;
-        qkv_clip_grad_norm(grads, qkv_transformer_num_params(m), 1.0);
-        qkv_adam_update(&opt, qkv_transformer_params(m), grads, 3e-3f);
-    }
-    qkv_adam_free(&opt);
-    return last;
-}
-
-/* Greedy translations of n held-out sources, `chunk` sentences per call (a few: the few-rows
- * kernel; many: the GEMM): out (n, TT), len (n); returns how many are the exact reverse. */
-static int translate_reversal(qkv_transformer *m, int *out, int *len, int n, int chunk)
-{
-    int *src = malloc((size_t)n * TS * sizeof *src), *valid = malloc((size_t)n * sizeof *valid);
-    int *tin = malloc((size_t)n * TT * sizeof *tin), *tout = malloc((size_t)n * TT * sizeof *tout);
-    assert_true(src && valid && tin && tout);
-    reversal_batch(src, valid, tin, tout, n, 99);
-    for (int b = 0; b < n; b += chunk) {
-        const int c = n - b < chunk ? n - b : chunk;
-        assert_int_equal(qkv_transformer_greedy(m, src + b * TS, valid + b, c, TS, TT,
-                                                out + b * TT, len + b, NULL), QKV_OK);
-    }
-    int exact = 0;
-    for (int b = 0; b < n; b++)
-        exact += len[b] == valid[b] && !memcmp(out + b * TT, tout + b * TT, len[b] * sizeof(int));
-    free(src), free(valid), free(tin), free(tout);
-    return exact;
-}
-
-/* How many of n translations are identical. */
-static int same_translations(const int *out1, const int *len1, const int *out2, const int *len2,
-                             int n)
-{
-    int same = 0;
-    for (int b = 0; b < n; b++)
-        same += len1[b] == len2[b] && !memcmp(out1 + b * TT, out2 + b * TT, len1[b] * sizeof(int));
-    return same;
-}
 
 /* bf16 training of the reversal task ends within 0.05 nats (or 20%) of float32's loss from the
  * same start on the same batches; the trained models' translations agree. At this size both
@@ -437,7 +348,8 @@ static void test_training_matches_fp32(void **state)
     if (skip_without_bf16()) return;
     qkv_transformer *m32 = reversal_model(QKV_PRECISION_FP32);
     qkv_transformer *m16 = reversal_model(QKV_PRECISION_BF16);
-    const double l32 = train_reversal(m32), l16 = train_reversal(m16);
+    const double l32 = train_reversal(m32, STEPS, BATCH, LAST);
+    const double l16 = train_reversal(m16, STEPS, BATCH, LAST);
     printf("reversal, %d steps: final loss fp32 %.4f, bf16 %.4f nats per token\n", STEPS, l32,
            l16);
     assert_true(l32 < 0.5); /* it learned (the start is ln 24 = 3.2) */
@@ -467,7 +379,7 @@ static void test_decoding_agrees_with_fp32(void **state)
     (void)state;
     if (skip_without_bf16()) return;
     qkv_transformer *m = trained;
-    if (!m) train_reversal(m = reversal_model(QKV_PRECISION_FP32));
+    if (!m) train_reversal(m = reversal_model(QKV_PRECISION_FP32), STEPS, BATCH, LAST);
     trained = NULL;
     enum { N = 200 };
     static int out32[N * TT], len32[N], rows[N * TT], rows_len[N], gemm[N * TT], gemm_len[N];

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/int8.h"
+#include "reversal.h"
 #include "test_util.h"
 
 #define SENTINEL 4321.5f /* past the end of y: must survive */
@@ -312,95 +313,7 @@ static void test_checks_catch_planted_bugs(void **state)
 
 /* ---- the models at QKV_PRECISION_INT8 ------------------------------------------------------- */
 
-/* The reversal task (as test_bf16.c): a source of 3 to 8 symbols, the target its reverse. */
-enum { V = 24, TS = 8, TT = TS + 1, STEPS = 250, BATCH = 32 };
-
-static void reversal_batch(int *src, int *valid, int *tin, int *tout, int B, uint64_t seed)
-{
-    for (int b = 0; b < B; b++) {
-        const int len = 3 + (int)(qkv_random_u32(seed, 100 * (uint64_t)b) % 6);
-        int *s = src + b * TS, *ti = tin + b * TT, *to = tout + b * TT;
-        for (int t = 0; t < TS; t++)
-            s[t] = t < len ? 4 + (int)(qkv_random_u32(seed, 100 * (uint64_t)b + 1 + t) % (V - 4))
-                           : QKV_PAD;
-        valid[b] = len;
-        ti[0] = QKV_BOS;
-        for (int t = 0; t < TT; t++) {
-            to[t] = t < len ? s[len - 1 - t] : t == len ? QKV_EOS : QKV_PAD;
-            if (t + 1 < TT) ti[t + 1] = t < len ? s[len - 1 - t] : QKV_PAD;
-        }
-    }
-}
-
-static qkv_transformer *reversal_model(void)
-{
-    qkv_transformer_config cfg = qkv_transformer_default_config();
-    cfg.src_vocab = cfg.tgt_vocab = V, cfg.d_model = 64, cfg.heads = 4, cfg.ffn = 128;
-    cfg.enc_layers = cfg.dec_layers = 2, cfg.dropout = 0.0f, cfg.max_len = 16;
-    qkv_transformer *m;
-    qkv_error err = {0};
-    assert_int_equal(qkv_transformer_create(&m, &cfg, 3, &err), QKV_OK);
-    return m;
-}
-
-static void train_reversal(qkv_transformer *m)
-{
-    qkv_adam opt;
-    qkv_error err = {0};
-    assert_int_equal(qkv_adam_init(&opt, qkv_transformer_num_params(m), 0.9f, 0.98f, 1e-9f, 0.0f,
-                                   &err), QKV_OK);
-    int src[BATCH * TS], valid[BATCH], tin[BATCH * TT], tout[BATCH * TT];
-    for (int step = 0; step < STEPS; step++) {
-        reversal_batch(src, valid, tin, tout, BATCH, 1000 + (uint64_t)step);
-        qkv_batch b = {BATCH, TS, TT, src, valid, tin, tout};
-        float *grads = qkv_transformer_grads(m);
-        memset(grads, 0, qkv_transformer_num_params(m) * sizeof *grads);
-        const qkv_loss_options pass = {.backward = 1, .train = 1, .dropout_seed = (uint64_t)step};
-        assert_int_equal(qkv_transformer_loss(m, &b, &pass, NULL, NULL, &err), QKV_OK);
-        qkv_clip_grad_norm(grads, qkv_transformer_num_params(m), 1.0);
-        qkv_adam_update(&opt, qkv_transformer_params(m), grads, 3e-3f);
-    }
-    qkv_adam_free(&opt);
-}
-
-/* Greedy translations of n held-out sources, `chunk` per call: out (n, TT), len (n). */
-static void translate_reversal(qkv_transformer *m, int *out, int *len, int n, int chunk)
-{
-    int *src = malloc((size_t)n * TS * sizeof *src), *valid = malloc((size_t)n * sizeof *valid);
-    int *tin = malloc((size_t)n * TT * sizeof *tin), *tout = malloc((size_t)n * TT * sizeof *tout);
-    assert_true(src && valid && tin && tout);
-    reversal_batch(src, valid, tin, tout, n, 99);
-    for (int b = 0; b < n; b += chunk) {
-        const int c = n - b < chunk ? n - b : chunk;
-        assert_int_equal(qkv_transformer_greedy(m, src + b * TS, valid + b, c, TS, TT,
-                                                out + b * TT, len + b, NULL), QKV_OK);
-    }
-    free(src), free(valid), free(tin), free(tout);
-}
-
-static int same_translations(const int *out1, const int *len1, const int *out2, const int *len2,
-                             int n)
-{
-    int same = 0;
-    for (int b = 0; b < n; b++)
-        same += len1[b] == len2[b] && !memcmp(out1 + b * TT, out2 + b * TT, len1[b] * sizeof(int));
-    return same;
-}
-
-/* Teacher-forced logits of a held-out batch: (n, TT, V). */
-static float *reversal_logits(qkv_transformer *m, int n)
-{
-    int *src = malloc((size_t)n * TS * sizeof *src), *valid = malloc((size_t)n * sizeof *valid);
-    int *tin = malloc((size_t)n * TT * sizeof *tin), *tout = malloc((size_t)n * TT * sizeof *tout);
-    float *logits = malloc((size_t)n * TT * V * sizeof *logits);
-    assert_true(src && valid && tin && tout && logits);
-    reversal_batch(src, valid, tin, tout, n, 99);
-    qkv_batch b = {n, TS, TT, src, valid, tin, tout};
-    qkv_error err = {0};
-    assert_int_equal(qkv_transformer_logits(m, &b, logits, &err), QKV_OK);
-    free(src), free(valid), free(tin), free(tout);
-    return logits;
-}
+/* The reversal task of tests/common/reversal.h, trained 250 steps of 32 in float32. */
 
 /* A float32-trained model decoding at int8, 8 sentences per call (a decoding step's few
  * rows) and 200 at once (the encoder's many rows): at least 85% of the sentences identical
@@ -415,8 +328,8 @@ static void test_model_int8_agrees_with_fp32(void **state)
 {
     (void)state;
     if (skip_without_vnni()) return;
-    qkv_transformer *m = reversal_model();
-    train_reversal(m);
+    qkv_transformer *m = reversal_model(QKV_PRECISION_FP32);
+    train_reversal(m, 250, 32, 0);
     enum { N = 200, NL = 32 };
     static int out32[N * TT], len32[N], rows[N * TT], rows_len[N], gemm[N * TT], gemm_len[N];
     translate_reversal(m, out32, len32, N, N);
@@ -443,7 +356,7 @@ static void test_model_int8_agrees_with_fp32(void **state)
     assert_true(diff > 0.0); /* it did run at int8: a backend that never finds the quantised
                                 weights falls back to float32 silently */
     /* inference only */
-    int src[BATCH * TS], valid[BATCH], tin[BATCH * TT], tout[BATCH * TT];
+    int src[4 * TS], valid[4], tin[4 * TT], tout[4 * TT];
     reversal_batch(src, valid, tin, tout, 4, 5);
     qkv_batch b = {4, TS, TT, src, valid, tin, tout};
     const qkv_loss_options train = {.backward = 1, .train = 1};
@@ -461,7 +374,7 @@ static void test_int8_copy_follows_parameters(void **state)
 {
     (void)state;
     if (skip_without_vnni()) return;
-    qkv_transformer *m = reversal_model(), *fresh = reversal_model();
+    qkv_transformer *m = reversal_model(QKV_PRECISION_FP32), *fresh = reversal_model(QKV_PRECISION_FP32);
     qkv_error err = {0};
     assert_int_equal(qkv_transformer_set_precision(m, QKV_PRECISION_INT8, &err), QKV_OK);
     enum { N = 16 };
