@@ -76,6 +76,7 @@ typedef struct job {
     char *out;              /* the text so far */
     size_t out_len, out_cap;
     int tokens;             /* tokens produced (either kind) */
+    double queued_at;       /* now_s() when it entered the queue */
     pthread_cond_t changed; /* its handler waits on it: done, or a completion's new text */
 } job;
 
@@ -102,6 +103,7 @@ static void job_free(job *j)
 typedef struct {
     const char *model_dir, *host, *model_id;
     int port, slots, max_queue, timeout_s;
+    double max_delay_s;     /* --max-batch-delay: an idle decoder waits this long for company */
     qkv_precision precision; /* --precision: how the model's linear layers multiply */
     qkv_translator *tr;     /* one of the two */
     lm_dir lm;
@@ -266,6 +268,24 @@ static void lm_round(server *s)
     }
 }
 
+/* Dynamic batching's delay (--max-batch-delay): an idle decoder lets the oldest waiting request
+ * wait up to max_delay_s for others to join its first step, unless the waiting ones already fill
+ * the free slots or the server is stopping. 1 while it should wait (then *until is when, in
+ * now_s() time); 0 to go on. Under lock. */
+static int batch_delay(const server *s, double *until)
+{
+    if (s->max_delay_s <= 0 || !s->queue || s->draining || s->stop_decoder) return 0;
+    if (s->running || (s->lb && qkv_lm_batch_running(s->lb))) return 0; /* not idle */
+    int waiting = 0, free_slots;
+    for (const job *j = s->queue; j; j = j->next) {
+        if (j->kind == JOB_TRANSLATE && (j->beam > 1 || j->n_best > 1)) return 0; /* decoded whole */
+        waiting += j->kind == JOB_TRANSLATE ? j->n - j->joined : 1;
+    }
+    free_slots = s->lb ? qkv_lm_batch_free_slots(s->lb) : qkv_batch_decoder_free_slots(s->bd);
+    *until = s->queue->queued_at + s->max_delay_s;
+    return waiting < free_slots && now_s() < *until;
+}
+
 /* Admits waiting translations into free slots (their sources join together: one encoder
  * pass), runs one decoder step, and hands back what finished; beam search runs whole when it
  * reaches the head of the queue. For a language model: lm_round. */
@@ -294,6 +314,16 @@ static void *decoder_main(void *arg)
         }
         s->queue_tail = NULL;
         for (job *j = s->queue; j; j = j->next) s->queue_tail = j;
+        double until;
+        if (batch_delay(s, &until)) { /* woken early by each new request, to count again */
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            const double left = until - now_s();
+            const long long ns = (long long)t.tv_nsec + (long long)(left * 1e9) + 1;
+            t.tv_sec += (time_t)(ns / 1000000000LL), t.tv_nsec = (long)(ns % 1000000000LL);
+            pthread_cond_timedwait(&s->work, &s->lock, &t);
+            continue;
+        }
         if (s->lb) {
             lm_round(s);
             continue;
@@ -498,6 +528,7 @@ static int enqueue(server *s, job *j)
         return 503;
     }
     j->refs = 2;
+    j->queued_at = now_s();
     if (s->queue_tail) s->queue_tail->next = j;
     else s->queue = j;
     s->queue_tail = j, s->queued++;
@@ -1095,7 +1126,7 @@ static struct MHD_Daemon *start_http(server *s, int *bound)
 int cmd_serve(int argc, char **argv)
 {
     server s = {0};
-    int threads = 0, slots = 64, max_queue = 256, timeout = 60, port = 8080;
+    int threads = 0, slots = 64, max_queue = 256, timeout = 60, port = 8080, delay_ms = 0;
     const char *host = "127.0.0.1", *model = NULL, *precision = "fp32";
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory: translation (qkv train) or language "
@@ -1105,6 +1136,9 @@ int cmd_serve(int argc, char **argv)
         {"threads", OPT_INT, &threads, "decoding threads (0: all cores)", ARG_THREADS},
         {"max-batch-tokens", OPT_INT, &slots, "tokens decoded per step: sentences in the "
                                               "running batch", "[1, 4096]"},
+        {"max-batch-delay", OPT_INT, &delay_ms, "milliseconds an idle server waits for more "
+                                                "requests to start a batch with (0: none)",
+         "[0, 60000]"},
         {"max-queue", OPT_INT, &max_queue, "requests waiting beyond the batch (more: 503)",
          "[1, 1000000]"},
         {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
@@ -1114,7 +1148,8 @@ int cmd_serve(int argc, char **argv)
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv serve --model DIR [--host 127.0.0.1] [--port 8080] "
-                        "[--threads N] [--max-batch-tokens N] [--max-queue N] [--timeout S] "
+                        "[--threads N] [--max-batch-tokens N] [--max-batch-delay MS] "
+                        "[--max-queue N] [--timeout S] "
                         "[--precision fp32|bf16|int8]\n"
                         "POST /translate, POST /v1/completions, GET /health /v1/models /metrics");
     if (rc) return rc > 0 ? 0 : 2;
@@ -1131,7 +1166,7 @@ int cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer is an error to handle, not a death */
     s.model_dir = model, s.host = host, s.port = port, s.slots = slots;
-    s.max_queue = max_queue, s.timeout_s = timeout;
+    s.max_queue = max_queue, s.timeout_s = timeout, s.max_delay_s = 1e-3 * delay_ms;
     const char *base = strrchr(model, '/');
     s.model_id = base && base[1] ? base + 1 : model;
     cli_threads(threads);
@@ -1159,6 +1194,7 @@ int cmd_serve(int argc, char **argv)
         /* stop accepting; then wait until every request in flight has been answered */
         pthread_mutex_lock(&s.lock);
         s.draining = 1;
+        pthread_cond_signal(&s.work); /* a batch being waited for starts now */
         pthread_mutex_unlock(&s.lock);
         const MHD_socket listener = MHD_quiesce_daemon(s.daemon);
         /* a client that stalls mid-request is not waited for beyond the timeout (which also

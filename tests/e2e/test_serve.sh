@@ -28,6 +28,8 @@ start() {
   done
   if [ -z "$URL" ]; then bad "$name: the server did not start: $(head -c 300 "$T/$name.err")"; return 1; fi
 }
+# wait_clients: waits for the background clients (not the server)
+wait_clients() { for p in $(jobs -p); do [ "$p" = "$PID" ] || [ "$p" = "${TM_PID:-}" ] || wait "$p"; done; }
 # post PATH JSON: the body of the answer; $T/code receives the status
 post() { curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL$1" -H 'Content-Type: application/json' \
            --data-binary "$2" >"$T/code"; cat "$T/body"; }
@@ -84,13 +86,36 @@ check "beam search reports its scores" holds 'len(d["scores"]) == 2 and d["score
 expect_code "an empty array gives an empty array" 200 '"translatedText":\[\]' /translate '{"q": []}'
 expect_code "max_len cuts the translation" 200 '"translatedText":"[^ ]*"' /translate '{"q": "j i h g f e d c b a", "max_len": 1}'
 
-# 24 concurrent clients, 3 rounds of the 8 sentences: every answer as qkv translate's, and the
-# server decoded them in batches (metrics: more than one sentence per step on average)
+# --max-batch-delay: a lone request waits that long for company before its first step
+TM_PID=$PID TM_URL=$URL
+start tmd --model "$T/tm" --max-batch-delay 400 || exit 1
+secs=$(curl -s -o "$T/body" -w '%{time_total}' -X POST "$URL/translate" --data-binary '{"q": "n a q"}')
+want=$(sed -n 2p "$T/ref.txt")
+got=$(json 'd["translatedText"]' <"$T/body")
+check "--max-batch-delay 400: a lone request waits for company (${secs}s), then is answered" bash -c "
+  awk -v t='$secs' 'BEGIN { exit !(t >= 0.4) }' && [ '$got' = '$want' ]"
+kill -TERM "$PID"; wait "$PID"
+# a request held by a delay of a minute is answered at once when SIGTERM comes
+start tmd2 --model "$T/tm" --max-batch-delay 60000 || exit 1
+t0=$(date +%s.%N)
+( curl -s -X POST "$URL/translate" --data-binary '{"q": "n a q"}' | json 'd["translatedText"]' >"$T/held.txt" ) &
+for _ in $(seq 400); do curl -s "$URL/metrics" | grep -q '^qkv_queue_length 1$' && break; sleep 0.01; done
+kill -TERM "$PID"; wait "$PID"; rc=$?
+wait_clients
+t1=$(date +%s.%N)
+got=$(cat "$T/held.txt")
+check "SIGTERM ends a batch delay: the held request answered, exit 0, within 20 s of 60" bash -c "
+  [ $rc = 0 ] && [ '$got' = '$want' ] && awk 'BEGIN { exit !($t1 - $t0 < 20) }'"
+
+# 24 concurrent clients, 3 rounds of the 8 sentences, at a server that holds its first step until
+# its 8 slots are taken (a delay of a minute, so the clients' start is not raced): every answer
+# as qkv translate's, and the server decoded them in batches (metrics: more than one sentence
+# per step on average)
+start tmb --model "$T/tm" --max-batch-tokens 8 --max-batch-delay 60000 || exit 1
 for k in $(seq 0 23); do
   i=$((k % 8 + 1)); line=$(sed -n "${i}p" "$T/src.txt")
   ( curl -s -X POST "$URL/translate" --data-binary "{\"q\": \"$line\"}" | json 'd["translatedText"]' >"$T/c$k.txt" ) &
 done
-wait_clients() { for p in $(jobs -p); do [ "$p" = "$PID" ] || wait "$p"; done; }
 wait_clients
 same=1
 for k in $(seq 0 23); do
@@ -107,6 +132,8 @@ check "GET /metrics: Prometheus text with requests by code, tokens, queue, batch
   grep -q '^# TYPE qkv_request_duration_seconds histogram' <<<'$metrics'"
 check "concurrent requests were decoded together (batch size > 1 on average)" bash -c "
   awk '/^qkv_batch_size_sum/ {s=\$2} /^qkv_batch_size_count/ {c=\$2} END {exit !(c > 0 && s / c > 1.0)}' <<<'$metrics'"
+kill -TERM "$PID"; wait "$PID"
+PID=$TM_PID URL=$TM_URL
 
 # ---- bad requests: a JSON error with a message, and the server lives on
 expect_code "malformed JSON: 400 naming the byte" 400 'malformed JSON at byte' /translate '{"q": "a b'
@@ -241,8 +268,9 @@ kill -TERM "$PID"; wait "$PID"
 
 # ---- SIGTERM with requests in flight (three generations of 4096 tokens):
 # each answered in full, then exit 0; nothing listens after
-start lm2 --model "$T/lm" || exit 1
-# six concurrent completions (batched together): each as qkv generate gives it
+# six concurrent completions at a server whose first step waits until its six slots are taken
+# (--max-batch-delay of a minute): all six in one batch, each as qkv generate gives it
+start lmb --model "$T/lm" --max-batch-tokens 6 --max-batch-delay 60000 || exit 1
 for k in 0 1 2 3 4 5; do
   "$QKV" generate --model "$T/lm" --prompt "the cat" --tokens $((20 + 7 * k)) --seed $k --top-p 0.9 \
     --threads 2 >"$T/g$k.ref"
@@ -256,8 +284,11 @@ same=1
 for k in 0 1 2 3 4 5; do cmp -s "$T/g$k.ref" "$T/g$k.got" || same=0; done
 check "six concurrent completions: each as qkv generate gives it" test $same = 1
 metrics=$(curl -s "$URL/metrics")
-check "the six were generated together (batch size > 1 on average)" bash -c "
-  awk '/^qkv_batch_size_sum/ {s=\$2} /^qkv_batch_size_count/ {c=\$2} END {exit !(c > 0 && s / c > 1.0)}' <<<'$metrics'"
+check "the six were generated together (more than 3 rows a step on average)" bash -c "
+  awk '/^qkv_batch_size_sum/ {s=\$2} /^qkv_batch_size_count/ {c=\$2} END {exit !(c > 0 && s / c > 3.0)}' <<<'$metrics'"
+grep -E '^qkv_batch_size_(sum|count)' <<<"$metrics" | paste -sd' ' | sed 's/^/  /'
+kill -TERM "$PID"; wait "$PID"
+start lm2 --model "$T/lm" || exit 1
 for k in 0 1 2; do
   ( curl -s -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 4096, "seed": '$k'}' |
     json 'd["usage"]["completion_tokens"]' >"$T/s$k.txt" ) &
