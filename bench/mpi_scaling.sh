@@ -5,6 +5,7 @@
 # time per step and the time rank 0 waited for the slower rank before it. Each run holds /tmp/qkv-cpu.lock (the machine is shared).
 # Usage: bench/mpi_scaling.sh [QKV] [TEXT]   (defaults: build/qkv, Tiny Shakespeare's first 200 KB)
 # MPI_ARGS: more mpirun options (e.g. "--mca mpi_yield_when_idle 1" on a busy machine).
+# SCALE=K runs K times the steps (longer, steadier runs; default 1: 150 and 20 steps).
 set -eu
 QKV=$(realpath "${1:-build/qkv}")
 TEXT=${2:-${QKV_DATA_DIR:-../shared/data}/tinyshakespeare/input.txt}
@@ -16,7 +17,7 @@ SIZES=("small 150 --d-model 64 --heads 4 --ffn 256 --layers 2"
        "large 20 --d-model 256 --heads 4 --ffn 1024 --layers 4")
 tokens_per_s() { tail -n 1 "$1/metrics.jsonl" | sed -n 's/.*"tokens_per_s": \([0-9.]*\).*/\1/p'; }
 for size in "${SIZES[@]}"; do
-  set -- $size; name=$1 steps=$2; shift 2
+  set -- $size; name=$1 steps=$(( $2 * ${SCALE:-1} )); shift 2
   common=(train-lm --data "$T/text.txt" "$@" --context 64 --batch 16 --steps "$steps"
           --log-every "$steps" --eval-every 0 --val-fraction 0 --seed 1)
   flock /tmp/qkv-cpu.lock "$QKV" "${common[@]}" --threads 1 --out "$T/$name-1x1" 2>/dev/null >/dev/null
