@@ -24,7 +24,7 @@ typedef struct {
 #define ARG_GT0 "> 0"
 #define ARG_RATE "[0, 1)"        /* dropout, label smoothing, Adam's betas */
 #define ARG_THREADS "[0, 4096]"  /* 0: all cores */
-#define ARG_SEED ">= 0"
+#define ARG_SEED "[0, 18446744073709551615]" /* OPT_U64: any 64-bit seed */
 
 /* A range in numbers: lo < x < hi, with either end closed; +-inf where there is none. */
 typedef struct {

@@ -67,6 +67,12 @@ class Option:
         return ((x >= self.lo) if self.lo_closed else (x > self.lo)) and \
                ((x <= self.hi) if self.hi_closed else (x < self.hi))
 
+    def holds(self, x):
+        """Whether an integer option takes x: inside its range, and an int unless the range
+        reaches past one (a 64-bit seed prints its top, 2^64 - 1)."""
+        wide = self.hi != float("inf") and self.hi > 2147483647
+        return self.inside(x) and (wide or -2147483648 <= x <= 2147483647)
+
 
 def read_help(qkv, words):
     """The options of `qkv WORDS --help`: [Option]. --help itself must exit 0 on stdout."""
@@ -144,7 +150,9 @@ def value_outside(o, rnd):
         cands = [c for c in cands if -2147483647 <= c <= 2147483647 and c == int(c)]
     if cands and rnd.random() < 0.7:
         return fmt(rnd.choice(cands), o.kind)
-    return rnd.choice(JUNK + (JUNK_INT if o.kind == "N" else []))
+    # the integer junk that is a number ("2147483648") only where the option cannot hold it
+    junk_int = [x for x in JUNK_INT if not (x.isdigit() and o.holds(int(x)))]
+    return rnd.choice(JUNK + (junk_int if o.kind == "N" else []))
 
 
 class Fixture:

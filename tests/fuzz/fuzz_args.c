@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         {"tie", OPT_STRING, &tie, "weight sharing: none, output, all", NULL},
         {"num-steps", OPT_INT, &steps, "tokens per sentence", "[2, 65536]"},
         {"lr", OPT_FLOAT, &lr, "Adam learning rate", "> 0"},
-        {"seed", OPT_U64, &seed, "initialisation, data order and dropout", ">= 0"},
+        {"seed", OPT_U64, &seed, "initialisation, data order and dropout", ARG_SEED},
         {"quiet", OPT_FLAG, &quiet, "no progress output", NULL},
         {"a-name-long-enough-to-overflow-the-column-of-the-usage-text-by-far", OPT_INT, &steps,
          "an option whose name does not fit the usage column", ">= 0"},
