@@ -23,6 +23,11 @@ double train_reversal(qkv_transformer *m, int steps, int batch, int last);
 int translate_reversal(qkv_transformer *m, int *out, int *len, int n, int chunk);
 /* How many of n translations are identical. */
 int same_translations(const int *out1, const int *len1, const int *out2, const int *len2, int n);
+/* Decoding at precision p never reads a stale low-precision copy: a model at p (used once, so
+ * that its copy exists) and a float32 one both get new random parameters through
+ * qkv_transformer_params; then the second is set to p and both must translate identically
+ * (the few-rows kernel and the GEMM). */
+void check_copy_follows_parameters(qkv_precision p);
 /* Teacher-forced logits of the n held-out examples: (n, TT, V), the caller frees. */
 float *reversal_logits(qkv_transformer *m, int n);
 

@@ -374,22 +374,7 @@ static void test_int8_copy_follows_parameters(void **state)
 {
     (void)state;
     if (skip_without_vnni()) return;
-    qkv_transformer *m = reversal_model(QKV_PRECISION_FP32), *fresh = reversal_model(QKV_PRECISION_FP32);
-    qkv_error err = {0};
-    assert_int_equal(qkv_transformer_set_precision(m, QKV_PRECISION_INT8, &err), QKV_OK);
-    enum { N = 16 };
-    int out[N * TT], len[N], out2[N * TT], len2[N];
-    translate_reversal(m, out, len, N, N);
-    const size_t n = qkv_transformer_num_params(m);
-    qkv_fill_uniform(qkv_transformer_params(m), n, -0.3f, 0.3f, 77);
-    memcpy(qkv_transformer_params(fresh), qkv_transformer_params(m), n * sizeof(float));
-    assert_int_equal(qkv_transformer_set_precision(fresh, QKV_PRECISION_INT8, &err), QKV_OK);
-    translate_reversal(m, out, len, N, 4);
-    translate_reversal(fresh, out2, len2, N, 4);
-    assert_memory_equal(len, len2, sizeof len);
-    for (int b = 0; b < N; b++)
-        assert_memory_equal(out + b * TT, out2 + b * TT, (size_t)len[b] * sizeof(int));
-    qkv_transformer_free(m), qkv_transformer_free(fresh);
+    check_copy_follows_parameters(QKV_PRECISION_INT8);
 }
 
 /* The language model at int8: logits within 12% of the largest of float32's (5.5% here),
