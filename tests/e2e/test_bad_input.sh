@@ -10,7 +10,7 @@
 # Usage: test_bad_input.sh QKV_BINARY
 set -u
 QKV=$(realpath "$1")
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check (expect_fail: its own, below, with a time limit)
 # seconds any one command may take: a reader that never stops fails here. Generous: a FIFO
 # delivers its 64 MiB (a vocabulary's limit) in 64 KiB pipe loads, one scheduling round each,
 # and under ASan on a loaded 2-core machine that once took over 60 s.

@@ -15,7 +15,7 @@ set -u
 QKV=$(realpath "$1")
 DIR=$(dirname "$QKV")
 PYTHON=${PYTHON:-python3}
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 
 MA=$(gcc -print-multiarch)
 OPENMP_DIR=/usr/lib/$MA/openblas-openmp

@@ -6,13 +6,7 @@ set -u
 QKV=$(realpath "$1")
 DATA=${QKV_DATA_DIR:-../shared/data}
 FRA=$DATA/fra-eng/fra.txt
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
-# expect_fail NAME PATTERN CMD...: CMD exits nonzero and stderr matches PATTERN
-expect_fail() {
-  local name=$1 pat=$2; shift 2
-  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
-  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 300 "$T/err")"; fi
-}
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 
 # ---- the tool itself
 check "--version" bash -c "'$QKV' --version | grep -q '^qkv [0-9]'"

@@ -10,16 +10,11 @@ set -u
 QKV=$(realpath "$1")
 EXAMPLE=$(dirname "$QKV")/examples/nadaraya_watson
 PYTHON=${PYTHON:-python3}
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 # run_ok NAME CMD...: CMD exits 0 (a sanitizer report fails it); its stdout stays in $T/run.out
 run_ok() {
   local name=$1; shift
   if "$@" >"$T/run.out" 2>"$T/run.err"; then ok "$name"; else bad "$name (exit $?): $(head -c 300 "$T/run.err")"; fi
-}
-expect_fail() {
-  local name=$1 pat=$2; shift 2
-  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
-  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 300 "$T/err")"; fi
 }
 
 cat >"$T/png.py" <<'EOF'

@@ -11,7 +11,7 @@ QKV=$(realpath "$1")
 DIR=$(dirname "$QKV")
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PYTHON=${PYTHON:-python3}
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 
 if [ ! -e "$DIR/libqkv.so" ]; then
   echo "no libqkv.so beside $QKV: nothing to test"

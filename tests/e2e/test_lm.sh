@@ -9,13 +9,7 @@ set -u
 QKV=$(realpath "$1")
 DATA=${QKV_DATA_DIR:-../shared/data}
 SHAKESPEARE=$DATA/tinyshakespeare/input.txt
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
-# expect_fail NAME PATTERN CMD...: CMD exits nonzero and stderr matches PATTERN
-expect_fail() {
-  local name=$1 pat=$2; shift 2
-  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
-  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 300 "$T/err")"; fi
-}
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 # run_ok NAME CMD...: CMD exits 0 (a sanitizer report fails it)
 run_ok() {
   local name=$1; shift

@@ -8,18 +8,13 @@
 # Usage: test_marian.sh QKV_BINARY
 set -u
 QKV=$(realpath "$1")
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 P=${QKV_PARITY_DIR:-build/parity}
 HF=$P/marian_shared_swish
 if [ ! -f "$HF/config.json" ]; then
   echo "no $HF (make build/parity/.stamp writes it)"; bad "reference directories present"
   echo "$pass passed, $fail failed"; exit 1
 fi
-expect_fail() {
-  local name=$1 pat=$2; shift 2
-  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
-  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 400 "$T/err")"; fi
-}
 # variant NAME: a copy of the shared_swish directory to break
 variant() { rm -rf "$T/$1"; cp -r "$HF" "$T/$1"; }
 # set_key DIR KEY JSON_VALUE: config.json's KEY set (or removed with the value "DELETE")

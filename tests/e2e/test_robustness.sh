@@ -6,7 +6,7 @@
 set -u
 QKV=$(realpath "$1")
 FRA=${QKV_DATA_DIR:-../shared/data}/fra-eng/fra.txt
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 if [ ! -r "$FRA" ]; then echo "skip: no $FRA"; echo "0 passed, 0 failed"; exit 0; fi
 TRAIN=(--data "$FRA" --num-examples 200 --d-model 16 --heads 2 --ffn 32 --layers 1 --batch 32
        --num-steps 8 --threads 2 --quiet)

@@ -9,13 +9,7 @@
 # Usage: test_run_dirs.sh QKV_BINARY
 set -u
 QKV=$(realpath "$1")
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
-# expect_fail NAME PATTERN CMD...: CMD exits nonzero and stderr matches PATTERN
-expect_fail() {
-  local name=$1 pat=$2; shift 2
-  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
-  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 400 "$T/err")"; fi
-}
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 same() { cmp -s "$1" "$2"; }
 
 # a reversal corpus of 80 pairs and a text for the language model

@@ -46,11 +46,6 @@ done
   check "the damaged hypotheses trip the ' .' warning, as sacrebleu's" grep -q "tokenised period" "$T/err"
 
 # ---- bad inputs
-expect_fail() {
-  local name=$1 pat=$2; shift 2
-  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
-  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 300 "$T/err")"; fi
-}
 head -n 3 "$M30/val.en" >"$T/three"
 expect_fail "--hyp and references of other lengths" "3 lines, the references" \
   "$QKV" eval --hyp "$T/three" --tgt "$M30/val.en"

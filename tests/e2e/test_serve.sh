@@ -10,7 +10,7 @@
 # Usage: test_serve.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run) shortens the load test.
 set -u
 QKV=$(realpath "$1")
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT

@@ -11,12 +11,7 @@ PY=${PY:-/usr/bin/python3}
 DATA=${QKV_DATA_DIR:-../shared/data}
 FRA=$DATA/fra-eng/fra.txt
 M30=$DATA/multi30k
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
-expect_fail() {
-  local name=$1 pat=$2; shift 2
-  if "$@" >"$T/out" 2>"$T/err"; then bad "$name (exit 0)"; return; fi
-  if grep -qE -- "$pat" "$T/err"; then ok "$name"; else bad "$name: stderr was: $(head -c 300 "$T/err")"; fi
-}
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 if [ ! -r "$FRA" ] || [ ! -r "$M30/train.de" ] || ! "$PY" -c 'import sentencepiece' 2>/dev/null; then
   echo "skip: $FRA, $M30 or pip's sentencepiece not found"; echo "$pass passed, $fail failed"; exit 0
 fi

@@ -8,7 +8,7 @@
 set -u
 QKV=$(realpath "$1")
 FRA=${QKV_DATA_DIR:-../shared/data}/fra-eng/fra.txt
-. "$(dirname "$0")/lib.sh" # $T, ok, bad, check
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 if [ ! -r "$FRA" ] || [ ! -r /proc/self/environ ]; then
   echo "skip: no $FRA or no /proc"; echo "0 passed, 0 failed"; exit 0
 fi
