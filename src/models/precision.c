@@ -58,11 +58,10 @@ static int ends_with(const char *s, const char *tail)
  * float32: a lookup reads one row, so its bytes do not matter, and their rows enter the
  * residual stream directly. An untied embedding is never a product's weight: not
  * quantised. */
-static int int8_quantised(const qkv_param_info *t, int i, int n, int has_output)
+static int int8_quantised(const qkv_param_info *t, int has_output)
 {
-    const char *name = t[i].name;
-    (void)n;
-    if (t[i].ndim != 2) return 0;
+    const char *name = t->name;
+    if (t->ndim != 2) return 0;
     if (ends_with(name, ".W_q") || ends_with(name, ".W_k") || ends_with(name, ".W_v") ||
         ends_with(name, ".W_o") || ends_with(name, ".W1") || ends_with(name, ".W2"))
         return 1;
@@ -87,12 +86,12 @@ static qkv_status int8_refresh(model_precision *mp, const float *params, qkv_err
     for (int i = 0; i < mp->n_tensors; i++)
         has_output |= !strcmp(mp->tensors[i].name, "output.W");
     for (int i = 0; i < mp->n_tensors; i++)
-        count += int8_quantised(mp->tensors, i, mp->n_tensors, has_output);
+        count += int8_quantised(&mp->tensors[i], has_output);
     if (count && !(mp->int8 = calloc((size_t)count, sizeof *mp->int8)))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d int8 weight matrices", count);
     for (int i = 0; i < mp->n_tensors; i++) {
         const qkv_param_info *t = &mp->tensors[i];
-        if (!int8_quantised(mp->tensors, i, mp->n_tensors, has_output)) continue;
+        if (!int8_quantised(t, has_output)) continue;
         int8_weight *q = &mp->int8[mp->n_int8];
         q->offset = t->offset;
         qkv_status st = int8_matrix_quantise(&q->q, params + t->offset, (int)t->shape[0],
@@ -157,7 +156,6 @@ qkv_status precision_set(model_precision *mp, qkv_precision p, const float *para
 qkv_status precision_prepare(model_precision *mp, const float *params, size_t n, int decoding,
                              qkv_error *err)
 {
-    (void)n;
     if (mp->precision == QKV_PRECISION_INT8)
         return mp->int8_current ? QKV_OK : int8_refresh(mp, params, err);
     if (mp->precision != QKV_PRECISION_BF16) return QKV_OK;
