@@ -1158,6 +1158,11 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
     if (cli_precision(precision, &s.precision)) return 2;
+    if (timeout > 0 && delay_ms >= 1000 * timeout) {
+        fprintf(stderr, "qkv serve: --max-batch-delay %d ms is not below --timeout %d s: requests "
+                "would time out waiting for company\n", delay_ms, timeout);
+        return 2;
+    }
     /* SIGTERM and SIGINT are taken by sigwait below: blocked in every thread, which inherit
      * the mask (the decoder, the HTTP threads, OpenMP's) */
     sigset_t stop;

@@ -96,7 +96,9 @@ check "--max-batch-delay 400: a lone request waits for company (${secs}s), then 
   awk -v t='$secs' 'BEGIN { exit !(t >= 0.4) }' && [ '$got' = '$want' ]"
 kill -TERM "$PID"; wait "$PID"
 # a request held by a delay of a minute is answered at once when SIGTERM comes
-start tmd2 --model "$T/tm" --max-batch-delay 60000 || exit 1
+"$QKV" serve --model "$T/tm" --port 0 --max-batch-delay 60000 >/dev/null 2>"$T/err"
+check "a delay not below --timeout is refused" grep -q "not below --timeout 60 s" "$T/err"
+start tmd2 --model "$T/tm" --max-batch-delay 60000 --timeout 0 || exit 1
 t0=$(date +%s.%N)
 ( curl -s -X POST "$URL/translate" --data-binary '{"q": "n a q"}' | json 'd["translatedText"]' >"$T/held.txt" ) &
 for _ in $(seq 400); do curl -s "$URL/metrics" | grep -q '^qkv_queue_length 1$' && break; sleep 0.01; done
@@ -108,10 +110,11 @@ check "SIGTERM ends a batch delay: the held request answered, exit 0, within 20 
   [ $rc = 0 ] && [ '$got' = '$want' ] && awk 'BEGIN { exit !($t1 - $t0 < 20) }'"
 
 # 24 concurrent clients, 3 rounds of the 8 sentences, at a server that holds its first step until
-# its 8 slots are taken (a delay of a minute, so the clients' start is not raced): every answer
-# as qkv translate's, and the server decoded them in batches (metrics: more than one sentence
-# per step on average)
-start tmb --model "$T/tm" --max-batch-tokens 8 --max-batch-delay 60000 || exit 1
+# its 24 slots are taken (a delay of a minute, so the clients' start is not raced; as many slots
+# as clients, so no client is left to wait for company once the first have ended): every
+# answer as qkv translate's, and the server decoded them in batches (metrics: more than one
+# sentence per step on average)
+start tmb --model "$T/tm" --max-batch-tokens 24 --max-batch-delay 60000 --timeout 0 || exit 1
 for k in $(seq 0 23); do
   i=$((k % 8 + 1)); line=$(sed -n "${i}p" "$T/src.txt")
   ( curl -s -X POST "$URL/translate" --data-binary "{\"q\": \"$line\"}" | json 'd["translatedText"]' >"$T/c$k.txt" ) &
@@ -270,7 +273,7 @@ kill -TERM "$PID"; wait "$PID"
 # each answered in full, then exit 0; nothing listens after
 # six concurrent completions at a server whose first step waits until its six slots are taken
 # (--max-batch-delay of a minute): all six in one batch, each as qkv generate gives it
-start lmb --model "$T/lm" --max-batch-tokens 6 --max-batch-delay 60000 || exit 1
+start lmb --model "$T/lm" --max-batch-tokens 6 --max-batch-delay 60000 --timeout 0 || exit 1
 for k in 0 1 2 3 4 5; do
   "$QKV" generate --model "$T/lm" --prompt "the cat" --tokens $((20 + 7 * k)) --seed $k --top-p 0.9 \
     --threads 2 >"$T/g$k.ref"
