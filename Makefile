@@ -54,7 +54,7 @@ comma := ,
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
           $(EXTRA_CFLAGS)
-# The C++ of the SentencePiece shim (src/io/*.cc): the same warnings, visibility and position
+# The C++ of the SentencePiece shim (src/text/*.cc): the same warnings, visibility and position
 # independence; everything that links libqkv links the C++ runtime too (-lstdc++).
 CXXFLAGS = -std=c++17 $(OPT) -g -Wall -Wextra -fPIC -fvisibility=hidden -Iinclude -Isrc \
            $(PKG_CFLAGS) $(SAN) $(EXTRA_CXXFLAGS)
@@ -67,10 +67,11 @@ SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 SONAME    := libqkv.so.$(SOVERSION)
 LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 
-LIB_SRC := $(sort $(wildcard src/core/*.c src/backend/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
-             src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
+# The library's folders in the order of its seam (README, "Architecture"; tools/check_includes.sh).
+LIB_DIRS := core text ops/cpu backend layers models io training inference viz
+LIB_SRC := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
-LIB_CXX := $(sort $(wildcard src/io/*.cc))
+LIB_CXX := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.cc)))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 

@@ -5,8 +5,8 @@
  * through it: they never call a kernel by name, never choose between kernels, and never touch
  * activation memory except through zero/copy/add. So the choices live here, in one place:
  *   precision   the table: backend_cpu_fp32 (OpenBLAS), backend_cpu_bf16 (qkv's AVX512-BF16
- *               GEMM; kernels/bf16.h) or backend_cpu_int8 (int8 weights and activations,
- *               AVX512-VNNI; kernels/int8.h), picked by qkv_transformer_set_precision /
+ *               GEMM; ops/cpu/bf16.h) or backend_cpu_int8 (int8 weights and activations,
+ *               AVX512-VNNI; ops/cpu/int8.h), picked by qkv_transformer_set_precision /
  *               qkv_lm_set_precision;
  *   few rows    op_linear_forward takes ops->linear_rows (matrix-vector products that read
  *               the weights once: a decoding step) up to ops->few_rows rows, else
@@ -23,9 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "inference/cached_attention.h"
-#include "kernels/bf16.h"
-#include "kernels/int8.h"
+#include "ops/cpu/cached_attention.h"
+#include "ops/cpu/bf16.h"
+#include "ops/cpu/int8.h"
 #include "qkv.h"
 
 typedef enum {
@@ -71,7 +71,7 @@ typedef struct {
     size_t (*attention_saved_floats)(attention_kernel k, const qkv_attention_shape *s); /* S */
     size_t (*attention_scratch_floats)(attention_kernel k, const qkv_attention_shape *s);
     /* one query per row over a key-value cache of float32 or bf16 values
-     * (inference/cached_attention.h), and writing n values into one */
+     * (ops/cpu/cached_attention.h), and writing n values into one */
     void (*cached_attention)(float *O, float *S, const float *Q, const void *K, const void *V,
                              kv_dtype kv, size_t stride, int B, int H, int d, int m, const int *row,
                              const int *len, const int *slots, int ld_slots);
@@ -110,7 +110,7 @@ typedef struct {
     void (*dropout_backward)(float *dx, const float *dy, size_t n, float p, uint64_t seed,
                              uint64_t offset);
 
-    /* ---- the loss: as qkv_cross_entropy_forward and kernels/fused.h ---------------------- */
+    /* ---- the loss: as qkv_cross_entropy_forward and ops/cpu/fused.h ---------------------- */
     int (*cross_entropy_forward)(float *loss, float *lse, double *sum, const float *logits,
                                  const int *targets, int N, int V, int ignore_index,
                                  float label_smoothing, qkv_error *err);

@@ -5,9 +5,10 @@
 
 #include "backend/backend.h"
 #include "core/internal.h"
-#include "inference/cached_attention.h"
-#include "kernels/fused.h"
-#include "layers/linear.h"
+#include "ops/cpu/cached_attention.h"
+#include "ops/cpu/fused.h"
+#include "backend/cpu_linear.h"
+#include "ops/cpu/linear.h"
 
 /* The number of keys from which softmax attention runs the flash kernel: the crossover of
  * qkv bench attention (forward + backward, d = 64) on AVX2 is about 256 (models.h). */
@@ -120,16 +121,17 @@ static void scale(float *x, size_t n, float s)
 
 /* float32: OpenBLAS's sgemm, and matrix-vector kernels for a decoding step's few rows */
 const backend_ops backend_cpu_fp32 =
-    CPU_TABLE("cpu-fp32", linear_rows_f32, linear_gemm_f32, linear_backward_f32);
+    CPU_TABLE("cpu-fp32", cpu_linear_rows_f32, cpu_linear_gemm_f32, cpu_linear_backward_f32);
 
-/* bf16 products with float32 sums (kernels/bf16.h); decoding reads a bf16 copy of the
+/* bf16 products with float32 sums (ops/cpu/bf16.h); decoding reads a bf16 copy of the
  * weights. Parameters, gradients and everything but the products stay float32. */
 const backend_ops backend_cpu_bf16 =
-    CPU_TABLE("cpu-bf16", linear_rows_bf16w, linear_gemm_bf16, linear_backward_bf16);
+    CPU_TABLE("cpu-bf16", cpu_linear_rows_bf16, cpu_linear_gemm_bf16,
+              cpu_linear_backward_bf16);
 
-/* int8 weights and activations with exact int32 sums (kernels/int8.h), for inference: the
+/* int8 weights and activations with exact int32 sums (ops/cpu/int8.h), for inference: the
  * weights the model quantised (models/precision.c says which, and why) go through the int8
  * GEMM, any other product through float32's. Softmax, norms, residuals and attention itself
  * stay float32, as everywhere. No backward: the models refuse to train at int8. */
 const backend_ops backend_cpu_int8 =
-    CPU_TABLE("cpu-int8", linear_forward_int8, linear_forward_int8, linear_backward_f32);
+    CPU_TABLE("cpu-int8", cpu_linear_int8, cpu_linear_int8, cpu_linear_backward_f32);

@@ -19,7 +19,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "kernels/bf16.h" /* sgemm --precision bf16 times the library's own bf16 kernel */
+#include "ops/cpu/bf16.h" /* sgemm --precision bf16 times the library's own bf16 kernel */
 
 static double now_ms(void)
 {
@@ -445,7 +445,7 @@ done:
 }
 
 /* C (M, N) = op(A) op(B), A and B uniform in [-1, 1): OpenBLAS's sgemm, or with --precision
- * bf16 the library's bf16 kernel (kernels/bf16.h; the one the models' linear layers use). */
+ * bf16 the library's bf16 kernel (ops/cpu/bf16.h; the one the models' linear layers use). */
 static int bench_sgemm(const bench_args *a)
 {
     const int M = a->m, N = a->n, K = a->k, bf16 = a->precision == QKV_PRECISION_BF16;

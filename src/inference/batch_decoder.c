@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "inference/decode.h"
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 
 typedef enum { SLOT_FREE, SLOT_RUNNING, SLOT_DONE } slot_state;
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "inference/decode.h"
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 
 struct qkv_translator {
     qkv_transformer *model;

@@ -10,7 +10,7 @@
 
 #include <cJSON.h>
 
-#include "io/json_fields.h"
+#include "core/json_fields.h"
 #include "io/model_dir.h"
 #include "io/param_file.h"
 

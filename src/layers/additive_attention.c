@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "layers/attention_parts.h"
+#include "ops/cpu/attention_parts.h"
 
 size_t qkv_additive_attention_scratch_floats(const qkv_additive_shape *s)
 {

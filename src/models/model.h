@@ -143,7 +143,7 @@ typedef struct {
      * row_len (cap): the positions each cache row holds after this step (pos + 1), read only
      * with pos given. */
     const int *row, *pos, *row_len;
-    /* The caches hold values of type kv (float or bf16: inference/cached_attention.h), fixed
+    /* The caches hold values of type kv (float or bf16: ops/cpu/cached_attention.h), fixed
      * when the state is made; offsets into them count values. */
     kv_dtype kv;
     void *self_k, *self_v;            /* per layer (cap, T, C): keys and values so far */

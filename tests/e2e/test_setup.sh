@@ -26,7 +26,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 REAL_PC=$(command -v pkg-config) || { echo "FAIL no pkg-config on this machine"; echo "0 passed, 1 failed"; exit 1; }
 REAL_CC=$(command -v cc)
 PKGS="libcjson libpng freetype2"   # openblas's flags depend on which of its builds is chosen
-REAL_SOURCES="src/io/json_fields.c src/viz/png.c src/viz/text.c"
+REAL_SOURCES="src/core/json_fields.c src/viz/png.c src/viz/text.c"
 want_cflags=$("$REAL_PC" --cflags $PKGS)
 want_libs="$("$REAL_PC" --libs $PKGS) -lopenblas"
 

@@ -25,8 +25,7 @@ FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := safetensors config checkpoint vocab corpus args bpe lm_config lm_model lm_vocab \
                 lm_text
 
-LIB_SRC ?= $(sort $(wildcard src/core/*.c src/backend/*.c src/kernels/*.c src/layers/*.c src/models/*.c \
-             src/training/*.c src/inference/*.c src/io/*.c src/viz/*.c))
+LIB_SRC ?= $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 
 FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=all
 # -Wno-pass-failed: clang would report the "#pragma omp simd" loops -O1 does not vectorise.
@@ -62,7 +61,7 @@ FUZZ_OPTS  = -timeout=5 -rss_limit_mb=2048 -max_len=$(FUZZ_MAXLEN_$*) \
              $(FUZZ_FLAGS_$*)
 
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) \
-                $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(wildcard src/io/*.cc))
+                $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(LIB_CXX))
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 
 .PHONY: fuzz fuzz-build fuzz-regress fuzz-seeds fuzz-clean fuzz-cli $(FUZZ_TARGETS:%=fuzz-%) \

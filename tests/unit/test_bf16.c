@@ -1,4 +1,4 @@
-/* bf16 precision (kernels/bf16.h, qkv_*_set_precision): tests that can fail.
+/* bf16 precision (ops/cpu/bf16.h, qkv_*_set_precision): tests that can fail.
  *
  * The GEMM against float64 references, with two bounds per element of C, u = 2^-8 (bf16's
  * relative rounding error, round to nearest even) and g = (K + 8) 2^-24 (float32 sums of K
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/bf16.h"
+#include "ops/cpu/bf16.h"
 #include "reversal.h"
 #include "test_util.h"
 

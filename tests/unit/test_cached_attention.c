@@ -1,4 +1,4 @@
-/* The decoding step's attention (src/inference/cached_attention.c): one query per row over
+/* The decoding step's attention (src/ops/cpu/cached_attention.c): one query per row over
  * a key-value cache, against qkv_attention_forward with n = 1 and the same valid length, for
  * rows that read other rows of the cache (beam search's hypotheses reading their sentence's
  * encoder output), lengths 0 (no visible key: output 0), partial and full, head sizes with
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inference/cached_attention.h"
-#include "kernels/bf16.h"
+#include "ops/cpu/cached_attention.h"
+#include "ops/cpu/bf16.h"
 #include "test_util.h"
 
 static void check_case(int B, int H, int d, int m, int cache_rows, int cap)

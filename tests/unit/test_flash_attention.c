@@ -1,4 +1,4 @@
-/* Flash attention (src/layers/flash_attention.c): the tiled, O(N)-memory form of scaled
+/* Flash attention (src/ops/cpu/flash_attention.c): the tiled, O(N)-memory form of scaled
  * dot-product attention must give what the materialised kernel gives.
  *
  *   equals_materialised  O and dQ, dK, dV against qkv_attention_forward/_backward (which

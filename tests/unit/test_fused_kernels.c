@@ -1,5 +1,5 @@
-/* The fused and branch-free kernels behind the training step (src/kernels/fused.h,
- * src/kernels/dropout_mask.h) against the plain definitions they replace.
+/* The fused and branch-free kernels behind the training step (src/ops/cpu/fused.h,
+ * src/ops/cpu/dropout_mask.h) against the plain definitions they replace.
  *
  *   dropout_threshold   dropout_rule_of's integer threshold decides u >= p exactly: for p
  *                       just below, at and just above multiples of 2^-24 (where u can equal
@@ -22,8 +22,8 @@
 
 #include "test_util.h"
 
-#include "kernels/dropout_mask.h"
-#include "kernels/fused.h"
+#include "ops/cpu/dropout_mask.h"
+#include "ops/cpu/fused.h"
 
 static void test_dropout_threshold(void **state)
 {

@@ -1,4 +1,4 @@
-/* int8 products (kernels/int8.h, QKV_PRECISION_INT8): tests that can fail.
+/* int8 products (ops/cpu/int8.h, QKV_PRECISION_INT8): tests that can fail.
  *
  * Three checks per shape:
  *   exact        the kernel's int32 sums (gemm_int8_i32) equal a scalar integer reference,
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/int8.h"
+#include "ops/cpu/int8.h"
 #include "reversal.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-/* Nadaraya-Watson kernel regression (src/layers/kernel_regression.c): the pooling by hand,
+/* Nadaraya-Watson kernel regression (src/ops/cpu/kernel_regression.c): the pooling by hand,
  * finite-difference gradients, PyTorch parity of forward and backward under every kind of
  * mask, and d2l 11.2's whole experiment (non-parametric fit, 5 SGD steps of the parametric
  * one) against PyTorch running the notebook's code on the same data. */

@@ -1,4 +1,4 @@
-/* Linear attention (src/layers/linear_attention.c): the non-causal O(N) form, the causal scan
+/* Linear attention (src/ops/cpu/linear_attention.c): the non-causal O(N) form, the causal scan
  * with its two-sweep backward, and the recurrent step for generation.
  *
  *   gradcheck_*     central differences (TU_FD_STEP, TU_FD_TOL) of L = sum(O * r) against

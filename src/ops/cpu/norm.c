@@ -3,7 +3,7 @@
 #include <math.h>
 
 #include "core/internal.h"
-#include "kernels/fused.h"
+#include "ops/cpu/fused.h"
 
 /* One row: x, y (C).  y = (x - mu) / sqrt(var + eps) * gamma + beta */
 void layernorm_row_forward(float *y, float *mean, float *rstd, const float *x,

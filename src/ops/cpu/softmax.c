@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/mask.h"
+#include "ops/cpu/mask.h"
 
 /* One row: P[j] = exp(S[j] - max) / sum for j < len, 0 beyond. */
 static void softmax_row(float *P, const float *S, int len, int m)

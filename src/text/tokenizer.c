@@ -1,12 +1,12 @@
 /* A model's tokenizer: the vocabularies, subword encodings and text.json of a model
  * directory, and the steps between text and ids that translating and scoring take. */
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/json_fields.h"
+#include "core/json_fields.h"
 
 int qkv_model_dir_file(char *path, size_t cap, const char *dir, const char *name)
 {

@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "core/internal.h"
-#include "layers/attention_parts.h"
+#include "ops/cpu/attention_parts.h"
 
 /* The mask of sequence b alone: lengths are indexed by b, so shift the pointer to it. */
 static qkv_mask mask_of_sequence(const qkv_mask *mask, int b, int n)

@@ -10,9 +10,9 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "inference/cached_attention.h"
-#include "kernels/bf16.h"
-#include "kernels/dot_lanes.h"
+#include "ops/cpu/cached_attention.h"
+#include "ops/cpu/bf16.h"
+#include "ops/cpu/dot_lanes.h"
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -150,7 +150,7 @@ static void attend_heads(float *restrict o, float *restrict p, const float *q, c
 }
 
 /* ---- a bf16 cache --------------------------------------------------------------------------
- * The keys and values are stored in bf16 (kernels/bf16.h: the top half of a float32, rounded
+ * The keys and values are stored in bf16 (ops/cpu/bf16.h: the top half of a float32, rounded
  * to nearest even when written, relative error <= 2^-8) and widened back to float32 exactly
  * when read, by a 16-bit shift; q, the products, the sums, the softmax and o stay float32. So
  * the only rounding beyond the float32 kernel's is the cache's own, while the bytes read per

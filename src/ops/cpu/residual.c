@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/dropout_mask.h"
-#include "kernels/fused.h"
+#include "ops/cpu/dropout_mask.h"
+#include "ops/cpu/fused.h"
 
 /* One row of z = x + dropout(s) (C values from flat index i0, the dropout counter). */
 static void residual_row(float *z, const float *x, const float *s, int C, float p,

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "io/json_fields.h"
+#include "core/json_fields.h"
 
 qkv_status json_get_int(const cJSON *o, const char *key, int *v, const char *file,
                         qkv_error *err)

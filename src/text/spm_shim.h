@@ -1,5 +1,5 @@
-/* The thin C interface that src/io/spm_shim.cc puts over libsentencepiece's C++ classes
- * (SentencePieceProcessor, SentencePieceTrainer). Only src/io/spm.c calls it; the API is
+/* The thin C interface that src/text/spm_shim.cc puts over libsentencepiece's C++ classes
+ * (SentencePieceProcessor, SentencePieceTrainer). Only src/text/spm.c calls it; the API is
  * qkv/text.h's qkv_spm_*. Strings are UTF-8; every function is noexcept (a C++ exception
  * never crosses into C: it becomes a message). A buffer a function returns through char **
  * or int ** was allocated with malloc and belongs to the caller. Not part of the API. */

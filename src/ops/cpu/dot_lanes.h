@@ -1,5 +1,5 @@
-/* Dot products in LANES partial sums, the shape the few-rows kernels (layers/linear.c) and
- * attention over a key-value cache (inference/cached_attention.c) share, so that a product
+/* Dot products in LANES partial sums, the shape the few-rows kernels (ops/cpu/linear.c) and
+ * attention over a key-value cache (ops/cpu/cached_attention.c) share, so that a product
  * vectorises and every caller sums in the same fixed order. Private to the library. */
 #ifndef QKV_DOT_LANES_H
 #define QKV_DOT_LANES_H

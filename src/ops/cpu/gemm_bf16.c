@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/bf16.h"
+#include "ops/cpu/bf16.h"
 
 #define AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 

@@ -4,14 +4,14 @@
  * per token. Stored in bf16, W is half the bytes; each weight is widened back to float32
  * (exactly: a bf16 is the top half of a float32) and multiplied in float32 with the float32
  * activations, so the only rounding beyond float32's is the weights' own. The tiling is
- * kernels/row_tiles.h's, as for float32 weights. Every y[i, o] is the same sequence of
+ * ops/cpu/row_tiles.h's, as for float32 weights. Every y[i, o] is the same sequence of
  * operations whichever kernel computes it (16 lanes of partial sums over k in order, then one
  * fixed reduction), so a row's result does not depend on M. */
 #include <immintrin.h>
 
 #include "core/internal.h"
-#include "kernels/bf16.h"
-#include "kernels/row_tiles.h"
+#include "ops/cpu/bf16.h"
+#include "ops/cpu/row_tiles.h"
 
 #define AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 

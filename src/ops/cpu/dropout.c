@@ -1,11 +1,11 @@
 /* Inverted dropout (Srivastava et al. 2014): keep each value with probability 1 - p and scale
  * by 1/(1 - p) so the expectation is unchanged and evaluation needs no rescaling. The mask is
  * a pure function of (seed, offset + i), so backward recomputes it instead of storing it;
- * the decision selects bits instead of taking a branch (kernels/dropout_mask.h). */
+ * the decision selects bits instead of taking a branch (ops/cpu/dropout_mask.h). */
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/dropout_mask.h"
+#include "ops/cpu/dropout_mask.h"
 
 void qkv_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed,
                          uint64_t offset)

@@ -23,9 +23,9 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/fast_exp.h"
-#include "kernels/mask.h"
-#include "layers/attention_parts.h"
+#include "ops/cpu/fast_exp.h"
+#include "ops/cpu/mask.h"
+#include "ops/cpu/attention_parts.h"
 
 /* phi(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise; always > 0, so den_i > 0 (e^x is
  * exp_poly's, clamped at -88 where it is 0 in float32 anyway). */

@@ -1,6 +1,6 @@
 // libsentencepiece behind spm_shim.h: the C++ calls, with every status and exception turned
 // into a return code and a message, so that C never sees either.
-#include "io/spm_shim.h"
+#include "text/spm_shim.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>

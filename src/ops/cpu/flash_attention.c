@@ -20,10 +20,10 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/dropout_mask.h"
-#include "kernels/fast_exp.h"
-#include "kernels/mask.h"
-#include "layers/attention_parts.h"
+#include "ops/cpu/dropout_mask.h"
+#include "ops/cpu/fast_exp.h"
+#include "ops/cpu/mask.h"
+#include "ops/cpu/attention_parts.h"
 
 /* BR x BC tiles: a tile of scores and one of their gradients sit on each thread's stack
  * (2 BR BC floats = 128 KiB) and in L2 with the rows of Q, K, V they come from. Measured on

@@ -1,11 +1,11 @@
-/* SentencePiece models through libsentencepiece (src/io/spm_shim.cc): loading, encoding to
+/* SentencePiece models through libsentencepiece (src/text/spm_shim.cc): loading, encoding to
  * ids and pieces, decoding, and training one with qkv's special pieces at qkv's ids. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
-#include "io/spm_shim.h"
+#include "text/spm_shim.h"
 
 struct qkv_spm {
     spm_shim *shim;

@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "core/internal.h"
-#include "kernels/fast_exp.h"
+#include "ops/cpu/fast_exp.h"
 
 #define PARALLEL_MIN 32768
 #define GELU_CHUNK 1024 /* values per GELU work item: a multiple of CDF_LANES */

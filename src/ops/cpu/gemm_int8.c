@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/int8.h"
+#include "ops/cpu/int8.h"
 
 #define AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline

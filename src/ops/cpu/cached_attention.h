@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-/* How a key-value cache stores its values: float32, or bf16 (kernels/bf16.h; half the bytes
+/* How a key-value cache stores its values: float32, or bf16 (ops/cpu/bf16.h; half the bytes
  * that a step reads, a relative rounding of at most 2^-8 per value, widened back exactly). */
 typedef enum { KV_FP32 = 0, KV_BF16 = 1 } kv_dtype;
 

@@ -2,13 +2,13 @@
  * and optional label smoothing (paper, section 5.4). Works from logsumexp, so no separate
  * log-softmax buffer is materialised. A row is V logits (40 KB for V = 10,000: it stays in
  * L2 between the passes over it); its loops are vectorised, the exponential included
- * (kernels/fast_exp.h). */
+ * (ops/cpu/fast_exp.h). */
 #include <math.h>
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/fast_exp.h"
-#include "kernels/fused.h"
+#include "ops/cpu/fast_exp.h"
+#include "ops/cpu/fused.h"
 
 /* Logits at which the row loop is worth threads. */
 #define PARALLEL_MIN 32768

@@ -1,6 +1,6 @@
 /* y = x W^T + b for a few rows of x (a decoding step: one row per sequence or hypothesis),
- * tiled the same way whatever type W is stored in: float32 (layers/linear.c) or bf16
- * (kernels/matvec_bf16.c). Private to the library.
+ * tiled the same way whatever type W is stored in: float32 (ops/cpu/linear.c) or bf16
+ * (ops/cpu/matvec_bf16.c). Private to the library.
  *
  * The cost is reading W: a model's weights do not fit in cache, so each row of W crosses the
  * memory bus once per token. Per tile of 8 rows of W, row 0 of x reads the tile from memory
