@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # qkv — GNU make build.
 #   make            library (static + shared) and the qkv command-line tool
 #   make demo       the main job on its built-in default

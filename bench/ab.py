@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Two qkv binaries against each other, alternating, on bench.py's benchmarks.
 
     python3 bench/ab.py --a OLD/qkv --b build/qkv [--runs 5] [--only NAME...]

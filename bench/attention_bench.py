@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Softmax against linear attention, qkv beside PyTorch (issue #5, item 4).
 
     /usr/bin/python3 bench/attention_bench.py --qkv build/qkv            # the full sweep

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """qkv against PyTorch, side by side in one run.
 
     /usr/bin/python3 bench/bench.py [--qkv build/qkv] [--runs 5] [--quick] [--only NAME...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """qkv translate against CTranslate2 on models this benchmark trains itself (`make bench-ct2`).
 
     python3 bench/ct2_bench.py --qkv build/qkv [--reps 3] [--env both|asis|unset] [--tiny]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # How OpenMP's waits cost a decoding step (issue 19, item 3). A greedy step at batch 1 opens
 # some 50 parallel regions, one per product, and each wakes the second thread; with sleeping
 # (passive) waits every wake-up is a futex round trip, with spinning waits it is a few hundred

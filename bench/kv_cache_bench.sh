@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The bf16 key-value cache (issue 19, item 2): the time of one new token of a decoder-only LM
 # at position ~100 and ~10,000, with the cache in float32 and in bf16, as `qkv bench generate`
 # measures it (random weights: a step's time does not depend on what the model learned; d_model

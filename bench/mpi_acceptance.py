@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The comparison of bench/mpi_acceptance.sh: two qkv train runs of the same configuration, one
 process (OUT/one) and 2 MPI ranks (OUT/two). Prints every epoch's training loss, validation
 loss and validation sacreBLEU/chrF of both, the largest relative difference of the training

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Issue 20's acceptance run: `mpirun -np 2 qkv train` on Multi30k reaches the validation BLEU of
 # one process after the same number of steps. The configuration of examples/multi30k.sh (joint
 # SentencePiece on raw, cased text, d_model 256, 3+3 layers, 8 heads, FFN 512, label smoothing

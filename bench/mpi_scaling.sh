@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Data-parallel scaling on one machine (issue 20): the same train-lm job as 1 rank x 1 thread
 # and 1 rank x 2 threads (no mpirun) and as 2 ranks x 1 thread (mpirun), for a small and a
 # larger model; prints tokens/s of each and, from qkv's own report, the gradient allreduce

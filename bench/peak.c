@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The arithmetic roofs of this CPU, for the README's Speed section: AVX-512 FMA (float32) and
  * VDPBF16PS (bf16 pairs into float32) issued back to back on independent accumulators, no
  * memory traffic, on every OpenMP thread at once. Prints GFLOP/s (2 per multiply-add) of wall

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """qkv serve under load: requests/s, tokens/s and p50/p99 latency at concurrency 1, 8 and 64,
 for a translation model and a language model, beside the offline CLI's throughput on the same
 inputs (qkv translate over the same sentences, qkv generate for the same number of tokens).

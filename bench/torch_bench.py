@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The PyTorch side of qkv's benchmarks: the same computations as `qkv bench`, printing the
 same JSON fields.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # d2l-zh's English->French Transformer (chapter 10.7): the first 600 pairs of fra.txt, d_model 32,
 # 2+2 layers, 4 heads, FFN 64, dropout 0.1, batch 64, num_steps 10, lr 0.005, 200 epochs,
 # min_freq 2, gradient clipping at 1, d2l's loss scaling. Trains one model per seed and

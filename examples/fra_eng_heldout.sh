@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # English->French on d2l's fra.txt with a held-out set: of the first 40,000 pairs (fra.txt is
 # ordered by length, so these are the short sentences d2l trains on), every 50th is held out
 # (800 pairs) and the rest (39,200) are trained on with the paper's recipe (word vocabularies,

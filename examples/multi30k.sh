@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Multi30k German->English in under an hour on 2 cores, raw text in and raw text out: one joint
 # SentencePiece model (unigram, 8000 pieces) learned on the cased training text, a small
 # Transformer (d_model 256, 3+3 layers, 8 heads, FFN 512 -- the size of the well-known PyTorch

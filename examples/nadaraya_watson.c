@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Nadaraya-Watson kernel regression, d2l 11.2 ("Attention Pooling by Similarity") on qkv.
  *
  *   nadaraya_watson OUTDIR [SEED]

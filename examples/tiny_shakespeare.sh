@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # A character-level language model of Tiny Shakespeare (the last 10% held out) trained for a
 # fixed budget of minutes, once with softmax attention and once with linear attention; prints
 # each model's held-out loss and a sample. The settings of the README's table: d_model 192,

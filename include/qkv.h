@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * qkv.h — the Transformer of "Attention Is All You Need", in C.
  *

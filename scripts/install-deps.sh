@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs the Debian packages qkv needs to build and test, if any are missing.
 # Quiet and quick when everything is present; needs root (or sudo) otherwise.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs the test programs given on the command line and prints one closing line for the whole
 # suite. A cmocka binary is run as it is; a tests/e2e/*.sh script is run with the qkv binary
 # ($QKV) as its argument and must end with a line "N passed, M failed". Exits nonzero if any

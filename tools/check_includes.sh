@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Checks the library's include graph against the order of its folders (README, "Architecture"):
 #
 #   core  text  ops/cpu  backend  layers  models  io  training  inference  viz  cli

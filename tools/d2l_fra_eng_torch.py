@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """d2l-zh's English->French Transformer (chapter 10.7) in PyTorch, along the book's own code
 paths, to set qkv's reproduction (examples/d2l_fra_eng.sh) beside d2l's over the same seeds.
 

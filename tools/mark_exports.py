@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Puts QKV_API on a line of its own before every function declaration at file scope of a C
 header (include/qkv.h and its parts, include/qkv/*.h), or with --check lists the declarations
 that lack it and exits 1.

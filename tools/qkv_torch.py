@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """qkv's encoder-decoder Transformer in PyTorch: the same model, parameter for parameter.
 
     import qkv_torch

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs a fixed set of short training and decoding jobs with one qkv binary and keeps what they
 # write (trained weights, checkpoints, translations, beam scores, generated text, eval lines)
 # in OUTDIR. Two binaries are bit-identical on these paths when `diff -r` of their OUTDIRs

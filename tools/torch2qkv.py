@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Convert the model of PyTorch's tutorial "Language Translation with nn.Transformer" into a
 qkv model directory.
 

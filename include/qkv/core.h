@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv/core.h: the base of the library: its version, the export macro, errors, threads, files and
  * random numbers. Part of qkv.h, which includes every part; its opening comment is the tour. */
 #ifndef QKV_API_CORE_H

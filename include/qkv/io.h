@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv/io.h: files: model directories, training checkpoints, and safetensors tensor files. Part of
  * qkv.h, which includes every part; its opening comment is the tour. */
 #ifndef QKV_API_IO_H

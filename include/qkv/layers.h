@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv/layers.h: the building blocks, each a forward and a backward over flat arrays: linear,
  * embedding, activations, dropout, norms, masked softmax, dot-product, flash, additive, multi-head
  * and linear attention, positions, the FFN, residual connections and the loss. Part of qkv.h,

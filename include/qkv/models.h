@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv/models.h: the models: the encoder-decoder Transformer and the decoder-only language model,
  * their precision, decoding (greedy, beam, generation with sampling) and their text. Part of
  * qkv.h, which includes every part; its opening comment is the tour. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv/text.h: text as tokens: d2l's preprocessing and words, corpora, vocabularies, batching to
  * num_steps, BLEU, byte-pair encoding, and a model's tokenizer. Part of qkv.h, which includes
  * every part; its opening comment is the tour. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv/training.h: training: Adam, one training step (qkv_*_train_step), and the training loops of
  * both models with their options. Part of qkv.h, which includes every part; its opening comment is
  * the tour. */

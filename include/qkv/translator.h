@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv/translator.h: the translator, a model directory as one object that turns sentences into
  * translations. Part of qkv.h, which includes every part; its opening comment is the tour. */
 #ifndef QKV_API_TRANSLATOR_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv/viz.h: looking inside and figures: attention maps of a translation, Nadaraya-Watson kernel
  * regression, and PNG heatmaps and line plots (d2l's show_heatmaps and plot). Part of qkv.h, which
  * includes every part; its opening comment is the tour. */

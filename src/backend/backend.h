@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The seam between the models and the kernels (ggml's backends, the Linux kernel's ops tables).
  *
  * A backend is a table of the operations the models run (backend_ops) and the state those

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CPU backends (backend.h): float32 (OpenBLAS for the products), bf16 products
  * (AVX512-BF16, float32 sums) and int8 products (AVX512-VNNI, int32 sums). The tables differ
  * only in their linear entries; every other operation is the library's own CPU kernel. */

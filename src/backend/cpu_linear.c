@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The linear entries of the CPU backends' tables (backend.h): float32 (ops/cpu/linear.c), bf16
  * products with float32 sums (ops/cpu/bf16.h) and int8 products with int32 sums
  * (ops/cpu/int8.h), each finding the weights' copy of its type where the model holds one. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The linear entries of the CPU backends' tables (backend/cpu.c). Private to the library. */
 #ifndef QKV_BACKEND_CPU_LINEAR_H
 #define QKV_BACKEND_CPU_LINEAR_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "cli/args.h"
 
 #include <ctype.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A small command-line option parser: each subcommand lists its options in a table. */
 #ifndef QKV_CLI_ARGS_H
 #define QKV_CLI_ARGS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv average: checkpoint averaging (the paper, section 6.1: "the last 5 checkpoints") — the
  * element-wise mean of the parameters of several models of one configuration, e.g. the
  * epoch-NNN directories that qkv train --keep-epochs leaves. */

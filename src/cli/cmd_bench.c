@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv bench: time the model as a user runs it, and print one JSON line of medians.
  *   train      a full training step (forward, backward, clipping, Adam) on random data
  *   decode     greedy decoding with the KV cache, new tokens per second

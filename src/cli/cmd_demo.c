@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv demo: the main job on a built-in task that needs attention — reversing a sequence of
  * symbols. The decoder must read the source from its end, so the encoder-decoder attention
  * learns an anti-diagonal; copying or a bag of words cannot solve it. Everything goes through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv import marian HF_DIR --out DIR: a pretrained Hugging Face MarianMT model (the OPUS-MT
  * translation models) as a qkv model directory, which qkv translate, eval and info then read
  * like one qkv trained. The work is qkv_import_marian's (src/io/marian.c); this claims DIR. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv info: parameter counts per component, beside the formula L * 12 F^2 + E * F: an encoder
  * block holds 4 F^2 of attention projections and 2 F * 4F of FFN (when the FFN is 4F wide),
  * and E * F is the embedding table. Counting needs no allocation, so BERT-large sized

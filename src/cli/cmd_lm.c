@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The decoder-only language model on the command line:
  *   qkv train-lm  train on a text file (character- or byte-level), holding out its end
  *   qkv generate  continue a prompt, printing each token as it is drawn

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv plot: figures without a display.
  *   qkv plot DIR                  DIR/metrics.jsonl -> DIR/training.png (training curves)
  *   qkv plot --positional OUTDIR  d2l 11.6's two figures of the sinusoidal encoding */

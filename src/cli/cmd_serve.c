@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv serve: a model directory behind HTTP (libmicrohttpd, one thread per connection).
  *   POST /translate        LibreTranslate's shape: {"q": "text" | [...]} -> {"translatedText"}
  *   POST /v1/completions   OpenAI's, for a language model; "stream": true as server-sent events

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv tokenize: a SentencePiece model applied to text, line by line from stdin to stdout
  * (pieces or ids), or the way back (--decode). Unless stdin is a regular file, each output
  * line is flushed as soon as it is made, so the command works as a filter in a pipe and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv train: read a parallel corpus, build vocabularies, train, save the model directory. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv translate: greedy or beam-search translation of sentences from stdin or a file.
  * qkv eval: translate a held-out corpus and score it with BLEU. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The subcommands of the qkv tool. Each returns the process exit status. */
 #ifndef QKV_CLI_COMMANDS_H
 #define QKV_CLI_COMMANDS_H

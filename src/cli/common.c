@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "cli/common.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What the subcommands share: reading input, threads, precision. */
 #ifndef QKV_CLI_COMMON_H
 #define QKV_CLI_COMMON_H

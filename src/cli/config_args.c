@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* --config FILE.json expanded into options; see config_args.h. */
 #include "cli/config_args.h"
 

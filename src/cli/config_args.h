@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* --config FILE.json: options from a JSON object, for every command.
  *
  * main() expands each "--config FILE" (or "--config=FILE") of the command line into the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Figures of the qkv tool, drawn with the library's heatmaps and line plots:
  *   training curves from a model directory's metrics.jsonl (qkv plot, and after qkv train and
  *   qkv demo); the sinusoidal positional encoding as d2l 11.6 shows it (qkv plot

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The figures the command-line tool draws: training curves, positional encodings, and the
  * attention maps of translated sentences. Each prints its own error and returns -1 on failure. */
 #ifndef QKV_CLI_FIGURES_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv: train, run and inspect Transformers from the command line. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_reducer on MPI (Open MPI): the sums are MPI_Allreduce in place, the broadcasts MPI_Bcast
  * from rank 0, both in pieces of at most 2^30 elements (MPI counts are ints). MPI's default
  * error handler stays: a rank that dies (killed, out of memory) makes mpirun end the whole

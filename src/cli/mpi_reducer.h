@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The ranks of an `mpirun` job as the library's qkv_reducer (mpi_reducer.c), so that
  * `mpirun -np N qkv train ...` trains one model data-parallel; without mpirun, one process
  * as always. The library itself knows nothing of MPI: only the qkv tool links it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Comparing a resumed run's options with what its directory recorded; see resume.h. */
 #include "cli/resume.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Resuming is explicit: a resumed run starts from the options its directory recorded
  * (config.json, train.json), the command line changes what it names, and
  *   - an option that defines the model or the data ("fixed": sizes, dropout, seed, data

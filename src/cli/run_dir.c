@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Claiming an output directory for one run; see run_dir.h. */
 #define _DEFAULT_SOURCE /* flock, dirfd */
 #include "cli/run_dir.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* An output directory belongs to one run (qkv train, train-lm, average, import): the command
  * claims it before writing anything, and nothing saved in it is lost by accident.
  *

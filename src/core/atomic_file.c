@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Atomic file replacement: write a temporary file next to the target, flush it to the disk,
  * then rename it over the target. A crash, a full disk or a kill at any moment leaves either
  * the old file or the new one, never a mix. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The library's one clock; see qkv_now_s in qkv.h. */
 #include <time.h>
 

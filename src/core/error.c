@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Error reporting: a status code and a message in a caller-owned struct, never a global. */
 #include <stdarg.h>
 #include <stdio.h>

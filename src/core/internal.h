@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private helpers shared by the library's source files. Not part of the API. */
 #ifndef QKV_INTERNAL_H
 #define QKV_INTERNAL_H

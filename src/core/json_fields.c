@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* config.json reading for model directories; see json_fields.h. */
 #include <float.h>
 #include <limits.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Reading a model directory's config.json (model_dir.c): typed members that fail with a
  * message naming the file and the key. */
 #ifndef QKV_JSON_FIELDS_H

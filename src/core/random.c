@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Counter-based random numbers (the generator itself is inline in core/internal.h): no state
  * to carry between calls, so any element of any stream can be produced by any thread in any
  * order. */

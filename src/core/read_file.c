@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The library's one whole-file reader; see qkv_read_file in qkv.h. */
 #include <errno.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One thread count for our OpenMP kernels and for OpenBLAS (its OpenMP build reads the same
  * runtime, and runs single-threaded when called inside one of our parallel regions), and the
  * check that the OpenBLAS loaded is that build. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The attention weights behind one translation (d2l 11.7.7's enc_attention_weights and
  * dec_attention_weights). Greedy decoding with the KV cache computes, at step t, exactly the
  * row t of a teacher-forced pass whose decoder input is <bos> + the translation: the causal

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Continuous batching of greedy translation (the scheduling of Orca, Yu et al. 2022, and of
  * llama.cpp's server slots): a fixed set of slots, each a cache row of the decoder and a row of
  * the encoder output's projected keys and values. A sentence joins a free slot between two

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Beam search (Wu et al. 2016, "Google's Neural Machine Translation System", section 7) with
  * the decoder's key-value cache, for a batch of sentences at once.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Beam search over any step function, so that its rules can be tested on scripted logits
  * (tests/unit/test_beam.c against tests/parity/make_beam_reference.py). Not part of the API. */
 #ifndef QKV_BEAM_H

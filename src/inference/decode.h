@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Decoding with the encoder-decoder: the encoder once, then one decoder step per position
  * over the key-value cache (model.h's decode_state and stack_step), shared by greedy decoding
  * and beam search. Not part of the API. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Greedy autoregressive decoding with a key-value cache (d2l 10.7.6, llama2.c's forward):
  * the encoder runs once; each decoder layer keeps the keys and values of every target
  * position so far, and the cross-attention's keys and values of the encoder output are

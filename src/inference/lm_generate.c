@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Generation from the decoder-only language model, one token per step (llama2.c's forward):
  *   softmax attention  each layer caches the keys and values of every position so far; a
  *                      step appends one row and attends over t + 1 of them: O(t) at position t

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The translator: a model directory opened once, then sentences in and text out. Sources
  * are tokenised as the model's text was, cut to the model's length, decoded in batches
  * (greedy or beam search over the KV cache) and turned back into text; what the caller

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The language model's directory (model_dir.h), which the caller completes with vocab.txt
  * (one token per line), and its training checkpoint. */
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_import_marian: a Hugging Face MarianMT directory (the OPUS-MT models) as a qkv model
  * directory.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Model directories and training checkpoints for every kind of model; see model_dir.h. */
 #include <errno.h>
 #include <limits.h>

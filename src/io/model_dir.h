@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Model directories and training checkpoints, one implementation for every kind of model
  * (transformer_dir.c: the encoder-decoder, lm_dir.c: the language model). A directory is
  *   config.json        the configuration, as JSON ({"format": ..., "version": 1, ...})

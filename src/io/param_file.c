@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Parameter tables as safetensors files; see param_file.h. */
 #include <errno.h>
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A parameter table in safetensors files, for model directories and checkpoints (model_dir.c):
  * the weights of a saved model, and the parameters and Adam moments of a training
  * checkpoint. */

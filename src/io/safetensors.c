@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tensor files in the safetensors format:
  *
  *   8 bytes    N, a little-endian u64

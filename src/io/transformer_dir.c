@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The encoder-decoder's model directory (model_dir.h), which the caller completes with
  * src_vocab.txt and tgt_vocab.txt (one token per line), and its training checkpoint. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Additive attention (Bahdanau et al. 2015; d2l 11.3.2):
  *   a(q, k) = w_v^T tanh(W_q q + W_k k),  O = dropout(masked_softmax(a)) V
  * Queries and keys may have different sizes; the hidden size h is the tanh layer's width. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Position-wise feed-forward network (paper, eq. 2): FFN(x) = act(x W_1^T + b_1) W_2^T + b_2,
  * the same two-layer MLP applied to every position independently. */
 #include "core/internal.h"

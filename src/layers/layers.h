@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The layers as the models run them: on a backend (backend/backend.h), whose table supplies
  * every kernel. The public qkv_ffn_* and qkv_mha_* are these on the float32 CPU backend.
  * Private to the library. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The public linear layer, y = x W^T + b: float32 on the CPU backend (ops/cpu/linear.c). */
 #include "layers/layers.h"
 

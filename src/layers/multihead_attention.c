@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Multi-head attention (paper, section 3.2.2; d2l 11.5):
  *   MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W_o,  head_i = Attention(Q W_q^i, K W_k^i, V W_v^i)
  * The H projections of size p are computed as one (H*p)-wide projection whose columns

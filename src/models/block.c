@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A Transformer stack (model.h): the embedding, the blocks and the final norm, forward,
  * backward and one decoding step. A block's sublayers, in order:
  *   self-attention   causal in a decoder or language model, over the source lengths in an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What both models own and do alike: the parameter table and its initialisation, the
  * gradients, the backend, and the activation arena. */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The key-value cache and work space of decoding (model.h's decode_state): one buffer for
  * every layer's keys and values, the encoder output's projections and one step's vectors. */
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The encoder-decoder Transformer (paper, figure 1; d2l 11.7) with teacher forcing:
  *   encoder:  X = dropout(E_src[src] sqrt(C) + P);  N x [self-attention, FFN]
  *   decoder:  Y = dropout(E_tgt[tgt_in] sqrt(C) + P);  N x [causal self-attention,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The decoder-only language model (GPT):
  *   X = dropout(E[ids] sqrt(C) + P)
  *   N x [causal self-attention, FFN]  (block.c's stack without cross-attention)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The decoder-only language model's private structure (model.h says what it is made of). */
 #ifndef QKV_LANGUAGE_MODEL_INTERNAL_H
 #define QKV_LANGUAGE_MODEL_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What both models are made of. Private to the library.
  *
  * A Transformer block is [self-attention, encoder-decoder attention (decoder blocks only),

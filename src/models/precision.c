@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The models' precision setting; see precision.h. */
 #include <omp.h>
 #include <stdlib.h>

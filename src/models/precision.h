@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A model's precision setting (qkv_transformer_set_precision, qkv_lm_set_precision) and what
  * it owns for it: the bf16 GEMM's packing buffers and a bf16 copy of the parameters that
  * decoding reads; at int8, the linear layers' weights quantised and the int8 GEMM's

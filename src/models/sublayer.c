@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The residual connection and LayerNorm around every sublayer (paper, section 3.1):
  *   post-norm: out = LayerNorm(x + dropout(Sublayer(x)))
  *   pre-norm:  out = x + dropout(Sublayer(LayerNorm(x)))

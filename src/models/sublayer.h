@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The residual sublayer connection of every block (sublayer.c), in its three uses. Private to
  * the library. */
 #ifndef QKV_SUBLAYER_H

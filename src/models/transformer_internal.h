@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The encoder-decoder Transformer's private structure (model.h says what it is made of). */
 #ifndef QKV_TRANSFORMER_INTERNAL_H
 #define QKV_TRANSFORMER_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Byte-pair encoding (Sennrich, Haddow & Birch 2016, "Neural Machine Translation of Rare
  * Words with Subword Units", algorithm 1), with SentencePiece's word-start marker ▁ so that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Sentence pairs for translation, read and cleaned as d2l.ai's "Machine Translation and the
  * Dataset" does (read_data_nmt, preprocess_nmt, tokenize_nmt), from a tab-separated file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Text as the language model's tokens: character- or byte-level vocabularies stored as
  * ordinary qkv_vocab files (one token per line), with the characters a line cannot hold
  * escaped (\n \r \t \s \\ \xHH) and bytes written <0x0A>. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* SentencePiece models through libsentencepiece (src/text/spm_shim.cc): loading, encoding to
  * ids and pieces, decoding, and training one with qkv's special pieces at qkv's ids. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // libsentencepiece behind spm_shim.h: the C++ calls, with every status and exception turned
 // into a return code and a message, so that C never sees either.
 #include "text/spm_shim.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The thin C interface that src/text/spm_shim.cc puts over libsentencepiece's C++ classes
  * (SentencePieceProcessor, SentencePieceTrainer). Only src/text/spm.c calls it; the API is
  * qkv/text.h's qkv_spm_*. Strings are UTF-8; every function is noexcept (a C++ exception

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A model's tokenizer: the vocabularies, subword encodings and text.json of a model
  * directory, and the steps between text and ids that translating and scoring take. */
 #include "text/tokenizer.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Reading the JSON files beside a model (text.json, train.json): shared by the tokenizer and
  * the translator. Not part of the API. */
 #ifndef QKV_IO_TOKENIZER_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The vocabulary of d2l.ai's Vocab: ids by descending frequency after the reserved tokens,
  * a hash table for token -> id, a one-token-per-line text file, and d2l's truncate_pad.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Adam (Kingma & Ba 2015, algorithm 1) with bias correction, and decoupled weight decay
  * (Loshchilov & Hutter 2019) when weight_decay > 0; global-norm gradient clipping. */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The batches of an epoch: d2l's fixed-size batches of shuffled examples, or the paper's
  * batches of similar length up to a token budget (section 5.1), each a pure function of
  * (seed, epoch) so that a resumed run sees the same ones. */

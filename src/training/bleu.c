@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * BLEU (Papineni et al., 2002): d2l.ai's sentence-level variant, with which its translation
  * chapters score each example, and the standard corpus BLEU-4 that sacreBLEU reports.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Training the language model on one long text, a driver over qkv_lm_train_step (step.c):
  * each step takes B random windows of T + 1 consecutive tokens (inputs: the first T,
  * targets: the last T), with warm-up and an optional cosine decay of the learning rate, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Data-parallel training's share of the loops (train.c, lm_train.c): the shards of a batch,
  * and rank 0's state on every rank. The communication itself is the caller's (qkv_reducer). */
 #include <string.h>

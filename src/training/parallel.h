@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What the training loops share for data-parallel runs (parallel.c): who writes, and rank
  * 0's state handed to every rank. Private to the library. */
 #ifndef QKV_TRAINING_PARALLEL_H

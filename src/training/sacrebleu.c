@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Scores as sacreBLEU computes them (Post 2018, "A Call for Clarity in Reporting BLEU
  * Scores"), so that a number qkv prints can be quoted next to anyone else's: BLEU over the
  * 13a tokenisation of detokenised text (mteval-v13a.pl's, as WMT uses it), cased, with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One optimizer step, llm.c's shape: zero the gradients, forward and loss, backward, clip,
  * update. The training loops (train.c, lm_train.c) are drivers over it: everything they add
  * (batches, schedules, validation, checkpoints, logs) is policy around this step.

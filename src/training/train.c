@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The training loop (d2l's train_seq2seq, grown into the paper's recipe): a driver over
  * qkv_transformer_train_step (step.c), which does the math of a step (teacher forcing, masked
  * cross-entropy, clipping, Adam). What this file adds is policy: the learning-rate schedule

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What the translation training driver (train.c) is built from: the batches of an epoch
  * (batches.c), validation with its history (validation.c), and metrics.jsonl, which the
  * language model's driver (lm_train.c) appends to the same way. Private to the library. */

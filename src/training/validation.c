@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Validation during training: the held-out loss and BLEU of each epoch, and their history
  * (validation.json), from which the best epoch and the patience left follow, also after a
  * resume. */

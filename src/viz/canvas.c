@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* An RGB8 raster with clipped rectangles, antialiased polylines (solid or dashed) and discs.
  * Antialiasing is by coverage: a pixel whose centre lies at distance d from the ideal shape's
  * centre line gets opacity clamp(w/2 + 1/2 - d, 0, 1), a one-pixel ramp across each edge. */

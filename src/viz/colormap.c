@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Colours: the heatmap ramp and the palette of plot series.
  *
  * The ramp is built where perception is roughly uniform, in CIELAB: lightness L* climbs in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A grid of heatmaps, as d2l's show_heatmaps draws attention weights: rows x cols panels
  * (layers x heads), each an n x m matrix (queries x keys) of square cells, one colour range
  * and one colour bar for all, token labels along the outer edges.

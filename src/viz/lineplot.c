@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Line plots, as d2l's plot: series on shared axes with round-valued ticks, a light grid,
  * axis labels, a title and a legend; lines (solid, dashed, dash-dot, dotted) and/or disc
  * markers. Training curves, positional-encoding columns, kernel-regression fits.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* PNG output through libpng. The image is written to a temporary file next to the target and
  * renamed over it, so a reader (or a crash half-way) never sees a truncated figure. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Text through FreeType: a string is rendered once into an 8-bit coverage image of its box
  * (advance width x line height, baseline at the ascent), which is then blended onto the
  * canvas upright or turned a quarter turn. */

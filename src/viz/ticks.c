@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Axis ticks at "nice" round values, and their labels. */
 #include <math.h>
 #include <stdio.h>

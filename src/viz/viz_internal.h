@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private helpers shared by the viz files. */
 #ifndef QKV_VIZ_INTERNAL_H
 #define QKV_VIZ_INTERNAL_H

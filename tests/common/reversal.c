@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "reversal.h"
 
 #include <stdlib.h>

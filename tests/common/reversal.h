@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The reversal task of qkv demo, for the tests that compare a model at one precision with the
  * same model at another (test_bf16.c, test_gemm_int8.c): a source of 3 to 8 symbols (ids 4 ..
  * V-1), the target its reverse, then <eos>. src (B, TS), valid (B), tin / tout (B, TT). */

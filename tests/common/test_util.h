@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared helpers for qkv's tests: tolerance checks that fail the running cmocka test,
  * finite-difference gradient checks, and access to PyTorch reference files. */
 #ifndef QKV_TEST_UTIL_H

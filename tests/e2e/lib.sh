@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # What every end-to-end script shares: a temporary directory $T, removed on exit, and the
 # counters behind the closing line "N passed, M failed" that each script prints (tests/run.sh
 # reads it).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Compares two qkv run directories for the data-parallel tests (test_mpi.sh): the per-line
 "loss" of metrics.jsonl (lines FROM.. of both) within a relative tolerance, and the
 parameters of model.safetensors within an absolute one. Prints the largest differences;

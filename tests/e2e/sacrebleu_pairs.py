@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Writes hypotheses made from reference lines by systematic damage, for test_sacrebleu.sh:
 dropped, swapped, repeated and replaced words, case changes, punctuation added or spaced
 off, tricky tokens (numbers with commas, hyphens after digits, HTML entities, <skipped>,

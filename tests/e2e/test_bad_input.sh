@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of bounded reads and output errors: every text input of every command
 # (corpora, translate's input and stdin, a language model's text, vocabularies, subword
 # files, config.json, metrics.jsonl) refuses /dev/zero, a FIFO that never ends and a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make bench-ct2's pipeline on its --tiny model (bench/ct2_bench.py: train, convert, tokenize,
 # translate with both engines, score): CTranslate2 float32 gives exactly qkv fp32's greedy and
 # beam-4 output on every held-out sentence (the premise of comparing their speeds), the table

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The OpenBLAS qkv runs on is the one it was built for, OpenBLAS's OpenMP build:
 #   - qkv (and libqkv.so, test_blas) carry that build's directory as RUNPATH, and load it;
 #   - with the pthreads build forced in (LD_LIBRARY_PATH, LD_PRELOAD), qkv refuses to run with a

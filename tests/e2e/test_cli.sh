@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of the qkv command line: train -> translate -> eval on real data, exact
 # resume after a stop and after kill -9, parameter accounting, and clear errors on bad input.
 # Usage: test_cli.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run) uses smaller workloads.

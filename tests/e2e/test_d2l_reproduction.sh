@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # d2l-zh's English->French Transformer (examples/d2l_fra_eng.sh) over seeds 0..9: d2l's four
 # example sentences must translate as d2l reports, at least 3 of 4 on average.
 # Which sentences a seed gets right is chaotic: d2l's own PyTorch code gets 4/4 for about two

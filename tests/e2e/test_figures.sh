@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of the figures: qkv plot (training curves, positional encoding), the curves
 # qkv train and qkv demo draw when they finish, qkv translate --attention on a model trained
 # here to reverse sequences, and the Nadaraya-Watson example. Every PNG is decoded in full

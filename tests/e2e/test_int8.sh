@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of --precision int8 (int8 weights and activations on AVX512-VNNI): a model
 # trained for a few seconds translates at int8 in agreement with fp32 (translate and eval,
 # batch 1 and many), training at int8 is refused, and so is int8 on a CPU without

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # libqkv.so as a library people link: it exports exactly the functions include/qkv/*.h declare
 # (each marked QKV_API), all named qkv_*; it has a SONAME and the OpenMP OpenBLAS's directory as
 # RUNPATH; `make install` into a fresh prefix gives the versioned library, its links, the header

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of the language-model commands: train-lm on the start of Tiny Shakespeare
 # (softmax and linear attention, character and byte vocabularies), generate (reproducible for
 # a seed, greedy = top-k 1), eval-lm (perplexity = exp(loss), the held-out split as training

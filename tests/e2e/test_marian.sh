@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of qkv import marian: the directory it writes (and that the other commands
 # read it), and every refusal with its reason: not a Marian model, an architecture qkv does
 # not represent, a vocabulary that does not fit, missing files, a pytorch_model.bin without

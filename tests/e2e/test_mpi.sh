@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of data-parallel training over MPI (issue 20), on this one machine over
 # loopback: `mpirun --oversubscribe -np 2` and `-np 3`, one thread per rank, tiny models,
 # seconds in all.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Every option of every command is checked against its range at parse time, and --help shows
 # that range: --help of each command exits 0 on stdout and names a range for every numeric
 # option, and each out-of-range value of issue #17 is refused with a message naming it.

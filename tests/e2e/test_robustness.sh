@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Training safety: a NaN never reaches a checkpoint, a full disk or an unwritable directory
 # is reported and the previous checkpoint survives, and a train + translate run is clean
 # under valgrind memcheck.

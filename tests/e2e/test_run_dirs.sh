@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of output directories (src/cli/run_dir.c) and explicit resumes
 # (src/cli/resume.c): a directory belongs to one run, nothing trained is written over without
 # --resume or --overwrite, a second run on a locked directory is refused naming the first, no

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # qkv eval's scores against pip's sacrebleu on Multi30k: the references (English and German
 # test/validation lines) against hypotheses damaged systematically (tests/e2e/sacrebleu_pairs.py):
 # the corpus lines `qkv eval --hyp` prints are exactly `sacrebleu -f text -w 2`'s, and every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of qkv serve on loopback, with a translation model (qkv demo, trained here
 # in seconds) and a language model (qkv train-lm on a generated text): every endpoint and error
 # code, translations identical to qkv translate (alone, in one request, and from 24 concurrent

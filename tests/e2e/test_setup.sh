@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The set-up on a fresh machine: the README's `make demo` and `make test` must work on their first
 # run, when scripts/install-deps.sh installs the packages during that very run, so the compiler
 # must get pkg-config's flags as they are after the installation, not as they were when make

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of SentencePiece: `qkv tokenize` (libsentencepiece through qkv's shim)
 # against pip's sentencepiece, the reference implementation, on every line of Multi30k (all
 # six files) and of both columns of fra.txt, with a unigram and a BPE model trained by the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # End-to-end tests of translation quality features: subword (BPE) models, beam search and
 # n-best lists, batches by tokens with the noam schedule, validation with the best model and
 # early stopping, exact resume of all of it, and checkpoint averaging.

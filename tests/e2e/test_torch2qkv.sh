@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # PyTorch interop through the command line: a model of PyTorch's tutorial "Language Translation
 # with nn.Transformer", converted by tools/torch2qkv.py, translates with `qkv translate` exactly
 # as the tutorial's translate() does; and the converter refuses bad input with a clear message.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # How qkv sets OpenMP's waits before libgomp loads (src/cli/main.c choose_waits): training
 # sleeps at once (OMP_WAIT_POLICY=passive); the decoding commands spin a bounded
 # GOMP_SPINCOUNT=1000 when the cores are free, else sleep too; a user's own OMP_WAIT_POLICY or

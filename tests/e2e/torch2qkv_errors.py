@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """tools/torch2qkv.py on inputs that are not what it expects: each must fail with a clear
 message (no traceback) and write nothing; the variants it accepts (CRLF vocabularies, a
 DataParallel "module." prefix, a checkpoint dict) must give the very files of the reference

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """A command-line fuzzer for the qkv tool (issue #17, item 6).
 
 Random option vectors and values against every command of a qkv binary, each run under a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # libFuzzer harnesses for the readers of untrusted input (tests/fuzz/fuzz_*.c), built with
 # clang into their own directory. Included by the main Makefile; on its own:
 #   make -f Makefile -f tests/fuzz/fuzz.mk fuzz

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* args_parse of the CLI: the input, split at NUL bytes, is the argument list after
  * "qkv train", parsed against a table with an option of every type. Each argument is its own
  * allocation, so reading past one is caught. Whatever the arguments, the result is 0, 1 or

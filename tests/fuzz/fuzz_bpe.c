@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_bpe_load of the input written to a file in tmpfs. A failure is QKV_ERR_FORMAT naming the
  * file and leaves the struct empty. A file it accepts holds no NUL byte, and its encoding is
  * one qkv_bpe_learn could have made:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Model files and training checkpoints. The input is written once to a file in tmpfs, which
  * is then read three ways:
  *   - qkv_tensor_file_load, compared with qkv_tensor_file_parse of the same bytes (the file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What the libFuzzer harnesses share: a private directory in tmpfs for the readers that take
  * a path, the small configurations whose model files seed fuzz_checkpoint and fuzz_lm_model,
  * and a check that stops the run (as a crash libFuzzer records) when a property of a reader

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_config_from_json on a NUL-terminated copy of the input. A configuration it accepts must
  * pass qkv_transformer_config_check and survive qkv_config_to_json -> from_json unchanged (a
  * model saved with it can be loaded again); one it rejects must be named in the message. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The corpus readers on the input: qkv_preprocess, qkv_sentences_from_text and
  * qkv_sentences_split on the bytes in memory; a vocabulary built from the sentences, then
  * encoded and decoded; qkv_corpus_read_tsv of the input as a file, and

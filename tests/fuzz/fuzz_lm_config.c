@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The language model's config.json, read two ways:
  *   - qkv_lm_config_from_json on a NUL-terminated copy of the input. A configuration it
  *     accepts passes qkv_lm_config_check and survives qkv_lm_config_to_json -> from_json

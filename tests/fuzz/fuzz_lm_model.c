@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The language model's parameter files. The input is written once to a file in tmpfs and read
  * two ways:
  *   - qkv_lm_load of a directory whose config.json is fuzz_lm_small_config() and whose

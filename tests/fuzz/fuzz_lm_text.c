@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The language model's text reader on the input as a training text: qkv_lm_vocab_build of a
  * character vocabulary (which must fail exactly when the text is not UTF-8, or holds a NUL,
  * naming the byte offset qkv_utf8_check gives) and of a byte vocabulary (any input). For each

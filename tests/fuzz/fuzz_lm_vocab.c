@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A language model's vocab.txt: qkv_vocab_load of the input written to a file in tmpfs, then
  * the language model's use of whatever it accepted, as qkv generate / eval-lm do with a
  * model directory's vocabulary. A hostile file may hold any tokens: a character vocabulary

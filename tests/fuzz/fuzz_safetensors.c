@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_tensor_file_parse on raw bytes: a hostile safetensors image must either be rejected
  * with a message naming the file, or give tensors whose every byte lies in the owned buffer,
  * aligned, with as many elements as the shape says and names that are unique. */

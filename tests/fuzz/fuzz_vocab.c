@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_vocab_load of the input written to a file in tmpfs. A vocabulary it accepts starts with
  * the reserved tokens, maps every token back to its own id, and survives qkv_vocab_save ->
  * qkv_vocab_load unchanged; a file it rejects is named in the message. */

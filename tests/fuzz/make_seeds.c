@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Writes the binary seeds of the fuzz corpus (make fuzz-seeds): valid files of every kind the
  * structured harnesses read, so that mutations start deep inside the readers.
  *   <dir>/safetensors/  every dtype, a scalar, an empty tensor, metadata, a tensor at an

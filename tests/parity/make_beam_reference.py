@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Reference beam searches over scripted logits, for tests/unit/test_beam.c.
 
 A scripted step gives every (sentence, prefix, token) a logit from a 64-bit hash, the same

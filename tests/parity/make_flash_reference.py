@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Flash attention references for tests/unit/test_flash_attention.c.
 
     /usr/bin/python3 tests/parity/make_flash_reference.py OUTDIR

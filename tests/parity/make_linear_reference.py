@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Linear attention references for tests/unit/test_linear_attention.c.
 
     /usr/bin/python3 tests/parity/make_linear_reference.py OUTDIR

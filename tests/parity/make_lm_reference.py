@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Language-model PyTorch references for tests/unit/test_lm_parity.c.
 
     /usr/bin/python3 tests/parity/make_lm_reference.py OUTDIR

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Small random-weight Marian (OPUS-MT) models and what Hugging Face's transformers computes
 with them, for tests/unit/test_marian.c and tests/e2e/test_marian.sh (qkv import marian).
 

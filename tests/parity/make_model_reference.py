@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Whole-model PyTorch references for tests/unit/test_model_parity.c.
 
     /usr/bin/python3 tests/parity/make_model_reference.py OUTDIR

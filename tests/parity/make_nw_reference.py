@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """PyTorch references for Nadaraya-Watson kernel regression (tests/unit/test_kernel_regression.c).
 
 Called at the end of make_reference.py's main() with its save(); also runnable alone:

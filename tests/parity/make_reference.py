@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """PyTorch reference tensors for qkv's parity tests (tests/unit/test_parity_*.c).
 
     /usr/bin/python3 tests/parity/make_reference.py OUTDIR

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """References for the PyTorch interop tests: tools/torch2qkv.py on the model of PyTorch's
 tutorial "Language Translation with nn.Transformer".
 

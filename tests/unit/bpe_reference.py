@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """A plain reference for qkv's byte-pair encoding (src/text/bpe.c), to cross-check the merge
 sequence: Sennrich et al.'s algorithm as literally as it can be written, recounting every
 pair of the whole vocabulary before each merge (slow, obviously right).

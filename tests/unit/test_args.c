@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CLI's option parser: range texts, the checks at their open and closed ends, values
  * refused by args_parse, a numeric option without a range refusing its whole table, and
  * --config files (their expansion into options, and args_parse reading the block). */

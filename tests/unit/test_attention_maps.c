@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_attention_maps_compute (src/inference/attention_maps.c): the weights it returns are the
  * ones greedy decoding with the KV cache used, so the teacher-forced pass must predict the
  * decoded tokens again; each map is a distribution over the keys its mask allows; a prefix of

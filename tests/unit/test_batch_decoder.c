@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Continuous batching (qkv_batch_decoder): sentences that join a running batch at different
  * steps, leave it when they end and free their slot for the next get exactly the text
  * qkv_translate gives them (greedy), alone or in one batch; over-long sources are cut as the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Beam search: beam 1 is greedy decoding exactly; the scores it reports are the teacher-forced
  * log-probabilities of its outputs; a wider beam finds sequences at least as probable as
  * greedy's on random models; with a beam as wide as every sequence (K = V^L) it finds the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bf16 precision (ops/cpu/bf16.h, qkv_*_set_precision): tests that can fail.
  *
  * The GEMM against float64 references, with two bounds per element of C, u = 2^-8 (bf16's

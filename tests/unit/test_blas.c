@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The OpenBLAS this test program runs on is its OpenMP build, the one qkv needs
  * (qkv_blas_check). Every program here is linked with that build's directory as RUNPATH, so this
  * fails only when another build is forced in, e.g. through LD_LIBRARY_PATH or LD_PRELOAD;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* BLEU: d2l's sentence score on the chapter's own examples and hand-computed cases, the
  * policy for predictions shorter than k, and corpus BLEU-4 against numbers sacreBLEU 2.6.0
  * printed for the same pairs. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Byte-pair encoding: the merges of Sennrich et al.'s worked example in their order; the merge
  * sequences of real text against a plain Python reference (tests/unit/bpe_reference.py,
  * which recounts every pair before each merge); encode/decode giving back every line of

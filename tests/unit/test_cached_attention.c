@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The decoding step's attention (src/ops/cpu/cached_attention.c): one query per row over
  * a key-value cache, against qkv_attention_forward with n = 1 and the same valid length, for
  * rows that read other rows of the cache (beam search's hypotheses reading their sentence's

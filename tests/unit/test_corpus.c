@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Corpora: d2l's preprocessing and tokenisation, character by character and on the whole of
  * fra.txt and Multi30k (digests from a Python port of d2l's code), the readers' handling of
  * malformed files, and the line-aligned reader.

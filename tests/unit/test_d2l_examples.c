@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The examples of d2l's attention chapter, as tests: the numbers the book shows must come out. */
 #include <math.h>
 #include <stdlib.h>

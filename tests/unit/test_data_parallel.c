@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Data-parallel training's math without MPI. A batch cut into shards (qkv_shard_of), each
  * loss pass told where its shard starts (first_example) and scaled by the whole batch's
  * tokens, sums to the whole batch's loss and gradient, dropout included, on the materialised

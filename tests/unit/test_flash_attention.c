@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Flash attention (src/ops/cpu/flash_attention.c): the tiled, O(N)-memory form of scaled
  * dot-product attention must give what the materialised kernel gives.
  *

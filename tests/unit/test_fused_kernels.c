@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The fused and branch-free kernels behind the training step (src/ops/cpu/fused.h,
  * src/ops/cpu/dropout_mask.h) against the plain definitions they replace.
  *

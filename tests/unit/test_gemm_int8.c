@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* int8 products (ops/cpu/int8.h, QKV_PRECISION_INT8): tests that can fail.
  *
  * Three checks per shape:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Finite-difference checks of every backward: for a loss L = sum(out * r) with random r,
  * the analytic gradient of each input and parameter must match central differences
  * (step TU_FD_STEP, tolerance TU_FD_TOL relative to the tensor's largest gradient). */

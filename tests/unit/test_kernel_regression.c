@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Nadaraya-Watson kernel regression (src/ops/cpu/kernel_regression.c): the pooling by hand,
  * finite-difference gradients, PyTorch parity of forward and backward under every kind of
  * mask, and d2l 11.2's whole experiment (non-parametric fit, 5 SGD steps of the parametric

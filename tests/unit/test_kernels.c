@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Properties of the kernels that parity with PyTorch does not pin down: dropout's statistics
  * and reproducibility, exact zeros under masks, error reporting on bad ids, the causal
  * mask's equivalence with step-by-step decoding, and GELU (qkv's own normal CDF) against

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Linear attention (src/ops/cpu/linear_attention.c): the non-causal O(N) form, the causal scan
  * with its two-sweep backward, and the recurrent step for generation.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The linear layer's few-row path (a decoding step: one row per sequence) against the GEMM
  * path it replaces: y = x W^T + b for M = 1..16 rows, odd sizes (tails of the 8-wide tiles and
  * of the 8-lane sums), with and without bias; each y[i, o] within 1e-5 of the GEMM relative

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The decoder-only language model: finite-difference gradient checks of the whole model
  * (softmax and linear attention, post- and pre-norm, tied), causality, generation with the KV
  * cache and the recurrent state against the full forward pass, sampling, character and byte

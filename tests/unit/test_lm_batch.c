@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Continuous batching of generation (qkv_lm_batch): texts that join a running batch at
  * different steps, with their own prompts, lengths, sampling and seeds, draw exactly the
  * tokens qkv_lm_generate draws for each alone, through the restart from the last half of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Language-model PyTorch parity: the decoder-only model trained for 20 Adam steps.
  *
  * Each case is a file written by tests/parity/make_lm_reference.py: tools/qkv_torch.py's

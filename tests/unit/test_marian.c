@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What Marian / OPUS-MT models need of the encoder-decoder (qkv import marian): SiLU, the
  * [sin | cos] positional table, unscaled embeddings, decoding from <pad>, <pad> never
  * generated, and that a config.json without these keys still reads as d2l's model (their

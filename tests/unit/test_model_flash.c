@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Flash attention inside the models (the backend chooses it, src/backend/cpu.c): from
  * flash_min_keys keys on, the encoder-decoder and the language model run
  * qkv_flash_attention_* instead of the materialised kernel, and must compute the same thing.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Whole-model PyTorch parity: the encoder-decoder Transformer trained for 20 Adam steps.
  *
  * Each case is a file written by tests/parity/make_model_reference.py: tools/qkv_torch.py's

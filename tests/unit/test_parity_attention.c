@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* PyTorch parity of the attention blocks: masked softmax, scaled dot-product attention,
  * additive attention and multi-head attention (our explicit formula, and once against
  * torch.nn.MultiheadAttention itself).

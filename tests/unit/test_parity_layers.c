@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* PyTorch parity of the elementwise and per-row building blocks: random numbers, linear,
  * embedding, activations, dropout, LayerNorm, RMSNorm, cross-entropy, positional encoding,
  * FFN, residual, AddNorm, a pre-norm block composed of them, and the AdamW update.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_read_file, the library's whole-file reader: exact bytes (NUL bytes included), the size
  * limit on a regular file (refused unread), on a pipe and on an endless device (refused once
  * the limit is passed), standard input, and the refusals (no file, a directory). */

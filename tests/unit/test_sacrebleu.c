@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* sacreBLEU's scores (src/training/sacrebleu.c): the 13a tokenisation of tricky lines, BLEU
  * and chrF of a few pairs, corpus and sentence level, all as pip's sacrebleu 2.6.0 gives them
  * (the expected values were printed by it); the tokeniser's buffer contract; bad arguments.

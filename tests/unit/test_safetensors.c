@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tensor files: round trips through save and load, every kind of hostile header, and the
  * atomic save keeping the old file when anything goes wrong. */
 #include <dirent.h>

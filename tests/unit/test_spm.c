@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* SentencePiece through libsentencepiece: models trained here (unigram and BPE, by
  * qkv_spm_train, and one by Debian's spm_train with its own special ids) are loaded from a
  * file and from memory; encoding gives pieces whose ids, spelled back, are the pieces;

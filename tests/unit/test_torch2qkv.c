@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* PyTorch interop: the model of PyTorch's tutorial "Language Translation with nn.Transformer",
  * converted by tools/torch2qkv.py, computes in qkv what it computes in PyTorch.
  *

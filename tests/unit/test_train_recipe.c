@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The paper's training recipe in qkv_train: the noam learning-rate schedule step by step,
  * batches of similar length under a token budget (every pair once, budget kept, reproducible
  * from the seed, less padding than shuffled batches), validation loss and BLEU equal to an

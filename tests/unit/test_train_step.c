@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One training step (qkv_transformer_train_step, qkv_lm_train_step) is exactly its parts:
  * zero the gradients, qkv_*_loss with backward, qkv_clip_grad_norm, qkv_adam_update, bit for
  * bit, over several steps (so a stale gradient or a missed zeroing shows). A step whose loss

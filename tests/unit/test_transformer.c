@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The whole encoder-decoder model: finite-difference gradient checks of the full backward in
  * every architectural variant, and its structural promises (parameter table, masks). */
 #include <math.h>

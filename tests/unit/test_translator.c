@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The translator: a model directory written here (word vocabularies, subword encodings,
  * whitespace tokens with <bos>) opens and translates raw strings exactly as
  * qkv_transformer_greedy / qkv_transformer_beam decode the same ids in the same batches; text

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Figures: canvas primitives, text, PNG output, the colour map, ticks, heatmaps and line plots.
  * Every figure is written to a PNG, read back with libpng and inspected pixel by pixel: the
  * size, that the data shows (bright cells where the matrix is large, a line that rises with

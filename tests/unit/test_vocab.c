@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Vocabularies: d2l's ordering (frequency, then first occurrence), min_freq and the reserved
  * tokens, sizes and ids on fra.txt from a Python port of d2l's Vocab, truncate_pad and
  * valid lengths, and the vocabulary file (round trip, atomic save, every malformed file).

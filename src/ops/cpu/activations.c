@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Elementwise nonlinearities of the position-wise FFN. */
 #include <math.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Scaled dot-product attention (paper, eq. 1):  Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V
  * with the masked softmax and dropout on the weights (d2l 11.3.3). Each (batch, head) pair is
  * an independent GEMM -> softmax -> GEMM chain; heads stay interleaved in memory, so the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What the attention layers do the same way: where a head's matrices lie when heads stay
  * interleaved, and the attention weights as dropout leaves them. Private to the library. */
 #ifndef QKV_ATTENTION_PARTS_H

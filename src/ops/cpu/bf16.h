@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Matrix products in bfloat16 with float32 accumulation (AVX512-BF16), for the models' linear
  * layers under QKV_PRECISION_BF16. Private to the library.
  *

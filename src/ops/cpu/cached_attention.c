@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Attention of one new query per sequence over a key-value cache (paper, eq. 1, with n = 1):
  *     o = softmax(q K^T / sqrt(d)) V
  * At position t of a decoding step this is O(t) work per head, and it is the only part of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Attention of one new query per sequence over a key-value cache: the attention of a decoding
  * step (greedy, beam search, language-model generation). Not part of the API. */
 #ifndef QKV_CACHED_ATTENTION_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Softmax cross-entropy from logits, with padding rows excluded (d2l's MaskedSoftmaxCELoss)
  * and optional label smoothing (paper, section 5.4). Works from logsumexp, so no separate
  * log-softmax buffer is materialised. A row is V logits (40 KB for V = 10,000: it stays in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Dot products in LANES partial sums, the shape the few-rows kernels (ops/cpu/linear.c) and
  * attention over a key-value cache (ops/cpu/cached_attention.c) share, so that a product
  * vectorises and every caller sums in the same fixed order. Private to the library. */

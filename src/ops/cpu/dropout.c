@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Inverted dropout (Srivastava et al. 2014): keep each value with probability 1 - p and scale
  * by 1/(1 - p) so the expectation is unchanged and evaluation needs no rescaling. The mask is
  * a pure function of (seed, offset + i), so backward recomputes it instead of storing it;

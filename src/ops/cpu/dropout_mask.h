@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Dropout's keep decision as a bit mask instead of a branch. Private to the library.
  * Element i of a dropout stream is kept when u(seed, i) >= p (core/internal.h's
  * dropout_keep). Branching on that random bit is mispredicted on about p of the elements,

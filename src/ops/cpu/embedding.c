@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Token embedding: a lookup table E (V, C); its gradient is a scatter-add. */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* e^x as a polynomial that GCC vectorises (libm's expf is a call per element), for the
  * kernels whose loops are mostly exponentials (flash attention, the cross-entropy over the
  * vocabulary, GELU's normal CDF), and the row reductions around it. Private to the library. */

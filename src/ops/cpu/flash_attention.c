@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Flash attention (Dao et al. 2022, "FlashAttention"; Dao 2023, "FlashAttention-2"): exact
  * scaled dot-product attention, O = dropout(softmax(Q K^T / sqrt d)) V, computed one tile of
  * BR queries x BC keys at a time, so the n x m weights never exist.

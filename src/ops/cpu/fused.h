@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Kernels that do in one pass what the public API does in two, for the models' training
  * step. Private to the library. */
 #ifndef QKV_FUSED_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bf16 GEMM with float32 accumulation on AVX512-BF16; see gemm_bf16.h.
  *
  * The structure is the usual one for a GEMM (Goto's, as BLIS lays it out):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* int8 GEMM with exact int32 sums on AVX512-VNNI; see int8.h.
  *
  * One kernel for both shapes the models ask for. A tile is MR_MAX (4) or fewer rows of x by a

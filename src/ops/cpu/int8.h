@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Matrix products with int8 weights and int8 activations, int32 sums (AVX512-VNNI), for the
  * models' linear layers under QKV_PRECISION_INT8 (inference only). Private to the library.
  *

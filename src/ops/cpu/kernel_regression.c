@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Nadaraya-Watson kernel regression as attention pooling (d2l 11.2, Nadaraya 1964, Watson
  * 1964): a query attends to the keys through a Gaussian kernel and averages their values,
  *   f(q) = sum_j softmax_j(-((q - k_j) w)^2 / 2) v_j.

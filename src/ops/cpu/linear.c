@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Linear layer: y = x W^T + b (the projections W_q, W_k, W_v, W_o and the FFN's two layers)
  * in float32: matrix-vector kernels for a decoding step's few rows, OpenBLAS's sgemm for many,
  * and the backward. The CPU backends' tables choose among these and the bf16 and int8 kernels

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The float32 linear layer's kernels: y (N, out) = x (N, in) W^T + b over few rows
  * (matrix-vector products that read W once) or through OpenBLAS's GEMM, and the backward.
  * Private to the library. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"). With the feature map
  * phi(x) = elu(x) + 1 in place of the softmax kernel, eq. 4 of the paper
  *     O_i = phi(Q_i)^T S / (phi(Q_i)^T z + eps),   S = sum_j phi(K_j) V_j^T,   z = sum_j phi(K_j)

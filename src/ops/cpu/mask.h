@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* qkv_mask's rule in one place, for every kernel that applies it (the masked softmax, flash
  * attention, linear attention's causal scan). Private to the library. */
 #ifndef QKV_MASK_H

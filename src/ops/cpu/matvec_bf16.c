@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* y = x W^T + b for a few rows of x with W in bf16 (a decoding step under
  * QKV_PRECISION_BF16); see bf16.h.
  * A decoding step is bound by reading the weights: every row of W crosses the memory bus once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Normalisation over the last axis: LayerNorm (Ba et al. 2016), used by AddNorm, and RMSNorm
  * (Zhang & Sennrich 2019). Forward saves the per-row statistics backward needs. */
 #include <math.h>

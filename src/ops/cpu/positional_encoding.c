@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Positional encoding (paper, section 3.5; d2l 11.6.3). The sinusoidal table gives each
  * position a unique code whose offsets are linear maps; learned positions use the same add
  * and receive a gradient. */

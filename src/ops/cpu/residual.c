@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Residual connections around each sublayer (paper, section 5.4: dropout on the sublayer's
  * output before it is added). Post-norm AddNorm is the paper's LayerNorm(x + Sublayer(x));
  * the pre-norm form x + Sublayer(LayerNorm(x)) uses the plain residual add. AddNorm runs row

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* y = x W^T + b for a few rows of x (a decoding step: one row per sequence or hypothesis),
  * tiled the same way whatever type W is stored in: float32 (ops/cpu/linear.c) or bf16
  * (ops/cpu/matvec_bf16.c). Private to the library.

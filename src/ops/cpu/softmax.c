@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Masked softmax over the last axis (d2l 11.3): attention weights for keys a query may not see
  * are exactly 0. We skip masked keys instead of adding a large negative number, so a row with
  * no visible key comes out all zeros rather than uniform or NaN. */
