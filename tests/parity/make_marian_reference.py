@@ -73,6 +73,13 @@ CONFIGS = {
         decoder_attention_heads=2, encoder_ffn_dim=20, decoder_ffn_dim=20,
         activation_function="relu", scale_embedding=False, max_position_embeddings=80,
         tie_word_embeddings=False)),
+    # shared_swish's shape, with 40 pieces that only the source SentencePiece model knows
+    # made likely (source_boost on their output bias): most outputs hold such pieces, which
+    # the target model cannot decode (MarianTokenizer renders their "\u2581" as a space)
+    "shared_source_pieces": dict(vocab="shared", source_boost=8.0, n=40, seed=12, cfg=dict(
+        d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        activation_function="swish", scale_embedding=True, max_position_embeddings=128)),
 }
 
 
@@ -162,7 +169,7 @@ def build(name, spec, out, pairs, tmp):
                        decoder_start_token_id=tv["<pad>"], eos_token_id=0,
                        forced_eos_token_id=0, bad_words_ids=[[tv["<pad>"]]], dropout=0.1,
                        **spec["cfg"])
-    torch.manual_seed(len(name))
+    torch.manual_seed(spec.get("seed", len(name)))
     model = MarianMTModel(cfg).eval()
     with torch.no_grad():  # random biases and norms, so that every one of them matters
         g = torch.Generator().manual_seed(7)
@@ -175,10 +182,22 @@ def build(name, spec, out, pairs, tmp):
     train(model, tok, src_lines, tgt_lines)
     with torch.no_grad():  # <pad> so likely that only bad_words_ids keeps it out
         model.final_logits_bias[0, tv["<pad>"]] += 8.0
+    source_only = []
+    if spec.get("source_boost"):
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=tgt_spm)
+        known = {sp.id_to_piece(i) for i in range(sp.get_piece_size())}
+        source_only = [i for piece, i in tv.items()
+                       if piece not in known and piece not in ("</s>", "<unk>", "<pad>")]
+        g = torch.Generator().manual_seed(3)
+        chosen = torch.tensor(source_only)[torch.randperm(len(source_only), generator=g)[:40]]
+        with torch.no_grad():
+            model.final_logits_bias[0, chosen] += spec["source_boost"]
     model.save_pretrained(d, safe_serialization=True)
 
     # the README's example first, then the last short pairs
-    short = [FALLBACK[0]] + [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][1 - N_SENTENCES:]
+    n_sentences = spec.get("n", N_SENTENCES)
+    short = [FALLBACK[0]] + [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][1 - n_sentences:]
     texts, refs = [p[0] for p in short], [p[1] for p in short]
     enc = tok(texts, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -214,6 +233,10 @@ def build(name, spec, out, pairs, tmp):
     tensors["greedy"], tensors["greedy_len"] = outputs(greedy)
     for k, lp in enumerate(LENGTH_PENALTIES):
         tensors[f"beam{k}"], tensors[f"beam{k}_len"] = outputs(beams[lp])
+    if source_only:  # the point of the configuration: outputs the target model cannot decode
+        held = sum(any(t in set(source_only) for t in row) for row in greedy.tolist())
+        assert held >= len(texts) // 2, f"{name}: only {held} outputs hold source-only pieces"
+        print(name, held, "of", len(texts), "outputs hold source-only pieces", file=sys.stderr)
     with open(os.path.join(out, "marian_" + name + ".de"), "w", encoding="utf-8") as f:
         f.write("\n".join(texts) + "\n")
     for what, seqs in (("greedy", greedy), (f"beam{BEAM}", beams[LENGTH_PENALTIES[0]])):

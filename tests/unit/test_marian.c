@@ -312,6 +312,11 @@ static void test_import_shared_relu_untied(void **state)
     (void)state, check_import("shared_relu_untied");
 }
 
+static void test_import_shared_source_pieces(void **state)
+{
+    (void)state, check_import("shared_source_pieces");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_import_shared_swish),
         cmocka_unit_test(test_import_separate_gelu),
         cmocka_unit_test(test_import_shared_relu_untied),
+        cmocka_unit_test(test_import_shared_source_pieces),
     };
     return cmocka_run_group_tests_name("marian", tests, NULL, NULL);
 }
