@@ -25,7 +25,8 @@ OUTDIR/marian_<name>.safetensors holds, in Marian's own ids:
 with metadata max_new (qkv's --max-len is max_new - 1: generate forces </s> as token max_new),
 n (the sentences), beam and length_penalty<k>. The texts themselves are in OUTDIR/marian_<name>.de (one per line), their
 greedy translations as text in OUTDIR/marian_<name>.greedy.en and their beam translations
-(BEAM, LENGTH_PENALTIES[0]) in OUTDIR/marian_<name>.beam<BEAM>.en.
+(BEAM, LENGTH_PENALTIES[0]) in OUTDIR/marian_<name>.beam<BEAM>.en; OUTDIR/marian_<name>.decode.tsv
+holds random target piece sequences and MarianTokenizer's text of each (write_decodings).
 """
 import json
 import os
@@ -242,9 +243,28 @@ def build(name, spec, out, pairs, tmp):
     for what, seqs in (("greedy", greedy), (f"beam{BEAM}", beams[LENGTH_PENALTIES[0]])):
         with open(os.path.join(out, f"marian_{name}.{what}.en"), "w", encoding="utf-8") as f:
             f.write("\n".join(tok.batch_decode(seqs, skip_special_tokens=True)) + "\n")
+    write_decodings(os.path.join(out, f"marian_{name}.decode.tsv"), tok, tv)
     meta = {"max_new": MAX_NEW, "n": len(texts), "beam": BEAM}
     meta.update({f"length_penalty{k}": repr(lp) for k, lp in enumerate(LENGTH_PENALTIES)})
     return tensors, meta
+
+
+def write_decodings(path, tok, vocab, n=300):
+    """Random sequences of target pieces (</s> and <pad> aside; <unk> and punctuation
+    frequent, so that skipping, stripping and clean_up_tokenization all matter) and their
+    text as MarianTokenizer.decode(skip_special_tokens=True) gives it: one line each, the
+    pieces joined by spaces, a tab, the text."""
+    import random
+    rng = random.Random(5)
+    pieces = [p for p in vocab if p not in ("</s>", "<pad>")]
+    punct = [p for p in pieces if any(c in p for c in ".,!?'")] + ["<unk>"]
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            seq = [rng.choice(punct if rng.random() < 0.4 else pieces)
+                   for _ in range(rng.randint(1, 10))]
+            text = tok.decode([vocab[p] for p in seq], skip_special_tokens=True)
+            assert "\t" not in text and "\n" not in text
+            f.write(" ".join(seq) + "\t" + text + "\n")
 
 
 def write_all(save, out, data_dir="../shared/data"):
