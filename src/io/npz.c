@@ -29,8 +29,8 @@ static const struct {
     const char *descr;
     stored_type type;
 } DESCRS[] = {
-    {"<f4", STORED_F32}, {"<f2", STORED_F16}, {"<f8", STORED_F64}, {"<i8", STORED_I64},
-    {"<i4", STORED_I32}, {"<i2", STORED_I16}, {"|i1", STORED_I8}, {"<i1", STORED_I8},
+    {"<f4", STORED_F32}, {"<f2", STORED_F16}, {"<f8", STORED_F64},  {"<i8", STORED_I64},
+    {"<i4", STORED_I32}, {"<i2", STORED_I16}, {"|i1", STORED_I8},   {"<i1", STORED_I8},
     {"|u1", STORED_U8},  {"<u1", STORED_U8},  {"|b1", STORED_BOOL},
 };
 
@@ -97,21 +97,25 @@ static int shape_tuple(cursor *c, npy_header *h)
 
 /* The header at bytes[0..n) (n: what of the entry is at hand, all of it or its first
  * MAX_HEADER + 10 bytes). */
-static qkv_status parse_header(npy_header *h, const unsigned char *b, size_t n,
-                               const char *file, const char *name, qkv_error *err)
+static qkv_status parse_header(npy_header *h, const unsigned char *b, size_t n, const char *file,
+                               const char *name, qkv_error *err)
 {
     memset(h, 0, sizeof *h);
     if (n < 10 || memcmp(b, "\x93NUMPY", 6) || b[6] < 1 || b[6] > 3)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s' is not a .npy array (no \\x93NUMPY magic "
-                        "of version 1, 2 or 3)", file, printable(name).s);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: '%s' is not a .npy array (no \\x93NUMPY magic "
+                        "of version 1, 2 or 3)",
+                        file, printable(name).s);
     const size_t start = b[6] == 1 ? 10 : 12;
-    const size_t len = b[6] == 1 ? (size_t)b[8] | (size_t)b[9] << 8
-                       : n < 12 ? MAX_HEADER + 1
-                                : (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 |
-                                      (size_t)b[11] << 24;
+    const size_t len =
+        b[6] == 1 ? (size_t)b[8] | (size_t)b[9] << 8
+        : n < 12  ? MAX_HEADER + 1
+                  : (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
     if (len > MAX_HEADER || start + len > n)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s': a .npy header of %zu bytes (the entry "
-                        "holds %zu)", file, printable(name).s, len, n);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: '%s': a .npy header of %zu bytes (the entry "
+                        "holds %zu)",
+                        file, printable(name).s, len, n);
     cursor c = {(const char *)b + start, (const char *)b + start + len};
     int seen = 0, ok = eat(&c, '{');
     char key[32], descr[16] = "";
@@ -126,17 +130,19 @@ static qkv_status parse_header(npy_header *h, const unsigned char *b, size_t n,
     }
     skip_spaces(&c);
     if (!ok || seen != 7 || c.p != c.end)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s': a .npy header that is not {'descr': ..., "
-                        "'fortran_order': ..., 'shape': (...)}", file, printable(name).s);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: '%s': a .npy header that is not {'descr': ..., "
+                        "'fortran_order': ..., 'shape': (...)}",
+                        file, printable(name).s);
     size_t k = 0;
     while (k < sizeof DESCRS / sizeof *DESCRS && strcmp(descr, DESCRS[k].descr)) k++;
     if (k == sizeof DESCRS / sizeof *DESCRS)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s': dtype '%s' (qkv reads little-endian "
-                        "float16/32/64, int8/16/32/64, uint8 and bool)", file, printable(name).s,
-                        printable(descr).s);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: '%s': dtype '%s' (qkv reads little-endian "
+                        "float16/32/64, int8/16/32/64, uint8 and bool)",
+                        file, printable(name).s, printable(descr).s);
     h->type = DESCRS[k].type;
-    if (!shape_numel(h->shape, h->ndim, &h->numel) ||
-        (uint64_t)h->numel > UINT64_MAX / 8)
+    if (!shape_numel(h->shape, h->ndim, &h->numel) || (uint64_t)h->numel > UINT64_MAX / 8)
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s': its shape overflows", file,
                         printable(name).s);
     h->data_at = start + len;
@@ -169,9 +175,10 @@ static qkv_status entry_header(const zip_archive *z, const zip_entry *e, npy_hea
     if (!st) st = parse_header(h, (unsigned char *)bytes, n, z->src.name, e->name, err);
     free(bytes);
     if (!st && (uint64_t)h->numel * stored_size(h->type) != e->usize - h->data_at)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s': %lld %s elements need %llu bytes, the "
-                      "entry has %llu after its header", z->src.name, printable(e->name).s,
-                      (long long)h->numel, stored_name(h->type),
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: '%s': %lld %s elements need %llu bytes, the "
+                      "entry has %llu after its header",
+                      z->src.name, printable(e->name).s, (long long)h->numel, stored_name(h->type),
                       (unsigned long long)h->numel * stored_size(h->type),
                       (unsigned long long)(e->usize - h->data_at));
     return st;
@@ -194,8 +201,8 @@ static qkv_status add_special(cJSON *meta, const zip_archive *z, const zip_entry
     char key[300];
     snprintf(key, sizeof key, "%.*s", (int)strlen(e->name) - 4, e->name);
     if (memchr(text, '\0', len))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s' holds a NUL byte inside its text",
-                      z->src.name, printable(e->name).s);
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s' holds a NUL byte inside its text", z->src.name,
+                      printable(e->name).s);
     else if (!cJSON_AddStringToObject(meta, key, text))
         st = qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", z->src.name);
     free(bytes);
@@ -209,13 +216,16 @@ static qkv_status load_archive(qkv_tensor_file *out, const byte_source *src, qkv
     qkv_status st = zip_open(&z, src, err);
     if (st) return st;
     int count = 0;
-    for (int i = 0; i < z.count; i++) count += is_npy(z.entries[i].name) && !is_special(z.entries[i].name);
+    for (int i = 0; i < z.count; i++)
+        count += is_npy(z.entries[i].name) && !is_special(z.entries[i].name);
     cJSON *meta = cJSON_CreateObject();
     npy_header *h = calloc((size_t)z.count + 1, sizeof *h);
     if (!meta || !h) st = qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", src->name);
     if (!st && !count)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: a zip archive without .npy arrays: not an "
-                      ".npz file", src->name);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: a zip archive without .npy arrays: not an "
+                      ".npz file",
+                      src->name);
     if (!st) st = tensor_file_alloc(out, count, src->name, err);
     int k = 0;
     for (int i = 0; !st && i < z.count; i++) {

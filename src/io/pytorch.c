@@ -20,26 +20,35 @@
 #include "io/weights.h"
 
 #define MAX_PICKLE_BYTES ((size_t)1 << 30) /* data.pkl of 100k tensors is a few MB */
-#define MAX_DEPTH 100000                 /* stack entries and marks */
+#define MAX_DEPTH 100000                   /* stack entries and marks */
 
 typedef enum {
-    V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_TUPLE, V_LIST, V_DICT, V_GLOBAL, V_STORAGE,
+    V_NONE,
+    V_BOOL,
+    V_INT,
+    V_FLOAT,
+    V_STR,
+    V_TUPLE,
+    V_LIST,
+    V_DICT,
+    V_GLOBAL,
+    V_STORAGE,
     V_TENSOR
 } vkind;
 
 typedef struct value value;
 struct value {
     vkind kind;
-    int64_t i;        /* V_BOOL, V_INT; V_STORAGE: its numel */
-    char *s;          /* V_STR; V_GLOBAL "module.name"; V_STORAGE its key */
-    value **items;    /* V_TUPLE, V_LIST: n items; V_DICT: n / 2 key, value pairs */
+    int64_t i;     /* V_BOOL, V_INT; V_STORAGE: its numel */
+    char *s;       /* V_STR; V_GLOBAL "module.name"; V_STORAGE its key */
+    value **items; /* V_TUPLE, V_LIST: n items; V_DICT: n / 2 key, value pairs */
     int n, cap;
-    stored_type type; /* V_STORAGE, and the V_GLOBAL of a storage class */
+    stored_type type;  /* V_STORAGE, and the V_GLOBAL of a storage class */
     int storage_class; /* V_GLOBAL: a torch.*Storage */
-    value *storage;   /* V_TENSOR */
+    value *storage;    /* V_TENSOR */
     int64_t offset, shape[QKV_MAX_DIMS], stride[QKV_MAX_DIMS];
     int ndim;
-    value *next;      /* every value, for freeing */
+    value *next; /* every value, for freeing */
 };
 
 typedef struct {
@@ -59,16 +68,18 @@ static const struct {
     const char *name;
     stored_type type;
 } STORAGES[] = {
-    {"torch.FloatStorage", STORED_F32}, {"torch.HalfStorage", STORED_F16},
+    {"torch.FloatStorage", STORED_F32},     {"torch.HalfStorage", STORED_F16},
     {"torch.BFloat16Storage", STORED_BF16}, {"torch.DoubleStorage", STORED_F64},
-    {"torch.LongStorage", STORED_I64}, {"torch.IntStorage", STORED_I32},
-    {"torch.ShortStorage", STORED_I16}, {"torch.CharStorage", STORED_I8},
-    {"torch.ByteStorage", STORED_U8}, {"torch.BoolStorage", STORED_BOOL},
+    {"torch.LongStorage", STORED_I64},      {"torch.IntStorage", STORED_I32},
+    {"torch.ShortStorage", STORED_I16},     {"torch.CharStorage", STORED_I8},
+    {"torch.ByteStorage", STORED_U8},       {"torch.BoolStorage", STORED_BOOL},
 };
 
 /* The callables a state dict needs; every other global is refused. */
 static const char *const CALLABLES[] = {
-    "collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor",
+    "collections.OrderedDict",
+    "torch._utils._rebuild_tensor_v2",
+    "torch._utils._rebuild_tensor",
     "torch._utils._rebuild_parameter",
 };
 
@@ -192,12 +203,14 @@ static qkv_status push_global(machine *m, const char *module, size_t ml, const c
     for (size_t i = 0; i < sizeof STORAGES / sizeof *STORAGES; i++)
         if (!strcmp(full, STORAGES[i].name)) v->storage_class = 1, v->type = STORAGES[i].type;
     int known = v->storage_class;
-    for (size_t i = 0; i < sizeof CALLABLES / sizeof *CALLABLES; i++) known |= !strcmp(full, CALLABLES[i]);
+    for (size_t i = 0; i < sizeof CALLABLES / sizeof *CALLABLES; i++)
+        known |= !strcmp(full, CALLABLES[i]);
     if (!known)
-        return qkv_fail(m->err, QKV_ERR_FORMAT, "%s: data.pkl names '%s', which is not part of a "
+        return qkv_fail(m->err, QKV_ERR_FORMAT,
+                        "%s: data.pkl names '%s', which is not part of a "
                         "state dict (tensors, storages, an OrderedDict of names): refused, since "
-                        "loading it would run code (torch.load would call it)", m->file,
-                        printable(full).s);
+                        "loading it would run code (torch.load would call it)",
+                        m->file, printable(full).s);
     return push(m, v);
 }
 
@@ -208,8 +221,8 @@ static qkv_status persistent_load(machine *m, value *pid)
 {
     if (!is(pid, V_TUPLE) || pid->n != 5 || !is(pid->items[0], V_STR) ||
         strcmp(pid->items[0]->s, "storage") || !is(pid->items[1], V_GLOBAL) ||
-        !pid->items[1]->storage_class || !is(pid->items[2], V_STR) ||
-        !is(pid->items[4], V_INT) || pid->items[4]->i < 0)
+        !pid->items[1]->storage_class || !is(pid->items[2], V_STR) || !is(pid->items[4], V_INT) ||
+        pid->items[4]->i < 0)
         return bad(m, "a persistent id that is not ('storage', torch.*Storage, key, location, "
                       "numel)");
     const char *key = pid->items[2]->s;
@@ -328,11 +341,16 @@ static qkv_status step(machine *m, int *stop)
     case 0x95: /* FRAME: a length hint */
         if (!(st = need(m, 8))) m->p += 8;
         return st;
-    case '}': return push(m, make(m, V_DICT));
-    case ']': return push(m, make(m, V_LIST));
-    case ')': return push(m, make(m, V_TUPLE));
-    case 'N': return push(m, make(m, V_NONE));
-    case 0x88: case 0x89: /* NEWTRUE, NEWFALSE */
+    case '}':
+        return push(m, make(m, V_DICT));
+    case ']':
+        return push(m, make(m, V_LIST));
+    case ')':
+        return push(m, make(m, V_TUPLE));
+    case 'N':
+        return push(m, make(m, V_NONE));
+    case 0x88:
+    case 0x89: /* NEWTRUE, NEWFALSE */
         if ((a = make(m, V_BOOL))) a->i = op == 0x88;
         return push(m, a);
     case '(': /* MARK */
@@ -371,7 +389,11 @@ static qkv_status step(machine *m, int *stop)
         if ((st = need(m, 8))) return st;
         m->p += 8;
         return push(m, make(m, V_FLOAT));
-    case 'X': case 'T': case 0x8c: case 'U': case 0x8d: /* unicode and byte strings */
+    case 'X':
+    case 'T':
+    case 0x8c:
+    case 'U':
+    case 0x8d: /* unicode and byte strings */
         n = op == 0x8c || op == 'U' ? 1 : op == 0x8d ? 8 : 4;
         if ((st = need(m, n))) return st;
         {
@@ -394,14 +416,16 @@ static qkv_status step(machine *m, int *stop)
         b = pop(m), a = pop(m);
         if (!is(a, V_STR) || !is(b, V_STR)) return bad(m, "STACK_GLOBAL without two strings");
         return push_global(m, a->s, strlen(a->s), b->s, strlen(b->s));
-    case 'q': case 'r': /* BINPUT, LONG_BINPUT */
+    case 'q':
+    case 'r': /* BINPUT, LONG_BINPUT */
         n = op == 'q' ? 1 : 4;
         if ((st = need(m, n))) return st;
         m->p += n;
         return memo_put(m, le(m->p - n, (int)n), peek(m));
     case 0x94: /* MEMOIZE */
         return memo_put(m, m->memo_count, peek(m));
-    case 'h': case 'j': /* BINGET, LONG_BINGET */
+    case 'h':
+    case 'j': /* BINGET, LONG_BINGET */
         n = op == 'h' ? 1 : 4;
         if ((st = need(m, n))) return st;
         m->p += n;
@@ -412,7 +436,9 @@ static qkv_status step(machine *m, int *stop)
     case 'l': /* LIST */
         if ((st = pop_mark(m, &a, V_LIST))) return st;
         return push(m, a);
-    case 0x85: case 0x86: case 0x87: /* TUPLE1, TUPLE2, TUPLE3 */
+    case 0x85:
+    case 0x86:
+    case 0x87: /* TUPLE1, TUPLE2, TUPLE3 */
         n = op - 0x84;
         if (!(a = make(m, V_TUPLE))) return qkv_fail(m->err, QKV_ERR_NOMEM, "out of memory");
         {
@@ -446,7 +472,8 @@ static qkv_status step(machine *m, int *stop)
     case 'Q': /* BINPERSID */
         a = pop(m);
         return persistent_load(m, a);
-    case 'R': return reduce(m);
+    case 'R':
+        return reduce(m);
     case 'b': /* BUILD: an OrderedDict's attributes (a state dict's _metadata), dropped */
         a = pop(m), c = peek(m);
         if (!a || !is(c, V_DICT)) return bad(m, "BUILD of something other than a dict");
@@ -484,29 +511,36 @@ static qkv_status find_pickle(const zip_archive *z, const char *file, char *pref
         const char *slash = strchr(z->entries[i].name, '/');
         if (!slash || strcmp(slash, "/data.pkl")) continue;
         if (found)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: two pickles ('%s' and '%s'): not one "
-                            "checkpoint", file, printable(found->name).s,
-                            printable(z->entries[i].name).s);
+            return qkv_fail(err, QKV_ERR_FORMAT,
+                            "%s: two pickles ('%s' and '%s'): not one "
+                            "checkpoint",
+                            file, printable(found->name).s, printable(z->entries[i].name).s);
         found = &z->entries[i];
     }
     if (!found)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: a zip archive without PREFIX/data.pkl: not a "
-                        "PyTorch checkpoint", file);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: a zip archive without PREFIX/data.pkl: not a "
+                        "PyTorch checkpoint",
+                        file);
     const size_t n = (size_t)(strchr(found->name, '/') - found->name);
     if (n + 1 > cap) return qkv_fail(err, QKV_ERR_FORMAT, "%s: a folder name too long", file);
     memcpy(prefix, found->name, n), prefix[n] = '\0';
     char name[600];
     snprintf(name, sizeof name, "%s/constants.pkl", prefix);
     if (zip_find(z, name))
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: a TorchScript archive (it has constants.pkl), "
-                        "not a state dict saved with torch.save", file);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: a TorchScript archive (it has constants.pkl), "
+                        "not a state dict saved with torch.save",
+                        file);
     snprintf(name, sizeof name, "%s/byteorder", prefix);
     const zip_entry *order = zip_find(z, name);
     char *text = NULL;
     qkv_status st = order ? zip_extract_alloc(z, order, 16, &text, err) : QKV_OK;
     if (!st && text && strcmp(text, "little"))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: byteorder '%s': qkv reads little-endian "
-                      "checkpoints", file, printable(text).s);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: byteorder '%s': qkv reads little-endian "
+                      "checkpoints",
+                      file, printable(text).s);
     free(text);
     return st;
 }
@@ -520,8 +554,10 @@ static int compare_strings(const void *a, const void *b)
 static qkv_status state_dict(machine *m, const value *root, named **out, int *count)
 {
     if (!is(root, V_DICT))
-        return qkv_fail(m->err, QKV_ERR_FORMAT, "%s: the pickle is not a dict of tensors (a "
-                        "state dict)", m->file);
+        return qkv_fail(m->err, QKV_ERR_FORMAT,
+                        "%s: the pickle is not a dict of tensors (a "
+                        "state dict)",
+                        m->file);
     const int n = root->n / 2;
     named *t = calloc((size_t)n + 1, sizeof *t);
     if (!t) return qkv_fail(m->err, QKV_ERR_NOMEM, "%s: out of memory", m->file);
@@ -529,8 +565,10 @@ static qkv_status state_dict(machine *m, const value *root, named **out, int *co
         const value *k = root->items[2 * i], *v = root->items[2 * i + 1];
         if (!is(k, V_STR) || !is(v, V_TENSOR)) {
             free(t);
-            return qkv_fail(m->err, QKV_ERR_FORMAT, "%s: item %d of the state dict is not a name "
-                            "and a tensor%s%s", m->file, i, is(k, V_STR) ? ": " : "",
+            return qkv_fail(m->err, QKV_ERR_FORMAT,
+                            "%s: item %d of the state dict is not a name "
+                            "and a tensor%s%s",
+                            m->file, i, is(k, V_STR) ? ": " : "",
                             is(k, V_STR) ? printable(k->s).s : "");
         }
         t[i] = (named){k->s, v};
@@ -552,8 +590,8 @@ static qkv_status state_dict(machine *m, const value *root, named **out, int *co
 }
 
 /* Every tensor's elements, storage by storage (each storage's bytes read once). */
-static qkv_status fill(qkv_tensor_file *f, const zip_archive *z, const char *prefix,
-                       named *t, int n, const char *file, qkv_error *err)
+static qkv_status fill(qkv_tensor_file *f, const zip_archive *z, const char *prefix, named *t,
+                       int n, const char *file, qkv_error *err)
 {
     named *order = malloc(((size_t)n + 1) * sizeof *order);
     if (!order) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", file);
@@ -587,12 +625,16 @@ static qkv_status fill(qkv_tensor_file *f, const zip_archive *z, const char *pre
             else if (b > need) need = b;
         }
         if (!e)
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s': its storage '%s' is not in the "
-                          "archive", file, printable(((const qkv_tensor *)order[i].name)->name).s,
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: tensor '%s': its storage '%s' is not in the "
+                          "archive",
+                          file, printable(((const qkv_tensor *)order[i].name)->name).s,
                           printable(name).s);
         else if (e->usize < need)
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: storage '%s' holds %llu bytes, its tensors "
-                          "need %llu", file, printable(name).s, (unsigned long long)e->usize,
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: storage '%s' holds %llu bytes, its tensors "
+                          "need %llu",
+                          file, printable(name).s, (unsigned long long)e->usize,
                           (unsigned long long)need);
         else if (!(bytes = malloc(e->usize ? (size_t)e->usize : 1)))
             st = qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory for storage '%s'", file,
@@ -620,12 +662,16 @@ static qkv_status load_archive(qkv_tensor_file *out, const byte_source *src, qkv
     if (st) return st;
     /* torch < 1.6's format: a pickled magic number (LONG1 of 10 bytes) and no zip */
     if (hn >= 4 && head[0] == 0x80 && head[2] == 0x8a && head[3] == 0x0a)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: a PyTorch file in the legacy format of torch "
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: a PyTorch file in the legacy format of torch "
                         "before 1.6 (not a zip archive): save it again with a newer torch, or "
-                        "as safetensors", src->name);
+                        "as safetensors",
+                        src->name);
     if (!zip_magic(head, hn))
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a PyTorch checkpoint (torch.save writes a "
-                        "zip archive)", src->name);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: not a PyTorch checkpoint (torch.save writes a "
+                        "zip archive)",
+                        src->name);
     zip_archive z;
     if ((st = zip_open(&z, src, err))) return st;
     char prefix[512], pkl_name[600], *pkl = NULL;
@@ -633,11 +679,11 @@ static qkv_status load_archive(qkv_tensor_file *out, const byte_source *src, qkv
     snprintf(pkl_name, sizeof pkl_name, "%s/data.pkl", prefix);
     if (!st) st = zip_extract_alloc(&z, zip_find(&z, pkl_name), MAX_PICKLE_BYTES, &pkl, err);
     machine m = {.file = src->name, .err = err};
-    if (pkl) m.begin = m.p = (const unsigned char *)pkl, m.end = m.p + zip_find(&z, pkl_name)->usize;
+    if (pkl)
+        m.begin = m.p = (const unsigned char *)pkl, m.end = m.p + zip_find(&z, pkl_name)->usize;
     int stop = 0;
     while (!st && !stop) st = m.p < m.end ? step(&m, &stop) : bad(&m, "no STOP opcode");
-    if (!st && (m.top != 1 || m.n_marks))
-        st = bad(&m, "the pickle does not end with one object");
+    if (!st && (m.top != 1 || m.n_marks)) st = bad(&m, "the pickle does not end with one object");
     named *t = NULL;
     int n = 0;
     if (!st) st = state_dict(&m, m.stack[0], &t, &n);

@@ -18,9 +18,10 @@ qkv_status open_weights(const char *path, int *fd, uint64_t *size, qkv_error *er
     *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (*fd < 0) return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    const char *why = fstat(*fd, &sb) ? strerror(errno)
-                      : S_ISDIR(sb.st_mode) ? "is a directory, not a file"
-                      : !S_ISREG(sb.st_mode) ? "not a regular file" : NULL;
+    const char *why = fstat(*fd, &sb)        ? strerror(errno)
+                      : S_ISDIR(sb.st_mode)  ? "is a directory, not a file"
+                      : !S_ISREG(sb.st_mode) ? "not a regular file"
+                                             : NULL;
     if (why) {
         close(*fd), *fd = -1;
         return qkv_fail(err, QKV_ERR_IO, "%s: %s", path, why);
@@ -33,9 +34,10 @@ qkv_status byte_source_read(const byte_source *src, void *dst, uint64_t off, siz
                             qkv_error *err)
 {
     if (off > src->size || n > src->size - off)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %zu bytes at offset %llu pass the end of "
-                        "the file (%llu bytes)", src->name, n, (unsigned long long)off,
-                        (unsigned long long)src->size);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: %zu bytes at offset %llu pass the end of "
+                        "the file (%llu bytes)",
+                        src->name, n, (unsigned long long)off, (unsigned long long)src->size);
     if (src->mem) {
         if (n) memcpy(dst, src->mem + off, n);
         return QKV_OK;
@@ -108,11 +110,21 @@ void stored_convert(void *dst, const void *src, stored_type t, size_t n)
     for (size_t i = 0; i < n; i++, s += k) {
         const uint64_t v = load_le(s, k);
         switch (t) {
-        case STORED_F16: d[i] = half_bits_to_float_bits((uint16_t)v); break;
-        case STORED_BF16: d[i] = (uint32_t)v << 16; break;
-        case STORED_I16: d[i] = (uint32_t)(int32_t)(int16_t)v; break;
-        case STORED_I8: d[i] = (uint32_t)(int32_t)(int8_t)v; break;
-        default: d[i] = (uint32_t)v; break; /* uint8, bool */
+        case STORED_F16:
+            d[i] = half_bits_to_float_bits((uint16_t)v);
+            break;
+        case STORED_BF16:
+            d[i] = (uint32_t)v << 16;
+            break;
+        case STORED_I16:
+            d[i] = (uint32_t)(int32_t)(int16_t)v;
+            break;
+        case STORED_I8:
+            d[i] = (uint32_t)(int32_t)(int8_t)v;
+            break;
+        default:
+            d[i] = (uint32_t)v;
+            break; /* uint8, bool */
         }
     }
 }
@@ -178,9 +190,10 @@ qkv_status tensor_file_alloc_data(qkv_tensor_file *f, const char *file, qkv_erro
         const qkv_tensor *t = &f->tensors[i];
         const size_t k = dtype_bytes(t->dtype);
         if ((uint64_t)t->numel > (SIZE_MAX - total - BUFFER_ALIGN) / k)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s': %lld elements are more "
-                            "than memory can hold", file, printable(t->name).s,
-                            (long long)t->numel);
+            return qkv_fail(err, QKV_ERR_FORMAT,
+                            "%s: tensor '%s': %lld elements are more "
+                            "than memory can hold",
+                            file, printable(t->name).s, (long long)t->numel);
         total += ((size_t)t->numel * k + BUFFER_ALIGN - 1) / BUFFER_ALIGN * BUFFER_ALIGN;
     }
     if (!(f->buffer = aligned_alloc(BUFFER_ALIGN, total ? total : BUFFER_ALIGN)))

@@ -65,8 +65,16 @@ int zip_magic(const unsigned char *bytes, size_t n);
 
 /* What a reader meets in a file; each is read as the qkv_dtype of stored_as(). */
 typedef enum {
-    STORED_F32, STORED_F16, STORED_BF16, STORED_F64, STORED_I64, STORED_I32,
-    STORED_I16, STORED_I8, STORED_U8, STORED_BOOL
+    STORED_F32,
+    STORED_F16,
+    STORED_BF16,
+    STORED_F64,
+    STORED_I64,
+    STORED_I32,
+    STORED_I16,
+    STORED_I8,
+    STORED_U8,
+    STORED_BOOL
 } stored_type;
 
 size_t stored_size(stored_type t);

@@ -39,8 +39,8 @@ static qkv_status find_directory(const byte_source *src, uint64_t *cd_off, uint6
     if (src->size < EOCD_BYTES)
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: %llu bytes: too short for a zip archive",
                         src->name, (unsigned long long)src->size);
-    const size_t tail = (size_t)(src->size < EOCD_BYTES + MAX_COMMENT ? src->size
-                                                                      : EOCD_BYTES + MAX_COMMENT);
+    const size_t tail =
+        (size_t)(src->size < EOCD_BYTES + MAX_COMMENT ? src->size : EOCD_BYTES + MAX_COMMENT);
     unsigned char *buf = malloc(tail);
     if (!buf) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", src->name);
     const uint64_t base = src->size - tail;
@@ -53,8 +53,10 @@ static qkv_status find_directory(const byte_source *src, uint64_t *cd_off, uint6
             break;
         }
     if (!st && !found)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: no zip end-of-central-directory record: not a "
-                      "zip archive, or a truncated one", src->name);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: no zip end-of-central-directory record: not a "
+                      "zip archive, or a truncated one",
+                      src->name);
     if (st) return free(buf), st;
     const unsigned char *e = buf + at;
     if (u16(e + 4) || u16(e + 6)) {
@@ -69,28 +71,28 @@ static qkv_status find_directory(const byte_source *src, uint64_t *cd_off, uint6
     /* zip64: the locator sits just before the end record and points at zip64's end record */
     unsigned char loc[20], rec[56];
     if (eocd < sizeof loc)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip64 sizes without a zip64 locator",
-                        src->name);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip64 sizes without a zip64 locator", src->name);
     if ((st = byte_source_read(src, loc, eocd - sizeof loc, sizeof loc, err))) return st;
     if (u32(loc) != LOCATOR64_SIG)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip64 sizes without a zip64 locator",
-                        src->name);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip64 sizes without a zip64 locator", src->name);
     const uint64_t rec_off = u64(loc + 8);
     if (rec_off > eocd || eocd - rec_off < sizeof rec)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: the zip64 end record (offset %llu) is "
-                        "outside the archive", src->name, (unsigned long long)rec_off);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: the zip64 end record (offset %llu) is "
+                        "outside the archive",
+                        src->name, (unsigned long long)rec_off);
     if ((st = byte_source_read(src, rec, rec_off, sizeof rec, err))) return st;
     if (u32(rec) != EOCD64_SIG)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: no zip64 end record at offset %llu",
-                        src->name, (unsigned long long)rec_off);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: no zip64 end record at offset %llu", src->name,
+                        (unsigned long long)rec_off);
     *count = u64(rec + 32), *cd_size = u64(rec + 40), *cd_off = u64(rec + 48);
     return QKV_OK;
 }
 
 /* Zip64's extended information (extra field 0x0001): the 64-bit values of those fields that
  * the header set to all ones, in the order usize, csize, offset. */
-static int read_zip64_extra(const unsigned char *extra, size_t n, uint64_t *usize,
-                            uint64_t *csize, uint64_t *offset)
+static int read_zip64_extra(const unsigned char *extra, size_t n, uint64_t *usize, uint64_t *csize,
+                            uint64_t *offset)
 {
     for (size_t at = 0; at + 4 <= n;) {
         const uint32_t id = u16(extra + at), len = u16(extra + at + 2);
@@ -121,17 +123,20 @@ static qkv_status read_entry(const byte_source *src, const unsigned char *cd, si
                              size_t at, size_t *next, zip_entry *e, qkv_error *err)
 {
     if (cd_size - at < 46 || u32(cd + at) != CENTRAL_SIG)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: the zip central directory is damaged "
-                        "(byte %zu)", src->name, at);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: the zip central directory is damaged "
+                        "(byte %zu)",
+                        src->name, at);
     const unsigned char *h = cd + at;
     const size_t name_len = u16(h + 28), extra_len = u16(h + 30), comment_len = u16(h + 32);
     if (cd_size - at - 46 < name_len + extra_len + comment_len)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: the zip central directory is damaged "
-                        "(byte %zu)", src->name, at);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: the zip central directory is damaged "
+                        "(byte %zu)",
+                        src->name, at);
     *next = at + 46 + name_len + extra_len + comment_len;
     if (memchr(h + 46, '\0', name_len))
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: a zip entry's name holds a NUL byte",
-                        src->name);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: a zip entry's name holds a NUL byte", src->name);
     if (!(e->name = malloc(name_len + 1)))
         return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", src->name);
     memcpy(e->name, h + 46, name_len);
@@ -141,40 +146,48 @@ static qkv_status read_entry(const byte_source *src, const unsigned char *cd, si
     e->csize = u32(h + 20), e->usize = u32(h + 24);
     uint64_t local = u32(h + 42);
     if (!read_zip64_extra(h + 46 + name_len, extra_len, &e->usize, &e->csize, &local))
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s': damaged zip64 sizes",
-                        src->name, printable(e->name).s);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s': damaged zip64 sizes", src->name,
+                        printable(e->name).s);
     if (flags & 1)
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s' is encrypted", src->name,
                         printable(e->name).s);
     if (e->method != 0 && e->method != 8)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s' is compressed with method %d "
-                        "(qkv reads stored and deflated entries)", src->name,
-                        printable(e->name).s, e->method);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: zip entry '%s' is compressed with method %d "
+                        "(qkv reads stored and deflated entries)",
+                        src->name, printable(e->name).s, e->method);
     if (e->method == 0 && e->csize != e->usize)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s' is stored, but its sizes "
-                        "differ (%llu and %llu bytes)", src->name, printable(e->name).s,
-                        (unsigned long long)e->csize, (unsigned long long)e->usize);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: zip entry '%s' is stored, but its sizes "
+                        "differ (%llu and %llu bytes)",
+                        src->name, printable(e->name).s, (unsigned long long)e->csize,
+                        (unsigned long long)e->usize);
     if (e->method == 8 && e->usize / 1032 > e->csize + 1) /* deflate's limit is 1032:1 */
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s' claims %llu bytes from %llu "
-                        "deflated ones, more than deflate can give", src->name,
-                        printable(e->name).s, (unsigned long long)e->usize,
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: zip entry '%s' claims %llu bytes from %llu "
+                        "deflated ones, more than deflate can give",
+                        src->name, printable(e->name).s, (unsigned long long)e->usize,
                         (unsigned long long)e->csize);
     unsigned char lh[30];
     qkv_status st = local > src->size || src->size - local < sizeof lh
-                        ? qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s': its header "
-                                   "(offset %llu) is outside the file", src->name,
-                                   printable(e->name).s, (unsigned long long)local)
+                        ? qkv_fail(err, QKV_ERR_FORMAT,
+                                   "%s: zip entry '%s': its header "
+                                   "(offset %llu) is outside the file",
+                                   src->name, printable(e->name).s, (unsigned long long)local)
                         : byte_source_read(src, lh, local, sizeof lh, err);
     if (st) return st;
     if (u32(lh) != LOCAL_SIG)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s': no local header at offset "
-                        "%llu", src->name, printable(e->name).s, (unsigned long long)local);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: zip entry '%s': no local header at offset "
+                        "%llu",
+                        src->name, printable(e->name).s, (unsigned long long)local);
     e->offset = local + sizeof lh + u16(lh + 26) + u16(lh + 28);
     if (e->offset > src->size || e->csize > src->size - e->offset)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s': %llu bytes at offset %llu "
-                        "pass the end of the file (%llu bytes)", src->name, printable(e->name).s,
-                        (unsigned long long)e->csize, (unsigned long long)e->offset,
-                        (unsigned long long)src->size);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: zip entry '%s': %llu bytes at offset %llu "
+                        "pass the end of the file (%llu bytes)",
+                        src->name, printable(e->name).s, (unsigned long long)e->csize,
+                        (unsigned long long)e->offset, (unsigned long long)src->size);
     return QKV_OK;
 }
 
@@ -186,13 +199,15 @@ qkv_status zip_open(zip_archive *z, const byte_source *src, qkv_error *err)
     qkv_status st = find_directory(src, &cd_off, &cd_size, &count, err);
     if (st) return st;
     if (cd_off > src->size || cd_size > src->size - cd_off)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: the zip central directory (%llu bytes at "
-                        "offset %llu) passes the end of the file", src->name,
-                        (unsigned long long)cd_size, (unsigned long long)cd_off);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: the zip central directory (%llu bytes at "
+                        "offset %llu) passes the end of the file",
+                        src->name, (unsigned long long)cd_size, (unsigned long long)cd_off);
     if (count > MAX_ENTRIES || count > cd_size / 46)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %llu zip entries in a central directory of "
-                        "%llu bytes", src->name, (unsigned long long)count,
-                        (unsigned long long)cd_size);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: %llu zip entries in a central directory of "
+                        "%llu bytes",
+                        src->name, (unsigned long long)count, (unsigned long long)cd_size);
     unsigned char *cd = malloc(cd_size ? (size_t)cd_size : 1);
     z->entries = calloc(count ? (size_t)count : 1, sizeof *z->entries);
     if (!cd || !z->entries) st = qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", src->name);
@@ -207,8 +222,8 @@ qkv_status zip_open(zip_archive *z, const byte_source *src, qkv_error *err)
         qsort(z->entries, (size_t)z->count, sizeof *z->entries, compare_names);
         for (int i = 1; !st && i < z->count; i++)
             if (!strcmp(z->entries[i].name, z->entries[i - 1].name))
-                st = qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s' appears twice",
-                              src->name, printable(z->entries[i].name).s);
+                st = qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s' appears twice", src->name,
+                              printable(z->entries[i].name).s);
     }
     if (st) zip_close(z);
     return st;
@@ -238,9 +253,8 @@ static qkv_status inflate_entry(const zip_archive *z, const zip_entry *e, unsign
         return qkv_fail(err, QKV_ERR_NOMEM, "%s: cannot start inflating", z->src.name);
     enum { CHUNK = 1 << 16 };
     unsigned char *in = z->src.mem ? NULL : malloc(CHUNK);
-    qkv_status st = z->src.mem || in ? QKV_OK
-                                     : qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory",
-                                                z->src.name);
+    qkv_status st =
+        z->src.mem || in ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", z->src.name);
     uint64_t read = 0, written = 0;
     int rc = Z_OK;
     while (!st && rc != Z_STREAM_END) {
@@ -267,9 +281,11 @@ static qkv_status inflate_entry(const zip_archive *z, const zip_entry *e, unsign
                           !room ? " (more bytes than its size)" : "");
     }
     if (!st && (rc != Z_STREAM_END || written != e->usize))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s': the deflate data ends after "
-                      "%llu of %llu bytes", z->src.name, printable(e->name).s,
-                      (unsigned long long)written, (unsigned long long)e->usize);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: zip entry '%s': the deflate data ends after "
+                      "%llu of %llu bytes",
+                      z->src.name, printable(e->name).s, (unsigned long long)written,
+                      (unsigned long long)e->usize);
     inflateEnd(&s);
     free(in);
     return st;
@@ -277,9 +293,9 @@ static qkv_status inflate_entry(const zip_archive *z, const zip_entry *e, unsign
 
 qkv_status zip_extract(const zip_archive *z, const zip_entry *e, void *dst, qkv_error *err)
 {
-    qkv_status st = e->method == 8 ? inflate_entry(z, e, dst, err)
-                                   : byte_source_read(&z->src, dst, e->offset, (size_t)e->usize,
-                                                      err);
+    qkv_status st = e->method == 8
+                        ? inflate_entry(z, e, dst, err)
+                        : byte_source_read(&z->src, dst, e->offset, (size_t)e->usize, err);
     if (st) return st;
     /* crc32 takes a uInt length: the data in slices */
     uLong crc = crc32(0L, Z_NULL, 0);
@@ -289,9 +305,10 @@ qkv_status zip_extract(const zip_archive *z, const zip_entry *e, void *dst, qkv_
         crc = crc32(crc, p, n), p += n, left -= n;
     }
     if ((uint32_t)crc != e->crc)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s': CRC-32 %08x, the archive "
-                        "says %08x (damaged data)", z->src.name, printable(e->name).s,
-                        (unsigned)crc, (unsigned)e->crc);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: zip entry '%s': CRC-32 %08x, the archive "
+                        "says %08x (damaged data)",
+                        z->src.name, printable(e->name).s, (unsigned)crc, (unsigned)e->crc);
     return QKV_OK;
 }
 
@@ -300,13 +317,14 @@ qkv_status zip_extract_alloc(const zip_archive *z, const zip_entry *e, size_t ma
 {
     *data = NULL;
     if (e->usize > max)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: zip entry '%s' is %llu bytes, over the "
-                        "%zu-byte limit for it", z->src.name, printable(e->name).s,
-                        (unsigned long long)e->usize, max);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: zip entry '%s' is %llu bytes, over the "
+                        "%zu-byte limit for it",
+                        z->src.name, printable(e->name).s, (unsigned long long)e->usize, max);
     char *buf = malloc((size_t)e->usize + 1);
     if (!buf)
-        return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory for zip entry '%s'",
-                        z->src.name, printable(e->name).s);
+        return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory for zip entry '%s'", z->src.name,
+                        printable(e->name).s);
     qkv_status st = zip_extract(z, e, buf, err);
     if (st) return free(buf), st;
     buf[e->usize] = '\0';

@@ -49,7 +49,7 @@ static void load_case(const char *name, const char *ext, qkv_tensor_file *f, qkv
     char path[1024];
     qkv_error err = {0};
     snprintf(path, sizeof path, "%s/weights_%s.%s", parity_dir(), name, ext);
-    qkv_status st = !strcmp(ext, "bin") ? qkv_tensor_file_load_pytorch(f, path, &err)
+    qkv_status st = !strcmp(ext, "bin")   ? qkv_tensor_file_load_pytorch(f, path, &err)
                     : !strcmp(ext, "npz") ? qkv_tensor_file_load_npz(f, path, &err)
                                           : qkv_tensor_file_load(f, path, &err);
     if (st) fail_msg("%s", err.msg);
@@ -149,7 +149,10 @@ static uint32_t crc32_of(const unsigned char *p, size_t n)
     return ~c;
 }
 
-static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8); }
+static void put16(unsigned char *p, unsigned v)
+{
+    p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8);
+}
 static void put32(unsigned char *p, uint32_t v) { put16(p, v & 0xffff), put16(p + 2, v >> 16); }
 
 static size_t make_zip(unsigned char *out, int n, const char *const *names,
@@ -177,7 +180,8 @@ static size_t make_zip(unsigned char *out, int n, const char *const *names,
         at += 46 + nl;
     }
     memset(out + at, 0, 22);
-    put32(out + at, 0x06054b50u), put16(out + at + 8, (unsigned)n), put16(out + at + 10, (unsigned)n);
+    put32(out + at, 0x06054b50u), put16(out + at + 8, (unsigned)n),
+        put16(out + at + 10, (unsigned)n);
     put32(out + at + 12, (uint32_t)(at - cd)), put32(out + at + 16, (uint32_t)cd);
     return at + 22;
 }
@@ -198,13 +202,18 @@ static void test_hostile_pickles(void **state)
 {
     (void)state;
 #define P(s) s, sizeof s - 1
-    expect_pickle_refused(P("\x80\x02" "cbuiltins\neval\n."), "builtins.eval");
+    expect_pickle_refused(P("\x80\x02"
+                            "cbuiltins\neval\n."),
+                          "builtins.eval");
     expect_pickle_refused(P("\x80\x02(."), "does not end with one object");
     expect_pickle_refused(P("\x80\x02h\x05."), "memo get of an unset index");
     expect_pickle_refused(P("\x80\x02X\xff\xff\xff\x7f"), "passes the end");
     expect_pickle_refused(P("\x80\x02}K\x01K\x02s."), "not a name and a tensor");
-    expect_pickle_refused(P("\x80\x02}X\x01\x00\x00\x00" "a(X\x07\x00\x00\x00" "storage"
-                            "ctorch\nFloatStorage\nX\x01\x00\x00\x00" "0X\x03\x00\x00\x00"
+    expect_pickle_refused(P("\x80\x02}X\x01\x00\x00\x00"
+                            "a(X\x07\x00\x00\x00"
+                            "storage"
+                            "ctorch\nFloatStorage\nX\x01\x00\x00\x00"
+                            "0X\x03\x00\x00\x00"
                             "cpuK\x04tQs."),
                           "not a name and a tensor");
     expect_pickle_refused(P("\x80\x02\x8a\x09\x01\x02\x03\x04\x05\x06\x07\x08\x09."),
@@ -221,10 +230,13 @@ static void test_hostile_pickles(void **state)
 static void test_views_checked(void **state)
 {
     (void)state;
-    static const unsigned char head[] =
-        "\x80\x02}X\x01\x00\x00\x00w" "ctorch._utils\n_rebuild_tensor_v2\n"
-        "((X\x07\x00\x00\x00storage" "ctorch\nFloatStorage\n"
-        "X\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x04tQK";
+    static const unsigned char head[] = "\x80\x02}X\x01\x00\x00\x00w"
+                                        "ctorch._utils\n_rebuild_tensor_v2\n"
+                                        "((X\x07\x00\x00\x00storage"
+                                        "ctorch\nFloatStorage\n"
+                                        "X\x01\x00\x00\x00"
+                                        "0X\x03\x00\x00\x00"
+                                        "cpuK\x04tQK";
     static const unsigned char tail[] = "K\x02K\x02\x86K\x02K\x01\x86\x89}tRs.";
     const float data[4] = {1, 2, 3, 4};
     for (int offset = 0; offset <= 1; offset++) {
@@ -251,8 +263,7 @@ static void test_views_checked(void **state)
         assert_memory_equal(f.tensors[0].data, data, sizeof data);
         qkv_tensor_file_free(&f);
         zn = make_zip(zip, 1, names, bytes, lens);
-        assert_int_equal(qkv_tensor_file_parse_pytorch(&f, zip, zn, "v.bin", &err),
-                         QKV_ERR_FORMAT);
+        assert_int_equal(qkv_tensor_file_parse_pytorch(&f, zip, zn, "v.bin", &err), QKV_ERR_FORMAT);
         assert_non_null(strstr(err.msg, "is not in the archive"));
     }
 }
@@ -275,13 +286,15 @@ static void test_damaged_archives(void **state)
     for (size_t k = 0; k < n; k++) {
         unsigned char *cut = malloc(k ? k : 1);
         memcpy(cut, zip, k);
-        assert_int_equal(qkv_tensor_file_parse_pytorch(&f, cut, k, "cut.bin", &err), QKV_ERR_FORMAT);
+        assert_int_equal(qkv_tensor_file_parse_pytorch(&f, cut, k, "cut.bin", &err),
+                         QKV_ERR_FORMAT);
         free(cut);
     }
     zip[30 + strlen(names[0]) + 2] ^= 1; /* a data byte: the CRC-32 no longer matches */
     assert_int_equal(qkv_tensor_file_parse_pytorch(&f, zip, n, "crc.bin", &err), QKV_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "CRC-32"));
-    assert_int_equal(qkv_tensor_file_parse_pytorch(&f, "hello", 5, "txt.bin", &err), QKV_ERR_FORMAT);
+    assert_int_equal(qkv_tensor_file_parse_pytorch(&f, "hello", 5, "txt.bin", &err),
+                     QKV_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "not a PyTorch checkpoint"));
     /* .npy headers */
     static const char *const headers[] = {
