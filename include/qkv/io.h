@@ -30,8 +30,9 @@ qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_e
 QKV_API
 qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err);
 
-/* Imports a Hugging Face MarianMT directory (an OPUS-MT model: config.json,
- * model.safetensors in float32, vocab.json (and target_vocab.json when the vocabularies are
+/* Imports a Hugging Face MarianMT directory (an OPUS-MT model: config.json, weights as
+ * model.safetensors or pytorch_model.bin (or shards of either with their index) in float32,
+ * float16 or bfloat16, vocab.json (and target_vocab.json when the vocabularies are
  * separate), source.spm, target.spm) as the qkv model directory out_dir (which must exist):
  * config.json and model.safetensors (written last), src_vocab.txt and tgt_vocab.txt (qkv's
  * reserved ids first: Marian's </s> <unk> <pad> become <eos> <unk> <pad>, and a <bos> row
