@@ -22,7 +22,7 @@ static void attend(float *O, float *S, const float *Q, const void *K, const void
                    kv_dtype type, size_t stride, int B, int H, int d, int m, const int *row,
                    const int *len, const int *ancestry, int ld)
 {
-    int *rows = malloc((size_t)B * sizeof *rows), *lens = malloc((size_t)B * sizeof *lens);
+    int *rows = calloc((size_t)B, sizeof *rows), *lens = calloc((size_t)B, sizeof *lens);
     for (int b = 0; b < B; b++) {
         rows[b] = row ? row[b] : b;
         lens[b] = !ancestry && len ? len[rows[b]] : m;
@@ -40,7 +40,7 @@ static void check_case(int B, int H, int d, int m, int cache_rows, int cap)
     float *Q = tu_rand((size_t)B * C, 1), *K = tu_rand((size_t)cache_rows * stride, 2);
     float *V = tu_rand((size_t)cache_rows * stride, 3);
     for (size_t i = 0; i < (size_t)B * C; i++) Q[i] *= 3.0f; /* sharper weights */
-    int *row = malloc((size_t)B * sizeof *row), *len = malloc((size_t)cache_rows * sizeof *len);
+    int *row = calloc((size_t)B, sizeof *row), *len = calloc((size_t)cache_rows, sizeof *len);
     for (int b = 0; b < B; b++) row[b] = (b * 7 + 3) % cache_rows;
     for (int r = 0; r < cache_rows; r++) len[r] = r == 0 ? 0 : r == 1 ? m : 1 + (r * 5) % m;
     float *O = tu_rand((size_t)B * C, 4), *S = tu_rand((size_t)B * H * m, 5);
