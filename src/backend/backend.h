@@ -14,8 +14,9 @@
  *               ops->linear_gemm;
  *   attention   ops->choose_attention picks the kernel of each attention when the activations
  *               are laid out: linear attention if the model has it, else the materialised
- *               softmax (keeps the weights P: attention maps, short sequences) or the flash
- *               kernel (keeps only the row log-sum-exp L; from flash_min_keys keys on).
+ *               softmax (keeps the weights P: short sequences, and whenever the caller needs
+ *               the weights) or the flash kernel (keeps only the row log-sum-exp L; from
+ *               attention_options.flash_min_keys keys on).
  * A new precision (int8) or device (CUDA) is one more table: fill every entry, and the
  * models run on it unchanged. Private to the library. */
 #ifndef QKV_BACKEND_H
@@ -34,6 +35,12 @@ typedef enum {
     ATTENTION_FLASH,        /* softmax, keeping L (B, H, n): memory linear in the length */
     ATTENTION_LINEAR,       /* phi(Q) (phi(K)^T V), phi = elu + 1: O(n) (no weights dropout) */
 } attention_kernel;
+
+/* What the models ask of softmax attention when its activations are laid out. */
+typedef struct {
+    int need_weights;   /* keep the weights P of every attention (attention maps) */
+    int flash_min_keys; /* otherwise the flash kernel from this many keys on */
+} attention_options;
 
 typedef struct backend backend;
 
@@ -59,7 +66,8 @@ typedef struct {
                             const float *x, const float *W, int N, int in, int out);
 
     /* ---- attention O (B, n, H v) from Q (B, n, H d), K (B, m, H d), V (B, m, H v) --------- */
-    attention_kernel (*choose_attention)(int linear, int keys, int flash_min_keys);
+    attention_kernel (*choose_attention)(qkv_attention_kind kind, int keys,
+                                         const attention_options *o);
     /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear) */
     void (*attention_forward)(attention_kernel k, float *O, float *S,
                               const qkv_attention_inputs *x, const qkv_attention_shape *s,
@@ -73,9 +81,8 @@ typedef struct {
     size_t (*attention_scratch_floats)(attention_kernel k, const qkv_attention_shape *s);
     /* one query per row over a key-value cache of float32 or bf16 values
      * (ops/cpu/cached_attention.h), and writing n values into one */
-    void (*cached_attention)(float *O, float *S, const float *Q, const void *K, const void *V,
-                             kv_dtype kv, size_t stride, int B, int H, int d, int m, const int *row,
-                             const int *len, const int *slots, int ld_slots);
+    void (*cached_attention)(float *O, float *S, const float *Q, const kv_view *kv, int B, int H,
+                             int d, int m);
     void (*kv_store)(void *cache, kv_dtype kv, size_t at, const float *x, size_t n);
     /* one position of causal linear attention from its recurrent state */
     void (*linear_attention_step)(float *o, qkv_linear_attention_state *s, const float *q,

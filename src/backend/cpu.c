@@ -13,10 +13,12 @@
 
 /* The number of keys from which softmax attention runs the flash kernel: the crossover of
  * qkv bench attention (forward + backward, d = 64) on AVX2 is about 256 (models.h). */
-static attention_kernel choose_attention(int linear, int keys, int flash_min_keys)
+static attention_kernel choose_attention(qkv_attention_kind kind, int keys,
+                                         const attention_options *o)
 {
-    if (linear) return ATTENTION_LINEAR;
-    return keys >= flash_min_keys ? ATTENTION_FLASH : ATTENTION_MATERIALISED;
+    if (kind == QKV_ATTENTION_LINEAR) return ATTENTION_LINEAR;
+    return !o->need_weights && keys >= o->flash_min_keys ? ATTENTION_FLASH
+                                                         : ATTENTION_MATERIALISED;
 }
 
 static void attention_forward(attention_kernel k, float *O, float *S,

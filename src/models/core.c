@@ -210,17 +210,18 @@ static void layout_sublayer(arena *a, sublayer_acts *s, size_t N, int C, int pre
 /* One attention of B x (n queries, m keys) on the kernel the backend chooses; returns its
  * scratch. */
 static size_t layout_attention(arena *a, const backend *be, mha_acts *att, const stack_dims *d,
-                               int linear, int B, int n, int m, int flash_min_keys)
+                               qkv_attention_kind kind, int B, int n, int m,
+                               const attention_options *o)
 {
     const qkv_mha_config mc = stack_mha_config(d);
-    const attention_kernel k = be->ops->choose_attention(linear, m, flash_min_keys);
+    const attention_kernel k = be->ops->choose_attention(kind, m, o);
     float *base = arena_take(a, mha_saved_floats(be, k, &mc, B, n, m));
     *att = base ? mha_acts_view(be, k, base, &mc, B, n, m) : (mha_acts){k, {0}, NULL};
     return mha_scratch_floats(be, k, &mc, B, n, m);
 }
 
 size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims *d, int B,
-                    int T, int Tm, int flash_min_keys)
+                    int T, int Tm, const attention_options *o)
 {
     const int C = d->C, F = d->F;
     const size_t N = (size_t)B * T;
@@ -229,12 +230,13 @@ size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims
     for (int l = 0; l < d->layers; l++) {
         block_acts *b = &s->blocks[l];
         layout_sublayer(a, &b->self, N, C, d->pre_norm);
-        need = layout_attention(a, be, &b->self_att, d, d->linear_attention, B, T, T,
-                                flash_min_keys);
+        need = layout_attention(a, be, &b->self_att, d,
+                                d->linear_attention ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX,
+                                B, T, T, o);
         if (need > scratch) scratch = need;
         if (d->cross) {
             layout_sublayer(a, &b->cross, N, C, d->pre_norm);
-            need = layout_attention(a, be, &b->cross_att, d, 0, B, T, Tm, flash_min_keys);
+            need = layout_attention(a, be, &b->cross_att, d, QKV_ATTENTION_SOFTMAX, B, T, Tm, o);
             if (need > scratch) scratch = need;
         }
         layout_sublayer(a, &b->ff, N, C, d->pre_norm);

@@ -151,6 +151,11 @@ qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err)
 
 qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m) { return m->core.kv_cache; }
 
+qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m)
+{
+    return core_kv_cache(&m->core) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
+}
+
 float *qkv_lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }
 
 /* ---- the activations --------------------------------------------------------------------- */
@@ -169,7 +174,8 @@ static void layout(void *request, arena *a)
     const size_t N = (size_t)r->B * r->T;
     lm_acts *x = &m->acts;
     x->B = r->B, x->T = r->T;
-    size_t scratch = stack_layout(a, &be, &x->s, &m->dims, r->B, r->T, 0, m->core.flash_min_keys);
+    const attention_options o = {0, m->core.flash_min_keys};
+    size_t scratch = stack_layout(a, &be, &x->s, &m->dims, r->B, r->T, 0, &o);
     x->logits = arena_take(a, N * V), x->lse = arena_take(a, N), x->loss = arena_take(a, N);
     x->work.dh = arena_take(a, N * C), x->work.ds = arena_take(a, N * C);
     x->work.din = arena_take(a, N * C);
