@@ -4,6 +4,7 @@
 
     ct2_check.py QKV_MODEL_DIR CT2_DIR SOURCES QKV_OUTPUT MAX_LEN [--compute-type T]
                  [--same-as CT2_DIR2 --compute-type2 T2]
+    ct2_check.py --logits REFERENCE.safetensors VOCAB_JSON CT2_DIR [TARGET_VOCAB_JSON]
 
 Tokenises each line of SOURCES as qkv does (a SentencePiece model's pieces, or the line's
 whitespace-separated words), translates the tokens greedily with ctranslate2.Translator,
@@ -11,7 +12,8 @@ detokenises as the model's text.json says (MarianTokenizer's rules for "detokeni
 "marian") and compares each line with QKV_OUTPUT, qkv translate's output for the same
 sources. Exit 1 on any difference. With --same-as, the outputs of CT2_DIR2 (under
 --compute-type2) must equal CT2_DIR's instead: the int8 file written by qkv against
-CTranslate2's own quantisation of the float32 one."""
+CTranslate2's own quantisation of the float32 one. With --logits: CTranslate2's
+log-probabilities of reference targets against transformers' logits (check_logits).""" 
 import argparse
 import json
 import os
@@ -62,7 +64,47 @@ def translate(ct2_dir, compute_type, batches, max_len):
     return [r.hypotheses[0] for r in out]
 
 
+def check_logits(ref, vocab_json, ct2_dir, target_vocab_json=None):
+    """CTranslate2's log-probabilities of the reference targets (score_batch) against
+    transformers' logits in ref (make_marian_reference.py's src, src_valid, tgt_in, logits),
+    normalised without <pad> (which the exported model never generates), within 1e-4."""
+    import numpy as np
+    from safetensors.numpy import load_file
+    r = load_file(ref)
+    sv = {i: p for p, i in json.load(open(vocab_json, encoding="utf-8")).items()}
+    tv = {i: p for p, i in json.load(open(target_vocab_json or vocab_json, encoding="utf-8")).items()}
+    pad = [i for i, p in tv.items() if p == "<pad>"][0]
+    eos = [i for i, p in tv.items() if p == "</s>"][0]
+    t = ctranslate2.Translator(ct2_dir, device="cpu", compute_type="float32", intra_threads=1)
+    worst, n = 0.0, 0
+    for k in range(r["src"].shape[0]):
+        src = [sv[int(i)] for i in r["src"][k][: int(r["src_valid"][k]) - 1]]
+        ids = [int(i) for i in r["tgt_in"][k][1:]]
+        if pad in ids:
+            ids = ids[: ids.index(pad)]
+        if eos in ids:
+            ids = ids[: ids.index(eos)]
+        got = t.score_batch([[s if s != "</s>" else "<eos>" for s in src]],
+                            [[tv[i] for i in ids]])[0].log_probs
+        logits = r["logits"][k].astype(np.float64)
+        logits[:, pad] = -np.inf
+        logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+            - logits.max(1, keepdims=True)
+        for j, want_id in enumerate(ids + [eos]):
+            d = abs(got[j] - logp[j, want_id])
+            worst, n = max(worst, d), n + 1
+            if not d <= 1e-4 * max(1.0, abs(logp[j, want_id])):
+                print(f"sentence {k}, position {j}: CTranslate2 {got[j]:.7g}, transformers "
+                      f"{logp[j, want_id]:.7g}", file=sys.stderr)
+                sys.exit(1)
+    print(f"{n} log-probabilities of CTranslate2 within {worst:.1e} of transformers' "
+          f"({ct2_dir})", file=sys.stderr)
+
+
 def main():
+    if sys.argv[1] == "--logits":
+        check_logits(*sys.argv[2:])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("model"), ap.add_argument("ct2"), ap.add_argument("sources")
     ap.add_argument("qkv_output"), ap.add_argument("max_len", type=int)

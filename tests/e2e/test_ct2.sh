@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # End-to-end tests of qkv export ct2: CTranslate2 (ctranslate2 from pip, a test tool) runs
 # the directory qkv writes and translates every test sentence as qkv translate does, greedy
-# in float32 (tests/e2e/ct2_check.py): imported Marian models (one embedding tied
+# in float32, its log-probabilities of reference targets within 1e-4 of transformers'
+# (tests/e2e/ct2_check.py): imported Marian models (one embedding tied
 # everywhere, separate vocabularies, an untied output, an output tied to the target
 # embedding; swish, gelu, relu; scaled and unscaled embeddings; decoding from <pad>) and
 # models qkv trained (post-norm and pre-norm with final LayerNorms, learned positions, d2l's
@@ -29,6 +30,10 @@ for n in shared_swish separate_gelu shared_relu_untied release_separate; do
     "$QKV" export ct2 "$T/m_$n" --out "$T/c_$n"
   check "$n: CTranslate2 translates every sentence as qkv (greedy, float32)" \
     $CHECK "$T/m_$n" "$T/c_$n" "$P/marian_$n.de" "$T/q_$n" 23
+  hf=$P/marian_$n; [ -d "${hf}_hf" ] && hf=${hf}_hf
+  tv=(); [ -f "$hf/target_vocab.json" ] && tv=("$hf/target_vocab.json")
+  check "$n: CTranslate2's log-probabilities of the reference targets within 1e-4 of transformers'" \
+    $CHECK --logits "$P/marian_$n.safetensors" "$hf/vocab.json" "$T/c_$n" "${tv[@]}"
 done
 check "--quantization int8: the weights as CTranslate2 quantises the float32 model itself" bash -c "
   '$QKV' export ct2 '$T/m_shared_swish' --out '$T/c8' --quantization int8 2>/dev/null &&
