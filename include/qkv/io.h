@@ -36,7 +36,11 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
  * separate), source.spm, target.spm) as the qkv model directory out_dir (which must exist):
  * config.json and model.safetensors (written last), src_vocab.txt and tgt_vocab.txt (qkv's
  * reserved ids first: Marian's </s> <unk> <pad> become <eos> <unk> <pad>, and a <bos> row
- * that is never used), the two .spm files, and text.json. What qkv cannot represent is
+ * that is never used), the two .spm files, and text.json. hf_dir may also be a Marian
+ * release, an OPUS-MT / Tatoeba-Challenge .zip or the directory it unpacks to (decoder.yml,
+ * the .npz model with its special:model.yml, vocabulary .yml files, source.spm, target.spm):
+ * read as transformers' convert_marian_to_pytorch reads it, and decoder.yml's beam-size and
+ * normalize written as the decoding defaults (generation.json). What qkv cannot represent is
  * refused with QKV_ERR_FORMAT naming the file and the reason; nothing is written then. */
 QKV_API
 qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error *err);
