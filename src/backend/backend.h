@@ -146,6 +146,14 @@ typedef struct {
     void (*copy)(float *dst, const float *src, size_t n);
     void (*add)(float *y, const float *x, size_t n); /* y += x */
     void (*scale)(float *x, size_t n, float s);     /* x *= s */
+
+    /* ---- memory the kernels read and write (the host's on the CPU; a device's on a GPU) ---
+     * alloc gives 64-byte aligned memory, NULL when there is none; upload and download copy
+     * between it and the host's. */
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *p);
+    void (*upload)(void *dst, const void *src, size_t bytes);
+    void (*download)(void *dst, const void *src, size_t bytes);
 } backend_ops;
 
 struct backend {
