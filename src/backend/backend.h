@@ -44,21 +44,34 @@ typedef struct {
 
 typedef struct backend backend;
 
-/* One weight matrix of a model quantised to int8: the offset of its float32 original among
- * the model's parameters, and the packed matrix. */
+/* A linear layer's weight matrix W (out, in) as the products read it (CTranslate2's typed
+ * weights): the model's float32 parameters, always there (training, the backward, any
+ * float32 product), and, once the model's precision is set, the copy of the type its
+ * products read, fixed then (models/precision.h). The linear entries dispatch on type. */
+typedef enum { WEIGHT_F32, WEIGHT_BF16, WEIGHT_INT8 } weight_type;
+
 typedef struct {
-    size_t offset;
-    int8_matrix q;
-} int8_weight;
+    weight_type type;
+    const float *f32;        /* (out, in) */
+    const uint16_t *bf16;    /* WEIGHT_BF16: the same rounded to bf16 */
+    const int8_matrix *int8; /* WEIGHT_INT8: quantised per output channel, with its scales */
+} weight;
+
+/* A float32 weight, as the public layer functions and any untyped caller pass it. */
+static inline weight weight_f32(const float *W)
+{
+    weight w = {WEIGHT_F32, W, NULL, NULL};
+    return w;
+}
 
 typedef struct {
     const char *name;
 
-    /* ---- y (N, out) = x (N, in) W^T + b; W (out, in) a view into the model's parameters */
+    /* ---- y (N, out) = x (N, in) W^T + b; W (out, in) a model's weight, typed ------------ */
     int few_rows; /* up to this many rows linear_rows, more linear_gemm (op_linear_forward) */
-    void (*linear_rows)(const backend *be, float *y, const float *x, const float *W,
+    void (*linear_rows)(const backend *be, float *y, const float *x, const weight *W,
                         const float *b, int N, int in, int out);
-    void (*linear_gemm)(const backend *be, float *y, const float *x, const float *W,
+    void (*linear_gemm)(const backend *be, float *y, const float *x, const weight *W,
                         const float *b, int N, int in, int out);
     /* dx (N, in) += dy W;  dW (out, in) += dy^T x;  db (out) += column sums of dy (any may be
      * NULL) */
@@ -133,21 +146,24 @@ typedef struct {
     void (*copy)(float *dst, const float *src, size_t n);
     void (*add)(float *y, const float *x, size_t n); /* y += x */
     void (*scale)(float *x, size_t n, float s);     /* x *= s */
+
+    /* ---- memory the kernels read and write (the host's on the CPU; a device's on a GPU) ---
+     * alloc gives 64-byte aligned memory, NULL when there is none; upload and download copy
+     * between it and the host's. */
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *p);
+    void (*upload)(void *dst, const void *src, size_t bytes);
+    void (*download)(void *dst, const void *src, size_t bytes);
 } backend_ops;
 
 struct backend {
     const backend_ops *ops;
-    /* bf16: the model's parameters and their bf16 copy when it is current (else NULL); a
-     * weight's copy sits at the weight's offset in it */
-    const float *params;
-    size_t n_params;
-    const uint16_t *params_bf16;
-    gemm_bf16_workspace *ws; /* the bf16 GEMM's packing buffers */
-    /* int8: the quantised weights when they are current (else NULL), in increasing offset,
-     * and the activations' buffer (grown by the calls that need more) */
-    const int8_weight *int8;
-    int n_int8;
-    gemm_int8_workspace *ws8;
+    /* whether the weights' typed copies hold the parameters as they are now: a pass after
+     * the parameters changed (training) reads the float32 ones instead */
+    int typed_current;
+    gemm_bf16_workspace *ws;  /* bf16: the GEMM's packing buffers */
+    gemm_int8_workspace *ws8; /* int8: the activations' buffer (grown by the calls that need
+                               * more) */
 };
 
 extern const backend_ops backend_cpu_fp32, backend_cpu_bf16, backend_cpu_int8;
@@ -160,7 +176,7 @@ static inline backend backend_cpu(void)
 }
 
 /* y (N, out) = x (N, in) W^T + b, on the table's few-rows or GEMM kernel. */
-static inline void op_linear_forward(const backend *be, float *y, const float *x, const float *W,
+static inline void op_linear_forward(const backend *be, float *y, const float *x, const weight *W,
                                      const float *b, int N, int in, int out)
 {
     if (N <= be->ops->few_rows)

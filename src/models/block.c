@@ -131,8 +131,8 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
     sublayer_ctx s = sublayer_of(k, l, sublayers(d) - 1);
     sublayer_out_backward(be, &s, &a->ff, dh, ds, din, &w->ffn_norm, &dw->ffn_norm);
     const qkv_ffn_config fc = stack_ffn_config(d);
-    ffn_backward(be, din, &dw->ffn, ds, &a->ffn, d->pre_norm ? a->ff.u : x_ff, &w->ffn, &fc, N,
-                 k->scratch);
+    ffn_backward(be, din, &dw->ffn.f, ds, &a->ffn, d->pre_norm ? a->ff.u : x_ff, &w->ffn.f, &fc,
+                 N, k->scratch);
     sublayer_in_backward(be, &s, &a->ff, dh, din, x_ff, &w->ffn_norm, &dw->ffn_norm);
 
     if (d->cross) {
@@ -142,7 +142,7 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
         const qkv_attention_inputs cross_in = {q_in, k->mem, k->mem};
         const qkv_attention_shape cross_shape = qkv_mha_shape(&mc, B, T, k->Tm);
         qkv_attention_grads d_cross = {din, d_mem, d_mem};
-        mha_backward(be, &d_cross, &dw->cross, ds, &a->cross_att, &cross_in, &w->cross, &mc,
+        mha_backward(be, &d_cross, &dw->cross.f, ds, &a->cross_att, &cross_in, &w->cross.f, &mc,
                      &cross_shape, k->mem_mask, weights_dropout(k, l, 1), k->scratch);
         sublayer_in_backward(be, &s, &a->cross, dh, din, a->self.out, &w->cross_norm,
                              &dw->cross_norm);
@@ -154,8 +154,8 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
     const qkv_attention_inputs self_in = {in, in, in};
     const qkv_attention_shape self_shape = qkv_mha_shape(&mc, B, T, T);
     qkv_attention_grads d_self = {din, din, din};
-    mha_backward(be, &d_self, &dw->self, ds, &a->self_att, &self_in, &w->self, &mc, &self_shape,
-                 k->self_mask, weights_dropout(k, l, 0), k->scratch);
+    mha_backward(be, &d_self, &dw->self.f, ds, &a->self_att, &self_in, &w->self.f, &mc,
+                 &self_shape, k->self_mask, weights_dropout(k, l, 0), k->scratch);
     sublayer_in_backward(be, &s, &a->self, dh, din, x, &w->self_norm, &dw->self_norm);
 }
 
@@ -209,13 +209,12 @@ void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a,
  * cache has no GEMM. */
 
 static void self_attention_step(const backend *be, const stack_dims *d, decode_state *st,
-                                const step_rows *r, const qkv_mha_weights *a, const float *in,
-                                int l)
+                                const step_rows *r, const mha_w *a, const float *in, int l)
 {
     const int B = r->n, C = d->C, H = d->heads;
-    op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
-    op_linear_forward(be, st->k, in, a->W_k, a->b_k, B, C, C);
-    op_linear_forward(be, st->v, in, a->W_v, a->b_v, B, C, C);
+    op_linear_forward(be, st->q, in, &a->W_q, a->f.b_q, B, C, C);
+    op_linear_forward(be, st->k, in, &a->W_k, a->f.b_k, B, C, C);
+    op_linear_forward(be, st->v, in, &a->W_v, a->f.b_v, B, C, C);
     if (d->linear_attention) {
         for (int b = 0; b < B; b++) {
             const size_t x = (size_t)b * C;
@@ -236,14 +235,13 @@ static void self_attention_step(const backend *be, const stack_dims *d, decode_s
         }
         be->ops->cached_attention(st->ctx, st->P, st->q, &kv, B, H, C / H, m);
     }
-    op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
+    op_linear_forward(be, st->s, st->ctx, &a->W_o, a->f.b_o, B, C, C);
 }
 
 /* over the encoder output's keys and values, projected once (decode_state.cross_k): row b
  * sees the src_valid[src[b]] keys of its own source */
 static void cross_attention_step(const backend *be, const stack_dims *d, decode_state *st,
-                                 const step_rows *r, const qkv_mha_weights *a, const float *in,
-                                 int l)
+                                 const step_rows *r, const mha_w *a, const float *in, int l)
 {
     const int B = r->n, C = d->C, H = d->heads;
     const size_t layer = (size_t)l * st->n_src * st->Ts * C;
@@ -251,9 +249,9 @@ static void cross_attention_step(const backend *be, const stack_dims *d, decode_
     for (int b = 0; b < B; b++) m = st->cross_len[b] > m ? st->cross_len[b] : m;
     const kv_view kv = {kv_at(st, st->cross_k, layer), kv_at(st, st->cross_v, layer), st->kv,
                         (size_t)st->Ts * C, KV_ROWS, r->src, NULL, 0, st->cross_len};
-    op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
+    op_linear_forward(be, st->q, in, &a->W_q, a->f.b_q, B, C, C);
     be->ops->cached_attention(st->ctx, st->P, st->q, &kv, B, H, C / H, m);
-    op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
+    op_linear_forward(be, st->s, st->ctx, &a->W_o, a->f.b_o, B, C, C);
 }
 
 static void block_step(const backend *be, const stack_dims *d, const block_w *w,
@@ -295,13 +293,13 @@ void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const 
 
 /* ---- the output layer ----------------------------------------------------------------------- */
 
-void head_forward(const backend *be, float *logits, const float *y, const float *W,
+void head_forward(const backend *be, float *logits, const float *y, const weight *W,
                   const float *b, int N, int C, int V)
 {
     op_linear_forward(be, logits, y, W, b, N, C, V);
 }
 
-void head_step(const backend *be, const stack_dims *d, const stack_w *w, const float *W,
+void head_step(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
                const float *b, decode_state *st, int n, float *logits, int V)
 {
     const float *y = st->x;

@@ -57,7 +57,7 @@ qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int
 }
 
 void decode_kv_project(const backend *be, const decode_state *st, void *cache, size_t at,
-                       const float *x, const float *W, const float *b, int N, int C)
+                       const float *x, const weight *W, const float *b, int N, int C)
 {
     if (st->kv == KV_FP32) { /* straight into the cache, as before there was a choice */
         op_linear_forward(be, (float *)cache + at, x, W, b, N, C, C);

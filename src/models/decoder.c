@@ -16,7 +16,8 @@ struct decoder {
     model_core *core;
     const stack_dims *dims;
     const stack_w *w;
-    const float *out_W, *out_b;
+    const weight *out;
+    const float *out_b;
     decoder_info info;
     decode_state st;
     int *src_valid; /* (sources) each source slot's length */
@@ -49,7 +50,7 @@ qkv_status decoder_create_transformer(decoder **out, qkv_transformer *m, int row
     decoder *d = *out;
     const int T = positions ? positions : c->max_len, Ts = src_positions ? src_positions : c->max_len;
     d->tm = m, d->core = &m->core, d->dims = &m->dec_dims, d->w = &m->w.decoder;
-    d->out_W = m->w.out_W, d->out_b = m->w.out_b;
+    d->out = &m->w.out, d->out_b = m->w.out_b;
     d->info = (decoder_info){c->tgt_vocab, T, c->max_len, rows, sources, 1, c->decoder_start,
                              c->suppress_pad, c->forced_eos};
     st = decode_state_init(&d->st, d->dims, rows, T, sources, Ts, c->tgt_vocab,
@@ -66,7 +67,7 @@ qkv_status decoder_create_lm(decoder **out, qkv_lm *m, int rows, int positions, 
     decoder *d = *out;
     const int T = positions ? positions : c->max_len;
     d->lm = m, d->core = &m->core, d->dims = &m->dims, d->w = &m->w.stack;
-    d->out_W = m->w.out_W, d->out_b = m->w.out_b;
+    d->out = &m->w.out, d->out_b = m->w.out_b;
     d->info = (decoder_info){c->vocab, T, c->max_len, rows, 0, 0, QKV_BOS, 0, 0};
     st = decode_state_init(&d->st, d->dims, rows, T, 0, 0, c->vocab, core_kv_cache(&m->core),
                            err);
@@ -116,10 +117,10 @@ qkv_status decoder_encode(decoder *d, const int *src, const int *src_valid, int 
         const int s = slot ? slot[i] : i, rows = together ? n * Ts : Ts;
         const float *enc = m->acts.enc.out + (size_t)i * Ts * C;
         for (int l = 0; l < m->cfg.dec_layers; l++) {
-            const qkv_mha_weights *a = &m->w.decoder.blocks[l].cross;
+            const mha_w *a = &m->w.decoder.blocks[l].cross;
             const size_t at = ((size_t)l * d->st.n_src + s) * d->st.Ts * C;
-            decode_kv_project(&be, &d->st, d->st.cross_k, at, enc, a->W_k, a->b_k, rows, C);
-            decode_kv_project(&be, &d->st, d->st.cross_v, at, enc, a->W_v, a->b_v, rows, C);
+            decode_kv_project(&be, &d->st, d->st.cross_k, at, enc, &a->W_k, a->f.b_k, rows, C);
+            decode_kv_project(&be, &d->st, d->st.cross_v, at, enc, &a->W_v, a->f.b_v, rows, C);
         }
     }
     for (int i = 0; i < n; i++) d->src_valid[slot ? slot[i] : i] = src_valid[i];
@@ -160,7 +161,7 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     const backend be = core_backend(c);
     const step_rows rows = {r->n, r->row, r->pos, r->src, r->ancestry, r->ld};
     stack_step(&be, d->dims, d->w, c->pos_table, &d->st, &rows, tok, d->src_valid);
-    head_step(&be, d->dims, d->w, d->out_W, d->out_b, &d->st, r->n, d->st.logits, d->info.vocab);
+    head_step(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, d->st.logits, d->info.vocab);
     *logits = d->st.logits;
     return QKV_OK;
 }

@@ -133,6 +133,7 @@ static void walk(param_walker *w, const void *cfg, void *view)
     mw->out_W = c->tie != QKV_TIE_NONE ? mw->decoder.embedding
                                        : param_take(w, "output.W", c->tgt_vocab, C);
     mw->out_b = param_take(w, "output.b", c->tgt_vocab, 0);
+    mw->out = weight_f32(mw->out_W);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------ */
@@ -199,7 +200,12 @@ float *qkv_transformer_params(qkv_transformer *m) { return core_params(&m->core)
 
 qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
 {
-    return core_set_precision(&m->core, p, err);
+    qkv_status st = core_set_precision(&m->core, p, err);
+    if (st) return st;
+    stack_retype(&m->w.encoder, &m->enc_dims, &m->core);
+    stack_retype(&m->w.decoder, &m->dec_dims, &m->core);
+    m->w.out = precision_weight(&m->core.prec, m->core.params, m->w.out_W);
+    return QKV_OK;
 }
 
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
@@ -312,7 +318,7 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
                                       seed);
     st = stack_forward(&be, &k, &m->acts.dec, &m->w.decoder, m->core.pos_table, b->tgt_in, err);
     if (st) return st;
-    head_forward(&be, m->acts.logits, m->acts.dec.out, m->w.out_W, m->w.out_b, Nt, C,
+    head_forward(&be, m->acts.logits, m->acts.dec.out, &m->w.out, m->w.out_b, Nt, C,
                  m->cfg.tgt_vocab);
     return QKV_OK;
 }

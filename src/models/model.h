@@ -27,11 +27,11 @@ enum { FLASH_MIN_KEYS = 256 };
 /* ---- weights: named views into one flat parameter buffer (or its gradients) -------------- */
 
 typedef struct {
-    qkv_mha_weights self; /* self-attention */
+    mha_w self; /* self-attention */
     qkv_layernorm_weights self_norm;
-    qkv_mha_weights cross; /* encoder-decoder attention: decoder blocks only, else NULLs */
+    mha_w cross; /* encoder-decoder attention: decoder blocks only, else NULLs */
     qkv_layernorm_weights cross_norm;
-    qkv_ffn_weights ffn;
+    ffn_w ffn;
     qkv_layernorm_weights ffn_norm;
 } block_w;
 
@@ -173,7 +173,7 @@ static inline void *kv_at(const decode_state *st, void *cache, size_t i)
 /* Cache values at..at + N C - 1 = x (N, C) W^T + b, W (C, C): the cross-attention keys or
  * values of encoder outputs (through st->kv_stage and rounded, in a bf16 cache). */
 void decode_kv_project(const backend *be, const decode_state *st, void *cache, size_t at,
-                       const float *x, const float *W, const float *b, int N, int C);
+                       const float *x, const weight *W, const float *b, int N, int C);
 /* Cache row `row` from positions 0 .. n - 1 of a forward pass: layer l's self-attention keys
  * k[l] and values v[l] (n, C), or with linear attention the state they build (q[l] needed). */
 void decode_state_fill(const backend *be, const stack_dims *d, decode_state *st, int row, int n,
@@ -189,10 +189,10 @@ void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const 
 /* ---- the output layer ---------------------------------------------------------------------- */
 
 /* logits (N, V) = y W_out^T + b_out. */
-void head_forward(const backend *be, float *logits, const float *y, const float *W,
+void head_forward(const backend *be, float *logits, const float *y, const weight *W,
                   const float *b, int N, int C, int V);
 /* After stack_step of n rows: the final norm (when the stack has one), then logits (n, V). */
-void head_step(const backend *be, const stack_dims *d, const stack_w *w, const float *W,
+void head_step(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
                const float *b, decode_state *st, int n, float *logits, int V);
 /* The loss over N rows of logits (V) against targets (QKV_PAD not counted). With backward
  * the logits become their gradient, scaled by grad_scale (<= 0: 1 / count), and db += its
@@ -243,9 +243,9 @@ typedef struct {
 float *param_take(param_walker *w, const char *name, int rows, int cols); /* cols 0: vector */
 /* .gamma, .beta */
 qkv_layernorm_weights param_take_norm(param_walker *w, const char *prefix, int C);
-qkv_ffn_weights param_take_ffn(param_walker *w, const char *prefix, int C, int F); /* .W1 .b1 .W2 .b2 */
+ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F); /* .W1 .b1 .W2 .b2 */
 /* .W_q, .b_q, ..., .W_o, .b_o (biases only with bias), contiguous as qkv_mha_weights_view. */
-qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int bias);
+mha_w param_take_mha(param_walker *w, const char *prefix, int C, int bias);
 
 /* A model's walk over its parameter table: hands out the slices of w's buffer into view. */
 typedef void (*param_walk)(param_walker *w, const void *cfg, void *view);
@@ -274,6 +274,9 @@ backend core_backend(model_core *c);
  * copy. */
 float *core_params(model_core *c);
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err);
+/* Every linear layer's weight of a stack typed for the precision now set (models/precision.h,
+ * precision_weight): done once when the precision is set. */
+void stack_retype(stack_w *s, const stack_dims *d, const model_core *c);
 qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err);
 /* The type of the key-value caches that decoding states made now get: kv_cache, or with
  * QKV_KV_CACHE_AUTO bf16 at any precision but float32 (so float32 results stay those of a

@@ -8,6 +8,7 @@
 typedef struct {
     stack_w encoder, decoder; /* the embeddings may alias (tie all) */
     float *out_W, *out_b;     /* (V_tgt, C) (may alias the target embedding), (V_tgt) */
+    weight out;               /* out_W as the output layer's products read it */
 } model_w;
 
 typedef struct {
