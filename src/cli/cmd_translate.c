@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <string.h>
 
+#include <cJSON.h>
+
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -50,6 +52,45 @@ static int beam_rule(qkv_translate_options *o, const char *stop, int alpha_given
 
 #define ALPHA_GIVEN(argc, argv)                                                                \
     (args_given(argc, argv, 2, "length-penalty") || args_given(argc, argv, 2, "alpha"))
+
+/* The model directory's decoding defaults (generation.json, written by qkv import from a
+ * Marian release's decoder.yml or Hugging Face's generation_config.json) for each option
+ * the command line does not give: "beam", "length_penalty", "beam_stop", "max_len". */
+static int generation_defaults(const char *dir, qkv_translate_options *o, const char **stop,
+                               int *alpha_set, int argc, char **argv)
+{
+    char path[4096], *text = NULL;
+    size_t len = 0;
+    qkv_error err = {0};
+    if (!qkv_model_dir_file(path, sizeof path, dir, "generation.json")) return 0;
+    if (qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, &len, &err))
+        return fprintf(stderr, "qkv: %s\n", err.msg), 1;
+    cJSON *g = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(g)) {
+        cJSON_Delete(g);
+        return fprintf(stderr, "qkv: %s: not a JSON object\n", path), 1;
+    }
+    const cJSON *beam = cJSON_GetObjectItemCaseSensitive(g, "beam");
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(g, "length_penalty");
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(g, "beam_stop");
+    const cJSON *max_len = cJSON_GetObjectItemCaseSensitive(g, "max_len");
+    static char rule_name[16];
+    if (cJSON_IsNumber(beam) && beam->valuedouble >= 1 && beam->valuedouble <= 256 &&
+        !args_given(argc, argv, 2, "beam"))
+        o->beam = (int)beam->valuedouble;
+    if (cJSON_IsNumber(lp) && lp->valuedouble >= 0 && lp->valuedouble <= 100 &&
+        !ALPHA_GIVEN(argc, argv))
+        o->alpha = (float)lp->valuedouble, *alpha_set = 1;
+    if (cJSON_IsString(rule) && strlen(rule->valuestring) < sizeof rule_name &&
+        !args_given(argc, argv, 2, "beam-stop"))
+        *stop = strcpy(rule_name, rule->valuestring);
+    if (cJSON_IsNumber(max_len) && max_len->valuedouble >= 1 && max_len->valuedouble <= 65536 &&
+        !args_given(argc, argv, 2, "max-len"))
+        o->max_len = (int)max_len->valuedouble;
+    cJSON_Delete(g);
+    return 0;
+}
 
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
@@ -217,8 +258,10 @@ int cmd_translate(int argc, char **argv)
         return 2;
     }
     qkv_translator *t;
-    if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop,
-                         ALPHA_GIVEN(argc, argv)))) return rc;
+    int alpha_set = ALPHA_GIVEN(argc, argv);
+    if (generation_defaults(model, &o, &stop, &alpha_set, argc, argv)) return 1;
+    if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop, alpha_set)))
+        return rc;
     qkv_error lerr = {0};
     if (qkv_translator_set_languages(t, source_lang, target_lang, &lerr)) {
         fprintf(stderr, "qkv translate: %s\n", lerr.msg);

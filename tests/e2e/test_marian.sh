@@ -208,11 +208,19 @@ for n in release_shared release_separate; do
   check "$n: the release, its zip and transformers' conversion of it give one model" bash -c "
     for f in model.safetensors src_vocab.txt tgt_vocab.txt source.spm target.spm; do
       cmp -s '$T/rd_$n/'\$f '$T/rh_$n/'\$f && cmp -s '$T/rz_$n/'\$f '$T/rh_$n/'\$f || exit 1; done"
-  check "$n: qkv translate gives transformers' greedy text" bash -c "
-    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
+  check "$n: qkv translate --beam 1 gives transformers' greedy text" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} --beam 1 <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
   check "$n: --beam 4 --beam-stop hf --length-penalty 1 gives generate(num_beams=4)'s text" bash -c "
     '$QKV' translate --model '$T/rz_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
       <'$R.de' 2>/dev/null | cmp -s - '$R.beam4.en'"
+done
+for n in release_shared release_separate; do
+  check "$n: with no options, decoding is decoder.yml's (beam-size, normalize): transformers' generate(num_beams, length_penalty)" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$P/marian_$n.de' 2>/dev/null |
+      cmp -s - '$P/marian_$n.default.en'"
+  check "$n: ... and the command line overrides it (--beam 1: greedy)" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} --beam 1 <'$P/marian_$n.de' 2>/dev/null |
+      cmp -s - '$P/marian_$n.greedy.en'"
 done
 check "decoder.yml's beam-size and normalize are the model's decoding defaults (generation.json)" \
   bash -c "grep -q '\"beam\": 3' '$T/rd_release_shared/generation.json' &&

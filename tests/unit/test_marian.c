@@ -350,7 +350,8 @@ static void check_import(const char *name, int release)
     qkv_tensor_file_free(&f);
     qkv_transformer_free(m);
     static const char *const files[] = {"config.json", "model.safetensors", "src_vocab.txt",
-                                        "tgt_vocab.txt", "source.spm", "target.spm", "text.json"};
+                                        "tgt_vocab.txt", "source.spm", "target.spm", "text.json",
+                                        "generation.json"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(path, sizeof path, "%s/%s", out, files[i]);
         unlink(path);
