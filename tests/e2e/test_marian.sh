@@ -253,6 +253,22 @@ mkdir -p "$T/nodec" && cp "$P/marian_release_shared/source.spm" "$T/nodec/" &&
 expect_fail "a zip without decoder.yml" 'no decoder.yml in the zip' \
   "$QKV" import marian "$T/nodec.zip" --out "$T/o23"
 
+# ---- a multi-target model: --target-lang fra leads every source with >>fra<<, as
+# MarianTokenizer reads ">>fra<< text"
+MT=$P/marian_shared_multi_target
+"$QKV" import marian "$MT" --out "$T/multi" 2>/dev/null || bad "import shared_multi_target"
+check "multi-target: --target-lang fra gives transformers' text of '>>fra<< ...' (greedy)" bash -c "
+  '$QKV' translate --model '$T/multi' --target-lang fra ${LIM[*]} <'$MT.de' 2>/dev/null |
+    cmp -s - '$MT.greedy.en'"
+check "multi-target: ... and of beam 4" bash -c "
+  '$QKV' translate --model '$T/multi' --target-lang fra ${LIM[*]} --beam 4 --beam-stop hf \
+    --length-penalty 1 <'$MT.de' 2>/dev/null | cmp -s - '$MT.beam4.en'"
+check "multi-target: without --target-lang the sources lack the token (another translation)" bash -c "
+  ! '$QKV' translate --model '$T/multi' ${LIM[*]} <'$MT.de' 2>/dev/null | cmp -s - '$MT.greedy.en'"
+expect_fail "multi-target: a language the model lacks names the ones it has" \
+  "target language 'deu' is not one of the model's 2 \(fra, ita\)" \
+  "$QKV" translate --model "$T/multi" --target-lang deu
+
 check "echo 'Ein Mann fährt Fahrrad.' | qkv translate: transformers' translation" bash -c "
   [ \"\$(echo 'Ein Mann fährt Fahrrad.' | '$QKV' translate --model '$T/t_shared_swish' ${LIM[*]} 2>/dev/null)\" = \"\$(head -1 '$P/marian_shared_swish.greedy.en')\" ]"
 check "qkv info reads the imported directory" bash -c "'$QKV' info --model '$T/t_shared_swish' >/dev/null 2>&1"

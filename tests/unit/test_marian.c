@@ -366,6 +366,11 @@ static void test_import_shared_relu_untied(void **state)
     (void)state, check_import("shared_relu_untied", 0);
 }
 
+static void test_import_shared_multi_target(void **state)
+{
+    (void)state, check_import("shared_multi_target", 0);
+}
+
 /* Marian's own format: the release directories of make_marian_reference.py's RELEASES */
 static void test_import_release_shared(void **state)
 {
@@ -393,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_import_separate_gelu),
         cmocka_unit_test(test_import_shared_relu_untied),
         cmocka_unit_test(test_import_shared_source_pieces),
+        cmocka_unit_test(test_import_shared_multi_target),
         cmocka_unit_test(test_import_release_shared),
         cmocka_unit_test(test_import_release_separate),
     };
