@@ -201,14 +201,18 @@ size_t qkv_transformer_num_params(const qkv_transformer *m) { return m->core.n_p
 
 float *qkv_transformer_params(qkv_transformer *m) { return core_params(&m->core); }
 
-qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
+/* The weights typed for the precision just set. */
+static void retype(void *model)
 {
-    qkv_status st = core_set_precision(&m->core, p, err);
-    if (st) return st;
+    qkv_transformer *m = model;
     stack_retype(&m->w.encoder, &m->enc_dims, &m->core);
     stack_retype(&m->w.decoder, &m->dec_dims, &m->core);
     m->w.out = precision_weight(&m->core.prec, m->core.params, m->w.out_W);
-    return QKV_OK;
+}
+
+qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
+{
+    return core_set_precision(&m->core, p, retype, m, err);
 }
 
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
@@ -225,7 +229,7 @@ qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m) { return m->
 
 qkv_kv_cache qkv_transformer_kv_cache_type(const qkv_transformer *m)
 {
-    return core_kv_cache(&m->core) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
+    return core_kv_cache_type(&m->core);
 }
 
 float *qkv_transformer_grads(qkv_transformer *m)
