@@ -93,7 +93,8 @@ static qkv_status read_bad_words(const cJSON *o, int pad, int *suppress, const c
                     file, pad);
 }
 
-/* config.json's object o (named file in messages) as qkv's configuration. */
+/* config.json's object o (named file in messages) as qkv's configuration. Long: each key of
+ * MarianConfig read in turn, then checked together; the list is the function. */
 static qkv_status read_config(hf_config *h, const cJSON *o, const char *file, qkv_error *err)
 {
     qkv_status st = QKV_OK;

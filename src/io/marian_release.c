@@ -641,6 +641,8 @@ static qkv_status read_yml(yml_doc *d, release *r, const char *name, qkv_error *
     return st;
 }
 
+/* The release at source (a directory or a zip) imported into out_dir. Long: the release's
+ * files read in the order decoder.yml leads to them, each checked where it is read. */
 qkv_status marian_import_release(const char *source, const char *out_dir, qkv_error *err)
 {
     release r;
