@@ -42,6 +42,29 @@ check "--quantization int8: the weights as CTranslate2 quantises the float32 mod
 check "... and stores them as int8 (a smaller model.bin)" bash -c "
   [ \$(stat -c %s '$T/c8/model.bin') -lt \$(stat -c %s '$T/c_shared_swish/model.bin') ]"
 
+# ---- an imported NLLB model: CTranslate2 with the source language token and the target's
+# as its target prefix gives transformers' text (qkv's, tests/e2e/test_m2m100.sh)
+N=$P/m2m100_nllb_tied
+if [ -d "$N" ]; then
+  "$QKV" import nllb "$N" --out "$T/nllb" 2>/dev/null && "$QKV" export ct2 "$T/nllb" --out "$T/c_nllb" 2>/dev/null ||
+    bad "import and export nllb_tied"
+  check "nllb_tied: CTranslate2 (target_prefix = the target language) translates every sentence as transformers" \
+    /usr/bin/python3 - "$T/nllb" "$T/c_nllb" "$N.src" "$N.greedy.txt" <<'PY'
+import sys, ctranslate2, sentencepiece as spm
+model, ct2, src, want = sys.argv[1:]
+sp = spm.SentencePieceProcessor(model_file=model + "/source.spm")
+known = {l.rstrip("\n") for l in open(model + "/src_vocab.txt", encoding="utf-8")}
+lines = open(src, encoding="utf-8").read().splitlines()
+want = open(want, encoding="utf-8").read().splitlines()
+toks = [["deu_Latn"] + [p if p in known else "<unk>" for p in sp.encode(l, out_type=str)] for l in lines]
+res = ctranslate2.Translator(ct2, intra_threads=1).translate_batch(
+    toks, target_prefix=[["eng_Latn"]] * len(toks), beam_size=1, max_decoding_length=23,
+    min_decoding_length=0)
+got = ["".join(r.hypotheses[0][1:]).replace("\u2581", " ").strip() for r in res]
+sys.exit(0 if got == want else 1)
+PY
+fi
+
 # ---- models qkv trained: copy tasks of words
 awk 'BEGIN { srand(5); for (i = 0; i < 60; i++) { s = ""; n = 3 + int(rand() * 4);
        for (j = 0; j < n; j++) s = s (j ? " " : "") substr("abcdefgh", 1 + int(rand() * 8), 1);
