@@ -396,6 +396,13 @@ void qkv_positional_backward(float *dx, float *dP, const float *dy, int B, int T
 
 typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1, QKV_ACT_SILU = 2 } qkv_activation;
 
+/* "relu", "gelu" or "silu" ("unknown" outside the enum); and back, QKV_ERR_ARG naming the
+ * choices otherwise (core.h, "Names of the library's enums"). */
+QKV_API
+const char *qkv_activation_name(qkv_activation a);
+QKV_API
+qkv_status qkv_activation_parse(qkv_activation *a, const char *name, qkv_error *err);
+
 typedef struct {
     int C;              /* input and output features, d_model */
     int F;              /* hidden features */
