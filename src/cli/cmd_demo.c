@@ -44,14 +44,17 @@ int cmd_demo(int argc, char **argv)
     int epochs = 10, threads = 0, n_train = 20000, n_test = 200;
     uint64_t seed = 0;
     const opt_spec opts[] = {
-        {"out", OPT_STRING, &out, "where to write the trained model", NULL},
-        {"epochs", OPT_INT, &epochs, "training epochs", "[1, 100000]"},
-        {"train", OPT_INT, &n_train, "training sequences", "[1, 1000000]"},
-        {"seed", OPT_U64, &seed, "seed of the task and the model", ARG_SEED},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
-        {NULL, 0, NULL, NULL, NULL},
+        {"out", OPT_DIR, &out, "where to write the trained model", NULL, NULL},
+        {"epochs", OPT_INT, &epochs, "training epochs", "[1, 100000]", NULL},
+        {"train", OPT_INT, &n_train, "training sequences", "[1, 1000000]", NULL},
+        {"seed", OPT_U64, &seed, "seed of the task and the model", ARG_SEED, NULL},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS, NULL},
+        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
+        {0},
     };
-    int rc = args_parse(argc, argv, 2, opts, "usage: qkv demo [--out DIR]");
+    int rc = args_parse(argc, argv, 2, opts, "usage: qkv demo [--out DIR]\n"
+                                             "Trains on a built-in reversal task and translates "
+                                             "(no downloads).");
     if (rc) return rc > 0 ? 0 : 2;
     if (n_train < 1 || epochs < 1) return fprintf(stderr, "qkv demo: sizes must be positive\n"), 2;
     cli_threads(threads);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 char *cli_read_all(const char *path, size_t max_bytes, size_t *len)
 {
@@ -99,31 +100,91 @@ int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *
     return 1;
 }
 
+static qkv_status out_of_memory(qkv_error *err, int n)
+{
+    err->code = QKV_ERR_NOMEM;
+    snprintf(err->msg, sizeof err->msg, "out of memory for %d translations", n);
+    return QKV_ERR_NOMEM;
+}
+
+/* Sentences [first, first + n) of s as sentences of their own; start (n + 1) is the caller's. */
+static qkv_sentences sentences_view(const qkv_sentences *s, int first, int n, size_t *start)
+{
+    for (int i = 0; i <= n; i++) start[i] = s->start[first + i] - s->start[first];
+    return (qkv_sentences){n, start[n], s->tokens + s->start[first], start, NULL};
+}
+
+/* Appends part's translations to all (which takes its texts; part is freed). */
+static qkv_status translations_append(qkv_translations *all, qkv_translations *part,
+                                      qkv_error *err)
+{
+    const int N = part->n_best, n = all->count + part->count;
+    const int L = all->max_len > part->max_len ? all->max_len : part->max_len;
+    const size_t H = (size_t)n * N, old = (size_t)all->count * N;
+    qkv_translations m = {n, N, L, calloc(H, sizeof(char *)), calloc(H * L, sizeof(int)),
+                          malloc(H * sizeof(int)), malloc(H * sizeof(double)),
+                          all->truncated + part->truncated, all->first_truncated,
+                          all->first_truncated_len, malloc((size_t)n * sizeof(int)),
+                          malloc((size_t)n * sizeof(int))};
+    if (!m.text || !m.ids || !m.len || !m.score || !m.src_len || !m.unknown) {
+        qkv_translations_free(&m), qkv_translations_free(part);
+        return out_of_memory(err, n);
+    }
+    if (!all->truncated && part->truncated)
+        m.first_truncated = all->count + part->first_truncated,
+        m.first_truncated_len = part->first_truncated_len;
+    const qkv_translations *from[2] = {all, part};
+    for (int k = 0; k < 2; k++) {
+        const qkv_translations *r = from[k];
+        const size_t at = k ? old : 0, h_n = (size_t)r->count * N;
+        for (size_t h = 0; h < h_n; h++) {
+            m.text[at + h] = r->text[h], r->text[h] = NULL;
+            m.len[at + h] = r->len[h], m.score[at + h] = r->score[h];
+            if (r->len[h] > 0)
+                memcpy(m.ids + (at + h) * L, r->ids + h * r->max_len,
+                       (size_t)r->len[h] * sizeof *m.ids);
+        }
+        for (int i = 0; i < r->count; i++)
+            m.src_len[at / N + i] = r->src_len[i], m.unknown[at / N + i] = r->unknown[i];
+    }
+    qkv_translations_free(all), qkv_translations_free(part);
+    *all = m;
+    return QKV_OK;
+}
+
+qkv_status cli_translate_words(qkv_translations *out, qkv_translator *t,
+                               const qkv_sentences *words, const qkv_translate_options *o,
+                               const char *who, qkv_error *err)
+{
+    const int n = words->count, step = o->batch, tty = isatty(2);
+    size_t *start = malloc(((size_t)step + 1) * sizeof *start);
+    qkv_status st = start ? QKV_OK : out_of_memory(err, n);
+    memset(out, 0, sizeof *out);
+    if (!st && n == 0) st = qkv_translate_words(out, t, words, o, err);
+    for (int first = 0; !st && first < n; first += step) {
+        const int k = n - first < step ? n - first : step;
+        const qkv_sentences part_words = sentences_view(words, first, k, start);
+        qkv_translations part = {0};
+        st = qkv_translate_words(&part, t, &part_words, o, err);
+        if (!st) st = first ? translations_append(out, &part, err) : (*out = part, QKV_OK);
+        if (!st && tty)
+            fprintf(stderr, "\r%s: %d/%d sentences%s", who, first + k, n, first + k == n ? "\n"
+                                                                                     : "");
+    }
+    if (st && tty && n) fputc('\n', stderr);
+    if (st) qkv_translations_free(out);
+    free(start);
+    return st;
+}
+
 void cli_threads(int n)
 {
     if (n > 0) qkv_set_threads(n);
 }
 
-int cli_precision(const char *name, qkv_precision *p)
+int cli_train_precision(qkv_precision p)
 {
-    qkv_error err = {0};
-    if (!qkv_precision_parse(p, name, &err)) return 0;
-    fprintf(stderr, "qkv: --precision: %s\n", err.msg);
-    return -1;
-}
-
-int cli_kv_cache(const char *name, qkv_kv_cache *c)
-{
-    qkv_error err = {0};
-    if (!qkv_kv_cache_parse(c, name, &err)) return 0;
-    fprintf(stderr, "qkv: --kv-cache: %s\n", err.msg);
-    return -1;
-}
-
-int cli_train_precision(const char *name, qkv_precision *p)
-{
-    if (cli_precision(name, p)) return -1;
-    if (*p != QKV_PRECISION_INT8) return 0;
+    if (p != QKV_PRECISION_INT8) return 0;
     fprintf(stderr, "qkv: --precision int8 is for inference only (translate, eval, serve, "
             "generate): train at fp32 or bf16\n");
     return -1;
