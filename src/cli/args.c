@@ -108,7 +108,7 @@ int args_choice_set(const opt_spec *o, const char *name, const char *who, const 
     int v = 0;
     for (const char *x; (x = args_choice_name(c, v)); v++)
         if (!strcmp(x, name)) return c->value = v, 0;
-    fprintf(stderr, "%s: --%s: '%s' is not one of ", who, o->name, name);
+    fprintf(stderr, "%s: --%s '%s': expected ", who, o->name, name);
     for (v = 0; args_choice_name(c, v); v++)
         fprintf(stderr, "%s%s", v == 0 ? "" : args_choice_name(c, v + 1) ? ", " : " or ",
                 args_choice_name(c, v));

@@ -85,8 +85,8 @@ const opt_spec *args_target(const opt_spec *opts, const opt_spec *o);
 
 /* The name of an OPT_CHOICE's value v (NULL: none). */
 const char *args_choice_name(const opt_choice *c, int v);
-/* An OPT_CHOICE's value from a name: 0, or -1 after printing "WHO: --NAME: ... (a, b or c)"
- * followed by " in WHERE" when WHERE is given. */
+/* An OPT_CHOICE's value from a name: 0, or -1 after printing "WHO: --NAME 'x': expected a, b
+ * or c" followed by " in WHERE" when WHERE is given. */
 int args_choice_set(const opt_spec *o, const char *name, const char *who, const char *where);
 
 /* 0 if o's current value lies in its range; otherwise prints "WHO: --NAME must be RANGE (got
