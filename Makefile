@@ -83,7 +83,8 @@ TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
 .PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention bench-serve bench-ct2
-all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv
+all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv \
+     $(BUILD)/qkv.1 $(BUILD)/qkv.bash
 
 deps:
 	@scripts/install-deps.sh
@@ -113,6 +114,13 @@ $(BUILD)/src/cli/mpi_reducer.o: CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS) $(MPI_LIBS) $(CLI_PKG_LIBS) -lpthread
+
+# The man page and the bash completion, made from the tool's own --help (tools/help2*.sh).
+$(BUILD)/qkv.1: $(BUILD)/qkv tools/help2man.sh
+	tools/help2man.sh $(BUILD)/qkv > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/qkv.bash: $(BUILD)/qkv tools/help2completion.sh
+	tools/help2completion.sh $(BUILD)/qkv > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
@@ -190,6 +198,10 @@ install: all
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 include/qkv/*.h $(DESTDIR)$(PREFIX)/include/qkv/
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 644 $(BUILD)/qkv.1 $(DESTDIR)$(PREFIX)/share/man/man1/qkv.1
+	install -m 644 $(BUILD)/qkv.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/qkv
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	  -e 's|@OPENBLAS_LIBDIR@|$(OPENBLAS_LIBDIR)|' qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
 

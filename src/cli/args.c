@@ -261,9 +261,9 @@ void args_usage(const opt_spec *opts, const char *usage)
     printf("%s\n\noptions:\n", usage);
     for (const opt_spec *o = opts; o->name; o++)
         if (!(o->type == OPT_ALIAS && strlen(o->name) == 1)) usage_line(opts, o);
-    printf("      %-24s  %s\n", "--config FILE",
+    printf("      %-22s  %s\n", "--config FILE",
            "options from a JSON object {\"name\": value, ...}; the command line wins");
-    printf("  -h, %-24s  %s\n", "--help", "this text");
+    printf("  -h, %-22s  %s\n", "--help", "this text");
 }
 
 /* v: the text of o's value, from the command line, or from a --config file (where). */
@@ -382,6 +382,13 @@ static int parse_word(int argc, char **argv, int *i, const opt_spec *opts, const
 
 int args_parse(int argc, char **argv, int first, const opt_spec *opts, const char *usage)
 {
+    return args_parse_words(argc, argv, first, opts, usage, NULL, 0, NULL);
+}
+
+int args_parse_words(int argc, char **argv, int first, const opt_spec *opts, const char *usage,
+                     const char **words, int max_words, int *n_words)
+{
+    if (n_words) *n_words = 0;
     char who[64];
     snprintf(who, sizeof who, "qkv %s", argc > 1 && first > 1 ? argv[1] : "");
     if (args_table_check(opts, who)) return -1;
@@ -403,6 +410,10 @@ int args_parse(int argc, char **argv, int first, const opt_spec *opts, const cha
         if (!where && (!strcmp(a, "--help") || !strcmp(a, "-h"))) {
             args_usage(opts, usage);
             return 1;
+        }
+        if (!is_option_word(a) && !where && a[0] != '-' && n_words && *n_words < max_words) {
+            words[(*n_words)++] = a;
+            continue;
         }
         if (!is_option_word(a)) {
             fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", who, a);

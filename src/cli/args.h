@@ -103,6 +103,10 @@ int args_table_check(const opt_spec *opts, const char *who);
  * 1. Every value is checked against its option's range. Returns 0 on success, 1 after --help,
  * -1 on error (a message on stderr that starts with "qkv COMMAND:", COMMAND being argv[1]). */
 int args_parse(int argc, char **argv, int first, const opt_spec *opts, const char *usage);
+/* The same for a command that also takes words that are not options (qkv average's model
+ * directories): up to max_words of them, in order, into words (*n_words of them). */
+int args_parse_words(int argc, char **argv, int first, const opt_spec *opts, const char *usage,
+                     const char **words, int max_words, int *n_words);
 void args_usage(const opt_spec *opts, const char *usage);
 
 /* Whether argv[first..argc) sets the option named name (by any of its names), on the command

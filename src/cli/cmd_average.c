@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/config_args.h"
 #include "cli/run_dir.h"
 
 static const char *const AUX[] = {"src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
@@ -81,43 +81,30 @@ static int same_vocabularies(const char *first, const char *dir)
     return 1;
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: qkv average --out DIR [--overwrite] MODEL_DIR...\n\n"
-               "Averages the parameters of the models (one configuration, the same\n"
-               "vocabularies), e.g.\n"
-               "  qkv average --out run/avg run/epoch-*\n"
-               "and writes DIR as a model directory, with the vocabularies (and subword\n"
-               "files, text.json, train.json) of the first model or its parent directory.\n"
-               "DIR must not be an input or the directory above one; a DIR that holds a\n"
-               "model (or other files) is refused unless --overwrite.\n"
-               "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
-               "line wins).\n");
-}
-
 int cmd_average(int argc, char **argv)
 {
     const char *out = NULL;
     const char **dirs = calloc((size_t)argc, sizeof *dirs);
     int n = 0, rc = 2, overwrite = 0;
     if (!dirs) return 1;
-    const char *config = NULL; /* inside a --config block (config_args.h): its file */
-    for (int i = 2; i < argc; i++) {
-        if (config_args_block(argc, argv, &i, &config)) continue;
-        if (!config && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))) {
-            usage(stdout);
-            free(dirs);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
-        else if (config && !strcmp(argv[i], "--overwrite=" CONFIG_FALSE)) overwrite = 0;
-        else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
-        else if (!strncmp(argv[i], "--", 2)) {
-            fprintf(stderr, "qkv average: %s%sunknown option '%s' (see --help)\n",
-                    config ? config : "", config ? ": " : "", argv[i]);
-            goto done;
-        } else dirs[n++] = argv[i];
+    const opt_spec opts[] = {
+        {"out", OPT_DIR, &out, "the model directory to write", NULL, NULL},
+        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a model, or other files)",
+         NULL, NULL},
+        {0},
+    };
+    const int parsed = args_parse_words(
+        argc, argv, 2, opts,
+        "usage: qkv average --out DIR [--overwrite] MODEL_DIR...\n"
+        "Averages the parameters of the models (one configuration, the same vocabularies),\n"
+        "e.g. qkv average --out run/avg run/epoch-*, and writes DIR as a model directory, with\n"
+        "the vocabularies (and subword files, text.json, train.json) of the first model or its\n"
+        "parent directory. DIR must not be an input or the directory above one.",
+        dirs, argc, &n);
+    if (parsed) {
+        free(dirs);
+        return parsed > 0 ? 0 : 2;
     }
     if (!out || n < 1) {
         fprintf(stderr, "qkv average: needs --out DIR and at least one model directory\n");

@@ -5,50 +5,35 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/config_args.h"
 #include "cli/run_dir.h"
 #include "qkv.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: qkv import marian HF_DIR --out DIR [--overwrite]\n\n"
-               "Imports a Hugging Face MarianMT directory (an OPUS-MT model, e.g.\n"
-               "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors (float32),\n"
-               "vocab.json (and target_vocab.json), source.spm, target.spm. DIR receives a\n"
-               "qkv model directory: config.json, model.safetensors, src_vocab.txt,\n"
-               "tgt_vocab.txt, source.spm, target.spm, text.json. A DIR that holds a model\n"
-               "(or other files) is refused unless --overwrite. A model qkv cannot represent\n"
-               "is refused with the reason; see the README, \"Pretrained Marian / OPUS-MT\n"
-               "models\", for getting one and for converting pytorch_model.bin.\n"
-               "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
-               "line wins).\n");
-}
-
 int cmd_import(int argc, char **argv)
 {
-    const char *kind = NULL, *src = NULL, *out = NULL;
-    int overwrite = 0;
-    const char *config = NULL; /* inside a --config block (config_args.h): its file */
-    for (int i = 2; i < argc; i++) {
-        if (config_args_block(argc, argv, &i, &config)) continue;
-        if (!config && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")))
-            return usage(stdout), 0;
-        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
-        else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
-        else if (config && !strcmp(argv[i], "--overwrite=" CONFIG_FALSE)) overwrite = 0;
-        else if (!strncmp(argv[i], "--", 2) || config) {
-            fprintf(stderr, "qkv import: %s%sunknown option '%s' (see --help)\n",
-                    config ? config : "", config ? ": " : "", argv[i]);
-            return 2;
-        } else if (!kind) kind = argv[i];
-        else if (!src) src = argv[i];
-        else {
-            fprintf(stderr, "qkv import: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    const char *out = NULL, *words[2] = {NULL, NULL};
+    int overwrite = 0, n = 0;
+    const opt_spec opts[] = {
+        {"out", OPT_DIR, &out, "the qkv model directory to write", NULL, NULL},
+        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a model, or other files)",
+         NULL, NULL},
+        {0},
+    };
+    const int rc = args_parse_words(
+        argc, argv, 2, opts,
+        "usage: qkv import marian HF_DIR --out DIR [--overwrite]\n"
+        "Imports a Hugging Face MarianMT directory (an OPUS-MT model, e.g.\n"
+        "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors (float32), vocab.json (and\n"
+        "target_vocab.json), source.spm, target.spm. DIR receives a qkv model directory:\n"
+        "config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt, source.spm, target.spm,\n"
+        "text.json. A model qkv cannot represent is refused with the reason; see the README,\n"
+        "\"Pretrained Marian / OPUS-MT models\", for getting one and for converting\n"
+        "pytorch_model.bin.",
+        words, 2, &n);
+    if (rc) return rc > 0 ? 0 : 2;
+    const char *kind = words[0], *src = words[1];
     if (!kind || strcmp(kind, "marian")) {
         fprintf(stderr, "qkv import: %s%s%s; qkv imports marian (Hugging Face MarianMT)\n",
                 kind ? "unknown kind '" : "which kind of model?", kind ? kind : "",

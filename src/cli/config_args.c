@@ -183,16 +183,3 @@ void config_args_free(char **owned)
     for (char **p = owned; *p; p++) free(*p);
     free(owned);
 }
-
-int config_args_block(int argc, char **argv, int *i, const char **file)
-{
-    if (!strcmp(argv[*i], CONFIG_BEGIN) && *i + 1 < argc) {
-        *file = argv[++*i];
-        return 1;
-    }
-    if (!strcmp(argv[*i], CONFIG_END)) {
-        *file = NULL;
-        return 1;
-    }
-    return 0;
-}

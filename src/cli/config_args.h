@@ -32,10 +32,4 @@ void config_args_free(char **owned);
  * source file "data" (as --src), renamed here (a --config file, a resumed run's train.json). */
 void config_args_legacy(cJSON *record);
 
-/* For a command that reads argv by hand rather than with args_parse: 1 when argv[*i] opens a
- * block ("--config FILE", *i then moved onto FILE, and *file = FILE) or closes one (*file =
- * NULL), so that the caller skips it; else 0. *file is thus the file whose options are being
- * read, NULL on the command line itself. */
-int config_args_block(int argc, char **argv, int *i, const char **file);
-
 #endif
