@@ -81,6 +81,54 @@ static int same_vocabularies(const char *first, const char *dir)
     return 1;
 }
 
+/* The first model with the mean of the n models' parameters, summed in double; the models
+ * must share one configuration and vocabularies. NULL after printing why. */
+static qkv_transformer *average(const char *const *dirs, int n)
+{
+    qkv_error err = {0};
+    qkv_transformer *avg = NULL, *m = NULL;
+    double *sum = NULL;
+    char *cfg0 = NULL, *cfg = NULL;
+    int ok = 0;
+    if (qkv_transformer_load(&avg, dirs[0], &err) ||
+        qkv_config_to_json(qkv_transformer_get_config(avg), &cfg0, &err))
+        goto fail;
+    const size_t P = qkv_transformer_num_params(avg);
+    sum = calloc(P, sizeof *sum);
+    if (!sum) {
+        snprintf(err.msg, sizeof err.msg, "out of memory for %zu parameters", P);
+        goto fail;
+    }
+    for (int k = 0; k < n; k++) {
+        if (k > 0) {
+            free(cfg), cfg = NULL;
+            if (qkv_transformer_load(&m, dirs[k], &err) ||
+                qkv_config_to_json(qkv_transformer_get_config(m), &cfg, &err))
+                goto fail;
+            if (strcmp(cfg, cfg0)) {
+                snprintf(err.msg, sizeof err.msg, "%.200s: another configuration than %.200s "
+                         "(only models of one configuration average)", dirs[k], dirs[0]);
+                goto fail;
+            }
+            if (!same_vocabularies(dirs[0], dirs[k])) goto done;
+        }
+        const float *p = qkv_transformer_params(k ? m : avg);
+        for (size_t i = 0; i < P; i++) sum[i] += p[i];
+        qkv_transformer_free(m), m = NULL;
+    }
+    float *p = qkv_transformer_params(avg);
+    for (size_t i = 0; i < P; i++) p[i] = (float)(sum[i] / n);
+    ok = 1;
+    goto done;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+done:
+    qkv_transformer_free(m);
+    free(sum), free(cfg0), free(cfg);
+    if (!ok) qkv_transformer_free(avg), avg = NULL;
+    return avg;
+}
+
 int cmd_average(int argc, char **argv)
 {
     const char *out = NULL;
@@ -113,53 +161,23 @@ int cmd_average(int argc, char **argv)
     if (out_is_input(out, dirs, n)) goto done;
     rc = 1;
     run_dir rd = {-1};
-    qkv_error err = {0};
-    qkv_transformer *avg = NULL, *m = NULL;
-    double *sum = NULL;
-    char *cfg0 = NULL, *cfg = NULL;
-    if (qkv_transformer_load(&avg, dirs[0], &err) ||
-        qkv_config_to_json(qkv_transformer_get_config(avg), &cfg0, &err))
-        goto fail;
-    const size_t P = qkv_transformer_num_params(avg);
-    sum = calloc(P, sizeof *sum);
-    if (!sum) {
-        snprintf(err.msg, sizeof err.msg, "out of memory for %zu parameters", P);
-        goto fail;
-    }
-    for (int k = 0; k < n; k++) {
-        if (k > 0) {
-            free(cfg), cfg = NULL;
-            if (qkv_transformer_load(&m, dirs[k], &err) ||
-                qkv_config_to_json(qkv_transformer_get_config(m), &cfg, &err))
-                goto fail;
-            if (strcmp(cfg, cfg0)) {
-                snprintf(err.msg, sizeof err.msg, "%.200s: another configuration than %.200s "
-                         "(only models of one configuration average)", dirs[k], dirs[0]);
-                goto fail;
-            }
-            if (!same_vocabularies(dirs[0], dirs[k])) goto cleanup;
-        }
-        const float *p = qkv_transformer_params(k ? m : avg);
-        for (size_t i = 0; i < P; i++) sum[i] += p[i];
-        qkv_transformer_free(m), m = NULL;
-    }
-    float *p = qkv_transformer_params(avg);
-    for (size_t i = 0; i < P; i++) p[i] = (float)(sum[i] / n);
+    qkv_transformer *avg = average(dirs, n);
+    if (!avg) goto done;
     if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         goto cleanup;
     /* the model last: a directory with model.safetensors is complete */
     for (size_t i = 0; i < sizeof AUX / sizeof *AUX; i++)
         if (copy_aux(dirs[0], out, AUX[i])) goto cleanup;
-    if (qkv_transformer_save(avg, out, &err)) goto fail;
+    qkv_error err = {0};
+    if (qkv_transformer_save(avg, out, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        goto cleanup;
+    }
     fprintf(stderr, "qkv average: %d model%s averaged into %s\n", n, n == 1 ? "" : "s", out);
     rc = 0;
-    goto cleanup;
-fail:
-    fprintf(stderr, "qkv: %s\n", err.msg);
 cleanup:
     run_dir_release(&rd);
-    qkv_transformer_free(avg), qkv_transformer_free(m);
-    free(sum), free(cfg0), free(cfg);
+    qkv_transformer_free(avg);
 done:
     free(dirs);
     return rc;

@@ -254,6 +254,37 @@ static int dump_attention(const char *path, float *const t[8], int B, int N, int
     return 0;
 }
 
+/* One forward pass of the kernel (its backward pass when backward: gradients accumulate into
+ * dQ dK dV) over Q K V (dO), the saved tensor and the scratch in p[0..10). */
+static void attention_pass(int kernel, int backward, float *const p[10],
+                           const qkv_attention_shape *shape, int causal)
+{
+    float *Q = p[0], *K = p[1], *V = p[2], *O = p[3], *dQ = p[4], *dK = p[5], *dV = p[6];
+    float *dO = p[7], *saved = p[8], *scratch = p[9];
+    const qkv_mask mask = {NULL, 0, causal};
+    const qkv_attention_inputs in = {Q, K, V};
+    qkv_attention_grads din = {dQ, dK, dV};
+    const qkv_dropout none = {0.0f, 0, 0};
+    switch (kernel * 2 + backward) {
+    case KERNEL_MATERIALISED * 2:
+        qkv_attention_forward(O, saved, &in, shape, &mask, none, scratch);
+        break;
+    case KERNEL_MATERIALISED * 2 + 1:
+        qkv_attention_backward(&din, dO, saved, &in, shape, none, scratch);
+        break;
+    case KERNEL_FLASH * 2: qkv_flash_attention_forward(O, saved, &in, shape, &mask, none); break;
+    case KERNEL_FLASH * 2 + 1:
+        qkv_flash_attention_backward(&din, dO, O, saved, &in, shape, &mask, none, scratch);
+        break;
+    case KERNEL_LINEAR * 2:
+        qkv_linear_attention_forward(O, &in, shape, NULL, causal, scratch);
+        break;
+    case KERNEL_LINEAR * 2 + 1:
+        qkv_linear_attention_backward(&din, dO, &in, shape, NULL, causal, scratch);
+        break;
+    }
+}
+
 static int bench_attention(const bench_args *a)
 {
     const int H = a->cfg.heads, d = a->cfg.d_model / a->cfg.heads, N = a->n, B = a->batch;
@@ -285,35 +316,14 @@ static int bench_attention(const bench_args *a)
     }
     qkv_fill_normal(Q, x, 0, 1, 1), qkv_fill_normal(K, x, 0, 1, 2);
     qkv_fill_normal(V, x, 0, 1, 3), qkv_fill_normal(dO, x, 0, 1, 4);
-    const qkv_mask mask = {NULL, 0, a->causal};
-    const qkv_attention_inputs in = {Q, K, V};
-    qkv_attention_grads din = {dQ, dK, dV};
-    const qkv_dropout none = {0.0f, 0, 0};
+    float *const buffers[10] = {Q, K, V, O, dQ, dK, dV, dO, saved, scratch};
     for (int s = -a->warmup; s < a->steps; s++) {
         /* gradients accumulate: zero them, untimed, so each step's are one step's */
         memset(dQ, 0, x * 4), memset(dK, 0, x * 4), memset(dV, 0, x * 4);
         double t0 = now_ms();
-        switch (kernel) {
-        case KERNEL_MATERIALISED:
-            qkv_attention_forward(O, saved, &in, &shape, &mask, none, scratch);
-            break;
-        case KERNEL_FLASH: qkv_flash_attention_forward(O, saved, &in, &shape, &mask, none); break;
-        case KERNEL_LINEAR:
-            qkv_linear_attention_forward(O, &in, &shape, NULL, a->causal, scratch);
-            break;
-        }
+        attention_pass(kernel, 0, buffers, &shape, a->causal);
         double t1 = now_ms();
-        switch (kernel) {
-        case KERNEL_MATERIALISED:
-            qkv_attention_backward(&din, dO, saved, &in, &shape, none, scratch);
-            break;
-        case KERNEL_FLASH:
-            qkv_flash_attention_backward(&din, dO, O, saved, &in, &shape, &mask, none, scratch);
-            break;
-        case KERNEL_LINEAR:
-            qkv_linear_attention_backward(&din, dO, &in, &shape, NULL, a->causal, scratch);
-            break;
-        }
+        attention_pass(kernel, 1, buffers, &shape, a->causal);
         double t2 = now_ms();
         if (s >= 0) fwd[s] = t1 - t0, bwd[s] = t2 - t1, tot[s] = t2 - t0;
     }
@@ -363,13 +373,9 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
     cfg.vocab = vocab, cfg.d_model = a->cfg.d_model, cfg.heads = a->cfg.heads;
     cfg.ffn = a->cfg.ffn, cfg.layers = layers, cfg.dropout = 0.0f;
     const char *kind = a->kind ? a->kind : "softmax";
-    if (!strcmp(kind, "softmax")) {
-        cfg.attention = QKV_ATTENTION_SOFTMAX;
-    } else if (!strcmp(kind, "linear")) {
-        cfg.attention = QKV_ATTENTION_LINEAR;
-    } else {
-        fprintf(stderr, "qkv bench generate: --kind is softmax (KV cache) or linear (recurrent "
-                "state), got '%s'\n", kind);
+    qkv_error err = {0};
+    if (qkv_attention_kind_parse(&cfg.attention, kind, &err)) { /* KV cache or recurrent state */
+        fprintf(stderr, "qkv bench generate: --kind: %s\n", err.msg);
         return 2;
     }
     if (a->kv_compare && cfg.attention != QKV_ATTENTION_SOFTMAX) {
@@ -390,7 +396,6 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
                                 QKV_KV_CACHE_BF16};
     const char *kv_used[2] = {"none", "none"};
     double prefill_ms[2] = {0, 0};
-    qkv_error err = {0};
     int *ids = malloc((size_t)(P + S) * sizeof *ids);
     float *logits = malloc((size_t)vocab * sizeof *logits);
     double *ms = malloc((size_t)2 * S * sizeof *ms);
@@ -503,6 +508,7 @@ static const char usage[] =
     "             Fields: ms_per_token (median), ms_per_token_min (the fastest step: on a shared\n"
     "             machine, the nearest to an idle one's), ms_prefill, state_mb, kv_cache.";
 
+/* Long: the option table, one row per option, and the dispatch by benchmark. */
 int cmd_bench(int argc, char **argv)
 {
     const int help = argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
@@ -576,11 +582,8 @@ int cmd_bench(int argc, char **argv)
     }
     a.cfg.enc_layers = a.cfg.dec_layers = layers;
     a.cfg.src_vocab = a.cfg.tgt_vocab = vocab;
-    if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.src_len < 1 || a.tgt_len < 1 ||
-        a.new_tokens < 1 || a.n < 1 || a.m < 1 || a.k < 1 || a.position < 1 || a.max_len < 0 ||
-        layers < 1 || vocab < 5 || a.cfg.heads < 1 || a.cfg.d_model % a.cfg.heads) {
-        fprintf(stderr, "qkv bench: sizes and --steps must be positive, --vocab at least 5 and "
-                "--d-model a multiple of --heads\n");
+    if (a.cfg.d_model % a.cfg.heads) { /* the rest is each option's range */
+        fprintf(stderr, "qkv bench: --d-model must be a multiple of --heads\n");
         return 2;
     }
     if (a.src_len > a.cfg.max_len || a.tgt_len > a.cfg.max_len)

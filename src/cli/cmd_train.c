@@ -305,6 +305,33 @@ static int raw_bpe(const qkv_train_options *o)
     return keep;
 }
 
+/* The training pairs and the held-out ones (none without validation), read as the tokenizer
+ * reads text. 0, or -1 after printing why. */
+static int read_corpora(qkv_corpus *corpus, qkv_corpus *held_out, const train_record *r,
+                        const qkv_train_options *o)
+{
+    qkv_error err = {0};
+    /* SentencePiece reads text as people write it; d2l's words are lower-cased */
+    qkv_status (*tsv)(qkv_corpus *, const char *, int, qkv_error *) = qkv_corpus_read_tsv;
+    qkv_status (*aligned)(qkv_corpus *, const char *, const char *, int, qkv_error *) =
+        qkv_corpus_read_aligned;
+    /* and a cased byte-pair model reads it in NFC, as qkv_tokenizer_words gives it later */
+    const int nfc = !strcmp(r->tokenizer, "bpe") && raw_bpe(o);
+    if (!strcmp(r->tokenizer, "spm") || nfc)
+        tsv = qkv_corpus_read_tsv_raw, aligned = qkv_corpus_read_aligned_raw;
+    if ((r->tgt ? aligned(corpus, r->data, r->tgt, r->num_examples, &err)
+                : tsv(corpus, r->data, r->num_examples, &err)) ||
+        (nfc && qkv_corpus_nfc(corpus, &err)) ||
+        ((r->valid || r->valid_src) &&
+         ((r->valid ? tsv(held_out, r->valid, 0, &err)
+                    : aligned(held_out, r->valid_src, r->valid_tgt, 0, &err)) ||
+          (nfc && qkv_corpus_nfc(held_out, &err))))) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* Trains as r and o say (a new model in o->out_dir, or the one there with --resume): reads
  * the corpora, makes the model and its tokenizer, trains, draws the curves. The exit status. */
 static int run(const train_record *r, qkv_train_options *o, qkv_transformer_config *cfg,
@@ -318,27 +345,7 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     int *bufs[8] = {0};
     const char *out = o->out_dir;
     int rc = 1;
-    /* SentencePiece reads text as people write it; d2l's words are lower-cased */
-    qkv_status (*tsv)(qkv_corpus *, const char *, int, qkv_error *) = qkv_corpus_read_tsv;
-    qkv_status (*aligned)(qkv_corpus *, const char *, const char *, int, qkv_error *) =
-        qkv_corpus_read_aligned;
-    /* and a cased byte-pair model reads it in NFC, as qkv_tokenizer_words gives it later */
-    const int nfc = !strcmp(r->tokenizer, "bpe") && raw_bpe(o);
-    if (!strcmp(r->tokenizer, "spm") || nfc)
-        tsv = qkv_corpus_read_tsv_raw, aligned = qkv_corpus_read_aligned_raw;
-    if ((r->tgt ? aligned(&corpus, r->data, r->tgt, r->num_examples, &err)
-                : tsv(&corpus, r->data, r->num_examples, &err)) ||
-        (nfc && qkv_corpus_nfc(&corpus, &err))) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        goto done;
-    }
-    if ((r->valid || r->valid_src) &&
-        ((r->valid ? tsv(&held_out, r->valid, 0, &err)
-                   : aligned(&held_out, r->valid_src, r->valid_tgt, 0, &err)) ||
-         (nfc && qkv_corpus_nfc(&held_out, &err)))) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        goto done;
-    }
+    if (read_corpora(&corpus, &held_out, r, o)) goto done;
     const int resuming = o->resume, T = r->num_steps;
     if (!(t = resuming ? resumed_model(out, r) : new_model(cfg, &corpus, out, r))) goto done;
     qkv_transformer *m = qkv_translator_model(t);

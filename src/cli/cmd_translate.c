@@ -369,6 +369,25 @@ static int score_file(const char *hyp_path, const char *data, const char *tgt_pa
     return rc;
 }
 
+/* sacreBLEU's scores of the n translations r against the references as written (sacreBLEU
+ * scores raw text, not the corpus's words), from the file refs (tsv: its second column), and
+ * the first `show` translations with their own BLEU. The exit status. */
+static int eval_sacrebleu(const qkv_translations *r, const char *refs_path, int tsv, int n,
+                          int per_sentence, int show)
+{
+    char *ref_text = NULL, **refs = NULL;
+    int rc = cli_read_lines(refs_path, tsv, &n, &refs, &ref_text) ||
+             print_sacrebleu((const char *const *)r->text, refs, n, per_sentence) ? 1 : 0;
+    for (int i = 0; !rc && i < show && i < n; i++) {
+        qkv_sacrebleu_stats sb = {0};
+        qkv_sacrebleu_add(&sb, r->text[i] ? r->text[i] : "", refs[i], NULL);
+        printf("%d: %s => BLEU %.2f\n", i + 1, r->text[i] ? r->text[i] : "",
+               qkv_sacrebleu_score(&sb, 1, NULL, NULL));
+    }
+    free(refs), free(ref_text);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     static const char *const metrics[] = {"sacrebleu", "d2l", "all", NULL};
@@ -422,7 +441,6 @@ int cmd_eval(int argc, char **argv)
     qkv_corpus corpus = {0};
     qkv_translations r = {0};
     qkv_error err = {0};
-    char *ref_text = NULL, **refs = NULL;
     rc = 1;
     /* a model that reads raw text is scored on raw text, its references cased */
     const int raw = qkv_translator_tokenizer(t)->keep_case;
@@ -441,19 +459,9 @@ int cmd_eval(int argc, char **argv)
         rc = 0;
         if (want_d2l) rc = print_bleu(t, &corpus, &r, want_sacre ? 0 : show) ? 1 : 0;
         else printf("sentences: %d\n", n);
-        if (!rc && want_sacre) {
-            /* the references as written: sacreBLEU scores raw text, not the corpus's words */
-            rc = cli_read_lines(data ? data : tgt_path, data != NULL, &n, &refs, &ref_text) ||
-                 print_sacrebleu((const char *const *)r.text, refs, n, per_sentence) ? 1 : 0;
-            for (int i = 0; !rc && i < show && i < n; i++) {
-                qkv_sacrebleu_stats sb = {0};
-                qkv_sacrebleu_add(&sb, r.text[i] ? r.text[i] : "", refs[i], NULL);
-                printf("%d: %s => BLEU %.2f\n", i + 1, r.text[i] ? r.text[i] : "",
-                       qkv_sacrebleu_score(&sb, 1, NULL, NULL));
-            }
-        }
+        if (!rc && want_sacre)
+            rc = eval_sacrebleu(&r, data ? data : tgt_path, data != NULL, n, per_sentence, show);
     }
-    free(refs), free(ref_text);
     qkv_corpus_free(&corpus);
     qkv_translations_free(&r);
     qkv_translator_free(t);
