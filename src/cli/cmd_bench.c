@@ -378,15 +378,11 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
         fprintf(stderr, "qkv bench generate: --kind: %s\n", err.msg);
         return 2;
     }
-    if (a->kv_compare && cfg.attention != QKV_ATTENTION_SOFTMAX) {
-        fprintf(stderr, "qkv bench generate: --kv-compare needs --kind softmax (a linear model "
-                "keeps no key-value cache)\n");
-        return 2;
-    }
     const int P = a->position, W = a->warmup, S = a->steps, n_states = a->kv_compare ? 2 : 1;
-    if (P - W < 1) {
-        fprintf(stderr, "qkv bench generate: --position (%d) must exceed --warmup (%d): the "
-                "prefill needs a token\n", P, W);
+    if ((a->kv_compare && cfg.attention != QKV_ATTENTION_SOFTMAX) || P - W < 1) {
+        fprintf(stderr, "qkv bench generate: %s\n", P - W < 1
+                ? "--position must exceed --warmup: the prefill needs a token"
+                : "--kv-compare needs --kind softmax (a linear model keeps no key-value cache)");
         return 2;
     }
     cfg.max_len = a->max_len > P + S ? a->max_len : P + S;
@@ -547,9 +543,11 @@ int cmd_bench(int argc, char **argv)
          "attention: softmax|flash|linear (default softmax); generate: softmax|linear", NULL, NULL},
         {"flash", OPT_FLAG, &a.flash,
          "attention: the flash kernel (the same as --kind flash)", NULL, NULL},
-        {"causal", OPT_FLAG, &a.causal, "attention: a causal mask (linear: the causal scan)", NULL, NULL},
+        {"causal", OPT_FLAG, &a.causal, "attention: a causal mask (linear: the causal scan)", NULL,
+         NULL},
         {"dump", OPT_FILE, &a.dump,
-         "attention: write Q K V dO O dQ dK dV of the last step to this safetensors file", NULL, NULL},
+         "attention: write Q K V dO O dQ dK dV of the last step to this safetensors file", NULL,
+         NULL},
         {"position", OPT_INT, &a.position,
          "generate: the position of the first timed token", "[1, 65536]", NULL},
         {"max-len", OPT_INT, &a.max_len,
@@ -565,7 +563,8 @@ int cmd_bench(int argc, char **argv)
         {"kv-cache", OPT_CHOICE, &kv_cache, "generate: " CLI_KV_CACHE_HELP, NULL, NULL},
         {"kv-compare", OPT_FLAG, &a.kv_compare,
          "generate: a float32 and a bf16 cache, steps alternating (two JSON lines)", NULL, NULL},
-        {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)", "[1, 1000000]", NULL},
+        {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)", "[1, 1000000]",
+         NULL},
         {"warmup", OPT_INT, &a.warmup, "untimed repetitions first", "[0, 1000000]", NULL},
         {"threads", OPT_INT, &a.threads, "threads (0: all cores)", ARG_THREADS, NULL},
         {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},

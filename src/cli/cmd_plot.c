@@ -25,8 +25,8 @@ int cmd_plot(int argc, char **argv)
          "encoding width with --positional (the figures show columns 6-9)", "[10, 4096]", NULL},
         {0},
     };
-    const char *usage = "usage: qkv plot DIR [--out FILE]     training curves of a model directory\n"
-                        "       qkv plot --positional DIR     the sinusoidal positional encoding";
+    const char *usage = "usage: qkv plot DIR [--out FILE]   training curves of a model directory\n"
+                        "       qkv plot --positional DIR   the sinusoidal positional encoding";
     /* DIR is the one argument that is not an option */
     const char *dir = argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
     int rc = args_parse(argc, argv, dir ? 3 : 2, opts, usage);

@@ -97,7 +97,8 @@ int cmd_tokenize(int argc, char **argv)
         {"spm", OPT_FILE, &spm, "SentencePiece model file (.model / .spm)", NULL, NULL},
         {"pieces", OPT_FLAG, &pieces, "pieces, space-separated (the default)", NULL, NULL},
         {"ids", OPT_FLAG, &ids, "ids, space-separated", NULL, NULL},
-        {"decode", OPT_FLAG, &decode, "read pieces (or with --ids, ids) and write the text", NULL, NULL},
+        {"decode", OPT_FLAG, &decode, "read pieces (or with --ids, ids) and write the text", NULL,
+         NULL},
         {"d2l", OPT_FLAG, &d2l, "instead: d2l's preprocessing of each line (lower case as "
                                 "Python's str.lower, a space before , . ! ?)", NULL, NULL},
         {0},

@@ -79,7 +79,9 @@ static void value_text(char *out, size_t cap, const opt_spec *o)
 {
     switch (o->type) {
     case OPT_INT: snprintf(out, cap, "%d", *(const int *)o->value); break;
-    case OPT_U64: snprintf(out, cap, "%llu", (unsigned long long)*(const uint64_t *)o->value); break;
+    case OPT_U64:
+        snprintf(out, cap, "%llu", (unsigned long long)*(const uint64_t *)o->value);
+        break;
     case OPT_FLOAT: snprintf(out, cap, "%.7g", (double)*(const float *)o->value); break;
     case OPT_STRING:
     case OPT_FILE:

@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: MIT
 # libqkv.so as a library people link: it exports exactly the functions include/qkv/*.h declare
 # (each marked QKV_API), all named qkv_*; it has a SONAME and the OpenMP OpenBLAS's directory as
-# RUNPATH; `make install` into a fresh prefix gives the versioned library, its links, the header
-# and qkv.pc, and a small program built with `pkg-config --cflags --libs qkv` links against the
-# shared library, runs, and cannot reach an internal function.
+# RUNPATH; `make install` into a fresh prefix gives the versioned library, its links, the header,
+# qkv.pc, the man page and the bash completion, and a small program built with `pkg-config
+# --cflags --libs qkv` links against the shared library, runs, and cannot reach an internal
+# function.
 # Usage: test_library.sh QKV_BINARY (the library beside it is tested; the sanitizer build has
 # none, and then there is nothing to do).
 set -u
@@ -51,7 +52,7 @@ else
   bad "make install: $(tail -n 3 "$T/install.out")"
 fi
 for f in lib/libqkv.so.$VERSION lib/libqkv.so.$MAJOR lib/libqkv.so lib/libqkv.a include/qkv.h include/qkv/core.h \
-         lib/pkgconfig/qkv.pc bin/qkv; do
+         lib/pkgconfig/qkv.pc bin/qkv share/man/man1/qkv.1 share/bash-completion/completions/qkv; do
   check "installed $f" [ -e "$P/$f" ]
 done
 check "installed links: libqkv.so -> libqkv.so.$MAJOR -> libqkv.so.$VERSION" \
