@@ -114,40 +114,39 @@ static qkv_sentences sentences_view(const qkv_sentences *s, int first, int n, si
     return (qkv_sentences){n, start[n], s->tokens + s->start[first], start, NULL};
 }
 
-/* Appends part's translations to all (which takes its texts; part is freed). */
-static qkv_status translations_append(qkv_translations *all, qkv_translations *part,
-                                      qkv_error *err)
+/* The n parts' translations as one result, in order (the texts move; the parts are freed). */
+static qkv_status translations_join(qkv_translations *all, qkv_translations *parts, int n_parts,
+                                    qkv_error *err)
 {
-    const int N = part->n_best, n = all->count + part->count;
-    const int L = all->max_len > part->max_len ? all->max_len : part->max_len;
-    const size_t H = (size_t)n * N, old = (size_t)all->count * N;
+    int n = 0, L = 1, truncated = 0, first_truncated = -1, first_len = 0;
+    for (int p = 0; p < n_parts; p++) {
+        if (parts[p].truncated && first_truncated < 0)
+            first_truncated = n + parts[p].first_truncated, first_len = parts[p].first_truncated_len;
+        n += parts[p].count, truncated += parts[p].truncated;
+        if (parts[p].max_len > L) L = parts[p].max_len;
+    }
+    const int N = parts[0].n_best;
+    const size_t H = (size_t)n * N;
     qkv_translations m = {n, N, L, calloc(H, sizeof(char *)), calloc(H * L, sizeof(int)),
-                          malloc(H * sizeof(int)), malloc(H * sizeof(double)),
-                          all->truncated + part->truncated, all->first_truncated,
-                          all->first_truncated_len, malloc((size_t)n * sizeof(int)),
+                          malloc(H * sizeof(int)), malloc(H * sizeof(double)), truncated,
+                          first_truncated, first_len, malloc((size_t)n * sizeof(int)),
                           malloc((size_t)n * sizeof(int))};
     if (!m.text || !m.ids || !m.len || !m.score || !m.src_len || !m.unknown) {
-        qkv_translations_free(&m), qkv_translations_free(part);
+        qkv_translations_free(&m);
         return out_of_memory(err, n);
     }
-    if (!all->truncated && part->truncated)
-        m.first_truncated = all->count + part->first_truncated,
-        m.first_truncated_len = part->first_truncated_len;
-    const qkv_translations *from[2] = {all, part};
-    for (int k = 0; k < 2; k++) {
-        const qkv_translations *r = from[k];
-        const size_t at = k ? old : 0, h_n = (size_t)r->count * N;
-        for (size_t h = 0; h < h_n; h++) {
-            m.text[at + h] = r->text[h], r->text[h] = NULL;
-            m.len[at + h] = r->len[h], m.score[at + h] = r->score[h];
+    for (int p = 0, at = 0; p < n_parts; at += parts[p].count, p++) {
+        qkv_translations *r = &parts[p];
+        for (size_t h = 0; h < (size_t)r->count * N; h++) {
+            const size_t to = (size_t)at * N + h;
+            m.text[to] = r->text[h], r->text[h] = NULL;
+            m.len[to] = r->len[h], m.score[to] = r->score[h];
             if (r->len[h] > 0)
-                memcpy(m.ids + (at + h) * L, r->ids + h * r->max_len,
-                       (size_t)r->len[h] * sizeof *m.ids);
+                memcpy(m.ids + to * L, r->ids + h * r->max_len, (size_t)r->len[h] * sizeof *m.ids);
         }
         for (int i = 0; i < r->count; i++)
-            m.src_len[at / N + i] = r->src_len[i], m.unknown[at / N + i] = r->unknown[i];
+            m.src_len[at + i] = r->src_len[i], m.unknown[at + i] = r->unknown[i];
     }
-    qkv_translations_free(all), qkv_translations_free(part);
     *all = m;
     return QKV_OK;
 }
@@ -157,23 +156,25 @@ qkv_status cli_translate_words(qkv_translations *out, qkv_translator *t,
                                const char *who, qkv_error *err)
 {
     const int n = words->count, step = o->batch, tty = isatty(2);
+    const int n_parts = n ? (n + step - 1) / step : 1;
     size_t *start = malloc(((size_t)step + 1) * sizeof *start);
-    qkv_status st = start ? QKV_OK : out_of_memory(err, n);
+    qkv_translations *parts = calloc((size_t)n_parts, sizeof *parts);
+    qkv_status st = start && parts ? QKV_OK : out_of_memory(err, n);
     memset(out, 0, sizeof *out);
-    if (!st && n == 0) st = qkv_translate_words(out, t, words, o, err);
-    for (int first = 0; !st && first < n; first += step) {
-        const int k = n - first < step ? n - first : step;
+    if (!st && n == 0) st = qkv_translate_words(&parts[0], t, words, o, err);
+    for (int p = 0; !st && p * step < n; p++) {
+        const int first = p * step, k = n - first < step ? n - first : step;
         const qkv_sentences part_words = sentences_view(words, first, k, start);
-        qkv_translations part = {0};
-        st = qkv_translate_words(&part, t, &part_words, o, err);
-        if (!st) st = first ? translations_append(out, &part, err) : (*out = part, QKV_OK);
+        st = qkv_translate_words(&parts[p], t, &part_words, o, err);
         if (!st && tty)
             fprintf(stderr, "\r%s: %d/%d sentences%s", who, first + k, n, first + k == n ? "\n"
                                                                                      : "");
     }
     if (st && tty && n) fputc('\n', stderr);
-    if (st) qkv_translations_free(out);
-    free(start);
+    if (!st && n == 0) *out = parts[0], memset(&parts[0], 0, sizeof parts[0]);
+    else if (!st) st = translations_join(out, parts, n_parts, err);
+    for (int p = 0; parts && p < n_parts; p++) qkv_translations_free(&parts[p]);
+    free(parts), free(start);
     return st;
 }
 
