@@ -308,7 +308,7 @@ def main():
     print("cli_fuzz: seed %d, %.0f s, %d MiB, %.0f s a run" % (seed, a.seconds, a.memory_mb,
                                                                a.timeout), flush=True)
     top = subprocess.run([qkv, "--help"], capture_output=True, text=True, timeout=30).stdout
-    commands = re.findall(r"^  ([a-z-]+)  ", top, re.M)
+    commands = re.findall(r"^  ([a-z][a-z-]*)  ", top, re.M)  # not --version
     if not commands:
         raise SystemExit("qkv --help lists no command")
     tables = {}
