@@ -84,6 +84,7 @@ typedef enum {
     QKV_ENUM_LR_SCHEDULE, /* qkv_lr_schedule: constant, noam */
     QKV_ENUM_SPM_TYPE,    /* qkv_spm_type: unigram, bpe */
     QKV_ENUM_RESERVED,    /* the reserved tokens by id (QKV_UNK ..): <unk>, <pad>, <bos>, <eos> */
+    QKV_ENUM_CT2_QUANTIZATION, /* qkv_ct2_quantization: float32, int8 */
     QKV_N_ENUMS
 } qkv_enum;
 

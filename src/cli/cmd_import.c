@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* qkv import marian HF_DIR --out DIR: a pretrained Hugging Face MarianMT model (the OPUS-MT
- * translation models) as a qkv model directory, which qkv translate, eval and info then read
- * like one qkv trained. The work is qkv_import_marian's (src/io/marian.c); this claims DIR. */
+/* qkv import marian HF_DIR|RELEASE --out DIR: a pretrained Hugging Face MarianMT model, or a
+ * Marian release (the OPUS-MT translation models) as a qkv model directory, which qkv
+ * translate, eval and info then read like one qkv trained. The work is qkv_import_marian's (src/io/marian.c); this claims DIR. */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,14 +23,16 @@ int cmd_import(int argc, char **argv)
     };
     const int rc = args_parse_words(
         argc, argv, 2, opts,
-        "usage: qkv import marian HF_DIR --out DIR [--overwrite]\n"
+        "usage: qkv import marian HF_DIR|RELEASE --out DIR [--overwrite]\n"
         "Imports a Hugging Face MarianMT directory (an OPUS-MT model, e.g.\n"
-        "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors (float32), vocab.json (and\n"
-        "target_vocab.json), source.spm, target.spm. DIR receives a qkv model directory:\n"
-        "config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt, source.spm, target.spm,\n"
-        "text.json. A model qkv cannot represent is refused with the reason; see the README,\n"
-        "\"Pretrained Marian / OPUS-MT models\", for getting one and for converting\n"
-        "pytorch_model.bin.",
+        "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors or pytorch_model.bin (or\n"
+        "their shards; float32, float16 or bfloat16), vocab.json (and target_vocab.json),\n"
+        "source.spm, target.spm; or a Marian release, an OPUS-MT or Tatoeba-Challenge zip or\n"
+        "the directory it unpacks to (decoder.yml, the .npz model, vocabulary .yml, source.spm,\n"
+        "target.spm). DIR receives a qkv model directory: config.json, model.safetensors,\n"
+        "src_vocab.txt, tgt_vocab.txt, source.spm, target.spm, text.json (and generation.json:\n"
+        "the decoding defaults). A model qkv cannot represent is refused with the reason; see\n"
+        "docs/pretrained.md.",
         words, 2, &n);
     if (rc) return rc > 0 ? 0 : 2;
     const char *kind = words[0], *src = words[1];

@@ -24,6 +24,7 @@ static const struct {
     {QKV_ENUM_LR_SCHEDULE, {"constant", "noam"}},
     {QKV_ENUM_SPM_TYPE, {"unigram", "bpe"}},
     {QKV_ENUM_RESERVED, {"<unk>", "<pad>", "<bos>", "<eos>"}},
+    {QKV_ENUM_CT2_QUANTIZATION, {"float32", "int8"}},
 };
 
 static void test_every_name_round_trips(void **state)
@@ -67,6 +68,7 @@ static void test_typed_calls(void **state)
     assert_string_equal(qkv_kv_cache_name(QKV_KV_CACHE_BF16), "bf16");
     assert_string_equal(qkv_lr_schedule_name(QKV_LR_NOAM), "noam");
     assert_string_equal(qkv_spm_type_name(QKV_SPM_BPE), "bpe");
+    assert_string_equal(qkv_ct2_quantization_name(QKV_CT2_INT8), "int8");
     qkv_activation a = QKV_ACT_RELU;
     qkv_tie t = QKV_TIE_NONE;
     qkv_pos_layout p = QKV_POS_INTERLEAVED;
