@@ -176,7 +176,8 @@ test: deps
 test-asan: $(BUILD)/parity/.stamp
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
-	  build-asan/qkv $(TEST_BIN:$(BUILD)/%=build-asan/%) $(EXAMPLES:$(BUILD)/%=build-asan/%)
+	  build-asan/qkv build-asan/qkv.1 build-asan/qkv.bash $(TEST_BIN:$(BUILD)/%=build-asan/%) \
+	  $(EXAMPLES:$(BUILD)/%=build-asan/%)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 QKV_E2E_QUICK=1 \
 	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv \
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
