@@ -76,7 +76,7 @@ double qkv_now_s(void);
 typedef enum {
     QKV_ENUM_ACTIVATION,  /* qkv_activation: relu, gelu, silu */
     QKV_ENUM_TIE,         /* qkv_tie: none, output, all */
-    QKV_ENUM_POS_LAYOUT,  /* qkv_pos_layout: interleaved, sin_cos */
+    QKV_ENUM_POS_LAYOUT,  /* qkv_pos_layout: interleaved, sin_cos, fairseq */
     QKV_ENUM_ATTENTION,   /* qkv_attention_kind: softmax, linear */
     QKV_ENUM_BEAM_STOP,   /* qkv_beam_stop: bound, count, hf */
     QKV_ENUM_PRECISION,   /* qkv_precision: fp32, bf16, int8 */

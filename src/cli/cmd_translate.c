@@ -188,12 +188,17 @@ static int draw_attention(qkv_translator *t, const qkv_sentences *words,
 
 int cmd_translate(int argc, char **argv)
 {
-    const char *input = NULL, *attention = NULL;
+    const char *input = NULL, *attention = NULL, *source_lang = NULL, *target_lang = NULL;
     decode_cli c = decode_defaults();
     qkv_translate_options *const o = &c.o;
     const opt_spec opts[] = {
         {"input", OPT_FILE, &input, "sentences, one per line (default: stdin)", NULL, NULL},
         {"i", OPT_ALIAS, "input", NULL, NULL, NULL},
+        {"source-lang", OPT_STRING, &source_lang,
+         "a multilingual model's source language (NLLB's deu_Latn, M2M100's de)", NULL, NULL},
+        {"target-lang", OPT_STRING, &target_lang,
+         "its target language (NLLB's eng_Latn, M2M100's en, OPUS-MT's fra of >>fra<<)", NULL,
+         NULL},
         {"attention", OPT_DIR, &attention,
          "draw every sentence's attention into this directory", NULL, NULL},
         DECODE_OPTIONS(c),
@@ -212,6 +217,12 @@ int cmd_translate(int argc, char **argv)
     }
     qkv_translator *t;
     if ((rc = open_model(&t, &c, "translate", opts, argc, argv))) return rc;
+    qkv_error lerr = {0};
+    if (qkv_translator_set_languages(t, source_lang, target_lang, &lerr)) {
+        fprintf(stderr, "qkv translate: %s\n", lerr.msg);
+        qkv_translator_free(t);
+        return 2;
+    }
     /* A file is translated in batches; a pipe or a terminal line by line, each translation
      * printed as soon as it is made (attention figures need the batch path) */
     struct stat st;

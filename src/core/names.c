@@ -9,7 +9,7 @@
 
 static const char *const activations[] = {"relu", "gelu", "silu"};
 static const char *const ties[] = {"none", "output", "all"};
-static const char *const pos_layouts[] = {"interleaved", "sin_cos"};
+static const char *const pos_layouts[] = {"interleaved", "sin_cos", "fairseq"};
 static const char *const attentions[] = {"softmax", "linear"};
 static const char *const beam_stops[] = {"bound", "count", "hf"};
 static const char *const precisions[] = {"fp32", "bf16", "int8"};
@@ -40,7 +40,8 @@ static const struct {
 /* the tables index by value: each enum's values are 0, 1, ... in the order above */
 _Static_assert(QKV_ACT_RELU == 0 && QKV_ACT_GELU == 1 && QKV_ACT_SILU == 2, "activations");
 _Static_assert(QKV_TIE_NONE == 0 && QKV_TIE_OUTPUT == 1 && QKV_TIE_ALL == 2, "ties");
-_Static_assert(QKV_POS_INTERLEAVED == 0 && QKV_POS_HALVES == 1, "positional layouts");
+_Static_assert(QKV_POS_INTERLEAVED == 0 && QKV_POS_HALVES == 1 && QKV_POS_FAIRSEQ == 2,
+               "positional layouts");
 _Static_assert(QKV_ATTENTION_SOFTMAX == 0 && QKV_ATTENTION_LINEAR == 1, "attention kinds");
 _Static_assert(QKV_BEAM_STOP_BOUND == 0 && QKV_BEAM_STOP_COUNT == 1 && QKV_BEAM_STOP_HF == 2,
                "beam stopping rules");

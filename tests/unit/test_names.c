@@ -16,7 +16,7 @@ static const struct {
 } WANT[] = {
     {QKV_ENUM_ACTIVATION, {"relu", "gelu", "silu"}},
     {QKV_ENUM_TIE, {"none", "output", "all"}},
-    {QKV_ENUM_POS_LAYOUT, {"interleaved", "sin_cos"}},
+    {QKV_ENUM_POS_LAYOUT, {"interleaved", "sin_cos", "fairseq"}},
     {QKV_ENUM_ATTENTION, {"softmax", "linear"}},
     {QKV_ENUM_BEAM_STOP, {"bound", "count", "hf"}},
     {QKV_ENUM_PRECISION, {"fp32", "bf16", "int8"}},
