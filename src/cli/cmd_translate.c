@@ -186,6 +186,40 @@ static int draw_attention(qkv_translator *t, const qkv_sentences *words,
     return bad ? -1 : 0;
 }
 
+/* A whole file (or what stdin holds) translated in batches, with a progress line on a
+ * terminal, and attention figures into the directory attention (NULL: none). The exit status. */
+static int translate_file(qkv_translator *t, const char *input, const char *attention,
+                          const qkv_translate_options *o)
+{
+    size_t len;
+    char *text = cli_read_all(input, QKV_MAX_TEXT_BYTES, &len);
+    qkv_sentences words = {0};
+    qkv_translations r = {0};
+    qkv_error err = {0};
+    int rc = 1;
+    if (!text) goto done;
+    if (qkv_tokenizer_words(qkv_translator_tokenizer(t), &words, text, len,
+                            input ? input : "stdin", &err) ||
+        cli_translate_words(&r, t, &words, o, "qkv translate", &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        goto done;
+    }
+    warn_truncated(t, &r, 0);
+    warn_unknown(&r, 0, input ? input : "stdin");
+    if (print_translations(&r, 0) || fflush(stdout)) {
+        fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
+                strerror(errno));
+        goto done;
+    }
+    if (attention && draw_attention(t, &words, &r, attention)) goto done;
+    rc = 0;
+done:
+    free(text);
+    qkv_sentences_free(&words);
+    qkv_translations_free(&r);
+    return rc;
+}
+
 int cmd_translate(int argc, char **argv)
 {
     const char *input = NULL, *attention = NULL, *source_lang = NULL, *target_lang = NULL;
@@ -245,32 +279,7 @@ int cmd_translate(int argc, char **argv)
         return rc;
     }
     if (input) fclose(in);
-    size_t len;
-    char *text = cli_read_all(input, QKV_MAX_TEXT_BYTES, &len);
-    qkv_sentences words = {0};
-    qkv_translations r = {0};
-    qkv_error err = {0};
-    rc = 1;
-    if (!text) goto done;
-    if (qkv_tokenizer_words(qkv_translator_tokenizer(t), &words, text, len,
-                            input ? input : "stdin", &err) ||
-        cli_translate_words(&r, t, &words, o, "qkv translate", &err)) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        goto done;
-    }
-    warn_truncated(t, &r, 0);
-    warn_unknown(&r, 0, input ? input : "stdin");
-    if (print_translations(&r, 0) || fflush(stdout)) {
-        fprintf(stderr, "qkv: cannot write the translations (standard output): %s\n",
-                strerror(errno));
-        goto done;
-    }
-    if (attention && draw_attention(t, &words, &r, attention)) goto done;
-    rc = 0;
-done:
-    free(text);
-    qkv_sentences_free(&words);
-    qkv_translations_free(&r);
+    rc = translate_file(t, input, attention, o);
     qkv_translator_free(t);
     return rc;
 }
