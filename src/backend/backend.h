@@ -119,8 +119,9 @@ typedef struct {
     void (*residual_forward)(float *y, const float *x, const float *s, size_t n,
                              qkv_dropout drop);
     void (*residual_backward)(float *dx, float *ds, const float *dy, size_t n, qkv_dropout drop);
-    qkv_status (*embedding_forward)(float *y, const int *ids, const float *E, int N, int V, int C,
-                                    qkv_error *err);
+    /* y (N, C) = E[ids]: E's rows, dequantised where E is typed int8 (and current) */
+    qkv_status (*embedding_forward)(const backend *be, float *y, const int *ids, const weight *E,
+                                    int N, int V, int C, qkv_error *err);
     void (*embedding_backward)(float *dE, const float *dy, const int *ids, int N, int C);
     void (*positional_forward)(float *y, const float *x, const float *P, int B, int T, int C,
                                int pos0, float scale);

@@ -79,6 +79,21 @@ static void activation_forward(qkv_activation act, float *h, const float *h_pre,
         qkv_relu_forward(h, h_pre, n);
 }
 
+/* E's rows: dequantised from its int8 matrix where the lookups read one (precision.c), else
+ * the float32 table. */
+static qkv_status embedding_forward(const backend *be, float *y, const int *ids, const weight *E,
+                                    int N, int V, int C, qkv_error *err)
+{
+    if (!(E->type == WEIGHT_INT8 && be->typed_current))
+        return qkv_embedding_forward(y, ids, E->f32, N, V, C, err);
+    for (int i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return qkv_fail(err, QKV_ERR_ARG, "embedding: token id %d at position %d is outside "
+                            "the vocabulary [0, %d)", ids[i], i, V);
+    for (int i = 0; i < N; i++) int8_matrix_row(y + (size_t)i * C, E->int8, ids[i]);
+    return QKV_OK;
+}
+
 /* Vectors of this many floats or more are worth a second thread. */
 #define PARALLEL_MIN 65536
 
@@ -120,7 +135,7 @@ static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, sr
         .layernorm_forward = qkv_layernorm_forward, .layernorm_backward = qkv_layernorm_backward,\
         .addnorm_forward = qkv_addnorm_forward, .addnorm_backward = qkv_addnorm_backward,       \
         .residual_forward = qkv_residual_forward, .residual_backward = qkv_residual_backward,   \
-        .embedding_forward = qkv_embedding_forward,                                             \
+        .embedding_forward = embedding_forward,                                             \
         .embedding_backward = qkv_embedding_backward,                                           \
         .positional_forward = qkv_positional_forward,                                           \
         .positional_backward = qkv_positional_backward,                                         \

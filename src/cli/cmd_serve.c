@@ -32,7 +32,8 @@ static int open_model(server *s)
     struct stat sb;
     qkv_error err = {0};
     if (!stat(path, &sb)) {
-        if (lm_dir_load(&s->lm, s->model_dir, &s->precision)) return 1;
+        if (lm_dir_load(&s->lm, s->model_dir, s->precision_given ? &s->precision : NULL))
+            return 1;
         s->lm_job = calloc((size_t)s->slots, sizeof *s->lm_job);
         s->drawn = calloc((size_t)s->slots, sizeof *s->drawn);
         if (!s->lm_job || !s->drawn) {
@@ -46,7 +47,8 @@ static int open_model(server *s)
         return 0;
     }
     if (qkv_translator_open(&s->tr, s->model_dir, &err) ||
-        qkv_transformer_set_precision(qkv_translator_model(s->tr), s->precision, &err) ||
+        (s->precision_given &&
+         qkv_transformer_set_precision(qkv_translator_model(s->tr), s->precision, &err)) ||
         qkv_batch_decoder_create(&s->bd, s->tr, s->slots, &err)) {
         fprintf(stderr, "qkv serve: %s\n", err.msg);
         return 1;
@@ -129,6 +131,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
         return 2;
     }
     s->precision = (qkv_precision)precision.value;
+    s->precision_given = args_given(argc, argv, 2, opts, "precision");
     if (timeout > 0 && delay_ms >= 1000 * timeout) {
         fprintf(stderr, "qkv serve: --max-batch-delay %d ms is not below --timeout %d s: requests "
                 "would time out waiting for company\n", delay_ms, timeout);

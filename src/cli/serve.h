@@ -74,6 +74,7 @@ typedef struct {
     int port, slots, max_queue, timeout_s;
     double max_delay_s;     /* --max-batch-delay: an idle decoder waits this long for company */
     qkv_precision precision; /* --precision: how the model's linear layers multiply */
+    int precision_given;     /* else the model's own (int8 for an int8 model file) */
     qkv_translator *tr;     /* one of the two */
     lm_dir lm;
     qkv_batch_decoder *bd;  /* a translation model's running batch */

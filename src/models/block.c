@@ -58,7 +58,7 @@ static qkv_status embed_forward(const backend *be, const stack_pass *k, float *x
                                 const float *pos_table, const int *ids, qkv_error *err)
 {
     const int C = k->d->C, B = k->B, T = k->T;
-    qkv_status st = be->ops->embedding_forward(x, ids, w->embedding, B * T, k->d->vocab, C, err);
+    qkv_status st = be->ops->embedding_forward(be, x, ids, &w->lookup, B * T, k->d->vocab, C, err);
     if (st) return st;
     be->ops->positional_forward(x, x, positions_of(w, pos_table), B, T, C, 0, k->d->embed_scale);
     be->ops->dropout_forward(x, x, (size_t)B * T * C, k->p,
@@ -281,7 +281,7 @@ void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const 
         if (d->cross) st->cross_len[b] = src_valid[r->src[b]];
     }
     /* the tokens are the model's own choices, or checked by the caller */
-    be->ops->embedding_forward(st->x, tok, w->embedding, B, d->vocab, C, NULL);
+    be->ops->embedding_forward(be, st->x, tok, &w->lookup, B, d->vocab, C, NULL);
     for (int b = 0, b1; b < B; b = b1) { /* runs of rows at one position share a call */
         for (b1 = b + 1; b1 < B && r->pos[b1] == r->pos[b]; b1++) continue;
         be->ops->positional_forward(st->x + (size_t)b * C, st->x + (size_t)b * C,

@@ -135,6 +135,8 @@ static void walk(param_walker *w, const void *cfg, void *view)
                                        : param_take(w, "output.W", c->tgt_vocab, C);
     mw->out_b = param_take(w, "output.b", c->tgt_vocab, 0);
     mw->out = weight_f32(mw->out_W);
+    mw->encoder.lookup = weight_f32(mw->encoder.embedding);
+    mw->decoder.lookup = weight_f32(mw->decoder.embedding);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------ */

@@ -77,6 +77,7 @@ static void walk(param_walker *w, const void *cfg, void *view)
     char prefix[48];
     stack_w *s = &mw->stack;
     s->embedding = param_take(w, "embedding", c->vocab, C);
+    s->lookup = weight_f32(s->embedding);
     s->positions = c->learned_pos ? param_take(w, "positions", c->max_len, C) : NULL;
     for (int l = 0; l < c->layers; l++) {
         block_w *b = &s->blocks[l];

@@ -38,6 +38,7 @@ typedef struct {
 
 typedef struct {
     float *embedding; /* (V, C) */
+    weight lookup;    /* the embedding as its lookups read it: int8 at int8 (precision.c) */
     float *positions; /* (max_len, C) learned, or NULL: the sinusoidal table */
     block_w *blocks;
     qkv_layernorm_weights norm; /* after the last block (final_norm), else NULLs */

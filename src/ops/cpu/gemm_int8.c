@@ -43,7 +43,31 @@ int gemm_int8_supported(void)
 
 /* ---- quantising the weights, once ------------------------------------------------------ */
 
-qkv_status int8_matrix_quantise(int8_matrix *q, const float *W, int out, int in, qkv_error *err)
+/* One row's scale s = max |w| / 127 and 1 / s (0 for a row of zeros). */
+static inline float row_scale(const float *row, int in, float *inv)
+{
+    float amax = 0.0f;
+    for (int k = 0; k < in; k++) amax = fmaxf(amax, fabsf(row[k]));
+    *inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    return amax / 127.0f;
+}
+
+/* round(w / s) in [-127, 127], to nearest (even) as lrintf rounds under the default mode */
+static inline int8_t quantise_value(float w, float inv)
+{
+    long v = lrintf(w * inv);
+    return (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+}
+
+void int8_quantise_row(int8_t *wq, float *s, const float *row, int in)
+{
+    float inv;
+    *s = row_scale(row, in, &inv);
+    for (int k = 0; k < in; k++) wq[k] = quantise_value(row[k], inv);
+}
+
+/* q laid out for (out, in) with zero weights, scales and compensations. */
+static qkv_status matrix_alloc(int8_matrix *q, int out, int in, qkv_error *err)
 {
     memset(q, 0, sizeof *q);
     const int k4 = (in + 3) / 4, out_pad = (out + INT8_GROUP - 1) / INT8_GROUP * INT8_GROUP;
@@ -59,24 +83,59 @@ qkv_status int8_matrix_quantise(int8_matrix *q, const float *W, int out, int in,
     }
     memset(w, 0, bytes); /* the padding: zero weights */
     q->w = w, q->in = in, q->out = out, q->k4 = k4, q->out_pad = out_pad;
+    return QKV_OK;
+}
+
+/* Channel o's place in the packed layout (int8.h), for weight k at dst[(k / 4) * 64 + k % 4]. */
+static int8_t *channel_at(const int8_matrix *q, int o)
+{
+    return q->w + (size_t)(o / INT8_BLOCK) * q->k4 * 64 + (o % INT8_BLOCK) * 4;
+}
+
+qkv_status int8_matrix_quantise(int8_matrix *q, const float *W, int out, int in, qkv_error *err)
+{
+    qkv_status st = matrix_alloc(q, out, in, err);
+    if (st) return st;
     #pragma omp parallel for schedule(static) if ((long)out * in >= PARALLEL_MIN)
     for (int o = 0; o < out; o++) {
         const float *row = W + (size_t)o * in;
-        float amax = 0.0f;
-        for (int k = 0; k < in; k++) amax = fmaxf(amax, fabsf(row[k]));
-        const float s = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int8_t *dst = q->w + (size_t)(o / INT8_BLOCK) * k4 * 64 + (o % INT8_BLOCK) * 4;
+        float inv;
+        const float s = row_scale(row, in, &inv);
+        int8_t *dst = channel_at(q, o);
         int32_t sum = 0;
         for (int k = 0; k < in; k++) {
-            long v = lrintf(row[k] * inv);
-            v = v > 127 ? 127 : v < -127 ? -127 : v;
-            dst[(size_t)(k / 4) * 64 + k % 4] = (int8_t)v;
-            sum += (int32_t)v;
+            const int8_t v = quantise_value(row[k], inv);
+            dst[(size_t)(k / 4) * 64 + k % 4] = v;
+            sum += v;
         }
         q->scale[o] = s;
         q->comp[o] = 128 * sum;
     }
     return QKV_OK;
+}
+
+qkv_status int8_matrix_pack(int8_matrix *q, const int8_t *wq, const float *scale, int out, int in,
+                            qkv_error *err)
+{
+    qkv_status st = matrix_alloc(q, out, in, err);
+    if (st) return st;
+    #pragma omp parallel for schedule(static) if ((long)out * in >= PARALLEL_MIN)
+    for (int o = 0; o < out; o++) {
+        const int8_t *row = wq + (size_t)o * in;
+        int8_t *dst = channel_at(q, o);
+        int32_t sum = 0;
+        for (int k = 0; k < in; k++) dst[(size_t)(k / 4) * 64 + k % 4] = row[k], sum += row[k];
+        q->scale[o] = scale[o];
+        q->comp[o] = 128 * sum;
+    }
+    return QKV_OK;
+}
+
+void int8_matrix_row(float *y, const int8_matrix *q, int o)
+{
+    const int8_t *src = channel_at(q, o);
+    const float s = q->scale[o];
+    for (int k = 0; k < q->in; k++) y[k] = int8_dequantise(src[(size_t)(k / 4) * 64 + k % 4], s);
 }
 
 void int8_matrix_free(int8_matrix *q)

@@ -57,9 +57,24 @@ typedef struct {
 /* Whether this CPU runs the kernels (AVX512F, BW, VL and VNNI). */
 int gemm_int8_supported(void);
 
+/* One row of W quantised as the matrices are: *s = max_k |row[k]| / 127 (0 for a row of
+ * zeros), wq[k] = round(row[k] / s) (nearest, ties to even) in [-127, 127]: an int8 model file
+ * stores these (io/model_dir.c), and int8_matrix_pack of them is int8_matrix_quantise of W. */
+void int8_quantise_row(int8_t *wq, float *s, const float *row, int in);
+
+/* The float32 value a quantised weight stands for, s wq: the weight an int8 model file's
+ * float32 view holds and an embedding lookup at int8 reads. */
+static inline float int8_dequantise(int wq, float s) { return (float)wq * s; }
+
 /* Quantises and packs W (out, in). q is overwritten (free it first if it held a matrix). */
 qkv_status int8_matrix_quantise(int8_matrix *q, const float *W, int out, int in, qkv_error *err);
+/* Packs weights already quantised, wq (out, in) in [-127, 127] with their scales (out) (an
+ * int8 model file's): the matrix int8_matrix_quantise makes of the weights they came from. */
+qkv_status int8_matrix_pack(int8_matrix *q, const int8_t *wq, const float *scale, int out, int in,
+                            qkv_error *err);
 void int8_matrix_free(int8_matrix *q);
+/* y (in) = row o dequantised: s_w[o] wq[o, k] (an embedding lookup). */
+void int8_matrix_row(float *y, const int8_matrix *q, int o);
 
 /* The quantised weight wq[o, k] from the packed layout (tests, references). */
 static inline int int8_matrix_weight(const int8_matrix *q, int o, int k)
