@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/cpu/best.h"
 #include "ops/cpu/cached_attention.h"
 #include "ops/cpu/bf16.h"
 #include "ops/cpu/int8.h"
@@ -73,6 +74,11 @@ typedef struct {
                         const float *b, int N, int in, int out);
     void (*linear_gemm)(const backend *be, float *y, const float *x, const weight *W,
                         const float *b, int N, int in, int out);
+    /* the output layer fused with the choice after it (ops/cpu/best.h): rq->k best of each
+     * of N rows of y = x W^T + b and, when rq->lse is set, their log normalisers; scratch (N,
+     * out) floats, for a table that writes y out first */
+    void (*linear_best)(const backend *be, const best_request *rq, const float *x,
+                        const weight *W, const float *b, int N, int in, int out, float *scratch);
     /* dx (N, in) += dy W;  dW (out, in) += dy^T x;  db (out) += column sums of dy (any may be
      * NULL) */
     void (*linear_backward)(const backend *be, float *dx, float *dW, float *db, const float *dy,

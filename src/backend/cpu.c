@@ -122,10 +122,10 @@ static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, sr
 
 /* A CPU table: its name and linear entries, which set the precision, and the CPU's own
  * kernels for everything else. */
-#define CPU_TABLE(table_name, rows, gemm, backward)                                             \
+#define CPU_TABLE(table_name, rows, gemm, best, backward)                                       \
     {                                                                                           \
         .name = table_name, .few_rows = SMALL_ROWS, .linear_rows = rows, .linear_gemm = gemm,   \
-        .linear_backward = backward, .choose_attention = choose_attention,                      \
+        .linear_best = best, .linear_backward = backward, .choose_attention = choose_attention, \
         .attention_forward = attention_forward, .attention_backward = attention_backward,       \
         .attention_saved_floats = attention_saved_floats,                                       \
         .attention_scratch_floats = attention_scratch_floats,                                   \
@@ -149,17 +149,21 @@ static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, sr
 
 /* float32: OpenBLAS's sgemm, and matrix-vector kernels for a decoding step's few rows */
 const backend_ops backend_cpu_fp32 =
-    CPU_TABLE("cpu-fp32", cpu_linear_rows_f32, cpu_linear_gemm_f32, cpu_linear_backward_f32);
+    CPU_TABLE("cpu-fp32", cpu_linear_rows_f32, cpu_linear_gemm_f32, cpu_linear_best_written,
+              cpu_linear_backward_f32);
 
 /* bf16 products with float32 sums (ops/cpu/bf16.h); decoding reads a bf16 copy of the
  * weights. Parameters, gradients and everything but the products stay float32. */
 const backend_ops backend_cpu_bf16 =
-    CPU_TABLE("cpu-bf16", cpu_linear_rows_bf16, cpu_linear_gemm_bf16,
+    CPU_TABLE("cpu-bf16", cpu_linear_rows_bf16, cpu_linear_gemm_bf16, cpu_linear_best_written,
               cpu_linear_backward_bf16);
 
 /* int8 weights and activations with exact int32 sums (ops/cpu/int8.h), for inference: the
  * weights the model quantised (models/precision.c says which, and why) go through the int8
- * GEMM, any other product through float32's. Softmax, norms, residuals and attention itself
- * stay float32, as everywhere. No backward: the models refuse to train at int8. */
+ * GEMM, any other product through float32's; the output layer, when only its best tokens are
+ * wanted, a chunk of logits at a time (gemm_int8_best). Softmax, norms, residuals and
+ * attention itself stay float32, as everywhere. No backward: the models refuse to train at
+ * int8. */
 const backend_ops backend_cpu_int8 =
-    CPU_TABLE("cpu-int8", cpu_linear_int8, cpu_linear_int8, cpu_linear_backward_f32);
+    CPU_TABLE("cpu-int8", cpu_linear_int8, cpu_linear_int8, cpu_linear_best_int8,
+              cpu_linear_backward_f32);

@@ -299,16 +299,25 @@ void head_forward(const backend *be, float *logits, const float *y, const weight
     op_linear_forward(be, logits, y, W, b, N, C, V);
 }
 
+/* The last block's output after the final norm, when the stack has one. */
+static const float *head_in(const backend *be, const stack_dims *d, const stack_w *w,
+                            decode_state *st, int n)
+{
+    if (!w->norm.gamma) return st->x;
+    be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, &w->norm, n, d->C, d->ln_eps);
+    return st->u;
+}
+
 void head_step(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
                const float *b, decode_state *st, int n, float *logits, int V)
 {
-    const float *y = st->x;
-    if (w->norm.gamma) {
-        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, &w->norm, n, d->C,
-                                   d->ln_eps);
-        y = st->u;
-    }
-    head_forward(be, logits, y, W, b, n, d->C, V);
+    head_forward(be, logits, head_in(be, d, w, st, n), W, b, n, d->C, V);
+}
+
+void head_step_best(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
+                    const float *b, decode_state *st, int n, const best_request *rq, int V)
+{
+    be->ops->linear_best(be, rq, head_in(be, d, w, st, n), W, b, n, d->C, V, st->logits);
 }
 
 qkv_status head_loss(const backend *be, const head_loss_args *h, double *sum, int *count,

@@ -172,6 +172,19 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     return QKV_OK;
 }
 
+qkv_status decoder_step_best(decoder *d, const decoder_rows *r, const int *tok,
+                             const best_request *rq, qkv_error *err)
+{
+    model_core *c = d->core;
+    qkv_status st = check_rows(d, r, tok, err);
+    if (!st) st = precision_prepare(&c->prec, c->params, c->n_params, 1, err);
+    if (st) return st;
+    const backend be = core_backend(c);
+    stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid);
+    head_step_best(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, rq, d->info.vocab);
+    return QKV_OK;
+}
+
 /* The language model's prompt in one batched forward pass, its keys and values (or
  * linear-attention state) into the row. */
 static qkv_status lm_prefill(decoder *d, int row, const int *ids, int n, float *logits,

@@ -3,7 +3,8 @@
  *
  * Three checks per shape:
  *   exact        the kernel's int32 sums (gemm_int8_i32) equal a scalar integer reference,
- *                sum_k (xu - 128) wq over the quantised operands, bit for bit;
+ *                sum_k (xu - 128) wq over the quantised operands, bit for bit, and so do the
+ *                AMX kernel's where the CPU has one (in a multiple of 64);
  *   dequantised  gemm_int8's y equals fma(float(z), s_x s_w, b) from those sums, bit for bit
  *                (one scale per row and channel, the right ones);
  *   bound        y against the float64 product of the unquantised operands within the bound
@@ -43,10 +44,13 @@ typedef struct {
 } shape;
 
 /* N = 1 (a decoding step), 3, 6, 7, 12 (around the 4-row tile), 33, 40; in = 4k + 0..3 and not a
- * multiple of 16; out around the 16-channel block and the 64-channel group. */
+ * multiple of 16; out around the 16-channel block and the 64-channel group. With in a multiple
+ * of 64 and 16 rows or more, gemm_int8 runs the AMX kernel where there is one: N = 16, 31, 32,
+ * 33 and 100 around its 32-row block. */
 static const shape shapes[] = {
     {1, 1, 1},    {1, 5, 17},   {3, 6, 15},    {6, 7, 64},    {7, 64, 65},  {33, 129, 200},
     {1, 515, 64}, {3, 512, 96}, {33, 130, 33}, {12, 131, 128}, {2, 17, 1},   {40, 64, 130},
+    {16, 64, 65}, {31, 128, 17}, {32, 512, 96}, {33, 192, 200}, {100, 256, 70},
 };
 
 typedef struct {
@@ -136,8 +140,17 @@ static void run_checks(const shape *s, operands *o, long *bad_exact, long *bad_d
     /* gemm_int8 left x's quantisation in the workspace: the integer path from it */
     int32_t *z = malloc(sizeof *z * (size_t)s->N * s->out);
     assert_non_null(z);
-    gemm_int8_i32(z, o->ws.xu, s->N, &o->q);
+    gemm_int8_i32(z, o->ws.xu, s->N, &o->q, 0);
     *bad_exact = exact_violations(s, o, z);
+    if (o->ws.amx > 0 && o->q.k4 % 16 == 0) { /* the AMX kernel's sums: the same bits */
+        const size_t ldx = (size_t)o->q.k4 * 4;
+        memset(o->ws.xu + (size_t)s->N * ldx, 128, (o->ws.rows - (size_t)s->N) * ldx);
+        int32_t *za = malloc(sizeof *za * (size_t)s->N * s->out);
+        assert_non_null(za);
+        gemm_int8_i32(za, o->ws.xu, s->N, &o->q, 1);
+        *bad_exact += exact_violations(s, o, za);
+        free(za);
+    }
     *bad_deq = 0;
     for (int n = 0; n < s->N; n++)
         for (int i = 0; i < s->out; i++) {
@@ -292,7 +305,7 @@ static void test_checks_catch_planted_bugs(void **state)
                 /* y computed with the wrong scale, checked against the true one */
                 int32_t *zz = malloc(sizeof *zz * (size_t)s->N * s->out);
                 assert_non_null(zz);
-                gemm_int8_i32(zz, o.ws.xu, s->N, &o.q);
+                gemm_int8_i32(zz, o.ws.xu, s->N, &o.q, 0);
                 bd = 0;
                 for (int n = 0; n < s->N; n++)
                     for (int i = 0; i < s->out; i++) {
