@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -129,6 +130,7 @@ static int client_gone(int fd)
 
 int serve_enqueue(server *s, job *j)
 {
+    served_model *m = j->m;
     pthread_mutex_lock(&s->lock);
     if (s->draining || s->queued >= s->max_queue) {
         pthread_mutex_unlock(&s->lock);
@@ -136,10 +138,10 @@ int serve_enqueue(server *s, job *j)
     }
     j->refs = 2;
     j->queued_at = serve_now();
-    if (s->queue_tail) s->queue_tail->next = j;
-    else s->queue = j;
-    s->queue_tail = j, s->queued++;
-    pthread_cond_signal(&s->work);
+    if (m->queue_tail) m->queue_tail->next = j;
+    else m->queue = j;
+    m->queue_tail = j, m->queued++, s->queued++;
+    pthread_cond_broadcast(&s->work);
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
@@ -156,12 +158,12 @@ int serve_wait_for(server *s, job *j, int fd, double start,
         if (ready(j, arg)) break;
         if (client_gone(fd)) {
             j->cancelled = 1;
-            pthread_cond_signal(&s->work);
+            pthread_cond_broadcast(&s->work);
             return 499;
         }
         if (s->timeout_s > 0 && serve_now() - start > s->timeout_s) {
             j->cancelled = 1;
-            pthread_cond_signal(&s->work);
+            pthread_cond_broadcast(&s->work);
             return 504;
         }
     }
@@ -210,16 +212,32 @@ static enum MHD_Result add_body(conn *cn, const char *data, size_t n)
     return MHD_YES;
 }
 
-/* A POST's body as a JSON object, or NULL after answering why not. */
+/* Whether the body is a form's (application/x-www-form-urlencoded), as LibreTranslate's
+ * clients send: so its Content-Type says, and it does not open a JSON object (curl --data
+ * sends JSON under the form's type unless told otherwise; no form field is named "{"). */
+static int form_body(struct MHD_Connection *c, const conn *cn)
+{
+    const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    size_t i = 0;
+    while (i < cn->len && strchr(" \t\r\n", cn->body[i])) i++;
+    return type && !strncasecmp(type, "application/x-www-form-urlencoded", 33) &&
+           !(i < cn->len && cn->body[i] == '{');
+}
+
+/* A POST's body as a JSON object (a form's fields as strings), or NULL after answering why
+ * not. */
 static cJSON *json_body(struct MHD_Connection *c, conn *cn, enum MHD_Result *r)
 {
     const char *end = NULL;
+    char msg[600];
     cJSON *req = NULL;
     if (!cn->body || !cn->len)
         *r = serve_send_error(c, cn, 400, "the body is empty: send JSON");
     else if (!utf8_valid((const unsigned char *)cn->body, cn->len))
         *r = serve_send_error(c, cn, 400, "the body is not valid UTF-8");
-    else if (!(req = cJSON_ParseWithLengthOpts(cn->body, cn->len, &end, 0)))
+    else if (form_body(c, cn) && !(req = serve_form_parse(cn->body, cn->len, msg, sizeof msg)))
+        *r = serve_send_error(c, cn, 400, "%s", msg);
+    else if (!req && !(req = cJSON_ParseWithLengthOpts(cn->body, cn->len, &end, 0)))
         *r = serve_send_error(c, cn, 400, "malformed JSON at byte %zu",
                               end ? (size_t)(end - cn->body) : (size_t)0);
     else if (!cJSON_IsObject(req))
@@ -228,6 +246,31 @@ static cJSON *json_body(struct MHD_Connection *c, conn *cn, enum MHD_Result *r)
         return req;
     cJSON_Delete(req);
     return NULL;
+}
+
+/* The endpoints answered with GET, and those with POST (a body); LibreTranslate's clients
+ * call /languages either way. */
+typedef enum { EP_NONE, EP_HEALTH, EP_METRICS, EP_MODELS, EP_SETTINGS, EP_LANGUAGES,
+               EP_TRANSLATE, EP_DETECT, EP_COMPLETIONS } endpoint;
+
+static endpoint endpoint_of(const char *url, int *get_ok, int *post_ok)
+{
+    static const struct {
+        const char *url;
+        endpoint e;
+        int get, post;
+    } table[] = {
+        {"/health", EP_HEALTH, 1, 0},          {"/metrics", EP_METRICS, 1, 0},
+        {"/v1/models", EP_MODELS, 1, 0},       {"/frontend/settings", EP_SETTINGS, 1, 0},
+        {"/languages", EP_LANGUAGES, 1, 1},    {"/translate", EP_TRANSLATE, 0, 1},
+        {"/detect", EP_DETECT, 0, 1},          {"/v1/completions", EP_COMPLETIONS, 0, 1},
+    };
+    for (size_t k = 0; k < sizeof table / sizeof *table; k++)
+        if (!strcmp(url, table[k].url)) {
+            *get_ok = table[k].get, *post_ok = table[k].post;
+            return table[k].e;
+        }
+    return EP_NONE;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -249,23 +292,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     pthread_mutex_lock(&s->lock);
     const int draining = s->draining;
     pthread_mutex_unlock(&s->lock);
-    static const char *const gets[] = {"/health", "/metrics", "/v1/models"};
-    for (int k = 0; k < 3; k++)
-        if (!strcmp(url, gets[k]) && !get)
-            return serve_send_error(c, cn, 405, "%s %s: use GET", method, url);
-    if (!strcmp(url, "/health")) return serve_get_health(s, c, cn, draining);
-    if (!strcmp(url, "/metrics")) return serve_get_metrics(s, c, cn);
-    if (!strcmp(url, "/v1/models")) return serve_get_models(s, c, cn);
-    const int translate = !strcmp(url, "/translate"), complete = !strcmp(url, "/v1/completions");
-    if (!translate && !complete) return serve_send_error(c, cn, 404, "no endpoint %s", url);
-    if (!post) return serve_send_error(c, cn, 405, "%s %s: use POST", method, url);
+    int get_ok = 0, post_ok = 0;
+    const endpoint e = endpoint_of(url, &get_ok, &post_ok);
+    if (e == EP_NONE) return serve_send_error(c, cn, 404, "no endpoint %s", url);
+    if (!(get && get_ok) && !(post && post_ok))
+        return serve_send_error(c, cn, 405, "%s %s: use %s", method, url,
+                                get_ok && post_ok ? "GET or POST" : get_ok ? "GET" : "POST");
     if (cn->too_large)
         return serve_send_error(c, cn, 413, "the body is larger than %d bytes", MAX_BODY);
+    switch (e) {
+    case EP_HEALTH: return serve_get_health(s, c, cn, draining);
+    case EP_METRICS: return serve_get_metrics(s, c, cn);
+    case EP_MODELS: return serve_get_models(s, c, cn);
+    case EP_SETTINGS: return serve_frontend_settings(s, c, cn);
+    case EP_LANGUAGES: return serve_languages(s, c, cn);
+    default: break;
+    }
     if (draining) return serve_send_error(c, cn, 503, "the server is stopping");
     enum MHD_Result r = MHD_NO;
     cJSON *req = json_body(c, cn, &r);
     if (!req) return r;
-    r = translate ? serve_post_translate(s, c, cn, req) : serve_post_completions(s, c, cn, req);
+    r = e == EP_TRANSLATE ? serve_post_translate(s, c, cn, req)
+        : e == EP_DETECT  ? serve_detect(s, c, cn, req)
+                          : serve_post_completions(s, c, cn, req);
     cJSON_Delete(req);
     return r;
 }
