@@ -147,6 +147,10 @@ typedef struct {
  * message. */
 struct MHD_Daemon *serve_http_start(server *s, int *bound);
 
+/* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
+ * U+10FFFF). */
+int serve_utf8_valid(const unsigned char *s, size_t n);
+
 /* Answers: text (taken over, freed by the response) with its content type, a JSON object
  * (deleted), or {"error": message} (with Retry-After on 503). */
 enum MHD_Result serve_send_text(struct MHD_Connection *c, conn *cn, int code, char *text,

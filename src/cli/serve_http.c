@@ -18,9 +18,7 @@
 
 /* ---- HTTP: bodies, JSON, errors ------------------------------------------------------- */
 
-/* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
- * U+10FFFF). */
-static int utf8_valid(const unsigned char *s, size_t n)
+int serve_utf8_valid(const unsigned char *s, size_t n)
 {
     for (size_t i = 0; i < n;) {
         const unsigned c = s[i];
@@ -233,7 +231,7 @@ static cJSON *json_body(struct MHD_Connection *c, conn *cn, enum MHD_Result *r)
     cJSON *req = NULL;
     if (!cn->body || !cn->len)
         *r = serve_send_error(c, cn, 400, "the body is empty: send JSON");
-    else if (!utf8_valid((const unsigned char *)cn->body, cn->len))
+    else if (!serve_utf8_valid((const unsigned char *)cn->body, cn->len))
         *r = serve_send_error(c, cn, 400, "the body is not valid UTF-8");
     else if (form_body(c, cn) && !(req = serve_form_parse(cn->body, cn->len, msg, sizeof msg)))
         *r = serve_send_error(c, cn, 400, "%s", msg);

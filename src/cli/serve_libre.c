@@ -82,7 +82,12 @@ cJSON *serve_form_parse(const char *body, size_t len, char *msg, size_t cap)
         const size_t kn = eq ? (size_t)(eq - field) : n;
         const long kl = url_decode(key, field, kn);
         const long vl = eq ? url_decode(val, eq + 1, n - kn - 1) : (val[0] = '\0', 0);
-        if (kl <= 0 || vl < 0) {
+        if (kl > 0 && vl >= 0 && (!serve_utf8_valid((unsigned char *)key, (size_t)kl) ||
+                                  !serve_utf8_valid((unsigned char *)val, (size_t)vl))) {
+            refuse(msg, cap, 400, "the form's field at byte %zu is not valid UTF-8 once "
+                   "decoded", (size_t)(field - body));
+            ok = 0;
+        } else if (kl <= 0 || vl < 0) {
             refuse(msg, cap, 400, "the form's field at byte %zu is not percent-encoded text "
                    "(a bad %%-escape, an empty name or a NUL byte)", (size_t)(field - body));
             ok = 0;
@@ -554,7 +559,7 @@ static int opens(const char *t, const char *name)
 
 /* An HTML text: tags, comments, declarations and the content of script and style kept
  * verbatim; each text node with letters in it a segment. 0, -1 (out of memory), 413, or 400
- * with *bad the byte where a tag does not end. */
+ * with *bad the byte where a tag (or comment, or script) begins that does not end. */
 static int plan_html(plan *p, const char *t, size_t *bad)
 {
     const size_t n = strlen(t);
@@ -580,8 +585,6 @@ static int plan_html(plan *p, const char *t, size_t *bad)
         }
         const char *lt = strchr(t + i, '<');
         const size_t len = lt ? (size_t)(lt - t - i) : n - i;
-        if (memchr(t + i, '>', len)) return *bad = i + (size_t)((char *)memchr(t + i, '>', len) -
-                                                                (t + i)), 400;
         size_t lead = 0, trail = 0;
         while (lead < len && isspace((unsigned char)t[i + lead])) lead++;
         while (trail < len - lead && isspace((unsigned char)t[i + len - 1 - trail])) trail++;
@@ -618,9 +621,8 @@ static int make_plan(plan *p, const cJSON *q, int html, char *msg, size_t cap)
             return refuse(msg, cap, 413, "more than %d lines%s in \"q\": send fewer per request",
                           MAX_LINES, html ? " (text nodes)" : "");
         if (rc == 400)
-            return refuse(msg, cap, 400, "\"q\"[%d] is not HTML qkv can read: at byte %zu %s", i,
-                          bad, t[bad] == '<' ? "a tag, comment or script does not end"
-                                             : "a '>' outside a tag");
+            return refuse(msg, cap, 400, "\"q\"[%d] is not HTML qkv can read: the tag, comment "
+                          "or script at byte %zu does not end", i, bad);
         if (rc) return refuse(msg, cap, 500, "out of memory");
     }
     p->first[p->n_items] = p->n_parts;
