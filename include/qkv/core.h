@@ -5,6 +5,7 @@
 #define QKV_API_CORE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -79,15 +80,31 @@ double qkv_now_s(void);
 #define QKV_MAX_VOCAB_FILE_BYTES ((size_t)1 << 26) /* 64 MiB */
 #define QKV_MAX_CONFIG_BYTES ((size_t)1 << 20)     /* 1 MiB */
 
+/* path opened for reading the way every reader of qkv opens a file: never waiting (a FIFO is
+ * opened without blocking, and one that no process writes to is refused rather than waited
+ * on), a directory refused, and with regular_only anything but a regular file refused too (a
+ * FIFO, a device, a socket): the files of a model, a run or a configuration are regular
+ * files, while a text to read (a corpus, translate's input) may also come through a pipe or
+ * a device, which its reader then bounds. The stream is the caller's to fclose; NULL on
+ * failure, with err (QKV_ERR_IO) naming path and the reason. */
+QKV_API
+FILE *qkv_open_file(const char *path, int regular_only, qkv_error *err);
+
 /* The whole file at path (NULL: standard input, "stdin" in messages) in *text, with a NUL
  * after its *len bytes (len may be NULL; the text may hold NUL bytes of its own); *text is
- * the caller's to free, and NULL on failure. A file of more than max_bytes (SIZE_MAX: no
- * limit) fails with QKV_ERR_FORMAT: a regular file before anything is read, anything else (a
- * pipe, a device that may never end) once max_bytes + 1 bytes have come. A directory, or a
- * file that cannot be opened or read: QKV_ERR_IO. */
+ * the caller's to free, and NULL on failure. path is opened as qkv_open_file opens a text (a
+ * pipe or a device is read; a FIFO without a writer is refused). A file of more than
+ * max_bytes (SIZE_MAX: no limit) fails with QKV_ERR_FORMAT: a regular file before anything
+ * is read, anything else (a pipe, a device that may never end) once max_bytes + 1 bytes have
+ * come. A directory, or a file that cannot be opened or read: QKV_ERR_IO. */
 QKV_API
 qkv_status qkv_read_file(const char *path, size_t max_bytes, char **text, size_t *len,
                          qkv_error *err);
+/* qkv_read_file for a file that must be a regular file (qkv_open_file with regular_only): a
+ * model's, a run's or a configuration's. path may not be NULL. */
+QKV_API
+qkv_status qkv_read_regular_file(const char *path, size_t max_bytes, char **text, size_t *len,
+                                 qkv_error *err);
 
 /* Replaces path atomically with the concatenation of n_chunks buffers: a temporary file next
  * to it (path.tmp.PID.K, created exclusively), fsync, rename. A crash leaves the old file or

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -49,8 +50,8 @@ int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
     }
     snprintf(path, sizeof path, "%s/train.json", dir);
     size_t len;
-    FILE *probe = fopen(path, "rb");
-    char *text = probe ? (fclose(probe), cli_read_all(path, QKV_MAX_CONFIG_BYTES, &len)) : NULL;
+    struct stat sb;
+    char *text = stat(path, &sb) ? NULL : cli_read_regular(path, QKV_MAX_CONFIG_BYTES, &len);
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     free(text);
     const cJSON *x;

@@ -217,9 +217,10 @@ int cmd_translate(int argc, char **argv)
     /* A file is translated in batches; a pipe or a terminal line by line, each translation
      * printed as soon as it is made (attention figures need the batch path) */
     struct stat st;
-    FILE *in = input ? fopen(input, "rb") : stdin;
+    qkv_error open_err = {0};
+    FILE *in = input ? qkv_open_file(input, 0, &open_err) : stdin;
     if (!in) {
-        fprintf(stderr, "qkv: %s: cannot open\n", input);
+        fprintf(stderr, "qkv: %s\n", open_err.msg);
         qkv_translator_free(t);
         return 1;
     }

@@ -18,6 +18,17 @@ char *cli_read_all(const char *path, size_t max_bytes, size_t *len)
     return text;
 }
 
+char *cli_read_regular(const char *path, size_t max_bytes, size_t *len)
+{
+    qkv_error err = {0};
+    char *text = NULL;
+    if (qkv_read_regular_file(path, max_bytes, &text, len, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return NULL;
+    }
+    return text;
+}
+
 int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text)
 {
     size_t len;

@@ -9,6 +9,9 @@
 
 /* Reads all of a file ("-" or NULL: stdin) into memory, NUL-terminated. */
 char *cli_read_all(const char *path, size_t max_bytes, size_t *len);
+/* cli_read_all of a file that must be a regular file: a model's, a run's or a configuration's
+ * (qkv_read_regular_file). */
+char *cli_read_regular(const char *path, size_t max_bytes, size_t *len);
 
 /* Lines 1..count of a file as sacreBLEU reads references (a final \r dropped; count < 0:
  * every line), or with tsv the text between each line's first and second tab: *lines gets

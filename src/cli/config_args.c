@@ -64,7 +64,7 @@ static int expand_file(const char *cmd, const char *path, owned_list *l, char **
 {
     char *text = NULL;
     qkv_error err = {0};
-    if (qkv_read_file(path, MAX_CONFIG_BYTES, &text, NULL, &err))
+    if (qkv_read_regular_file(path, MAX_CONFIG_BYTES, &text, NULL, &err))
         return fprintf(stderr, "qkv %s: --config: %s\n", cmd, err.msg), -1;
     cJSON *root = cJSON_Parse(text);
     free(text);
@@ -130,7 +130,7 @@ static int count_keys(const char *path)
 {
     char *text = NULL;
     qkv_error err = {0};
-    if (qkv_read_file(path, MAX_CONFIG_BYTES, &text, NULL, &err)) return 0; /* said later */
+    if (qkv_read_regular_file(path, MAX_CONFIG_BYTES, &text, NULL, &err)) return 0; /* said later */
     cJSON *root = cJSON_Parse(text);
     free(text);
     const int n = cJSON_IsObject(root) ? cJSON_GetArraySize(root) : 0;

@@ -72,7 +72,7 @@ static int metrics_read(metrics *m, const char *path)
 {
     memset(m, 0, sizeof *m);
     size_t len;
-    char *text = cli_read_all(path, QKV_MAX_TEXT_BYTES, &len);
+    char *text = cli_read_regular(path, QKV_MAX_TEXT_BYTES, &len);
     if (!text) return -1;
     int line = 0, rc = 0;
     for (char *s = text, *next; *s && !rc; s = next) {

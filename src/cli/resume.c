@@ -151,7 +151,7 @@ static cJSON *resume_read_json(const char *dir, const char *name)
     char path[4096], *text = NULL;
     qkv_error err = {0};
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) {
+    if (qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) {
         fprintf(stderr, "qkv: --resume: %s\n", err.msg);
         return NULL;
     }
@@ -247,7 +247,7 @@ char *resume_config_text(const char *dir)
     char path[4096], *text = NULL;
     qkv_error err = {0};
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return text;
+    if (!qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return text;
     fprintf(stderr, "qkv: %s\n", err.msg);
     return NULL;
 }

@@ -178,6 +178,7 @@ typedef struct {
     char format[64];     /* config.json's "format"; "" without a config.json, "?" if it is
                           * not a JSON object with a "format" */
     int model, checkpoint, entries;
+    int odd_checkpoint; /* checkpoint.safetensors is there but is not a file (a FIFO, ...) */
 } survey;
 
 static void read_format(char format[64], const char *dir)
@@ -186,7 +187,7 @@ static void read_format(char format[64], const char *dir)
     qkv_error err = {0};
     snprintf(path, sizeof path, "%s/config.json", dir);
     snprintf(format, 64, "?");
-    if (qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return;
+    if (qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return;
     cJSON *o = cJSON_Parse(text);
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "format");
     if (cJSON_IsString(f)) snprintf(format, 64, "%s", f->valuestring);
@@ -212,6 +213,9 @@ static int survey_dir(survey *s, const char *dir, const run_kind *k)
         if (S_ISLNK(st.st_mode) && ours && !s->link[0]) snprintf(s->link, sizeof s->link, "%s", name);
         if (!is_run_entry(k, name, st.st_mode) && !s->foreign[0])
             snprintf(s->foreign, sizeof s->foreign, "%s", name);
+        if (!strcmp(name, "checkpoint.safetensors") && !S_ISREG(st.st_mode) &&
+            !S_ISLNK(st.st_mode))
+            s->odd_checkpoint = 1;
         if (!S_ISREG(st.st_mode)) continue;
         if (!strcmp(name, "config.json")) read_format(s->format, dir);
         s->model |= !strcmp(name, "model.safetensors");
@@ -272,6 +276,11 @@ static int allowed(const survey *s, const char *dir, const run_kind *k, run_mode
         if (other_kind) {
             fprintf(stderr, "qkv: --resume: %s/config.json is not %s's (%s): there is nothing "
                     "to resume\n", dir, k->what, config);
+            return 0;
+        }
+        if (s->odd_checkpoint) {
+            fprintf(stderr, "qkv: --resume: %s/checkpoint.safetensors is not a regular file (a "
+                    "FIFO, a device or a directory): there is no checkpoint to continue\n", dir);
             return 0;
         }
         if (!s->checkpoint) {

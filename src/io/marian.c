@@ -54,7 +54,7 @@ static qkv_status read_json(cJSON **out, const char *dir, const char *name, int 
     snprintf(path, sizeof path, "%s/%s", dir, name);
     struct stat sb;
     if (!required && stat(path, &sb)) return QKV_OK;
-    qkv_status st = qkv_read_file(path, MAX_JSON_BYTES, &text, &len, err);
+    qkv_status st = qkv_read_regular_file(path, MAX_JSON_BYTES, &text, &len, err);
     if (st) return st;
     *out = cJSON_ParseWithLength(text, len);
     free(text);
@@ -573,7 +573,7 @@ static qkv_status copy_file(const char *from_dir, const char *name, const char *
     char from[4096], *data = NULL;
     size_t len = 0;
     snprintf(from, sizeof from, "%s/%s", from_dir, name);
-    qkv_status st = qkv_read_file(from, (size_t)1 << 30, &data, &len, err);
+    qkv_status st = qkv_read_regular_file(from, QKV_MAX_VOCAB_FILE_BYTES, &data, &len, err);
     if (!st) st = write_text(to_dir, name, data, len, err);
     free(data);
     return st;

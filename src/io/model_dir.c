@@ -110,7 +110,7 @@ qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv
     char *json = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    qkv_status st = qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
     if (!st && strlen(json) != len)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
     if (!st) st = model_config_from_json(k, cfg, json, path, err);

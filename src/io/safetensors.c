@@ -608,24 +608,11 @@ qkv_status qkv_tensor_file_load(qkv_tensor_file *out, const char *path, qkv_erro
 {
     if (!out || !path) return qkv_fail(err, QKV_ERR_ARG, "qkv_tensor_file_load: NULL argument");
     memset(out, 0, sizeof *out);
-    char why[128];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        errno_text(errno, why, sizeof why);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, why);
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        errno_text(errno, why, sizeof why);
-        close(fd);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot stat: %s", path, why);
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return qkv_fail(err, QKV_ERR_IO, "%s: not a regular file%s", path,
-                        S_ISDIR(sb.st_mode) ? " (a directory)" : "");
-    }
-    source src = {.name = path, .mem = NULL, .fd = fd, .size = (uint64_t)sb.st_size};
+    int fd;
+    uint64_t size;
+    qkv_status opened = open_regular(path, &fd, &size, err);
+    if (opened) return opened;
+    source src = {.name = path, .mem = NULL, .fd = fd, .size = size};
     qkv_status st = parse_source(out, &src, err);
     close(fd);
     return st;

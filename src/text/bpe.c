@@ -848,7 +848,7 @@ qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err)
 {
     char *text;
     size_t len = 0, at = 0;
-    qkv_status st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &text, &len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_VOCAB_FILE_BYTES, &text, &len, err);
     if (st) return st;
     if ((st = bpe_init(b, err))) return free(text), st;
     int line = 0, n_chars, n_merges = -1;

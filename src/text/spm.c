@@ -29,12 +29,14 @@ static qkv_status loaded(qkv_spm **out, spm_shim *shim, const char *name, const 
 qkv_status qkv_spm_load(qkv_spm **out, const char *path, qkv_error *err)
 {
     *out = NULL;
-    /* libsentencepiece reports a missing file as a generic "not found"; say it plainly */
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return qkv_fail(err, QKV_ERR_IO, "%.400s: cannot open", path);
-    fclose(probe);
-    char why[512] = "";
-    return loaded(out, spm_shim_load(path, NULL, 0, why, sizeof why), path, why, err);
+    /* read here, not by libsentencepiece: it would wait on a FIFO, read a device until memory
+     * runs out, and report a missing file as a generic "not found" */
+    char *bytes = NULL;
+    size_t len = 0;
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_VOCAB_FILE_BYTES, &bytes, &len, err);
+    if (!st) st = qkv_spm_load_bytes(out, bytes, len, path, err);
+    free(bytes);
+    return st;
 }
 
 qkv_status qkv_spm_load_bytes(qkv_spm **out, const void *bytes, size_t size,

@@ -159,9 +159,8 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->out_dir);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", o->out_dir);
     lm_train_position pos = {o->seed, 0.0, 0.0, 0, (int64_t)n_train};
-    FILE *probe = o->resume && writer ? fopen(ckpt, "rb") : NULL;
-    if (probe) {
-        fclose(probe);
+    struct stat sb; /* present: read (a FIFO or device there is refused, not waited on) */
+    if (o->resume && writer && !stat(ckpt, &sb)) {
         /* windows and dropout follow the saved run's seed */
         if ((st = lm_checkpoint_load(ckpt, m, &opt, &pos, err))) return qkv_adam_free(&opt), st;
         if (pos.train_tokens != (int64_t)n_train) {

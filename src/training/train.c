@@ -207,9 +207,8 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
     snprintf(r->hist_path, sizeof r->hist_path, "%s/validation.json", o->out_dir);
     snprintf(r->best_dir, sizeof r->best_dir, "%s/best", o->out_dir);
     r->pos = (qkv_train_position){0, 0, o->seed, 0.0, 0};
-    FILE *probe = o->resume && r->writer ? fopen(r->ckpt, "rb") : NULL;
-    if (probe) {
-        fclose(probe);
+    struct stat sb; /* present: read (a FIFO or device there is refused, not waited on) */
+    if (o->resume && r->writer && !stat(r->ckpt, &sb)) {
         /* the data order and dropout follow the saved run's seed */
         st = qkv_checkpoint_load(r->ckpt, m, &r->opt, &r->pos, err);
         if (!st && o->valid) st = history_load(&r->hist, r->hist_path, r->pos.epoch, err);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ft2build.h>
 #include FT_FREETYPE_H
@@ -26,11 +27,13 @@ qkv_status qkv_viz_open(qkv_viz **out, const char *font_path, qkv_error *err)
     const char *path = font_path ? font_path : QKV_VIZ_DEFAULT_FONT;
     /* FreeType reports a missing file as a generic "cannot open resource"; ask the OS first so
      * the message says why. */
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return qkv_fail(err, QKV_ERR_IO, "font %s: %s%s", path, strerror(errno),
+    int fd;
+    uint64_t size;
+    qkv_error why = {0};
+    if (open_regular(path, &fd, &size, &why))
+        return qkv_fail(err, QKV_ERR_IO, "font %s%s", why.msg,
                         font_path ? "" : " (install fonts-dejavu-core or pass a font path)");
-    fclose(f);
+    close(fd);
 
     qkv_viz *v = calloc(1, sizeof *v);
     if (!v)
