@@ -115,6 +115,31 @@ qkv_status qkv_atomic_write(const char *path, const void *const *chunks, const s
                             int n_chunks, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * JSON
+ * Every JSON text qkv reads (config.json, text.json, train.json, --config, a Hugging Face
+ * directory's files, a server request) is read by qkv_json_parse, as cJSON's tree (cJSON.h).
+ * ------------------------------------------------------------------------------------- */
+
+struct cJSON;
+
+/* text[0..len) as one JSON value in *out (the caller's, for cJSON_Delete), refusing what
+ * cJSON alone would let through: anything but white space after the value (a second object,
+ * a NUL byte, text), a NUL byte anywhere, and an object that holds a key twice. Each number
+ * item keeps its text in valuestring, for qkv_json_uint64. QKV_ERR_FORMAT naming name and
+ * the byte or the key; *out NULL on failure. */
+QKV_API
+qkv_status qkv_json_parse(struct cJSON **out, const char *text, size_t len, const char *name,
+                          qkv_error *err);
+/* qkv_json_parse of the regular file at path (qkv_read_regular_file, at most max_bytes). */
+QKV_API
+qkv_status qkv_json_load(struct cJSON **out, const char *path, size_t max_bytes,
+                         qkv_error *err);
+/* 1 and *v when item is a number that is an integer in [0, 2^64 - 1], read exactly from its
+ * text (a double holds integers exactly only up to 2^53); else 0. */
+QKV_API
+int qkv_json_uint64(const struct cJSON *item, uint64_t *v);
+
+/* ---------------------------------------------------------------------------------------
  * Random numbers
  * A counter-based generator: the value at (seed, i) depends on nothing else, so dropout is
  * reproducible whatever the thread count, and its mask is recomputed in backward, not stored.

@@ -49,11 +49,9 @@ int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
         goto fail;
     }
     snprintf(path, sizeof path, "%s/train.json", dir);
-    size_t len;
     struct stat sb;
-    char *text = stat(path, &sb) ? NULL : cli_read_regular(path, QKV_MAX_CONFIG_BYTES, &len);
-    cJSON *o = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *o = NULL;
+    if (!stat(path, &sb) && qkv_json_load(&o, path, QKV_MAX_CONFIG_BYTES, &err)) goto fail;
     const cJSON *x;
     if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(o, "context"))) d->context = x->valueint;
     if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(o, "batch"))) d->batch = x->valueint;
@@ -172,7 +170,7 @@ static int write_train_json(const char *dir, const qkv_lm_train_options *o, cons
     cJSON_AddNumberToObject(j, "val_fraction", round(r->val_fraction * 1e6) / 1e6);
     cJSON_AddNumberToObject(j, "train_tokens", (double)n_train);
     cJSON_AddNumberToObject(j, "val_tokens", (double)n_val);
-    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddItemToObject(j, "seed", resume_u64_json(o->seed));
     cJSON_AddNumberToObject(j, "steps", (double)o->steps);
     cJSON_AddNumberToObject(j, "minutes", decimal((float)o->minutes));
     cJSON_AddNumberToObject(j, "lr", decimal(o->lr));

@@ -102,7 +102,7 @@ static int write_train_json(const char *dir, const train_record *r)
     cJSON_AddNumberToObject(j, "clip", decimal(o->clip));
     cJSON_AddNumberToObject(j, "label_smoothing", decimal(o->label_smoothing));
     cJSON_AddStringToObject(j, "loss", r->loss);
-    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddItemToObject(j, "seed", resume_u64_json(o->seed));
     if (r->valid || r->valid_src) {
         if (r->valid) cJSON_AddStringToObject(j, "valid", r->valid);
         if (r->valid_src) cJSON_AddStringToObject(j, "valid_src", r->valid_src);

@@ -183,16 +183,15 @@ typedef struct {
 
 static void read_format(char format[64], const char *dir)
 {
-    char path[4096], *text = NULL;
+    char path[4096];
     qkv_error err = {0};
+    cJSON *o = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
     snprintf(format, 64, "?");
-    if (qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return;
-    cJSON *o = cJSON_Parse(text);
+    if (qkv_json_load(&o, path, QKV_MAX_CONFIG_BYTES, &err)) return;
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "format");
     if (cJSON_IsString(f)) snprintf(format, 64, "%s", f->valuestring);
     cJSON_Delete(o);
-    free(text);
 }
 
 static int survey_dir(survey *s, const char *dir, const run_kind *k)

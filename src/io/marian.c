@@ -55,10 +55,10 @@ static qkv_status read_json(cJSON **out, const char *dir, const char *name, int 
     struct stat sb;
     if (!required && stat(path, &sb)) return QKV_OK;
     qkv_status st = qkv_read_regular_file(path, MAX_JSON_BYTES, &text, &len, err);
-    if (st) return st;
-    *out = cJSON_ParseWithLength(text, len);
+    if (!st) st = qkv_json_parse(out, text, len, path, err);
     free(text);
-    return *out && cJSON_IsObject(*out)
+    if (st) return st;
+    return cJSON_IsObject(*out)
                ? QKV_OK
                : (cJSON_Delete(*out), *out = NULL,
                   qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", path));

@@ -68,8 +68,10 @@ qkv_status model_config_from_json(const model_kind *k, void *cfg, const char *js
                                   const char *file, qkv_error *err)
 {
     k->defaults(cfg);
-    cJSON *o = cJSON_Parse(json);
-    if (!o || !cJSON_IsObject(o)) {
+    cJSON *o = NULL;
+    qkv_status parsed = qkv_json_parse(&o, json, strlen(json), file, err);
+    if (parsed) return parsed;
+    if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", file);
     }

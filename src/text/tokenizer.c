@@ -33,12 +33,9 @@ qkv_status model_dir_json(cJSON **out, const char *dir, const char *name, qkv_er
     if (!qkv_model_dir_file(path, sizeof path, dir, name)) return QKV_OK;
     /* a model's JSON files are small: a megabyte is far beyond any of them */
     qkv_status st = qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &text, &len, err);
-    if (!st && strlen(text) != len)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
-    if (st) return free(text), st;
-    *out = cJSON_Parse(text);
+    if (!st) st = qkv_json_parse(out, text, len, path, err);
     free(text);
-    return *out ? QKV_OK : qkv_fail(err, QKV_ERR_FORMAT, "%s: not valid JSON", path);
+    return st;
 }
 
 void qkv_tokenizer_free(qkv_tokenizer *t)

@@ -197,9 +197,10 @@ qkv_status history_load(history *h, const char *path, int up_to, qkv_error *err)
     char *text = NULL;
     size_t n = 0;
     qkv_status read = qkv_read_regular_file(path, QKV_MAX_TEXT_BYTES, &text, &n, err);
-    if (read) return read;
-    cJSON *o = cJSON_Parse(text);
+    cJSON *o = NULL;
+    if (!read) read = qkv_json_parse(&o, text, n, path, err);
     free(text);
+    if (read) return read;
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "validations"), *v;
     qkv_status st = cJSON_IsArray(list) ? QKV_OK
                     : qkv_fail(err, QKV_ERR_FORMAT, "%s: expected {\"validations\": [...]}", path);

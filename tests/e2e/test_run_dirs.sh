@@ -94,6 +94,25 @@ expect_fail "... or out of its range" "\"batch\" must be a number in the option'
 "$QKV" train --out "$T/s" --resume 2>/dev/null
 check "resume with only --out takes the recorded options (== uninterrupted, bit for bit)" \
   same "$T/s/model.safetensors" "$T/u/model.safetensors"
+# a 64-bit seed beyond 2^53 is recorded digit for digit: resume and --config keep it
+BIG=123456789012345678 # a double holds 123456789012345680
+"$QKV" train "${TRAIN[@]}" --seed $BIG --out "$T/bigseed-u" 2>/dev/null
+"$QKV" train "${TRAIN[@]}" --seed $BIG --out "$T/bigseed" --stop-after-steps 4 2>/dev/null
+check "a seed above 2^53 is recorded exactly in train.json" \
+  grep -qE "\"seed\":[[:space:]]*$BIG," "$T/bigseed/train.json"
+"$QKV" train --out "$T/bigseed" --resume 2>/dev/null
+check "... resume accepts its own run" \
+  same "$T/bigseed/model.safetensors" "$T/bigseed-u/model.safetensors"
+"$QKV" train "${TRAIN[@]}" --config "$T/bigseed-u/train.json" --out "$T/bigseed-c" 2>/dev/null
+check "... and --config train.json trains the same model" \
+  same "$T/bigseed-c/model.safetensors" "$T/bigseed-u/model.safetensors"
+check "... recording the same seed" grep -qE "\"seed\":[[:space:]]*$BIG," "$T/bigseed-c/train.json"
+"$QKV" train-lm "${LM[@]}" --seed 18446744073709551615 --out "$T/lmseed" >/dev/null 2>&1
+check "train-lm records 2^64 - 1 exactly" \
+  grep -qE "\"seed\":[[:space:]]*18446744073709551615," "$T/lmseed/train.json"
+expect_fail "a train.json with text after its object is refused on resume" \
+  "train.json: more after the JSON value" \
+  bash -c "cp -r '$T/bigseed' '$T/trail' && echo '{}' >>'$T/trail/train.json' && '$QKV' train --out '$T/trail' --resume"
 
 # ---- an unfinished or mixed model directory is refused by its readers
 "$QKV" train "${TRAIN[@]}" --out "$T/stopped" --stop-after-steps 2 2>/dev/null

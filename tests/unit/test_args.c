@@ -182,6 +182,49 @@ static void test_config_expand(void **state)
     unlink(path);
 }
 
+/* A --config file is one JSON object read whole: text after it, a key twice, or two spellings
+ * of one option are refused; an integer is passed on as written (a 64-bit seed exactly). */
+static void test_config_strict(void **state)
+{
+    (void)state;
+    static const char *const refused[] = {
+        "{\"epochs\": 3}garbage",
+        "{\"epochs\": 3}{\"epochs\": 4}",
+        "{\"epochs\": 3, \"epochs\": 4}",
+        "{\"label_smoothing\": 0.1, \"label-smoothing\": 0.2}",
+        "{\"valid_bleu\": false, \"no-bleu\": true}",
+    };
+    char path[] = "/tmp/qkv-test-args-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char *in[] = {"qkv", "train", "--config", path, NULL};
+    int argc;
+    char **argv, **owned = NULL;
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(refused[i], f);
+        fclose(f);
+        argc = 4, argv = in;
+        if (config_args_expand(&argc, &argv, &owned) != -1) fail_msg("accepted %s", refused[i]);
+        assert_null(owned);
+    }
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"seed\": 18446744073709551615, \"epochs\": 3, \"lr\": 1e-3, \"warmup\": -7}\n\n", f);
+    fclose(f);
+    argc = 4, argv = in;
+    assert_int_equal(config_args_expand(&argc, &argv, &owned), 0);
+    assert_int_equal(argc, 9);
+    assert_string_equal(argv[4], "--seed=18446744073709551615");
+    assert_string_equal(argv[5], "--epochs=3");
+    assert_string_equal(argv[6], "--lr=0.001");
+    assert_string_equal(argv[7], "--warmup=-7");
+    config_args_free(owned);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_table_without_range_fails),
         cmocka_unit_test(test_config_block),
         cmocka_unit_test(test_config_expand),
+        cmocka_unit_test(test_config_strict),
     };
     return cmocka_run_group_tests_name("args", tests, NULL, NULL);
 }
