@@ -125,7 +125,7 @@ int cmd_average(int argc, char **argv)
     }
     if (out_is_input(out, dirs, n)) goto done;
     rc = 1;
-    run_dir rd = {-1};
+    run_dir rd = {.lock_fd = -1};
     qkv_error err = {0};
     qkv_transformer *avg = NULL, *m = NULL;
     double *sum = NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/config_args.h"
 #include "cli/run_dir.h"
 #include "qkv.h"
@@ -59,7 +60,16 @@ int cmd_import(int argc, char **argv)
         fprintf(stderr, "qkv import marian: needs HF_DIR and --out DIR\n");
         return 2;
     }
-    run_dir rd = {-1};
+    /* the output is claimed (and with --overwrite emptied of a run's files) before anything
+     * is read: it must not be the input, nor hold it, nor lie inside it */
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = cli_path_relation(out, src);
+    if (rel > 0) {
+        fprintf(stderr, "qkv import: --out %s %s the input %s: import into another directory\n",
+                out, relation[rel], src);
+        return 2;
+    }
+    run_dir rd = {.lock_fd = -1};
     if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         return 1;
     qkv_error err = {0};

@@ -339,7 +339,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
     float minutes = 0.0f, val_fraction = 0.1f;
     o.seed = 0;
     resume_record rec = {0};
-    run_dir rd = {-1};
+    run_dir rd = {.lock_fd = -1};
     const opt_spec opts[] = {
         {"data", OPT_STRING, &data, "a text file; its last --val-fraction is held out", NULL},
         {"out", OPT_STRING, &out, "model directory to write", NULL},

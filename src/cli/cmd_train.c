@@ -490,7 +490,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     float minutes = 0.0f;
     o.seed = 0;
     resume_record rec = {0};
-    run_dir rd = {-1};
+    run_dir rd = {.lock_fd = -1};
     const opt_spec opts[] = {
         {"data", OPT_STRING, &data,
          "sentence pairs, source<TAB>target per line (d2l's fra.txt)", NULL},

@@ -44,6 +44,31 @@ expect_fail "a second import onto the model is refused" "already holds|--overwri
   "$QKV" import marian "$HF" --out "$T/m"
 check "... and --overwrite replaces it" bash -c "'$QKV' import marian '$HF' --out '$T/m' --overwrite 2>/dev/null"
 
+# ---- the output is never the input, nor holds it, nor lies inside it (claiming it with
+# --overwrite removed the input's config.json, model.safetensors and SentencePiece models)
+variant self
+for out in "$T/self" "$T/self/sub" "$T/self/." "$T"; do
+  expect_fail "--out $out over the input is refused" "is the input|is inside the input|holds the input" \
+    "$QKV" import marian "$T/self" --out "$out" --overwrite
+done
+ln -s "$T/self" "$T/self-link"
+expect_fail "... also through a link" "is the input" "$QKV" import marian "$T/self-link" --out "$T/self" --overwrite
+check "... and the input is whole" bash -c "for f in config.json model.safetensors source.spm target.spm vocab.json; do cmp -s '$T/self/'\$f '$HF/'\$f || exit 1; done"
+# --overwrite over a trained run leaves only the import's files (a stale checkpoint was then
+# resumed over the imported model)
+awk 'BEGIN { for (i = 0; i < 40; i++) print "a b c\tc b a" }' >"$T/tiny.tsv"
+"$QKV" train --data "$T/tiny.tsv" --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 8 \
+  --num-steps 4 --epochs 1 --threads 1 --quiet --out "$T/trained" >/dev/null 2>&1
+"$QKV" import marian "$HF" --out "$T/trained" --overwrite 2>/dev/null
+check "import --overwrite over a trained run leaves only the import's files" \
+  test "$(ls "$T/trained" | tr '\n' ' ')" = "config.json model.safetensors source.spm src_vocab.txt target.spm text.json tgt_vocab.txt "
+# a FIFO (no writer) as any file of the directory is refused at once, never waited on
+for f in config.json vocab.json model.safetensors source.spm target.spm; do
+  variant "fifo-$f" && rm "$T/fifo-$f/$f" && mkfifo "$T/fifo-$f/$f"
+  expect_fail "import: $f a FIFO" "$f: is a FIFO or pipe, not a regular file" \
+    timeout 120 "$QKV" import marian "$T/fifo-$f" --out "$T/o-fifo"
+done
+
 # ---- the command line
 expect_fail "no kind" "which kind" "$QKV" import
 expect_fail "an unknown kind" "unknown kind 'bert'" "$QKV" import bert "$HF" --out "$T/x"
