@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,25 @@ void args_usage(const opt_spec *opts, const char *usage)
     printf("  %-22s %s\n", "--help", "this text");
 }
 
+/* Whether v is a decimal number as people write one: [+-] digits [. digits] [e [+-] digits]
+ * (strtof also reads hexadecimal, "0x10" as 16, and "inf" or "nan"). */
+static int decimal_number(const char *v)
+{
+    const char *s = v + (*v == '+' || *v == '-');
+    const size_t whole = strspn(s, "0123456789");
+    s += whole;
+    size_t frac = 0;
+    if (*s == '.') frac = strspn(++s, "0123456789"), s += frac;
+    if (!whole && !frac) return 0;
+    if (*s == 'e' || *s == 'E') {
+        s += 1 + (s[1] == '+' || s[1] == '-');
+        const size_t exp = strspn(s, "0123456789");
+        if (!exp) return 0;
+        s += exp;
+    }
+    return !*s;
+}
+
 /* v: the text of o's value, from the command line, or from a --config file (where). */
 static int set_value(const opt_spec *o, const char *v, const char *who, const char *where)
 {
@@ -165,8 +185,17 @@ static int set_value(const opt_spec *o, const char *v, const char *who, const ch
         return args_check(o, who, where);
     }
     case OPT_FLOAT: {
+        if (!decimal_number(v)) break;
         float x = strtof(v, &end);
-        if (!*v || *end || errno || !isfinite(x)) break;
+        if (*end) break;
+        if (errno == ERANGE || !isfinite(x)) { /* a float holds it as 0, a denormal or inf */
+            const int tiny = !isfinite(x) ? 0 : fabsf(x) < FLT_MIN;
+            fprintf(stderr, "%s: --%s: '%s' is too %s for a float (%s %g)%s%s\n", who, o->name,
+                    v, tiny ? "small" : "large", tiny ? "the smallest is" : "at most",
+                    tiny ? (double)FLT_MIN : (double)FLT_MAX, where ? " in " : "",
+                    where ? where : "");
+            return -1;
+        }
         *(float *)o->value = x;
         return args_check(o, who, where);
     }

@@ -131,6 +131,9 @@ static qkv_status check_options(const qkv_lm *m, size_t n_train, const qkv_lm_tr
     if (o->log_every < 1 || o->eval_every < 0 || o->eval_tokens < 0 || o->warmup < 0)
         return qkv_fail(err, QKV_ERR_ARG, "log_every must be >= 1; eval_every, eval_tokens and "
                         "warmup >= 0");
+    if (!(o->lr > 0.0f && o->lr <= QKV_MAX_LR))
+        return qkv_fail(err, QKV_ERR_ARG, "the learning rate must be in (0, %g] (got %g)",
+                        (double)QKV_MAX_LR, (double)o->lr);
     return QKV_OK;
 }
 
