@@ -106,6 +106,13 @@ QKV_API
 qkv_status qkv_read_regular_file(const char *path, size_t max_bytes, char **text, size_t *len,
                                  qkv_error *err);
 
+/* How directory a lies to directory b, links and other spellings resolved (a need not exist
+ * yet: its nearest existing parent is resolved): 0 apart, 1 the same, 2 a inside b, 3 a
+ * holding b; -1 when b (or every parent of a) cannot be resolved. For refusing to write a
+ * result into, above or below its input. */
+QKV_API
+int qkv_path_relation(const char *a, const char *b);
+
 /* Replaces path atomically with the concatenation of n_chunks buffers: a temporary file next
  * to it (path.tmp.PID.K, created exclusively), fsync, rename. A crash leaves the old file or
  * the new one, and a symbolic link at path is replaced, never followed. On failure the

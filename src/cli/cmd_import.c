@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/common.h"
 #include "cli/config_args.h"
 #include "cli/run_dir.h"
 #include "qkv.h"
@@ -63,7 +62,7 @@ int cmd_import(int argc, char **argv)
     /* the output is claimed (and with --overwrite emptied of a run's files) before anything
      * is read: it must not be the input, nor hold it, nor lie inside it */
     static const char *const relation[] = {"", "is", "is inside", "holds"};
-    const int rel = cli_path_relation(out, src);
+    const int rel = qkv_path_relation(out, src);
     if (rel > 0) {
         fprintf(stderr, "qkv import: --out %s %s the input %s: import into another directory\n",
                 out, relation[rel], src);

@@ -25,11 +25,6 @@ int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **
 int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *cap,
                   size_t *len);
 
-/* How path a lies to path b, links and other spellings resolved (a need not exist yet: its
- * nearest existing parent is resolved): 0 apart, 1 the same directory, 2 a inside b, 3 a
- * holding b. -1 when b cannot be resolved. */
-int cli_path_relation(const char *a, const char *b);
-
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
 
