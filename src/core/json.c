@@ -18,9 +18,10 @@
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+/* Past white space as cJSON skips it: every byte up to 32 (NUL is refused before). */
 static const char *skip_space(const char *p, const char *end)
 {
-    while (p < end && is_space(*p)) p++;
+    while (p < end && (unsigned char)*p <= 32) p++;
     return p;
 }
 
@@ -127,11 +128,24 @@ qkv_status qkv_json_parse(cJSON **out, const char *text, size_t len, const char 
         const ptrdiff_t at = end && end >= text && end <= text + len ? end - text : 0;
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: not valid JSON (at byte %td)", name, at);
     }
-    const char *rest = skip_space(end, text + len);
+    const char *rest = end;
+    while (rest < text + len && is_space(*rest)) rest++;
     if (rest < text + len) {
         cJSON_Delete(root);
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: more after the JSON value (at byte %td): one "
                         "value, and only white space after it", name, rest - text);
+    }
+    /* JSON's white space is space, tab and line breaks; cJSON also skips other control
+     * characters between tokens, which a text that means what it says never holds */
+    for (const char *c = text, *stop = text + len; c < stop; c++) {
+        if (*c == '"') {
+            for (c++; c < stop && *c != '"'; c++)
+                if (*c == '\\') c++;
+        } else if ((unsigned char)*c < 32 && !is_space(*c)) {
+            cJSON_Delete(root);
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: a control character (0x%02x) at byte %td, "
+                            "outside any string", name, (unsigned char)*c, c - text);
+        }
     }
     walk_state w = {text, text + len, name, err};
     const char *p = len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3) ? text + 3 : text; /* cJSON skips a BOM */

@@ -94,16 +94,23 @@ stop_fifos
 TEXT="more than 268435456 bytes \(not a regular file: it may never end\)"
 # translate reads a pipe or a device line by line (it streams): each line at most
 # QKV_MAX_LINE_BYTES
-expect_fail "translate --input /dev/zero" "/dev/zero:1: $LINE" \
+# (/dev/zero's first byte is a NUL, which a line of text never holds: refused at once; a line
+# of endless 'x' meets the line limit)
+NUL="a NUL byte in the line: text holds none"
+expect_fail "translate --input /dev/zero" "/dev/zero:1: $NUL" \
   "$QKV" translate --model "$T/m" --input /dev/zero
-expect_fail "translate from stdin = /dev/zero" "stdin:1: $LINE" \
+expect_fail "translate from stdin = /dev/zero" "stdin:1: $NUL" \
   bash -c "exec '$QKV' translate --model '$T/m' </dev/zero"
 endless_fifo "$T/fifo"
-expect_fail "translate --input FIFO" "$T/fifo:1: $LINE" \
+expect_fail "translate --input FIFO" "$T/fifo:1: $NUL" \
   "$QKV" translate --model "$T/m" --input "$T/fifo"
 stop_fifos
-expect_fail "tokenize from stdin = /dev/zero" "stdin:1: $LINE" \
+expect_fail "tokenize from stdin = /dev/zero" "stdin:1: $NUL" \
   bash -c "exec '$QKV' tokenize --d2l </dev/zero"
+expect_fail "translate from stdin = an endless line" "stdin:1: $LINE" \
+  bash -c "exec '$QKV' translate --model '$T/m' < <(tr '\\0' x </dev/zero)"
+expect_fail "tokenize from stdin = an endless line" "stdin:1: $LINE" \
+  bash -c "exec '$QKV' tokenize --d2l < <(tr '\\0' x </dev/zero)"
 expect_fail "train-lm --data /dev/zero" "/dev/zero: $TEXT" \
   "$QKV" train-lm --data /dev/zero "${LM[@]}" --out "$T/o6"
 expect_fail "eval-lm --data /dev/zero" "/dev/zero: $TEXT" \
@@ -172,6 +179,23 @@ expect_fail "eval --hyp FIFO without a writer" "$NOWRITER" \
   "$QKV" eval --hyp "$T/text.fifo" --tgt "$T/rev.tgt"
 expect_fail "train-lm --data FIFO without a writer" "$NOWRITER" \
   "$QKV" train-lm --data "$T/text.fifo" "${LM[@]}" --out "$T/o-lmnw"
+
+# ---- a NUL byte in a line of text is refused the same way by every command (it cut the line
+# short for all that read it as a string: tokenize dropped the rest, eval scored the prefix)
+expect_fail "tokenize --spm: a NUL in a line" "stdin:1: $NUL" \
+  bash -c "printf 'Ein Hund.\\0 Zwei\\n' | exec '$QKV' tokenize --spm '$T/spm/source.spm'"
+expect_fail "tokenize --spm --ids: a NUL in a line" "stdin:2: $NUL" \
+  bash -c "printf 'a\\nEin Hund.\\0 Zwei\\n' | exec '$QKV' tokenize --spm '$T/spm/source.spm' --ids"
+expect_fail "tokenize --d2l: a NUL in a line" "stdin:1: $NUL" \
+  bash -c "printf 'go\\0 away\\n' | exec '$QKV' tokenize --d2l"
+expect_fail "translate: a NUL in a line" "stdin:2: $NUL" \
+  bash -c "printf 'a b\\nc\\0d\\n' | exec '$QKV' translate --model '$T/m'"
+head -3 "$T/rev.tgt" >"$T/ref3.txt"
+{ sed -n 1p "$T/rev.tgt"; sed -n 2p "$T/rev.tgt" | tr -d '\n'; printf '\0 x\n'; sed -n 3p "$T/rev.tgt"; } >"$T/hyp-nul.txt"
+expect_fail "eval --hyp: a NUL in a hypothesis" "hyp-nul.txt:2: $NUL" \
+  "$QKV" eval --hyp "$T/hyp-nul.txt" --tgt "$T/ref3.txt"
+expect_fail "eval --hyp: a NUL in a reference" "hyp-nul.txt:2: $NUL" \
+  "$QKV" eval --hyp "$T/ref3.txt" --tgt "$T/hyp-nul.txt"
 
 # ---- a directory where a file is expected
 DIR="is a directory"

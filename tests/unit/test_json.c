@@ -48,6 +48,11 @@ static void test_whole_input(void **state)
     REFUSED("{\"a\": 1}\0", "NUL byte (at byte 8)");
     REFUSED("{\"a\": \"x\0y\"}", "NUL byte (at byte 8)");
     REFUSED("{\"a\": 1,}", "not valid JSON (at byte");
+    /* cJSON skips any byte up to 32 as white space; JSON's is space, tab and line breaks */
+    REFUSED("{\"a\":\x1e 1}", "a control character (0x1e) at byte 5, outside any string");
+    REFUSED("\x01[1]", "a control character (0x01) at byte 0");
+    REFUSED("[1]\x0b", "more after the JSON value (at byte 3)");
+    cJSON_Delete(parse_ok("{\"a\": \"\x1e\"}", 10)); /* inside a string: its own business */
     REFUSED("", "not valid JSON");
     REFUSED("   ", "not valid JSON");
 }
