@@ -11,8 +11,7 @@
 #define MAX_JSON_BYTES ((size_t)64 << 20) /* vocab.json of 250k pieces is ~6 MB */
 #define MAX_SHARDS 1000
 
-qkv_status hf_json(cJSON **out, const char *dir, const char *name, int required,
-                   qkv_error *err)
+qkv_status hf_json(cJSON **out, const char *dir, const char *name, int required, qkv_error *err)
 {
     char path[4096], *text = NULL;
     size_t len = 0;
@@ -34,8 +33,7 @@ qkv_status hf_int(const cJSON *o, const char *key, int def, int *v, const char *
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!x || cJSON_IsNull(x)) return *v = def, QKV_OK;
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
-        fabs(x->valuedouble) > 1e9)
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || fabs(x->valuedouble) > 1e9)
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be an integer", file, key);
     *v = (int)x->valuedouble;
     return QKV_OK;
@@ -81,8 +79,7 @@ static int exists(const char *dir, const char *name)
     return !stat(path, &sb);
 }
 
-static qkv_status load_one(qkv_tensor_file *f, const char *dir, const char *name,
-                           qkv_error *err)
+static qkv_status load_one(qkv_tensor_file *f, const char *dir, const char *name, qkv_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -93,8 +90,7 @@ static qkv_status load_one(qkv_tensor_file *f, const char *dir, const char *name
 
 /* An index's "weight_map": every shard it names (plain file names) loaded once, and every
  * tensor it maps found in the shard it names. */
-static qkv_status load_sharded(hf_weights *w, const char *dir, const char *index,
-                               qkv_error *err)
+static qkv_status load_sharded(hf_weights *w, const char *dir, const char *index, qkv_error *err)
 {
     cJSON *o = NULL;
     qkv_status st = hf_json(&o, dir, index, 1, err);
@@ -108,8 +104,10 @@ static qkv_status load_sharded(hf_weights *w, const char *dir, const char *index
     for (const cJSON *e = map ? map->child : NULL; !st && e; e = e->next) {
         if (!cJSON_IsString(e) || !*e->valuestring || strchr(e->valuestring, '/') ||
             !strcmp(e->valuestring, ".."))
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%.100s\" is not mapped to a file name "
-                          "beside the index", w->file, e->string);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: \"%.100s\" is not mapped to a file name "
+                          "beside the index",
+                          w->file, e->string);
         int k = 0;
         while (!st && k < n && strcmp(names[k], e->valuestring)) k++;
         if (!st && k == n && n == MAX_SHARDS)
@@ -127,8 +125,10 @@ static qkv_status load_sharded(hf_weights *w, const char *dir, const char *index
         int k = 0;
         while (strcmp(names[k], e->valuestring)) k++;
         if (!qkv_tensor_file_get(&w->shards[k], e->string))
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%.100s' is not in %s, where the "
-                          "index puts it", w->file, e->string, names[k]);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: tensor '%.100s' is not in %s, where the "
+                          "index puts it",
+                          w->file, e->string, names[k]);
     }
     cJSON_Delete(o);
     return st;
@@ -144,8 +144,10 @@ qkv_status hf_weights_load(hf_weights *w, const char *dir, qkv_error *err)
     int k = 0;
     while (k < 2 && !exists(dir, single[k]) && !exists(dir, index[k])) k++;
     if (k == 2)
-        return qkv_fail(err, QKV_ERR_IO, "%s/model.safetensors: missing (and no "
-                        "pytorch_model.bin, nor an index of shards of either)", dir);
+        return qkv_fail(err, QKV_ERR_IO,
+                        "%s/model.safetensors: missing (and no "
+                        "pytorch_model.bin, nor an index of shards of either)",
+                        dir);
     if (exists(dir, single[k])) {
         snprintf(w->file, sizeof w->file, "%s/%s", dir, single[k]);
         if (!(w->shards = calloc(1, sizeof *w->shards)) || !(w->used = calloc(1, sizeof *w->used)))

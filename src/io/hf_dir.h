@@ -11,8 +11,7 @@
 #include "core/internal.h"
 
 /* dir/name as a JSON object; with required 0 a missing file gives *out NULL and QKV_OK. */
-qkv_status hf_json(cJSON **out, const char *dir, const char *name, int required,
-                   qkv_error *err);
+qkv_status hf_json(cJSON **out, const char *dir, const char *name, int required, qkv_error *err);
 /* A member of o (def when absent or null); QKV_ERR_FORMAT naming file and key when it has
  * another type. hf_int: an integer within +-1e9. */
 qkv_status hf_int(const cJSON *o, const char *key, int def, int *v, const char *file,
