@@ -30,7 +30,8 @@ static const char *const lm_files[] = {
     "metrics.jsonl", "training.png", NULL};
 static const char *const model_files[] = {
     "config.json", "model.safetensors", "src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
-    "tgt_bpe.txt", "text.json", "train.json", "source.spm", "target.spm", NULL};
+    "tgt_bpe.txt", "text.json", "train.json", "source.spm", "target.spm", "generation.json",
+    NULL};
 
 const run_kind RUN_TRANSFORMER = {"qkv-transformer", "a qkv train run", transformer_files, 1, 1};
 const run_kind RUN_LM = {"qkv-lm", "a qkv train-lm run", lm_files, 0, 1};

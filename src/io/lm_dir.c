@@ -75,6 +75,7 @@ qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
     if (!st) st = model_dir_fits(dir, lm_config_params(&cfg), err);
     if (!st) st = qkv_lm_create(&m, &cfg, 0, err);
     if (!st) st = model_dir_params(params_of(m), dir, err);
+    if (!st) snprintf(m->core.source, sizeof m->core.source, "%s", dir);
     if (st) qkv_lm_free(m), m = NULL;
     *out = m;
     return st;

@@ -145,6 +145,7 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
     if (!st) st = model_dir_fits(dir, transformer_config_params(&cfg), err);
     if (!st) st = qkv_transformer_create(&m, &cfg, 0, err);
     if (!st) st = model_dir_params(params_of(m), dir, err);
+    if (!st) snprintf(m->core.source, sizeof m->core.source, "%s", dir);
     if (st) qkv_transformer_free(m), m = NULL;
     *out = m;
     return st;

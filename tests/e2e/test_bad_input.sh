@@ -197,6 +197,36 @@ expect_fail "eval --hyp: a NUL in a hypothesis" "hyp-nul.txt:2: $NUL" \
 expect_fail "eval --hyp: a NUL in a reference" "hyp-nul.txt:2: $NUL" \
   "$QKV" eval --hyp "$T/ref3.txt" --tgt "$T/hyp-nul.txt"
 
+# ---- weights past float's range (finite, so every reader loads them) give logits that are
+# not finite: an error naming the model, never a translation scored NaN (beam search printed
+# "<unk> ... ||| -nan" with exit 0)
+# overflow SRC DST: a copy of model SRC at $T/DST, every weight matrix scaled by 1e30
+overflow() {
+  copy_model "$1" "$2"
+  /usr/bin/python3 - "$T/$2/model.safetensors" <<'PY' || bad "scale the weights of $2"
+import sys
+from safetensors import safe_open
+from safetensors.numpy import save_file
+with safe_open(sys.argv[1], "numpy") as f:
+    meta = f.metadata()
+    t = {k: f.get_tensor(k) for k in f.keys()}
+t = {k: (v * 1e30).astype("float32") if v.ndim == 2 else v for k, v in t.items()}
+save_file(t, sys.argv[1], metadata=meta)
+PY
+}
+overflow "$T/m" big
+NONFINITE="big: the model's logits are not finite"
+expect_fail "translate: logits past float's range name the model" "$NONFINITE" \
+  "$QKV" translate --model "$T/big" --input "$T/in.txt"
+expect_fail "translate --beam 2 --n-best 2: the same" "$NONFINITE" \
+  "$QKV" translate --model "$T/big" --input "$T/in.txt" --beam 2 --n-best 2
+expect_fail "translate a pipe: the same" "$NONFINITE" \
+  bash -c "exec '$QKV' translate --model '$T/big' <'$T/in.txt'"
+expect_fail "eval: the same" "$NONFINITE" "$QKV" eval --model "$T/big" --data "$T/rev.tsv"
+overflow "$T/lm" lmbig
+expect_fail "generate: the same" "lmbig: the model's logits are not finite" \
+  "$QKV" generate --model "$T/lmbig" --tokens 3
+
 # ---- a directory where a file is expected
 DIR="is a directory"
 expect_fail "train --data DIR" "$T/dir: $DIR" "$QKV" train --data "$T/dir" "${TRAIN[@]}" --out "$T/o8"
