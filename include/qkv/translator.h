@@ -141,6 +141,11 @@ int qkv_batch_decoder_finished(const qkv_batch_decoder *bd, int slot);
 QKV_API
 qkv_status qkv_batch_decoder_take(qkv_batch_decoder *bd, int slot, char **text, int *tokens,
                                   qkv_error *err);
+/* The tokens the slot's source took ([<bos>] + its own + <eos>) before the model's max_len cut
+ * it: over qkv_transformer_get_config(model)->max_len, the source was truncated (as
+ * qkv_translations.truncated counts); 0 for a free slot. Until the slot is taken or freed. */
+QKV_API
+int qkv_batch_decoder_source_len(const qkv_batch_decoder *bd, int slot);
 /* Frees a slot, running or finished (a client that went away). */
 QKV_API
 void qkv_batch_decoder_cancel(qkv_batch_decoder *bd, int slot);

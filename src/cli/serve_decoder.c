@@ -25,6 +25,7 @@ void job_free(job *j)
     for (int i = 0; j->text && i < j->n * j->n_best; i++) free(j->text[i]);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->src), free(j->text), free(j->score), free(j->slot), free(j->prompt), free(j->out);
+    free(j->src_tokens);
     pthread_cond_destroy(&j->changed);
     free(j);
 }
@@ -60,6 +61,7 @@ static void collect(server *s)
         for (int i = 0; i < j->joined; i++) {
             if (j->slot[i] < 0 || !qkv_batch_decoder_finished(s->bd, j->slot[i])) continue;
             int tokens = 0;
+            j->src_tokens[i] = qkv_batch_decoder_source_len(s->bd, j->slot[i]);
             if (qkv_batch_decoder_take(s->bd, j->slot[i], &j->text[i], &tokens, &err))
                 job_fail(j, 500, err.msg);
             j->slot[i] = -1, j->finished++, j->tokens += tokens, s->tokens += (unsigned)tokens;
@@ -89,6 +91,8 @@ static void translate_whole(server *s, job *j)
     if (st) {
         job_fail(j, st == QKV_ERR_ARG ? 400 : 500, err.msg);
     } else {
+        const int bos = qkv_translator_tokenizer(s->tr)->source_bos;
+        for (int i = 0; i < j->n; i++) j->src_tokens[i] = r.src_len[i] + 1 + bos;
         for (int h = 0; h < j->n * j->n_best; h++) {
             j->text[h] = r.text[h], r.text[h] = NULL;
             j->score[h] = r.score[h];

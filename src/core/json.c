@@ -33,6 +33,18 @@ static const char *skip_string(const char *p, const char *end)
     return p < end ? p + 1 : end;
 }
 
+/* p at the opening quote of a string: where in it a \u0000 escape stands (cJSON ends the
+ * string there, silently dropping the rest), or NULL. */
+static const char *escaped_nul(const char *p, const char *end)
+{
+    for (p++; p < end && *p != '"'; p++)
+        if (*p == '\\') {
+            if (end - p >= 6 && !memcmp(p + 1, "u0000", 5)) return p;
+            p++;
+        }
+    return NULL;
+}
+
 static int compare_keys(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -61,6 +73,14 @@ typedef struct {
     qkv_error *err;
 } walk_state;
 
+static qkv_status no_escaped_nul(const walk_state *w, const char *at)
+{
+    const char *nul = escaped_nul(at, w->end);
+    return nul ? qkv_fail(w->err, QKV_ERR_FORMAT, "%s: a NUL character (\\u0000) in a string "
+                          "(at byte %td): a text holds none", w->name, nul - w->text)
+               : QKV_OK;
+}
+
 /* Walks the value at *p (cJSON's item for it: x), moving *p past it. */
 static qkv_status walk(walk_state *w, cJSON *x, const char **p, int depth)
 {
@@ -82,7 +102,9 @@ static qkv_status walk(walk_state *w, cJSON *x, const char **p, int depth)
         at = skip_space(at + 1, w->end);
         for (cJSON *c = x->child; !st && c; c = c->next) {
             if (close == '}') { /* "key" : */
-                at = skip_space(skip_string(skip_space(at, w->end), w->end), w->end);
+                at = skip_space(at, w->end);
+                if ((st = no_escaped_nul(w, at))) break;
+                at = skip_space(skip_string(at, w->end), w->end);
                 at++;
             }
             st = walk(w, c, &at, depth + 1);
@@ -95,7 +117,7 @@ static qkv_status walk(walk_state *w, cJSON *x, const char **p, int depth)
     }
     if (*at == '"') {
         *p = skip_string(at, w->end);
-        return QKV_OK;
+        return no_escaped_nul(w, at);
     }
     const char *start = at;
     while (at < w->end && (strchr("+-.eE", *at) || (*at >= '0' && *at <= '9') ||

@@ -15,6 +15,7 @@ struct qkv_batch_decoder {
     slots *s;
     int *ids, *valid; /* (slots * max_len), (slots): sources being encoded */
     slot_goal *goals; /* (slots) */
+    int *src_len;     /* (slots) each slot's source as given, in tokens (0: free) */
 };
 
 qkv_status qkv_batch_decoder_create(qkv_batch_decoder **out, qkv_translator *t, int n,
@@ -32,7 +33,8 @@ qkv_status qkv_batch_decoder_create(qkv_batch_decoder **out, qkv_translator *t, 
     bd->ids = malloc((size_t)n * T * sizeof *bd->ids);
     bd->valid = malloc((size_t)n * sizeof *bd->valid);
     bd->goals = malloc((size_t)n * sizeof *bd->goals);
-    if (!bd->ids || !bd->valid || !bd->goals) {
+    bd->src_len = calloc((size_t)n, sizeof *bd->src_len);
+    if (!bd->ids || !bd->valid || !bd->goals || !bd->src_len) {
         qkv_batch_decoder_free(bd);
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a batch decoder of %d slots", n);
     }
@@ -48,7 +50,7 @@ void qkv_batch_decoder_free(qkv_batch_decoder *bd)
 {
     if (!bd) return;
     slots_free(bd->s);
-    free(bd->ids), free(bd->valid), free(bd->goals);
+    free(bd->ids), free(bd->valid), free(bd->goals), free(bd->src_len);
     free(bd);
 }
 
@@ -83,8 +85,18 @@ qkv_status qkv_batch_decoder_add(qkv_batch_decoder *bd, const char *const *sourc
     }
     int Ts;
     source_rows(bd->ids, bd->valid, &Ts, tk, &src, 0, n, info.max_len);
+    st = slots_start_sources(bd->s, bd->ids, bd->valid, n, Ts, bd->goals, slot, err);
+    for (int i = 0; !st && i < n; i++)
+        bd->src_len[slot[i]] = qkv_sentence_len(&src, i) + 1 + tk->source_bos;
     qkv_sentences_free(&src);
-    return slots_start_sources(bd->s, bd->ids, bd->valid, n, Ts, bd->goals, slot, err);
+    return st;
+}
+
+int qkv_batch_decoder_source_len(const qkv_batch_decoder *bd, int slot)
+{
+    return slot >= 0 && slot < slots_count(bd->s) && slot_of(bd->s, slot) != SLOT_FREE
+               ? bd->src_len[slot]
+               : 0;
 }
 
 qkv_status qkv_batch_decoder_step(qkv_batch_decoder *bd, qkv_error *err)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* qkv_json_parse, the one JSON reader, on the raw bytes. Besides cJSON's own verdict it must
- * refuse a NUL byte, anything after the value but white space, and a key twice in an object;
+ * refuse a NUL byte or a \u0000 escape, anything after the value but white space, a control
+ * character between tokens, and a key twice in an object;
  * what it accepts is what cJSON parses of the same bytes (the same tree), and every number
  * keeps its own text, which reads back as the number (the walk that finds those texts never
  * loses its place in the input). A refusal names the input once. */
@@ -40,13 +41,15 @@ static int same_tree(const cJSON *a, const cJSON *b)
     return !x && !y;
 }
 
-/* A byte below 32 other than JSON's white space, outside the strings: cJSON skips it. */
+/* A byte below 32 other than JSON's white space, outside the strings (cJSON skips it), or a
+ * \u0000 escape inside one (cJSON ends the string there). */
 static int control_outside_strings(const char *t, size_t n)
 {
     int in_string = 0;
     for (size_t i = 0; i < n; i++) {
         const unsigned char c = (unsigned char)t[i];
         if (in_string) {
+            if (c == '\\' && n - i >= 6 && !memcmp(t + i + 1, "u0000", 5)) return 1;
             if (c == '\\') i++;
             else if (c == '"') in_string = 0;
         } else if (c == '"') in_string = 1;

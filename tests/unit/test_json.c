@@ -53,6 +53,11 @@ static void test_whole_input(void **state)
     REFUSED("\x01[1]", "a control character (0x01) at byte 0");
     REFUSED("[1]\x0b", "more after the JSON value (at byte 3)");
     cJSON_Delete(parse_ok("{\"a\": \"\x1e\"}", 10)); /* inside a string: its own business */
+    /* \u0000 ends cJSON's string there, the rest dropped unseen */
+    REFUSED("{\"q\": \"Ein Hund.\\u0000 Zwei\"}", "a NUL character (\\u0000) in a string (at byte 16)");
+    REFUSED("{\"a\\u0000b\": 1}", "a NUL character");
+    REFUSED("[\"x\", [\"\\u0000\"]]", "a NUL character");
+    cJSON_Delete(parse_ok("[\"\\\\u0000\"]", 11)); /* an escaped backslash, then text */
     REFUSED("", "not valid JSON");
     REFUSED("   ", "not valid JSON");
 }
