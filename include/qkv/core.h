@@ -131,9 +131,11 @@ struct cJSON;
 
 /* text[0..len) as one JSON value in *out (the caller's, for cJSON_Delete), refusing what
  * cJSON alone would let through: anything but white space after the value (a second object,
- * a NUL byte, text), a NUL byte anywhere, and an object that holds a key twice. Each number
- * item keeps its text in valuestring, for qkv_json_uint64. QKV_ERR_FORMAT naming name and
- * the byte or the key; *out NULL on failure. */
+ * a NUL byte, text), a NUL byte anywhere or a \u0000 escape in a string (cJSON ends the
+ * string there), a control character between tokens (cJSON skips it as white space), and an
+ * object that holds a key twice. Each number item keeps its text in valuestring, for
+ * qkv_json_uint64. QKV_ERR_FORMAT naming name and the byte or the key; *out NULL on
+ * failure. */
 QKV_API
 qkv_status qkv_json_parse(struct cJSON **out, const char *text, size_t len, const char *name,
                           qkv_error *err);
