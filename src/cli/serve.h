@@ -47,7 +47,8 @@ typedef struct job {
     int n, joined, finished, max_len, beam, n_best;
     char **src, **text;     /* (n) the sources; (n * n_best) the translations */
     double *score;          /* (n * n_best) beam search's scores */
-    int *src_tokens;        /* (n) each source's tokens before the model's max_len cut it */
+    int *cut;               /* (n) whether source i was longer than the model's max_len, and
+                             * cut to it (as the CLI cuts it, and warns) */
     int *slot;              /* (n) the batch decoder's slot of source i, -1 once taken */
     /* completion */
     int *prompt, n_prompt;

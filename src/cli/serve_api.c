@@ -97,8 +97,8 @@ static job *translate_job(const cJSON *q, int n, int beam, int alternatives, int
     j->text = calloc((size_t)n * j->n_best, sizeof *j->text);
     j->score = calloc((size_t)n * j->n_best, sizeof *j->score);
     j->slot = malloc((size_t)n * sizeof *j->slot);
-    j->src_tokens = calloc((size_t)n, sizeof *j->src_tokens);
-    int ok = j->src && j->text && j->score && j->slot && j->src_tokens;
+    j->cut = calloc((size_t)n, sizeof *j->cut);
+    int ok = j->src && j->text && j->score && j->slot && j->cut;
     for (int i = 0; ok && i < n; i++) {
         j->slot[i] = -1;
         ok = !!(j->src[i] = strdup((cJSON_IsArray(q) ? cJSON_GetArrayItem(q, i) : q)->valuestring));
@@ -112,11 +112,11 @@ static job *translate_job(const cJSON *q, int n, int beam, int alternatives, int
  * when "q" was one (arg: nonzero), else the one text's. */
 static cJSON *translation_json(const server *s, const job *j, const void *arg)
 {
+    (void)s;
     const int is_list = *(const int *)arg, alternatives = j->n_best - 1;
-    const int limit = qkv_transformer_get_config(qkv_translator_model(s->tr))->max_len;
     cJSON *o = cJSON_CreateObject();
     int cut = 0;
-    for (int i = 0; i < j->n; i++) cut |= j->src_tokens[i] > limit;
+    for (int i = 0; i < j->n; i++) cut |= j->cut[i];
     cJSON *texts = cJSON_CreateArray(), *alts = cJSON_CreateArray(), *scores = cJSON_CreateArray();
     for (int i = 0; i < j->n; i++) {
         const char *best = j->text[(size_t)i * j->n_best];
@@ -133,7 +133,8 @@ static cJSON *translation_json(const server *s, const job *j, const void *arg)
     if (is_list) {
         cJSON_AddItemToObject(o, "translatedText", texts);
     } else {
-        cJSON_AddItemToObject(o, "translatedText", cJSON_Duplicate(cJSON_GetArrayItem(texts, 0), 1));
+        cJSON_AddItemToObject(o, "translatedText",
+                              cJSON_Duplicate(cJSON_GetArrayItem(texts, 0), 1));
         cJSON_Delete(texts);
         cJSON *a0 = cJSON_DetachItemFromArray(alts, 0), *s0 = cJSON_DetachItemFromArray(scores, 0);
         cJSON_Delete(alts), cJSON_Delete(scores);
@@ -146,7 +147,7 @@ static cJSON *translation_json(const server *s, const job *j, const void *arg)
     if (cut && is_list) {
         cJSON *t = cJSON_AddArrayToObject(o, "truncated");
         for (int i = 0; i < j->n; i++)
-            cJSON_AddItemToArray(t, cJSON_CreateBool(j->src_tokens[i] > limit));
+            cJSON_AddItemToArray(t, cJSON_CreateBool(j->cut[i]));
     } else if (cut) {
         cJSON_AddTrueToObject(o, "truncated");
     }

@@ -47,7 +47,7 @@ enum MHD_Result serve_get_metrics(server *s, struct MHD_Connection *c, conn *cn)
         "took longer than --header-timeout.\n"
         "# TYPE qkv_connections_cut_total counter\nqkv_connections_cut_total %lu\n",
         s->headers_cut);
-    OUT("# HELP qkv_batch_slots Slots of the running batch (--max-batch-tokens).\n"
+    OUT("# HELP qkv_batch_slots Slots of the running batch (--max-batch-size).\n"
         "# TYPE qkv_batch_slots gauge\nqkv_batch_slots %d\n", s->slots);
     OUT("# HELP qkv_request_duration_seconds Time from request to answer.\n"
         "# TYPE qkv_request_duration_seconds histogram\n");

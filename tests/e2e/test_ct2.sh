@@ -69,7 +69,7 @@ mkdir -p "$T/full" && touch "$T/full/x"
 expect_fail "an output directory that holds files" "is not empty" \
   "$QKV" export ct2 "$T/plain" --out "$T/full"
 check "... replaced with --overwrite" "$QKV" export ct2 "$T/plain" --out "$T/full" --overwrite
-expect_fail "an unknown quantisation" "--quantization 'int4': float32 or int8" \
+expect_fail "an unknown quantisation" "--quantization 'int4': expected float32 or int8" \
   "$QKV" export ct2 "$T/plain" --out "$T/x1" --quantization int4
 expect_fail "an unknown format" "unknown format 'onnx'" "$QKV" export onnx "$T/plain" --out "$T/x2"
 "$QKV" train-lm --data "$T/copy.src" --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 4 \
