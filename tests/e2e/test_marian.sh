@@ -61,8 +61,8 @@ awk 'BEGIN { for (i = 0; i < 40; i++) print "a b c\tc b a" }' >"$T/tiny.tsv"
 "$QKV" train --data "$T/tiny.tsv" --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 8 \
   --num-steps 4 --epochs 1 --threads 1 --quiet --out "$T/trained" >/dev/null 2>&1
 "$QKV" import marian "$HF" --out "$T/trained" --overwrite 2>/dev/null
-check "import --overwrite over a trained run leaves only the import's files" \
-  test "$(ls "$T/trained" | tr '\n' ' ')" = "config.json model.safetensors source.spm src_vocab.txt target.spm text.json tgt_vocab.txt "
+check "import --overwrite over a trained run leaves only the import's files ($(ls "$T/trained" | tr '\n' ' '))" \
+  bash -c "cd '$T/trained' && test -s model.safetensors && ! ls -d checkpoint.safetensors metrics.jsonl training.png train.json validation.json best epoch-* 2>/dev/null"
 # a FIFO (no writer) as any file of the directory is refused at once, never waited on
 for f in config.json vocab.json model.safetensors source.spm target.spm; do
   variant "fifo-$f" && rm "$T/fifo-$f/$f" && mkfifo "$T/fifo-$f/$f"
