@@ -120,7 +120,8 @@ static int model_specs(server *s, int argc, char **argv)
     if (!spec) return 2;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--")) break;
-        if (!strcmp(argv[i], "--model") && i + 1 < argc) spec[n++] = argv[++i];
+        if ((!strcmp(argv[i], "--model") || !strcmp(argv[i], "-m")) && i + 1 < argc)
+            spec[n++] = argv[++i];
         else if (!strncmp(argv[i], "--model=", 8)) spec[n++] = argv[i] + 8;
     }
     int rc = 0;
@@ -180,7 +181,7 @@ static int serve_until_stopped(server *s, const sigset_t *stop)
             break;
         }
     pthread_mutex_unlock(&s->lock);
-    MHD_stop_daemon(s->daemon);
+    serve_http_stop(s);
     if (listener != MHD_INVALID_SOCKET) close(listener);
     return 0;
 }
@@ -189,45 +190,57 @@ static int serve_until_stopped(server *s, const sigset_t *stop)
 static int serve_options(server *s, int argc, char **argv, int *threads)
 {
     int slots = 64, max_queue = 256, timeout = 60, port = 8080, delay_ms = 0;
-    const char *host = "127.0.0.1", *model = NULL, *precision = "fp32", *scheduler = "shared";
-    const char *keys = NULL;
+    int header_timeout = 10, per_address = 0;
+    const char *host = "127.0.0.1", *model = NULL, *scheduler = "shared", *keys = NULL;
+    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32};
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "[NAME=]DIR: a model directory, translation (qkv train) "
+        {"model", OPT_DIR, &model, "[NAME=]DIR: a model directory, translation (qkv train) "
                                       "or language model (qkv train-lm); again for more models "
-                                      "(NAME: its id, e.g. the language pair en-de)", NULL},
+                                      "(NAME: its id, e.g. the language pair en-de)", NULL, NULL},
+        {"m", OPT_ALIAS, "model", NULL, NULL, NULL},
         {"scheduler", OPT_STRING, &scheduler, "shared (one decoding thread takes turns over "
-                                              "the models) or per-model (a thread each)", NULL},
-        {"api-keys", OPT_STRING, &keys, "file of API keys, one a line, each with an optional "
-                                        "limit of requests a minute: only they may translate",
+                                              "the models) or per-model (a thread each)", NULL,
          NULL},
-        {"host", OPT_STRING, &host, "address to listen on", NULL},
-        {"port", OPT_INT, &port, "port (0: a free one, printed)", "[0, 65535]"},
-        {"threads", OPT_INT, threads, "decoding threads (0: all cores)", ARG_THREADS},
-        {"max-batch-tokens", OPT_INT, &slots, "tokens decoded per step: sentences in the "
-                                              "running batch", "[1, 4096]"},
+        {"api-keys", OPT_FILE, &keys, "API keys, one a line, each with an optional limit of "
+                                      "requests a minute: only they may translate", NULL, NULL},
+        {"host", OPT_STRING, &host, "address to listen on", NULL, NULL},
+        {"port", OPT_INT, &port, "port (0: a free one, printed)", "[0, 65535]", NULL},
+        {"threads", OPT_INT, threads, "decoding threads (0: all cores)", ARG_THREADS, NULL},
+        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
+        {"max-batch-size", OPT_INT, &slots, "rows decoded together, per model: the running "
+                                            "batch's slots (a beam of K takes K)", "[1, 4096]",
+         NULL},
+        {"max-batch-tokens", OPT_ALIAS, "max-batch-size", "its older name", NULL, NULL},
         {"max-batch-delay", OPT_INT, &delay_ms, "milliseconds an idle server waits for more "
                                                 "requests to start a batch with (0: none)",
-         "[0, 60000]"},
+         "[0, 60000]", NULL},
         {"max-queue", OPT_INT, &max_queue, "requests waiting beyond the batch (more: 503)",
-         "[1, 1000000]"},
+         "[1, 1000000]", NULL},
         {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
-         "[0, 86400]"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
-        {NULL, 0, NULL, NULL, NULL},
+         "[0, 86400]", NULL},
+        {"header-timeout", OPT_INT, &header_timeout, "seconds a request's headers may take to "
+                                                     "arrive (more: the connection is closed)",
+         "[1, 3600]", NULL},
+        {"max-per-address", OPT_INT, &per_address, "connections one client address may hold "
+                                                   "(0: half of all the server takes)",
+         "[0, 1000000]", NULL},
+        {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
+        {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv serve --model [NAME=]DIR [--model ...] [--host 127.0.0.1] "
-                        "[--port 8080] [--scheduler shared|per-model] [--api-keys FILE] "
-                        "[--threads N] [--max-batch-tokens N] [--max-batch-delay MS] "
-                        "[--max-queue N] [--timeout S] "
-                        "[--precision fp32|bf16|int8]\n"
-                        "POST /translate, POST /v1/completions, GET /health /v1/models /metrics "
-                        "/languages");
+                        "usage: qkv serve --model [NAME=]DIR [--model ...] [--host TEXT] "
+                        "[--port N] [--scheduler shared|per-model] [--api-keys FILE] "
+                        "[--threads N] [--max-batch-size N] [--max-batch-delay N] "
+                        "[--max-queue N] [--timeout N] [--header-timeout N] "
+                        "[--max-per-address N] [--precision fp32|bf16|int8]\n"
+                        "Serves models over HTTP: POST /translate, POST /v1/completions, "
+                        "GET /health /v1/models /metrics /languages.");
     if (rc) return rc > 0 ? 1 : 2;
     if (!model) {
         fprintf(stderr, "qkv serve: needs --model DIR\n");
         return 2;
     }
+    s->precision = (qkv_precision)precision.value;
     if ((rc = model_specs(s, argc, argv))) return rc;
     if (strcmp(scheduler, "shared") && strcmp(scheduler, "per-model")) {
         fprintf(stderr, "qkv serve: --scheduler %s: shared or per-model\n", scheduler);
@@ -235,7 +248,6 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
     }
     s->per_model_threads = !strcmp(scheduler, "per-model");
     if (keys && !(s->keys = serve_keys_load(keys))) return 2;
-    if (cli_precision(precision, &s->precision)) return 2;
     if (timeout > 0 && delay_ms >= 1000 * timeout) {
         fprintf(stderr, "qkv serve: --max-batch-delay %d ms is not below --timeout %d s: requests "
                 "would time out waiting for company\n", delay_ms, timeout);
@@ -243,6 +255,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
     }
     s->host = host, s->port = port, s->slots = slots;
     s->max_queue = max_queue, s->timeout_s = timeout, s->max_delay_s = 1e-3 * delay_ms;
+    s->header_timeout_s = header_timeout, s->per_address = per_address;
     return 0;
 }
 

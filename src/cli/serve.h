@@ -57,7 +57,8 @@ typedef struct job {
     char **src, **text;     /* (n) the sources; (n * n_best) the translations */
     double *score;          /* (n * n_best) beam search's scores */
     int *slot;              /* (n) the batch decoder's slot of source i, -1 once taken */
-    int *src_tokens;        /* (n) a source cut to the model's max_len: its tokens before; 0 */
+    int *cut;               /* (n) whether source i was longer than the model's max_len, and
+                             * cut to it (as the CLI cuts it, and warns) */
     /* completion */
     int *prompt, n_prompt;
     qkv_lm_generation gen;
@@ -79,6 +80,15 @@ void job_fail(job *j, int status, const char *msg);
 
 /* ---- the server ----------------------------------------------------------------------- */
 
+/* A connection whose request headers have not all come (serve_http.c): cut once they take
+ * longer than --header-timeout. */
+typedef struct pending {
+    int fd;
+    double since;           /* serve_now() when it began waiting for headers */
+    int watched;            /* in the server's list */
+    struct pending *prev, *next;
+} pending;
+
 /* A model the server holds, with its own running batch and queue. */
 typedef struct served_model {
     char name[256];         /* its id: NAME of --model NAME=DIR, else the directory's name */
@@ -99,6 +109,8 @@ typedef struct served_model {
 typedef struct {
     const char *host;
     int port, slots, max_queue, timeout_s;
+    int header_timeout_s;   /* --header-timeout: seconds a request's headers may take */
+    int per_address;        /* --max-per-address: connections one client address may hold */
     double max_delay_s;     /* --max-batch-delay: an idle decoder waits this long for company */
     qkv_precision precision; /* --precision: how the models' linear layers multiply */
     served_model *models;   /* (n_models) in the order given */
@@ -115,8 +127,12 @@ typedef struct {
     unsigned long long by_code[N_CODES + 1], tokens, steps, batch_rows, joined;
     unsigned long long latency[N_BUCKETS + 1], latency_count;
     double latency_sum;
-    unsigned long next_id;
+    unsigned long next_id, headers_cut;
     struct MHD_Daemon *daemon;
+    pending *waiting_headers; /* under lock; the watch thread cuts the slow ones */
+    pthread_t watch;
+    pthread_cond_t watch_wake;
+    int watching, stop_watch;
 } server;
 
 /* CLOCK_MONOTONIC in seconds. */
@@ -143,9 +159,11 @@ typedef struct {
     int code;             /* the status sent (for the metrics) */
 } conn;
 
-/* The daemon on s->host:s->port (port 0: a free one, *bound receives it); NULL after a
- * message. */
+/* The daemon on s->host:s->port (port 0: a free one, *bound receives it), and the thread that
+ * cuts connections whose headers take longer than s->header_timeout_s; NULL after a message.
+ * s->lock must be initialised. serve_http_stop stops both. */
 struct MHD_Daemon *serve_http_start(server *s, int *bound);
+void serve_http_stop(server *s);
 
 /* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
  * U+10FFFF). */

@@ -214,6 +214,37 @@ static int check_stop(const cJSON *stop, char *msg, size_t cap)
     return 0;
 }
 
+/* OpenAI's completion options that qkv does not implement: refused with a 400 naming them
+ * unless given their no-op value (clients send those by default), rather than accepted and
+ * ignored ("n": 3 returned one choice). */
+static int check_unsupported(const cJSON *req, char *msg, size_t cap)
+{
+    static const struct {
+        const char *key, *why;
+        double noop; /* the number that asks for nothing (NAN: none does) */
+    } options[] = {
+        {"n", "one choice per request", 1},
+        {"best_of", "one candidate per choice", 1},
+        {"echo", "no echo of the prompt", NAN},
+        {"logprobs", "no log-probabilities", NAN},
+        {"suffix", "no text after the insertion", NAN},
+        {"presence_penalty", "no presence penalty", 0},
+        {"frequency_penalty", "no frequency penalty", 0},
+        {"logit_bias", "no logit bias", NAN},
+    };
+    for (size_t k = 0; k < sizeof options / sizeof *options; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, options[k].key);
+        const int noop = !x || cJSON_IsNull(x) || cJSON_IsFalse(x) ||
+                         (cJSON_IsNumber(x) && x->valuedouble == options[k].noop) ||
+                         (cJSON_IsString(x) && !*x->valuestring) ||
+                         (cJSON_IsObject(x) && !x->child);
+        if (!noop)
+            return refuse(msg, cap, 400, "\"%s\" is not supported: qkv serve gives %s",
+                          options[k].key, options[k].why);
+    }
+    return 0;
+}
+
 /* The job of a completion request (checked already): its prompt encoded, its stop strings;
  * NULL with the status in *code and the reason in msg. */
 static job *completion_job(served_model *m, const cJSON *req, const char *prompt,
@@ -277,7 +308,8 @@ enum MHD_Result serve_post_completions(server *s, struct MHD_Connection *c, conn
     const cJSON *stream_flag = cJSON_GetObjectItemCaseSensitive(req, "stream");
     if (stream_flag && !cJSON_IsBool(stream_flag) && !cJSON_IsNull(stream_flag))
         return serve_send_error(c, cn, 400, "\"stream\" must be true or false");
-    if ((code = check_stop(cJSON_GetObjectItemCaseSensitive(req, "stop"), msg, sizeof msg)))
+    if ((code = check_stop(cJSON_GetObjectItemCaseSensitive(req, "stop"), msg, sizeof msg)) ||
+        (code = check_unsupported(req, msg, sizeof msg)))
         return serve_send_error(c, cn, code, "%s", msg);
     const qkv_lm_generation gen = {max_tokens, {temperature, top_k, top_p}, (uint64_t)seed, NULL,
                                    NULL, 1};

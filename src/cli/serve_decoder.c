@@ -26,7 +26,7 @@ void job_free(job *j)
     for (int i = 0; j->text && i < j->n * j->n_best; i++) free(j->text[i]);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->src), free(j->text), free(j->score), free(j->slot), free(j->prompt), free(j->out);
-    free(j->src_tokens), free(j->src_lang), free(j->tgt_lang);
+    free(j->cut), free(j->src_lang), free(j->tgt_lang);
     pthread_cond_destroy(&j->changed);
     free(j);
 }
@@ -66,7 +66,7 @@ static void take_source(server *s, job *j, int i)
         j->text[h] = r.text[k], r.text[k] = NULL, j->score[h] = r.score[k];
     }
     const int tokens = r.len[0] > 0 ? r.len[0] : 0;
-    j->src_tokens[i] = r.truncated ? r.first_truncated_len : 0;
+    j->cut[i] = r.truncated > 0;
     j->tokens += tokens, s->tokens += (unsigned)tokens;
     qkv_translations_free(&r);
 }

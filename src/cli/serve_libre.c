@@ -675,8 +675,8 @@ static job *translate_job(served_model *m, plan *p, int beam, int alternatives, 
     j->text = calloc((size_t)n * j->n_best + 1, sizeof *j->text);
     j->score = calloc((size_t)n * j->n_best + 1, sizeof *j->score);
     j->slot = malloc(((size_t)n + 1) * sizeof *j->slot);
-    j->src_tokens = calloc((size_t)n + 1, sizeof *j->src_tokens);
-    int ok = j->text && j->score && j->slot && j->src_tokens;
+    j->cut = calloc((size_t)n + 1, sizeof *j->cut);
+    int ok = j->text && j->score && j->slot && j->cut;
     if (src_lang) ok = ok && (j->src_lang = strdup(src_lang));
     if (tgt_lang) ok = ok && (j->tgt_lang = strdup(tgt_lang));
     for (int i = 0; ok && i < n; i++) j->slot[i] = -1;
@@ -749,7 +749,7 @@ static cJSON *translation_json(const server *s, const job *j, const void *arg)
                 if (g < 0) continue;
                 const size_t h = (size_t)g * j->n_best + k;
                 found &= j->text[h] != NULL, sum += j->score[h];
-                item_cut |= j->src_tokens[g] > 0;
+                item_cut |= j->cut[g];
             }
             if (k > 0 && found) cJSON_AddItemToArray(a, item_text(p, j, i, k));
             if (j->beam > 1 && found && isfinite(sum)) cJSON_AddItemToArray(sc, cJSON_CreateNumber(sum));
