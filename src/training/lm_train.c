@@ -222,7 +222,8 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         elapsed = elapsed0 + (qkv_now_s() - t0);
         if (budget > 0.0 && (st = rd_share(rd, &elapsed, sizeof elapsed, err))) break;
         pos.elapsed_s = elapsed;
-        const int stop = o->stop_after_steps > 0 && opt.step >= o->stop_after_steps;
+        int stop = o->stop_after_steps > 0 && opt.step >= o->stop_after_steps;
+        if ((st = rd_ask_stop(o->should_stop, o->should_stop_ctx, rd, &stop, err))) break;
         const int last = (o->steps > 0 && opt.step >= o->steps) ||
                          (budget > 0.0 && elapsed >= budget);
         const int evaluate = writer && n_val >= 2 &&
