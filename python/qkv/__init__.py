@@ -46,18 +46,25 @@ finally:
 from ._qkv import (ArgumentError, Error, FileError, FormatError, NumericError,  # noqa: E402
                    OutOfMemoryError, get_threads, set_threads)
 from ._results import BLEUScore, GenerationResult, TranslationResult  # noqa: E402
-from ._train import train, train_lm  # noqa: E402
-from . import ops  # noqa: E402
+from ._train import Progress, train, train_lm  # noqa: E402
 
 __version__ = _qkv.__version__
 __all__ = [
     "Translator", "TranslationResult", "Generator", "GenerationResult", "Tokenizer",
-    "train", "train_lm", "import_marian", "eval_bleu", "BLEUScore", "ops",
+    "train", "train_lm", "Progress", "import_marian", "eval_bleu", "BLEUScore", "ops",
     "Error", "ArgumentError", "FileError", "FormatError", "NumericError", "OutOfMemoryError",
     "set_threads", "get_threads", "cpu_features", "__version__",
 ]
 
 _qkv.blas_check()  # the OpenMP build of OpenBLAS, as the qkv command insists
+
+
+def __getattr__(name):
+    # qkv.ops needs numpy; the rest of the package does not
+    if name == "ops":
+        from . import ops
+        return ops
+    raise AttributeError(f"module 'qkv' has no attribute {name!r}")
 
 _STOPS = {"bound": 0, "count": 1, "hf": 2}
 
