@@ -62,8 +62,8 @@ _qkv.blas_check()  # the OpenMP build of OpenBLAS, as the qkv command insists
 def __getattr__(name):
     # qkv.ops needs numpy; the rest of the package does not
     if name == "ops":
-        from . import ops
-        return ops
+        import importlib
+        return importlib.import_module(".ops", __name__)
     raise AttributeError(f"module 'qkv' has no attribute {name!r}")
 
 _STOPS = {"bound": 0, "count": 1, "hf": 2}

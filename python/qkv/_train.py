@@ -183,6 +183,8 @@ class _RunDir:
     """The command's claim on a run directory: a lock, and what may be written over."""
 
     def __init__(self, out, fmt, resume, overwrite):
+        if resume and overwrite:
+            raise ValueError("resume continues the run in out, overwrite replaces it: give one")
         self.out, self.fd = out, None
         os.makedirs(out, exist_ok=True)
         self.fd = os.open(os.path.join(out, ".qkv.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
@@ -307,6 +309,28 @@ def _progress_hook(progress):
     return lambda d: progress(Progress(d))
 
 
+def _check_train(opts, options, resume):
+    if not opts["data"]:
+        raise ValueError("train() needs data (a TSV file of pairs), or src with tgt")
+    if (opts.get("valid_src") is None) != (opts.get("valid_tgt") is None) or \
+            (opts.get("valid") and opts.get("valid_src")):
+        raise ValueError("validation is valid (a TSV file) or valid_src with valid_tgt")
+    if opts["layers"] is not None and not resume:
+        opts["enc_layers"] = options.get("enc_layers", opts["layers"])
+        opts["dec_layers"] = options.get("dec_layers", opts["layers"])
+    if not 2 <= opts["num_steps"] <= opts["max_len"]:
+        raise ValueError("num_steps must be in [2, max_len]")
+
+
+def _check_lm(opts):
+    if not opts["data"]:
+        raise ValueError("train_lm() needs data, a text file")
+    if opts["steps"] == 0 and opts["minutes"] == 0:
+        raise ValueError("train_lm() needs steps or minutes (or both)")
+    if opts["context"] < 2 or not 0 <= opts["val_fraction"] < 1:
+        raise ValueError("train_lm() needs a context of at least 2 and a val_fraction in [0, 1)")
+
+
 def train(data=None, out=None, *, src=None, tgt=None, config=None, progress=None,
           resume=False, overwrite=False, **options):
     """Trains an encoder-decoder Transformer on a parallel corpus as `qkv train` does and
@@ -324,20 +348,20 @@ def train(data=None, out=None, *, src=None, tgt=None, config=None, progress=None
         raise TypeError("train() needs out, the model directory to write")
     out = os.fspath(out)
     args = dict(options, data=data, src=src, tgt=tgt)
-    opts, history = _options("train", args, config, _TRAIN_MODEL, _TRAIN_RUN, _TRAIN_OTHER,
-                             out, resume)
-    if not opts["data"]:
-        raise ValueError("train() needs data (a TSV file of pairs), or src with tgt")
-    if (opts.get("valid_src") is None) != (opts.get("valid_tgt") is None) or \
-            (opts.get("valid") and opts.get("valid_src")):
-        raise ValueError("validation is valid (a TSV file) or valid_src with valid_tgt")
-    if opts["layers"] is not None and not resume:
-        opts["enc_layers"] = options.get("enc_layers", opts["layers"])
-        opts["dec_layers"] = options.get("dec_layers", opts["layers"])
-    if not 2 <= opts["num_steps"] <= opts["max_len"]:
-        raise ValueError("num_steps must be in [2, max_len]")
     hook = _progress_hook(progress)
-    run_dir = _RunDir(out, "qkv-transformer", resume, overwrite)
+    if resume and overwrite:
+        raise ValueError("resume continues the run in out, overwrite replaces it: give one")
+    # a resumed run claims its directory first (it reads it); a new one once its options hold
+    run_dir = _RunDir(out, "qkv-transformer", True, False) if resume else None
+    try:
+        opts, history = _options("train", args, config, _TRAIN_MODEL, _TRAIN_RUN,
+                                 _TRAIN_OTHER, out, resume)
+        _check_train(opts, options, resume)
+    except BaseException:
+        if run_dir:
+            run_dir.release()
+        raise
+    run_dir = run_dir or _RunDir(out, "qkv-transformer", False, overwrite)
     record = {k: opts[k] for k, *_ in _TRAIN_RUN if opts.get(k) is not None}
     if opts["tokenizer"] == "word":
         for k in ("vocab_size", "joint_bpe", "spm_type"):
@@ -378,16 +402,19 @@ def train_lm(data=None, out=None, *, config=None, progress=None, resume=False,
     if out is None:
         raise TypeError("train_lm() needs out, the model directory to write")
     out = os.fspath(out)
-    opts, history = _options("train_lm", dict(options, data=data), config, _LM_MODEL, _LM_RUN,
-                             _LM_OTHER, out, resume)
-    if not opts["data"]:
-        raise ValueError("train_lm() needs data, a text file")
-    if opts["steps"] == 0 and opts["minutes"] == 0:
-        raise ValueError("train_lm() needs steps or minutes (or both)")
-    if opts["context"] < 2 or not 0 <= opts["val_fraction"] < 1:
-        raise ValueError("train_lm() needs a context of at least 2 and a val_fraction in [0, 1)")
     hook = _progress_hook(progress)
-    run_dir = _RunDir(out, "qkv-lm", resume, overwrite)
+    if resume and overwrite:
+        raise ValueError("resume continues the run in out, overwrite replaces it: give one")
+    run_dir = _RunDir(out, "qkv-lm", True, False) if resume else None
+    try:
+        opts, history = _options("train_lm", dict(options, data=data), config, _LM_MODEL,
+                                 _LM_RUN, _LM_OTHER, out, resume)
+        _check_lm(opts)
+    except BaseException:
+        if run_dir:
+            run_dir.release()
+        raise
+    run_dir = run_dir or _RunDir(out, "qkv-lm", False, overwrite)
 
     def ready(info):
         record = {"data": opts["data"], "vocab": opts["vocab"], "context": opts["context"],
