@@ -14,7 +14,7 @@ OPT     ?= -O2 -march=x86-64-v3 -mtune=native
 SAN     ?=
 PY      ?= /usr/bin/python3
 
-PKGS    := openblas libcjson libpng freetype2 sentencepiece libutf8proc
+PKGS    := openblas libcjson libpng freetype2 sentencepiece libutf8proc zlib
 
 # pkg-config's flags are asked for the first time a recipe needs them, and once only: not when
 # this file is read, since on a fresh machine the packages are not there yet. `make demo` and

@@ -12,6 +12,7 @@ pkgs=(
   python3-torch python3-numpy  # PyTorch parity references (tests only)
   clang libclang-rt-14-dev libomp-dev  # make fuzz: libFuzzer and sanitizer runtimes, clang's OpenMP (tests only)
   libutf8proc-dev          # Unicode normalisation and case folding of raw text
+  zlib1g-dev               # deflated zip entries: PyTorch checkpoints, .npz files, OPUS-MT zips
   libsentencepiece-dev sentencepiece  # SentencePiece models (.spm): reading, applying, training
   libmicrohttpd-dev        # qkv serve: the HTTP server
   libopenmpi-dev openmpi-bin  # data-parallel training over MPI (mpirun)

@@ -30,8 +30,9 @@ qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_e
 QKV_API
 qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err);
 
-/* Imports a Hugging Face MarianMT directory (an OPUS-MT model: config.json,
- * model.safetensors in float32, vocab.json (and target_vocab.json when the vocabularies are
+/* Imports a Hugging Face MarianMT directory (an OPUS-MT model: config.json, weights as
+ * model.safetensors or pytorch_model.bin (or shards of either with their index) in float32,
+ * float16 or bfloat16, vocab.json (and target_vocab.json when the vocabularies are
  * separate), source.spm, target.spm) as the qkv model directory out_dir (which must exist):
  * config.json and model.safetensors (written last), src_vocab.txt and tgt_vocab.txt (qkv's
  * reserved ids first: Marian's </s> <unk> <pad> become <eos> <unk> <pad>, and a <bos> row
@@ -83,8 +84,9 @@ typedef struct {
     void *buffer;        /* owned: the file's data section */
 } qkv_tensor_file;
 
-/* Read and validate a safetensors file. On failure *out is empty and err names the file and
- * the offending tensor. */
+/* Read and validate a safetensors file. F16 and BF16 tensors are read as F32 (exactly: every
+ * half-precision value is a float). On failure *out is empty and err names the file and the
+ * offending tensor. */
 QKV_API
 qkv_status qkv_tensor_file_load(qkv_tensor_file *out, const char *path, qkv_error *err);
 /* Parse an in-memory safetensors image (len bytes). */
@@ -99,6 +101,29 @@ const qkv_tensor *qkv_tensor_file_get(const qkv_tensor_file *f, const char *name
 /* A metadata string value (owned by f until freed; NULL if absent). */
 QKV_API
 const char *qkv_tensor_file_meta(const qkv_tensor_file *f, const char *key);
+
+/* A PyTorch checkpoint (pytorch_model.bin: torch.save's zip archive of a pickled state dict)
+ * as a tensor file, read without Python. Only a state dict's documented subset is read (an
+ * OrderedDict or dict of names to tensors rebuilt from typed storages); a pickle naming any
+ * other global (a class, os.system, ...) is refused with QKV_ERR_FORMAT naming it, so that a
+ * hostile file can never run code. Tensors are dense and row-major whatever their strides;
+ * float16 and bfloat16 become float32 (exactly), int8/int16/uint8/bool int32. torch's
+ * legacy (pre-1.6) format and TorchScript archives are refused with the reason. */
+QKV_API
+qkv_status qkv_tensor_file_load_pytorch(qkv_tensor_file *out, const char *path, qkv_error *err);
+QKV_API
+qkv_status qkv_tensor_file_parse_pytorch(qkv_tensor_file *out, const void *bytes, size_t len,
+                                         const char *name_for_errors, qkv_error *err);
+
+/* A numpy .npz archive (numpy.savez, Marian's model files) as a tensor file: each NAME.npy
+ * becomes tensor NAME (float16 as float32, small integers as int32; Fortran order made
+ * row-major); an array of bytes named "special:*" (Marian's "special:model.yml") becomes the
+ * metadata string of that name instead. Stored and deflated entries are read. */
+QKV_API
+qkv_status qkv_tensor_file_load_npz(qkv_tensor_file *out, const char *path, qkv_error *err);
+QKV_API
+qkv_status qkv_tensor_file_parse_npz(qkv_tensor_file *out, const void *bytes, size_t len,
+                                     const char *name_for_errors, qkv_error *err);
 
 /* A tensor to be written: name, dtype, shape and data (numel * dtype size bytes). */
 typedef struct {

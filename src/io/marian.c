@@ -18,8 +18,10 @@
  *             tokens).
  *   tensors   model.{encoder,decoder}.layers.L.{self_attn,encoder_attn}.{q,k,v,out}_proj,
  *             *_layer_norm, fc1, fc2 -> qkv's names; (out, in) weights are qkv's layout.
+ *   weights   model.safetensors or pytorch_model.bin (or shards of either), float32, float16
+ *             or bfloat16 (widened exactly), read by hf_dir.c.
  * What qkv cannot represent (another architecture, pre-norm, a LayerNorm on the embeddings,
- * learned positions, other bad words, float16 tensors) is refused with the reason. */
+ * learned positions, other bad words) is refused with the reason. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +31,8 @@
 #include <cJSON.h>
 
 #include "core/internal.h"
+#include "io/hf_dir.h"
 
-#define MAX_JSON_BYTES ((size_t)64 << 20) /* vocab.json of 60k pieces is ~1.5 MB */
 #define ABSENT_LOGIT -1e9f                /* the output bias of the <bos> Marian lacks */
 
 /* ---- Hugging Face's config.json --------------------------------------------------------- */
@@ -45,55 +47,6 @@ typedef struct {
     qkv_transformer_config cfg;
 } hf_config;
 
-static qkv_status read_json(cJSON **out, const char *dir, const char *name, int required,
-                            qkv_error *err)
-{
-    char path[4096], *text = NULL;
-    size_t len = 0;
-    *out = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    struct stat sb;
-    if (!required && stat(path, &sb)) return QKV_OK;
-    qkv_status st = qkv_read_file(path, MAX_JSON_BYTES, &text, &len, err);
-    if (st) return st;
-    *out = cJSON_ParseWithLength(text, len);
-    free(text);
-    return *out && cJSON_IsObject(*out)
-               ? QKV_OK
-               : (cJSON_Delete(*out), *out = NULL,
-                  qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", path));
-}
-
-/* An integer member (def when absent); QKV_ERR_FORMAT when present but not an integer. */
-static qkv_status get_int(const cJSON *o, const char *key, int def, int *v, const char *file,
-                          qkv_error *err)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x || cJSON_IsNull(x)) return *v = def, QKV_OK;
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
-        fabs(x->valuedouble) > 1e9)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be an integer", file, key);
-    *v = (int)x->valuedouble;
-    return QKV_OK;
-}
-
-static qkv_status get_bool(const cJSON *o, const char *key, int def, int *v, const char *file,
-                           qkv_error *err)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x || cJSON_IsNull(x)) return *v = def, QKV_OK;
-    if (!cJSON_IsBool(x))
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be true or false", file, key);
-    *v = cJSON_IsTrue(x);
-    return QKV_OK;
-}
-
-static const char *get_str(const cJSON *o, const char *key, const char *def)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(x) ? x->valuestring : def;
-}
-
 /* Marian's options that change the architecture away from what qkv imports: must be false. */
 static qkv_status refuse_flags(const cJSON *o, const char *file, qkv_error *err)
 {
@@ -102,7 +55,7 @@ static qkv_status refuse_flags(const cJSON *o, const char *file, qkv_error *err)
                                         "scale_attention"};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
         int v = 0;
-        qkv_status st = get_bool(o, flags[i], 0, &v, file, err);
+        qkv_status st = hf_bool(o, flags[i], 0, &v, file, err);
         if (st) return st;
         if (v)
             return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\": true is not Marian's "
@@ -110,7 +63,7 @@ static qkv_status refuse_flags(const cJSON *o, const char *file, qkv_error *err)
                             "extra logits bias)", file, flags[i]);
     }
     int fixed = 1;
-    qkv_status st = get_bool(o, "static_position_embeddings", 1, &fixed, file, err);
+    qkv_status st = hf_bool(o, "static_position_embeddings", 1, &fixed, file, err);
     if (!st && !fixed)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: learned positions "
                       "(\"static_position_embeddings\": false) are not Marian's sinusoidal "
@@ -138,9 +91,9 @@ static qkv_status read_config(hf_config *h, const char *dir, qkv_error *err)
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
     cJSON *o = NULL;
-    qkv_status st = read_json(&o, dir, "config.json", 1, err);
+    qkv_status st = hf_json(&o, dir, "config.json", 1, err);
     if (st) return st;
-    const char *type = get_str(o, "model_type", NULL);
+    const char *type = hf_str(o, "model_type", NULL);
     if (!type || strcmp(type, "marian")) {
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"model_type\" is \"%.60s\", not \"marian\": "
                       "qkv import marian reads MarianMT (OPUS-MT) models only", file,
@@ -152,33 +105,33 @@ static qkv_status read_config(hf_config *h, const char *dir, qkv_error *err)
     *c = qkv_transformer_default_config();
     int enc_heads = 0, dec_heads = 0, enc_ffn = 0, dec_ffn = 0, scale = 0;
     /* the defaults are MarianConfig's */
-    if (!st) st = get_int(o, "vocab_size", 58101, &h->V_src, file, err);
-    if (!st) st = get_int(o, "decoder_vocab_size", h->V_src, &h->V_tgt, file, err);
-    if (!st) st = get_int(o, "d_model", 1024, &c->d_model, file, err);
-    if (!st) st = get_int(o, "encoder_layers", 12, &c->enc_layers, file, err);
-    if (!st) st = get_int(o, "decoder_layers", 12, &c->dec_layers, file, err);
-    if (!st) st = get_int(o, "encoder_attention_heads", 16, &enc_heads, file, err);
-    if (!st) st = get_int(o, "decoder_attention_heads", 16, &dec_heads, file, err);
-    if (!st) st = get_int(o, "encoder_ffn_dim", 4096, &enc_ffn, file, err);
-    if (!st) st = get_int(o, "decoder_ffn_dim", 4096, &dec_ffn, file, err);
-    if (!st) st = get_int(o, "max_position_embeddings", 1024, &c->max_len, file, err);
-    if (!st) st = get_int(o, "pad_token_id", 58100, &h->pad, file, err);
-    if (!st) st = get_int(o, "eos_token_id", 0, &h->eos, file, err);
-    if (!st) st = get_int(o, "decoder_start_token_id", h->pad, &h->start, file, err);
-    if (!st) st = get_bool(o, "scale_embedding", 0, &scale, file, err);
-    if (!st) st = get_bool(o, "share_encoder_decoder_embeddings", 1, &h->share, file, err);
-    if (!st) st = get_bool(o, "tie_word_embeddings", 1, &h->tie_out, file, err);
+    if (!st) st = hf_int(o, "vocab_size", 58101, &h->V_src, file, err);
+    if (!st) st = hf_int(o, "decoder_vocab_size", h->V_src, &h->V_tgt, file, err);
+    if (!st) st = hf_int(o, "d_model", 1024, &c->d_model, file, err);
+    if (!st) st = hf_int(o, "encoder_layers", 12, &c->enc_layers, file, err);
+    if (!st) st = hf_int(o, "decoder_layers", 12, &c->dec_layers, file, err);
+    if (!st) st = hf_int(o, "encoder_attention_heads", 16, &enc_heads, file, err);
+    if (!st) st = hf_int(o, "decoder_attention_heads", 16, &dec_heads, file, err);
+    if (!st) st = hf_int(o, "encoder_ffn_dim", 4096, &enc_ffn, file, err);
+    if (!st) st = hf_int(o, "decoder_ffn_dim", 4096, &dec_ffn, file, err);
+    if (!st) st = hf_int(o, "max_position_embeddings", 1024, &c->max_len, file, err);
+    if (!st) st = hf_int(o, "pad_token_id", 58100, &h->pad, file, err);
+    if (!st) st = hf_int(o, "eos_token_id", 0, &h->eos, file, err);
+    if (!st) st = hf_int(o, "decoder_start_token_id", h->pad, &h->start, file, err);
+    if (!st) st = hf_bool(o, "scale_embedding", 0, &scale, file, err);
+    if (!st) st = hf_bool(o, "share_encoder_decoder_embeddings", 1, &h->share, file, err);
+    if (!st) st = hf_bool(o, "tie_word_embeddings", 1, &h->tie_out, file, err);
     if (!st) st = refuse_flags(o, file, err);
     if (!st) st = read_bad_words(o, h->pad, &h->suppress, file, err);
     /* absent: MarianConfig's default, 0 (the end token); null: none */
     int forced_id = 0;
     if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "forced_eos_token_id"))) forced_id = -1;
-    else if (!st) st = get_int(o, "forced_eos_token_id", 0, &forced_id, file, err);
+    else if (!st) st = hf_int(o, "forced_eos_token_id", 0, &forced_id, file, err);
     if (!st && forced_id >= 0 && forced_id != h->eos)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"forced_eos_token_id\" %d is not the end "
                       "token (%d)", file, forced_id, h->eos);
     h->forced = forced_id == h->eos;
-    const char *act = get_str(o, "activation_function", "gelu");
+    const char *act = hf_str(o, "activation_function", "gelu");
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(o, "dropout");
     if (cJSON_IsNumber(drop) && drop->valuedouble >= 0.0 && drop->valuedouble < 1.0)
         c->dropout = (float)drop->valuedouble;
@@ -247,7 +200,7 @@ static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int r
     snprintf(file, sizeof file, "%s/%s", dir, name);
     memset(v, 0, sizeof *v);
     cJSON *o = NULL;
-    qkv_status st = read_json(&o, dir, name, 1, err);
+    qkv_status st = hf_json(&o, dir, name, 1, err);
     if (st) return st;
     const char **by_id = calloc((size_t)rows, sizeof *by_id);
     v->to_qkv = malloc((size_t)rows * sizeof *v->to_qkv);
@@ -309,18 +262,15 @@ static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int r
 /* ---- model.safetensors -> qkv's parameter table --------------------------------------- */
 
 typedef struct {
-    const qkv_tensor_file *f;
+    hf_weights *w;
     const char *file;
-    char *used; /* (f->count) */
     qkv_transformer *m;
     char *written; /* (qkv's tensor count) */
 } importer;
 
 static const qkv_tensor *hf_tensor(importer *im, const char *name)
 {
-    const qkv_tensor *t = qkv_tensor_file_get(im->f, name);
-    if (t) im->used[t - im->f->tensors] = 1;
-    return t;
+    return hf_weights_get(im->w, name);
 }
 
 /* HF tensor `name` as float32 of shape (rows, cols) (cols 0: a vector; (1, n) is read as n);
@@ -331,8 +281,8 @@ static qkv_status hf_get_rows(const float **out, importer *im, const char *name,
     const qkv_tensor *t = hf_tensor(im, name);
     if (!t) return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is missing", im->file, name);
     if (t->dtype != QKV_F32)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is not float32 (convert the model "
-                        "with torch_dtype=torch.float32; see the README)", im->file, name);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is not floating-point weights of "
+                        "float32, float16 or bfloat16", im->file, name);
     const int64_t s0 = t->shape[0], s1 = t->ndim > 1 ? t->shape[1] : 0;
     const int fits = cols ? t->ndim == 2 && (s0 == rows || (more_rows && s0 > rows)) && s1 == cols
                           : (t->ndim == 1 && s0 == rows) || (t->ndim == 2 && s0 == 1 && s1 == rows);
@@ -454,7 +404,7 @@ static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *e
     const int T = h->cfg.max_len, C = h->cfg.d_model;
     float *table = NULL;
     for (int k = 0; k < 2; k++) {
-        const qkv_tensor *t = qkv_tensor_file_get(im->f, names[k]);
+        const qkv_tensor *t = hf_weights_peek(im->w, names[k]);
         if (!t) continue;
         const float *p;
         qkv_status st = hf_get(&p, im, names[k], T, C, err);
@@ -519,38 +469,27 @@ static qkv_status copy_layers(importer *im, const hf_config *h, qkv_error *err)
 static qkv_status read_model(qkv_transformer **out, const char *dir, const hf_config *h,
                              const id_map *src, const id_map *tgt, qkv_error *err)
 {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/model.safetensors", dir);
     *out = NULL;
-    struct stat sb;
-    char bin[4096];
-    snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir);
-    if (stat(file, &sb) && !stat(bin, &sb))
-        return qkv_fail(err, QKV_ERR_IO, "%s: missing; the directory has pytorch_model.bin, "
-                        "which qkv does not read: convert it to safetensors (see the README, "
-                        "\"Pretrained Marian / OPUS-MT models\")", file);
-    qkv_tensor_file f;
-    qkv_status st = qkv_tensor_file_load(&f, file, err);
+    hf_weights w;
+    qkv_status st = hf_weights_load(&w, dir, err);
     if (st) return st;
-    importer im = {&f, file, calloc((size_t)f.count + 1, 1), NULL, NULL};
-    if (!im.used) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    if (!st) st = qkv_transformer_create(&im.m, &h->cfg, 0, err);
+    importer im = {&w, w.file, NULL, NULL};
+    st = qkv_transformer_create(&im.m, &h->cfg, 0, err);
     if (!st && !(im.written = calloc((size_t)qkv_transformer_num_tensors(im.m), 1)))
         st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     if (!st) st = copy_embeddings(&im, h, src, tgt, err);
     if (!st) st = copy_layers(&im, h, err);
     if (!st) st = check_positions(&im, h, err);
-    for (int i = 0; !st && i < f.count; i++)
-        if (!im.used[i])
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' has no place in qkv's model of "
-                          "this configuration (an architecture qkv does not import)", file,
-                          f.tensors[i].name);
+    const char *unused = st ? NULL : hf_weights_unused(&w);
+    if (unused)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' has no place in qkv's model of "
+                      "this configuration (an architecture qkv does not import)", w.file, unused);
     for (int i = 0; !st && i < qkv_transformer_num_tensors(im.m); i++)
         if (!im.written[i])
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: nothing for qkv's tensor '%s'", file,
+            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: nothing for qkv's tensor '%s'", w.file,
                           qkv_transformer_tensor(im.m, i).name);
-    free(im.used), free(im.written);
-    qkv_tensor_file_free(&f);
+    free(im.written);
+    hf_weights_free(&w);
     if (st) qkv_transformer_free(im.m);
     else *out = im.m;
     return st;
@@ -576,6 +515,19 @@ static qkv_status copy_file(const char *from_dir, const char *name, const char *
     qkv_status st = qkv_read_file(from, (size_t)1 << 30, &data, &len, err);
     if (!st) st = write_text(to_dir, name, data, len, err);
     free(data);
+    return st;
+}
+
+/* tokenizer_config.json's "clean_up_tokenization_spaces" (absent, or no file: true, the
+ * default of transformers' tokenizers). */
+static qkv_status read_clean_up(int *clean_up, const char *dir, qkv_error *err)
+{
+    cJSON *o = NULL;
+    qkv_status st = hf_json(&o, dir, "tokenizer_config.json", 0, err);
+    char file[4096];
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
+    if (!st && o) st = hf_bool(o, "clean_up_tokenization_spaces", 1, clean_up, file, err);
+    cJSON_Delete(o);
     return st;
 }
 
@@ -608,11 +560,16 @@ qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error 
     if (!st) st = write_text(out_dir, "src_vocab.txt", src.text, src.len, err);
     if (!st) st = write_text(out_dir, "tgt_vocab.txt", tgt.text, tgt.len, err);
     for (int i = 0; !st && i < 2; i++) st = copy_file(hf_dir, spm[i], out_dir, err);
+    int clean_up = 1;
+    if (!st) st = read_clean_up(&clean_up, hf_dir, err);
     if (!st) {
-        static const char text_json[] =
-            "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
-            "  \"target_spm\": \"target.spm\",\n  \"imported_from\": \"marian\"\n}\n";
-        st = write_text(out_dir, "text.json", text_json, sizeof text_json - 1, err);
+        char text_json[512];
+        const int n = snprintf(text_json, sizeof text_json,
+                               "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
+                               "  \"target_spm\": \"target.spm\",\n  \"detokenize\": \"marian\",\n"
+                               "  \"clean_up_spaces\": %s,\n  \"imported_from\": \"marian\"\n}\n",
+                               clean_up ? "true" : "false");
+        st = write_text(out_dir, "text.json", text_json, (size_t)n, err);
     }
     /* the model last: a directory with model.safetensors is complete */
     if (!st) st = qkv_transformer_save(m, out_dir, err);
