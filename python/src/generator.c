@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* _qkv.Generator: a language model directory (config.json, model.safetensors, vocab.txt, as
- * `qkv train-lm` writes it) that continues prompts, as `qkv generate` does: qkv_lm_load,
- * qkv_vocab_load and qkv_lm_generate. _qkv.TokenStream: the same generation in a thread of its
- * own, each token handed to Python as soon as it is drawn. */
+ * `qkv train-lm` writes it) that continues prompts, as `qkv generate` does: qkv_generator_open
+ * and qkv_lm_generate. _qkv.TokenStream: the same generation in a thread of its own, each
+ * token handed to Python as soon as it is drawn. */
 #include <string.h>
 
 #include "module.h"
 
 typedef struct {
     PyObject_HEAD
-    qkv_lm *model;
-    qkv_vocab vocab;
+    qkv_generator *g;
+    qkv_lm *model; /* the generator's */
     object_lock lock;
     int threads;
 } generator_object;
@@ -45,17 +45,9 @@ static PyObject *generator_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     const char *dir = PyBytes_AsString(path_obj);
-    char path[4096];
     Py_BEGIN_ALLOW_THREADS
-    s = qkv_lm_load(&self->model, dir, &err);
-    snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    if (!s) s = qkv_vocab_load(&self->vocab, path, &err);
-    if (!s && self->vocab.size != qkv_lm_get_config(self->model)->vocab) {
-        s = QKV_ERR_FORMAT;
-        snprintf(err.msg, sizeof err.msg, "%.400s: the vocabulary has %d tokens but the model "
-                 "was built for %d", path, self->vocab.size,
-                 qkv_lm_get_config(self->model)->vocab);
-    }
+    s = qkv_generator_open(&self->g, dir, &err);
+    if (!s) self->model = qkv_generator_model(self->g);
     if (!s) s = qkv_lm_set_precision(self->model, prec, &err);
     if (!s) s = qkv_lm_set_kv_cache(self->model, kv, &err);
     Py_END_ALLOW_THREADS
@@ -72,8 +64,7 @@ static PyObject *generator_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static void generator_dealloc(generator_object *self)
 {
     PyTypeObject *type = TYPE_OF(self);
-    qkv_lm_free(self->model);
-    qkv_vocab_free(&self->vocab);
+    qkv_generator_free(self->g);
     pthread_mutex_destroy(&self->lock);
     freefunc free_slot = (freefunc)PyType_GetSlot(type, Py_tp_free);
     free_slot(self);
@@ -113,29 +104,22 @@ static int request_of(generator_object *self, PyObject *args, PyObject *kw, requ
     const char *text = utf8_of(prompt_obj, &len, "prompt");
     if (!text) return -1;
     if (!len) text = "\n", len = 1;
-    if (!(r->prompt = malloc((size_t)len * sizeof *r->prompt))) {
-        PyErr_NoMemory();
-        return -1;
-    }
     qkv_error err = {0};
-    const qkv_status s = qkv_lm_encode(r->prompt, &r->n_prompt, &r->unknown, &self->vocab, text,
-                                       (size_t)len, &err);
+    const qkv_status s = qkv_generator_encode(self->g, text, (size_t)len, &r->prompt,
+                                              &r->n_prompt, &r->unknown, &err);
     if (s) {
-        free(r->prompt);
         raise_qkv(state_of_type(TYPE_OF(self)), s, &err);
         return -1;
     }
     return 0;
 }
 
-/* The UTF-8 text of tokens[0..n). */
-static char *text_of(const qkv_vocab *v, const int *tokens, int n, size_t *len)
+/* The UTF-8 text of tokens[0..n) (malloc'd), *len bytes. */
+static char *text_of(const qkv_generator *g, const int *tokens, int n, size_t *len)
 {
-    char *text = malloc((size_t)n * 4 + 1);
-    size_t at = 0;
-    for (int i = 0; text && i < n; i++) at += qkv_lm_token_text(text + at, 5, v, tokens[i]);
-    if (text) text[at] = '\0';
-    *len = at;
+    *len = qkv_generator_decode(g, NULL, 0, tokens, n);
+    char *text = malloc(*len + 1);
+    if (text) qkv_generator_decode(g, text, *len + 1, tokens, n);
     return text;
 }
 
@@ -161,7 +145,7 @@ static PyObject *generator_generate(generator_object *self, PyObject *args, PyOb
     Py_END_ALLOW_THREADS
     free(r.prompt);
     size_t len = 0;
-    char *text = s ? NULL : text_of(&self->vocab, out, n_out, &len);
+    char *text = s ? NULL : text_of(self->g, out, n_out, &len);
     free(out);
     if (s) return raise_qkv(state_of_type(TYPE_OF(self)), s, &err);
     if (!text) return PyErr_NoMemory();
@@ -185,7 +169,8 @@ static PyObject *generator_config(generator_object *self, PyObject *unused)
 static PyObject *generator_info(generator_object *self, PyObject *unused)
 {
     (void)unused;
-    return Py_BuildValue("{s:i,s:i,s:s,s:s,s:n,s:i}", "vocab", self->vocab.size, "context",
+    return Py_BuildValue("{s:i,s:i,s:s,s:s,s:n,s:i}", "vocab", qkv_generator_vocab(self->g)->size,
+                         "context",
                          qkv_lm_get_config(self->model)->max_len, "precision",
                          qkv_precision_name(qkv_lm_get_precision(self->model)), "kv_cache",
                          qkv_kv_cache_name(qkv_lm_get_kv_cache(self->model)), "parameters",
@@ -307,7 +292,7 @@ static PyObject *stream_next(stream_object *s)
             return rest;
         }
         char piece[8];
-        const size_t len = qkv_lm_token_text(piece, sizeof piece, &s->gen->vocab, id);
+        const size_t len = qkv_generator_decode(s->gen->g, piece, sizeof piece, &id, 1);
         if (s->n_pending + (int)len > (int)sizeof s->pending) { /* never: a character is 4 */
             PyObject *rest = str_of(s->pending, s->n_pending);
             s->n_pending = 0;
