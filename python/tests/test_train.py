@@ -161,3 +161,22 @@ def test_train_lm_stops_and_resumes(data_dir, tmp_path):
     assert same_file(full / "model.safetensors", cut / "model.safetensors")
     with pytest.raises(ValueError, match="steps or minutes"):
         qkv.train_lm(data_dir / "text.txt", tmp_path / "x")
+
+
+def test_the_command_resumes_a_python_run_and_back(data_dir, tmp_path):
+    full, a, b = tmp_path / "full", tmp_path / "a", tmp_path / "b"
+    run_qkv("train", "--data", data_dir / "pairs.tsv", "--out", full, "--epochs", 3,
+            "--min-freq", 1, "--batch", 32, "--threads", 1, "--quiet")
+
+    def stop_at_4(p):
+        if p.step == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        qkv.train(data_dir / "pairs.tsv", a, progress=stop_at_4, **SMALL)
+    run_qkv("train", "--out", a, "--resume", "--threads", 1, "--quiet")
+    assert same_file(full / "model.safetensors", a / "model.safetensors")
+    run_qkv("train", "--data", data_dir / "pairs.tsv", "--out", b, "--epochs", 3, "--min-freq",
+            1, "--batch", 32, "--threads", 1, "--stop-after-steps", 9, "--quiet")
+    qkv.train(out=b, resume=True, threads=1)
+    assert same_file(full / "model.safetensors", b / "model.safetensors")
