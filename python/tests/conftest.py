@@ -39,7 +39,9 @@ def qkv_bin():
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("data")
-    (d / "pairs.tsv").write_text("\n".join(reversal_pairs(200, 1)) + "\n")
+    # a few sources start with a language token (>>fra<<), as multilingual OPUS-MT models' do
+    pairs = reversal_pairs(200, 1) + [">>fra<< " + p for p in reversal_pairs(5, 4)]
+    (d / "pairs.tsv").write_text("\n".join(pairs) + "\n")
     (d / "valid.tsv").write_text("\n".join(reversal_pairs(20, 2)) + "\n")
     rng = random.Random(3)
     text = "".join(rng.choice(["the cat sat. ", "a dog ran! ", "birds sing, ", "fish swim\n"])

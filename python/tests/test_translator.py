@@ -113,10 +113,15 @@ def test_unknown_words_and_truncation_are_reported(word_model):
         t.translate_batch(["cat " * 1200])
 
 
-def test_target_lang_needs_the_token(word_model):
+def test_target_lang(word_model):
+    """target_lang puts the language's token before each source, as the model's own
+    tokenizer reads ">>fra<< ..." typed as text; a language the vocabulary lacks is refused."""
     t = qkv.Translator(word_model)
-    with pytest.raises(ValueError, match=">>fra<<"):
-        t.translate_batch(["red cat ."], target_lang="fra")
+    with_token = t.translate_batch([">>fra<< " + s for s in SENTENCES], beam_size=2)
+    assert t.translate_batch(SENTENCES, beam_size=2, target_lang="fra") == with_token
+    assert t.source_tokens([">>fra<< red cat"]) == [[">>fra<<", "red", "cat"]]
+    with pytest.raises(ValueError, match=">>deu<<"):
+        t.translate_batch(["red cat ."], target_lang="deu")
 
 
 def test_repr_and_properties(word_model):
