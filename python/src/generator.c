@@ -135,9 +135,10 @@ static PyObject *generator_generate(generator_object *self, PyObject *args, PyOb
     }
     qkv_error err = {0};
     qkv_status s;
+    const int threads = call_threads((PyObject *)self, self->threads);
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->lock);
-    if (self->threads > 0) qkv_set_threads(self->threads);
+    if (threads > 0) qkv_set_threads(threads);
     s = r.g.tokens ? qkv_lm_generate(self->model, r.prompt, (int)r.n_prompt, out, &n_out, &r.g,
                                      &err)
                    : QKV_OK;
@@ -190,6 +191,8 @@ typedef struct {
     int *tokens;         /* drawn so far (r.g.tokens of room) */
     int drawn, taken;    /* tokens drawn by the thread, tokens handed to Python */
     int done, cancel;    /* the thread has ended; Python asks it to end */
+    int threads;         /* call_threads of the call that made it (a new thread starts with
+                          * OpenMP's default) */
     qkv_status status;
     qkv_error err;
     char pending[8];     /* bytes of a UTF-8 character not yet complete (byte vocabularies) */
@@ -213,7 +216,7 @@ static void *stream_run(void *arg)
     generator_object *g = s->gen;
     qkv_error err = {0};
     pthread_mutex_lock(&g->lock);
-    if (g->threads > 0) qkv_set_threads(g->threads);
+    if (s->threads > 0) qkv_set_threads(s->threads);
     const qkv_status st = qkv_lm_generate(g->model, s->r.prompt, (int)s->r.n_prompt, s->tokens,
                                           NULL, &s->r.g, &err);
     pthread_mutex_unlock(&g->lock);
@@ -236,7 +239,7 @@ static PyObject *generator_stream(generator_object *self, PyObject *args, PyObje
         free(r.prompt);
         return NULL;
     }
-    s->r = r, s->gen = self;
+    s->r = r, s->gen = self, s->threads = call_threads((PyObject *)self, self->threads);
     Py_INCREF((PyObject *)self);
     pthread_mutex_init(&s->m, NULL);
     pthread_cond_init(&s->more, NULL);

@@ -143,14 +143,19 @@ done:
 
 /* ---- module functions ------------------------------------------------------------------ */
 
+int call_threads(PyObject *self, int own)
+{
+    return own > 0 ? own : state_of_type(Py_TYPE(self))->threads;
+}
+
 static PyObject *set_threads(PyObject *module, PyObject *arg)
 {
-    (void)module;
     const long n = PyLong_AsLong(arg);
     if (n == -1 && PyErr_Occurred()) return NULL;
     if (n < 0 || n > 4096) return PyErr_Format(PyExc_ValueError, "threads must be in [0, 4096], "
                                                "got %ld", n);
     qkv_set_threads((int)n);
+    state_of(module)->threads = (int)n;
     Py_RETURN_NONE;
 }
 
@@ -177,8 +182,8 @@ static PyObject *cpu_features(PyObject *module, PyObject *unused)
 }
 
 static PyMethodDef module_methods[] = {
-    {"set_threads", set_threads, METH_O, "set_threads(n): threads of kernels and OpenBLAS "
-     "(0: leave as is)."},
+    {"set_threads", set_threads, METH_O, "set_threads(n): threads of kernels and OpenBLAS for "
+     "every later call, from any thread (0: leave as is)."},
     {"get_threads", get_threads, METH_NOARGS, "get_threads(): threads kernels use."},
     {"blas_check", blas_check, METH_NOARGS, "blas_check(): raises unless the OpenBLAS loaded "
      "is its OpenMP build."},

@@ -24,6 +24,8 @@ typedef struct {
     PyObject *Error;         /* qkv.Error: every failure the library reports */
     PyObject *by_status[6];  /* its subclass for each qkv_status (QKV_OK unused) */
     PyTypeObject *Translator, *Generator, *TokenStream, *Tokenizer;
+    int threads; /* qkv.set_threads's (0: the runtime's): OpenMP's count is per thread, so
+                  * every call applies it in the thread it runs in */
 } module_state;
 
 module_state *state_of(PyObject *module);
@@ -51,6 +53,10 @@ PyObject *str_of(const char *s, Py_ssize_t len);
 /* qkv_sentences holding copies of a sequence of sequences of str. 0, or -1 with an
  * exception set. */
 int sentences_of(PyObject *seq, qkv_sentences *out, const char *what);
+
+/* The threads a call uses: the object's own (> 0), else qkv.set_threads's; 0 leaves the
+ * runtime's. Read with the GIL held, applied (qkv_set_threads) in the thread that computes. */
+int call_threads(PyObject *self, int own);
 
 /* A mutex per object: taken with the GIL released (see above). */
 typedef pthread_mutex_t object_lock;

@@ -435,8 +435,9 @@ static PyObject *train_transformer(PyObject *module, PyObject *args)
     o.d2l_loss_scale = !strcmp(loss, "d2l");
     o.schedule = !strcmp(schedule, "noam") ? QKV_LR_NOAM : QKV_LR_CONSTANT;
     hooks h = {progress == Py_None ? NULL : progress, {NULL, NULL, NULL}, NULL};
+    const int use = threads > 0 ? threads : state_of(module)->threads;
     h.released = PyEval_SaveThread();
-    if (threads > 0) qkv_set_threads(threads);
+    if (use > 0) qkv_set_threads(use);
     s = transformer_run(&r, &cfg, &o, &h, ready, &err);
     PyEval_RestoreThread(h.released);
     if (raise_kept(&h)) return NULL;
@@ -490,8 +491,9 @@ static PyObject *train_lm(PyObject *module, PyObject *args)
     char *text = NULL, *json = NULL, path[4096];
     int *ids = NULL;
     size_t len = 0, n = 0;
+    const int use = threads > 0 ? threads : st->threads;
     h.released = PyEval_SaveThread();
-    if (threads > 0) qkv_set_threads(threads);
+    if (use > 0) qkv_set_threads(use);
     if ((s = qkv_read_file(data, QKV_MAX_TEXT_BYTES, &text, &len, &err))) goto done;
     if (!len) {
         s = fail_msg(&err, QKV_ERR_ARG, "%s is empty: there is nothing to learn from", data);

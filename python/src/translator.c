@@ -143,10 +143,11 @@ static PyObject *translator_translate(translator_object *self, PyObject *args, P
     qkv_translations r = {0};
     qkv_error err = {0};
     qkv_status s;
+    const int threads = call_threads((PyObject *)self, self->threads);
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->lock);
     o.precision = qkv_transformer_get_precision(qkv_translator_model(self->t));
-    if (self->threads > 0) qkv_set_threads(self->threads);
+    if (threads > 0) qkv_set_threads(threads);
     s = tokens_in ? qkv_translate_tokens(&r, self->t, &tokens, &o, &err)
                   : qkv_translate(&r, self->t, (const char *const *)strings, (int)n, &o, &err);
     pthread_mutex_unlock(&self->lock);
