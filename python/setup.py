@@ -9,8 +9,9 @@ meson-python or scikit-build-core would want the library's build rewritten in th
 The extension links build/libqkv.a (made here with `make`, -fPIC like every object of the
 library), so the wheel runs without the build tree. libqkv's own dependencies stay shared
 libraries from the system, as for the qkv command: OpenBLAS's OpenMP build (found through a
-RUNPATH to its directory, as the Makefile links the command), SentencePiece, utf8proc, cJSON,
-libpng and FreeType. QKV_ROOT names the repository when this file is not in its python/.
+RUNPATH to its directory, as the Makefile links the command), SentencePiece, utf8proc, cJSON
+and zlib (the figures' libpng and FreeType are libqkv-viz's, which the package does not use).
+QKV_ROOT names the repository when this file is not in its python/.
 """
 import os
 import shlex
@@ -22,7 +23,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("QKV_ROOT", os.path.dirname(HERE))
-PKGS = ["openblas", "libcjson", "libpng", "freetype2", "sentencepiece", "libutf8proc"]
+PKGS = ["openblas", "libcjson", "sentencepiece", "libutf8proc", "zlib"]  # the Makefile's PKGS
 LIMITED_API = 0x030B0000  # Python 3.11: the buffer protocol joined the limited API there
 
 

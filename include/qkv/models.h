@@ -41,8 +41,10 @@ typedef enum {
  * relative error of at most 2^-8 per value) and widens them back to float32 exactly, so that
  * the scores, the softmax and the weighted sum stay float32 and a step at a long position
  * reads half the bytes. AUTO (the default) follows the precision: float32 at
- * QKV_PRECISION_FP32 (its results are exactly those of a float32 cache), bf16 at any other
- * precision. Any CPU runs it (AVX-512 F and BW make it fast). */
+ * QKV_PRECISION_FP32 (its results are exactly those of a float32 cache), bf16 at
+ * QKV_PRECISION_BF16, and at QKV_PRECISION_INT8 bf16 where the CPU has AVX512-BF16, float32
+ * elsewhere (qkv_transformer_kv_cache_type says which). Any CPU runs a bf16 cache (AVX-512 F
+ * and BW make it fast). */
 typedef enum {
     QKV_KV_CACHE_AUTO = 0, /* as the precision: fp32 at QKV_PRECISION_FP32, else bf16 */
     QKV_KV_CACHE_FP32 = 1,
@@ -97,7 +99,10 @@ typedef enum {
 
 typedef enum {
     QKV_POS_INTERLEAVED = 0, /* P[i, 2j] = sin, P[i, 2j+1] = cos (paper, d2l) */
-    QKV_POS_HALVES = 1       /* P[i, j] = sin, P[i, C/2 + j] = cos (Marian, Hugging Face) */
+    QKV_POS_HALVES = 1,      /* P[i, j] = sin, P[i, C/2 + j] = cos (Marian, Hugging Face) */
+    QKV_POS_FAIRSEQ = 2      /* fairseq's table as M2M100 and NLLB use it: [sin | cos] at
+                              * frequencies exp(-j ln(10000) / (C/2 - 1)), position i at row
+                              * i + 2 (counted from the padding index 1 + 1) */
 } qkv_pos_layout;
 
 typedef struct {
@@ -119,9 +124,9 @@ typedef struct {
      * d2l's behaviour, and a config.json without these keys reads as the defaults. */
     qkv_pos_layout pos_layout; /* the sinusoidal table's layout */
     int scale_embedding;       /* 1: embeddings scaled by sqrt(d_model) (paper, 3.4); 0: not */
-    int decoder_start;         /* the reserved id decoding starts from: QKV_BOS, or QKV_PAD
-                                  (Marian's decoder_start_token_id); also training's first
-                                  decoder input */
+    int decoder_start;         /* the reserved id decoding starts from: QKV_BOS, QKV_PAD
+                                  (Marian's decoder_start_token_id) or QKV_EOS (M2M100's,
+                                  NLLB's); also training's first decoder input */
     int suppress_pad;          /* 1: decoding never produces <pad> (its log-probability is
                                   set to -inf after normalisation, as Hugging Face's
                                   bad_words_ids does) */
@@ -290,6 +295,10 @@ QKV_API
 qkv_status qkv_transformer_set_kv_cache(qkv_transformer *m, qkv_kv_cache kv, qkv_error *err);
 QKV_API
 qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m);
+/* The type the caches of decodings begun now get: the setting, or for QKV_KV_CACHE_AUTO the
+ * library's rule (QKV_KV_CACHE_FP32 or QKV_KV_CACHE_BF16, never AUTO). */
+QKV_API
+qkv_kv_cache qkv_transformer_kv_cache_type(const qkv_transformer *m);
 
 /* ---------------------------------------------------------------------------------------
  * The decoder-only language model (GPT; Radford et al. 2018): the Transformer's decoder
@@ -391,6 +400,9 @@ QKV_API
 qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err);
 QKV_API
 qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m);
+/* The type the caches of states made now get, as qkv_transformer_kv_cache_type. */
+QKV_API
+qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m);
 
 /* ---- generation: one sequence, one token per step ----------------------------------------
  * A state holds what the model remembers of the tokens so far: per layer the keys and values

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* qkv import marian HF_DIR --out DIR: a pretrained Hugging Face MarianMT model (the OPUS-MT
- * translation models) as a qkv model directory, which qkv translate, eval and info then read
+/* qkv import marian HF_DIR|RELEASE --out DIR: a pretrained Hugging Face MarianMT model, or a
+ * Marian release (the OPUS-MT translation models) as a qkv model directory, which qkv translate, eval and info then read
  * like one qkv trained. The work is qkv_import_marian's (src/io/marian.c); this claims DIR. */
 #include <stdio.h>
 #include <string.h>
@@ -12,15 +12,24 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: qkv import marian HF_DIR --out DIR [--overwrite]\n\n"
+    fprintf(f, "usage: qkv import marian HF_DIR|RELEASE --out DIR [--overwrite]\n\n"
                "Imports a Hugging Face MarianMT directory (an OPUS-MT model, e.g.\n"
-               "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors (float32),\n"
-               "vocab.json (and target_vocab.json), source.spm, target.spm. DIR receives a\n"
-               "qkv model directory: config.json, model.safetensors, src_vocab.txt,\n"
-               "tgt_vocab.txt, source.spm, target.spm, text.json. A DIR that holds a model\n"
-               "(or other files) is refused unless --overwrite. A model qkv cannot represent\n"
-               "is refused with the reason; see the README, \"Pretrained Marian / OPUS-MT\n"
-               "models\", for getting one and for converting pytorch_model.bin.\n"
+               "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors or\n"
+               "pytorch_model.bin (or their shards; float32, float16 or bfloat16),\n"
+               "vocab.json (and target_vocab.json), source.spm, target.spm; or a Marian\n"
+               "release, an OPUS-MT or Tatoeba-Challenge zip or the directory it unpacks to\n"
+               "(decoder.yml, the .npz model, vocabulary .yml, source.spm, target.spm). DIR\n"
+               "receives a qkv model directory: config.json, model.safetensors,\n"
+               "src_vocab.txt, tgt_vocab.txt, source.spm, target.spm, text.json (and\n"
+               "generation.json: the decoding defaults). A DIR that holds a model (or other\n"
+               "files) is refused unless --overwrite. A model qkv cannot represent is\n"
+               "refused with the reason; see docs/pretrained.md.\n\n"
+               "       qkv import nllb|m2m100 HF_DIR --out DIR [--overwrite]\n\n"
+               "Imports a Hugging Face NLLB-200 or M2M100 directory (e.g.\n"
+               "facebook/nllb-200-distilled-600M, facebook/m2m100_418M): config.json, the\n"
+               "weights, sentencepiece.bpe.model, tokenizer_config.json (and M2M100's\n"
+               "vocab.json). Translate with --source-lang and --target-lang (NLLB's codes,\n"
+               "deu_Latn; M2M100's, de).\n"
                "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
                "line wins).\n");
 }
@@ -49,21 +58,24 @@ int cmd_import(int argc, char **argv)
             return 2;
         }
     }
-    if (!kind || strcmp(kind, "marian")) {
-        fprintf(stderr, "qkv import: %s%s%s; qkv imports marian (Hugging Face MarianMT)\n",
+    if (!kind || (strcmp(kind, "marian") && strcmp(kind, "nllb") && strcmp(kind, "m2m100"))) {
+        fprintf(stderr, "qkv import: %s%s%s; qkv imports marian (MarianMT, OPUS-MT), nllb "
+                        "(NLLB-200) and m2m100\n",
                 kind ? "unknown kind '" : "which kind of model?", kind ? kind : "",
                 kind ? "'" : "");
         return 2;
     }
     if (!src || !out) {
-        fprintf(stderr, "qkv import marian: needs HF_DIR and --out DIR\n");
+        fprintf(stderr, "qkv import %s: needs HF_DIR and --out DIR\n", kind);
         return 2;
     }
     run_dir rd = {-1};
     if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         return 1;
     qkv_error err = {0};
-    qkv_status st = qkv_import_marian(src, out, &err);
+    qkv_status st = !strcmp(kind, "nllb")     ? qkv_import_nllb(src, out, &err)
+                    : !strcmp(kind, "m2m100") ? qkv_import_m2m100(src, out, &err)
+                                              : qkv_import_marian(src, out, &err);
     run_dir_release(&rd);
     if (st) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
     fprintf(stderr, "qkv import: %s imported into %s\n", src, out);

@@ -1,73 +1,51 @@
 /* SPDX-License-Identifier: MIT */
-/* Continuous batching of greedy translation (the scheduling of Orca, Yu et al. 2022, and of
- * llama.cpp's server slots): a fixed set of slots, each a cache row of the decoder and a row of
- * the encoder output's projected keys and values. A sentence joins a free slot between two
- * steps (its encoder runs then, once), every step advances all running slots by one position
- * together, each at its own position, and a slot is free again as soon as its sentence ends.
- * The decoder's weights are read once per step for all of them, which is where batching pays.
- * Each slot's arithmetic is the one greedy decoding (greedy.c) does for that sentence alone,
- * up to float rounding in the linear layers (a step's rows may take a GEMM instead of matrix-
- * vector products): every row attends only to its own cache row and source. */
+/* The batch decoder (qkv/translator.h): continuous batching of translation, greedy or by beam
+ * search, the slots of inference/slots.h over the translator's model. A sentence is tokenised
+ * and encoded as qkv_translate does it (source_tokens, source_rows), starts from the model's
+ * start token, is filtered by the model's rules, searched as qkv_translate searches it (greedy
+ * decoding under the same condition, else a beam of its own) and limited as qkv_translate
+ * limits it, so that each gets the translations qkv_translate gives it with the same options. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "inference/decode.h"
-#include "text/tokenizer.h"
-
-typedef enum { SLOT_FREE, SLOT_RUNNING, SLOT_DONE } slot_state;
-
-typedef struct {
-    slot_state state;
-    int pos;     /* the position the next step computes */
-    int tok;     /* its input token: <bos>, then the previous choice */
-    int max_len; /* tokens it may produce, <eos> not counted */
-    int *out;    /* (model max_len) what it produced */
-    int n_out;
-} slot;
+#include "inference/slots.h"
 
 struct qkv_batch_decoder {
     qkv_translator *t;
-    qkv_transformer *m;
-    int cap, T;        /* slots; positions per slot (the model's max_len) */
-    decode_state st;   /* cap cache rows of T target positions, cap sources of T positions */
-    slot *slots;
-    int *src_valid;    /* (cap) each slot's source length */
-    int *row, *pos, *tok, *row_len; /* (cap) one step's rows, positions, inputs; (cap) lengths */
-    int *ids;          /* (cap * T) sources being encoded */
-    int *out;          /* (cap * T) the slots' outputs */
+    slots *s;
+    int *ids, *valid; /* (slots * max_len), (slots): sources being encoded */
+    slot_goal *goals; /* (slots) */
+    struct {          /* (slots) what a slot's sentence was given, for its results */
+        int n_best, limit, greedy, src_len, unknown, src_tokens;
+    } *sent;
 };
 
-qkv_status qkv_batch_decoder_create(qkv_batch_decoder **out, qkv_translator *t, int slots,
+qkv_status qkv_batch_decoder_create(qkv_batch_decoder **out, qkv_translator *t, int n,
                                     qkv_error *err)
 {
     *out = NULL;
-    if (!t || slots < 1)
+    if (!t || n < 1)
         return qkv_fail(err, QKV_ERR_ARG, "a batch decoder needs a translator and slots >= 1 "
-                        "(got %d)", slots);
+                        "(got %d)", n);
     qkv_transformer *m = qkv_translator_model(t);
-    const int T = m->cfg.max_len, cap = slots;
+    const int T = qkv_transformer_get_config(m)->max_len;
     qkv_batch_decoder *bd = calloc(1, sizeof *bd);
     if (!bd) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a batch decoder");
-    bd->t = t, bd->m = m, bd->cap = cap, bd->T = T;
-    bd->slots = calloc((size_t)cap, sizeof *bd->slots);
-    bd->src_valid = calloc((size_t)cap, sizeof *bd->src_valid);
-    bd->row = malloc((size_t)cap * sizeof *bd->row), bd->pos = malloc((size_t)cap * sizeof *bd->pos);
-    bd->tok = malloc((size_t)cap * sizeof *bd->tok);
-    bd->row_len = calloc((size_t)cap, sizeof *bd->row_len);
-    bd->ids = malloc((size_t)cap * T * sizeof *bd->ids);
-    bd->out = malloc((size_t)cap * T * sizeof *bd->out);
-    if (!bd->slots || !bd->src_valid || !bd->row || !bd->pos || !bd->tok || !bd->row_len ||
-        !bd->ids || !bd->out) {
+    bd->t = t;
+    bd->ids = malloc((size_t)n * T * sizeof *bd->ids);
+    bd->valid = malloc((size_t)n * sizeof *bd->valid);
+    bd->goals = malloc((size_t)n * sizeof *bd->goals);
+    bd->sent = malloc((size_t)n * sizeof *bd->sent);
+    if (!bd->ids || !bd->valid || !bd->goals || !bd->sent) {
         qkv_batch_decoder_free(bd);
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a batch decoder of %d slots", cap);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a batch decoder of %d slots", n);
     }
-    for (int s = 0; s < cap; s++) bd->slots[s].out = bd->out + (size_t)s * T;
-    qkv_status st = decode_state_init(&bd->st, &m->dec_dims, cap, T, cap, T, m->cfg.tgt_vocab,
-                                      core_kv_cache(&m->core), err);
-    if (st) {
-        qkv_batch_decoder_free(bd);
-        return st;
-    }
+    decoder *d = NULL;
+    qkv_status st = decoder_create_transformer(&d, m, n, T, n, T, err);
+    if (!st && (st = slots_create(&bd->s, d, n, err))) decoder_free(d);
+    if (st) return qkv_batch_decoder_free(bd), st;
     *out = bd;
     return QKV_OK;
 }
@@ -75,160 +53,170 @@ qkv_status qkv_batch_decoder_create(qkv_batch_decoder **out, qkv_translator *t, 
 void qkv_batch_decoder_free(qkv_batch_decoder *bd)
 {
     if (!bd) return;
-    decode_state_free(&bd->st);
-    free(bd->slots), free(bd->src_valid), free(bd->row), free(bd->pos), free(bd->tok);
-    free(bd->row_len), free(bd->ids), free(bd->out);
+    slots_free(bd->s);
+    free(bd->ids), free(bd->valid), free(bd->goals), free(bd->sent);
     free(bd);
 }
 
-int qkv_batch_decoder_slots(const qkv_batch_decoder *bd) { return bd->cap; }
-
-int qkv_batch_decoder_free_slots(const qkv_batch_decoder *bd)
-{
-    int n = 0;
-    for (int s = 0; s < bd->cap; s++) n += bd->slots[s].state == SLOT_FREE;
-    return n;
-}
-
+int qkv_batch_decoder_slots(const qkv_batch_decoder *bd) { return slots_count(bd->s); }
+int qkv_batch_decoder_free_slots(const qkv_batch_decoder *bd) { return slots_in(bd->s, SLOT_FREE); }
 int qkv_batch_decoder_running(const qkv_batch_decoder *bd)
 {
-    int n = 0;
-    for (int s = 0; s < bd->cap; s++) n += bd->slots[s].state == SLOT_RUNNING;
-    return n;
+    return slots_in(bd->s, SLOT_RUNNING);
 }
 
-/* The sources as the model's tokens, one sentence each, as qkv_translate reads them. */
-static qkv_status tokenize(qkv_sentences *src, const qkv_tokenizer *tok,
-                           const char *const *sources, int n, qkv_error *err)
+/* What qkv_translate's check_options refuses, refused here too (batch and precision aside). */
+static qkv_status check_options(const qkv_translate_options *o, qkv_error *err)
 {
-    qkv_sentences words;
-    qkv_status st = source_words(&words, tok, sources, n, err);
-    if (!st) st = qkv_tokenizer_tokens(tok, src, &words, 0, err);
-    qkv_sentences_free(&words);
+    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
+        !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam, "
+                        "finite alpha >= 0 and a known stopping rule (got %d, %d, %g, %d)",
+                        o->beam, o->n_best, (double)o->alpha, (int)o->stop);
+    if (o->max_len < 0 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f || o->max_len_b < 0)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, max_len_a in [0, 1e6] "
+                        "and max_len_b >= 0 (got %d, %g, %d)", o->max_len,
+                        (double)o->max_len_a, o->max_len_b);
+    return QKV_OK;
+}
+
+qkv_status qkv_batch_decoder_add_with(qkv_batch_decoder *bd, const char *const *sources, int n,
+                                      const qkv_translate_options *o, int *slot, qkv_error *err)
+{
+    const qkv_tokenizer *tk = qkv_translator_tokenizer(bd->t);
+    const decoder_info info = slots_info(bd->s);
+    if (n < 1 || !sources || !slot || !o)
+        return qkv_fail(err, QKV_ERR_ARG, "a batch decoder takes n >= 1 sources (got %d)", n);
+    qkv_status st = check_options(o, err);
+    if (st) return st;
+    /* greedy decoding where qkv_translate decodes greedily (decode_all's condition) */
+    const int greedy = o->beam == 1 && o->n_best == 1 &&
+                       (o->alpha == 0.0f || o->stop != QKV_BEAM_STOP_BOUND);
+    const int rows = greedy ? n : n * o->beam, free_rows = slots_in(bd->s, SLOT_FREE);
+    if (rows > free_rows)
+        return qkv_fail(err, QKV_ERR_ARG, "%d sources need %d rows but there are %d free slots", n,
+                        rows, free_rows);
+    qkv_sentences src = {0};
+    if ((st = source_tokens(&src, tk, sources, n, err))) return st;
+    /* each translation's length as qkv_translate allows it */
+    const int cap = o->max_len && o->max_len < info.max_len ? o->max_len : info.max_len;
+    const slot_goal plain = {1, 1, {0.0f, 0, 1.0f}, 0, decoding_rules_of(&info), 0, {0}};
+    for (int i = 0; i < n; i++) {
+        slot_goal *g = &bd->goals[i];
+        *g = plain;
+        g->tokens = translate_length_limit(o, qkv_sentence_len(&src, i), cap);
+        if (!greedy)
+            g->beam = (qkv_beam_options){o->beam, o->n_best, g->tokens, o->alpha, o->stop, NULL};
+    }
+    int Ts;
+    source_rows(bd->ids, bd->valid, &Ts, tk, &src, 0, n, info.max_len);
+    st = slots_start_sources(bd->s, bd->ids, bd->valid, n, Ts, bd->goals, slot, err);
+    for (int i = 0; !st && i < n; i++) {
+        const int len = qkv_sentence_len(&src, i);
+        int unknown = 0;
+        for (size_t k = src.start[i]; k < src.start[i + 1]; k++)
+            unknown += qkv_vocab_id(&tk->src, src.tokens[k]) < QKV_N_RESERVED;
+        bd->sent[slot[i]].n_best = greedy ? 1 : o->n_best;
+        bd->sent[slot[i]].limit = bd->goals[i].tokens, bd->sent[slot[i]].greedy = greedy;
+        bd->sent[slot[i]].src_len = len, bd->sent[slot[i]].unknown = unknown;
+        bd->sent[slot[i]].src_tokens = len + 1 + tk->source_bos;
+    }
+    qkv_sentences_free(&src);
     return st;
 }
 
 qkv_status qkv_batch_decoder_add(qkv_batch_decoder *bd, const char *const *sources, int n,
-                                 int max_len, int *slots, qkv_error *err)
+                                 int max_len, int *slot, qkv_error *err)
 {
-    qkv_transformer *m = bd->m;
-    const qkv_tokenizer *tk = qkv_translator_tokenizer(bd->t);
-    const int limit = bd->T, bos = tk->source_bos, C = m->cfg.d_model;
-    if (n < 1 || !sources || !slots)
-        return qkv_fail(err, QKV_ERR_ARG, "a batch decoder takes n >= 1 sources (got %d)", n);
     if (max_len < 0) return qkv_fail(err, QKV_ERR_ARG, "max_len must be >= 0, got %d", max_len);
-    if (n > qkv_batch_decoder_free_slots(bd))
-        return qkv_fail(err, QKV_ERR_ARG, "%d sources but %d free slots", n,
-                        qkv_batch_decoder_free_slots(bd));
-    qkv_sentences src = {0};
-    qkv_status st = tokenize(&src, tk, sources, n, err);
-    if (st) return st;
-    /* each translation's length as qkv_translate allows it (its defaults for the rest) */
     qkv_translate_options o = qkv_translate_default_options();
-    const int cap = max_len && max_len < limit ? max_len : limit;
-    int *L = malloc((size_t)n * sizeof *L);
-    if (!L) {
-        qkv_sentences_free(&src);
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d sources", n);
-    }
-    for (int i = 0; i < n; i++) L[i] = translate_length_limit(&o, qkv_sentence_len(&src, i), cap);
-    /* padded rows (n, Ts) cut to the model's length, as the translator's encode_batch */
-    int Ts = 1;
-    for (int i = 0; i < n; i++) {
-        const int len = qkv_sentence_len(&src, i) + 1 + bos;
-        if (len > Ts) Ts = len < limit ? len : limit;
-    }
-    int *valid = bd->pos; /* free between steps */
-    for (int i = 0; i < n; i++) {
-        int *row = bd->ids + (size_t)i * Ts;
-        if (bos) row[0] = QKV_BOS;
-        valid[i] = bos + qkv_vocab_encode(row + bos, &tk->src, src.tokens + src.start[i],
-                                          qkv_sentence_len(&src, i), Ts - bos);
-    }
-    qkv_sentences_free(&src);
-    st = precision_prepare(&m->core.prec, m->core.params, m->core.n_params, 1, err);
-    if (!st) st = transformer_layout(m, n, Ts, 1, m->core.flash_min_keys, err);
-    if (!st) st = transformer_encode(m, bd->ids, valid, n, Ts, 0.0f, 0, err);
-    if (st) {
-        free(L);
-        return st;
-    }
-    const backend be = core_backend(&m->core);
-    for (int i = 0, s = 0; i < n; i++, s++) {
-        while (bd->slots[s].state != SLOT_FREE) s++;
-        for (int l = 0; l < m->cfg.dec_layers; l++) { /* K, V of this encoder output, once */
-            const qkv_mha_weights *a = &m->w.decoder.blocks[l].cross;
-            const size_t at = ((size_t)l * bd->cap + s) * bd->T * C;
-            const float *enc = m->acts.enc.out + (size_t)i * Ts * C;
-            decode_kv_project(&be, &bd->st, bd->st.cross_k, at, enc, a->W_k, a->b_k, Ts, C);
-            decode_kv_project(&be, &bd->st, bd->st.cross_v, at, enc, a->W_v, a->b_v, Ts, C);
-        }
-        bd->src_valid[s] = valid[i];
-        bd->slots[s] = (slot){SLOT_RUNNING, 0, QKV_BOS, L[i], bd->slots[s].out, 0};
-        slots[i] = s;
-    }
-    free(L);
-    return QKV_OK;
+    o.max_len = max_len;
+    return qkv_batch_decoder_add_with(bd, sources, n, &o, slot, err);
 }
 
 qkv_status qkv_batch_decoder_step(qkv_batch_decoder *bd, qkv_error *err)
 {
-    qkv_transformer *m = bd->m;
-    const int V = m->cfg.tgt_vocab;
-    int B = 0;
-    for (int s = 0; s < bd->cap; s++) {
-        const slot *q = &bd->slots[s];
-        if (q->state != SLOT_RUNNING) continue;
-        bd->row[B] = s, bd->pos[B] = q->pos, bd->tok[B] = q->tok;
-        bd->row_len[s] = q->pos + 1;
-        B++;
-    }
-    if (!B) return QKV_OK;
-    qkv_status st = precision_prepare(&m->core.prec, m->core.params, m->core.n_params, 1, err);
-    if (st) return st;
-    decode_state *ds = &bd->st;
-    ds->B = B, ds->row = bd->row, ds->pos = bd->pos, ds->row_len = bd->row_len;
-    decode_step(m, ds, bd->tok, 0, bd->src_valid);
-    for (int b = 0; b < B; b++) { /* greedy.c's choice and stopping rule */
-        slot *q = &bd->slots[bd->row[b]];
-        const float *z = ds->logits + (size_t)b * V;
-        int best = 0;
-        for (int k = 1; k < V; k++)
-            if (z[k] > z[best]) best = k;
-        q->pos++, q->tok = best;
-        if (best == QKV_EOS) {
-            q->state = SLOT_DONE;
-            continue;
-        }
-        q->out[q->n_out++] = best;
-        if (q->pos >= q->max_len) q->state = SLOT_DONE;
-    }
-    return QKV_OK;
+    return slots_step(bd->s, NULL, err);
 }
 
 int qkv_batch_decoder_finished(const qkv_batch_decoder *bd, int slot)
 {
-    return slot >= 0 && slot < bd->cap && bd->slots[slot].state == SLOT_DONE;
+    return slot_of(bd->s, slot) == SLOT_DONE;
 }
 
-qkv_status qkv_batch_decoder_take(qkv_batch_decoder *bd, int s, char **text, int *tokens,
-                                  qkv_error *err)
+/* The text of ids (n), malloc'd, into *text. */
+static qkv_status detokenize(const qkv_batch_decoder *bd, const int *ids, int n, char **text,
+                             qkv_error *err)
 {
-    *text = NULL;
-    if (!qkv_batch_decoder_finished(bd, s))
-        return qkv_fail(err, QKV_ERR_ARG, "slot %d holds no finished translation", s);
-    slot *q = &bd->slots[s];
     const qkv_tokenizer *tk = qkv_translator_tokenizer(bd->t);
-    const size_t need = qkv_tokenizer_decode(tk, NULL, 0, q->out, q->n_out);
+    const size_t need = qkv_tokenizer_decode(tk, NULL, 0, ids, n);
     if (!(*text = malloc(need + 1)))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a translation's text");
-    qkv_tokenizer_decode(tk, *text, need + 1, q->out, q->n_out);
-    if (tokens) *tokens = q->n_out;
-    q->state = SLOT_FREE;
+    qkv_tokenizer_decode(tk, *text, need + 1, ids, n);
     return QKV_OK;
 }
 
-void qkv_batch_decoder_cancel(qkv_batch_decoder *bd, int s)
+/* Hypothesis k of a finished slot: its tokens (NULL when the search found fewer), count and
+ * score (NaN from greedy decoding). */
+static const int *hypothesis(const qkv_batch_decoder *bd, int slot, int k, int *n, double *score)
 {
-    if (s >= 0 && s < bd->cap) bd->slots[s].state = SLOT_FREE;
+    const beam_sentence *b = slot_beam(bd->s, slot);
+    if (!b) {
+        *score = NAN;
+        return k == 0 ? slot_tokens(bd->s, slot, n) : (*n = -1, NULL);
+    }
+    if (k >= beam_sentence_found(b)) return *n = -1, *score = -INFINITY, NULL;
+    return beam_sentence_hypothesis(b, k, n, score, NULL);
 }
+
+qkv_status qkv_batch_decoder_take(qkv_batch_decoder *bd, int slot, char **text, int *tokens,
+                                  qkv_error *err)
+{
+    *text = NULL;
+    if (!qkv_batch_decoder_finished(bd, slot))
+        return qkv_fail(err, QKV_ERR_ARG, "slot %d holds no finished translation", slot);
+    int n;
+    double score;
+    const int *ids = hypothesis(bd, slot, 0, &n, &score);
+    qkv_status st = ids ? detokenize(bd, ids, n, text, err) : QKV_OK;
+    if (!ids && !(*text = calloc(1, 1)))
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a translation's text");
+    if (st) return st;
+    if (tokens) *tokens = ids ? n : 0;
+    slots_release(bd->s, slot);
+    return QKV_OK;
+}
+
+qkv_status qkv_batch_decoder_take_translations(qkv_batch_decoder *bd, int slot,
+                                               qkv_translations *r, qkv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!qkv_batch_decoder_finished(bd, slot))
+        return qkv_fail(err, QKV_ERR_ARG, "slot %d holds no finished translation", slot);
+    const int N = bd->sent[slot].n_best, L = bd->sent[slot].limit;
+    const int limit = slots_info(bd->s).max_len;
+    r->count = 1, r->n_best = N, r->max_len = L, r->first_truncated = -1;
+    if (bd->sent[slot].src_tokens > limit)
+        r->truncated = 1, r->first_truncated = 0, r->first_truncated_len = bd->sent[slot].src_tokens;
+    r->text = calloc((size_t)N, sizeof *r->text);
+    r->ids = malloc((size_t)N * L * sizeof *r->ids);
+    r->len = malloc((size_t)N * sizeof *r->len), r->score = malloc((size_t)N * sizeof *r->score);
+    r->src_len = malloc(sizeof *r->src_len), r->unknown = malloc(sizeof *r->unknown);
+    qkv_status st = r->text && r->ids && r->len && r->score && r->src_len && r->unknown
+                        ? QKV_OK
+                        : qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d translations", N);
+    for (int k = 0; !st && k < N; k++) {
+        int n;
+        const int *ids = hypothesis(bd, slot, k, &n, &r->score[k]);
+        r->len[k] = ids ? n : -1;
+        if (!ids) continue;
+        memcpy(r->ids + (size_t)k * L, ids, (size_t)n * sizeof *ids);
+        st = detokenize(bd, ids, n, &r->text[k], err);
+    }
+    if (st) return qkv_translations_free(r), st;
+    r->src_len[0] = bd->sent[slot].src_len, r->unknown[0] = bd->sent[slot].unknown;
+    slots_release(bd->s, slot);
+    return QKV_OK;
+}
+
+void qkv_batch_decoder_cancel(qkv_batch_decoder *bd, int slot) { slots_release(bd->s, slot); }

@@ -32,8 +32,9 @@
 
 #include "core/internal.h"
 #include "io/hf_dir.h"
+#include "io/marian.h"
 
-#define ABSENT_LOGIT -1e9f                /* the output bias of the <bos> Marian lacks */
+#define ABSENT_LOGIT -1e9f /* the output bias of the <bos> Marian lacks */
 
 /* ---- Hugging Face's config.json --------------------------------------------------------- */
 
@@ -58,16 +59,20 @@ static qkv_status refuse_flags(const cJSON *o, const char *file, qkv_error *err)
         qkv_status st = hf_bool(o, flags[i], 0, &v, file, err);
         if (st) return st;
         if (v)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\": true is not Marian's "
+            return qkv_fail(err, QKV_ERR_FORMAT,
+                            "%s: \"%s\": true is not Marian's "
                             "architecture as qkv imports it (post-norm, no extra LayerNorm, no "
-                            "extra logits bias)", file, flags[i]);
+                            "extra logits bias)",
+                            file, flags[i]);
     }
     int fixed = 1;
     qkv_status st = hf_bool(o, "static_position_embeddings", 1, &fixed, file, err);
     if (!st && !fixed)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: learned positions "
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: learned positions "
                       "(\"static_position_embeddings\": false) are not Marian's sinusoidal "
-                      "table", file);
+                      "table",
+                      file);
     return st;
 }
 
@@ -82,25 +87,22 @@ static qkv_status read_bad_words(const cJSON *o, int pad, int *suppress, const c
     if (first && cJSON_IsArray(first) && cJSON_GetArraySize(first) == 1 &&
         cJSON_IsNumber(first->child) && first->child->valuedouble == pad)
         return *suppress = 1, QKV_OK;
-    return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"bad_words_ids\" other than [[%d]] (the pad "
-                    "token): qkv can only keep <pad> from being generated", file, pad);
+    return qkv_fail(err, QKV_ERR_FORMAT,
+                    "%s: \"bad_words_ids\" other than [[%d]] (the pad "
+                    "token): qkv can only keep <pad> from being generated",
+                    file, pad);
 }
 
-static qkv_status read_config(hf_config *h, const char *dir, qkv_error *err)
+/* config.json's object o (named file in messages) as qkv's configuration. */
+static qkv_status read_config(hf_config *h, const cJSON *o, const char *file, qkv_error *err)
 {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/config.json", dir);
-    cJSON *o = NULL;
-    qkv_status st = hf_json(&o, dir, "config.json", 1, err);
-    if (st) return st;
+    qkv_status st = QKV_OK;
     const char *type = hf_str(o, "model_type", NULL);
-    if (!type || strcmp(type, "marian")) {
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"model_type\" is \"%.60s\", not \"marian\": "
-                      "qkv import marian reads MarianMT (OPUS-MT) models only", file,
-                      type ? type : "(missing)");
-        cJSON_Delete(o);
-        return st;
-    }
+    if (!type || strcmp(type, "marian"))
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: \"model_type\" is \"%.60s\", not \"marian\": "
+                        "qkv import marian reads MarianMT (OPUS-MT) models only",
+                        file, type ? type : "(missing)");
     qkv_transformer_config *c = &h->cfg;
     *c = qkv_transformer_default_config();
     int enc_heads = 0, dec_heads = 0, enc_ffn = 0, dec_ffn = 0, scale = 0;
@@ -128,32 +130,40 @@ static qkv_status read_config(hf_config *h, const char *dir, qkv_error *err)
     if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "forced_eos_token_id"))) forced_id = -1;
     else if (!st) st = hf_int(o, "forced_eos_token_id", 0, &forced_id, file, err);
     if (!st && forced_id >= 0 && forced_id != h->eos)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"forced_eos_token_id\" %d is not the end "
-                      "token (%d)", file, forced_id, h->eos);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: \"forced_eos_token_id\" %d is not the end "
+                      "token (%d)",
+                      file, forced_id, h->eos);
     h->forced = forced_id == h->eos;
     const char *act = hf_str(o, "activation_function", "gelu");
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(o, "dropout");
     if (cJSON_IsNumber(drop) && drop->valuedouble >= 0.0 && drop->valuedouble < 1.0)
         c->dropout = (float)drop->valuedouble;
     if (!st && (enc_heads != dec_heads || enc_ffn != dec_ffn))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: the encoder and the decoder differ (heads %d "
-                      "and %d, FFN %d and %d): qkv's stacks share one shape", file, enc_heads,
-                      dec_heads, enc_ffn, dec_ffn);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: the encoder and the decoder differ (heads %d "
+                      "and %d, FFN %d and %d): qkv's stacks share one shape",
+                      file, enc_heads, dec_heads, enc_ffn, dec_ffn);
     if (!st && h->start != h->pad)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: decoding starts from id %d, not the pad token "
-                      "(%d): qkv starts Marian models from <pad>", file, h->start, h->pad);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: decoding starts from id %d, not the pad token "
+                      "(%d): qkv starts Marian models from <pad>",
+                      file, h->start, h->pad);
     if (!st && h->share && h->V_src != h->V_tgt)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: shared embeddings with vocabularies of %d and "
-                      "%d tokens", file, h->V_src, h->V_tgt);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: shared embeddings with vocabularies of %d and "
+                      "%d tokens",
+                      file, h->V_src, h->V_tgt);
     if (!st) {
         if (!strcmp(act, "swish") || !strcmp(act, "silu")) c->act = QKV_ACT_SILU;
         else if (!strcmp(act, "gelu")) c->act = QKV_ACT_GELU; /* the erf form, as qkv's */
         else if (!strcmp(act, "relu")) c->act = QKV_ACT_RELU;
         else
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: activation \"%.40s\": qkv has swish "
-                          "(silu), gelu and relu", file, act);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: activation \"%.40s\": qkv has swish "
+                          "(silu), gelu and relu",
+                          file, act);
     }
-    cJSON_Delete(o);
     if (st) return st;
     c->src_vocab = h->V_src + 1, c->tgt_vocab = h->V_tgt + 1; /* + the <bos> row */
     c->heads = enc_heads, c->ffn = enc_ffn;
@@ -193,15 +203,12 @@ static int reserved_of(const char *token)
     return -1;
 }
 
-static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int rows,
+/* A vocabulary object o (token -> Marian id; named file in messages) for rows embedding rows. */
+static qkv_status read_vocab(id_map *v, const cJSON *o, const char *file, int rows,
                              const hf_config *h, qkv_error *err)
 {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/%s", dir, name);
     memset(v, 0, sizeof *v);
-    cJSON *o = NULL;
-    qkv_status st = hf_json(&o, dir, name, 1, err);
-    if (st) return st;
+    qkv_status st = QKV_OK;
     const char **by_id = calloc((size_t)rows, sizeof *by_id);
     v->to_qkv = malloc((size_t)rows * sizeof *v->to_qkv);
     size_t bytes = 64;
@@ -209,32 +216,40 @@ static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int r
     for (const cJSON *e = o->child; !st && e; e = e->next) {
         const double id = cJSON_IsNumber(e) ? e->valuedouble : -1.0;
         if (id != floor(id) || id < 0 || id >= rows)
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: token \"%.60s\" has id %g, outside the "
-                          "model's %d embedding rows", file, e->string, id, rows);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: token \"%.60s\" has id %g, outside the "
+                          "model's %d embedding rows",
+                          file, e->string, id, rows);
         else if (by_id[(int)id])
             st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tokens \"%.60s\" and \"%.60s\" share id %d",
                           file, by_id[(int)id], e->string, (int)id);
         else if (!*e->string || strpbrk(e->string, "\r\n"))
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: id %d: a token that is empty or holds a "
-                          "line break cannot be a line of qkv's vocabulary file", file, (int)id);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: id %d: a token that is empty or holds a "
+                          "line break cannot be a line of qkv's vocabulary file",
+                          file, (int)id);
         else if (!strcmp(e->string, "<bos>") || !strcmp(e->string, "<eos>"))
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: the token \"%s\" (id %d) would collide "
-                          "with qkv's reserved token of that name", file, e->string, (int)id);
-        else
-            by_id[(int)id] = e->string, bytes += strlen(e->string) + 1;
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: the token \"%s\" (id %d) would collide "
+                          "with qkv's reserved token of that name",
+                          file, e->string, (int)id);
+        else by_id[(int)id] = e->string, bytes += strlen(e->string) + 1;
     }
     int special[QKV_N_RESERVED] = {-1, -1, -1, -1};
     for (int m = 0; !st && m < rows; m++) {
         if (!by_id[m]) {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: no token has id %d (the model has %d "
-                          "embedding rows)", file, m, rows);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: no token has id %d (the model has %d "
+                          "embedding rows)",
+                          file, m, rows);
             break;
         }
         const int r = reserved_of(by_id[m]);
         if (r >= 0) special[r] = m;
     }
     if (!st && (special[QKV_UNK] < 0 || special[QKV_PAD] != h->pad || special[QKV_EOS] != h->eos))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: needs <unk>, <pad> with id %d and </s> with id "
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: needs <unk>, <pad> with id %d and </s> with id "
                       "%d (config.json's pad_token_id and eos_token_id); has them at %d, %d, %d",
                       file, h->pad, h->eos, special[QKV_UNK], special[QKV_PAD], special[QKV_EOS]);
     if (!st && !(v->text = malloc(bytes)))
@@ -254,94 +269,24 @@ static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int r
         }
     }
     free(by_id);
-    cJSON_Delete(o);
     if (st) id_map_free(v);
     return st;
 }
 
 /* ---- model.safetensors -> qkv's parameter table --------------------------------------- */
 
-typedef struct {
-    hf_weights *w;
-    const char *file;
-    qkv_transformer *m;
-    char *written; /* (qkv's tensor count) */
-} importer;
-
-static const qkv_tensor *hf_tensor(importer *im, const char *name)
-{
-    return hf_weights_get(im->w, name);
-}
-
-/* HF tensor `name` as float32 of shape (rows, cols) (cols 0: a vector; (1, n) is read as n);
- * with more_rows, (rows or more, cols), of which the first rows are read. */
-static qkv_status hf_get_rows(const float **out, importer *im, const char *name, int rows,
-                              int cols, int more_rows, qkv_error *err)
-{
-    const qkv_tensor *t = hf_tensor(im, name);
-    if (!t) return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is missing", im->file, name);
-    if (t->dtype != QKV_F32)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is not floating-point weights of "
-                        "float32, float16 or bfloat16", im->file, name);
-    const int64_t s0 = t->shape[0], s1 = t->ndim > 1 ? t->shape[1] : 0;
-    const int fits = cols ? t->ndim == 2 && (s0 == rows || (more_rows && s0 > rows)) && s1 == cols
-                          : (t->ndim == 1 && s0 == rows) || (t->ndim == 2 && s0 == 1 && s1 == rows);
-    if (!fits)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' has shape (%lld%s%lld), the "
-                        "configuration needs (%d%s%d)", im->file, name, (long long)t->shape[0],
-                        t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL,
-                        rows, cols ? ", " : "", cols);
-    *out = (const float *)t->data;
-    return QKV_OK;
-}
-
-static qkv_status hf_get(const float **out, importer *im, const char *name, int rows, int cols,
-                         qkv_error *err)
-{
-    return hf_get_rows(out, im, name, rows, cols, 0, err);
-}
-
-/* qkv's tensor `name`, marked written. */
-static float *qkv_slot(importer *im, const char *name, size_t *numel)
-{
-    for (int i = 0; i < qkv_transformer_num_tensors(im->m); i++) {
-        const qkv_param_info t = qkv_transformer_tensor(im->m, i);
-        if (strcmp(t.name, name)) continue;
-        im->written[i] = 1;
-        *numel = t.numel;
-        return qkv_transformer_params(im->m) + t.offset;
-    }
-    return NULL;
-}
-
-/* HF tensor hf (same shape as qkv's) -> qkv tensor q */
-static qkv_status copy_tensor(importer *im, const char *hf, const char *q, qkv_error *err)
-{
-    for (int i = 0; i < qkv_transformer_num_tensors(im->m); i++) {
-        const qkv_param_info t = qkv_transformer_tensor(im->m, i);
-        if (strcmp(t.name, q)) continue;
-        const float *src;
-        qkv_status st = hf_get(&src, im, hf, t.shape[0], t.ndim == 2 ? t.shape[1] : 0, err);
-        if (st) return st;
-        im->written[i] = 1;
-        memcpy(qkv_transformer_params(im->m) + t.offset, src, t.numel * sizeof *src);
-        return QKV_OK;
-    }
-    return qkv_fail(err, QKV_ERR_ARG, "qkv's model has no tensor '%s'", q);
-}
-
 /* Rows (Marian ids) of an embedding or output projection (rows, C) into qkv's order; the
  * <bos> row Marian lacks is zero. transformers 4.38 gives a decoder embedding that is not
  * shared the encoder's vocab_size rows even when decoder_vocab_size is smaller: the rows
  * past the target vocabulary are no token's and are left out. */
-static qkv_status copy_rows(importer *im, const char *hf, const char *q, const id_map *ids,
+static qkv_status copy_rows(hf_importer *im, const char *hf, const char *q, const id_map *ids,
                             int C, qkv_error *err)
 {
     const float *src;
     size_t n = 0;
-    qkv_status st = hf_get_rows(&src, im, hf, ids->rows, C, !strcmp(q, "tgt_embedding"), err);
+    qkv_status st = hf_import_rows(&src, im, hf, ids->rows, C, !strcmp(q, "tgt_embedding"), err);
     if (st) return st;
-    float *dst = qkv_slot(im, q, &n);
+    float *dst = hf_import_slot(im, q, &n);
     if (!dst || n != (size_t)(ids->rows + 1) * C)
         return qkv_fail(err, QKV_ERR_ARG, "qkv's '%s' does not fit %s", q, hf);
     memset(dst + (size_t)QKV_BOS * C, 0, (size_t)C * sizeof *dst);
@@ -350,17 +295,7 @@ static qkv_status copy_rows(importer *im, const char *hf, const char *q, const i
     return QKV_OK;
 }
 
-/* The first of the names that the file holds (save_pretrained keeps one name of tied
- * tensors, which one depends on the version), all of them marked used. */
-static const char *first_present(importer *im, const char *const *names, int n)
-{
-    const char *found = NULL;
-    for (int i = 0; i < n; i++)
-        if (hf_tensor(im, names[i]) && !found) found = names[i];
-    return found;
-}
-
-static qkv_status copy_embeddings(importer *im, const hf_config *h, const id_map *src,
+static qkv_status copy_embeddings(hf_importer *im, const hf_config *h, const id_map *src,
                                   const id_map *tgt, qkv_error *err)
 {
     const int C = h->cfg.d_model;
@@ -369,27 +304,30 @@ static qkv_status copy_embeddings(importer *im, const hf_config *h, const id_map
     static const char *const enc[] = {"model.encoder.embed_tokens.weight", "model.shared.weight"};
     static const char *const dec[] = {"model.decoder.embed_tokens.weight"};
     static const char *const head[] = {"lm_head.weight"};
-    const char *e = first_present(im, h->share ? shared : enc, h->share ? 3 : 2);
-    const char *d = h->share ? e : first_present(im, dec, 1);
-    const char *out = first_present(im, head, 1);
+    const char *e = hf_import_first(im, h->share ? shared : enc, h->share ? 3 : 2);
+    const char *d = h->share ? e : hf_import_first(im, dec, 1);
+    const char *out = hf_import_first(im, head, 1);
     if (!e || !d)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: no %s embedding (model.shared.weight or "
-                        "model.%s.embed_tokens.weight)", im->file, e ? "decoder" : "encoder",
-                        e ? "decoder" : "encoder");
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: no %s embedding (model.shared.weight or "
+                        "model.%s.embed_tokens.weight)",
+                        im->file, e ? "decoder" : "encoder", e ? "decoder" : "encoder");
     if (!h->tie_out && !out)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tie_word_embeddings is false but there is no "
-                        "lm_head.weight", im->file);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: tie_word_embeddings is false but there is no "
+                        "lm_head.weight",
+                        im->file);
     const qkv_tie tie = h->cfg.tie;
-    qkv_status st = copy_rows(im, e, tie == QKV_TIE_ALL ? "embedding" : "src_embedding", src, C,
-                              err);
+    qkv_status st =
+        copy_rows(im, e, tie == QKV_TIE_ALL ? "embedding" : "src_embedding", src, C, err);
     if (!st && tie != QKV_TIE_ALL) st = copy_rows(im, d, "tgt_embedding", tgt, C, err);
     if (!st && tie == QKV_TIE_NONE) st = copy_rows(im, out, "output.W", tgt, C, err);
     if (st) return st;
     /* final_logits_bias (1, V) -> output.b, with -1e9 for <bos> */
     const float *b;
     size_t n = 0;
-    if ((st = hf_get(&b, im, "final_logits_bias", h->V_tgt, 0, err))) return st;
-    float *ob = qkv_slot(im, "output.b", &n);
+    if ((st = hf_import_get(&b, im, "final_logits_bias", h->V_tgt, 0, err))) return st;
+    float *ob = hf_import_slot(im, "output.b", &n);
     for (int m = 0; m < h->V_tgt; m++) ob[tgt->to_qkv[m]] = b[m];
     ob[QKV_BOS] = ABSENT_LOGIT;
     return QKV_OK;
@@ -397,7 +335,7 @@ static qkv_status copy_embeddings(importer *im, const hf_config *h, const id_map
 
 /* HF's sinusoidal positions are not parameters; a file that holds them anyway must hold
  * Marian's table, else the model is not one qkv reads. */
-static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *err)
+static qkv_status check_positions(hf_importer *im, const hf_config *h, qkv_error *err)
 {
     static const char *const names[] = {"model.encoder.embed_positions.weight",
                                         "model.decoder.embed_positions.weight"};
@@ -407,7 +345,7 @@ static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *e
         const qkv_tensor *t = hf_weights_peek(im->w, names[k]);
         if (!t) continue;
         const float *p;
-        qkv_status st = hf_get(&p, im, names[k], T, C, err);
+        qkv_status st = hf_import_get(&p, im, names[k], T, C, err);
         if (!st && !table && !(table = malloc((size_t)T * C * sizeof *table)))
             st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
         if (st) return free(table), st;
@@ -415,81 +353,39 @@ static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *e
         for (size_t i = 0; i < (size_t)T * C; i++)
             if (fabsf(p[i] - table[i]) > 1e-4f) {
                 free(table);
-                return qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s' is not the [sin | cos] "
+                return qkv_fail(err, QKV_ERR_FORMAT,
+                                "%s: '%s' is not the [sin | cos] "
                                 "sinusoidal table (row %zu, column %zu): learned positions are "
-                                "not Marian's", im->file, names[k], i / C, i % C);
+                                "not Marian's",
+                                im->file, names[k], i / C, i % C);
             }
     }
     free(table);
     return QKV_OK;
 }
 
-static qkv_status copy_layers(importer *im, const hf_config *h, qkv_error *err)
-{
-    /* HF's name within a layer -> qkv's, per stack */
-    static const char *const enc[][2] = {
-        {"self_attn.q_proj", "attention.%c_q"}, {"self_attn.k_proj", "attention.%c_k"},
-        {"self_attn.v_proj", "attention.%c_v"}, {"self_attn.out_proj", "attention.%c_o"},
-        {"self_attn_layer_norm", "norm1"}, {"fc1", "ffn.%c1"}, {"fc2", "ffn.%c2"},
-        {"final_layer_norm", "norm2"}};
-    static const char *const dec[][2] = {
-        {"self_attn.q_proj", "self_attention.%c_q"}, {"self_attn.k_proj", "self_attention.%c_k"},
-        {"self_attn.v_proj", "self_attention.%c_v"}, {"self_attn.out_proj", "self_attention.%c_o"},
-        {"self_attn_layer_norm", "norm1"},
-        {"encoder_attn.q_proj", "cross_attention.%c_q"},
-        {"encoder_attn.k_proj", "cross_attention.%c_k"},
-        {"encoder_attn.v_proj", "cross_attention.%c_v"},
-        {"encoder_attn.out_proj", "cross_attention.%c_o"},
-        {"encoder_attn_layer_norm", "norm2"}, {"fc1", "ffn.%c1"}, {"fc2", "ffn.%c2"},
-        {"final_layer_norm", "norm3"}};
-    qkv_status st = QKV_OK;
-    for (int s = 0; s < 2 && !st; s++) {
-        const char *stack = s ? "decoder" : "encoder";
-        const int layers = s ? h->cfg.dec_layers : h->cfg.enc_layers, n = s ? 13 : 8;
-        for (int l = 0; l < layers && !st; l++)
-            for (int i = 0; i < n && !st; i++) {
-                const char *const *pair = s ? dec[i] : enc[i];
-                const int norm = !strchr(pair[1], '%');
-                for (int w = 0; w < 2 && !st; w++) { /* weight then bias */
-                    char hf[160], q[160], leaf[48];
-                    snprintf(hf, sizeof hf, "model.%s.layers.%d.%s.%s", stack, l, pair[0],
-                             w ? "bias" : "weight");
-                    if (norm)
-                        snprintf(leaf, sizeof leaf, "%s.%s", pair[1], w ? "beta" : "gamma");
-                    else
-                        snprintf(leaf, sizeof leaf, pair[1], w ? 'b' : 'W');
-                    snprintf(q, sizeof q, "%s.%d.%s", stack, l, leaf);
-                    st = copy_tensor(im, hf, q, err);
-                }
-            }
-    }
-    return st;
-}
-
-static qkv_status read_model(qkv_transformer **out, const char *dir, const hf_config *h,
+static qkv_status read_model(qkv_transformer **out, hf_weights *w, const hf_config *h,
                              const id_map *src, const id_map *tgt, qkv_error *err)
 {
     *out = NULL;
-    hf_weights w;
-    qkv_status st = hf_weights_load(&w, dir, err);
-    if (st) return st;
-    importer im = {&w, w.file, NULL, NULL};
-    st = qkv_transformer_create(&im.m, &h->cfg, 0, err);
+    hf_importer im = {w, w->file, NULL, NULL};
+    qkv_status st = qkv_transformer_create(&im.m, &h->cfg, 0, err);
     if (!st && !(im.written = calloc((size_t)qkv_transformer_num_tensors(im.m), 1)))
         st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     if (!st) st = copy_embeddings(&im, h, src, tgt, err);
-    if (!st) st = copy_layers(&im, h, err);
+    if (!st) st = hf_import_layers(&im, &h->cfg, err);
     if (!st) st = check_positions(&im, h, err);
-    const char *unused = st ? NULL : hf_weights_unused(&w);
+    const char *unused = st ? NULL : hf_weights_unused(w);
     if (unused)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' has no place in qkv's model of "
-                      "this configuration (an architecture qkv does not import)", w.file, unused);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: tensor '%s' has no place in qkv's model of "
+                      "this configuration (an architecture qkv does not import)",
+                      w->file, unused);
     for (int i = 0; !st && i < qkv_transformer_num_tensors(im.m); i++)
         if (!im.written[i])
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: nothing for qkv's tensor '%s'", w.file,
+            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: nothing for qkv's tensor '%s'", w->file,
                           qkv_transformer_tensor(im.m, i).name);
     free(im.written);
-    hf_weights_free(&w);
     if (st) qkv_transformer_free(im.m);
     else *out = im.m;
     return st;
@@ -506,15 +402,40 @@ static qkv_status write_text(const char *dir, const char *name, const char *text
     return qkv_atomic_write(path, chunks, &len, 1, err);
 }
 
-static qkv_status copy_file(const char *from_dir, const char *name, const char *to_dir,
-                            qkv_error *err)
+qkv_status marian_import_parts(const marian_parts *p, const char *out_dir, qkv_error *err)
 {
-    char from[4096], *data = NULL;
-    size_t len = 0;
-    snprintf(from, sizeof from, "%s/%s", from_dir, name);
-    qkv_status st = qkv_read_file(from, (size_t)1 << 30, &data, &len, err);
-    if (!st) st = write_text(to_dir, name, data, len, err);
-    free(data);
+    hf_config h;
+    id_map src = {0}, tgt = {0};
+    qkv_transformer *m = NULL;
+    qkv_status st = read_config(&h, p->config, p->config_name, err);
+    if (!st && h.share && p->tgt_vocab != p->src_vocab)
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: two vocabularies, but %s shares one embedding "
+                      "between them",
+                      p->tgt_vocab_name, p->config_name);
+    if (!st) st = read_vocab(&src, p->src_vocab, p->src_vocab_name, h.V_src, &h, err);
+    if (!st) st = read_vocab(&tgt, p->tgt_vocab, p->tgt_vocab_name, h.V_tgt, &h, err);
+    if (!st) st = read_model(&m, p->weights, &h, &src, &tgt, err);
+    if (!st) st = write_text(out_dir, "src_vocab.txt", src.text, src.len, err);
+    if (!st) st = write_text(out_dir, "tgt_vocab.txt", tgt.text, tgt.len, err);
+    static const char *const spm[] = {"source.spm", "target.spm"};
+    for (int i = 0; !st && i < 2; i++)
+        st = write_text(out_dir, spm[i], p->spm[i], p->spm_len[i], err);
+    if (!st) {
+        char text_json[512];
+        const int n = snprintf(text_json, sizeof text_json,
+                               "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
+                               "  \"target_spm\": \"target.spm\",\n  \"detokenize\": \"marian\",\n"
+                               "  \"clean_up_spaces\": %s,\n  \"imported_from\": \"marian\"\n}\n",
+                               p->clean_up ? "true" : "false");
+        st = write_text(out_dir, "text.json", text_json, (size_t)n, err);
+    }
+    if (!st && p->generation)
+        st = write_text(out_dir, "generation.json", p->generation, strlen(p->generation), err);
+    /* the model last: a directory with model.safetensors is complete */
+    if (!st) st = qkv_transformer_save(m, out_dir, err);
+    qkv_transformer_free(m);
+    id_map_free(&src), id_map_free(&tgt);
     return st;
 }
 
@@ -531,49 +452,52 @@ static qkv_status read_clean_up(int *clean_up, const char *dir, qkv_error *err)
     return st;
 }
 
-qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error *err)
+/* A Hugging Face MarianMT directory. */
+static qkv_status import_hf(const char *dir, const char *out_dir, qkv_error *err)
 {
-    hf_config h;
-    id_map src = {0}, tgt = {0};
-    qkv_transformer *m = NULL;
-    char target_vocab[4096];
-    snprintf(target_vocab, sizeof target_vocab, "%s/target_vocab.json", hf_dir);
+    char config[4096], vocab[4096], target_vocab[4096];
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    snprintf(vocab, sizeof vocab, "%s/vocab.json", dir);
+    snprintf(target_vocab, sizeof target_vocab, "%s/target_vocab.json", dir);
     struct stat sb;
     const int separate = !stat(target_vocab, &sb);
-    qkv_status st = read_config(&h, hf_dir, err);
-    if (!st && h.share && separate)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: two vocabularies, but config.json shares one "
-                      "embedding between them", target_vocab);
-    if (!st) st = read_vocab(&src, hf_dir, "vocab.json", h.V_src, &h, err);
-    if (!st) st = read_vocab(&tgt, hf_dir, separate ? "target_vocab.json" : "vocab.json",
-                             h.V_tgt, &h, err);
-    /* both files before anything is written: translating needs them */
-    static const char *const spm[] = {"source.spm", "target.spm"};
+    marian_parts p = {.config_name = config,
+                      .src_vocab_name = vocab,
+                      .tgt_vocab_name = separate ? target_vocab : vocab,
+                      .clean_up = 1};
+    cJSON *o = NULL, *sv = NULL, *tv = NULL;
+    hf_weights w = {0};
+    char *spm[2] = {NULL, NULL};
+    qkv_status st = hf_json(&o, dir, "config.json", 1, err);
+    if (!st) st = hf_json(&sv, dir, "vocab.json", 1, err);
+    if (!st && separate) st = hf_json(&tv, dir, "target_vocab.json", 1, err);
+    /* both SentencePiece models before the weights: translating needs them */
+    static const char *const names[] = {"source.spm", "target.spm"};
     for (int i = 0; !st && i < 2; i++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", hf_dir, spm[i]);
-        if (stat(p, &sb))
-            st = qkv_fail(err, QKV_ERR_IO, "%s: missing (a MarianMT directory has source.spm "
-                          "and target.spm, its SentencePiece models)", p);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (stat(path, &sb))
+            st = qkv_fail(err, QKV_ERR_IO,
+                          "%s: missing (a MarianMT directory has source.spm "
+                          "and target.spm, its SentencePiece models)",
+                          path);
+        else st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &spm[i], &p.spm_len[i], err);
     }
-    if (!st) st = read_model(&m, hf_dir, &h, &src, &tgt, err);
-    if (!st) st = write_text(out_dir, "src_vocab.txt", src.text, src.len, err);
-    if (!st) st = write_text(out_dir, "tgt_vocab.txt", tgt.text, tgt.len, err);
-    for (int i = 0; !st && i < 2; i++) st = copy_file(hf_dir, spm[i], out_dir, err);
-    int clean_up = 1;
-    if (!st) st = read_clean_up(&clean_up, hf_dir, err);
+    if (!st) st = read_clean_up(&p.clean_up, dir, err);
+    if (!st) st = hf_weights_load(&w, dir, err);
     if (!st) {
-        char text_json[512];
-        const int n = snprintf(text_json, sizeof text_json,
-                               "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
-                               "  \"target_spm\": \"target.spm\",\n  \"detokenize\": \"marian\",\n"
-                               "  \"clean_up_spaces\": %s,\n  \"imported_from\": \"marian\"\n}\n",
-                               clean_up ? "true" : "false");
-        st = write_text(out_dir, "text.json", text_json, (size_t)n, err);
+        p.config = o, p.src_vocab = sv, p.tgt_vocab = separate ? tv : sv, p.weights = &w;
+        p.spm[0] = spm[0], p.spm[1] = spm[1];
+        st = marian_import_parts(&p, out_dir, err);
     }
-    /* the model last: a directory with model.safetensors is complete */
-    if (!st) st = qkv_transformer_save(m, out_dir, err);
-    qkv_transformer_free(m);
-    id_map_free(&src), id_map_free(&tgt);
+    hf_weights_free(&w);
+    cJSON_Delete(o), cJSON_Delete(sv), cJSON_Delete(tv);
+    free(spm[0]), free(spm[1]);
     return st;
+}
+
+qkv_status qkv_import_marian(const char *source, const char *out_dir, qkv_error *err)
+{
+    if (marian_is_release(source)) return marian_import_release(source, out_dir, err);
+    return import_hf(source, out_dir, err);
 }

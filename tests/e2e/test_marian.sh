@@ -3,7 +3,8 @@
 # End-to-end tests of qkv import marian: the directory it writes (and that the other commands
 # read it), and every refusal with its reason: not a Marian model, an architecture qkv does
 # not represent, a vocabulary that does not fit, missing files, an output directory that holds
-# a model; weights stored as float16, bfloat16, pytorch_model.bin and shards. The Hugging Face
+# a model; weights stored as float16, bfloat16, pytorch_model.bin and shards; qkv translate and
+# qkv serve give transformers' translations. The Hugging Face
 # directories are the small random-weight ones of tests/parity/make_marian_reference.py (in $QKV_PARITY_DIR; the
 # numbers against transformers are tests/unit/test_marian.c's). A few seconds.
 # Usage: test_marian.sh QKV_BINARY
@@ -48,7 +49,7 @@ check "... and --overwrite replaces it" bash -c "'$QKV' import marian '$HF' --ou
 expect_fail "no kind" "which kind" "$QKV" import
 expect_fail "an unknown kind" "unknown kind 'bert'" "$QKV" import bert "$HF" --out "$T/x"
 expect_fail "no --out" "needs HF_DIR and --out" "$QKV" import marian "$HF"
-check "--help on stdout" bash -c "'$QKV' import --help | grep -q 'qkv import marian HF_DIR --out DIR'"
+check "--help on stdout" bash -c "'$QKV' import --help | grep -q 'qkv import marian HF_DIR|RELEASE --out DIR'"
 expect_fail "a directory that does not exist" "config.json" "$QKV" import marian "$T/nowhere" --out "$T/x"
 echo "{\"out\": \"$T/viacfg\"}" >"$T/imp.json"
 check "--config gives --out" bash -c "'$QKV' import marian '$HF' --config '$T/imp.json' 2>/dev/null && test -s '$T/viacfg/model.safetensors'"
@@ -197,6 +198,95 @@ for n in shared_swish separate_gelu shared_relu_untied shared_source_pieces; do
     '$QKV' translate --model '$T/t_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
       <'$P/marian_$n.de' 2>/dev/null | cmp -s - '$P/marian_$n.beam4.en'"
 done
+# ---- qkv serve answers as qkv translate does on Marian's models (decoding starts from <pad>,
+# <pad> is never produced, </s> forced at the limit, typed reserved tokens are text): every
+# sentence in one request, and each alone from concurrent clients that the server batches
+serve_start() { # serve_start DIR: qkv serve in the background; sets SERVER and URL
+  "$QKV" serve --model "$1" --port 0 --threads 2 >"$T/serve.out" 2>"$T/serve.err" &
+  SERVER=$!; URL=
+  for _ in $(seq 200); do
+    URL=$(sed -n 's|.* on \(http://[^ ]*\)$|\1|p' "$T/serve.out"); [ -n "$URL" ] && break; sleep 0.05
+  done
+  [ -n "$URL" ] || bad "qkv serve $1 did not start: $(head -c 300 "$T/serve.err")"
+}
+for n in shared_swish shared_source_pieces; do
+  M=$T/t_$n
+  { cat "$P/marian_$n.de"; printf '%s\n' "Ein <pad> Mann." "</s> <unk> Hund" "<s>"; } >"$T/$n.src"
+  "$QKV" translate --model "$M" <"$T/$n.src" >"$T/$n.cli" 2>/dev/null || bad "qkv translate $n"
+  serve_start "$M"
+  /usr/bin/python3 -c 'import json, sys; print(json.dumps({"q": open(sys.argv[1]).read().splitlines()}))' \
+    "$T/$n.src" >"$T/$n.req"
+  curl -s -X POST "$URL/translate" -H 'Content-Type: application/json' --data-binary @"$T/$n.req" |
+    /usr/bin/python3 -c 'import json, sys; print("\n".join(json.load(sys.stdin)["translatedText"]))' \
+    >"$T/$n.one" 2>/dev/null
+  check "$n: qkv serve, every sentence in one request, answers as qkv translate ($(wc -l <"$T/$n.src") sentences)" \
+    cmp -s "$T/$n.one" "$T/$n.cli"
+  i=0
+  while IFS= read -r line; do
+    i=$((i + 1))
+    /usr/bin/python3 -c 'import json, sys; print(json.dumps({"q": sys.argv[1]}))' "$line" >"$T/$n.q$i"
+    curl -s -X POST "$URL/translate" -H 'Content-Type: application/json' \
+      --data-binary @"$T/$n.q$i" -o "$T/$n.a$i" &
+    [ $((i % 8)) -eq 0 ] && sleep 0.02 # clients join a running batch at different steps
+  done <"$T/$n.src"
+  wait $(jobs -p | grep -v "^$SERVER$")
+  for k in $(seq "$i"); do
+    /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["translatedText"])' \
+      "$T/$n.a$k" 2>/dev/null || echo "(no answer)"
+  done >"$T/$n.each"
+  check "$n: qkv serve, each sentence from its own concurrent client, answers as qkv translate" \
+    cmp -s "$T/$n.each" "$T/$n.cli"
+  kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null
+done
+
+# ---- Marian's own release format (a directory or its zip: .npz, vocabulary .yml,
+# decoder.yml, .spm), written from random models with Marian's names: the model is the one
+# transformers' convert_marian_to_pytorch makes of it, and translates as that does
+for n in release_shared release_separate; do
+  R=$P/marian_$n
+  "$QKV" import marian "$R" --out "$T/rd_$n" 2>"$T/err" || bad "import the $n release: $(cat "$T/err")"
+  "$QKV" import marian "$R.zip" --out "$T/rz_$n" 2>"$T/err" || bad "import the $n zip: $(cat "$T/err")"
+  "$QKV" import marian "${R}_hf" --out "$T/rh_$n" 2>/dev/null || bad "import ${n}_hf"
+  check "$n: the release, its zip and transformers' conversion of it give one model" bash -c "
+    for f in model.safetensors src_vocab.txt tgt_vocab.txt source.spm target.spm; do
+      cmp -s '$T/rd_$n/'\$f '$T/rh_$n/'\$f && cmp -s '$T/rz_$n/'\$f '$T/rh_$n/'\$f || exit 1; done"
+  check "$n: qkv translate gives transformers' greedy text" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
+  check "$n: --beam 4 --beam-stop hf --length-penalty 1 gives generate(num_beams=4)'s text" bash -c "
+    '$QKV' translate --model '$T/rz_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
+      <'$R.de' 2>/dev/null | cmp -s - '$R.beam4.en'"
+done
+check "decoder.yml's beam-size and normalize are the model's decoding defaults (generation.json)" \
+  bash -c "grep -q '\"beam\": 3' '$T/rd_release_shared/generation.json' &&
+           grep -q '\"length_penalty\": 0.6' '$T/rd_release_shared/generation.json' &&
+           grep -q '\"beam\": 5' '$T/rd_release_separate/generation.json'"
+# releases qkv refuses, with the reason
+release() { rm -rf "$T/$1"; cp -r "$P/marian_release_shared" "$T/$1"; }
+release ensemble; sed -i 's/^models:$/models:\n  - other.npz/' "$T/ensemble/decoder.yml"
+expect_fail "an ensemble of models" 'an ensemble of 2 models' \
+  "$QKV" import marian "$T/ensemble" --out "$T/o19"
+release outside; sed -i 's/  - opus.spm.transformer/  - ..\/opus.spm.transformer/' "$T/outside/decoder.yml"
+expect_fail "decoder.yml naming a file outside the release" "names '../opus.spm.transformer.*not a file beside it" \
+  "$QKV" import marian "$T/outside" --out "$T/o20"
+release prenorm
+/usr/bin/python3 - "$T/prenorm" <<'PY'
+import glob, sys, numpy as np
+f = glob.glob(sys.argv[1] + "/*.npz")[0]
+d = dict(np.load(f))
+yml = bytes(d["special:model.yml"].astype(np.uint8)).decode().replace('transformer-preprocess: ""', "transformer-preprocess: n")
+d["special:model.yml"] = np.frombuffer(yml.encode(), dtype=np.int8)
+np.savez(f, **d)
+PY
+expect_fail "a pre-norm Marian model (transformer-preprocess: n)" '"transformer-preprocess: n"' \
+  "$QKV" import marian "$T/prenorm" --out "$T/o21"
+release vocabyml; sed -i '$d' "$T/vocabyml/opus.spm.vocab.yml"
+expect_fail "a vocabulary .yml without the model's last piece" '637 pieces .and <pad>., but the model has 638' \
+  "$QKV" import marian "$T/vocabyml" --out "$T/o22"
+mkdir -p "$T/nodec" && cp "$P/marian_release_shared/source.spm" "$T/nodec/" &&
+  (cd "$T/nodec" && zip -q ../nodec.zip source.spm)
+expect_fail "a zip without decoder.yml" 'no decoder.yml in the zip' \
+  "$QKV" import marian "$T/nodec.zip" --out "$T/o23"
+
 check "echo 'Ein Mann fährt Fahrrad.' | qkv translate: transformers' translation" bash -c "
   [ \"\$(echo 'Ein Mann fährt Fahrrad.' | '$QKV' translate --model '$T/t_shared_swish' ${LIM[*]} 2>/dev/null)\" = \"\$(head -1 '$P/marian_shared_swish.greedy.en')\" ]"
 check "qkv info reads the imported directory" bash -c "'$QKV' info --model '$T/t_shared_swish' >/dev/null 2>&1"
