@@ -160,10 +160,10 @@ class Translator:
         model's max_len); max_len_a, max_len_b: each sentence's own limit, a * n + b tokens
         for a source of n (0, 0: none). max_batch_size: sentences decoded together (results
         do not depend on it). return_scores: fill .scores (log P / lp of beam search; NaN
-        from greedy decoding). target_lang: a multilingual model's target language, given to
-        it as the token ">>lang<<" before each source (OPUS-MT's convention); the source
-        vocabulary must hold it. source_lang: accepted for CTranslate2 compatibility and
-        only checked: no qkv model reads the source language.
+        from greedy decoding). source_lang, target_lang: a multilingual model's languages,
+        as `qkv translate --source-lang/--target-lang` takes them (NLLB's "deu_Latn",
+        M2M100's "de", an OPUS-MT multi-target model's "fra" for >>fra<<); None: the model's
+        default.
         """
         if isinstance(source, (str, bytes)):
             raise TypeError("source must be a list of sentences, not a single str")
@@ -173,14 +173,9 @@ class Translator:
             source = [list(s) if not isinstance(s, str) else s for s in source]
             if any(isinstance(s, str) for s in source):
                 raise TypeError("source mixes str sentences and token lists")
-        if source_lang is not None and not isinstance(source_lang, str):
-            raise TypeError("source_lang must be str or None")
-        prefix = self._language_token(target_lang)
-        tokens_in = as_tokens or prefix is not None
-        if prefix is not None:
-            if not as_tokens:
-                source = self._t.source_tokens(source)
-            source = [[prefix] + s for s in source]
+        for name, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
+            if lang is not None and not isinstance(lang, str):
+                raise TypeError(f"{name} must be str or None, not {type(lang).__name__}")
         if not isinstance(beam_stop, str) or beam_stop not in _STOPS:
             raise ValueError(f"beam_stop must be one of {', '.join(_STOPS)}, got {beam_stop!r}")
         if length_penalty is None:
@@ -188,7 +183,8 @@ class Translator:
         beam = _int("beam_size", beam_size, 1, 256)
         n_best = _int("num_hypotheses", num_hypotheses, 1, beam)
         rows, truncated, first, first_len = self._t.translate(
-            source, tokens_in, as_tokens, beam=beam, n_best=n_best,
+            source, as_tokens, as_tokens, source_lang=source_lang, target_lang=target_lang,
+            beam=beam, n_best=n_best,
             alpha=_float("length_penalty", length_penalty, 0.0, 100.0),
             stop=_STOPS[beam_stop], max_len=_int("max_decoding_length", max_decoding_length, 0),
             max_len_a=_float("max_len_a", max_len_a, 0.0, 1e6),
@@ -227,17 +223,6 @@ class Translator:
                 out.write((h if isinstance(h, str) else " ".join(h)) + "\n")
                 n += 1
         return n
-
-    def _language_token(self, lang):
-        if lang is None:
-            return None
-        if not isinstance(lang, str):
-            raise TypeError(f"target_lang must be str or None, not {type(lang).__name__}")
-        token = lang if lang.startswith(">>") else f">>{lang}<<"
-        if self._t.token_id(token, 0) < 0:
-            raise ValueError(f"target_lang {lang!r}: the source vocabulary has no token {token!r} "
-                             "(not a multilingual model, or not one of its languages)")
-        return token
 
     def __repr__(self):
         i = self._info

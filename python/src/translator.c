@@ -11,7 +11,8 @@ typedef struct {
     PyObject_HEAD
     qkv_translator *t;
     object_lock lock;
-    int threads; /* > 0: set in the calling thread before each translation */
+    int threads;   /* > 0: set in the calling thread before each translation */
+    int languages; /* the last call chose a source or target language */
 } translator_object;
 
 static PyObject *translator_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -116,19 +117,24 @@ static PyObject *results_of(const qkv_translations *r, const qkv_tokenizer *tok,
 }
 
 /* translate(sources, tokens_in, tokens_out, beam, n_best, alpha, stop, max_len, max_len_a,
- * max_len_b, batch): sources a list of str (tokens_in 0) or of lists of source tokens. */
+ * max_len_b, batch, source_lang, target_lang): sources a list of str (tokens_in 0) or of lists
+ * of source tokens; the languages of a multilingual model (None: its default). */
 static PyObject *translator_translate(translator_object *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"sources", "tokens_in", "tokens_out", "beam", "n_best", "alpha",
-                             "stop", "max_len", "max_len_a", "max_len_b", "batch", NULL};
+                             "stop", "max_len", "max_len_a", "max_len_b", "batch",
+                             "source_lang", "target_lang", NULL};
     module_state *st = state_of_type(TYPE_OF(self));
     PyObject *sources;
     int tokens_in, tokens_out, stop = 0;
+    const char *source_lang = NULL, *target_lang = NULL;
     qkv_translate_options o = qkv_translate_default_options();
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Opp|$iifiifii", kwlist, &sources, &tokens_in,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Opp|$iifiifiizz", kwlist, &sources, &tokens_in,
                                      &tokens_out, &o.beam, &o.n_best, &o.alpha, &stop,
-                                     &o.max_len, &o.max_len_a, &o.max_len_b, &o.batch))
+                                     &o.max_len, &o.max_len_a, &o.max_len_b, &o.batch,
+                                     &source_lang, &target_lang))
         return NULL;
+    const int languages = source_lang || target_lang;
     o.stop = (qkv_beam_stop)stop;
     char **strings = NULL;
     Py_ssize_t n = 0;
@@ -148,8 +154,13 @@ static PyObject *translator_translate(translator_object *self, PyObject *args, P
     pthread_mutex_lock(&self->lock);
     o.precision = qkv_transformer_get_precision(qkv_translator_model(self->t));
     if (threads > 0) qkv_set_threads(threads);
-    s = tokens_in ? qkv_translate_tokens(&r, self->t, &tokens, &o, &err)
-                  : qkv_translate(&r, self->t, (const char *const *)strings, (int)n, &o, &err);
+    s = QKV_OK;
+    if (languages || self->languages) /* the choice, or back to the model's default */
+        s = qkv_translator_set_languages(self->t, source_lang, target_lang, &err);
+    self->languages = languages && !s;
+    if (!s)
+        s = tokens_in ? qkv_translate_tokens(&r, self->t, &tokens, &o, &err)
+                      : qkv_translate(&r, self->t, (const char *const *)strings, (int)n, &o, &err);
     pthread_mutex_unlock(&self->lock);
     Py_END_ALLOW_THREADS
     strings_free(strings, n);

@@ -2,6 +2,7 @@
 """qkv.Translator against `qkv translate` on the same models and sentences: greedy text, beam
 search's n-best lists with their scores, raw text and SentencePiece pieces, streaming."""
 import math
+import os
 
 import pytest
 
@@ -113,14 +114,25 @@ def test_unknown_words_and_truncation_are_reported(word_model):
         t.translate_batch(["cat " * 1200])
 
 
-def test_target_lang(word_model):
-    """target_lang puts the language's token before each source, as the model's own
-    tokenizer reads ">>fra<< ..." typed as text; a language the vocabulary lacks is refused."""
+def test_languages_equal_cli(word_model, tmp_path):
+    """target_lang of a model whose source starts with its target language's token (text.json
+    "languages", as an OPUS-MT multi-target model's >>fra<<) translates as `qkv translate
+    --target-lang`, and as the token typed before each source; a language the model lacks is
+    refused."""
+    import shutil
+    model = str(tmp_path / "multi")
+    shutil.copytree(word_model, model)
+    with open(os.path.join(model, "text.json"), "w") as f:
+        f.write('{"tokenizer": "d2l", "languages": {"fra": ">>fra<<"}}\n')
+    word_model = model
     t = qkv.Translator(word_model)
-    with_token = t.translate_batch([">>fra<< " + s for s in SENTENCES], beam_size=2)
-    assert t.translate_batch(SENTENCES, beam_size=2, target_lang="fra") == with_token
-    assert t.source_tokens([">>fra<< red cat"]) == [[">>fra<<", "red", "cat"]]
-    with pytest.raises(ValueError, match=">>deu<<"):
+    got = t.translate_batch(SENTENCES, beam_size=2, target_lang="fra")
+    assert [r.hypotheses[0] for r in got] == cli_translate(word_model, SENTENCES, tmp_path,
+                                                            "--beam", 2, "--target-lang", "fra")
+    typed = t.translate_batch([">>fra<< " + s for s in SENTENCES], beam_size=2)
+    assert [r.hypotheses for r in got] == [r.hypotheses for r in typed]
+    assert t.translate_batch(SENTENCES) == t.translate_batch(SENTENCES)  # the default again
+    with pytest.raises(qkv.ArgumentError, match="deu"):
         t.translate_batch(["red cat ."], target_lang="deu")
 
 
