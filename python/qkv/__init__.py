@@ -162,8 +162,9 @@ class Translator:
         do not depend on it). return_scores: fill .scores (log P / lp of beam search; NaN
         from greedy decoding). source_lang, target_lang: a multilingual model's languages,
         as `qkv translate --source-lang/--target-lang` takes them (NLLB's "deu_Latn",
-        M2M100's "de", an OPUS-MT multi-target model's "fra" for >>fra<<); None: the model's
-        default.
+        M2M100's "de", an OPUS-MT multi-target model's "fra" for >>fra<<). A language given
+        holds for the translator's later calls too (None keeps the current one: the model's
+        default until one is given).
         """
         if isinstance(source, (str, bytes)):
             raise TypeError("source must be a list of sentences, not a single str")

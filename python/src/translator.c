@@ -11,8 +11,7 @@ typedef struct {
     PyObject_HEAD
     qkv_translator *t;
     object_lock lock;
-    int threads;   /* > 0: set in the calling thread before each translation */
-    int languages; /* the last call chose a source or target language */
+    int threads; /* > 0: set in the calling thread before each translation */
 } translator_object;
 
 static PyObject *translator_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -118,7 +117,7 @@ static PyObject *results_of(const qkv_translations *r, const qkv_tokenizer *tok,
 
 /* translate(sources, tokens_in, tokens_out, beam, n_best, alpha, stop, max_len, max_len_a,
  * max_len_b, batch, source_lang, target_lang): sources a list of str (tokens_in 0) or of lists
- * of source tokens; the languages of a multilingual model (None: its default). */
+ * of source tokens; the languages of a multilingual model (None: as they are). */
 static PyObject *translator_translate(translator_object *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"sources", "tokens_in", "tokens_out", "beam", "n_best", "alpha",
@@ -134,7 +133,6 @@ static PyObject *translator_translate(translator_object *self, PyObject *args, P
                                      &o.max_len, &o.max_len_a, &o.max_len_b, &o.batch,
                                      &source_lang, &target_lang))
         return NULL;
-    const int languages = source_lang || target_lang;
     o.stop = (qkv_beam_stop)stop;
     char **strings = NULL;
     Py_ssize_t n = 0;
@@ -154,10 +152,10 @@ static PyObject *translator_translate(translator_object *self, PyObject *args, P
     pthread_mutex_lock(&self->lock);
     o.precision = qkv_transformer_get_precision(qkv_translator_model(self->t));
     if (threads > 0) qkv_set_threads(threads);
-    s = QKV_OK;
-    if (languages || self->languages) /* the choice, or back to the model's default */
-        s = qkv_translator_set_languages(self->t, source_lang, target_lang, &err);
-    self->languages = languages && !s;
+    /* a language chosen holds for later calls, as the library keeps it */
+    s = source_lang || target_lang
+            ? qkv_translator_set_languages(self->t, source_lang, target_lang, &err)
+            : QKV_OK;
     if (!s)
         s = tokens_in ? qkv_translate_tokens(&r, self->t, &tokens, &o, &err)
                       : qkv_translate(&r, self->t, (const char *const *)strings, (int)n, &o, &err);

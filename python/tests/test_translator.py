@@ -117,8 +117,7 @@ def test_unknown_words_and_truncation_are_reported(word_model):
 def test_languages_equal_cli(word_model, tmp_path):
     """target_lang of a model whose source starts with its target language's token (text.json
     "languages", as an OPUS-MT multi-target model's >>fra<<) translates as `qkv translate
-    --target-lang`, and as the token typed before each source; a language the model lacks is
-    refused."""
+    --target-lang`; a language the model lacks is refused.""" 
     import shutil
     model = str(tmp_path / "multi")
     shutil.copytree(word_model, model)
@@ -129,8 +128,12 @@ def test_languages_equal_cli(word_model, tmp_path):
     got = t.translate_batch(SENTENCES, beam_size=2, target_lang="fra")
     assert [r.hypotheses[0] for r in got] == cli_translate(word_model, SENTENCES, tmp_path,
                                                             "--beam", 2, "--target-lang", "fra")
-    typed = t.translate_batch([">>fra<< " + s for s in SENTENCES], beam_size=2)
-    assert [r.hypotheses for r in got] == [r.hypotheses for r in typed]
+    plain = qkv.Translator(word_model).translate_batch(SENTENCES, beam_size=2,
+                                                       return_scores=True)
+    assert [r.hypotheses[0] for r in plain] == cli_translate(word_model, SENTENCES, tmp_path,
+                                                             "--beam", 2)
+    with_lang = t.translate_batch(SENTENCES, beam_size=2, return_scores=True)  # it holds
+    assert [r.scores for r in with_lang] != [r.scores for r in plain]
     assert t.translate_batch(SENTENCES) == t.translate_batch(SENTENCES)  # the default again
     with pytest.raises(qkv.ArgumentError, match="deu"):
         t.translate_batch(["red cat ."], target_lang="deu")
