@@ -98,7 +98,7 @@ E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
 .PHONY: all deps demo test unit parity-data test-asan test-python install clean bench bench-attention bench-serve bench-ct2 bench-python
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(VIZ_A) $(VIZ_SO) \
-     $(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so $(BUILD)/qkv
+     $(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so $(BUILD)/qkv $(BUILD)/qkv.1 $(BUILD)/qkv.bash
 
 deps:
 	@scripts/install-deps.sh
@@ -141,6 +141,13 @@ $(BUILD)/qkv: $(CLI_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
 	$(CC) -o $@ $(CLI_OBJ) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) $(MPI_LIBS) \
 	  $(CLI_PKG_LIBS) -lpthread
 
+# The man page and the bash completion, made from the tool's own --help (tools/help2*.sh).
+$(BUILD)/qkv.1: $(BUILD)/qkv tools/help2man.sh
+	tools/help2man.sh $(BUILD)/qkv > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/qkv.bash: $(BUILD)/qkv tools/help2completion.sh
+	tools/help2completion.sh $(BUILD)/qkv > $@.tmp && mv $@.tmp $@
+
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
@@ -177,7 +184,8 @@ test-python: all $(BUILD)/parity/.stamp
 test-asan: $(BUILD)/parity/.stamp
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
-	  build-asan/qkv $(TEST_BIN:$(BUILD)/%=build-asan/%) $(EXAMPLES:$(BUILD)/%=build-asan/%)
+	  build-asan/qkv build-asan/qkv.1 build-asan/qkv.bash $(TEST_BIN:$(BUILD)/%=build-asan/%) \
+	  $(EXAMPLES:$(BUILD)/%=build-asan/%)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 QKV_E2E_QUICK=1 \
 	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv \
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
@@ -231,6 +239,10 @@ install: all
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 include/qkv/*.h $(DESTDIR)$(PREFIX)/include/qkv/
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 644 $(BUILD)/qkv.1 $(DESTDIR)$(PREFIX)/share/man/man1/qkv.1
+	install -m 644 $(BUILD)/qkv.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/qkv
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	  -e 's|@OPENBLAS_LIBDIR@|$(OPENBLAS_LIBDIR)|' qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \

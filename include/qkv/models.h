@@ -105,6 +105,18 @@ typedef enum {
                               * i + 2 (counted from the padding index 1 + 1) */
 } qkv_pos_layout;
 
+/* The names config.json and the command line use ("unknown" outside the enum), and back
+ * (QKV_ERR_ARG naming the choices otherwise): "none", "output", "all"; "interleaved",
+ * "sin_cos", "fairseq". */
+QKV_API
+const char *qkv_tie_name(qkv_tie t);
+QKV_API
+qkv_status qkv_tie_parse(qkv_tie *t, const char *name, qkv_error *err);
+QKV_API
+const char *qkv_pos_layout_name(qkv_pos_layout p);
+QKV_API
+qkv_status qkv_pos_layout_parse(qkv_pos_layout *p, const char *name, qkv_error *err);
+
 typedef struct {
     int src_vocab, tgt_vocab;
     int d_model;    /* C */
@@ -243,6 +255,13 @@ typedef enum {
     QKV_BEAM_STOP_HF,
 } qkv_beam_stop;
 
+/* "bound", "count" or "hf" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the
+ * choices otherwise). */
+QKV_API
+const char *qkv_beam_stop_name(qkv_beam_stop s);
+QKV_API
+qkv_status qkv_beam_stop_parse(qkv_beam_stop *s, const char *name, qkv_error *err);
+
 typedef struct {
     int beam;    /* K >= 1 */
     int n_best;  /* hypotheses returned per sentence, 1 .. K */
@@ -322,6 +341,13 @@ typedef enum {
     QKV_ATTENTION_SOFTMAX = 0, /* softmax(q k^T / sqrt(d)) v, with dropout on the weights */
     QKV_ATTENTION_LINEAR = 1   /* phi(q)^T S / phi(q)^T z, phi = elu + 1: no weights to drop */
 } qkv_attention_kind;
+
+/* "softmax" or "linear" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the
+ * choices otherwise). */
+QKV_API
+const char *qkv_attention_kind_name(qkv_attention_kind k);
+QKV_API
+qkv_status qkv_attention_kind_parse(qkv_attention_kind *k, const char *name, qkv_error *err);
 
 typedef struct {
     int vocab;      /* V */

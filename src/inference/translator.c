@@ -242,11 +242,11 @@ static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_s
     batch_buffers b;
     qkv_status st = buffers_init(&b, Bmax, longest, r, err);
     qkv_beam_options bo = {o->beam, o->n_best, L, o->alpha, o->stop, NULL};
-    /* a multilingual model's target language: its token forced first */
-    const qkv_transformer_config *c = qkv_transformer_get_config(t->model);
+    /* the model's rules, and a multilingual model's target language: its token forced first */
+    const decoder_info info = decoder_transformer_info(t->model);
     const int forced = t->tok.tgt_forced;
-    const decoding_rules rules = {c->decoder_start, c->suppress_pad, 0, c->forced_eos, &forced,
-                                  forced > 0};
+    decoding_rules rules = decoding_rules_of(&info);
+    rules.prefix = &forced, rules.n_prefix = forced > 0;
     qkv_beam_results br = {b.out, b.out_len, b.score, NULL};
     for (int first = 0; !st && first < src->count; first += Bmax) {
         const int B = src->count - first < Bmax ? src->count - first : Bmax;

@@ -192,6 +192,37 @@ const char *hf_weights_unused(const hf_weights *w)
     return NULL;
 }
 
+qkv_status hf_generation(char **out, const char *dir, qkv_error *err)
+{
+    cJSON *g = NULL;
+    *out = NULL;
+    char file[4096];
+    qkv_status st = hf_json(&g, dir, "generation_config.json", 0, err);
+    snprintf(file, sizeof file, "%s/%s", dir, g ? "generation_config.json" : "config.json");
+    if (!st && !g) st = hf_json(&g, dir, "config.json", 1, err);
+    if (st) return st;
+    int beams = 1, max_length = 0;
+    st = hf_int(g, "num_beams", 1, &beams, file, err);
+    if (!st) st = hf_int(g, "max_length", 0, &max_length, file, err);
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(g, "length_penalty");
+    char *text = st ? NULL : malloc(256);
+    if (!st && !text) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+    if (!st) {
+        int n = snprintf(text, 256, "{\n  \"from\": \"%s\",\n  \"beam\": %d,\n"
+                         "  \"beam_stop\": \"hf\"", g ? strrchr(file, '/') + 1 : "config.json",
+                         beams > 0 && beams <= 256 ? beams : 1);
+        if (cJSON_IsNumber(lp) && lp->valuedouble >= 0 && lp->valuedouble <= 100)
+            n += snprintf(text + n, (size_t)(256 - n), ",\n  \"length_penalty\": %g",
+                          lp->valuedouble);
+        if (max_length > 1 && max_length <= 65537)
+            n += snprintf(text + n, (size_t)(256 - n), ",\n  \"max_len\": %d", max_length - 1);
+        snprintf(text + n, (size_t)(256 - n), "\n}\n");
+        *out = text;
+    }
+    cJSON_Delete(g);
+    return st;
+}
+
 /* ---- a BART-family model's tensors into qkv's ------------------------------------------ */
 
 /* HF tensor `name` as float32 of shape (rows, cols) (cols 0: a vector; (1, n) is read as n);

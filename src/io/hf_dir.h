@@ -38,6 +38,11 @@ const qkv_tensor *hf_weights_peek(const hf_weights *w, const char *name);
 /* The first tensor no hf_weights_get took, or NULL. */
 const char *hf_weights_unused(const hf_weights *w);
 
+/* generation_config.json (or, without it, config.json's own keys) as the text of qkv's
+ * generation.json (malloc'd): num_beams, length_penalty, max_length less the start token,
+ * under transformers' stopping rule. */
+qkv_status hf_generation(char **text, const char *dir, qkv_error *err);
+
 /* ---- a BART-family model's tensors (Marian, M2M100, NLLB) into qkv's parameters ---------- */
 
 /* The weights being imported into model m (file: their name in messages); written[i] marks

@@ -93,7 +93,8 @@ static qkv_status read_bad_words(const cJSON *o, int pad, int *suppress, const c
                     file, pad);
 }
 
-/* config.json's object o (named file in messages) as qkv's configuration. */
+/* config.json's object o (named file in messages) as qkv's configuration. Long: each key of
+ * MarianConfig read in turn, then checked together; the list is the function. */
 static qkv_status read_config(hf_config *h, const cJSON *o, const char *file, qkv_error *err)
 {
     qkv_status st = QKV_OK;
@@ -484,6 +485,9 @@ static qkv_status import_hf(const char *dir, const char *out_dir, qkv_error *err
         else st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &spm[i], &p.spm_len[i], err);
     }
     if (!st) st = read_clean_up(&p.clean_up, dir, err);
+    char *generation = NULL;
+    if (!st) st = hf_generation(&generation, dir, err);
+    p.generation = generation;
     if (!st) st = hf_weights_load(&w, dir, err);
     if (!st) {
         p.config = o, p.src_vocab = sv, p.tgt_vocab = separate ? tv : sv, p.weights = &w;
@@ -492,7 +496,7 @@ static qkv_status import_hf(const char *dir, const char *out_dir, qkv_error *err
     }
     hf_weights_free(&w);
     cJSON_Delete(o), cJSON_Delete(sv), cJSON_Delete(tv);
-    free(spm[0]), free(spm[1]);
+    free(spm[0]), free(spm[1]), free(generation);
     return st;
 }
 

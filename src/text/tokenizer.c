@@ -478,7 +478,9 @@ static size_t spm_decode(const qkv_tokenizer *t, char *out, size_t cap, const in
         if (ids[i] == QKV_PAD || ids[i] == QKV_BOS) continue;
         const char *p = qkv_vocab_token(&t->tgt, ids[i]);
         if (hf && (!p || ids[i] == QKV_UNK)) continue; /* skip_special_tokens drops <unk> */
-        if (p && is_language_token(t, p)) continue;      /* and the language tokens */
+        /* and NLLB's and M2M100's language tokens (special there; MarianTokenizer prints
+         * a >>xxx<< the model produces) */
+        if (p && t->forced_target && is_language_token(t, p)) continue;
         pieces[k++] = p ? p : "<unk>";
     }
     qkv_error err = {0};

@@ -54,7 +54,7 @@ expect_fail "a directory that does not exist" "config.json" "$QKV" import marian
 echo "{\"out\": \"$T/viacfg\"}" >"$T/imp.json"
 check "--config gives --out" bash -c "'$QKV' import marian '$HF' --config '$T/imp.json' 2>/dev/null && test -s '$T/viacfg/model.safetensors'"
 echo '{"beam": 4}' >"$T/bad.json"
-expect_fail "--config: an unknown key names the file" "bad.json: unknown option '--beam" \
+expect_fail "--config: an unknown key names the file" 'bad.json: unknown key "beam"' \
   "$QKV" import marian "$HF" --config "$T/bad.json" --out "$T/x2"
 
 # ---- what qkv cannot represent is refused with the reason, and nothing is written
@@ -250,11 +250,19 @@ for n in release_shared release_separate; do
   check "$n: the release, its zip and transformers' conversion of it give one model" bash -c "
     for f in model.safetensors src_vocab.txt tgt_vocab.txt source.spm target.spm; do
       cmp -s '$T/rd_$n/'\$f '$T/rh_$n/'\$f && cmp -s '$T/rz_$n/'\$f '$T/rh_$n/'\$f || exit 1; done"
-  check "$n: qkv translate gives transformers' greedy text" bash -c "
-    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
+  check "$n: qkv translate --beam 1 gives transformers' greedy text" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} --beam 1 <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
   check "$n: --beam 4 --beam-stop hf --length-penalty 1 gives generate(num_beams=4)'s text" bash -c "
     '$QKV' translate --model '$T/rz_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
       <'$R.de' 2>/dev/null | cmp -s - '$R.beam4.en'"
+done
+for n in release_shared release_separate; do
+  check "$n: with no options, decoding is decoder.yml's (beam-size, normalize): transformers' generate(num_beams, length_penalty)" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$P/marian_$n.de' 2>/dev/null |
+      cmp -s - '$P/marian_$n.default.en'"
+  check "$n: ... and the command line overrides it (--beam 1: greedy)" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} --beam 1 <'$P/marian_$n.de' 2>/dev/null |
+      cmp -s - '$P/marian_$n.greedy.en'"
 done
 check "decoder.yml's beam-size and normalize are the model's decoding defaults (generation.json)" \
   bash -c "grep -q '\"beam\": 3' '$T/rd_release_shared/generation.json' &&
@@ -286,6 +294,22 @@ mkdir -p "$T/nodec" && cp "$P/marian_release_shared/source.spm" "$T/nodec/" &&
   (cd "$T/nodec" && zip -q ../nodec.zip source.spm)
 expect_fail "a zip without decoder.yml" 'no decoder.yml in the zip' \
   "$QKV" import marian "$T/nodec.zip" --out "$T/o23"
+
+# ---- a multi-target model: --target-lang fra leads every source with >>fra<<, as
+# MarianTokenizer reads ">>fra<< text"
+MT=$P/marian_shared_multi_target
+"$QKV" import marian "$MT" --out "$T/multi" 2>/dev/null || bad "import shared_multi_target"
+check "multi-target: --target-lang fra gives transformers' text of '>>fra<< ...' (greedy)" bash -c "
+  '$QKV' translate --model '$T/multi' --target-lang fra ${LIM[*]} <'$MT.de' 2>/dev/null |
+    cmp -s - '$MT.greedy.en'"
+check "multi-target: ... and of beam 4" bash -c "
+  '$QKV' translate --model '$T/multi' --target-lang fra ${LIM[*]} --beam 4 --beam-stop hf \
+    --length-penalty 1 <'$MT.de' 2>/dev/null | cmp -s - '$MT.beam4.en'"
+check "multi-target: without --target-lang the sources lack the token (another translation)" bash -c "
+  ! '$QKV' translate --model '$T/multi' ${LIM[*]} <'$MT.de' 2>/dev/null | cmp -s - '$MT.greedy.en'"
+expect_fail "multi-target: a language the model lacks names the ones it has" \
+  "target language 'deu' is not one of the model's 2 \(fra, ita\)" \
+  "$QKV" translate --model "$T/multi" --target-lang deu
 
 check "echo 'Ein Mann fährt Fahrrad.' | qkv translate: transformers' translation" bash -c "
   [ \"\$(echo 'Ein Mann fährt Fahrrad.' | '$QKV' translate --model '$T/t_shared_swish' ${LIM[*]} 2>/dev/null)\" = \"\$(head -1 '$P/marian_shared_swish.greedy.en')\" ]"
