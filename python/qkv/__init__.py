@@ -99,6 +99,40 @@ def _float(name, value, low, high=None):
     return value
 
 
+def _generation_defaults(model_dir):
+    """The decoding defaults of a model directory's generation.json (or its parent's, as for
+    DIR/best), each kept only where `qkv translate` keeps it: beam in [1, 256],
+    length_penalty in [0, 100], beam_stop a rule, max_len in [1, 65536]."""
+    import json
+    path = _os.path.join(model_dir, "generation.json")
+    if not _os.path.exists(path):
+        path = _os.path.join(model_dir, "..", "generation.json")
+        if not _os.path.exists(path):
+            return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            g = json.load(f)
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{path}: {e}") from None
+    if not isinstance(g, dict):
+        raise FormatError(f"{path}: not a JSON object")
+
+    def number(key, low, high):
+        v = g.get(key)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
+
+    out = {}
+    if number("beam", 1, 256):
+        out["beam"] = int(g["beam"])
+    if number("length_penalty", 0, 100):
+        out["length_penalty"] = float(g["length_penalty"])
+    if g.get("beam_stop") in _STOPS:
+        out["beam_stop"] = g["beam_stop"]
+    if number("max_len", 1, 65536):
+        out["max_len"] = int(g["max_len"])
+    return out
+
+
 class Translator:
     """A translation model directory: what `qkv train` writes, or `qkv.import_marian` makes.
 
@@ -121,6 +155,7 @@ class Translator:
             raise TypeError(f"kv_cache must be str, not {type(kv_cache).__name__}")
         self._t = _qkv.Translator(self.model_path, _precision(precision), kv_cache, threads)
         self._info = self._t.info()
+        self.generation_defaults = _generation_defaults(self.model_path)
 
     @property
     def precision(self):
@@ -142,9 +177,9 @@ class Translator:
         """Each sentence (str) as the model's source tokens, as translate_batch reads it."""
         return self._t.source_tokens(list(sources))
 
-    def translate_batch(self, source, beam_size=1, num_hypotheses=1, length_penalty=None,
-                        max_decoding_length=0, return_scores=False, max_batch_size=32,
-                        beam_stop="bound", max_len_a=1.5, max_len_b=10, target_lang=None,
+    def translate_batch(self, source, beam_size=None, num_hypotheses=1, length_penalty=None,
+                        max_decoding_length=None, return_scores=False, max_batch_size=32,
+                        beam_stop=None, max_len_a=1.5, max_len_b=10, target_lang=None,
                         source_lang=None):
         """Translates a batch of sentences; returns one TranslationResult per sentence.
 
@@ -152,7 +187,11 @@ class Translator:
         of lists of str (each sentence already as the model's source tokens, e.g. the pieces
         SentencePiece made of it, as CTranslate2 takes them); hypotheses are then lists of
         target tokens instead of text.
-        beam_size: 1 is greedy decoding. num_hypotheses: hypotheses per sentence, best first
+        beam_size, length_penalty, beam_stop and max_decoding_length not given take the model
+        directory's decoding defaults (generation.json, which qkv import writes from a
+        release's settings; .generation_defaults), as `qkv translate` takes them, else
+        beam_size 1 (greedy decoding), beam_stop "bound", no cap.
+        num_hypotheses: hypotheses per sentence, best first
         (1 <= num_hypotheses <= beam_size; fewer come back where beam search finds fewer).
         length_penalty: alpha of beam search's score log P / lp (default 0 under the "bound"
         and "count" rules, 1 under "hf", as `qkv translate`). beam_stop: "bound", "count" or
@@ -177,10 +216,15 @@ class Translator:
         for name, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
             if lang is not None and not isinstance(lang, str):
                 raise TypeError(f"{name} must be str or None, not {type(lang).__name__}")
+        g = self.generation_defaults
+        beam_size = g.get("beam", 1) if beam_size is None else beam_size
+        beam_stop = g.get("beam_stop", "bound") if beam_stop is None else beam_stop
         if not isinstance(beam_stop, str) or beam_stop not in _STOPS:
             raise ValueError(f"beam_stop must be one of {', '.join(_STOPS)}, got {beam_stop!r}")
         if length_penalty is None:
-            length_penalty = 1.0 if beam_stop == "hf" else 0.0
+            length_penalty = g.get("length_penalty", 1.0 if beam_stop == "hf" else 0.0)
+        if max_decoding_length is None:
+            max_decoding_length = g.get("max_len", 0)
         beam = _int("beam_size", beam_size, 1, 256)
         n_best = _int("num_hypotheses", num_hypotheses, 1, beam)
         rows, truncated, first, first_len = self._t.translate(

@@ -41,10 +41,13 @@ class Translator:
     @property
     def config(self) -> dict[str, Any]: ...
     def source_tokens(self, sources: Iterable[str]) -> list[list[str]]: ...
-    def translate_batch(self, source: Sequence[str] | Sequence[Sequence[str]], beam_size: int = 1,
-                        num_hypotheses: int = 1, length_penalty: float | None = None,
-                        max_decoding_length: int = 0, return_scores: bool = False,
-                        max_batch_size: int = 32, beam_stop: Literal["bound", "count", "hf"] = "bound",
+    generation_defaults: dict[str, Any]
+    def translate_batch(self, source: Sequence[str] | Sequence[Sequence[str]],
+                        beam_size: int | None = None, num_hypotheses: int = 1,
+                        length_penalty: float | None = None,
+                        max_decoding_length: int | None = None, return_scores: bool = False,
+                        max_batch_size: int = 32,
+                        beam_stop: Literal["bound", "count", "hf"] | None = None,
                         max_len_a: float = 1.5, max_len_b: int = 10, target_lang: str | None = None,
                         source_lang: str | None = None) -> list[TranslationResult]: ...
     def translate_iterable(self, source: Iterable[str] | Iterable[Sequence[str]],

@@ -55,6 +55,24 @@ def test_beam_nbest_with_scores_equals_cli(which, stop, alpha, request, tmp_path
         assert r.scores == sorted(r.scores, reverse=True)
 
 
+def test_generation_defaults_equal_cli(word_model, tmp_path):
+    """A model directory's generation.json sets the options not given, as for qkv translate."""
+    import shutil
+    model = str(tmp_path / "with-defaults")
+    shutil.copytree(word_model, model)
+    with open(os.path.join(model, "generation.json"), "w") as f:
+        f.write('{"beam": 3, "length_penalty": 0.8, "beam_stop": "count", "max_len": 4}\n')
+    t = qkv.Translator(model)
+    assert t.generation_defaults == {"beam": 3, "length_penalty": 0.8, "beam_stop": "count",
+                                     "max_len": 4}
+    got = [r.hypotheses[0] for r in t.translate_batch(SENTENCES)]
+    assert got == cli_translate(model, SENTENCES, tmp_path)
+    assert got != [r.hypotheses[0] for r in qkv.Translator(word_model).translate_batch(SENTENCES)]
+    given = [r.hypotheses[0] for r in t.translate_batch(SENTENCES, beam_size=1,
+                                                        max_decoding_length=0)]
+    assert given == cli_translate(model, SENTENCES, tmp_path, "--beam", 1, "--max-len", 0)
+
+
 def test_length_options_equal_cli(word_model, tmp_path):
     t = qkv.Translator(word_model)
     got = [r.hypotheses[0] for r in t.translate_batch(SENTENCES, max_decoding_length=3,
