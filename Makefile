@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo test unit parity-data test-asan test-python install clean bench bench-attention bench-serve bench-ct2 bench-python
+.PHONY: all deps demo check test unit parity-data test-asan test-python install clean bench bench-attention bench-serve bench-ct2 bench-python
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(VIZ_A) $(VIZ_SO) \
      $(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so $(BUILD)/qkv $(BUILD)/qkv.1 $(BUILD)/qkv.bash
 
@@ -166,7 +166,14 @@ $(BUILD)/parity/.stamp: $(wildcard tests/parity/*.py) $(wildcard tools/*.py)
 unit: all $(TEST_BIN) $(BUILD)/parity/.stamp
 	QKV_PARITY_DIR=$(BUILD)/parity QKV=$(BUILD)/qkv tests/run.sh $(TEST_BIN) $(E2E_TESTS)
 
+# The code's shape, before any test runs: every include in the folder order of the seam, and
+# every function over 80 lines saying why (docs/architecture.md).
+check:
+	tools/check_includes.sh
+	$(PY) tools/check_functions.py
+
 test: deps
+	$(MAKE) check
 	$(MAKE) unit
 	$(MAKE) test-python
 	$(MAKE) test-asan

@@ -65,20 +65,6 @@ int qkv_batch_decoder_running(const qkv_batch_decoder *bd)
     return slots_in(bd->s, SLOT_RUNNING);
 }
 
-/* What qkv_translate's check_options refuses, refused here too (batch and precision aside). */
-static qkv_status check_options(const qkv_translate_options *o, qkv_error *err)
-{
-    if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
-        !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF)
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam, "
-                        "finite alpha >= 0 and a known stopping rule (got %d, %d, %g, %d)",
-                        o->beam, o->n_best, (double)o->alpha, (int)o->stop);
-    if (o->max_len < 0 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f || o->max_len_b < 0)
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, max_len_a in [0, 1e6] "
-                        "and max_len_b >= 0 (got %d, %g, %d)", o->max_len,
-                        (double)o->max_len_a, o->max_len_b);
-    return QKV_OK;
-}
 
 qkv_status qkv_batch_decoder_add_with(qkv_batch_decoder *bd, const char *const *sources, int n,
                                       const qkv_translate_options *o, int *slot, qkv_error *err)
@@ -87,7 +73,7 @@ qkv_status qkv_batch_decoder_add_with(qkv_batch_decoder *bd, const char *const *
     const decoder_info info = slots_info(bd->s);
     if (n < 1 || !sources || !slot || !o)
         return qkv_fail(err, QKV_ERR_ARG, "a batch decoder takes n >= 1 sources (got %d)", n);
-    qkv_status st = check_options(o, err);
+    qkv_status st = translate_check_options(o, 0, err);
     if (st) return st;
     /* greedy decoding where qkv_translate decodes greedily (decode_all's condition) */
     const int greedy = o->beam == 1 && o->n_best == 1 &&

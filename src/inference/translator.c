@@ -106,18 +106,20 @@ void qkv_translations_free(qkv_translations *r)
     memset(r, 0, sizeof *r);
 }
 
-static qkv_status check_options(const qkv_translate_options *o, qkv_error *err)
+qkv_status translate_check_options(const qkv_translate_options *o, int batched,
+                                  qkv_error *err)
 {
     if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
         !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF)
         return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam, "
                         "finite alpha >= 0 and a known stopping rule (got %d, %d, %g, %d)",
                         o->beam, o->n_best, (double)o->alpha, (int)o->stop);
-    if (o->max_len < 0 || o->batch < 1 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f ||
-        o->max_len_b < 0)
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, batch >= 1, "
-                        "max_len_a in [0, 1e6] and max_len_b >= 0 (got %d, %d, %g, %d)",
-                        o->max_len, o->batch, (double)o->max_len_a, o->max_len_b);
+    if (o->max_len < 0 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f || o->max_len_b < 0)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, max_len_a in [0, 1e6] "
+                        "and max_len_b >= 0 (got %d, %g, %d)", o->max_len, (double)o->max_len_a,
+                        o->max_len_b);
+    if (batched && o->batch < 1)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs batch >= 1 (got %d)", o->batch);
     return QKV_OK;
 }
 
@@ -335,7 +337,7 @@ qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
                                qkv_error *err)
 {
     memset(out, 0, sizeof *out);
-    qkv_status st = check_options(o, err);
+    qkv_status st = translate_check_options(o, 1, err);
     return st ? st : translate(out, t, words, o, err);
 }
 
@@ -378,7 +380,7 @@ qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *c
                          int n, const qkv_translate_options *o, qkv_error *err)
 {
     memset(out, 0, sizeof *out);
-    qkv_status st = check_options(o, err);
+    qkv_status st = translate_check_options(o, 1, err);
     if (st) return st;
     if (n < 0 || (n > 0 && !sources))
         return qkv_fail(err, QKV_ERR_ARG, "translation needs n >= 0 sources and an array of "
