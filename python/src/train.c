@@ -447,13 +447,104 @@ static PyObject *train_transformer(PyObject *module, PyObject *args)
 
 /* ---- the language model: qkv train-lm --------------------------------------------------- */
 
+/* What the language model's run reads, from the spec. */
+typedef struct {
+    const char *out, *data;
+    int byte_level;      /* a vocabulary of the 256 bytes, not of the text's characters */
+    double val_fraction; /* the end of the text held out */
+    qkv_precision precision;
+} lm_spec;
+
+/* The language model's vocabulary and model: the run's own when resuming (its parameters come
+ * from the checkpoint), or new ones from the text, written to out. */
+static qkv_status lm_model(qkv_lm **m, qkv_vocab *vocab, qkv_lm_config *cfg, const lm_spec *r,
+                           const qkv_lm_train_options *o, const char *text, size_t len,
+                           qkv_error *err)
+{
+    char path[4096], cpath[4096], *json = NULL;
+    qkv_status s;
+    snprintf(path, sizeof path, "%s/vocab.txt", r->out);
+    snprintf(cpath, sizeof cpath, "%s/config.json", r->out);
+    if (o->resume) {
+        if ((s = qkv_read_file(cpath, QKV_MAX_CONFIG_BYTES, &json, NULL, err)) ||
+            (s = qkv_lm_config_from_json(cfg, json, cpath, err)) ||
+            (s = qkv_vocab_load(vocab, path, err)))
+            goto done;
+        if (vocab->size != cfg->vocab) {
+            s = fail_msg(err, QKV_ERR_FORMAT, "%s: the vocabulary has %d tokens but the model "
+                         "was built for %d", path, vocab->size, cfg->vocab);
+            goto done;
+        }
+        s = qkv_lm_create(m, cfg, o->seed, err);
+        goto done;
+    }
+    if ((s = qkv_lm_vocab_build(vocab, text, len, r->byte_level, err))) goto done;
+    cfg->vocab = vocab->size;
+    if ((s = qkv_lm_create(m, cfg, o->seed, err)) || (s = qkv_vocab_save(vocab, path, err)) ||
+        (s = qkv_lm_config_to_json(cfg, &json, err)))
+        goto done;
+    s = write_text(r->out, "config.json", json, err);
+done:
+    free(json);
+    return s;
+}
+
+/* The run: like cmd_lm.c's run(), without printing: the text, the model, the held-out end,
+ * training. */
+static qkv_status lm_run(const lm_spec *r, qkv_lm_config *cfg, qkv_lm_train_options *o,
+                         hooks *h, PyObject *ready, qkv_error *err)
+{
+    qkv_lm *m = NULL;
+    qkv_vocab vocab = {0};
+    char *text = NULL;
+    int *ids = NULL;
+    size_t len = 0, n = 0, unknown = 0;
+    qkv_status s;
+    if ((s = qkv_read_file(r->data, QKV_MAX_TEXT_BYTES, &text, &len, err))) goto done;
+    if (!len) {
+        s = fail_msg(err, QKV_ERR_ARG, "%s is empty: there is nothing to learn from", r->data);
+        goto done;
+    }
+    if ((s = lm_model(&m, &vocab, cfg, r, o, text, len, err))) goto done;
+    if (!(ids = malloc(len * sizeof *ids))) {
+        s = fail_msg(err, QKV_ERR_NOMEM, "out of memory for %zu tokens", len);
+        goto done;
+    }
+    if ((s = qkv_lm_encode(ids, &n, &unknown, &vocab, text, len, err))) goto done;
+    /* the last val_fraction of the tokens is held out, as train-lm holds it out */
+    const size_t n_val = (size_t)((double)n * (double)(float)r->val_fraction), n_train = n - n_val;
+    if (n_train < (size_t)o->context + 1) {
+        s = fail_msg(err, QKV_ERR_ARG, "%s: %zu training tokens, but a context of %d needs at "
+                     "least %d", r->data, n_train, o->context, o->context + 1);
+        goto done;
+    }
+    if ((s = qkv_lm_set_precision(m, r->precision, err))) goto done;
+    PyEval_RestoreThread(h->released);
+    const int failed = call_ready(ready, Py_BuildValue(
+        "{s:n,s:n,s:i,s:n,s:n}", "train_tokens", (Py_ssize_t)n_train, "val_tokens",
+        (Py_ssize_t)n_val, "vocab", vocab.size, "parameters", (Py_ssize_t)qkv_lm_num_params(m),
+        "unknown", (Py_ssize_t)unknown));
+    if (failed) keep_exception(h);
+    h->released = PyEval_SaveThread();
+    if (failed) goto done;
+    o->progress = lm_progress, o->progress_ctx = h;
+    o->should_stop = should_stop, o->should_stop_ctx = h;
+    s = qkv_lm_train(m, ids, n_train, ids + n_train, n_val, o, err);
+done:
+    free(text), free(ids);
+    qkv_vocab_free(&vocab);
+    qkv_lm_free(m);
+    return s;
+}
+
+/* train_lm(spec, progress, ready): qkv train-lm's run as spec says. */
 static PyObject *train_lm(PyObject *module, PyObject *args)
 {
     PyObject *spec, *progress, *ready;
     if (!PyArg_ParseTuple(args, "O!OO", &PyDict_Type, &spec, &progress, &ready)) return NULL;
     reader rd = {spec, 0};
-    const char *out = get_str(&rd, "out"), *data = get_str(&rd, "data"),
-               *vocab_kind = get_str(&rd, "vocab"), *attention = get_str(&rd, "attention"),
+    lm_spec r = {get_str(&rd, "out"), get_str(&rd, "data"), 0, 0.0, QKV_PRECISION_FP32};
+    const char *vocab_kind = get_str(&rd, "vocab"), *attention = get_str(&rd, "attention"),
                *act = get_str(&rd, "act"), *precision = get_str(&rd, "precision");
     qkv_lm_config cfg = qkv_lm_default_config();
     cfg.d_model = (int)get_int(&rd, "d_model"), cfg.heads = (int)get_int(&rd, "heads");
@@ -462,7 +553,7 @@ static PyObject *train_lm(PyObject *module, PyObject *args)
     cfg.tie = (int)get_int(&rd, "tie"), cfg.learned_pos = (int)get_int(&rd, "learned_pos");
     cfg.bias = !get_int(&rd, "no_bias");
     qkv_lm_train_options o = qkv_lm_train_default_options();
-    o.out_dir = out;
+    o.out_dir = r.out;
     o.context = (int)get_int(&rd, "context"), o.batch = (int)get_int(&rd, "batch");
     o.lr = (float)get_float(&rd, "lr"), o.warmup = (int)get_int(&rd, "warmup");
     o.cosine = (int)get_int(&rd, "cosine"), o.beta2 = (float)get_float(&rd, "beta2");
@@ -472,84 +563,22 @@ static PyObject *train_lm(PyObject *module, PyObject *args)
     o.log_every = (int)get_int(&rd, "log_every"), o.seed = (uint64_t)get_int(&rd, "seed");
     o.resume = (int)get_int(&rd, "resume");
     o.stop_after_steps = get_int(&rd, "stop_after_steps");
-    const double val_fraction = get_float(&rd, "val_fraction");
+    r.val_fraction = get_float(&rd, "val_fraction");
     const int threads = (int)get_int(&rd, "threads");
     if (rd.failed) return NULL;
     module_state *st = state_of(module);
     qkv_error err = {0};
-    qkv_precision prec;
-    qkv_status s = qkv_precision_parse(&prec, precision ? precision : "", &err);
+    qkv_status s = qkv_precision_parse(&r.precision, precision ? precision : "", &err);
     if (s) return raise_qkv(st, s, &err);
     cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
     cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
     cfg.final_norm = cfg.pre_norm, cfg.max_len = o.context;
-    const int byte_level = !strcmp(vocab_kind, "byte");
-
+    r.byte_level = !strcmp(vocab_kind, "byte");
     hooks h = {progress == Py_None ? NULL : progress, {NULL, NULL, NULL}, NULL};
-    qkv_lm *m = NULL;
-    qkv_vocab vocab = {0};
-    char *text = NULL, *json = NULL, path[4096];
-    int *ids = NULL;
-    size_t len = 0, n = 0;
     const int use = threads > 0 ? threads : st->threads;
     h.released = PyEval_SaveThread();
     if (use > 0) qkv_set_threads(use);
-    if ((s = qkv_read_file(data, QKV_MAX_TEXT_BYTES, &text, &len, &err))) goto done;
-    if (!len) {
-        s = fail_msg(&err, QKV_ERR_ARG, "%s is empty: there is nothing to learn from", data);
-        goto done;
-    }
-    snprintf(path, sizeof path, "%s/vocab.txt", out);
-    if (o.resume) { /* the run's configuration and vocabulary; its parameters: the checkpoint */
-        char cpath[4096];
-        snprintf(cpath, sizeof cpath, "%s/config.json", out);
-        if ((s = qkv_read_file(cpath, QKV_MAX_CONFIG_BYTES, &json, NULL, &err)) ||
-            (s = qkv_lm_config_from_json(&cfg, json, cpath, &err)) ||
-            (s = qkv_vocab_load(&vocab, path, &err)))
-            goto done;
-        if (vocab.size != cfg.vocab) {
-            s = fail_msg(&err, QKV_ERR_FORMAT, "%s: the vocabulary has %d tokens but the "
-                             "model was built for %d", path, vocab.size, cfg.vocab);
-            goto done;
-        }
-    } else {
-        if ((s = qkv_lm_vocab_build(&vocab, text, len, byte_level, &err))) goto done;
-        cfg.vocab = vocab.size;
-    }
-    if ((s = qkv_lm_create(&m, &cfg, o.seed, &err))) goto done;
-    if (!o.resume && ((s = qkv_vocab_save(&vocab, path, &err)) ||
-                      (s = qkv_lm_config_to_json(&cfg, &json, &err)) ||
-                      (s = write_text(out, "config.json", json, &err))))
-        goto done;
-    if (!(ids = malloc(len * sizeof *ids))) {
-        s = fail_msg(&err, QKV_ERR_NOMEM, "out of memory for %zu tokens", len);
-        goto done;
-    }
-    size_t unknown = 0;
-    if ((s = qkv_lm_encode(ids, &n, &unknown, &vocab, text, len, &err))) goto done;
-    /* the last val_fraction of the tokens is held out, as train-lm holds it out */
-    const size_t n_val = (size_t)((double)n * (double)(float)val_fraction), n_train = n - n_val;
-    if (n_train < (size_t)o.context + 1) {
-        s = fail_msg(&err, QKV_ERR_ARG, "%s: %zu training tokens, but a context of %d needs "
-                         "at least %d", data, n_train, o.context, o.context + 1);
-        goto done;
-    }
-    if ((s = qkv_lm_set_precision(m, prec, &err))) goto done;
-    PyEval_RestoreThread(h.released);
-    const int failed = call_ready(ready, Py_BuildValue(
-        "{s:n,s:n,s:i,s:n,s:n}", "train_tokens", (Py_ssize_t)n_train, "val_tokens",
-        (Py_ssize_t)n_val, "vocab", vocab.size, "parameters", (Py_ssize_t)qkv_lm_num_params(m),
-        "unknown", (Py_ssize_t)unknown));
-    if (failed) keep_exception(&h);
-    h.released = PyEval_SaveThread();
-    if (failed) goto done;
-    o.progress = lm_progress, o.progress_ctx = &h;
-    o.should_stop = should_stop, o.should_stop_ctx = &h;
-    s = qkv_lm_train(m, ids, n_train, ids + n_train, n_val, &o, &err);
-done:
-    free(text), free(json), free(ids);
-    qkv_vocab_free(&vocab);
-    qkv_lm_free(m);
+    s = lm_run(&r, &cfg, &o, &h, ready, &err);
     PyEval_RestoreThread(h.released);
     if (raise_kept(&h)) return NULL;
     if (s) return raise_qkv(st, s, &err);

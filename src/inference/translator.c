@@ -328,7 +328,7 @@ qkv_status qkv_translate_tokens(qkv_translations *out, qkv_translator *t,
                                 qkv_error *err)
 {
     memset(out, 0, sizeof *out);
-    qkv_status st = check_options(o, err);
+    qkv_status st = translate_check_options(o, 1, err);
     return st ? st : translate_tokens(out, t, tokens, o, err);
 }
 
