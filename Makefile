@@ -79,7 +79,7 @@ LIB_SRC := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 # The figures (heatmaps, line plots) are a library of their own, libqkv-viz, over libqkv's
 # public types; its shared build carries private copies of the error and file helpers it uses
 # (src/viz/libqkv-viz.map keeps them local).
-VIZ_CORE := $(BUILD)/src/core/error.o $(BUILD)/src/core/atomic_file.o
+VIZ_CORE := $(BUILD)/src/core/error.o $(BUILD)/src/core/atomic_file.o $(BUILD)/src/core/read_file.o
 VIZ_SRC := $(sort $(wildcard src/viz/*.c))
 VIZ_OBJ := $(VIZ_SRC:%.c=$(BUILD)/%.o)
 VIZ_A   := $(BUILD)/libqkv-viz.a

@@ -85,7 +85,7 @@ static int serve_until_stopped(server *s, const sigset_t *stop)
             break;
         }
     pthread_mutex_unlock(&s->lock);
-    MHD_stop_daemon(s->daemon);
+    serve_http_stop(s);
     if (listener != MHD_INVALID_SOCKET) close(listener);
     return 0;
 }
@@ -94,6 +94,7 @@ static int serve_until_stopped(server *s, const sigset_t *stop)
 static int serve_options(server *s, int argc, char **argv, int *threads)
 {
     int slots = 64, max_queue = 256, timeout = 60, port = 8080, delay_ms = 0;
+    int header_timeout = 10, per_address = 0;
     const char *host = "127.0.0.1", *model = NULL;
     opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32};
     const opt_spec opts[] = {
@@ -114,13 +115,20 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
          "[1, 1000000]", NULL},
         {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
          "[0, 86400]", NULL},
+        {"header-timeout", OPT_INT, &header_timeout, "seconds a request's headers may take to "
+                                                     "arrive (more: the connection is closed)",
+         "[1, 3600]", NULL},
+        {"max-per-address", OPT_INT, &per_address, "connections one client address may hold "
+                                                   "(0: half of all the server takes)",
+         "[0, 1000000]", NULL},
         {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
         {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv serve --model DIR [--host TEXT] [--port N] [--threads N] "
                         "[--max-batch-size N] [--max-batch-delay N] [--max-queue N] "
-                        "[--timeout N] [--precision fp32|bf16|int8]\n"
+                        "[--timeout N] [--header-timeout N] [--max-per-address N] "
+                        "[--precision fp32|bf16|int8]\n"
                         "Serves a model over HTTP: POST /translate, POST /v1/completions, "
                         "GET /health /v1/models /metrics.");
     if (rc) return rc > 0 ? 1 : 2;
@@ -136,6 +144,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
     }
     s->model_dir = model, s->host = host, s->port = port, s->slots = slots;
     s->max_queue = max_queue, s->timeout_s = timeout, s->max_delay_s = 1e-3 * delay_ms;
+    s->header_timeout_s = header_timeout, s->per_address = per_address;
     const char *base = strrchr(model, '/');
     s->model_id = base && base[1] ? base + 1 : model;
     return 0;

@@ -47,6 +47,8 @@ typedef struct job {
     int n, joined, finished, max_len, beam, n_best;
     char **src, **text;     /* (n) the sources; (n * n_best) the translations */
     double *score;          /* (n * n_best) beam search's scores */
+    int *cut;               /* (n) whether source i was longer than the model's max_len, and
+                             * cut to it (as the CLI cuts it, and warns) */
     int *slot;              /* (n) the batch decoder's slot of source i, -1 once taken */
     /* completion */
     int *prompt, n_prompt;
@@ -69,9 +71,20 @@ void job_fail(job *j, int status, const char *msg);
 
 /* ---- the server ----------------------------------------------------------------------- */
 
+/* A connection whose request headers have not all come (serve_http.c): cut once they take
+ * longer than --header-timeout. */
+typedef struct pending {
+    int fd;
+    double since;           /* serve_now() when it began waiting for headers */
+    int watched;            /* in the server's list */
+    struct pending *prev, *next;
+} pending;
+
 typedef struct {
     const char *model_dir, *host, *model_id;
     int port, slots, max_queue, timeout_s;
+    int header_timeout_s;   /* --header-timeout: seconds a request's headers may take */
+    int per_address;        /* --max-per-address: connections one client address may hold */
     double max_delay_s;     /* --max-batch-delay: an idle decoder waits this long for company */
     qkv_precision precision; /* --precision: how the model's linear layers multiply */
     qkv_translator *tr;     /* one of the two */
@@ -89,8 +102,12 @@ typedef struct {
     unsigned long long by_code[N_CODES + 1], tokens, steps, batch_rows, joined;
     unsigned long long latency[N_BUCKETS + 1], latency_count;
     double latency_sum;
-    unsigned long next_id;
+    unsigned long next_id, headers_cut;
     struct MHD_Daemon *daemon;
+    pending *waiting_headers; /* under lock; the watch thread cuts the slow ones */
+    pthread_t watch;
+    pthread_cond_t watch_wake;
+    int watching, stop_watch;
 } server;
 
 /* CLOCK_MONOTONIC in seconds. */
@@ -116,9 +133,11 @@ typedef struct {
     int code;             /* the status sent (for the metrics) */
 } conn;
 
-/* The daemon on s->host:s->port (port 0: a free one, *bound receives it); NULL after a
- * message. */
+/* The daemon on s->host:s->port (port 0: a free one, *bound receives it), and the thread that
+ * cuts connections whose headers take longer than s->header_timeout_s; NULL after a message.
+ * s->lock must be initialised. serve_http_stop stops both. */
 struct MHD_Daemon *serve_http_start(server *s, int *bound);
+void serve_http_stop(server *s);
 
 /* Answers: text (taken over, freed by the response) with its content type, a JSON object
  * (deleted), or {"error": message} (with Retry-After on 503). */

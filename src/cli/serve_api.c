@@ -97,7 +97,8 @@ static job *translate_job(const cJSON *q, int n, int beam, int alternatives, int
     j->text = calloc((size_t)n * j->n_best, sizeof *j->text);
     j->score = calloc((size_t)n * j->n_best, sizeof *j->score);
     j->slot = malloc((size_t)n * sizeof *j->slot);
-    int ok = j->src && j->text && j->score && j->slot;
+    j->cut = calloc((size_t)n, sizeof *j->cut);
+    int ok = j->src && j->text && j->score && j->slot && j->cut;
     for (int i = 0; ok && i < n; i++) {
         j->slot[i] = -1;
         ok = !!(j->src[i] = strdup((cJSON_IsArray(q) ? cJSON_GetArrayItem(q, i) : q)->valuestring));
@@ -106,13 +107,16 @@ static job *translate_job(const cJSON *q, int n, int beam, int alternatives, int
     return j;
 }
 
-/* {"translatedText", "alternatives" (n-best), "scores" (beam search)}: each a list when "q"
- * was one (arg: nonzero), else the one text's. */
+/* {"translatedText", "alternatives" (n-best), "scores" (beam search), "truncated" (when a
+ * source was longer than the model's max_len and cut to it, as the CLI warns)}: each a list
+ * when "q" was one (arg: nonzero), else the one text's. */
 static cJSON *translation_json(const server *s, const job *j, const void *arg)
 {
     (void)s;
     const int is_list = *(const int *)arg, alternatives = j->n_best - 1;
     cJSON *o = cJSON_CreateObject();
+    int cut = 0;
+    for (int i = 0; i < j->n; i++) cut |= j->cut[i];
     cJSON *texts = cJSON_CreateArray(), *alts = cJSON_CreateArray(), *scores = cJSON_CreateArray();
     for (int i = 0; i < j->n; i++) {
         const char *best = j->text[(size_t)i * j->n_best];
@@ -140,6 +144,13 @@ static cJSON *translation_json(const server *s, const job *j, const void *arg)
     else cJSON_Delete(alts);
     if (j->beam > 1) cJSON_AddItemToObject(o, "scores", scores);
     else cJSON_Delete(scores);
+    if (cut && is_list) {
+        cJSON *t = cJSON_AddArrayToObject(o, "truncated");
+        for (int i = 0; i < j->n; i++)
+            cJSON_AddItemToArray(t, cJSON_CreateBool(j->cut[i]));
+    } else if (cut) {
+        cJSON_AddTrueToObject(o, "truncated");
+    }
     return o;
 }
 
@@ -338,6 +349,37 @@ static int check_stop(const cJSON *stop, char *msg, size_t cap)
     return 0;
 }
 
+/* OpenAI's completion options that qkv does not implement: refused with a 400 naming them
+ * unless given their no-op value (clients send those by default), rather than accepted and
+ * ignored ("n": 3 returned one choice). */
+static int check_unsupported(const cJSON *req, char *msg, size_t cap)
+{
+    static const struct {
+        const char *key, *why;
+        double noop; /* the number that asks for nothing (NAN: none does) */
+    } options[] = {
+        {"n", "one choice per request", 1},
+        {"best_of", "one candidate per choice", 1},
+        {"echo", "no echo of the prompt", NAN},
+        {"logprobs", "no log-probabilities", NAN},
+        {"suffix", "no text after the insertion", NAN},
+        {"presence_penalty", "no presence penalty", 0},
+        {"frequency_penalty", "no frequency penalty", 0},
+        {"logit_bias", "no logit bias", NAN},
+    };
+    for (size_t k = 0; k < sizeof options / sizeof *options; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, options[k].key);
+        const int noop = !x || cJSON_IsNull(x) || cJSON_IsFalse(x) ||
+                         (cJSON_IsNumber(x) && x->valuedouble == options[k].noop) ||
+                         (cJSON_IsString(x) && !*x->valuestring) ||
+                         (cJSON_IsObject(x) && !x->child);
+        if (!noop)
+            return refuse(msg, cap, 400, "\"%s\" is not supported: qkv serve gives %s",
+                          options[k].key, options[k].why);
+    }
+    return 0;
+}
+
 /* The job of a completion request (checked already): its prompt encoded, its stop strings;
  * NULL with the status in *code and the reason in msg. */
 static job *completion_job(const server *s, const cJSON *req, const char *prompt,
@@ -394,7 +436,8 @@ enum MHD_Result serve_post_completions(server *s, struct MHD_Connection *c, conn
     const cJSON *stream_flag = cJSON_GetObjectItemCaseSensitive(req, "stream");
     if (stream_flag && !cJSON_IsBool(stream_flag) && !cJSON_IsNull(stream_flag))
         return serve_send_error(c, cn, 400, "\"stream\" must be true or false");
-    if ((code = check_stop(cJSON_GetObjectItemCaseSensitive(req, "stop"), msg, sizeof msg)))
+    if ((code = check_stop(cJSON_GetObjectItemCaseSensitive(req, "stop"), msg, sizeof msg)) ||
+        (code = check_unsupported(req, msg, sizeof msg)))
         return serve_send_error(c, cn, code, "%s", msg);
     const qkv_lm_generation gen = {max_tokens, {temperature, top_k, top_p}, (uint64_t)seed, NULL,
                                    NULL, 1};

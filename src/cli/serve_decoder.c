@@ -25,6 +25,7 @@ void job_free(job *j)
     for (int i = 0; j->text && i < j->n * j->n_best; i++) free(j->text[i]);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->src), free(j->text), free(j->score), free(j->slot), free(j->prompt), free(j->out);
+    free(j->cut);
     pthread_cond_destroy(&j->changed);
     free(j);
 }
@@ -60,8 +61,14 @@ static void collect(server *s)
         for (int i = 0; i < j->joined; i++) {
             if (j->slot[i] < 0 || !qkv_batch_decoder_finished(s->bd, j->slot[i])) continue;
             int tokens = 0;
-            if (qkv_batch_decoder_take(s->bd, j->slot[i], &j->text[i], &tokens, &err))
+            qkv_translations r;
+            if (qkv_batch_decoder_take_translations(s->bd, j->slot[i], &r, &err)) {
                 job_fail(j, 500, err.msg);
+            } else {
+                j->text[i] = r.text[0], r.text[0] = NULL;
+                tokens = r.len[0] > 0 ? r.len[0] : 0, j->cut[i] = r.truncated > 0;
+                qkv_translations_free(&r);
+            }
             j->slot[i] = -1, j->finished++, j->tokens += tokens, s->tokens += (unsigned)tokens;
         }
         if (j->finished == j->n || j->cancelled || j->done) {
@@ -89,6 +96,10 @@ static void translate_whole(server *s, job *j)
     if (st) {
         job_fail(j, st == QKV_ERR_ARG ? 400 : 500, err.msg);
     } else {
+        /* a source's encoder tokens: its own, <eos>, and <bos> where the model starts with one */
+        const int bos = qkv_translator_tokenizer(s->tr)->source_bos;
+        const int limit = qkv_transformer_get_config(qkv_translator_model(s->tr))->max_len;
+        for (int i = 0; i < j->n; i++) j->cut[i] = r.src_len[i] + 1 + bos > limit;
         for (int h = 0; h < j->n * j->n_best; h++) {
             j->text[h] = r.text[h], r.text[h] = NULL;
             j->score[h] = r.score[h];

@@ -2,7 +2,23 @@
 /* qkv serve's HTTP layer (serve.h): libmicrohttpd with one thread per connection. A request's
  * body is gathered, checked (size, UTF-8, a JSON object) and dispatched by endpoint; a handler
  * waits for its job in short slices and, between them, looks at its socket: a client that went
- * away cancels its request and frees its slot; one that waits past --timeout gets 504. */
+ * away cancels its request and frees its slot; one that waits past --timeout gets 504.
+ *
+ * Connections are bounded three ways: in all (--max-queue + --max-batch-tokens + 64), per
+ * client address (--max-per-address, libmicrohttpd's per-IP limit), and in the time their
+ * request headers may take (--header-timeout, from the connection's start or the end of its
+ * previous request, however slowly the bytes trickle in: libmicrohttpd's own timeout only
+ * counts idle time, which a byte every few seconds resets; a watch thread shuts the socket of
+ * a connection past it, and libmicrohttpd then closes it as any connection whose client left).
+ *
+ * What libmicrohttpd answers itself, before any handler of qkv runs: a request whose headers
+ * it cannot parse. A Content-Length that is not a decimal number ("-1", "abc", "5, 6", "1e23")
+ * gets its 400 with an HTML body ("Request malformed ... wrong value for Content-Length"), and
+ * libmicrohttpd 0.9.75 writes that answer's status line and headers twice (348 bytes where
+ * its Content-Length says 138), then closes the connection; qkv never sees the request
+ * (tests/e2e/test_serve.sh pins this down, so that another version of the library is
+ * noticed). Every answer qkv itself gives, a Content-Length over the body limit included
+ * (413), is one JSON object. */
 #include <errno.h>
 #include <math.h>
 #include <netdb.h>
@@ -176,6 +192,83 @@ int serve_job_done(const job *j, const void *arg)
 
 /* ---- dispatch ------------------------------------------------------------------------- */
 
+/* ---- connections: per-address limit, header deadline ------------------------------------ */
+
+static void watch_link(server *s, pending *p)
+{
+    if (p->watched) return;
+    p->prev = NULL, p->next = s->waiting_headers;
+    if (p->next) p->next->prev = p;
+    s->waiting_headers = p, p->watched = 1;
+}
+
+static void watch_unlink(server *s, pending *p)
+{
+    if (!p->watched) return;
+    if (p->prev) p->prev->next = p->next;
+    else s->waiting_headers = p->next;
+    if (p->next) p->next->prev = p->prev;
+    p->prev = p->next = NULL, p->watched = 0;
+}
+
+/* A connection starts waiting for headers (STARTED), and stops being watched (CLOSED). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    server *s = cls;
+    pending *p = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(p = calloc(1, sizeof *p))) return; /* unwatched, still bounded when idle */
+        p->fd = ci->connect_fd, p->since = serve_now();
+        pthread_mutex_lock(&s->lock);
+        watch_link(s, p);
+        pthread_mutex_unlock(&s->lock);
+        *socket_context = p;
+        return;
+    }
+    if (!p) return;
+    pthread_mutex_lock(&s->lock);
+    watch_unlink(s, p);
+    pthread_mutex_unlock(&s->lock);
+    free(p);
+    *socket_context = NULL;
+}
+
+/* The connection's pending entry (NULL if unwatched). */
+static pending *pending_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Shuts the sockets of connections whose headers are past the deadline, every quarter of a
+ * second, until serve_http_stop. */
+static void *watch_headers(void *arg)
+{
+    server *s = arg;
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop_watch) {
+        const double now = serve_now();
+        for (pending *p = s->waiting_headers, *next; p; p = next) {
+            next = p->next;
+            if (now - p->since <= s->header_timeout_s) continue;
+            shutdown(p->fd, SHUT_RDWR); /* libmicrohttpd still owns (and closes) the socket */
+            watch_unlink(s, p);
+            s->headers_cut++;
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 250 * 1000000L;
+        if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->watch_wake, &s->lock, &t);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
 /* A request's first call, with its headers: its connection state, counted in flight. */
 static enum MHD_Result begin_request(server *s, struct MHD_Connection *c, void **con_cls)
 {
@@ -186,8 +279,10 @@ static enum MHD_Result begin_request(server *s, struct MHD_Connection *c, void *
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) cn->fd = ci->connect_fd;
     *con_cls = cn;
+    pending *p = pending_of(c);
     pthread_mutex_lock(&s->lock);
     s->in_flight++;
+    if (p) watch_unlink(s, p); /* its headers are in */
     pthread_mutex_unlock(&s->lock);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > MAX_BODY)
@@ -210,18 +305,19 @@ static enum MHD_Result add_body(conn *cn, const char *data, size_t n)
     return MHD_YES;
 }
 
-/* A POST's body as a JSON object, or NULL after answering why not. */
+/* A POST's body as a JSON object, or NULL after answering why not: one JSON value and nothing
+ * after it, no NUL (raw or \u0000, which would cut a text short), no key twice
+ * (qkv_json_parse, the library's one JSON reader). */
 static cJSON *json_body(struct MHD_Connection *c, conn *cn, enum MHD_Result *r)
 {
-    const char *end = NULL;
     cJSON *req = NULL;
+    qkv_error err = {0};
     if (!cn->body || !cn->len)
         *r = serve_send_error(c, cn, 400, "the body is empty: send JSON");
     else if (!utf8_valid((const unsigned char *)cn->body, cn->len))
         *r = serve_send_error(c, cn, 400, "the body is not valid UTF-8");
-    else if (!(req = cJSON_ParseWithLengthOpts(cn->body, cn->len, &end, 0)))
-        *r = serve_send_error(c, cn, 400, "malformed JSON at byte %zu",
-                              end ? (size_t)(end - cn->body) : (size_t)0);
+    else if (qkv_json_parse(&req, cn->body, cn->len, "the body", &err))
+        *r = serve_send_error(c, cn, 400, "%s", err.msg);
     else if (!cJSON_IsObject(req))
         *r = serve_send_error(c, cn, 400, "the body must be a JSON object");
     else
@@ -274,11 +370,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)c;
     server *s = cls;
     conn *cn = *con_cls;
     if (!cn) return;
+    pending *p = pending_of(c);
     pthread_mutex_lock(&s->lock);
+    if (p) p->since = serve_now(), watch_link(s, p); /* a kept-alive connection's next headers */
     serve_count(s, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? cn->code : 0,
                 serve_now() - cn->start);
     s->in_flight--;
@@ -303,17 +400,31 @@ struct MHD_Daemon *serve_http_start(server *s, int *bound)
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_USE_POLL;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    /* connections beyond what the queue and the batch can hold are refused outright */
+    /* connections beyond what the queue and the batch can hold are refused outright; one
+     * client address may take half of them (--max-per-address 0) */
     const unsigned limit = (unsigned)(s->max_queue + s->slots + 64);
+    const unsigned per_address = s->per_address > 0 ? (unsigned)s->per_address : limit / 2;
+    s->stop_watch = 0;
+    if (pthread_cond_init(&s->watch_wake, NULL) ||
+        pthread_create(&s->watch, NULL, watch_headers, s)) {
+        fprintf(stderr, "qkv serve: cannot start the thread that watches request headers\n");
+        freeaddrinfo(ai);
+        return NULL;
+    }
+    s->watching = 1;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, limit,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, s, MHD_OPTION_CONNECTION_LIMIT, limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(s->timeout_s > 0 ? s->timeout_s + 5 : 0),
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {
         fprintf(stderr, "qkv serve: cannot listen on %s:%d: %s\n", s->host, s->port,
                 strerror(errno));
+        s->daemon = NULL;
+        serve_http_stop(s);
         return NULL;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -321,3 +432,16 @@ struct MHD_Daemon *serve_http_start(server *s, int *bound)
     return d;
 }
 
+void serve_http_stop(server *s)
+{
+    if (s->daemon) MHD_stop_daemon(s->daemon); /* every connection closed: none watched */
+    s->daemon = NULL;
+    if (!s->watching) return;
+    pthread_mutex_lock(&s->lock);
+    s->stop_watch = 1;
+    pthread_cond_signal(&s->watch_wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->watch, NULL);
+    pthread_cond_destroy(&s->watch_wake);
+    s->watching = 0;
+}

@@ -215,6 +215,7 @@ typedef struct {
     int flash_min_keys;   /* softmax attention over this many keys or more runs flash */
     model_precision prec; /* the backend's state: how the linear layers multiply */
     qkv_kv_cache kv_cache; /* the decoding caches' type (AUTO: as the precision) */
+    char source[512];      /* the directory it was loaded from, for messages ("": made here) */
 } model_core;
 
 /* The parameter walk: a model's table in a fixed order hands out consecutive slices of one

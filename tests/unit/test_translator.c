@@ -290,6 +290,33 @@ static void test_beam_n_best(void **state)
     remove_tree(dir);
 }
 
+/* Weights past float's range give logits that are not finite: every search fails with
+ * QKV_ERR_NUMERIC naming the model's directory (beam search printed "<unk> ... ||| -nan" and
+ * exit 0), and the results are left empty. */
+static void test_nonfinite_logits_name_the_model(void **state)
+{
+    (void)state;
+    char dir[64];
+    word_model_dir(dir, sizeof dir, 3);
+    qkv_translator *t = open_ok(dir);
+    qkv_transformer *m = qkv_translator_model(t);
+    float *p = qkv_transformer_params(m);
+    for (size_t i = 0; i < qkv_transformer_num_params(m); i++) p[i] *= 1e30f;
+    char want[160];
+    snprintf(want, sizeof want, "%s: the model's logits are not finite", dir);
+    for (int beam = 1; beam <= 4; beam += 3) {
+        qkv_translate_options o = qkv_translate_default_options();
+        o.beam = beam, o.n_best = beam == 4 ? 2 : 1, o.max_len = 5;
+        qkv_translations r;
+        qkv_error err = {0};
+        assert_int_equal(qkv_translate(&r, t, SOURCES, N_SOURCES, &o, &err), QKV_ERR_NUMERIC);
+        if (strncmp(err.msg, want, strlen(want))) fail_msg("\"%s\" lacks \"%s\"", err.msg, want);
+        assert_null(r.text);
+    }
+    qkv_translator_free(t);
+    remove_tree(dir);
+}
+
 /* A target vocabulary of five ids has five one-token hypotheses: asked for eight, the rest
  * come back missing (no text, length -1), as beam search reports them. */
 static void test_fewer_hypotheses_than_asked(void **state)
@@ -871,6 +898,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_the_models),
         cmocka_unit_test(test_beam_n_best),
+        cmocka_unit_test(test_nonfinite_logits_name_the_model),
         cmocka_unit_test(test_fewer_hypotheses_than_asked),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_empty_input),
