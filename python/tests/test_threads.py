@@ -43,19 +43,19 @@ def test_translation_releases_the_gil(word_model):
     tr = qkv.Translator(word_model, threads=1)
     batch = SENTENCES * 40
     moved = counts_during(lambda: tr.translate_batch(batch, beam_size=4))
-    assert moved > 100, moved
+    assert moved > 10, moved  # held throughout: 0
 
 
 def test_generation_releases_the_gil(lm_model):
     g = qkv.Generator(lm_model, threads=1)
     moved = counts_during(lambda: g.generate("the", max_length=3000, seed=1))
-    assert moved > 100, moved
+    assert moved > 10, moved  # held throughout: 0
 
 
 def test_training_releases_the_gil(data_dir, tmp_path):
     moved = counts_during(lambda: qkv.train(data_dir / "pairs.tsv", tmp_path / "m", epochs=2,
                                             min_freq=1, batch=16, threads=1))
-    assert moved > 100, moved
+    assert moved > 10, moved  # held throughout: 0
 
 
 def test_ops_release_the_gil():
@@ -64,7 +64,7 @@ def test_ops_release_the_gil():
     rng = np.random.default_rng(0)
     Q = rng.standard_normal((8, 256, 8, 32)).astype(np.float32)
     moved = counts_during(lambda: qkv.ops.dot_product_attention(Q, Q, Q))
-    assert moved > 100, moved
+    assert moved > 10, moved  # held throughout: 0
 
 
 def test_one_translator_shared_by_threads(word_model):
