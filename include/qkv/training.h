@@ -171,6 +171,12 @@ typedef struct {
     int stop_after_steps;   /* stop (cleanly, after checkpointing) at this step; 0: never */
     void (*progress)(const qkv_train_progress *p, void *ctx); /* after every step, or NULL */
     void *progress_ctx;
+    /* Asked after every step (NULL: never): nonzero stops training there as stop_after_steps
+     * does, checkpointed and resumable, the model not saved: how a program lets its user
+     * interrupt a run (Ctrl-C) without losing it. Data-parallel: every rank passes one, and
+     * rank 0's answer rules. */
+    int (*should_stop)(void *ctx);
+    void *should_stop_ctx;
     qkv_lr_schedule schedule;
     int warmup;             /* QKV_LR_NOAM: steps of linear warmup (the paper's 4000) */
     float lr_factor;        /* QKV_LR_NOAM: the factor (the paper's 1) */
@@ -275,6 +281,10 @@ typedef struct {
     int64_t stop_after_steps; /* stop (cleanly, after checkpointing) at this step; 0: never */
     void (*progress)(const qkv_lm_train_progress *p, void *ctx); /* every step, or NULL */
     void *progress_ctx;
+    /* Asked after every step (NULL: never): nonzero stops there, checkpointed and resumable,
+     * as qkv_train_options' should_stop. */
+    int (*should_stop)(void *ctx);
+    void *should_stop_ctx;
     const qkv_reducer *reducer; /* data-parallel, as qkv_train_options: each step's B windows
                                  * are split among the ranks; rank 0 alone writes out_dir and
                                  * evaluates, and its clock rules a time budget */

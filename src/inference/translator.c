@@ -290,9 +290,10 @@ qkv_status qkv_translator_set_languages(qkv_translator *t, const char *source,
     return qkv_tokenizer_set_languages(&t->tok, source, target, err);
 }
 
-static qkv_status translate(qkv_translations *out, qkv_translator *t,
-                            const qkv_sentences *words, const qkv_translate_options *o,
-                            qkv_error *err)
+/* The translations of sources already as the model's tokens. */
+static qkv_status translate_tokens(qkv_translations *out, qkv_translator *t,
+                                   const qkv_sentences *src, const qkv_translate_options *o,
+                                   qkv_error *err)
 {
     qkv_status st = QKV_OK;
     memset(out, 0, sizeof *out);
@@ -301,16 +302,34 @@ static qkv_status translate(qkv_translations *out, qkv_translator *t,
                         "(--target-lang)?");
     if (qkv_transformer_get_precision(t->model) != o->precision)
         st = qkv_transformer_set_precision(t->model, o->precision, err);
-    qkv_sentences src = {0};
     int *limits = NULL;
-    if (!st) st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
-    if (!st) st = results_init(out, &limits, t, &src, o, err);
-    if (!st && src.count) st = decode_all(out, t, &src, limits, o, err);
-    if (!st && src.count) st = detokenize(out, t, err);
-    qkv_sentences_free(&src);
+    if (!st) st = results_init(out, &limits, t, src, o, err);
+    if (!st && src->count) st = decode_all(out, t, src, limits, o, err);
+    if (!st && src->count) st = detokenize(out, t, err);
     free(limits);
     if (st) qkv_translations_free(out);
     return st;
+}
+
+static qkv_status translate(qkv_translations *out, qkv_translator *t,
+                            const qkv_sentences *words, const qkv_translate_options *o,
+                            qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    qkv_sentences src = {0};
+    qkv_status st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
+    if (!st) st = translate_tokens(out, t, &src, o, err);
+    qkv_sentences_free(&src);
+    return st;
+}
+
+qkv_status qkv_translate_tokens(qkv_translations *out, qkv_translator *t,
+                                const qkv_sentences *tokens, const qkv_translate_options *o,
+                                qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    qkv_status st = translate_check_options(o, 1, err);
+    return st ? st : translate_tokens(out, t, tokens, o, err);
 }
 
 qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,

@@ -293,7 +293,8 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         if ((st = run_elapsed(&r, rd, &elapsed, err))) break;
         r.pos.elapsed_s = elapsed;
         r.prog.grad_norm = res.grad_norm, r.prog.lr = lr;
-        const int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+        int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+        if ((st = rd_ask_stop(o->should_stop, o->should_stop_ctx, rd, &stop, err))) break;
         const int last = (o->steps > 0 && r.opt.step >= o->steps) ||
                          (r.budget > 0.0 && elapsed >= r.budget);
         if ((st = run_report(&r, m, val, n_val, n_train, o, last, stop, err))) break;

@@ -363,7 +363,8 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
         int64_t timed = 0;
         for (int bi = r.pos.batch; bi < r.plan.n_batches; bi++) {
             if ((st = train_batch(&r, epoch, bi, t0, &timed, err))) break;
-            const int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+            int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+            if ((st = rd_ask_stop(o->should_stop, o->should_stop_ctx, r.rd, &stop, err))) break;
             if (r.prog.end_of_epoch) {
                 r.pos.epoch = epoch + 1, r.pos.batch = 0;
                 if ((st = end_epoch(&r, epoch, err))) break;

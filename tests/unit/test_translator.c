@@ -445,6 +445,15 @@ static void test_subword_model_and_best_dir(void **state)
     assert_int_equal(r.max_len, MAX_LEN);
     check_results(&r, t, &tokens, 32, NULL);
     for (int i = 0; i < N_SOURCES; i++) assert_null(strstr(r.text[i], QKV_BPE_SPACE));
+    /* the pieces given as they are (qkv_translate_tokens) translate as the text does; given
+     * as words, each piece would be split again */
+    qkv_translations rt;
+    assert_int_equal(qkv_translate_tokens(&rt, t, &tokens, &o, NULL), QKV_OK);
+    for (int i = 0; i < N_SOURCES; i++) {
+        assert_int_equal(rt.len[i], r.len[i]);
+        assert_string_equal(rt.text[i], r.text[i]);
+    }
+    qkv_translations_free(&rt);
     snprintf(path, sizeof path, "%s/best", dir);
     qkv_translator *tb = open_ok(path);
     assert_int_equal(qkv_translate(&rb, tb, SOURCES, N_SOURCES, &o, NULL), QKV_OK);
@@ -678,6 +687,17 @@ static void test_reserved_tokens_are_text(void **state)
     assert_int_equal(a.src_len[2], 3);
     assert_int_equal(a.unknown[2], 2); /* "zz", "yy": mostly unknown */
     qkv_translations_free(&a), qkv_translations_free(&b);
+    /* so are tokens given as the model's: a reserved one is <unk>, as one the vocabulary lacks */
+    qkv_sentences tokens;
+    tokens_of(&tokens, t, unk, 1);
+    tokens.tokens[1] = "<pad>", tokens.tokens[3] = "nosuchword";
+    assert_int_equal(qkv_translate_tokens(&a, t, &tokens, &o, NULL), QKV_OK);
+    assert_int_equal(qkv_translate(&b, t, unk, 1, &o, NULL), QKV_OK);
+    assert_int_equal(a.len[0], b.len[0]);
+    assert_memory_equal(a.ids, b.ids, (size_t)a.len[0] * sizeof *a.ids);
+    assert_int_equal(a.unknown[0], 2);
+    qkv_translations_free(&a), qkv_translations_free(&b);
+    qkv_sentences_free(&tokens);
     qkv_translator_free(t);
     remove_tree(dir);
 }
