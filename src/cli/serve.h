@@ -157,6 +157,7 @@ typedef struct {
     job *j;
     int fd;               /* the client's socket, to notice that it went away */
     int code;             /* the status sent (for the metrics) */
+    int openai;           /* a /v1/ path: errors in OpenAI's shape */
 } conn;
 
 /* The daemon on s->host:s->port (port 0: a free one, *bound receives it), and the thread that

@@ -157,6 +157,16 @@ static void test_hold(server *s)
     }
 }
 
+/* A test's hook (QKV_SERVE_STEP_DELAY_MS): every decoder step waits that long first, so that
+ * a long generation lasts long enough for a test to watch it run. Lock not held. */
+static void test_pace(void)
+{
+    const char *ms = getenv("QKV_SERVE_STEP_DELAY_MS");
+    const long n = ms ? strtol(ms, NULL, 10) : 0;
+    if (n > 0 && n < 10000)
+        nanosleep(&(struct timespec){n / 1000, (n % 1000) * 1000000L}, NULL);
+}
+
 /* A translation model's round: waiting requests join, one decoder step runs, and what
  * finished is handed back. Under lock; released while the model runs. */
 static void translation_round(server *s, served_model *m)
@@ -167,6 +177,7 @@ static void translation_round(server *s, served_model *m)
     if (rows && qkv_batch_decoder_running(m->bd)) {
         qkv_error err = {0};
         pthread_mutex_unlock(&s->lock);
+        test_pace();
         qkv_status st = qkv_batch_decoder_step(m->bd, &err);
         pthread_mutex_lock(&s->lock);
         s->steps++, s->batch_rows += (unsigned)rows;
@@ -228,6 +239,7 @@ static void lm_round(server *s, served_model *m)
     const int rows = qkv_lm_batch_running(m->lb);
     if (!rows) return;
     pthread_mutex_unlock(&s->lock);
+    test_pace();
     qkv_status st = qkv_lm_batch_step(m->lb, m->drawn, &err);
     pthread_mutex_lock(&s->lock);
     s->steps++, s->batch_rows += (unsigned)rows;

@@ -80,7 +80,8 @@ enum MHD_Result serve_send_json(struct MHD_Connection *c, conn *cn, int code, cJ
     return serve_send_text(c, cn, code, line, "application/json", 0);
 }
 
-/* OpenAI's clients read error.message, LibreTranslate's read error: both are there. */
+/* LibreTranslate's clients read "error" as the message ("detail" repeats it with the status);
+ * under /v1/, OpenAI's shape: "error" an object with the message, type and code. */
 enum MHD_Result serve_send_error(struct MHD_Connection *c, conn *cn, int code, const char *fmt,
                                  ...)
 {
@@ -90,10 +91,18 @@ enum MHD_Result serve_send_error(struct MHD_Connection *c, conn *cn, int code, c
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     cJSON *o = cJSON_CreateObject(), *e = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "error", msg);
     cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddNumberToObject(e, "code", code);
-    cJSON_AddItemToObject(o, "detail", e);
+    if (cn->openai) { /* OpenAI's error object: its clients raise their error class by status */
+        cJSON_AddStringToObject(e, "type", code == 404 ? "not_found_error"
+                                           : code < 500 ? "invalid_request_error" : "server_error");
+        cJSON_AddNullToObject(e, "param");
+        cJSON_AddNumberToObject(e, "code", code);
+        cJSON_AddItemToObject(o, "error", e);
+    } else {
+        cJSON_AddStringToObject(o, "error", msg);
+        cJSON_AddNumberToObject(e, "code", code);
+        cJSON_AddItemToObject(o, "detail", e);
+    }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) return MHD_NO;
@@ -345,7 +354,7 @@ static cJSON *json_body(struct MHD_Connection *c, conn *cn, enum MHD_Result *r)
 /* The endpoints answered with GET, and those with POST (a body); LibreTranslate's clients
  * call /languages either way. */
 typedef enum { EP_NONE, EP_HEALTH, EP_METRICS, EP_MODELS, EP_SETTINGS, EP_LANGUAGES,
-               EP_TRANSLATE, EP_DETECT, EP_COMPLETIONS } endpoint;
+               EP_TRANSLATE, EP_DETECT, EP_COMPLETIONS, EP_CHAT } endpoint;
 
 static endpoint endpoint_of(const char *url, int *get_ok, int *post_ok)
 {
@@ -358,6 +367,7 @@ static endpoint endpoint_of(const char *url, int *get_ok, int *post_ok)
         {"/v1/models", EP_MODELS, 1, 0},       {"/frontend/settings", EP_SETTINGS, 1, 0},
         {"/languages", EP_LANGUAGES, 1, 1},    {"/translate", EP_TRANSLATE, 0, 1},
         {"/detect", EP_DETECT, 0, 1},          {"/v1/completions", EP_COMPLETIONS, 0, 1},
+        {"/v1/chat/completions", EP_CHAT, 1, 1},
     };
     for (size_t k = 0; k < sizeof table / sizeof *table; k++)
         if (!strcmp(url, table[k].url)) {
@@ -388,6 +398,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     pthread_mutex_unlock(&s->lock);
     int get_ok = 0, post_ok = 0;
     const endpoint e = endpoint_of(url, &get_ok, &post_ok);
+    cn->openai = !strncmp(url, "/v1/", 4);
+    if (e == EP_CHAT)
+        return serve_send_error(c, cn, 404, "%s: qkv's language models are not chat models "
+                                "(trained on raw text, without roles): use /v1/completions", url);
     if (e == EP_NONE) return serve_send_error(c, cn, 404, "no endpoint %s", url);
     if (!(get && get_ok) && !(post && post_ok))
         return serve_send_error(c, cn, 405, "%s %s: use %s", method, url,
