@@ -48,6 +48,7 @@ static int open_model(server *s, served_model *m)
             fprintf(stderr, "qkv serve: model %s: %s\n", m->name, err.msg);
             return 1;
         }
+        qkv_lm_batch_set_prefill_chunk(m->lb, s->prefill_chunk);
         return 0;
     }
     if (qkv_translator_open(&m->tr, m->dir, &err) ||
@@ -190,7 +191,7 @@ static int serve_until_stopped(server *s, const sigset_t *stop)
 static int serve_options(server *s, int argc, char **argv, int *threads)
 {
     int slots = 64, max_queue = 256, timeout = 60, port = 8080, delay_ms = 0;
-    int header_timeout = 10, per_address = 0;
+    int header_timeout = 10, per_address = 0, prefill_chunk = 64;
     const char *host = "127.0.0.1", *model = NULL, *scheduler = "shared", *keys = NULL;
     opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32};
     const opt_spec opts[] = {
@@ -214,6 +215,10 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
         {"max-batch-delay", OPT_INT, &delay_ms, "milliseconds an idle server waits for more "
                                                 "requests to start a batch with (0: none)",
          "[0, 60000]", NULL},
+        {"prefill-chunk", OPT_INT, &prefill_chunk, "prompt tokens a step takes from a long "
+                                                   "prompt that joins running completions, "
+                                                   "so that it does not stall them (0: the "
+                                                   "whole prompt at once)", "[0, 4096]", NULL},
         {"max-queue", OPT_INT, &max_queue, "requests waiting beyond the batch (more: 503)",
          "[1, 1000000]", NULL},
         {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
@@ -231,6 +236,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
                         "usage: qkv serve --model [NAME=]DIR [--model ...] [--host TEXT] "
                         "[--port N] [--scheduler shared|per-model] [--api-keys FILE] "
                         "[--threads N] [--max-batch-size N] [--max-batch-delay N] "
+                        "[--prefill-chunk N] "
                         "[--max-queue N] [--timeout N] [--header-timeout N] "
                         "[--max-per-address N] [--precision fp32|bf16|int8]\n"
                         "Serves models over HTTP: POST /translate, POST /v1/completions, "
@@ -256,6 +262,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
     s->host = host, s->port = port, s->slots = slots;
     s->max_queue = max_queue, s->timeout_s = timeout, s->max_delay_s = 1e-3 * delay_ms;
     s->header_timeout_s = header_timeout, s->per_address = per_address;
+    s->prefill_chunk = prefill_chunk;
     return 0;
 }
 
