@@ -34,6 +34,8 @@ def start_server(qkv, model, threads, extra=()):
     p = subprocess.Popen([qkv, "serve", "--model", model, "--port", "0", "--threads", str(threads),
                           *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
+    while line and " on http://" not in line:  # a line per model before the address
+        line = p.stdout.readline()
     m = re.search(r"http://([^:]+):(\d+)$", line.strip())
     if not m:
         p.kill()
@@ -136,7 +138,7 @@ def mix_rows(qkv, tm, threads, sentences, connections, slots):
                  for i in range(len(sentences))]
         bodies = [json.dumps({"q": s, **({"beam": 4} if k == "beam" else {})})
                   for s, k in zip(sentences, kinds)]
-        p, host, port = start_server(qkv, tm, threads, ("--max-batch-size", str(slots)))
+        p, host, port = start_server(qkv, tm, threads, ("--max-batch-tokens", str(slots)))
         try:
             load_mixed(host, port, bodies[:64], kinds[:64], connections)  # warm up
             lat, wall = load_mixed(host, port, bodies, kinds, connections)
@@ -182,8 +184,9 @@ def print_mix(mix, sched, a):
     alone, mixed = greedy.get("greedy only"), greedy.get("greedy + 10% beam 4")
     if alone and mixed:
         print(f"\ngreedy p99 with 10% beam 4 / alone: {mixed / alone:.2f} (the aim: within 2)")
-    print("\n| two models, 64 connections | requests/s | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|")
+    if sched:
+        print("\n| two models, 64 connections | requests/s | p50 ms | p99 ms |")
+        print("|---|---:|---:|---:|")
     for sched_name, rps, p50, p99 in sched:
         print(f"| --scheduler {sched_name} | {rps:.1f} | {p50:.1f} | {p99:.1f} |")
 
@@ -218,6 +221,8 @@ def main():
     ap.add_argument("--levels", default="1,8,64")
     ap.add_argument("--mix-slots", type=int, default=64, help="--max-batch-size of the mix")
     ap.add_argument("--only-mix", action="store_true", help="the mix and the schedulers only")
+    ap.add_argument("--no-schedulers", action="store_true",
+                    help="not the two-model run (a qkv from before --scheduler)")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     work = tempfile.mkdtemp(prefix="qkv-serve-bench-")
@@ -247,8 +252,10 @@ def main():
     rows = []
     print("the mix:", flush=True)
     mix = mix_rows(a.qkv, tm, a.threads, sentences, 64, a.mix_slots)
-    print("two models:", flush=True)
-    sched = scheduler_rows(a.qkv, tm, a.threads, sentences, 64)
+    sched = []
+    if not a.no_schedulers:
+        print("two models:", flush=True)
+        sched = scheduler_rows(a.qkv, tm, a.threads, sentences, 64)
     if a.only_mix:
         print_mix(mix, sched, a)
         print(f"\n{len(sentences)} Multi30k test sentences (de->en, one per request); --threads "
