@@ -7,10 +7,10 @@
  *   GET  /health, /v1/models, /metrics (Prometheus text)
  * Decoding threads own the models (serve_decoder.c). Requests wait in bounded queues (full:
  * 503 with Retry-After); translations (greedy or beam search) and completions join their
- * model's running batch at the next step and leave it when they end (continuous batching). This file: the options, the model,
- * start-up, and the end: SIGTERM or SIGINT (taken by sigwait in the main thread, no handler, no
- * global state) stops accepting, finishes what is in flight, and exits 0. The parts and how
- * they meet: serve.h. */
+ * model's running batch at the next step and leave it when they end (continuous batching).
+ * This file: the options, the models, start-up, and the end: SIGTERM or SIGINT (taken by
+ * sigwait in the main thread, no handler, no global state) stops accepting, finishes what is in
+ * flight, and exits 0. The parts and how they meet: serve.h. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>

@@ -752,7 +752,8 @@ static cJSON *translation_json(const server *s, const job *j, const void *arg)
                 item_cut |= j->cut[g];
             }
             if (k > 0 && found) cJSON_AddItemToArray(a, item_text(p, j, i, k));
-            if (j->beam > 1 && found && isfinite(sum)) cJSON_AddItemToArray(sc, cJSON_CreateNumber(sum));
+            if (j->beam > 1 && found && isfinite(sum))
+                cJSON_AddItemToArray(sc, cJSON_CreateNumber(sum));
         }
         any_cut |= item_cut;
         cJSON_AddItemToArray(cut, cJSON_CreateBool(item_cut));
