@@ -60,14 +60,12 @@ static decode_cli decode_defaults(void)
 static int generation_defaults(decode_cli *c, const opt_spec *opts, int argc, char **argv,
                                int *alpha_set)
 {
-    char path[4096], *text = NULL;
-    size_t len = 0;
+    char path[4096];
     qkv_error err = {0};
     if (!qkv_model_dir_file(path, sizeof path, c->model, "generation.json")) return 0;
-    if (qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, &len, &err))
+    cJSON *g = NULL;
+    if (qkv_json_load(&g, path, QKV_MAX_CONFIG_BYTES, &err))
         return fprintf(stderr, "qkv: %s\n", err.msg), 1;
-    cJSON *g = cJSON_ParseWithLength(text, len);
-    free(text);
     if (!cJSON_IsObject(g)) {
         cJSON_Delete(g);
         return fprintf(stderr, "qkv: %s: not a JSON object\n", path), 1;
@@ -307,9 +305,10 @@ int cmd_translate(int argc, char **argv)
     /* A file is translated in batches; a pipe or a terminal line by line, each translation
      * printed as soon as it is made (attention figures need the batch path) */
     struct stat st;
-    FILE *in = input ? fopen(input, "rb") : stdin;
+    qkv_error open_err = {0};
+    FILE *in = input ? qkv_open_file(input, 0, &open_err) : stdin;
     if (!in) {
-        fprintf(stderr, "qkv: %s: cannot open\n", input);
+        fprintf(stderr, "qkv: %s\n", open_err.msg);
         qkv_translator_free(t);
         return 1;
     }

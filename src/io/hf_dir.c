@@ -19,11 +19,11 @@ qkv_status hf_json(cJSON **out, const char *dir, const char *name, int required,
     snprintf(path, sizeof path, "%s/%s", dir, name);
     struct stat sb;
     if (!required && stat(path, &sb)) return QKV_OK;
-    qkv_status st = qkv_read_file(path, MAX_JSON_BYTES, &text, &len, err);
-    if (st) return st;
-    *out = cJSON_ParseWithLength(text, len);
+    qkv_status st = qkv_read_regular_file(path, MAX_JSON_BYTES, &text, &len, err);
+    if (!st) st = qkv_json_parse(out, text, len, path, err);
     free(text);
-    if (*out && cJSON_IsObject(*out)) return QKV_OK;
+    if (st) return st;
+    if (cJSON_IsObject(*out)) return QKV_OK;
     cJSON_Delete(*out), *out = NULL;
     return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", path);
 }
@@ -54,6 +54,50 @@ const char *hf_str(const cJSON *o, const char *key, const char *def)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(x) ? x->valuestring : def;
+}
+
+qkv_status hf_output_apart(const char *out, const char *dir, qkv_error *err)
+{
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = qkv_path_relation(out, dir);
+    return rel > 0 ? qkv_fail(err, QKV_ERR_ARG, "%s %s the input %s: import into another "
+                              "directory", out, relation[rel], dir)
+                   : QKV_OK;
+}
+
+qkv_status hf_spm_loads(const char *bytes, size_t len, const char *name, qkv_error *err)
+{
+    qkv_spm *model = NULL; /* an empty, junk or truncated file does not load */
+    qkv_status st = qkv_spm_load_bytes(&model, bytes, len, name, err);
+    qkv_spm_free(model);
+    return st;
+}
+
+qkv_status hf_weights_finite(qkv_transformer *m, const char *file, qkv_error *err)
+{
+    const float *params = qkv_transformer_params(m);
+    for (int i = 0; i < qkv_transformer_num_tensors(m); i++) {
+        const qkv_param_info t = qkv_transformer_tensor(m, i);
+        for (size_t k = 0; k < t.numel; k++)
+            if (!isfinite(params[t.offset + k]))
+                return qkv_fail(err, QKV_ERR_NUMERIC, "%s: the weights of qkv's tensor '%s' hold "
+                                "%g at element %zu (a NaN or Inf)", file, t.name,
+                                (double)params[t.offset + k], k);
+    }
+    return QKV_OK;
+}
+
+qkv_status hf_string(const cJSON *o, const char *key, const char *def, const char **v,
+                     const char *file, qkv_error *err)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    *v = def;
+    if (!x) return QKV_OK;
+    if (!cJSON_IsString(x))
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be a string%s", file, key,
+                        cJSON_IsNull(x) ? " (it is null)" : "");
+    *v = x->valuestring;
+    return QKV_OK;
 }
 
 /* ---- weights ------------------------------------------------------------------------ */

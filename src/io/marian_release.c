@@ -302,7 +302,7 @@ static qkv_status release_read(release *r, const char *name, size_t max, char **
     char path[4096];
     if (!r->zipped) {
         snprintf(path, sizeof path, "%s/%s", r->path, name);
-        return qkv_read_file(path, max, data, len, err);
+        return qkv_read_regular_file(path, max, data, len, err);
     }
     snprintf(path, sizeof path, "%s%s", r->base, name);
     const zip_entry *e = zip_find(&r->z, path);

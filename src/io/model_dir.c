@@ -97,8 +97,10 @@ qkv_status model_config_from_json(const model_kind *k, void *cfg, const char *js
                                   const char *file, qkv_error *err)
 {
     k->defaults(cfg);
-    cJSON *o = cJSON_Parse(json);
-    if (!o || !cJSON_IsObject(o)) {
+    cJSON *o = NULL;
+    qkv_status parsed = qkv_json_parse(&o, json, strlen(json), file, err);
+    if (parsed) return parsed;
+    if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", file);
     }
@@ -140,7 +142,7 @@ qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir,
     char *json = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    qkv_status st = qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
     if (!st && strlen(json) != len)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
     if (!st) st = model_config_from_json(k, cfg, json, path, err);
@@ -340,6 +342,7 @@ qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_er
     if (!st)
         st = weights == QKV_PRECISION_INT8 ? load_int8(k, m, dir, err)
                                            : model_dir_params(params_of(k, m), dir, err);
+    if (!st) snprintf(k->core(m)->source, sizeof k->core(m)->source, "%s", dir); /* messages */
     if (st && m) k->destroy(m), m = NULL;
     *model = m;
     return st;

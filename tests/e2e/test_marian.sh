@@ -45,6 +45,31 @@ expect_fail "a second import onto the model is refused" "already holds|--overwri
   "$QKV" import marian "$HF" --out "$T/m"
 check "... and --overwrite replaces it" bash -c "'$QKV' import marian '$HF' --out '$T/m' --overwrite 2>/dev/null"
 
+# ---- the output is never the input, nor holds it, nor lies inside it (claiming it with
+# --overwrite removed the input's config.json, model.safetensors and SentencePiece models)
+variant self
+for out in "$T/self" "$T/self/sub" "$T/self/." "$T"; do
+  expect_fail "--out $out over the input is refused" "is the input|is inside the input|holds the input" \
+    "$QKV" import marian "$T/self" --out "$out" --overwrite
+done
+ln -s "$T/self" "$T/self-link"
+expect_fail "... also through a link" "is the input" "$QKV" import marian "$T/self-link" --out "$T/self" --overwrite
+check "... and the input is whole" bash -c "for f in config.json model.safetensors source.spm target.spm vocab.json; do cmp -s '$T/self/'\$f '$HF/'\$f || exit 1; done"
+# --overwrite over a trained run leaves only the import's files (a stale checkpoint was then
+# resumed over the imported model)
+awk 'BEGIN { for (i = 0; i < 40; i++) print "a b c\tc b a" }' >"$T/tiny.tsv"
+"$QKV" train --data "$T/tiny.tsv" --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 8 \
+  --num-steps 4 --epochs 1 --threads 1 --quiet --out "$T/trained" >/dev/null 2>&1
+"$QKV" import marian "$HF" --out "$T/trained" --overwrite 2>/dev/null
+check "import --overwrite over a trained run leaves only the import's files ($(ls "$T/trained" | tr '\n' ' '))" \
+  bash -c "cd '$T/trained' && test -s model.safetensors && ! ls -d checkpoint.safetensors metrics.jsonl training.png train.json validation.json best epoch-* 2>/dev/null"
+# a FIFO (no writer) as any file of the directory is refused at once, never waited on
+for f in config.json vocab.json model.safetensors source.spm target.spm; do
+  variant "fifo-$f" && rm "$T/fifo-$f/$f" && mkfifo "$T/fifo-$f/$f"
+  expect_fail "import: $f a FIFO" "$f: is a FIFO or pipe, not a regular file" \
+    timeout 120 "$QKV" import marian "$T/fifo-$f" --out "$T/o-fifo"
+done
+
 # ---- the command line
 expect_fail "no kind" "which kind" "$QKV" import
 expect_fail "an unknown kind" "unknown kind 'bert'" "$QKV" import bert "$HF" --out "$T/x"
@@ -111,6 +136,34 @@ save_file(t, sys.argv[1])
 PY
 expect_fail "integer weights" "final_logits_bias' is not floating-point" \
   "$QKV" import marian "$T/int" --out "$T/o13"
+# what every reader of the imported model would refuse is refused at import, naming the input,
+# and nothing is written: a null activation (it was read as gelu), empty, junk or truncated
+# SentencePiece models, a NaN or an Inf among the weights
+variant nullact; set_key "$T/nullact" activation_function null
+expect_fail "\"activation_function\": null" '"activation_function" must be a string \(it is null\)' \
+  "$QKV" import marian "$T/nullact" --out "$T/o14"
+check "... and nothing is written" test ! -e "$T/o14"
+variant spm-empty; : >"$T/spm-empty/source.spm"
+variant spm-junk; echo junk >"$T/spm-junk/target.spm"
+variant spm-cut; head -c 3000 "$HF/source.spm" >"$T/spm-cut/source.spm"
+for v in spm-empty spm-junk spm-cut; do
+  expect_fail "$v: refused at import" "$v/(source|target).spm: not a SentencePiece model" \
+    "$QKV" import marian "$T/$v" --out "$T/o-$v"
+  check "... and nothing is written" test ! -e "$T/o-$v"
+done
+for bad in nan inf; do
+  variant "w-$bad"
+  /usr/bin/python3 - "$T/w-$bad/model.safetensors" "$bad" <<'PY'
+import sys
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1]); w = t["model.decoder.layers.0.fc1.weight"].copy()
+w[1, 2] = float(sys.argv[2]); t["model.decoder.layers.0.fc1.weight"] = w
+save_file(t, sys.argv[1])
+PY
+  expect_fail "a weight that is $bad" "model.safetensors: the weights of qkv's tensor 'decoder.0.ffn.W1' hold $bad at element" \
+    "$QKV" import marian "$T/w-$bad" --out "$T/o-w-$bad"
+  check "... and nothing is written" test ! -e "$T/o-w-$bad"
+done
 
 # ---- weights as hub checkpoints store them: float16 and bfloat16 safetensors, converted at
 # load, give the model that numpy's (torch's) conversion to float32 gives
