@@ -218,16 +218,18 @@ bench-serve: deps
 	$(MAKE) all
 	$(PY) bench/serve_bench.py --qkv $(BUILD)/qkv
 
-# qkv translate against CTranslate2 on two fra-eng models it trains itself (cached in
-# build/bench-ct2; README, "Against CTranslate2"). CT2_PY: a python3 with ctranslate2 and
-# safetensors (pip-installed into it here when missing: bench tools, not qkv's dependencies).
-# REPS=N sets the repetitions; BENCH_CT2_ARGS passes options (--env, --models, --tiny, ...).
-CT2_PY ?= python3
+# qkv translate against CTranslate2 on two fra-eng models it trains itself and on random-weight
+# MarianMT models of OPUS-MT's shapes it builds with transformers (cached in build/bench-ct2;
+# docs/benchmarks/). CT2_PY: a python3 with ctranslate2, safetensors, transformers, torch and
+# sentencepiece (Debian's /usr/bin/python3 has torch; the rest is pip-installed into it here
+# when missing: bench tools, not qkv's dependencies). REPS=N sets the repetitions;
+# BENCH_CT2_ARGS passes options (--env, --models, --tiny, ...).
+CT2_PY ?= /usr/bin/python3
 bench-ct2: deps
 	$(MAKE) all
-	$(CT2_PY) -c 'import ctranslate2, safetensors' 2>/dev/null || \
-	  $(CT2_PY) -m pip install ctranslate2 safetensors
-	$(CT2_PY) bench/ct2_bench.py --qkv $(BUILD)/qkv $(BENCH_CT2_ARGS)
+	$(CT2_PY) -c 'import ctranslate2, safetensors, transformers, torch, sentencepiece' \
+	  2>/dev/null || $(CT2_PY) -m pip install ctranslate2 safetensors transformers sentencepiece
+	$(CT2_PY) bench/ct2_bench.py --qkv $(BUILD)/qkv --hf-python $(CT2_PY) $(BENCH_CT2_ARGS)
 
 # Translator.translate_batch beside `qkv translate` on the same sentences (bench/python_bench.py).
 bench-python: all
