@@ -44,7 +44,7 @@ static qkv_status check(const void *cfg, qkv_error *err) { return qkv_lm_config_
 static double config_params(const void *cfg) { return lm_config_params(cfg); }
 static qkv_status create(void **model, const void *cfg, qkv_error *err)
 {
-    return qkv_lm_create((qkv_lm **)model, cfg, 0, err);
+    return lm_create((qkv_lm **)model, cfg, 0, 0, err); /* every parameter is read */
 }
 static void destroy(void *model) { qkv_lm_free(model); }
 static model_core *core_of(const void *model) { return &((qkv_lm *)model)->core; }

@@ -113,7 +113,9 @@ static qkv_status read_position(const model_kind *k, const qkv_tensor_file *f, c
 static double config_params(const void *cfg) { return transformer_config_params(cfg); }
 static qkv_status create(void **model, const void *cfg, qkv_error *err)
 {
-    return qkv_transformer_create((qkv_transformer **)model, cfg, 0, err);
+    /* no initialisation: every parameter is read from the file (d2l's for 74M parameters
+     * took longer than reading them) */
+    return transformer_create((qkv_transformer **)model, cfg, 0, 0, err);
 }
 static void destroy(void *model) { qkv_transformer_free(model); }
 static model_core *core_of(const void *model) { return &((qkv_transformer *)model)->core; }

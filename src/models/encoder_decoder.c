@@ -141,8 +141,8 @@ static void walk(param_walker *w, const void *cfg, void *view)
 
 /* ---- life cycle ------------------------------------------------------------------------ */
 
-qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
-                                  uint64_t seed, qkv_error *err)
+qkv_status transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
+                              uint64_t seed, int init, qkv_error *err)
 {
     *out = NULL;
     qkv_status st = qkv_transformer_config_check(cfg, err);
@@ -172,9 +172,16 @@ qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_c
         qkv_sinusoidal_table_halves(m->core.pos_table, cfg->max_len, cfg->d_model);
     else if (cfg->pos_layout == QKV_POS_FAIRSEQ)
         qkv_sinusoidal_table_fairseq(m->core.pos_table, cfg->max_len, cfg->d_model);
-    core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie != QKV_TIE_NONE);
+    if (init) core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie != QKV_TIE_NONE);
+    else memset(m->core.params, 0, m->core.n_params * sizeof *m->core.params);
     *out = m;
     return QKV_OK;
+}
+
+qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
+                                  uint64_t seed, qkv_error *err)
+{
+    return transformer_create(out, cfg, seed, 1, err);
 }
 
 void qkv_transformer_free(qkv_transformer *m)
