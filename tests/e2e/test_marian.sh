@@ -10,6 +10,7 @@
 set -u
 QKV=$(realpath "$1")
 . "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
+PY=${QKV_PY:-/usr/bin/python3}   # with torch and safetensors (tests/run.sh)
 P=${QKV_PARITY_DIR:-build/parity}
 HF=$P/marian_shared_swish
 if [ ! -f "$HF/config.json" ]; then
@@ -20,7 +21,7 @@ fi
 variant() { rm -rf "$T/$1"; cp -r "$HF" "$T/$1"; }
 # set_key DIR KEY JSON_VALUE: config.json's KEY set (or removed with the value "DELETE")
 set_key() {
-  /usr/bin/python3 - "$1/config.json" "$2" "$3" <<'PY'
+  "$PY" - "$1/config.json" "$2" "$3" <<'PY'
 import json, sys
 p, k, v = sys.argv[1:]
 c = json.load(open(p))
@@ -92,7 +93,7 @@ variant bin; mv "$T/bin/model.safetensors" "$T/bin/pytorch_model.bin"
 expect_fail "pytorch_model.bin only: how to convert" 'pytorch_model.bin.*convert it to safetensors' \
   "$QKV" import marian "$T/bin" --out "$T/o11"
 variant extra
-/usr/bin/python3 - "$T/extra/model.safetensors" <<'PY'
+"$PY" - "$T/extra/model.safetensors" <<'PY'
 import sys
 from safetensors.numpy import load_file, save_file
 import numpy as np
@@ -102,7 +103,7 @@ PY
 expect_fail "a tensor qkv has no place for (a LayerNorm on the embeddings)" \
   "layernorm_embedding.weight' has no place" "$QKV" import marian "$T/extra" --out "$T/o12"
 variant half
-/usr/bin/python3 - "$T/half/model.safetensors" <<'PY'
+"$PY" - "$T/half/model.safetensors" <<'PY'
 import sys
 from safetensors.numpy import load_file, save_file
 t = load_file(sys.argv[1]); save_file({k: v.astype("float16") for k, v in t.items()}, sys.argv[1])
@@ -112,7 +113,7 @@ expect_fail "float16 tensors" 'F16|float32' "$QKV" import marian "$T/half" --out
 # ---- positions stored in the file (older transformers saved them): Marian's table is
 # accepted, anything else refused
 variant pos
-/usr/bin/python3 - "$T/pos/model.safetensors" <<'PY' 2>/dev/null
+"$PY" - "$T/pos/model.safetensors" <<'PY' 2>/dev/null
 import sys
 import numpy as np
 from safetensors.numpy import load_file, save_file
@@ -134,13 +135,13 @@ expect_fail "other positions are refused" "not the \[sin \| cos\] sinusoidal tab
 variant bin2
 # a pytorch_model.bin as older transformers wrote it: the tied embeddings stored under each
 # of their names, sharing memory
-(cd "$T/bin2" && /usr/bin/python3 -c "
+(cd "$T/bin2" && "$PY" -c "
 import torch, safetensors.torch as st
 sd = st.load_file('model.safetensors'); e = sd['model.shared.weight']
 sd.update({'model.encoder.embed_tokens.weight': e, 'model.decoder.embed_tokens.weight': e,
            'lm_head.weight': e})
 torch.save(sd, 'pytorch_model.bin')" && rm model.safetensors &&
- /usr/bin/python3 -c 'import torch, safetensors.torch as st
+ "$PY" -c 'import torch, safetensors.torch as st
 sd = torch.load("pytorch_model.bin", map_location="cpu")
 st.save_file({k: v.float().clone().contiguous() for k, v in sd.items()}, "model.safetensors", {"format": "pt"})')
 check "pytorch_model.bin converted as the README says imports to the same model" \
