@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* qkv/translator.h: the translator, a model directory as one object that turns sentences into
- * translations. Part of qkv.h, which includes every part; its opening comment is the tour. */
+/* qkv/translator.h: model directories as objects: the translator (sentences in, translations
+ * out), the generator (a language model's text) and qkv_model_open, which opens either. Part
+ * of qkv.h, which includes every part; its opening comment is the tour. */
 #ifndef QKV_API_TRANSLATOR_H
 #define QKV_API_TRANSLATOR_H
 
@@ -143,6 +144,72 @@ qkv_status qkv_batch_decoder_take(qkv_batch_decoder *bd, int slot, char **text, 
 /* Frees a slot, running or finished (a client that went away). */
 QKV_API
 void qkv_batch_decoder_cancel(qkv_batch_decoder *bd, int slot);
+
+/* ---------------------------------------------------------------------------------------
+ * The generator: a language model's directory (qkv train-lm) as one object: the model, its
+ * vocabulary (characters or bytes, qkv_lm_encode) and what train.json records of its
+ * training. Generation itself is qkv_lm_generate / qkv_lm_batch on qkv_generator_model. One
+ * thread at a time, as the model.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct qkv_generator qkv_generator;
+
+/* What a language model's train.json records, as far as using the model needs it. */
+typedef struct {
+    int byte_level;     /* the vocabulary is bytes (<0x00> .. <0xFF>), not characters */
+    int context, batch; /* the window and batch it was trained with; 0 if unknown */
+    float val_fraction; /* the held-out share at the end of its text; 0.1 if unknown */
+} qkv_lm_run_info;
+
+/* Opens dir: config.json and model.safetensors (qkv_lm_load), vocab.txt (its size must be the
+ * model's: QKV_ERR_FORMAT naming the file) and train.json (optional). */
+QKV_API
+qkv_status qkv_generator_open(qkv_generator **out, const char *dir, qkv_error *err);
+/* A generator around a model and vocabulary made in memory; info may be NULL (unknown). On
+ * success it owns m and what *v held (*v is zeroed); on failure (a vocabulary of another size
+ * than the model's: QKV_ERR_ARG) the caller still owns both. */
+QKV_API
+qkv_status qkv_generator_create(qkv_generator **out, qkv_lm *m, qkv_vocab *v,
+                                const qkv_lm_run_info *info, qkv_error *err);
+QKV_API
+void qkv_generator_free(qkv_generator *g);
+QKV_API
+qkv_lm *qkv_generator_model(qkv_generator *g);
+QKV_API
+const qkv_vocab *qkv_generator_vocab(const qkv_generator *g);
+QKV_API
+const qkv_lm_run_info *qkv_generator_run_info(const qkv_generator *g);
+/* text[0..len) as the model's tokens: *ids (malloc'd, the caller frees it), *n of them;
+ * unknown (may be NULL) counts the characters the vocabulary lacks (read as <unk>). Invalid
+ * UTF-8 in a character model: QKV_ERR_FORMAT naming the byte offset. */
+QKV_API
+qkv_status qkv_generator_encode(const qkv_generator *g, const char *text, size_t len, int **ids,
+                                size_t *n, size_t *unknown, qkv_error *err);
+/* The text of ids[0..n) (qkv_lm_token_text of each), at most cap bytes with the NUL written
+ * to out (NULL: only measure); returns the length needed, as snprintf. */
+QKV_API
+size_t qkv_generator_decode(const qkv_generator *g, char *out, size_t cap, const int *ids,
+                            int n);
+
+/* ---------------------------------------------------------------------------------------
+ * Any model directory: config.json's "format" says whether it holds a translation model
+ * (qkv-transformer, also imported ones) or a language model (qkv-lm).
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum { QKV_MODEL_TRANSLATOR = 1, QKV_MODEL_GENERATOR = 2 } qkv_model_kind;
+
+typedef struct {
+    qkv_model_kind kind;
+    qkv_translator *translator; /* the one of kind, the other NULL */
+    qkv_generator *generator;
+} qkv_model;
+
+/* Opens dir as qkv_translator_open or qkv_generator_open would, whichever its config.json
+ * names. On failure *out is empty. */
+QKV_API
+qkv_status qkv_model_open(qkv_model *out, const char *dir, qkv_error *err);
+QKV_API
+void qkv_model_close(qkv_model *m);
 
 #ifdef __cplusplus
 }

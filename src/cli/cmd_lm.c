@@ -26,8 +26,12 @@
 
 void lm_dir_free(lm_dir *d)
 {
-    qkv_lm_free(d->model);
-    qkv_vocab_free(&d->vocab);
+    if (d->gen) { /* the model and vocabulary are the generator's */
+        qkv_generator_free(d->gen);
+    } else {
+        qkv_lm_free(d->model);
+        qkv_vocab_free(&d->vocab);
+    }
     memset(d, 0, sizeof *d);
 }
 
@@ -35,32 +39,12 @@ void lm_dir_free(lm_dir *d)
 int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
 {
     memset(d, 0, sizeof *d);
-    d->val_fraction = 0.1f;
     qkv_error err = {0};
-    char path[4096];
-    if (qkv_lm_load(&d->model, dir, &err)) goto fail;
-    snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    if (qkv_vocab_load(&d->vocab, path, &err)) goto fail;
-    int V = qkv_lm_get_config(d->model)->vocab;
-    if (d->vocab.size != V) {
-        snprintf(err.msg, sizeof err.msg, "%.400s: the vocabulary has %d tokens but the model was "
-                 "built for %d", path, d->vocab.size, V);
-        goto fail;
-    }
-    snprintf(path, sizeof path, "%s/train.json", dir);
-    size_t len;
-    FILE *probe = fopen(path, "rb");
-    char *text = probe ? (fclose(probe), cli_read_all(path, QKV_MAX_CONFIG_BYTES, &len)) : NULL;
-    cJSON *o = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    const cJSON *x;
-    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(o, "context"))) d->context = x->valueint;
-    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(o, "batch"))) d->batch = x->valueint;
-    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(o, "val_fraction")))
-        d->val_fraction = (float)x->valuedouble;
-    x = cJSON_GetObjectItemCaseSensitive(o, "vocab");
-    d->byte_level = cJSON_IsString(x) && !strcmp(x->valuestring, "byte");
-    cJSON_Delete(o);
+    if (qkv_generator_open(&d->gen, dir, &err)) goto fail;
+    const qkv_lm_run_info *info = qkv_generator_run_info(d->gen);
+    d->model = qkv_generator_model(d->gen), d->vocab = *qkv_generator_vocab(d->gen);
+    d->byte_level = info->byte_level, d->context = info->context, d->batch = info->batch;
+    d->val_fraction = info->val_fraction;
     if (prec && qkv_lm_set_precision(d->model, *prec, &err)) goto fail;
     return 0;
 fail:

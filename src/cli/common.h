@@ -44,8 +44,9 @@ int cli_train_precision(const char *name, qkv_precision *p);
 int cli_kv_cache(const char *name, qkv_kv_cache *c);
 
 /* A language model's directory (qkv train-lm): the model, its vocabulary and train.json's
- * settings. */
+ * settings; loaded, they are the generator's (gen), made for training, the directory's own. */
 typedef struct {
+    qkv_generator *gen;
     qkv_lm *model;
     qkv_vocab vocab;
     int byte_level;       /* train.json "vocab": "byte" */
