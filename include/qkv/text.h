@@ -422,6 +422,17 @@ typedef enum {
     QKV_TOKENIZER_SPM = 3         /* raw text, the pieces of src_spm / tgt_spm */
 } qkv_tokenizer_kind;
 
+/* How a SentencePiece model's output pieces become text (text.json "detokenize"). Imported
+ * models decode as their Hugging Face tokenizer does with skip_special_tokens: <unk> is
+ * dropped, every "▁" the SentencePiece model leaves (a piece it lacks: in a shared
+ * vocabulary, one only the source model knows) becomes a space, and the text is stripped. */
+typedef enum {
+    QKV_DETOK_SPM = 0,    /* "sentencepiece": the target model's own decoding */
+    QKV_DETOK_MARIAN = 1, /* "marian": MarianTokenizer (and OPUS-MT's postprocessing) */
+    QKV_DETOK_M2M100 = 2, /* "m2m100": M2M100Tokenizer: SentencePiece's decoding, stripped */
+    QKV_DETOK_NLLB = 3    /* "nllb": NllbTokenizer: the pieces joined, "▁" as spaces */
+} qkv_detokenizer;
+
 /* Filled by qkv_tokenizer_load, or by hand from vocabularies (and subword encodings) being
  * trained; qkv_tokenizer_free frees every member. */
 typedef struct {
@@ -434,6 +445,9 @@ typedef struct {
                               * qkv_sentences_split's, a corpus qkv_corpus_read_*_raw's); always
                               * so for SentencePiece, and for byte-pair models trained since,
                               * which also read it in NFC (qkv_sentences_nfc) */
+    qkv_detokenizer detokenize; /* QKV_TOKENIZER_SPM: text.json "detokenize" */
+    int clean_up_spaces;     /* text.json "clean_up_spaces": transformers'
+                              * clean_up_tokenization (" ." -> ".", " n't" -> "n't", ...) */
 } qkv_tokenizer;
 
 /* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its

@@ -579,6 +579,19 @@ static qkv_status copy_file(const char *from_dir, const char *name, const char *
     return st;
 }
 
+/* tokenizer_config.json's "clean_up_tokenization_spaces" (absent, or no file: true, the
+ * default of transformers' tokenizers). */
+static qkv_status read_clean_up(int *clean_up, const char *dir, qkv_error *err)
+{
+    cJSON *o = NULL;
+    qkv_status st = read_json(&o, dir, "tokenizer_config.json", 0, err);
+    char file[4096];
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
+    if (!st && o) st = get_bool(o, "clean_up_tokenization_spaces", 1, clean_up, file, err);
+    cJSON_Delete(o);
+    return st;
+}
+
 qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error *err)
 {
     hf_config h;
@@ -608,11 +621,16 @@ qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error 
     if (!st) st = write_text(out_dir, "src_vocab.txt", src.text, src.len, err);
     if (!st) st = write_text(out_dir, "tgt_vocab.txt", tgt.text, tgt.len, err);
     for (int i = 0; !st && i < 2; i++) st = copy_file(hf_dir, spm[i], out_dir, err);
+    int clean_up = 1;
+    if (!st) st = read_clean_up(&clean_up, hf_dir, err);
     if (!st) {
-        static const char text_json[] =
-            "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
-            "  \"target_spm\": \"target.spm\",\n  \"imported_from\": \"marian\"\n}\n";
-        st = write_text(out_dir, "text.json", text_json, sizeof text_json - 1, err);
+        char text_json[512];
+        const int n = snprintf(text_json, sizeof text_json,
+                               "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
+                               "  \"target_spm\": \"target.spm\",\n  \"detokenize\": \"marian\",\n"
+                               "  \"clean_up_spaces\": %s,\n  \"imported_from\": \"marian\"\n}\n",
+                               clean_up ? "true" : "false");
+        st = write_text(out_dir, "text.json", text_json, (size_t)n, err);
     }
     /* the model last: a directory with model.safetensors is complete */
     if (!st) st = qkv_transformer_save(m, out_dir, err);

@@ -66,6 +66,29 @@ static qkv_status spm_name(char *name, size_t cap, const cJSON *o, const char *k
     return QKV_OK;
 }
 
+/* text.json's "detokenize" (a SentencePiece model's) and "clean_up_spaces". */
+static qkv_status read_detokenize(qkv_tokenizer *t, const cJSON *o, const char *dir,
+                                  qkv_error *err)
+{
+    static const char *const names[] = {"sentencepiece", "marian", "m2m100", "nllb"};
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "detokenize");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "clean_up_spaces");
+    int k = 0;
+    if (cJSON_IsString(d))
+        while (k < 4 && strcmp(d->valuestring, names[k])) k++;
+    if ((d && (!cJSON_IsString(d) || k == 4)) || (c && !cJSON_IsBool(c))) {
+        char path[4096];
+        qkv_model_dir_file(path, sizeof path, dir, "text.json");
+        return qkv_fail(err, QKV_ERR_FORMAT, "%.400s: %s", path,
+                        c && !cJSON_IsBool(c) ? "\"clean_up_spaces\" must be true or false"
+                        : "\"detokenize\" must be \"sentencepiece\", \"marian\", \"m2m100\" "
+                          "or \"nllb\"");
+    }
+    t->detokenize = (qkv_detokenizer)k;
+    t->clean_up_spaces = cJSON_IsTrue(c);
+    return QKV_OK;
+}
+
 /* text.json: the tokenizer's kind, whether sources start with <bos>, and a SentencePiece
  * model's files (src_name, tgt_name: cap bytes each). */
 static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, char *src_name,
@@ -95,6 +118,7 @@ static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, char *src_na
                    (cJSON_IsString(kase) && !strcmp(kase->valuestring, "keep"));
     if (!st) st = spm_name(src_name, cap, o, "source_spm", "source.spm", dir, err);
     if (!st) st = spm_name(tgt_name, cap, o, "target_spm", "target.spm", dir, err);
+    if (!st) st = read_detokenize(t, o, dir, err);
     cJSON_Delete(o);
     return st;
 }
@@ -264,26 +288,85 @@ qkv_status qkv_tokenizer_tokens(const qkv_tokenizer *t, qkv_sentences *out,
     return qkv_bpe_encode_sentences(out, target ? &t->tgt_bpe : &t->src_bpe, words, err);
 }
 
+/* Every "▁" (U+2581, UTF-8 E2 96 81) of text as a space, in place. */
+static void metaspace_to_spaces(char *text)
+{
+    char *w = text;
+    for (const char *r = text; *r;)
+        if (!strncmp(r, "\xe2\x96\x81", 3)) *w++ = ' ', r += 3;
+        else *w++ = *r++;
+    *w = '\0';
+}
+
+/* Python's str.strip() for the whitespace SentencePiece's normaliser leaves: ASCII's. */
+static void strip_spaces(char *text)
+{
+    size_t end = strlen(text), begin = 0;
+    while (end > 0 && strchr(" \t\n\v\f\r", text[end - 1])) end--;
+    while (begin < end && strchr(" \t\n\v\f\r", text[begin])) begin++;
+    memmove(text, text + begin, end - begin);
+    text[end - begin] = '\0';
+}
+
+/* transformers' clean_up_tokenization: its replacements in its order, each over the whole
+ * text, in place (every one shortens). */
+static void clean_up_spaces(char *text)
+{
+    static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's",
+                                       " 've", " 're"};
+    static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"};
+    for (size_t k = 0; k < sizeof from / sizeof *from; k++) {
+        const size_t nf = strlen(from[k]), nt = strlen(to[k]);
+        char *w = text;
+        for (const char *r = text; *r;)
+            if (!strncmp(r, from[k], nf)) memcpy(w, to[k], nt), w += nt, r += nf;
+            else *w++ = *r++;
+        *w = '\0';
+    }
+}
+
+/* The pieces concatenated (NllbTokenizer's "".join); NULL when out of memory. */
+static char *join_pieces(const char *const *pieces, int n)
+{
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(pieces[i]);
+    char *text = malloc(len), *at = text;
+    for (int i = 0; text && i < n; i++) at = stpcpy(at, pieces[i]);
+    if (text) *at = '\0';
+    return text;
+}
+
 /* The text of target ids up to the first <eos>: their pieces (the target vocabulary's tokens,
- * <pad> and <bos> skipped, ids outside it read as <unk>) detokenised by the target model.
+ * <pad> and <bos> skipped, ids outside it read as <unk>) detokenised as text.json says.
  * Out of memory gives "". */
 static size_t spm_decode(const qkv_tokenizer *t, char *out, size_t cap, const int *ids, int n)
 {
     const char **pieces = malloc((n > 0 ? (size_t)n : 1) * sizeof *pieces);
     char *text = NULL;
     int k = 0;
+    const int hf = t->detokenize != QKV_DETOK_SPM;
     for (int i = 0; pieces && i < n && ids[i] != QKV_EOS; i++) {
         if (ids[i] == QKV_PAD || ids[i] == QKV_BOS) continue;
         const char *p = qkv_vocab_token(&t->tgt, ids[i]);
+        if (hf && (!p || ids[i] == QKV_UNK)) continue; /* skip_special_tokens drops <unk> */
         pieces[k++] = p ? p : "<unk>";
     }
     qkv_error err = {0};
-    if (pieces && qkv_spm_decode_pieces(t->tgt_spm, pieces, k, &text, &err)) text = NULL;
+    if (pieces && t->detokenize == QKV_DETOK_NLLB) text = join_pieces(pieces, k);
+    else if (pieces && qkv_spm_decode_pieces(t->tgt_spm, pieces, k, &text, &err)) text = NULL;
     free(pieces);
-    /* a translation ending in a lone "▁" piece decodes with a trailing space: none is text
-     * (transformers' MarianTokenizer strips it too) */
-    size_t end = text ? strlen(text) : 0;
-    while (end > 0 && text[end - 1] == ' ') text[--end] = '\0';
+    if (text && hf) {
+        /* sentencepiece passes a piece it lacks through as it is, "▁" and all; the
+         * tokenizers of transformers (and OPUS-MT's postprocessing) read it as a space */
+        if (t->detokenize != QKV_DETOK_M2M100) metaspace_to_spaces(text);
+        strip_spaces(text);
+    } else if (text) {
+        /* a translation ending in a lone "▁" piece decodes with a trailing space: none is
+         * text */
+        size_t end = strlen(text);
+        while (end > 0 && text[end - 1] == ' ') text[--end] = '\0';
+    }
+    if (text && t->clean_up_spaces) clean_up_spaces(text);
     const size_t len = snprintf(out, cap, "%s", text ? text : "");
     free(text);
     return len;

@@ -151,7 +151,9 @@ check "pytorch_model.bin converted as the README says imports to the same model"
 # transformers' generate decoded by MarianTokenizer, line for line; --max-len 23 with the
 # per-source limit off is generate(max_new_tokens=24), which forces </s> as token 24
 LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)
-for n in shared_swish separate_gelu shared_relu_untied; do
+# (shared_source_pieces: most outputs hold pieces only the source SentencePiece model knows,
+# rendered as MarianTokenizer renders them)
+for n in shared_swish separate_gelu shared_relu_untied shared_source_pieces; do
   "$QKV" import marian "$P/marian_$n" --out "$T/t_$n" 2>/dev/null || bad "import $n"
   check "$n: qkv translate gives transformers' greedy text" bash -c "
     '$QKV' translate --model '$T/t_$n' ${LIM[*]} <'$P/marian_$n.de' 2>/dev/null | cmp -s - '$P/marian_$n.greedy.en'"

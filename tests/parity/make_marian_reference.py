@@ -25,7 +25,8 @@ OUTDIR/marian_<name>.safetensors holds, in Marian's own ids:
 with metadata max_new (qkv's --max-len is max_new - 1: generate forces </s> as token max_new),
 n (the sentences), beam and length_penalty<k>. The texts themselves are in OUTDIR/marian_<name>.de (one per line), their
 greedy translations as text in OUTDIR/marian_<name>.greedy.en and their beam translations
-(BEAM, LENGTH_PENALTIES[0]) in OUTDIR/marian_<name>.beam<BEAM>.en.
+(BEAM, LENGTH_PENALTIES[0]) in OUTDIR/marian_<name>.beam<BEAM>.en; OUTDIR/marian_<name>.decode.tsv
+holds random target piece sequences and MarianTokenizer's text of each (write_decodings).
 """
 import json
 import os
@@ -73,6 +74,13 @@ CONFIGS = {
         decoder_attention_heads=2, encoder_ffn_dim=20, decoder_ffn_dim=20,
         activation_function="relu", scale_embedding=False, max_position_embeddings=80,
         tie_word_embeddings=False)),
+    # shared_swish's shape, with 40 pieces that only the source SentencePiece model knows
+    # made likely (source_boost on their output bias): most outputs hold such pieces, which
+    # the target model cannot decode (MarianTokenizer renders their "\u2581" as a space)
+    "shared_source_pieces": dict(vocab="shared", source_boost=8.0, n=40, seed=12, cfg=dict(
+        d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        activation_function="swish", scale_embedding=True, max_position_embeddings=128)),
 }
 
 
@@ -162,7 +170,7 @@ def build(name, spec, out, pairs, tmp):
                        decoder_start_token_id=tv["<pad>"], eos_token_id=0,
                        forced_eos_token_id=0, bad_words_ids=[[tv["<pad>"]]], dropout=0.1,
                        **spec["cfg"])
-    torch.manual_seed(len(name))
+    torch.manual_seed(spec.get("seed", len(name)))
     model = MarianMTModel(cfg).eval()
     with torch.no_grad():  # random biases and norms, so that every one of them matters
         g = torch.Generator().manual_seed(7)
@@ -175,10 +183,22 @@ def build(name, spec, out, pairs, tmp):
     train(model, tok, src_lines, tgt_lines)
     with torch.no_grad():  # <pad> so likely that only bad_words_ids keeps it out
         model.final_logits_bias[0, tv["<pad>"]] += 8.0
+    source_only = []
+    if spec.get("source_boost"):
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=tgt_spm)
+        known = {sp.id_to_piece(i) for i in range(sp.get_piece_size())}
+        source_only = [i for piece, i in tv.items()
+                       if piece not in known and piece not in ("</s>", "<unk>", "<pad>")]
+        g = torch.Generator().manual_seed(3)
+        chosen = torch.tensor(source_only)[torch.randperm(len(source_only), generator=g)[:40]]
+        with torch.no_grad():
+            model.final_logits_bias[0, chosen] += spec["source_boost"]
     model.save_pretrained(d, safe_serialization=True)
 
     # the README's example first, then the last short pairs
-    short = [FALLBACK[0]] + [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][1 - N_SENTENCES:]
+    n_sentences = spec.get("n", N_SENTENCES)
+    short = [FALLBACK[0]] + [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][1 - n_sentences:]
     texts, refs = [p[0] for p in short], [p[1] for p in short]
     enc = tok(texts, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -214,14 +234,37 @@ def build(name, spec, out, pairs, tmp):
     tensors["greedy"], tensors["greedy_len"] = outputs(greedy)
     for k, lp in enumerate(LENGTH_PENALTIES):
         tensors[f"beam{k}"], tensors[f"beam{k}_len"] = outputs(beams[lp])
+    if source_only:  # the point of the configuration: outputs the target model cannot decode
+        held = sum(any(t in set(source_only) for t in row) for row in greedy.tolist())
+        assert held >= len(texts) // 2, f"{name}: only {held} outputs hold source-only pieces"
+        print(name, held, "of", len(texts), "outputs hold source-only pieces", file=sys.stderr)
     with open(os.path.join(out, "marian_" + name + ".de"), "w", encoding="utf-8") as f:
         f.write("\n".join(texts) + "\n")
     for what, seqs in (("greedy", greedy), (f"beam{BEAM}", beams[LENGTH_PENALTIES[0]])):
         with open(os.path.join(out, f"marian_{name}.{what}.en"), "w", encoding="utf-8") as f:
             f.write("\n".join(tok.batch_decode(seqs, skip_special_tokens=True)) + "\n")
+    write_decodings(os.path.join(out, f"marian_{name}.decode.tsv"), tok, tv)
     meta = {"max_new": MAX_NEW, "n": len(texts), "beam": BEAM}
     meta.update({f"length_penalty{k}": repr(lp) for k, lp in enumerate(LENGTH_PENALTIES)})
     return tensors, meta
+
+
+def write_decodings(path, tok, vocab, n=300):
+    """Random sequences of target pieces (</s> and <pad> aside; <unk> and punctuation
+    frequent, so that skipping, stripping and clean_up_tokenization all matter) and their
+    text as MarianTokenizer.decode(skip_special_tokens=True) gives it: one line each, the
+    pieces joined by spaces, a tab, the text."""
+    import random
+    rng = random.Random(5)
+    pieces = [p for p in vocab if p not in ("</s>", "<pad>")]
+    punct = [p for p in pieces if any(c in p for c in ".,!?'")] + ["<unk>"]
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            seq = [rng.choice(punct if rng.random() < 0.4 else pieces)
+                   for _ in range(rng.randint(1, 10))]
+            text = tok.decode([vocab[p] for p in seq], skip_special_tokens=True)
+            assert "\t" not in text and "\n" not in text
+            f.write(" ".join(seq) + "\t" + text + "\n")
 
 
 def write_all(save, out, data_dir="../shared/data"):

@@ -214,6 +214,54 @@ static int same_outputs(const char *name, const char *what, const int *got, cons
     return tokens;
 }
 
+/* qkv_tokenizer_decode of the imported directory against MarianTokenizer.decode on the
+ * random piece sequences of marian_<name>.decode.tsv (pieces only the source model knows,
+ * <unk>, spaces before punctuation: text.json's "detokenize": "marian" and
+ * "clean_up_spaces"). */
+static void check_decodings(const char *name, const char *dir)
+{
+    char path[1200], line[4096], text[4096];
+    snprintf(path, sizeof path, "%s/marian_%s.decode.tsv", parity_dir(), name);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: cannot open", path);
+    qkv_tokenizer tok;
+    qkv_error err = {0};
+    if (qkv_tokenizer_load(&tok, dir, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(tok.detokenize, QKV_DETOK_MARIAN);
+    int lines = 0, differ = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *tab = strchr(line, '\t'), *save = NULL;
+        assert_non_null(tab);
+        *tab = '\0';
+        tab[strcspn(tab + 1, "\n") + 1] = '\0';
+        int ids[64], n = 0;
+        for (char *p = strtok_r(line, " ", &save); p && n < 64; p = strtok_r(NULL, " ", &save)) {
+            ids[n] = qkv_vocab_id(&tok.tgt, p);
+            assert_true(ids[n] != QKV_UNK || !strcmp(p, "<unk>"));
+            n++;
+        }
+        qkv_tokenizer_decode(&tok, text, sizeof text, ids, n);
+        if (strcmp(text, tab + 1))
+            fail_msg("%s: line %d: qkv \"%s\", MarianTokenizer \"%s\"", path, lines + 1, text,
+                     tab + 1);
+        /* the pieces the target model decodes itself would differ without the rendering */
+        char *plain = NULL;
+        const char *pieces[64];
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (ids[i] != QKV_UNK) pieces[k++] = qkv_vocab_token(&tok.tgt, ids[i]);
+        if (!qkv_spm_decode_pieces(tok.tgt_spm, pieces, k, &plain, &err))
+            differ += strcmp(plain, text) != 0;
+        free(plain);
+        lines++;
+    }
+    fclose(f);
+    assert_true(lines >= 100);
+    printf("%s: %d piece sequences decoded as MarianTokenizer does (%d of them unlike "
+           "SentencePiece's own decoding)\n", name, lines, differ);
+    qkv_tokenizer_free(&tok);
+}
+
 static void check_import(const char *name)
 {
     char hf[1024], ref[256], out[] = "/tmp/qkv_marian_XXXXXX", path[1200], path2[1200];
@@ -290,6 +338,7 @@ static void check_import(const char *name)
         beam_tokens += same_outputs(name, what, out_ids, out_len, T, tu_ref_i32(&f, key, &n),
                                     tu_ref_i32(&f, len_key, &n), max_new, tmap, N);
     }
+    check_decodings(name, out);
     printf("%s: %d sentences: logits within %.1e (relative, max(1, |HF|)), greedy identical "
            "(%d tokens), beam identical (%d tokens, 2 length penalties)\n", name, N, worst,
            tokens, beam_tokens);
@@ -312,6 +361,11 @@ static void test_import_shared_relu_untied(void **state)
     (void)state, check_import("shared_relu_untied");
 }
 
+static void test_import_shared_source_pieces(void **state)
+{
+    (void)state, check_import("shared_source_pieces");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_import_shared_swish),
         cmocka_unit_test(test_import_separate_gelu),
         cmocka_unit_test(test_import_shared_relu_untied),
+        cmocka_unit_test(test_import_shared_source_pieces),
     };
     return cmocka_run_group_tests_name("marian", tests, NULL, NULL);
 }

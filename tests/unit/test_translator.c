@@ -478,6 +478,10 @@ static void test_open_errors(void **state)
     expect_open_error(dir, QKV_ERR_IO, "source.spm: cannot open");
     write_file(dir, "text.json", "{\"tokenizer\": \"spm\", \"source_spm\": \"../x.spm\"}\n");
     expect_open_error(dir, QKV_ERR_FORMAT, "\"source_spm\" must be a file name");
+    write_file(dir, "text.json", "{\"tokenizer\": \"spm\", \"detokenize\": \"moses\"}\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "text.json: \"detokenize\" must be");
+    write_file(dir, "text.json", "{\"tokenizer\": \"spm\", \"clean_up_spaces\": 1}\n");
+    expect_open_error(dir, QKV_ERR_FORMAT, "text.json: \"clean_up_spaces\" must be true or false");
     write_file(dir, "text.json", "{\"tokenizer\": ");
     expect_open_error(dir, QKV_ERR_FORMAT, "text.json: not valid JSON");
     write_file(dir, "text.json", "{\"tokenizer\": \"bpe\"}\n");
