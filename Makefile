@@ -44,7 +44,7 @@ MPI_LIBS    = $(eval MPI_LIBS := $(call mpi_checked,$(call pkg_query,--libs $(MP
 mpi_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(MPI_PKG) (Open \
                 MPI); run `make deps` (scripts/install-deps.sh) to install it),$1)
 
-# OpenBLAS: its OpenMP build, the one qkv's threads need (README, "Dependencies"). pkg-config
+# OpenBLAS: its OpenMP build, the one qkv's threads need (docs/install.md). pkg-config
 # reads that build's own openblas.pc, not the one Debian's alternatives point at, and everything
 # linked here (libqkv.so, qkv, tests, examples) carries that build's directory as RUNPATH, so
 # libopenblas.so.0 is the OpenMP one even where the alternatives rank the pthreads build first.
@@ -74,7 +74,7 @@ SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 SONAME    := libqkv.so.$(SOVERSION)
 LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 
-# The library's folders in the order of its seam (README, "Architecture"; tools/check_includes.sh).
+# The library's folders in the order of its seam (docs/architecture.md; tools/check_includes.sh).
 LIB_DIRS := core text ops/cpu backend layers models io training inference viz
 LIB_SRC := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
@@ -175,7 +175,7 @@ bench-attention: test-deps
 	$(MAKE) all
 	$(PY) bench/attention_bench.py --qkv $(BUILD)/qkv
 
-# qkv serve under load (concurrency 1, 8, 64) beside the offline CLI (README, "Serving").
+# qkv serve under load (concurrency 1, 8, 64) beside the offline CLI (docs/benchmarks/serving.md).
 bench-serve: test-deps
 	$(MAKE) all
 	$(PY) bench/serve_bench.py --qkv $(BUILD)/qkv

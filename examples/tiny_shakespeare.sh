@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # A character-level language model of Tiny Shakespeare (the last 10% held out) trained for a
 # fixed budget of minutes, once with softmax attention and once with linear attention; prints
-# each model's held-out loss and a sample. The settings of the README's table: d_model 192,
+# each model's held-out loss and a sample. The settings of docs/language-models.md: d_model 192,
 # 6 heads, FFN 768, 4 pre-norm blocks, tied embeddings, GELU, context 128, 32 windows a step,
 # AdamW at 4e-3 (weight decay 0.3, 100 warm-up steps, cosine to lr/10), no dropout, bf16
 # products where the CPU has AVX512-BF16.

@@ -131,7 +131,7 @@ mv "$T/pos/model.safetensors.bad" "$T/pos/model.safetensors"
 expect_fail "other positions are refused" "not the \[sin \| cos\] sinusoidal table" \
   "$QKV" import marian "$T/pos" --out "$T/o15"
 
-# ---- the README's conversion of pytorch_model.bin gives the same model
+# ---- docs/pretrained.md's conversion of pytorch_model.bin gives the same model
 variant bin2
 # a pytorch_model.bin as older transformers wrote it: the tied embeddings stored under each
 # of their names, sharing memory
@@ -144,7 +144,7 @@ torch.save(sd, 'pytorch_model.bin')" && rm model.safetensors &&
  "$PY" -c 'import torch, safetensors.torch as st
 sd = torch.load("pytorch_model.bin", map_location="cpu")
 st.save_file({k: v.float().clone().contiguous() for k, v in sd.items()}, "model.safetensors", {"format": "pt"})')
-check "pytorch_model.bin converted as the README says imports to the same model" \
+check "pytorch_model.bin converted as docs/pretrained.md says imports to the same model" \
   bash -c "'$QKV' import marian '$T/bin2' --out '$T/o16' 2>/dev/null && cmp -s '$T/o16/model.safetensors' '$T/m/model.safetensors'"
 
 # ---- text in, text out: qkv translate (SentencePiece in, detokenised text out) equals
