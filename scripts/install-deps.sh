@@ -21,14 +21,16 @@ case "${1:-}" in
   *) echo "install-deps: unknown argument '$1' (--test or nothing)" >&2; exit 2 ;;
 esac
 
-# To build and to run: the library links OpenBLAS, cJSON, libpng, FreeType, SentencePiece and
-# utf8proc; the qkv tool also libmicrohttpd (qkv serve) and Open MPI (data-parallel training).
+# To build and to run: libqkv links OpenBLAS, cJSON, SentencePiece, utf8proc and zlib, libqkv-viz
+# (the figures) libpng and FreeType; the qkv tool also libmicrohttpd (qkv serve) and Open MPI
+# (data-parallel training).
 runtime=(
   build-essential pkg-config
   libopenblas-openmp-dev   # CBLAS GEMM; the OpenMP build shares the threads of qkv's kernels
   libcjson-dev             # JSON: config files, safetensors headers
   libpng-dev libfreetype-dev fonts-dejavu-core  # figures: PNG encoding, text rendering, a font
   libutf8proc-dev          # Unicode normalisation and case folding of raw text
+  zlib1g-dev               # deflated zip entries: PyTorch checkpoints, .npz files, OPUS-MT zips
   libsentencepiece-dev     # SentencePiece models (.spm): reading, applying, training
   libmicrohttpd-dev        # qkv serve: the HTTP server
   libopenmpi-dev openmpi-bin  # data-parallel training (the qkv tool links libmpi; mpirun)
@@ -46,9 +48,10 @@ test_only=(
 )
 # Python test tools, pip-installed into build/venv: transformers builds the Marian reference
 # models (4.38 is the newest that runs on Debian's torch 1.13), sentencepiece and sacrebleu
-# check qkv's pieces and scores, safetensors reads and writes reference files.
-py_test=(transformers==4.38.2 sentencepiece sacrebleu safetensors)
-py_modules="transformers, sentencepiece, sacrebleu, safetensors"
+# check qkv's pieces and scores, safetensors reads and writes reference files, ctranslate2 runs
+# the models qkv export ct2 writes (test_ct2).
+py_test=(transformers==4.38.2 sentencepiece sacrebleu safetensors ctranslate2)
+py_modules="transformers, sentencepiece, sacrebleu, safetensors, ctranslate2"
 
 PYTHON=${PYTHON:-/usr/bin/python3}
 VENV=${QKV_VENV:-build/venv}

@@ -11,8 +11,8 @@
 #
 # The jobs cover both models, post- and pre-norm, final norms, biases, GELU, tied and learned
 # embeddings, word and BPE tokenizers, validation BLEU, greedy and beam decoding, checkpoint
-# averaging, fp32 and (where the CPU has AVX512-BF16) bf16, softmax and linear attention, and
-# attention long enough for the flash kernel. About two minutes on 2 cores. Needs ../shared.
+# averaging, fp32, (where the CPU has AVX512-BF16) bf16 and (AVX512-VNNI) int8, float32 and bf16
+# key-value caches, softmax and linear attention, and attention long enough for the flash kernel. About two minutes on 2 cores. Needs ../shared.
 set -euo pipefail
 qkv=$(realpath "${1:?usage: same_results.sh QKV OUTDIR}")
 out=${2:?usage: same_results.sh QKV OUTDIR}
@@ -100,6 +100,16 @@ if [ $bf16 = 1 ]; then
     --context 32 --batch 8 --steps 20 --precision bf16 > lm16.log
   "$qkv" generate --model lm16 --prompt "ROMEO:" --tokens 40 --seed 1 --precision bf16 > lm16.gen
 fi
+# 8. int8 products (decoding, generation) and an explicit bf16 key-value cache
+int8=0
+grep -q avx512_vnni /proc/cpuinfo && int8=1
+if [ $int8 = 1 ]; then
+  "$qkv" translate --model fra --input en.txt --precision int8 > fra.int8.greedy
+  "$qkv" translate --model pre --input en.txt --precision int8 --beam 3 --n-best 2 > pre.int8.beam
+  "$qkv" generate --model lm-soft --prompt "ROMEO:" --tokens 60 --seed 5 --precision int8 > lm-soft.int8.gen
+  "$qkv" generate --model lm-lin --prompt "ROMEO:" --tokens 60 --seed 5 --precision int8 > lm-lin.int8.gen
+fi
+"$qkv" generate --model lm-soft --prompt "ROMEO:" --tokens 60 --seed 7 --kv-cache bf16 > lm-soft.kv16.gen
 for d in demo fra pre pre-avg pre/epoch-003 bpe long lm-soft lm-lin fra16 lm16; do
   [ -d "$d" ] && keep "$d"
 done

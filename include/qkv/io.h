@@ -30,15 +30,33 @@ qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_e
 QKV_API
 qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err);
 
-/* Imports a Hugging Face MarianMT directory (an OPUS-MT model: config.json,
- * model.safetensors in float32, vocab.json (and target_vocab.json when the vocabularies are
+/* Imports a Hugging Face MarianMT directory (an OPUS-MT model: config.json, weights as
+ * model.safetensors or pytorch_model.bin (or shards of either with their index) in float32,
+ * float16 or bfloat16, vocab.json (and target_vocab.json when the vocabularies are
  * separate), source.spm, target.spm) as the qkv model directory out_dir (which must exist):
  * config.json and model.safetensors (written last), src_vocab.txt and tgt_vocab.txt (qkv's
  * reserved ids first: Marian's </s> <unk> <pad> become <eos> <unk> <pad>, and a <bos> row
- * that is never used), the two .spm files, and text.json. What qkv cannot represent is
+ * that is never used), the two .spm files, and text.json. hf_dir may also be a Marian
+ * release, an OPUS-MT / Tatoeba-Challenge .zip or the directory it unpacks to (decoder.yml,
+ * the .npz model with its special:model.yml, vocabulary .yml files, source.spm, target.spm):
+ * read as transformers' convert_marian_to_pytorch reads it, and decoder.yml's beam-size and
+ * normalize written as the decoding defaults (generation.json). What qkv cannot represent is
  * refused with QKV_ERR_FORMAT naming the file and the reason; nothing is written then. */
 QKV_API
 qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error *err);
+
+/* Writes the qkv encoder-decoder in model_dir (trained or imported) as a CTranslate2 model
+ * directory out_dir (created if need be): model.bin (ctranslate2.specs.TransformerSpec's
+ * variables), config.json, shared_vocabulary.json (or source_ and target_vocabulary.json),
+ * and the model's SentencePiece models, text.json and generation.json where it has them.
+ * CTranslate2 then translates as qkv does (add_source_eos; the decoder starts from the
+ * model's start token; a model that never generates <pad> has that logit at -1e9). int8
+ * quantises the matrices row by row as CTranslate2's converters do. QKV_ERR_FORMAT for what
+ * CTranslate2 cannot express (an encoder without layers). */
+typedef enum { QKV_CT2_FLOAT32 = 0, QKV_CT2_INT8 = 1 } qkv_ct2_quantization;
+QKV_API
+qkv_status qkv_export_ct2(const char *model_dir, const char *out_dir,
+                          qkv_ct2_quantization quantization, qkv_error *err);
 
 /* Where training stands: enough to resume bit for bit. */
 typedef struct {
@@ -83,8 +101,9 @@ typedef struct {
     void *buffer;        /* owned: the file's data section */
 } qkv_tensor_file;
 
-/* Read and validate a safetensors file. On failure *out is empty and err names the file and
- * the offending tensor. */
+/* Read and validate a safetensors file. F16 and BF16 tensors are read as F32 (exactly: every
+ * half-precision value is a float). On failure *out is empty and err names the file and the
+ * offending tensor. */
 QKV_API
 qkv_status qkv_tensor_file_load(qkv_tensor_file *out, const char *path, qkv_error *err);
 /* Parse an in-memory safetensors image (len bytes). */
@@ -99,6 +118,29 @@ const qkv_tensor *qkv_tensor_file_get(const qkv_tensor_file *f, const char *name
 /* A metadata string value (owned by f until freed; NULL if absent). */
 QKV_API
 const char *qkv_tensor_file_meta(const qkv_tensor_file *f, const char *key);
+
+/* A PyTorch checkpoint (pytorch_model.bin: torch.save's zip archive of a pickled state dict)
+ * as a tensor file, read without Python. Only a state dict's documented subset is read (an
+ * OrderedDict or dict of names to tensors rebuilt from typed storages); a pickle naming any
+ * other global (a class, os.system, ...) is refused with QKV_ERR_FORMAT naming it, so that a
+ * hostile file can never run code. Tensors are dense and row-major whatever their strides;
+ * float16 and bfloat16 become float32 (exactly), int8/int16/uint8/bool int32. torch's
+ * legacy (pre-1.6) format and TorchScript archives are refused with the reason. */
+QKV_API
+qkv_status qkv_tensor_file_load_pytorch(qkv_tensor_file *out, const char *path, qkv_error *err);
+QKV_API
+qkv_status qkv_tensor_file_parse_pytorch(qkv_tensor_file *out, const void *bytes, size_t len,
+                                         const char *name_for_errors, qkv_error *err);
+
+/* A numpy .npz archive (numpy.savez, Marian's model files) as a tensor file: each NAME.npy
+ * becomes tensor NAME (float16 as float32, small integers as int32; Fortran order made
+ * row-major); an array of bytes named "special:*" (Marian's "special:model.yml") becomes the
+ * metadata string of that name instead. Stored and deflated entries are read. */
+QKV_API
+qkv_status qkv_tensor_file_load_npz(qkv_tensor_file *out, const char *path, qkv_error *err);
+QKV_API
+qkv_status qkv_tensor_file_parse_npz(qkv_tensor_file *out, const void *bytes, size_t len,
+                                     const char *name_for_errors, qkv_error *err);
 
 /* A tensor to be written: name, dtype, shape and data (numel * dtype size bytes). */
 typedef struct {

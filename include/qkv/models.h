@@ -41,8 +41,10 @@ typedef enum {
  * relative error of at most 2^-8 per value) and widens them back to float32 exactly, so that
  * the scores, the softmax and the weighted sum stay float32 and a step at a long position
  * reads half the bytes. AUTO (the default) follows the precision: float32 at
- * QKV_PRECISION_FP32 (its results are exactly those of a float32 cache), bf16 at any other
- * precision. Any CPU runs it (AVX-512 F and BW make it fast). */
+ * QKV_PRECISION_FP32 (its results are exactly those of a float32 cache), bf16 at
+ * QKV_PRECISION_BF16, and at QKV_PRECISION_INT8 bf16 where the CPU has AVX512-BF16, float32
+ * elsewhere (qkv_transformer_kv_cache_type says which). Any CPU runs a bf16 cache (AVX-512 F
+ * and BW make it fast). */
 typedef enum {
     QKV_KV_CACHE_AUTO = 0, /* as the precision: fp32 at QKV_PRECISION_FP32, else bf16 */
     QKV_KV_CACHE_FP32 = 1,
@@ -290,6 +292,10 @@ QKV_API
 qkv_status qkv_transformer_set_kv_cache(qkv_transformer *m, qkv_kv_cache kv, qkv_error *err);
 QKV_API
 qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m);
+/* The type the caches of decodings begun now get: the setting, or for QKV_KV_CACHE_AUTO the
+ * library's rule (QKV_KV_CACHE_FP32 or QKV_KV_CACHE_BF16, never AUTO). */
+QKV_API
+qkv_kv_cache qkv_transformer_kv_cache_type(const qkv_transformer *m);
 
 /* ---------------------------------------------------------------------------------------
  * The decoder-only language model (GPT; Radford et al. 2018): the Transformer's decoder
@@ -391,6 +397,9 @@ QKV_API
 qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err);
 QKV_API
 qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m);
+/* The type the caches of states made now get, as qkv_transformer_kv_cache_type. */
+QKV_API
+qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m);
 
 /* ---- generation: one sequence, one token per step ----------------------------------------
  * A state holds what the model remembers of the tokens so far: per layer the keys and values

@@ -14,8 +14,9 @@
  *               ops->linear_gemm;
  *   attention   ops->choose_attention picks the kernel of each attention when the activations
  *               are laid out: linear attention if the model has it, else the materialised
- *               softmax (keeps the weights P: attention maps, short sequences) or the flash
- *               kernel (keeps only the row log-sum-exp L; from flash_min_keys keys on).
+ *               softmax (keeps the weights P: short sequences, and whenever the caller needs
+ *               the weights) or the flash kernel (keeps only the row log-sum-exp L; from
+ *               attention_options.flash_min_keys keys on).
  * A new precision (int8) or device (CUDA) is one more table: fill every entry, and the
  * models run on it unchanged. Private to the library. */
 #ifndef QKV_BACKEND_H
@@ -35,23 +36,42 @@ typedef enum {
     ATTENTION_LINEAR,       /* phi(Q) (phi(K)^T V), phi = elu + 1: O(n) (no weights dropout) */
 } attention_kernel;
 
+/* What the models ask of softmax attention when its activations are laid out. */
+typedef struct {
+    int need_weights;   /* keep the weights P of every attention (attention maps) */
+    int flash_min_keys; /* otherwise the flash kernel from this many keys on */
+} attention_options;
+
 typedef struct backend backend;
 
-/* One weight matrix of a model quantised to int8: the offset of its float32 original among
- * the model's parameters, and the packed matrix. */
+/* A linear layer's weight matrix W (out, in) as the products read it (CTranslate2's typed
+ * weights): the model's float32 parameters, always there (training, the backward, any
+ * float32 product), and, once the model's precision is set, the copy of the type its
+ * products read, fixed then (models/precision.h). The linear entries dispatch on type. */
+typedef enum { WEIGHT_F32, WEIGHT_BF16, WEIGHT_INT8 } weight_type;
+
 typedef struct {
-    size_t offset;
-    int8_matrix q;
-} int8_weight;
+    weight_type type;
+    const float *f32;        /* (out, in) */
+    const uint16_t *bf16;    /* WEIGHT_BF16: the same rounded to bf16 */
+    const int8_matrix *int8; /* WEIGHT_INT8: quantised per output channel, with its scales */
+} weight;
+
+/* A float32 weight, as the public layer functions and any untyped caller pass it. */
+static inline weight weight_f32(const float *W)
+{
+    weight w = {WEIGHT_F32, W, NULL, NULL};
+    return w;
+}
 
 typedef struct {
     const char *name;
 
-    /* ---- y (N, out) = x (N, in) W^T + b; W (out, in) a view into the model's parameters */
+    /* ---- y (N, out) = x (N, in) W^T + b; W (out, in) a model's weight, typed ------------ */
     int few_rows; /* up to this many rows linear_rows, more linear_gemm (op_linear_forward) */
-    void (*linear_rows)(const backend *be, float *y, const float *x, const float *W,
+    void (*linear_rows)(const backend *be, float *y, const float *x, const weight *W,
                         const float *b, int N, int in, int out);
-    void (*linear_gemm)(const backend *be, float *y, const float *x, const float *W,
+    void (*linear_gemm)(const backend *be, float *y, const float *x, const weight *W,
                         const float *b, int N, int in, int out);
     /* dx (N, in) += dy W;  dW (out, in) += dy^T x;  db (out) += column sums of dy (any may be
      * NULL) */
@@ -59,7 +79,8 @@ typedef struct {
                             const float *x, const float *W, int N, int in, int out);
 
     /* ---- attention O (B, n, H v) from Q (B, n, H d), K (B, m, H d), V (B, m, H v) --------- */
-    attention_kernel (*choose_attention)(int linear, int keys, int flash_min_keys);
+    attention_kernel (*choose_attention)(qkv_attention_kind kind, int keys,
+                                         const attention_options *o);
     /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear) */
     void (*attention_forward)(attention_kernel k, float *O, float *S,
                               const qkv_attention_inputs *x, const qkv_attention_shape *s,
@@ -73,9 +94,8 @@ typedef struct {
     size_t (*attention_scratch_floats)(attention_kernel k, const qkv_attention_shape *s);
     /* one query per row over a key-value cache of float32 or bf16 values
      * (ops/cpu/cached_attention.h), and writing n values into one */
-    void (*cached_attention)(float *O, float *S, const float *Q, const void *K, const void *V,
-                             kv_dtype kv, size_t stride, int B, int H, int d, int m, const int *row,
-                             const int *len, const int *slots, int ld_slots);
+    void (*cached_attention)(float *O, float *S, const float *Q, const kv_view *kv, int B, int H,
+                             int d, int m);
     void (*kv_store)(void *cache, kv_dtype kv, size_t at, const float *x, size_t n);
     /* one position of causal linear attention from its recurrent state */
     void (*linear_attention_step)(float *o, qkv_linear_attention_state *s, const float *q,
@@ -126,21 +146,24 @@ typedef struct {
     void (*copy)(float *dst, const float *src, size_t n);
     void (*add)(float *y, const float *x, size_t n); /* y += x */
     void (*scale)(float *x, size_t n, float s);     /* x *= s */
+
+    /* ---- memory the kernels read and write (the host's on the CPU; a device's on a GPU) ---
+     * alloc gives 64-byte aligned memory, NULL when there is none; upload and download copy
+     * between it and the host's. */
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *p);
+    void (*upload)(void *dst, const void *src, size_t bytes);
+    void (*download)(void *dst, const void *src, size_t bytes);
 } backend_ops;
 
 struct backend {
     const backend_ops *ops;
-    /* bf16: the model's parameters and their bf16 copy when it is current (else NULL); a
-     * weight's copy sits at the weight's offset in it */
-    const float *params;
-    size_t n_params;
-    const uint16_t *params_bf16;
-    gemm_bf16_workspace *ws; /* the bf16 GEMM's packing buffers */
-    /* int8: the quantised weights when they are current (else NULL), in increasing offset,
-     * and the activations' buffer (grown by the calls that need more) */
-    const int8_weight *int8;
-    int n_int8;
-    gemm_int8_workspace *ws8;
+    /* whether the weights' typed copies hold the parameters as they are now: a pass after
+     * the parameters changed (training) reads the float32 ones instead */
+    int typed_current;
+    gemm_bf16_workspace *ws;  /* bf16: the GEMM's packing buffers */
+    gemm_int8_workspace *ws8; /* int8: the activations' buffer (grown by the calls that need
+                               * more) */
 };
 
 extern const backend_ops backend_cpu_fp32, backend_cpu_bf16, backend_cpu_int8;
@@ -153,7 +176,7 @@ static inline backend backend_cpu(void)
 }
 
 /* y (N, out) = x (N, in) W^T + b, on the table's few-rows or GEMM kernel. */
-static inline void op_linear_forward(const backend *be, float *y, const float *x, const float *W,
+static inline void op_linear_forward(const backend *be, float *y, const float *x, const weight *W,
                                      const float *b, int N, int in, int out)
 {
     if (N <= be->ops->few_rows)

@@ -2,6 +2,7 @@
 /* The CPU backends (backend.h): float32 (OpenBLAS for the products), bf16 products
  * (AVX512-BF16, float32 sums) and int8 products (AVX512-VNNI, int32 sums). The tables differ
  * only in their linear entries; every other operation is the library's own CPU kernel. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -13,10 +14,12 @@
 
 /* The number of keys from which softmax attention runs the flash kernel: the crossover of
  * qkv bench attention (forward + backward, d = 64) on AVX2 is about 256 (models.h). */
-static attention_kernel choose_attention(int linear, int keys, int flash_min_keys)
+static attention_kernel choose_attention(qkv_attention_kind kind, int keys,
+                                         const attention_options *o)
 {
-    if (linear) return ATTENTION_LINEAR;
-    return keys >= flash_min_keys ? ATTENTION_FLASH : ATTENTION_MATERIALISED;
+    if (kind == QKV_ATTENTION_LINEAR) return ATTENTION_LINEAR;
+    return !o->need_weights && keys >= o->flash_min_keys ? ATTENTION_FLASH
+                                                         : ATTENTION_MATERIALISED;
 }
 
 static void attention_forward(attention_kernel k, float *O, float *S,
@@ -94,6 +97,14 @@ static void scale(float *x, size_t n, float s)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+static void *host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    return posix_memalign(&p, 64, bytes ? bytes : 64) ? NULL : p;
+}
+static void host_release(void *p) { free(p); }
+static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
 /* A CPU table: its name and linear entries, which set the precision, and the CPU's own
  * kernels for everything else. */
 #define CPU_TABLE(table_name, rows, gemm, backward)                                             \
@@ -117,7 +128,8 @@ static void scale(float *x, size_t n, float s)
         .cross_entropy_forward = qkv_cross_entropy_forward,                                     \
         .cross_entropy_fused = cross_entropy_fused,                                             \
         .cross_entropy_scratch_floats = cross_entropy_fused_scratch_floats, .zero = zero,       \
-        .copy = copy, .add = add, .scale = scale,                                               \
+        .copy = copy, .add = add, .scale = scale, .alloc = host_alloc, .release = host_release, \
+        .upload = host_copy, .download = host_copy,                                             \
     }
 
 /* float32: OpenBLAS's sgemm, and matrix-vector kernels for a decoding step's few rows */

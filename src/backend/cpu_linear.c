@@ -7,18 +7,18 @@
 
 /* ---- float32 ------------------------------------------------------------------------------ */
 
-void cpu_linear_rows_f32(const backend *be, float *y, const float *x, const float *W,
+void cpu_linear_rows_f32(const backend *be, float *y, const float *x, const weight *W,
                          const float *b, int N, int in, int out)
 {
     (void)be;
-    linear_rows_f32(y, x, W, b, N, in, out);
+    linear_rows_f32(y, x, W->f32, b, N, in, out);
 }
 
-void cpu_linear_gemm_f32(const backend *be, float *y, const float *x, const float *W,
+void cpu_linear_gemm_f32(const backend *be, float *y, const float *x, const weight *W,
                          const float *b, int N, int in, int out)
 {
     (void)be;
-    linear_gemm_f32(y, x, W, b, N, in, out);
+    linear_gemm_f32(y, x, W->f32, b, N, in, out);
 }
 
 void cpu_linear_backward_f32(const backend *be, float *dx, float *dW, float *db, const float *dy,
@@ -30,32 +30,29 @@ void cpu_linear_backward_f32(const backend *be, float *dx, float *dW, float *db,
 
 /* ---- bf16 products, float32 sums --------------------------------------------------------- */
 
-/* W's bf16 copy (n values), or NULL: no current copy, or W not among the model's parameters. */
-static const uint16_t *bf16_weights(const backend *be, const float *W, size_t n)
+/* W's bf16 copy, or NULL: W is not typed bf16, or its copy is older than the parameters (a
+ * training pass: the products round the float32 weights as they go). */
+static const uint16_t *bf16_copy(const backend *be, const weight *W)
 {
-    if (!be->params_bf16) return NULL;
-    /* compared as addresses: W need not point into the parameters at all */
-    const uintptr_t w = (uintptr_t)W, p0 = (uintptr_t)be->params;
-    if (w < p0 || w + n * sizeof *W > p0 + be->n_params * sizeof *W) return NULL;
-    return be->params_bf16 + (w - p0) / sizeof *W;
+    return W->type == WEIGHT_BF16 && be->typed_current ? W->bf16 : NULL;
 }
 
 /* Decoding reads the weights' bf16 copy at half the bytes; without one (a training pass of a
  * few rows), the float32 kernel. */
-void cpu_linear_rows_bf16(const backend *be, float *y, const float *x, const float *W,
+void cpu_linear_rows_bf16(const backend *be, float *y, const float *x, const weight *W,
                           const float *b, int N, int in, int out)
 {
-    const uint16_t *W16 = bf16_weights(be, W, (size_t)in * out);
+    const uint16_t *W16 = bf16_copy(be, W);
     if (W16)
         linear_rows_bf16(y, x, W16, b, N, in, out);
     else
-        linear_rows_f32(y, x, W, b, N, in, out);
+        linear_rows_f32(y, x, W->f32, b, N, in, out);
 }
 
-void cpu_linear_gemm_bf16(const backend *be, float *y, const float *x, const float *W,
+void cpu_linear_gemm_bf16(const backend *be, float *y, const float *x, const weight *W,
                           const float *b, int N, int in, int out)
 {
-    gemm_bf16_linear(N, out, in, x, W, bf16_weights(be, W, (size_t)in * out), b, y, be->ws);
+    gemm_bf16_linear(N, out, in, x, W->f32, bf16_copy(be, W), b, y, be->ws);
 }
 
 void cpu_linear_backward_bf16(const backend *be, float *dx, float *dW, float *db,
@@ -69,38 +66,19 @@ void cpu_linear_backward_bf16(const backend *be, float *dx, float *dW, float *db
 
 /* ---- int8 weights and activations, int32 sums ------------------------------------------- */
 
-/* W's quantised copy, or NULL: none current, W not among the model's parameters, or not one
- * of the weights the model quantises (precision.c says which). Binary search by offset. */
-static const int8_matrix *int8_weights(const backend *be, const float *W, int in, int out)
-{
-    if (!be->int8) return NULL;
-    const uintptr_t w = (uintptr_t)W, p0 = (uintptr_t)be->params;
-    if (w < p0 || w >= p0 + be->n_params * sizeof *W || (w - p0) % sizeof *W) return NULL;
-    const size_t offset = (w - p0) / sizeof *W;
-    int lo = 0, hi = be->n_int8 - 1;
-    while (lo <= hi) {
-        const int mid = lo + (hi - lo) / 2;
-        const int8_weight *q = &be->int8[mid];
-        if (q->offset == offset) return q->q.in == in && q->q.out == out ? &q->q : NULL;
-        if (q->offset < offset) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    return NULL;
-}
-
-/* One kernel for few rows and many (ops/cpu/gemm_int8.c tiles both); float32 where W has no
- * quantised copy or the activations' buffer cannot grow (no memory: slower, still right). */
-void cpu_linear_int8(const backend *be, float *y, const float *x, const float *W, const float *b,
+/* One kernel for few rows and many (ops/cpu/gemm_int8.c tiles both) for a weight typed int8
+ * (models/precision.c says which are, and why); float32 for any other, and where the
+ * activations' buffer cannot grow (no memory: slower, still right). */
+void cpu_linear_int8(const backend *be, float *y, const float *x, const weight *W, const float *b,
                      int N, int in, int out)
 {
-    const int8_matrix *q = int8_weights(be, W, in, out);
-    if (q && be->ws8 && !gemm_int8_reserve(be->ws8, N, in, NULL)) {
-        gemm_int8(y, x, q, b, N, be->ws8);
+    if (W->type == WEIGHT_INT8 && be->typed_current && be->ws8 &&
+        !gemm_int8_reserve(be->ws8, N, in, NULL)) {
+        gemm_int8(y, x, W->int8, b, N, be->ws8);
         return;
     }
     if (N <= SMALL_ROWS)
-        linear_rows_f32(y, x, W, b, N, in, out);
+        linear_rows_f32(y, x, W->f32, b, N, in, out);
     else
-        linear_gemm_f32(y, x, W, b, N, in, out);
+        linear_gemm_f32(y, x, W->f32, b, N, in, out);
 }
-

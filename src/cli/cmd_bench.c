@@ -343,13 +343,8 @@ done:
 
 /* ---- generate: the time of one new token at a given position ---------------------------- */
 
-/* The cache type a state of m gets: the setting, with auto resolved as the library does. */
-static const char *kv_name(const qkv_lm *m)
-{
-    const qkv_kv_cache kv = qkv_lm_get_kv_cache(m);
-    if (kv != QKV_KV_CACHE_AUTO) return qkv_kv_cache_name(kv);
-    return qkv_lm_get_precision(m) == QKV_PRECISION_FP32 ? "fp32" : "bf16";
-}
+/* The cache type a state of m gets: the setting, with auto resolved by the library. */
+static const char *kv_name(const qkv_lm *m) { return qkv_kv_cache_name(qkv_lm_kv_cache_type(m)); }
 
 /* A decoder-only LM with random weights generates at position `position`: the prefix (all but
  * the warmup tokens) goes in by one prefill, the warmup tokens one step each, then `steps`

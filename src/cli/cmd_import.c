@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* qkv import marian HF_DIR --out DIR: a pretrained Hugging Face MarianMT model (the OPUS-MT
- * translation models) as a qkv model directory, which qkv translate, eval and info then read
+/* qkv import marian HF_DIR|RELEASE --out DIR: a pretrained Hugging Face MarianMT model, or a
+ * Marian release (the OPUS-MT translation models) as a qkv model directory, which qkv translate, eval and info then read
  * like one qkv trained. The work is qkv_import_marian's (src/io/marian.c); this claims DIR. */
 #include <stdio.h>
 #include <string.h>
@@ -12,15 +12,18 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: qkv import marian HF_DIR --out DIR [--overwrite]\n\n"
+    fprintf(f, "usage: qkv import marian HF_DIR|RELEASE --out DIR [--overwrite]\n\n"
                "Imports a Hugging Face MarianMT directory (an OPUS-MT model, e.g.\n"
-               "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors (float32),\n"
-               "vocab.json (and target_vocab.json), source.spm, target.spm. DIR receives a\n"
-               "qkv model directory: config.json, model.safetensors, src_vocab.txt,\n"
-               "tgt_vocab.txt, source.spm, target.spm, text.json. A DIR that holds a model\n"
-               "(or other files) is refused unless --overwrite. A model qkv cannot represent\n"
-               "is refused with the reason; see the README, \"Pretrained Marian / OPUS-MT\n"
-               "models\", for getting one and for converting pytorch_model.bin.\n"
+               "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors or\n"
+               "pytorch_model.bin (or their shards; float32, float16 or bfloat16),\n"
+               "vocab.json (and target_vocab.json), source.spm, target.spm; or a Marian\n"
+               "release, an OPUS-MT or Tatoeba-Challenge zip or the directory it unpacks to\n"
+               "(decoder.yml, the .npz model, vocabulary .yml, source.spm, target.spm). DIR\n"
+               "receives a qkv model directory: config.json, model.safetensors,\n"
+               "src_vocab.txt, tgt_vocab.txt, source.spm, target.spm, text.json (and\n"
+               "generation.json: the decoding defaults). A DIR that holds a model (or other\n"
+               "files) is refused unless --overwrite. A model qkv cannot represent is\n"
+               "refused with the reason; see docs/pretrained.md.\n"
                "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
                "line wins).\n");
 }

@@ -108,9 +108,8 @@ typedef struct {
     float alpha;
     qkv_beam_stop stop;
     const int *max_lens;        /* (B) or NULL: each sentence's own limit, <= T */
-    int suppress_pad;           /* the model never produces <pad> */
-    int forced_eos;             /* a hypothesis cut at max_len ends with an <eos> of
-                                   probability 1, counted in its length (Marian's) */
+    decoding_rules rules;       /* banned and forced tokens, forced_eos (inference/search.h) */
+    int forced_eos;             /* rules.forced_eos as 0 or 1 */
     int *tok, *row_src, *first; /* per row; first[b]: sentence b's first row */
     int *hist, *hist2;          /* (cap, T) the tokens of each row so far */
     int *slot, *slot2;          /* (cap, T) the cache row of each position's key and value */
@@ -132,13 +131,14 @@ static void beam_free(beam_search *s)
 }
 
 static qkv_status beam_alloc(beam_search *s, int B, int V, const qkv_beam_options *o,
-                             qkv_error *err)
+                             const decoding_rules *rules, qkv_error *err)
 {
     const int K = o->beam, T = o->max_len;
     const size_t cap = (size_t)B * K;
     memset(s, 0, sizeof *s);
     s->B = B, s->K = K, s->N = o->n_best, s->T = T, s->V = V, s->alpha = o->alpha;
     s->stop = o->stop, s->max_lens = o->max_lens;
+    s->rules = *rules, s->forced_eos = rules->forced_eos != 0;
     s->n_cand = 2 * K < K * V ? 2 * K : K * V;
     int **ints[] = {&s->tok, &s->row_src, &s->next_parent, &s->next_tok, &s->next_src};
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) *ints[i] = malloc(cap * sizeof(int));
@@ -160,30 +160,41 @@ static qkv_status beam_alloc(beam_search *s, int B, int V, const qkv_beam_option
     for (int b = 0; b < B; b++) {
         s->fin[b].h = s->hyps + (size_t)b * K;
         for (int k = 0; k < K; k++) s->fin[b].h[k].tokens = s->hyp_tokens + ((size_t)b * K + k) * T;
-        /* one live hypothesis, <bos>, per sentence */
-        s->tok[b] = QKV_BOS, s->row_src[b] = b, s->row_score[b] = 0.0, s->first[b] = b;
+        /* one live hypothesis, the start token, per sentence */
+        s->tok[b] = rules->start, s->row_src[b] = b, s->row_score[b] = 0.0, s->first[b] = b;
     }
     s->first[B] = B;
     return QKV_OK;
 }
 
-/* The best extensions of the nr rows from r0 (logits (rows, V)), into s->cand in rank order;
- * returns how many. */
-static int rank_extensions(beam_search *s, const float *logits, int r0, int nr)
+/* Candidate x among the n best so far (want at most), in rank order. */
+static void rank(candidate *cand, int *n, int want, candidate x)
 {
-    const int V = s->V, want = s->n_cand < nr * V ? s->n_cand : nr * V;
-    candidate *cand = s->cand;
+    if (*n == want && !before(&x, &cand[*n - 1])) return;
+    int at = *n < want ? (*n)++ : *n - 1;
+    while (at > 0 && before(&x, &cand[at - 1])) cand[at] = cand[at - 1], at--;
+    cand[at] = x;
+}
+
+/* The best extensions of the nr rows from r0 at output position t (logits (rows, V)), into
+ * s->cand in rank order; returns how many. The rules apply after normalising, as Hugging
+ * Face's logits processors do in its beam search: a banned token is never a candidate, and a
+ * forced one is the only candidate, with probability 1. */
+static int rank_extensions(beam_search *s, const float *logits, int r0, int nr, int t)
+{
+    const int V = s->V, forced = rules_forced(&s->rules, t);
+    const int want = s->n_cand < nr * V ? s->n_cand : nr * V;
     int n = 0;
     for (int k = 0; k < nr; k++) {
         const float *z = logits + (size_t)(r0 + k) * V;
-        for (int v = 0; v < V; v++) {
-            if (v == QKV_PAD && s->suppress_pad) continue; /* after normalising, as HF */
-            candidate x = {s->row_score[r0 + k] + ((double)z[v] - s->lse[r0 + k]), k, v};
-            if (n == want && !before(&x, &cand[n - 1])) continue;
-            int at = n < want ? n++ : n - 1;
-            while (at > 0 && before(&x, &cand[at - 1])) cand[at] = cand[at - 1], at--;
-            cand[at] = x;
+        if (forced >= 0) {
+            rank(s->cand, &n, want, (candidate){s->row_score[r0 + k], k, forced});
+            continue;
         }
+        for (int v = 0; v < V; v++)
+            if (!rules_banned(&s->rules, v, V))
+                rank(s->cand, &n, want,
+                     (candidate){s->row_score[r0 + k] + ((double)z[v] - s->lse[r0 + k]), k, v});
     }
     return n;
 }
@@ -300,7 +311,7 @@ static void write_results(const beam_search *s, qkv_beam_results *results)
         }
 }
 
-/* The search itself, over any step function. */
+/* The search itself, over any step function (one that returns NULL ends it). */
 static void run_search(beam_search *s, beam_step_fn step, void *ctx)
 {
     const int B = s->B, T = s->T, V = s->V;
@@ -308,6 +319,7 @@ static void run_search(beam_search *s, beam_step_fn step, void *ctx)
     for (int t = 0; t < T && rows > 0; t++) {
         for (int r = 0; r < rows; r++) s->slot[(size_t)r * T + t] = r; /* where the step writes */
         const float *logits = step(ctx, rows, s->row_src, s->tok, s->hist, s->slot, T, t);
+        if (!logits) return; /* the step failed: it says why */
         #pragma omp parallel for if (rows > 1)
         for (int r = 0; r < rows; r++) s->lse[r] = log_normaliser(logits + (size_t)r * V, V);
         int next_rows = 0;
@@ -315,7 +327,7 @@ static void run_search(beam_search *s, beam_step_fn step, void *ctx)
             const int r0 = s->first[b], nr = s->first[b + 1] - s->first[b];
             s->first[b] = next_rows;
             if (nr == 0) continue; /* done */
-            const int n = rank_extensions(s, logits, r0, nr);
+            const int n = rank_extensions(s, logits, r0, nr, t);
             next_rows += advance_sentence(s, b, r0, n, t, next_rows);
         }
         s->first[B] = next_rows;
@@ -325,60 +337,70 @@ static void run_search(beam_search *s, beam_step_fn step, void *ctx)
 }
 
 qkv_status beam_search_steps(beam_step_fn step, void *ctx, int B, int V, int T_cap,
-                             int forced_eos, const qkv_beam_options *o,
+                             const decoding_rules *rules, const qkv_beam_options *o,
                              qkv_beam_results *results, qkv_error *err)
 {
     qkv_status stt = check_options(o, B, T_cap, err);
     if (stt || B < 1) return stt;
     beam_search s;
-    if ((stt = beam_alloc(&s, B, V, o, err))) return stt;
-    s.forced_eos = forced_eos != 0;
+    if ((stt = beam_alloc(&s, B, V, o, rules, err))) return stt;
     run_search(&s, step, ctx);
     write_results(&s, results);
     beam_free(&s);
     return QKV_OK;
 }
 
-/* The model's decoder as a step function. */
+/* The decoder as a step function: row r of a step is cache row r, at position t, reading the
+ * source of its sentence, its earlier positions where its ancestors wrote them. */
 typedef struct {
-    qkv_transformer *m;
-    decode_state st;
-    const int *src_valid;
+    decoder *d;
+    int *row, *pos; /* (rows) */
+    qkv_status st;  /* the first failure of a step */
+    qkv_error *err;
 } model_step;
 
 static const float *model_logits(void *ctx, int rows, const int *row_src, const int *tok,
                                  const int *hist, const int *slot, int T, int t)
 {
     model_step *ms = ctx;
-    (void)hist, (void)T;
-    ms->st.B = rows, ms->st.row_src = (int *)row_src, ms->st.slot = (int *)slot;
-    decode_step(ms->m, &ms->st, tok, t, ms->src_valid);
-    return ms->st.logits;
+    (void)hist;
+    for (int r = 0; r < rows; r++) ms->row[r] = r, ms->pos[r] = t;
+    const decoder_rows dr = {rows, ms->row, ms->pos, row_src, slot, T};
+    float *logits = NULL;
+    if (!ms->st) ms->st = decoder_step(ms->d, &dr, tok, &logits, ms->err);
+    return ms->st ? NULL : logits;
+}
+
+qkv_status beam_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
+                       int src_len, const qkv_beam_options *o, const decoding_rules *rules,
+                       qkv_beam_results *results, qkv_error *err)
+{
+    const int K = o->beam, T = o->max_len;
+    qkv_status stt = check_options(o, B, qkv_transformer_get_config(m)->max_len, err);
+    if (stt || B < 1) return stt;
+    model_step ms = {NULL, NULL, NULL, QKV_OK, err};
+    beam_search s;
+    stt = decoder_create_transformer(&ms.d, m, B * K, T, B, src_len, err);
+    if (!stt) stt = decoder_encode(ms.d, src, src_valid, B, src_len, NULL, err);
+    const decoder_info info = ms.d ? decoder_get_info(ms.d) : (decoder_info){0};
+    const decoding_rules own = decoding_rules_of(&info);
+    if (!stt) stt = beam_alloc(&s, B, info.vocab, o, rules ? rules : &own, err);
+    if (!stt) {
+        ms.row = malloc((size_t)B * K * sizeof *ms.row);
+        ms.pos = malloc((size_t)B * K * sizeof *ms.pos);
+        if (!ms.row || !ms.pos) stt = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a beam");
+        if (!stt) run_search(&s, model_logits, &ms);
+        if (!stt && !(stt = ms.st)) write_results(&s, results);
+        beam_free(&s);
+    }
+    free(ms.row), free(ms.pos);
+    decoder_free(ms.d);
+    return stt;
 }
 
 qkv_status qkv_transformer_beam(qkv_transformer *m, const int *src, const int *src_valid,
                                 int B, int src_len, const qkv_beam_options *o,
                                 qkv_beam_results *results, qkv_error *err)
 {
-    const int K = o->beam, T = o->max_len, V = m->cfg.tgt_vocab;
-    qkv_status stt = check_options(o, B, m->cfg.max_len, err);
-    if (stt || B < 1) return stt;
-    for (int b = 0; b < B; b++)
-        if (src_valid[b] < 0 || src_valid[b] > src_len)
-            return qkv_fail(err, QKV_ERR_ARG, "source %d: valid length %d outside [0, %d]", b,
-                            src_valid[b], src_len);
-    beam_search s;
-    model_step ms = {m, {0}, src_valid};
-    if ((stt = beam_alloc(&s, B, V, o, err))) return stt;
-    if ((stt = decode_begin(&ms.st, m, src, src_valid, B, src_len, B * K, T, err))) {
-        beam_free(&s);
-        return stt;
-    }
-    s.suppress_pad = m->cfg.suppress_pad, s.forced_eos = m->cfg.forced_eos;
-    for (int b = 0; b < B; b++) s.tok[b] = m->cfg.decoder_start;
-    run_search(&s, model_logits, &ms);
-    write_results(&s, results);
-    decode_end(&ms.st);
-    beam_free(&s);
-    return QKV_OK;
+    return beam_decode(m, src, src_valid, B, src_len, o, NULL, results, err);
 }

@@ -1,37 +1,41 @@
 /* SPDX-License-Identifier: MIT */
-/* Decoding with the encoder-decoder: the encoder once, then one decoder step per position
- * over the key-value cache (model.h's decode_state and stack_step), shared by greedy decoding
- * and beam search. Not part of the API. */
+/* Translation's searches over the decoder interface (models/decoder.h), shared by the
+ * translator, the batch decoder and the public qkv_transformer_greedy / _beam. Not part of
+ * the API. */
 #ifndef QKV_DECODE_H
 #define QKV_DECODE_H
 
-#include "models/transformer_internal.h"
+#include "inference/search.h"
 
-/* Runs the encoder on src (n_src, Ts) and caches every decoder layer's cross-attention keys
- * and values of its output; allocates the state for cap rows of up to T positions. */
-qkv_status decode_begin(decode_state *st, qkv_transformer *m, const int *src,
-                        const int *src_valid, int n_src, int Ts, int cap, int T,
-                        qkv_error *err);
-void decode_end(decode_state *st);
-
-/* Logits (B, tgt_vocab) of position t for the rows' input tokens tok (B) in st->logits. */
-void decode_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
-                 const int *src_valid);
-
-/* qkv_transformer_greedy with each sentence's own limit, max_lens (B) in 1 .. max_len, or
- * NULL: max_len for all. */
+/* Greedy decoding of B sentences in lockstep: the encoder once, then one decoder step per
+ * position for every sentence, each taking the first largest of its filtered logits, until
+ * each has produced its <eos> or max_lens[b] tokens (max_lens NULL: max_len for all, <= the
+ * model's max_len). out (B, max_len) receives the tokens without <eos>, out_len (B) their
+ * counts. */
 qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
-                         int src_len, int max_len, const int *max_lens, int *out, int *out_len,
-                         qkv_error *err);
+                         int src_len, int max_len, const int *max_lens,
+                         const decoding_rules *rules, int *out, int *out_len, qkv_error *err);
+
+/* qkv_transformer_beam with the rules given (NULL: the model's own). */
+qkv_status beam_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
+                       int src_len, const qkv_beam_options *o, const decoding_rules *rules,
+                       qkv_beam_results *results, qkv_error *err);
 
 /* A translation's length limit for a source of n tokens: floor(o->max_len_a * n +
  * o->max_len_b), at least 1, at most cap (a = b = 0: cap), as qkv_translate allows. */
 int translate_length_limit(const qkv_translate_options *o, int n, int cap);
 
 /* The sources (n, each one sentence: NULL or a line break inside is an error naming it) as
- * words, one sentence per source, as qkv_translate reads them; on failure *words is empty
- * (qkv_sentences_free is still fine). */
-qkv_status source_words(qkv_sentences *words, const qkv_tokenizer *tok,
-                        const char *const *sources, int n, qkv_error *err);
+ * the model's tokens, one sentence per source, as qkv_translate reads them; on failure *tokens
+ * is empty (qkv_sentences_free is still fine). */
+qkv_status source_tokens(qkv_sentences *tokens, const qkv_tokenizer *tok,
+                         const char *const *sources, int n, qkv_error *err);
+
+/* Sources first .. first + B - 1 of src as padded rows of ids (B, *Ts) for the encoder, each
+ * [<bos>] + its tokens + <eos> cut to the model's max_len (losing <eos>, as d2l's
+ * truncate_pad cuts it), and valid (B) their lengths. A source's own tokens are text: one
+ * spelling a reserved token (<pad>, <bos>, <eos>) becomes <unk>. ids holds B * max_len. */
+void source_rows(int *ids, int *valid, int *Ts, const qkv_tokenizer *tok,
+                 const qkv_sentences *src, int first, int B, int max_len);
 
 #endif

@@ -1,87 +1,36 @@
 /* SPDX-License-Identifier: MIT */
-/* Greedy autoregressive decoding with a key-value cache (d2l 10.7.6, llama2.c's forward):
- * the encoder runs once; each decoder layer keeps the keys and values of every target
- * position so far, and the cross-attention's keys and values of the encoder output are
- * projected once. A step then costs O(t) attention work at position t instead of re-running
- * the whole prefix. The cache and the step (decode.h) serve beam search too: there a row is a
- * hypothesis, and row_src says which source's encoder output it reads.
- * With one row per sequence, a step is memory-bound: every weight of the decoder and of the
- * output projection is read once per token (108 MB at d_model 512, 6 layers, 10k words). */
+/* Greedy autoregressive decoding with a key-value cache (d2l 10.7.6, llama2.c's forward): the
+ * encoder runs once; each decoder layer keeps the keys and values of every target position so
+ * far, and the cross-attention's keys and values of the encoder output are projected once
+ * (models/decoder.h). A step then costs O(t) attention work at position t instead of
+ * re-running the whole prefix. With one row per sentence a step is memory-bound: every weight
+ * of the decoder and of the output projection is read once per token (108 MB at d_model 512,
+ * 6 layers, 10k words). The sentences of a batch step in lockstep, each in its own cache row,
+ * reading its own source; one that has ended keeps its row until all have. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "inference/decode.h"
 
-void decode_step(qkv_transformer *m, decode_state *st, const int *tok, int t,
-                 const int *src_valid)
+/* The steps of B sentences encoded into d's source slots 0 .. B - 1; work (4 B) zeroed. */
+static qkv_status greedy_steps(decoder *d, const decoding_rules *r, int B, int max_len,
+                               const int *max_lens, int *out, int *out_len, int *work,
+                               qkv_error *err)
 {
-    const backend be = core_backend(&m->core);
-    stack_step(&be, &m->dec_dims, &m->w.decoder, m->core.pos_table, st, tok, t, src_valid);
-    head_step(&be, &m->dec_dims, &m->w.decoder, m->w.out_W, m->w.out_b, st, st->logits,
-              m->cfg.tgt_vocab);
-}
-
-qkv_status decode_begin(decode_state *st, qkv_transformer *m, const int *src,
-                        const int *src_valid, int n_src, int Ts, int cap, int T, qkv_error *err)
-{
-    const qkv_transformer_config *c = &m->cfg;
-    const int C = c->d_model;
-    memset(st, 0, sizeof *st);
-    /* at bf16, the weights' copy made current before anything reads it */
-    qkv_status stt = precision_prepare(&m->core.prec, m->core.params, m->core.n_params, 1, err);
-    if (!stt) stt = transformer_layout(m, n_src, Ts, 1, m->core.flash_min_keys, err);
-    if (!stt) stt = transformer_encode(m, src, src_valid, n_src, Ts, 0.0f, 0, err);
-    if (!stt) stt = decode_state_init(st, &m->dec_dims, cap, T, n_src, Ts, c->tgt_vocab,
-                                         core_kv_cache(&m->core), err);
-    if (stt) return stt;
-    const backend be = core_backend(&m->core);
-    for (int l = 0; l < c->dec_layers; l++) { /* K, V of the encoder output, once */
-        const qkv_mha_weights *a = &m->w.decoder.blocks[l].cross;
-        const size_t at = (size_t)l * n_src * Ts * C;
-        decode_kv_project(&be, st, st->cross_k, at, m->acts.enc.out, a->W_k, a->b_k, n_src * Ts,
-                          C);
-        decode_kv_project(&be, st, st->cross_v, at, m->acts.enc.out, a->W_v, a->b_v, n_src * Ts,
-                          C);
-    }
-    return QKV_OK;
-}
-
-void decode_end(decode_state *st) { decode_state_free(st); }
-
-qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
-                         int src_len, int max_len, const int *max_lens, int *out, int *out_len,
-                         qkv_error *err)
-{
-    const qkv_transformer_config *c = &m->cfg;
-    const int V = c->tgt_vocab;
-    if (max_len <= 0 || max_len > c->max_len)
-        return qkv_fail(err, QKV_ERR_ARG, "max_len %d outside [1, %d] (the model's maximum "
-                        "length)", max_len, c->max_len);
-    for (int b = 0; b < B; b++) {
-        if (src_valid[b] < 0 || src_valid[b] > src_len)
-            return qkv_fail(err, QKV_ERR_ARG, "source %d: valid length %d outside [0, %d]", b,
-                            src_valid[b], src_len);
-        if (max_lens && (max_lens[b] < 1 || max_lens[b] > max_len))
-            return qkv_fail(err, QKV_ERR_ARG, "sentence %d: max_len %d outside [1, %d]", b,
-                            max_lens[b], max_len);
-    }
-    decode_state st;
-    qkv_status stt = decode_begin(&st, m, src, src_valid, B, src_len, B, max_len, err);
-    if (stt) return stt;
-    int *tok = malloc((size_t)B * sizeof *tok), *done = calloc((size_t)B, sizeof *done);
-    if (!tok || !done) {
-        free(tok), free(done), decode_end(&st);
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    }
-    int remaining = B;
-    for (int b = 0; b < B; b++) tok[b] = c->decoder_start, out_len[b] = 0;
+    const int V = decoder_get_info(d).vocab;
+    /* per sentence: its cache row (and source), position, input token, whether it has ended */
+    int *row = work, *pos = work + B, *tok = work + 2 * B, *done = work + 3 * B, remaining = B;
+    for (int b = 0; b < B; b++) row[b] = b, tok[b] = r->start, out_len[b] = 0;
     for (int t = 0; t < max_len && remaining > 0; t++) {
-        decode_step(m, &st, tok, t, src_valid);
+        for (int b = 0; b < B; b++) pos[b] = t;
+        const decoder_rows rows = {B, row, pos, row, NULL, 0};
+        float *logits;
+        qkv_status st = decoder_step(d, &rows, tok, &logits, err);
+        if (st) return st;
         for (int b = 0; b < B; b++) {
-            const float *z = st.logits + (size_t)b * V;
-            int best = QKV_UNK; /* never QKV_PAD */
-            for (int k = 1; k < V; k++)
-                if (z[k] > z[best] && !(c->suppress_pad && k == QKV_PAD)) best = k;
+            float *z = logits + (size_t)b * V;
+            rules_filter(r, z, V, out_len[b]);
+            const int best = argmax(z, V);
             tok[b] = best;
             if (done[b]) continue;
             if (best == QKV_EOS) {
@@ -92,13 +41,40 @@ qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_vali
             if (max_lens && out_len[b] == max_lens[b]) done[b] = 1, remaining--;
         }
     }
-    free(tok), free(done), decode_end(&st);
     return QKV_OK;
+}
+
+qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
+                         int src_len, int max_len, const int *max_lens,
+                         const decoding_rules *rules, int *out, int *out_len, qkv_error *err)
+{
+    const qkv_transformer_config *c = qkv_transformer_get_config(m);
+    if (max_len <= 0 || max_len > c->max_len)
+        return qkv_fail(err, QKV_ERR_ARG, "max_len %d outside [1, %d] (the model's maximum "
+                        "length)", max_len, c->max_len);
+    for (int b = 0; b < B; b++)
+        if (max_lens && (max_lens[b] < 1 || max_lens[b] > max_len))
+            return qkv_fail(err, QKV_ERR_ARG, "sentence %d: max_len %d outside [1, %d]", b,
+                            max_lens[b], max_len);
+    decoder *d = NULL;
+    int *work = NULL;
+    qkv_status st = decoder_create_transformer(&d, m, B, max_len, B, src_len, err);
+    if (!st) st = decoder_encode(d, src, src_valid, B, src_len, NULL, err);
+    if (!st && !(work = calloc((size_t)B * 4, sizeof *work)))
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory decoding %d sentences", B);
+    if (!st) {
+        const decoder_info info = decoder_get_info(d);
+        const decoding_rules own = decoding_rules_of(&info);
+        st = greedy_steps(d, rules ? rules : &own, B, max_len, max_lens, out, out_len, work, err);
+    }
+    free(work);
+    decoder_free(d);
+    return st;
 }
 
 qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int *src_valid,
                                   int B, int src_len, int max_len, int *out, int *out_len,
                                   qkv_error *err)
 {
-    return greedy_decode(m, src, src_valid, B, src_len, max_len, NULL, out, out_len, err);
+    return greedy_decode(m, src, src_valid, B, src_len, max_len, NULL, NULL, out, out_len, err);
 }

@@ -199,28 +199,26 @@ static qkv_status buffers_init(batch_buffers *b, int B, int T, const qkv_transla
     return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a batch of %d sentences", B);
 }
 
-/* Sources first .. first + B - 1 as padded rows of ids (B, *T), each cut to the model's
- * length as d2l's truncate_pad cuts it. */
-static void encode_batch(batch_buffers *b, int *T, const qkv_translator *t,
-                         const qkv_sentences *src, int first, int B)
+void source_rows(int *ids, int *valid, int *Ts, const qkv_tokenizer *tok,
+                 const qkv_sentences *src, int first, int B, int max_len)
 {
-    const int limit = qkv_transformer_get_config(t->model)->max_len, bos = t->tok.source_bos;
-    *T = 1;
+    const int bos = tok->source_bos;
+    *Ts = 1;
     for (int i = 0; i < B; i++) {
-        const int n = source_len(t, src, first + i);
-        if (n > *T) *T = n < limit ? n : limit;
+        const int n = qkv_sentence_len(src, first + i) + 1 + bos;
+        if (n > *Ts) *Ts = n < max_len ? n : max_len;
     }
     for (int i = 0; i < B; i++) {
         const char *const *words = src->tokens + src->start[first + i];
-        int *row = b->src + (size_t)i * *T;
+        int *row = ids + (size_t)i * *Ts;
         if (bos) row[0] = QKV_BOS;
         const int n = qkv_sentence_len(src, first + i);
-        qkv_vocab_encode(row + bos, &t->tok.src, words, n, *T - bos);
+        qkv_vocab_encode(row + bos, &tok->src, words, n, *Ts - bos);
         /* a source's own tokens are text: one spelling <pad>, <bos> or <eos> is unknown (a
          * <pad> would be masked out, with everything after it: valid_len counts non-pads) */
-        for (int k = bos; k < bos + n && k < *T; k++)
+        for (int k = bos; k < bos + n && k < *Ts; k++)
             if (row[k] < QKV_N_RESERVED) row[k] = QKV_UNK;
-        b->valid[i] = bos + n + 1 < *T ? bos + n + 1 : *T; /* the words and <eos>, as fit */
+        valid[i] = bos + n + 1 < *Ts ? bos + n + 1 : *Ts; /* the words and <eos>, as fit */
     }
 }
 
@@ -246,11 +244,11 @@ static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_s
     for (int first = 0; !st && first < src->count; first += Bmax) {
         const int B = src->count - first < Bmax ? src->count - first : Bmax;
         int T;
-        encode_batch(&b, &T, t, src, first, B);
+        source_rows(b.src, b.valid, &T, &t->tok, src, first, B, limit);
         bo.max_lens = limits + first;
-        st = greedy ? greedy_decode(t->model, b.src, b.valid, B, T, L, limits + first, b.out,
-                                    b.out_len, err)
-                    : qkv_transformer_beam(t->model, b.src, b.valid, B, T, &bo, &br, err);
+        st = greedy ? greedy_decode(t->model, b.src, b.valid, B, T, L, limits + first, NULL,
+                                    b.out, b.out_len, err)
+                    : beam_decode(t->model, b.src, b.valid, B, T, &bo, NULL, &br, err);
         for (int i = 0; !st && i < B * N; i++) {
             const size_t h = (size_t)first * N + i;
             memcpy(r->ids + h * L, b.out + (size_t)i * L,
@@ -305,8 +303,9 @@ qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
     return st ? st : translate(out, t, words, o, err);
 }
 
-qkv_status source_words(qkv_sentences *words, const qkv_tokenizer *tok,
-                        const char *const *sources, int n, qkv_error *err)
+/* The sources as words, one sentence each. */
+static qkv_status source_words(qkv_sentences *words, const qkv_tokenizer *tok,
+                               const char *const *sources, int n, qkv_error *err)
 {
     memset(words, 0, sizeof *words);
     /* one line per source, so that the tokenizer's messages name a source by its line */
@@ -326,6 +325,16 @@ qkv_status source_words(qkv_sentences *words, const qkv_tokenizer *tok,
     }
     qkv_status st = qkv_tokenizer_words(tok, words, text, (size_t)(at - text), "source", err);
     free(text);
+    return st;
+}
+
+qkv_status source_tokens(qkv_sentences *tokens, const qkv_tokenizer *tok,
+                         const char *const *sources, int n, qkv_error *err)
+{
+    qkv_sentences words;
+    qkv_status st = source_words(&words, tok, sources, n, err);
+    if (!st) st = qkv_tokenizer_tokens(tok, tokens, &words, 0, err);
+    qkv_sentences_free(&words);
     return st;
 }
 

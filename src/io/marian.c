@@ -18,8 +18,10 @@
  *             tokens).
  *   tensors   model.{encoder,decoder}.layers.L.{self_attn,encoder_attn}.{q,k,v,out}_proj,
  *             *_layer_norm, fc1, fc2 -> qkv's names; (out, in) weights are qkv's layout.
+ *   weights   model.safetensors or pytorch_model.bin (or shards of either), float32, float16
+ *             or bfloat16 (widened exactly), read by hf_dir.c.
  * What qkv cannot represent (another architecture, pre-norm, a LayerNorm on the embeddings,
- * learned positions, other bad words, float16 tensors) is refused with the reason. */
+ * learned positions, other bad words) is refused with the reason. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +31,10 @@
 #include <cJSON.h>
 
 #include "core/internal.h"
+#include "io/hf_dir.h"
+#include "io/marian.h"
 
-#define MAX_JSON_BYTES ((size_t)64 << 20) /* vocab.json of 60k pieces is ~1.5 MB */
-#define ABSENT_LOGIT -1e9f                /* the output bias of the <bos> Marian lacks */
+#define ABSENT_LOGIT -1e9f /* the output bias of the <bos> Marian lacks */
 
 /* ---- Hugging Face's config.json --------------------------------------------------------- */
 
@@ -45,55 +48,6 @@ typedef struct {
     qkv_transformer_config cfg;
 } hf_config;
 
-static qkv_status read_json(cJSON **out, const char *dir, const char *name, int required,
-                            qkv_error *err)
-{
-    char path[4096], *text = NULL;
-    size_t len = 0;
-    *out = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    struct stat sb;
-    if (!required && stat(path, &sb)) return QKV_OK;
-    qkv_status st = qkv_read_file(path, MAX_JSON_BYTES, &text, &len, err);
-    if (st) return st;
-    *out = cJSON_ParseWithLength(text, len);
-    free(text);
-    return *out && cJSON_IsObject(*out)
-               ? QKV_OK
-               : (cJSON_Delete(*out), *out = NULL,
-                  qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", path));
-}
-
-/* An integer member (def when absent); QKV_ERR_FORMAT when present but not an integer. */
-static qkv_status get_int(const cJSON *o, const char *key, int def, int *v, const char *file,
-                          qkv_error *err)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x || cJSON_IsNull(x)) return *v = def, QKV_OK;
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
-        fabs(x->valuedouble) > 1e9)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be an integer", file, key);
-    *v = (int)x->valuedouble;
-    return QKV_OK;
-}
-
-static qkv_status get_bool(const cJSON *o, const char *key, int def, int *v, const char *file,
-                           qkv_error *err)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x || cJSON_IsNull(x)) return *v = def, QKV_OK;
-    if (!cJSON_IsBool(x))
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be true or false", file, key);
-    *v = cJSON_IsTrue(x);
-    return QKV_OK;
-}
-
-static const char *get_str(const cJSON *o, const char *key, const char *def)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(x) ? x->valuestring : def;
-}
-
 /* Marian's options that change the architecture away from what qkv imports: must be false. */
 static qkv_status refuse_flags(const cJSON *o, const char *file, qkv_error *err)
 {
@@ -102,19 +56,23 @@ static qkv_status refuse_flags(const cJSON *o, const char *file, qkv_error *err)
                                         "scale_attention"};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
         int v = 0;
-        qkv_status st = get_bool(o, flags[i], 0, &v, file, err);
+        qkv_status st = hf_bool(o, flags[i], 0, &v, file, err);
         if (st) return st;
         if (v)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\": true is not Marian's "
+            return qkv_fail(err, QKV_ERR_FORMAT,
+                            "%s: \"%s\": true is not Marian's "
                             "architecture as qkv imports it (post-norm, no extra LayerNorm, no "
-                            "extra logits bias)", file, flags[i]);
+                            "extra logits bias)",
+                            file, flags[i]);
     }
     int fixed = 1;
-    qkv_status st = get_bool(o, "static_position_embeddings", 1, &fixed, file, err);
+    qkv_status st = hf_bool(o, "static_position_embeddings", 1, &fixed, file, err);
     if (!st && !fixed)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: learned positions "
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: learned positions "
                       "(\"static_position_embeddings\": false) are not Marian's sinusoidal "
-                      "table", file);
+                      "table",
+                      file);
     return st;
 }
 
@@ -129,78 +87,83 @@ static qkv_status read_bad_words(const cJSON *o, int pad, int *suppress, const c
     if (first && cJSON_IsArray(first) && cJSON_GetArraySize(first) == 1 &&
         cJSON_IsNumber(first->child) && first->child->valuedouble == pad)
         return *suppress = 1, QKV_OK;
-    return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"bad_words_ids\" other than [[%d]] (the pad "
-                    "token): qkv can only keep <pad> from being generated", file, pad);
+    return qkv_fail(err, QKV_ERR_FORMAT,
+                    "%s: \"bad_words_ids\" other than [[%d]] (the pad "
+                    "token): qkv can only keep <pad> from being generated",
+                    file, pad);
 }
 
-static qkv_status read_config(hf_config *h, const char *dir, qkv_error *err)
+/* config.json's object o (named file in messages) as qkv's configuration. */
+static qkv_status read_config(hf_config *h, const cJSON *o, const char *file, qkv_error *err)
 {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/config.json", dir);
-    cJSON *o = NULL;
-    qkv_status st = read_json(&o, dir, "config.json", 1, err);
-    if (st) return st;
-    const char *type = get_str(o, "model_type", NULL);
-    if (!type || strcmp(type, "marian")) {
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"model_type\" is \"%.60s\", not \"marian\": "
-                      "qkv import marian reads MarianMT (OPUS-MT) models only", file,
-                      type ? type : "(missing)");
-        cJSON_Delete(o);
-        return st;
-    }
+    qkv_status st = QKV_OK;
+    const char *type = hf_str(o, "model_type", NULL);
+    if (!type || strcmp(type, "marian"))
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: \"model_type\" is \"%.60s\", not \"marian\": "
+                        "qkv import marian reads MarianMT (OPUS-MT) models only",
+                        file, type ? type : "(missing)");
     qkv_transformer_config *c = &h->cfg;
     *c = qkv_transformer_default_config();
     int enc_heads = 0, dec_heads = 0, enc_ffn = 0, dec_ffn = 0, scale = 0;
     /* the defaults are MarianConfig's */
-    if (!st) st = get_int(o, "vocab_size", 58101, &h->V_src, file, err);
-    if (!st) st = get_int(o, "decoder_vocab_size", h->V_src, &h->V_tgt, file, err);
-    if (!st) st = get_int(o, "d_model", 1024, &c->d_model, file, err);
-    if (!st) st = get_int(o, "encoder_layers", 12, &c->enc_layers, file, err);
-    if (!st) st = get_int(o, "decoder_layers", 12, &c->dec_layers, file, err);
-    if (!st) st = get_int(o, "encoder_attention_heads", 16, &enc_heads, file, err);
-    if (!st) st = get_int(o, "decoder_attention_heads", 16, &dec_heads, file, err);
-    if (!st) st = get_int(o, "encoder_ffn_dim", 4096, &enc_ffn, file, err);
-    if (!st) st = get_int(o, "decoder_ffn_dim", 4096, &dec_ffn, file, err);
-    if (!st) st = get_int(o, "max_position_embeddings", 1024, &c->max_len, file, err);
-    if (!st) st = get_int(o, "pad_token_id", 58100, &h->pad, file, err);
-    if (!st) st = get_int(o, "eos_token_id", 0, &h->eos, file, err);
-    if (!st) st = get_int(o, "decoder_start_token_id", h->pad, &h->start, file, err);
-    if (!st) st = get_bool(o, "scale_embedding", 0, &scale, file, err);
-    if (!st) st = get_bool(o, "share_encoder_decoder_embeddings", 1, &h->share, file, err);
-    if (!st) st = get_bool(o, "tie_word_embeddings", 1, &h->tie_out, file, err);
+    if (!st) st = hf_int(o, "vocab_size", 58101, &h->V_src, file, err);
+    if (!st) st = hf_int(o, "decoder_vocab_size", h->V_src, &h->V_tgt, file, err);
+    if (!st) st = hf_int(o, "d_model", 1024, &c->d_model, file, err);
+    if (!st) st = hf_int(o, "encoder_layers", 12, &c->enc_layers, file, err);
+    if (!st) st = hf_int(o, "decoder_layers", 12, &c->dec_layers, file, err);
+    if (!st) st = hf_int(o, "encoder_attention_heads", 16, &enc_heads, file, err);
+    if (!st) st = hf_int(o, "decoder_attention_heads", 16, &dec_heads, file, err);
+    if (!st) st = hf_int(o, "encoder_ffn_dim", 4096, &enc_ffn, file, err);
+    if (!st) st = hf_int(o, "decoder_ffn_dim", 4096, &dec_ffn, file, err);
+    if (!st) st = hf_int(o, "max_position_embeddings", 1024, &c->max_len, file, err);
+    if (!st) st = hf_int(o, "pad_token_id", 58100, &h->pad, file, err);
+    if (!st) st = hf_int(o, "eos_token_id", 0, &h->eos, file, err);
+    if (!st) st = hf_int(o, "decoder_start_token_id", h->pad, &h->start, file, err);
+    if (!st) st = hf_bool(o, "scale_embedding", 0, &scale, file, err);
+    if (!st) st = hf_bool(o, "share_encoder_decoder_embeddings", 1, &h->share, file, err);
+    if (!st) st = hf_bool(o, "tie_word_embeddings", 1, &h->tie_out, file, err);
     if (!st) st = refuse_flags(o, file, err);
     if (!st) st = read_bad_words(o, h->pad, &h->suppress, file, err);
     /* absent: MarianConfig's default, 0 (the end token); null: none */
     int forced_id = 0;
     if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "forced_eos_token_id"))) forced_id = -1;
-    else if (!st) st = get_int(o, "forced_eos_token_id", 0, &forced_id, file, err);
+    else if (!st) st = hf_int(o, "forced_eos_token_id", 0, &forced_id, file, err);
     if (!st && forced_id >= 0 && forced_id != h->eos)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"forced_eos_token_id\" %d is not the end "
-                      "token (%d)", file, forced_id, h->eos);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: \"forced_eos_token_id\" %d is not the end "
+                      "token (%d)",
+                      file, forced_id, h->eos);
     h->forced = forced_id == h->eos;
-    const char *act = get_str(o, "activation_function", "gelu");
+    const char *act = hf_str(o, "activation_function", "gelu");
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(o, "dropout");
     if (cJSON_IsNumber(drop) && drop->valuedouble >= 0.0 && drop->valuedouble < 1.0)
         c->dropout = (float)drop->valuedouble;
     if (!st && (enc_heads != dec_heads || enc_ffn != dec_ffn))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: the encoder and the decoder differ (heads %d "
-                      "and %d, FFN %d and %d): qkv's stacks share one shape", file, enc_heads,
-                      dec_heads, enc_ffn, dec_ffn);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: the encoder and the decoder differ (heads %d "
+                      "and %d, FFN %d and %d): qkv's stacks share one shape",
+                      file, enc_heads, dec_heads, enc_ffn, dec_ffn);
     if (!st && h->start != h->pad)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: decoding starts from id %d, not the pad token "
-                      "(%d): qkv starts Marian models from <pad>", file, h->start, h->pad);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: decoding starts from id %d, not the pad token "
+                      "(%d): qkv starts Marian models from <pad>",
+                      file, h->start, h->pad);
     if (!st && h->share && h->V_src != h->V_tgt)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: shared embeddings with vocabularies of %d and "
-                      "%d tokens", file, h->V_src, h->V_tgt);
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: shared embeddings with vocabularies of %d and "
+                      "%d tokens",
+                      file, h->V_src, h->V_tgt);
     if (!st) {
         if (!strcmp(act, "swish") || !strcmp(act, "silu")) c->act = QKV_ACT_SILU;
         else if (!strcmp(act, "gelu")) c->act = QKV_ACT_GELU; /* the erf form, as qkv's */
         else if (!strcmp(act, "relu")) c->act = QKV_ACT_RELU;
         else
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: activation \"%.40s\": qkv has swish "
-                          "(silu), gelu and relu", file, act);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: activation \"%.40s\": qkv has swish "
+                          "(silu), gelu and relu",
+                          file, act);
     }
-    cJSON_Delete(o);
     if (st) return st;
     c->src_vocab = h->V_src + 1, c->tgt_vocab = h->V_tgt + 1; /* + the <bos> row */
     c->heads = enc_heads, c->ffn = enc_ffn;
@@ -240,15 +203,12 @@ static int reserved_of(const char *token)
     return -1;
 }
 
-static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int rows,
+/* A vocabulary object o (token -> Marian id; named file in messages) for rows embedding rows. */
+static qkv_status read_vocab(id_map *v, const cJSON *o, const char *file, int rows,
                              const hf_config *h, qkv_error *err)
 {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/%s", dir, name);
     memset(v, 0, sizeof *v);
-    cJSON *o = NULL;
-    qkv_status st = read_json(&o, dir, name, 1, err);
-    if (st) return st;
+    qkv_status st = QKV_OK;
     const char **by_id = calloc((size_t)rows, sizeof *by_id);
     v->to_qkv = malloc((size_t)rows * sizeof *v->to_qkv);
     size_t bytes = 64;
@@ -256,32 +216,40 @@ static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int r
     for (const cJSON *e = o->child; !st && e; e = e->next) {
         const double id = cJSON_IsNumber(e) ? e->valuedouble : -1.0;
         if (id != floor(id) || id < 0 || id >= rows)
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: token \"%.60s\" has id %g, outside the "
-                          "model's %d embedding rows", file, e->string, id, rows);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: token \"%.60s\" has id %g, outside the "
+                          "model's %d embedding rows",
+                          file, e->string, id, rows);
         else if (by_id[(int)id])
             st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tokens \"%.60s\" and \"%.60s\" share id %d",
                           file, by_id[(int)id], e->string, (int)id);
         else if (!*e->string || strpbrk(e->string, "\r\n"))
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: id %d: a token that is empty or holds a "
-                          "line break cannot be a line of qkv's vocabulary file", file, (int)id);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: id %d: a token that is empty or holds a "
+                          "line break cannot be a line of qkv's vocabulary file",
+                          file, (int)id);
         else if (!strcmp(e->string, "<bos>") || !strcmp(e->string, "<eos>"))
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: the token \"%s\" (id %d) would collide "
-                          "with qkv's reserved token of that name", file, e->string, (int)id);
-        else
-            by_id[(int)id] = e->string, bytes += strlen(e->string) + 1;
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: the token \"%s\" (id %d) would collide "
+                          "with qkv's reserved token of that name",
+                          file, e->string, (int)id);
+        else by_id[(int)id] = e->string, bytes += strlen(e->string) + 1;
     }
     int special[QKV_N_RESERVED] = {-1, -1, -1, -1};
     for (int m = 0; !st && m < rows; m++) {
         if (!by_id[m]) {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: no token has id %d (the model has %d "
-                          "embedding rows)", file, m, rows);
+            st = qkv_fail(err, QKV_ERR_FORMAT,
+                          "%s: no token has id %d (the model has %d "
+                          "embedding rows)",
+                          file, m, rows);
             break;
         }
         const int r = reserved_of(by_id[m]);
         if (r >= 0) special[r] = m;
     }
     if (!st && (special[QKV_UNK] < 0 || special[QKV_PAD] != h->pad || special[QKV_EOS] != h->eos))
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: needs <unk>, <pad> with id %d and </s> with id "
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: needs <unk>, <pad> with id %d and </s> with id "
                       "%d (config.json's pad_token_id and eos_token_id); has them at %d, %d, %d",
                       file, h->pad, h->eos, special[QKV_UNK], special[QKV_PAD], special[QKV_EOS]);
     if (!st && !(v->text = malloc(bytes)))
@@ -301,7 +269,6 @@ static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int r
         }
     }
     free(by_id);
-    cJSON_Delete(o);
     if (st) id_map_free(v);
     return st;
 }
@@ -309,38 +276,38 @@ static qkv_status read_vocab(id_map *v, const char *dir, const char *name, int r
 /* ---- model.safetensors -> qkv's parameter table --------------------------------------- */
 
 typedef struct {
-    const qkv_tensor_file *f;
+    hf_weights *w;
     const char *file;
-    char *used; /* (f->count) */
     qkv_transformer *m;
     char *written; /* (qkv's tensor count) */
 } importer;
 
 static const qkv_tensor *hf_tensor(importer *im, const char *name)
 {
-    const qkv_tensor *t = qkv_tensor_file_get(im->f, name);
-    if (t) im->used[t - im->f->tensors] = 1;
-    return t;
+    return hf_weights_get(im->w, name);
 }
 
 /* HF tensor `name` as float32 of shape (rows, cols) (cols 0: a vector; (1, n) is read as n);
  * with more_rows, (rows or more, cols), of which the first rows are read. */
-static qkv_status hf_get_rows(const float **out, importer *im, const char *name, int rows,
-                              int cols, int more_rows, qkv_error *err)
+static qkv_status hf_get_rows(const float **out, importer *im, const char *name, int rows, int cols,
+                              int more_rows, qkv_error *err)
 {
     const qkv_tensor *t = hf_tensor(im, name);
     if (!t) return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is missing", im->file, name);
     if (t->dtype != QKV_F32)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is not float32 (convert the model "
-                        "with torch_dtype=torch.float32; see the README)", im->file, name);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: tensor '%s' is not floating-point weights of "
+                        "float32, float16 or bfloat16",
+                        im->file, name);
     const int64_t s0 = t->shape[0], s1 = t->ndim > 1 ? t->shape[1] : 0;
     const int fits = cols ? t->ndim == 2 && (s0 == rows || (more_rows && s0 > rows)) && s1 == cols
                           : (t->ndim == 1 && s0 == rows) || (t->ndim == 2 && s0 == 1 && s1 == rows);
     if (!fits)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' has shape (%lld%s%lld), the "
-                        "configuration needs (%d%s%d)", im->file, name, (long long)t->shape[0],
-                        t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL,
-                        rows, cols ? ", " : "", cols);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: tensor '%s' has shape (%lld%s%lld), the "
+                        "configuration needs (%d%s%d)",
+                        im->file, name, (long long)t->shape[0], t->ndim > 1 ? ", " : "",
+                        t->ndim > 1 ? (long long)t->shape[1] : 0LL, rows, cols ? ", " : "", cols);
     *out = (const float *)t->data;
     return QKV_OK;
 }
@@ -384,8 +351,8 @@ static qkv_status copy_tensor(importer *im, const char *hf, const char *q, qkv_e
  * <bos> row Marian lacks is zero. transformers 4.38 gives a decoder embedding that is not
  * shared the encoder's vocab_size rows even when decoder_vocab_size is smaller: the rows
  * past the target vocabulary are no token's and are left out. */
-static qkv_status copy_rows(importer *im, const char *hf, const char *q, const id_map *ids,
-                            int C, qkv_error *err)
+static qkv_status copy_rows(importer *im, const char *hf, const char *q, const id_map *ids, int C,
+                            qkv_error *err)
 {
     const float *src;
     size_t n = 0;
@@ -423,15 +390,18 @@ static qkv_status copy_embeddings(importer *im, const hf_config *h, const id_map
     const char *d = h->share ? e : first_present(im, dec, 1);
     const char *out = first_present(im, head, 1);
     if (!e || !d)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: no %s embedding (model.shared.weight or "
-                        "model.%s.embed_tokens.weight)", im->file, e ? "decoder" : "encoder",
-                        e ? "decoder" : "encoder");
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: no %s embedding (model.shared.weight or "
+                        "model.%s.embed_tokens.weight)",
+                        im->file, e ? "decoder" : "encoder", e ? "decoder" : "encoder");
     if (!h->tie_out && !out)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tie_word_embeddings is false but there is no "
-                        "lm_head.weight", im->file);
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: tie_word_embeddings is false but there is no "
+                        "lm_head.weight",
+                        im->file);
     const qkv_tie tie = h->cfg.tie;
-    qkv_status st = copy_rows(im, e, tie == QKV_TIE_ALL ? "embedding" : "src_embedding", src, C,
-                              err);
+    qkv_status st =
+        copy_rows(im, e, tie == QKV_TIE_ALL ? "embedding" : "src_embedding", src, C, err);
     if (!st && tie != QKV_TIE_ALL) st = copy_rows(im, d, "tgt_embedding", tgt, C, err);
     if (!st && tie == QKV_TIE_NONE) st = copy_rows(im, out, "output.W", tgt, C, err);
     if (st) return st;
@@ -454,7 +424,7 @@ static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *e
     const int T = h->cfg.max_len, C = h->cfg.d_model;
     float *table = NULL;
     for (int k = 0; k < 2; k++) {
-        const qkv_tensor *t = qkv_tensor_file_get(im->f, names[k]);
+        const qkv_tensor *t = hf_weights_peek(im->w, names[k]);
         if (!t) continue;
         const float *p;
         qkv_status st = hf_get(&p, im, names[k], T, C, err);
@@ -465,9 +435,11 @@ static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *e
         for (size_t i = 0; i < (size_t)T * C; i++)
             if (fabsf(p[i] - table[i]) > 1e-4f) {
                 free(table);
-                return qkv_fail(err, QKV_ERR_FORMAT, "%s: '%s' is not the [sin | cos] "
+                return qkv_fail(err, QKV_ERR_FORMAT,
+                                "%s: '%s' is not the [sin | cos] "
                                 "sinusoidal table (row %zu, column %zu): learned positions are "
-                                "not Marian's", im->file, names[k], i / C, i % C);
+                                "not Marian's",
+                                im->file, names[k], i / C, i % C);
             }
     }
     free(table);
@@ -477,21 +449,27 @@ static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *e
 static qkv_status copy_layers(importer *im, const hf_config *h, qkv_error *err)
 {
     /* HF's name within a layer -> qkv's, per stack */
-    static const char *const enc[][2] = {
-        {"self_attn.q_proj", "attention.%c_q"}, {"self_attn.k_proj", "attention.%c_k"},
-        {"self_attn.v_proj", "attention.%c_v"}, {"self_attn.out_proj", "attention.%c_o"},
-        {"self_attn_layer_norm", "norm1"}, {"fc1", "ffn.%c1"}, {"fc2", "ffn.%c2"},
-        {"final_layer_norm", "norm2"}};
-    static const char *const dec[][2] = {
-        {"self_attn.q_proj", "self_attention.%c_q"}, {"self_attn.k_proj", "self_attention.%c_k"},
-        {"self_attn.v_proj", "self_attention.%c_v"}, {"self_attn.out_proj", "self_attention.%c_o"},
-        {"self_attn_layer_norm", "norm1"},
-        {"encoder_attn.q_proj", "cross_attention.%c_q"},
-        {"encoder_attn.k_proj", "cross_attention.%c_k"},
-        {"encoder_attn.v_proj", "cross_attention.%c_v"},
-        {"encoder_attn.out_proj", "cross_attention.%c_o"},
-        {"encoder_attn_layer_norm", "norm2"}, {"fc1", "ffn.%c1"}, {"fc2", "ffn.%c2"},
-        {"final_layer_norm", "norm3"}};
+    static const char *const enc[][2] = {{"self_attn.q_proj", "attention.%c_q"},
+                                         {"self_attn.k_proj", "attention.%c_k"},
+                                         {"self_attn.v_proj", "attention.%c_v"},
+                                         {"self_attn.out_proj", "attention.%c_o"},
+                                         {"self_attn_layer_norm", "norm1"},
+                                         {"fc1", "ffn.%c1"},
+                                         {"fc2", "ffn.%c2"},
+                                         {"final_layer_norm", "norm2"}};
+    static const char *const dec[][2] = {{"self_attn.q_proj", "self_attention.%c_q"},
+                                         {"self_attn.k_proj", "self_attention.%c_k"},
+                                         {"self_attn.v_proj", "self_attention.%c_v"},
+                                         {"self_attn.out_proj", "self_attention.%c_o"},
+                                         {"self_attn_layer_norm", "norm1"},
+                                         {"encoder_attn.q_proj", "cross_attention.%c_q"},
+                                         {"encoder_attn.k_proj", "cross_attention.%c_k"},
+                                         {"encoder_attn.v_proj", "cross_attention.%c_v"},
+                                         {"encoder_attn.out_proj", "cross_attention.%c_o"},
+                                         {"encoder_attn_layer_norm", "norm2"},
+                                         {"fc1", "ffn.%c1"},
+                                         {"fc2", "ffn.%c2"},
+                                         {"final_layer_norm", "norm3"}};
     qkv_status st = QKV_OK;
     for (int s = 0; s < 2 && !st; s++) {
         const char *stack = s ? "decoder" : "encoder";
@@ -504,10 +482,8 @@ static qkv_status copy_layers(importer *im, const hf_config *h, qkv_error *err)
                     char hf[160], q[160], leaf[48];
                     snprintf(hf, sizeof hf, "model.%s.layers.%d.%s.%s", stack, l, pair[0],
                              w ? "bias" : "weight");
-                    if (norm)
-                        snprintf(leaf, sizeof leaf, "%s.%s", pair[1], w ? "beta" : "gamma");
-                    else
-                        snprintf(leaf, sizeof leaf, pair[1], w ? 'b' : 'W');
+                    if (norm) snprintf(leaf, sizeof leaf, "%s.%s", pair[1], w ? "beta" : "gamma");
+                    else snprintf(leaf, sizeof leaf, pair[1], w ? 'b' : 'W');
                     snprintf(q, sizeof q, "%s.%d.%s", stack, l, leaf);
                     st = copy_tensor(im, hf, q, err);
                 }
@@ -516,41 +492,28 @@ static qkv_status copy_layers(importer *im, const hf_config *h, qkv_error *err)
     return st;
 }
 
-static qkv_status read_model(qkv_transformer **out, const char *dir, const hf_config *h,
+static qkv_status read_model(qkv_transformer **out, hf_weights *w, const hf_config *h,
                              const id_map *src, const id_map *tgt, qkv_error *err)
 {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/model.safetensors", dir);
     *out = NULL;
-    struct stat sb;
-    char bin[4096];
-    snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir);
-    if (stat(file, &sb) && !stat(bin, &sb))
-        return qkv_fail(err, QKV_ERR_IO, "%s: missing; the directory has pytorch_model.bin, "
-                        "which qkv does not read: convert it to safetensors (see the README, "
-                        "\"Pretrained Marian / OPUS-MT models\")", file);
-    qkv_tensor_file f;
-    qkv_status st = qkv_tensor_file_load(&f, file, err);
-    if (st) return st;
-    importer im = {&f, file, calloc((size_t)f.count + 1, 1), NULL, NULL};
-    if (!im.used) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    if (!st) st = qkv_transformer_create(&im.m, &h->cfg, 0, err);
+    importer im = {w, w->file, NULL, NULL};
+    qkv_status st = qkv_transformer_create(&im.m, &h->cfg, 0, err);
     if (!st && !(im.written = calloc((size_t)qkv_transformer_num_tensors(im.m), 1)))
         st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     if (!st) st = copy_embeddings(&im, h, src, tgt, err);
     if (!st) st = copy_layers(&im, h, err);
     if (!st) st = check_positions(&im, h, err);
-    for (int i = 0; !st && i < f.count; i++)
-        if (!im.used[i])
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' has no place in qkv's model of "
-                          "this configuration (an architecture qkv does not import)", file,
-                          f.tensors[i].name);
+    const char *unused = st ? NULL : hf_weights_unused(w);
+    if (unused)
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: tensor '%s' has no place in qkv's model of "
+                      "this configuration (an architecture qkv does not import)",
+                      w->file, unused);
     for (int i = 0; !st && i < qkv_transformer_num_tensors(im.m); i++)
         if (!im.written[i])
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: nothing for qkv's tensor '%s'", file,
+            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: nothing for qkv's tensor '%s'", w->file,
                           qkv_transformer_tensor(im.m, i).name);
-    free(im.used), free(im.written);
-    qkv_tensor_file_free(&f);
+    free(im.written);
     if (st) qkv_transformer_free(im.m);
     else *out = im.m;
     return st;
@@ -567,15 +530,40 @@ static qkv_status write_text(const char *dir, const char *name, const char *text
     return qkv_atomic_write(path, chunks, &len, 1, err);
 }
 
-static qkv_status copy_file(const char *from_dir, const char *name, const char *to_dir,
-                            qkv_error *err)
+qkv_status marian_import_parts(const marian_parts *p, const char *out_dir, qkv_error *err)
 {
-    char from[4096], *data = NULL;
-    size_t len = 0;
-    snprintf(from, sizeof from, "%s/%s", from_dir, name);
-    qkv_status st = qkv_read_file(from, (size_t)1 << 30, &data, &len, err);
-    if (!st) st = write_text(to_dir, name, data, len, err);
-    free(data);
+    hf_config h;
+    id_map src = {0}, tgt = {0};
+    qkv_transformer *m = NULL;
+    qkv_status st = read_config(&h, p->config, p->config_name, err);
+    if (!st && h.share && p->tgt_vocab != p->src_vocab)
+        st = qkv_fail(err, QKV_ERR_FORMAT,
+                      "%s: two vocabularies, but %s shares one embedding "
+                      "between them",
+                      p->tgt_vocab_name, p->config_name);
+    if (!st) st = read_vocab(&src, p->src_vocab, p->src_vocab_name, h.V_src, &h, err);
+    if (!st) st = read_vocab(&tgt, p->tgt_vocab, p->tgt_vocab_name, h.V_tgt, &h, err);
+    if (!st) st = read_model(&m, p->weights, &h, &src, &tgt, err);
+    if (!st) st = write_text(out_dir, "src_vocab.txt", src.text, src.len, err);
+    if (!st) st = write_text(out_dir, "tgt_vocab.txt", tgt.text, tgt.len, err);
+    static const char *const spm[] = {"source.spm", "target.spm"};
+    for (int i = 0; !st && i < 2; i++)
+        st = write_text(out_dir, spm[i], p->spm[i], p->spm_len[i], err);
+    if (!st) {
+        char text_json[512];
+        const int n = snprintf(text_json, sizeof text_json,
+                               "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
+                               "  \"target_spm\": \"target.spm\",\n  \"detokenize\": \"marian\",\n"
+                               "  \"clean_up_spaces\": %s,\n  \"imported_from\": \"marian\"\n}\n",
+                               p->clean_up ? "true" : "false");
+        st = write_text(out_dir, "text.json", text_json, (size_t)n, err);
+    }
+    if (!st && p->generation)
+        st = write_text(out_dir, "generation.json", p->generation, strlen(p->generation), err);
+    /* the model last: a directory with model.safetensors is complete */
+    if (!st) st = qkv_transformer_save(m, out_dir, err);
+    qkv_transformer_free(m);
+    id_map_free(&src), id_map_free(&tgt);
     return st;
 }
 
@@ -584,57 +572,60 @@ static qkv_status copy_file(const char *from_dir, const char *name, const char *
 static qkv_status read_clean_up(int *clean_up, const char *dir, qkv_error *err)
 {
     cJSON *o = NULL;
-    qkv_status st = read_json(&o, dir, "tokenizer_config.json", 0, err);
+    qkv_status st = hf_json(&o, dir, "tokenizer_config.json", 0, err);
     char file[4096];
     snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
-    if (!st && o) st = get_bool(o, "clean_up_tokenization_spaces", 1, clean_up, file, err);
+    if (!st && o) st = hf_bool(o, "clean_up_tokenization_spaces", 1, clean_up, file, err);
     cJSON_Delete(o);
     return st;
 }
 
-qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error *err)
+/* A Hugging Face MarianMT directory. */
+static qkv_status import_hf(const char *dir, const char *out_dir, qkv_error *err)
 {
-    hf_config h;
-    id_map src = {0}, tgt = {0};
-    qkv_transformer *m = NULL;
-    char target_vocab[4096];
-    snprintf(target_vocab, sizeof target_vocab, "%s/target_vocab.json", hf_dir);
+    char config[4096], vocab[4096], target_vocab[4096];
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    snprintf(vocab, sizeof vocab, "%s/vocab.json", dir);
+    snprintf(target_vocab, sizeof target_vocab, "%s/target_vocab.json", dir);
     struct stat sb;
     const int separate = !stat(target_vocab, &sb);
-    qkv_status st = read_config(&h, hf_dir, err);
-    if (!st && h.share && separate)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: two vocabularies, but config.json shares one "
-                      "embedding between them", target_vocab);
-    if (!st) st = read_vocab(&src, hf_dir, "vocab.json", h.V_src, &h, err);
-    if (!st) st = read_vocab(&tgt, hf_dir, separate ? "target_vocab.json" : "vocab.json",
-                             h.V_tgt, &h, err);
-    /* both files before anything is written: translating needs them */
-    static const char *const spm[] = {"source.spm", "target.spm"};
+    marian_parts p = {.config_name = config,
+                      .src_vocab_name = vocab,
+                      .tgt_vocab_name = separate ? target_vocab : vocab,
+                      .clean_up = 1};
+    cJSON *o = NULL, *sv = NULL, *tv = NULL;
+    hf_weights w = {0};
+    char *spm[2] = {NULL, NULL};
+    qkv_status st = hf_json(&o, dir, "config.json", 1, err);
+    if (!st) st = hf_json(&sv, dir, "vocab.json", 1, err);
+    if (!st && separate) st = hf_json(&tv, dir, "target_vocab.json", 1, err);
+    /* both SentencePiece models before the weights: translating needs them */
+    static const char *const names[] = {"source.spm", "target.spm"};
     for (int i = 0; !st && i < 2; i++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", hf_dir, spm[i]);
-        if (stat(p, &sb))
-            st = qkv_fail(err, QKV_ERR_IO, "%s: missing (a MarianMT directory has source.spm "
-                          "and target.spm, its SentencePiece models)", p);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (stat(path, &sb))
+            st = qkv_fail(err, QKV_ERR_IO,
+                          "%s: missing (a MarianMT directory has source.spm "
+                          "and target.spm, its SentencePiece models)",
+                          path);
+        else st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &spm[i], &p.spm_len[i], err);
     }
-    if (!st) st = read_model(&m, hf_dir, &h, &src, &tgt, err);
-    if (!st) st = write_text(out_dir, "src_vocab.txt", src.text, src.len, err);
-    if (!st) st = write_text(out_dir, "tgt_vocab.txt", tgt.text, tgt.len, err);
-    for (int i = 0; !st && i < 2; i++) st = copy_file(hf_dir, spm[i], out_dir, err);
-    int clean_up = 1;
-    if (!st) st = read_clean_up(&clean_up, hf_dir, err);
+    if (!st) st = read_clean_up(&p.clean_up, dir, err);
+    if (!st) st = hf_weights_load(&w, dir, err);
     if (!st) {
-        char text_json[512];
-        const int n = snprintf(text_json, sizeof text_json,
-                               "{\n  \"tokenizer\": \"spm\",\n  \"source_spm\": \"source.spm\",\n"
-                               "  \"target_spm\": \"target.spm\",\n  \"detokenize\": \"marian\",\n"
-                               "  \"clean_up_spaces\": %s,\n  \"imported_from\": \"marian\"\n}\n",
-                               clean_up ? "true" : "false");
-        st = write_text(out_dir, "text.json", text_json, (size_t)n, err);
+        p.config = o, p.src_vocab = sv, p.tgt_vocab = separate ? tv : sv, p.weights = &w;
+        p.spm[0] = spm[0], p.spm[1] = spm[1];
+        st = marian_import_parts(&p, out_dir, err);
     }
-    /* the model last: a directory with model.safetensors is complete */
-    if (!st) st = qkv_transformer_save(m, out_dir, err);
-    qkv_transformer_free(m);
-    id_map_free(&src), id_map_free(&tgt);
+    hf_weights_free(&w);
+    cJSON_Delete(o), cJSON_Delete(sv), cJSON_Delete(tv);
+    free(spm[0]), free(spm[1]);
     return st;
+}
+
+qkv_status qkv_import_marian(const char *source, const char *out_dir, qkv_error *err)
+{
+    if (marian_is_release(source)) return marian_import_release(source, out_dir, err);
+    return import_hf(source, out_dir, err);
 }

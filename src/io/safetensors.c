@@ -25,6 +25,7 @@
 #include <cJSON.h>
 
 #include "core/internal.h"
+#include "io/weights.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian and qkv copies it without swapping bytes"
@@ -309,17 +310,21 @@ static bool json_uint(const cJSON *item, uint64_t *v)
 typedef struct {
     uint64_t begin, end;
     int index; /* into the file's tensors */
+    int half;  /* 0, or the stored_type of an F16 / BF16 tensor, read as F32 */
 } span;
 
 static qkv_status parse_dtype(const cJSON *e, const char *file, const char *name,
-                              qkv_dtype *dt, qkv_error *err)
+                              qkv_dtype *dt, int *half, qkv_error *err)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (!cJSON_IsString(j)) return tensor_fail(err, file, name, "missing or non-string \"dtype\"");
+    *half = !strcmp(j->valuestring, "F16") ? STORED_F16
+            : !strcmp(j->valuestring, "BF16") ? STORED_BF16 : 0;
+    if (*half) return *dt = QKV_F32, QKV_OK;
     if (!dtype_from_name(j->valuestring, dt))
         return tensor_fail(err, file, name,
-                           "unsupported dtype \"%.32s\" (qkv reads F32, I32, I64, F64)",
-                           shown(j->valuestring).s);
+                           "unsupported dtype \"%.32s\" (qkv reads F32, F16, BF16, I32, I64, "
+                           "F64)", shown(j->valuestring).s);
     return QKV_OK;
 }
 
@@ -362,12 +367,14 @@ static qkv_status parse_entry(const cJSON *e, const char *file, uint64_t data_le
     const char *name = e->string;
     if (!cJSON_IsObject(e)) return tensor_fail(err, file, name, "entry is not a JSON object");
     qkv_status st;
-    if ((st = parse_dtype(e, file, name, &t->dtype, err)) != QKV_OK) return st;
+    if ((st = parse_dtype(e, file, name, &t->dtype, &s->half, err)) != QKV_OK) return st;
     if ((st = parse_shape(e, file, name, t, err)) != QKV_OK) return st;
     if ((st = parse_offsets(e, file, name, s, err)) != QKV_OK) return st;
 
     uint64_t nbytes;
-    if (!tensor_extent(t->shape, t->ndim, dtype_size(t->dtype), &t->numel, &nbytes))
+    /* the sizes as stored: a half-precision tensor's data is half its float32 copy */
+    const size_t size = s->half ? stored_size((stored_type)s->half) : dtype_size(t->dtype);
+    if (!tensor_extent(t->shape, t->ndim, size, &t->numel, &nbytes))
         return tensor_fail(err, file, name, "shape has too many elements (int64 overflow)");
     if (s->end < s->begin)
         return tensor_fail(err, file, name, "data_offsets [%llu, %llu] end before they begin",
@@ -380,7 +387,8 @@ static qkv_status parse_entry(const cJSON *e, const char *file, uint64_t data_le
         return tensor_fail(err, file, name,
                            "data_offsets hold %llu bytes, but %lld %s elements need %llu",
                            (unsigned long long)(s->end - s->begin), (long long)t->numel,
-                           dtype_name(t->dtype), (unsigned long long)nbytes);
+                           s->half ? stored_name((stored_type)s->half) : dtype_name(t->dtype),
+                           (unsigned long long)nbytes);
     return QKV_OK;
 }
 
@@ -545,9 +553,10 @@ static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 static qkv_status copy_data(qkv_tensor_file *f, const span *spans, const source *src,
                             uint64_t data_start, qkv_error *err)
 {
-    size_t total = 0;
+    size_t total = 0; /* a half-precision tensor takes twice its bytes as float32 */
     for (int i = 0; i < f->count; i++)
-        total += round_up((size_t)(spans[i].end - spans[i].begin), BUFFER_ALIGN);
+        total += round_up((size_t)(spans[i].end - spans[i].begin) * (spans[i].half ? 2 : 1),
+                          BUFFER_ALIGN);
     /* An empty tensor still gets a valid, aligned (if unused) data pointer. */
     f->buffer = aligned_alloc(BUFFER_ALIGN, total ? total : BUFFER_ALIGN);
     if (!f->buffer)
@@ -559,9 +568,13 @@ static qkv_status copy_data(qkv_tensor_file *f, const span *spans, const source 
         size_t n = (size_t)(s->end - s->begin);
         qkv_tensor *t = &f->tensors[s->index];
         t->data = (unsigned char *)f->buffer + at;
-        qkv_status st = source_read(src, t->data, data_start + s->begin, n, err);
+        /* halves: read into the upper half of the tensor's place, widened from the front
+         * (float i, bytes [4i, 4i + 4), ends before half i + 1 at 2n + 2i + 2 begins) */
+        unsigned char *to = (unsigned char *)t->data + (s->half ? n : 0);
+        qkv_status st = source_read(src, to, data_start + s->begin, n, err);
         if (st != QKV_OK) return st;
-        at += round_up(n, BUFFER_ALIGN);
+        if (s->half) stored_convert(t->data, to, (stored_type)s->half, n / 2);
+        at += round_up(n * (s->half ? 2 : 1), BUFFER_ALIGN);
     }
     return QKV_OK;
 }

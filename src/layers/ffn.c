@@ -4,14 +4,20 @@
 #include "core/internal.h"
 #include "layers/layers.h"
 
+ffn_w ffn_w_of(qkv_ffn_weights f)
+{
+    ffn_w w = {f, weight_f32(f.W1), weight_f32(f.W2)};
+    return w;
+}
+
 /* x, y (N, C); c->h_pre, c->h (N, F) */
-void ffn_forward(const backend *be, float *y, qkv_ffn_cache *c, const float *x,
-                 const qkv_ffn_weights *w, const qkv_ffn_config *cfg, int N)
+void ffn_forward(const backend *be, float *y, qkv_ffn_cache *c, const float *x, const ffn_w *w,
+                 const qkv_ffn_config *cfg, int N)
 {
     const int C = cfg->C, F = cfg->F;
-    op_linear_forward(be, c->h_pre, x, w->W1, w->b1, N, C, F);
+    op_linear_forward(be, c->h_pre, x, &w->W1, w->f.b1, N, C, F);
     be->ops->activation_forward(cfg->act, c->h, c->h_pre, (size_t)N * F);
-    op_linear_forward(be, y, c->h, w->W2, w->b2, N, F, C);
+    op_linear_forward(be, y, c->h, &w->W2, w->f.b2, N, F, C);
 }
 
 /* scratch (N, F) holds dh, then d(h_pre). */
@@ -33,7 +39,8 @@ void qkv_ffn_forward(float *y, qkv_ffn_cache *c, const float *x, const qkv_ffn_w
                      const qkv_ffn_config *cfg, int N)
 {
     const backend be = backend_cpu();
-    ffn_forward(&be, y, c, x, w, cfg, N);
+    const ffn_w typed = ffn_w_of(*w);
+    ffn_forward(&be, y, c, x, &typed, cfg, N);
 }
 
 void qkv_ffn_backward(float *dx, qkv_ffn_weights *dw, const float *dy, const qkv_ffn_cache *c,

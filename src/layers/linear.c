@@ -6,7 +6,8 @@ void qkv_linear_forward(float *y, const float *x, const float *W, const float *b
                         int out)
 {
     const backend be = backend_cpu();
-    op_linear_forward(&be, y, x, W, b, N, in, out);
+    const weight w = weight_f32(W);
+    op_linear_forward(&be, y, x, &w, b, N, in, out);
 }
 
 void qkv_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x,

@@ -89,19 +89,26 @@ size_t mha_scratch_floats(const backend *be, attention_kernel k, const qkv_mha_c
            be->ops->attention_scratch_floats(k, &s);
 }
 
+mha_w mha_w_of(qkv_mha_weights f)
+{
+    mha_w w = {f, weight_f32(f.W_q), weight_f32(f.W_k), weight_f32(f.W_v), weight_f32(f.W_o)};
+    return w;
+}
+
 /* Q (B, n, d_q), K, V (B, m, d_kv) -> y (B, n, d_q) */
 void mha_forward(const backend *be, float *y, mha_acts *a, const qkv_attention_inputs *x,
-                 const qkv_mha_weights *w, const qkv_mha_config *mc, const qkv_attention_shape *s,
+                 const mha_w *w, const qkv_mha_config *mc, const qkv_attention_shape *s,
                  const qkv_mask *mask, qkv_dropout drop, float *scratch)
 {
     const int hp = mc->heads * mc->head_dim, B = s->B, n = s->n, m = s->m;
+    const qkv_mha_weights *f = &w->f;
     qkv_mha_cache *c = &a->c;
-    op_linear_forward(be, c->q, x->Q, w->W_q, w->b_q, B * n, mc->d_q, hp);  /* Q W_q */
-    op_linear_forward(be, c->k, x->K, w->W_k, w->b_k, B * m, mc->d_kv, hp); /* K W_k */
-    op_linear_forward(be, c->v, x->V, w->W_v, w->b_v, B * m, mc->d_kv, hp); /* V W_v */
+    op_linear_forward(be, c->q, x->Q, &w->W_q, f->b_q, B * n, mc->d_q, hp);  /* Q W_q */
+    op_linear_forward(be, c->k, x->K, &w->W_k, f->b_k, B * m, mc->d_kv, hp); /* K W_k */
+    op_linear_forward(be, c->v, x->V, &w->W_v, f->b_v, B * m, mc->d_kv, hp); /* V W_v */
     const qkv_attention_inputs heads = {c->q, c->k, c->v};
     be->ops->attention_forward(a->kernel, c->ctx, a->S, &heads, s, mask, drop, scratch);
-    op_linear_forward(be, y, c->ctx, w->W_o, w->b_o, B * n, hp, mc->d_q); /* Concat W_o */
+    op_linear_forward(be, y, c->ctx, &w->W_o, f->b_o, B * n, hp, mc->d_q); /* Concat W_o */
 }
 
 void mha_backward(const backend *be, qkv_attention_grads *dx, qkv_mha_weights *dw,
@@ -136,8 +143,9 @@ void qkv_mha_forward(float *y, qkv_mha_cache *c, const qkv_attention_inputs *x,
                      float *scratch)
 {
     const backend be = backend_cpu();
+    const mha_w typed = mha_w_of(*w);
     mha_acts a = {ATTENTION_MATERIALISED, *c, c->P};
-    mha_forward(&be, y, &a, x, w, cfg, s, mask, drop, scratch);
+    mha_forward(&be, y, &a, x, &typed, cfg, s, mask, drop, scratch);
 }
 
 void qkv_mha_backward(qkv_attention_grads *dx, qkv_mha_weights *dw, const float *dy,

@@ -131,8 +131,8 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
     sublayer_ctx s = sublayer_of(k, l, sublayers(d) - 1);
     sublayer_out_backward(be, &s, &a->ff, dh, ds, din, &w->ffn_norm, &dw->ffn_norm);
     const qkv_ffn_config fc = stack_ffn_config(d);
-    ffn_backward(be, din, &dw->ffn, ds, &a->ffn, d->pre_norm ? a->ff.u : x_ff, &w->ffn, &fc, N,
-                 k->scratch);
+    ffn_backward(be, din, &dw->ffn.f, ds, &a->ffn, d->pre_norm ? a->ff.u : x_ff, &w->ffn.f, &fc,
+                 N, k->scratch);
     sublayer_in_backward(be, &s, &a->ff, dh, din, x_ff, &w->ffn_norm, &dw->ffn_norm);
 
     if (d->cross) {
@@ -142,7 +142,7 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
         const qkv_attention_inputs cross_in = {q_in, k->mem, k->mem};
         const qkv_attention_shape cross_shape = qkv_mha_shape(&mc, B, T, k->Tm);
         qkv_attention_grads d_cross = {din, d_mem, d_mem};
-        mha_backward(be, &d_cross, &dw->cross, ds, &a->cross_att, &cross_in, &w->cross, &mc,
+        mha_backward(be, &d_cross, &dw->cross.f, ds, &a->cross_att, &cross_in, &w->cross.f, &mc,
                      &cross_shape, k->mem_mask, weights_dropout(k, l, 1), k->scratch);
         sublayer_in_backward(be, &s, &a->cross, dh, din, a->self.out, &w->cross_norm,
                              &dw->cross_norm);
@@ -154,8 +154,8 @@ static void block_backward(const backend *be, const stack_pass *k, const block_a
     const qkv_attention_inputs self_in = {in, in, in};
     const qkv_attention_shape self_shape = qkv_mha_shape(&mc, B, T, T);
     qkv_attention_grads d_self = {din, din, din};
-    mha_backward(be, &d_self, &dw->self, ds, &a->self_att, &self_in, &w->self, &mc, &self_shape,
-                 k->self_mask, weights_dropout(k, l, 0), k->scratch);
+    mha_backward(be, &d_self, &dw->self.f, ds, &a->self_att, &self_in, &w->self.f, &mc,
+                 &self_shape, k->self_mask, weights_dropout(k, l, 0), k->scratch);
     sublayer_in_backward(be, &s, &a->self, dh, din, x, &w->self_norm, &dw->self_norm);
 }
 
@@ -209,118 +209,106 @@ void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a,
  * cache has no GEMM. */
 
 static void self_attention_step(const backend *be, const stack_dims *d, decode_state *st,
-                                const qkv_mha_weights *a, const float *in, int l, int t)
+                                const step_rows *r, const mha_w *a, const float *in, int l)
 {
-    const int B = st->B, C = d->C, H = d->heads;
-    op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
-    op_linear_forward(be, st->k, in, a->W_k, a->b_k, B, C, C);
-    op_linear_forward(be, st->v, in, a->W_v, a->b_v, B, C, C);
+    const int B = r->n, C = d->C, H = d->heads;
+    op_linear_forward(be, st->q, in, &a->W_q, a->f.b_q, B, C, C);
+    op_linear_forward(be, st->k, in, &a->W_k, a->f.b_k, B, C, C);
+    op_linear_forward(be, st->v, in, &a->W_v, a->f.b_v, B, C, C);
     if (d->linear_attention) {
         for (int b = 0; b < B; b++) {
-            const size_t r = (size_t)b * C;
-            const int cr = st->row ? st->row[b] : b;
-            be->ops->linear_attention_step(st->ctx + r, &st->sums[l * st->cap + cr], st->q + r,
-                                           st->k + r, st->v + r);
+            const size_t x = (size_t)b * C;
+            be->ops->linear_attention_step(st->ctx + x, &st->sums[l * st->cap + r->row[b]],
+                                           st->q + x, st->k + x, st->v + x);
         }
-    } else { /* append this position's key and value, then attend to positions 0..t */
-        void *K = kv_at(st, st->self_k, (size_t)l * st->cap * st->T * C);
-        void *V = kv_at(st, st->self_v, (size_t)l * st->cap * st->T * C);
-        if (st->pos) { /* rows at their own positions: each sees row_len of its cache row */
-            int m = 1;
-            for (int b = 0; b < B; b++) {
-                const size_t at = ((size_t)st->row[b] * st->T + st->pos[b]) * C;
-                be->ops->kv_store(K, st->kv, at, st->k + (size_t)b * C, C);
-                be->ops->kv_store(V, st->kv, at, st->v + (size_t)b * C, C);
-                if (st->pos[b] + 1 > m) m = st->pos[b] + 1;
-            }
-            be->ops->cached_attention(st->ctx, st->P, st->q, K, V, st->kv, (size_t)st->T * C, B,
-                                      H, C / H, m, st->row, st->row_len, NULL, st->T);
-        } else {
-            for (int b = 0; b < B; b++) {
-                const size_t at = ((size_t)b * st->T + t) * C;
-                be->ops->kv_store(K, st->kv, at, st->k + (size_t)b * C, C);
-                be->ops->kv_store(V, st->kv, at, st->v + (size_t)b * C, C);
-            }
-            be->ops->cached_attention(st->ctx, st->P, st->q, K, V, st->kv, (size_t)st->T * C, B,
-                                      H, C / H, t + 1, NULL, NULL, st->slot, st->T);
+    } else { /* append this position's key and value, then attend to positions 0 .. pos */
+        const size_t layer = (size_t)l * st->cap * st->T * C;
+        kv_view kv = {kv_at(st, st->self_k, layer), kv_at(st, st->self_v, layer), st->kv,
+                      (size_t)st->T * C, r->ancestry ? KV_ANCESTRY : KV_ROWS, r->row,
+                      r->ancestry, r->ld, st->self_len};
+        int m = 1;
+        for (int b = 0; b < B; b++) {
+            const size_t at = layer + ((size_t)r->row[b] * st->T + r->pos[b]) * C;
+            be->ops->kv_store(st->self_k, st->kv, at, st->k + (size_t)b * C, C);
+            be->ops->kv_store(st->self_v, st->kv, at, st->v + (size_t)b * C, C);
+            if (st->self_len[b] > m) m = st->self_len[b];
         }
+        be->ops->cached_attention(st->ctx, st->P, st->q, &kv, B, H, C / H, m);
     }
-    op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
+    op_linear_forward(be, st->s, st->ctx, &a->W_o, a->f.b_o, B, C, C);
 }
 
-/* over the encoder output's keys and values, projected once (decode_state.cross_k) */
+/* over the encoder output's keys and values, projected once (decode_state.cross_k): row b
+ * sees the src_valid[src[b]] keys of its own source */
 static void cross_attention_step(const backend *be, const stack_dims *d, decode_state *st,
-                                 const qkv_mha_weights *a, const float *in, int l,
-                                 const int *src_valid)
+                                 const step_rows *r, const mha_w *a, const float *in, int l)
 {
-    const int B = st->B, C = d->C, H = d->heads;
+    const int B = r->n, C = d->C, H = d->heads;
     const size_t layer = (size_t)l * st->n_src * st->Ts * C;
-    /* rows of a continuous batch see their own sources only: keys up to the longest of them
-     * (the cache holds the model's max_len positions per source) */
-    int m = st->Ts;
-    if (st->row) {
-        m = 1;
-        for (int b = 0; b < B; b++) m = src_valid[st->row[b]] > m ? src_valid[st->row[b]] : m;
-    }
-    op_linear_forward(be, st->q, in, a->W_q, a->b_q, B, C, C);
-    be->ops->cached_attention(st->ctx, st->P, st->q, kv_at(st, st->cross_k, layer),
-                              kv_at(st, st->cross_v, layer), st->kv, (size_t)st->Ts * C, B, H,
-                              C / H, m,                              st->row ? st->row : st->row_src, src_valid, NULL, st->Ts);
-    op_linear_forward(be, st->s, st->ctx, a->W_o, a->b_o, B, C, C);
+    int m = 1;
+    for (int b = 0; b < B; b++) m = st->cross_len[b] > m ? st->cross_len[b] : m;
+    const kv_view kv = {kv_at(st, st->cross_k, layer), kv_at(st, st->cross_v, layer), st->kv,
+                        (size_t)st->Ts * C, KV_ROWS, r->src, NULL, 0, st->cross_len};
+    op_linear_forward(be, st->q, in, &a->W_q, a->f.b_q, B, C, C);
+    be->ops->cached_attention(st->ctx, st->P, st->q, &kv, B, H, C / H, m);
+    op_linear_forward(be, st->s, st->ctx, &a->W_o, a->f.b_o, B, C, C);
 }
 
 static void block_step(const backend *be, const stack_dims *d, const block_w *w,
-                       decode_state *st, int l, int t, const int *src_valid)
+                       decode_state *st, const step_rows *r, int l)
 {
-    const float *in = sublayer_step_in(be, d, st, &w->self_norm);
-    self_attention_step(be, d, st, &w->self, in, l, t);
-    sublayer_step_out(be, d, st, &w->self_norm);
+    const float *in = sublayer_step_in(be, d, st, r->n, &w->self_norm);
+    self_attention_step(be, d, st, r, &w->self, in, l);
+    sublayer_step_out(be, d, st, r->n, &w->self_norm);
     if (d->cross) {
-        in = sublayer_step_in(be, d, st, &w->cross_norm);
-        cross_attention_step(be, d, st, &w->cross, in, l, src_valid);
-        sublayer_step_out(be, d, st, &w->cross_norm);
+        in = sublayer_step_in(be, d, st, r->n, &w->cross_norm);
+        cross_attention_step(be, d, st, r, &w->cross, in, l);
+        sublayer_step_out(be, d, st, r->n, &w->cross_norm);
     }
-    in = sublayer_step_in(be, d, st, &w->ffn_norm);
+    in = sublayer_step_in(be, d, st, r->n, &w->ffn_norm);
     const qkv_ffn_config fc = stack_ffn_config(d);
-    ffn_forward(be, st->s, &st->ffn, in, &w->ffn, &fc, st->B);
-    sublayer_step_out(be, d, st, &w->ffn_norm);
+    ffn_forward(be, st->s, &st->ffn, in, &w->ffn, &fc, r->n);
+    sublayer_step_out(be, d, st, r->n, &w->ffn_norm);
 }
 
 void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-                decode_state *st, const int *tok, int t, const int *src_valid)
+                decode_state *st, const step_rows *r, const int *tok, const int *src_valid)
 {
-    const int C = d->C;
+    const int C = d->C, B = r->n;
+    /* the keys each row sees: its positions so far, and its source's length */
+    for (int b = 0; b < B; b++) {
+        st->self_len[b] = r->pos[b] + 1;
+        if (d->cross) st->cross_len[b] = src_valid[r->src[b]];
+    }
     /* the tokens are the model's own choices, or checked by the caller */
-    be->ops->embedding_forward(st->x, tok, w->embedding, st->B, d->vocab, C, NULL);
-    if (st->pos) /* each row at its own position */
-        for (int b = 0; b < st->B; b++)
-            be->ops->positional_forward(st->x + (size_t)b * C, st->x + (size_t)b * C,
-                                        positions_of(w, pos_table), 1, 1, C, st->pos[b],
-                                        d->embed_scale);
-    else
-        be->ops->positional_forward(st->x, st->x, positions_of(w, pos_table), st->B, 1, C, t,
+    be->ops->embedding_forward(st->x, tok, w->embedding, B, d->vocab, C, NULL);
+    for (int b = 0, b1; b < B; b = b1) { /* runs of rows at one position share a call */
+        for (b1 = b + 1; b1 < B && r->pos[b1] == r->pos[b]; b1++) continue;
+        be->ops->positional_forward(st->x + (size_t)b * C, st->x + (size_t)b * C,
+                                    positions_of(w, pos_table), b1 - b, 1, C, r->pos[b],
                                     d->embed_scale);
-    for (int l = 0; l < d->layers; l++) block_step(be, d, &w->blocks[l], st, l, t, src_valid);
+    }
+    for (int l = 0; l < d->layers; l++) block_step(be, d, &w->blocks[l], st, r, l);
 }
 
 /* ---- the output layer ----------------------------------------------------------------------- */
 
-void head_forward(const backend *be, float *logits, const float *y, const float *W,
+void head_forward(const backend *be, float *logits, const float *y, const weight *W,
                   const float *b, int N, int C, int V)
 {
     op_linear_forward(be, logits, y, W, b, N, C, V);
 }
 
-void head_step(const backend *be, const stack_dims *d, const stack_w *w, const float *W,
-               const float *b, decode_state *st, float *logits, int V)
+void head_step(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
+               const float *b, decode_state *st, int n, float *logits, int V)
 {
     const float *y = st->x;
     if (w->norm.gamma) {
-        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, &w->norm, st->B,
-                                   d->C, d->ln_eps);
+        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, &w->norm, n, d->C,
+                                   d->ln_eps);
         y = st->u;
     }
-    head_forward(be, logits, y, W, b, st->B, d->C, V);
+    head_forward(be, logits, y, W, b, n, d->C, V);
 }
 
 qkv_status head_loss(const backend *be, const head_loss_args *h, double *sum, int *count,

@@ -35,7 +35,7 @@ qkv_layernorm_weights param_take_norm(param_walker *w, const char *prefix, int C
     return n;
 }
 
-qkv_ffn_weights param_take_ffn(param_walker *w, const char *prefix, int C, int F)
+ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F)
 {
     char name[64];
     qkv_ffn_weights f;
@@ -43,10 +43,10 @@ qkv_ffn_weights param_take_ffn(param_walker *w, const char *prefix, int C, int F
     snprintf(name, sizeof name, "%s.b1", prefix), f.b1 = param_take(w, name, F, 0);
     snprintf(name, sizeof name, "%s.W2", prefix), f.W2 = param_take(w, name, C, F);
     snprintf(name, sizeof name, "%s.b2", prefix), f.b2 = param_take(w, name, C, 0);
-    return f;
+    return ffn_w_of(f);
 }
 
-qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int bias)
+mha_w param_take_mha(param_walker *w, const char *prefix, int C, int bias)
 {
     char name[64];
     qkv_mha_weights a = {0};
@@ -58,7 +58,7 @@ qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int b
         snprintf(name, sizeof name, "%s.b_%c", prefix, "qkvo"[i]);
         *b[i] = param_take(w, name, C, 0);
     }
-    return a;
+    return mha_w_of(a);
 }
 
 /* ---- limits, checked before anything is allocated ------------------------------------- */
@@ -153,7 +153,7 @@ float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view)
     return c->grads;
 }
 
-backend core_backend(model_core *c) { return precision_backend(&c->prec, c->params, c->n_params); }
+backend core_backend(model_core *c) { return precision_backend(&c->prec); }
 
 float *core_params(model_core *c)
 {
@@ -164,6 +164,26 @@ float *core_params(model_core *c)
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err)
 {
     return precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
+}
+
+static void retype_mha(mha_w *a, const model_core *c)
+{
+    const model_precision *mp = &c->prec;
+    a->W_q = precision_weight(mp, c->params, a->f.W_q);
+    a->W_k = precision_weight(mp, c->params, a->f.W_k);
+    a->W_v = precision_weight(mp, c->params, a->f.W_v);
+    a->W_o = precision_weight(mp, c->params, a->f.W_o);
+}
+
+void stack_retype(stack_w *s, const stack_dims *d, const model_core *c)
+{
+    for (int l = 0; l < d->layers; l++) {
+        block_w *b = &s->blocks[l];
+        retype_mha(&b->self, c);
+        if (d->cross) retype_mha(&b->cross, c);
+        b->ffn.W1 = precision_weight(&c->prec, c->params, b->ffn.f.W1);
+        b->ffn.W2 = precision_weight(&c->prec, c->params, b->ffn.f.W2);
+    }
 }
 
 qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err)
@@ -210,17 +230,18 @@ static void layout_sublayer(arena *a, sublayer_acts *s, size_t N, int C, int pre
 /* One attention of B x (n queries, m keys) on the kernel the backend chooses; returns its
  * scratch. */
 static size_t layout_attention(arena *a, const backend *be, mha_acts *att, const stack_dims *d,
-                               int linear, int B, int n, int m, int flash_min_keys)
+                               qkv_attention_kind kind, int B, int n, int m,
+                               const attention_options *o)
 {
     const qkv_mha_config mc = stack_mha_config(d);
-    const attention_kernel k = be->ops->choose_attention(linear, m, flash_min_keys);
+    const attention_kernel k = be->ops->choose_attention(kind, m, o);
     float *base = arena_take(a, mha_saved_floats(be, k, &mc, B, n, m));
     *att = base ? mha_acts_view(be, k, base, &mc, B, n, m) : (mha_acts){k, {0}, NULL};
     return mha_scratch_floats(be, k, &mc, B, n, m);
 }
 
 size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims *d, int B,
-                    int T, int Tm, int flash_min_keys)
+                    int T, int Tm, const attention_options *o)
 {
     const int C = d->C, F = d->F;
     const size_t N = (size_t)B * T;
@@ -229,12 +250,13 @@ size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims
     for (int l = 0; l < d->layers; l++) {
         block_acts *b = &s->blocks[l];
         layout_sublayer(a, &b->self, N, C, d->pre_norm);
-        need = layout_attention(a, be, &b->self_att, d, d->linear_attention, B, T, T,
-                                flash_min_keys);
+        need = layout_attention(a, be, &b->self_att, d,
+                                d->linear_attention ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX,
+                                B, T, T, o);
         if (need > scratch) scratch = need;
         if (d->cross) {
             layout_sublayer(a, &b->cross, N, C, d->pre_norm);
-            need = layout_attention(a, be, &b->cross_att, d, 0, B, T, Tm, flash_min_keys);
+            need = layout_attention(a, be, &b->cross_att, d, QKV_ATTENTION_SOFTMAX, B, T, Tm, o);
             if (need > scratch) scratch = need;
         }
         layout_sublayer(a, &b->ff, N, C, d->pre_norm);

@@ -27,15 +27,19 @@ qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += sizes[i];
     st->buffer = malloc(total * sizeof(float));
-    if (!st->buffer)
+    st->self_len = malloc(R * sizeof *st->self_len);
+    st->cross_len = malloc(R * sizeof *st->cross_len);
+    if (!st->buffer || !st->self_len || !st->cross_len) {
+        decode_state_free(st);
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the decoding cache (%zu MiB)",
                         total * 4 >> 20);
+    }
     float *at = st->buffer;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *ptrs[i] = at, at += sizes[i];
     st->self_k = cache[0], st->self_v = cache[1], st->cross_k = cache[2], st->cross_v = cache[3];
     st->kv_stage = stage ? cache[4] : NULL;
     st->kv = kv_type;
-    st->B = cap, st->T = T, st->Ts = Ts, st->cap = cap, st->n_src = n_src;
+    st->T = T, st->Ts = Ts, st->cap = cap, st->n_src = n_src;
     if (d->linear_attention) {
         const int hd = d->C / d->heads;
         st->sums = calloc(L * R, sizeof *st->sums);
@@ -53,7 +57,7 @@ qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int
 }
 
 void decode_kv_project(const backend *be, const decode_state *st, void *cache, size_t at,
-                       const float *x, const float *W, const float *b, int N, int C)
+                       const float *x, const weight *W, const float *b, int N, int C)
 {
     if (st->kv == KV_FP32) { /* straight into the cache, as before there was a choice */
         op_linear_forward(be, (float *)cache + at, x, W, b, N, C, C);
@@ -63,10 +67,30 @@ void decode_kv_project(const backend *be, const decode_state *st, void *cache, s
     be->ops->kv_store(cache, st->kv, at, st->kv_stage, (size_t)N * C);
 }
 
+void decode_state_fill(const backend *be, const stack_dims *d, decode_state *st, int row, int n,
+                       const stack_acts *a)
+{
+    const int C = d->C;
+    for (int l = 0; l < d->layers; l++) {
+        const qkv_mha_cache *c = &a->blocks[l].self_att.c;
+        if (!d->linear_attention) {
+            const size_t at = ((size_t)l * st->cap + row) * st->T * C;
+            be->ops->kv_store(st->self_k, st->kv, at, c->k, (size_t)n * C);
+            be->ops->kv_store(st->self_v, st->kv, at, c->v, (size_t)n * C);
+        } else { /* absorb the keys and values into S, z (the outputs are the forward's) */
+            qkv_linear_attention_state *S = &st->sums[l * st->cap + row];
+            qkv_linear_attention_state_reset(S);
+            for (int j = 0; j < n; j++)
+                be->ops->linear_attention_step(st->ctx, S, c->q + (size_t)j * C,
+                                               c->k + (size_t)j * C, c->v + (size_t)j * C);
+        }
+    }
+}
+
 void decode_state_free(decode_state *st)
 {
     for (int i = 0; st->sums && i < st->n_sums; i++)
         qkv_linear_attention_state_free(&st->sums[i]);
-    free(st->sums), free(st->buffer);
+    free(st->sums), free(st->buffer), free(st->self_len), free(st->cross_len);
     memset(st, 0, sizeof *st);
 }

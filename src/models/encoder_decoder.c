@@ -133,6 +133,7 @@ static void walk(param_walker *w, const void *cfg, void *view)
     mw->out_W = c->tie != QKV_TIE_NONE ? mw->decoder.embedding
                                        : param_take(w, "output.W", c->tgt_vocab, C);
     mw->out_b = param_take(w, "output.b", c->tgt_vocab, 0);
+    mw->out = weight_f32(mw->out_W);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------ */
@@ -199,7 +200,12 @@ float *qkv_transformer_params(qkv_transformer *m) { return core_params(&m->core)
 
 qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
 {
-    return core_set_precision(&m->core, p, err);
+    qkv_status st = core_set_precision(&m->core, p, err);
+    if (st) return st;
+    stack_retype(&m->w.encoder, &m->enc_dims, &m->core);
+    stack_retype(&m->w.decoder, &m->dec_dims, &m->core);
+    m->w.out = precision_weight(&m->core.prec, m->core.params, m->w.out_W);
+    return QKV_OK;
 }
 
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
@@ -214,6 +220,11 @@ qkv_status qkv_transformer_set_kv_cache(qkv_transformer *m, qkv_kv_cache kv, qkv
 
 qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m) { return m->core.kv_cache; }
 
+qkv_kv_cache qkv_transformer_kv_cache_type(const qkv_transformer *m)
+{
+    return core_kv_cache(&m->core) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
+}
+
 float *qkv_transformer_grads(qkv_transformer *m)
 {
     return core_grads(&m->core, walk, &m->cfg, &m->g);
@@ -223,7 +234,8 @@ float *qkv_transformer_grads(qkv_transformer *m)
 
 typedef struct {
     qkv_transformer *m;
-    int B, Ts, Tt, flash_min_keys;
+    int B, Ts, Tt;
+    attention_options attention;
 } layout_request;
 
 static void layout(void *request, arena *a)
@@ -235,9 +247,8 @@ static void layout(void *request, arena *a)
     const size_t Ns = (size_t)r->B * r->Ts, Nt = (size_t)r->B * r->Tt, Nmax = Ns > Nt ? Ns : Nt;
     model_acts *x = &m->acts;
     x->B = r->B, x->Ts = r->Ts, x->Tt = r->Tt;
-    size_t enc = stack_layout(a, &be, &x->enc, &m->enc_dims, r->B, r->Ts, 0, r->flash_min_keys);
-    size_t dec = stack_layout(a, &be, &x->dec, &m->dec_dims, r->B, r->Tt, r->Ts,
-                              r->flash_min_keys);
+    size_t enc = stack_layout(a, &be, &x->enc, &m->enc_dims, r->B, r->Ts, 0, &r->attention);
+    size_t dec = stack_layout(a, &be, &x->dec, &m->dec_dims, r->B, r->Tt, r->Ts, &r->attention);
     x->logits = arena_take(a, Nt * V), x->lse = arena_take(a, Nt), x->loss = arena_take(a, Nt);
     x->work.dh = arena_take(a, Nmax * C), x->work.ds = arena_take(a, Nmax * C);
     x->work.din = arena_take(a, Nmax * C);
@@ -251,7 +262,7 @@ static void layout(void *request, arena *a)
     x->scratch = arena_take(a, scratch);
 }
 
-qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int flash_min_keys,
+qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int need_weights,
                               qkv_error *err)
 {
     const qkv_transformer_config *c = &m->cfg;
@@ -261,7 +272,7 @@ qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int fla
     if (Ts > c->max_len || Tt > c->max_len)
         return qkv_fail(err, QKV_ERR_ARG, "sequence length %d exceeds the model's maximum "
                         "length %d", Ts > Tt ? Ts : Tt, c->max_len);
-    layout_request r = {m, B, Ts, Tt, flash_min_keys};
+    layout_request r = {m, B, Ts, Tt, {need_weights, m->core.flash_min_keys}};
     char what[64];
     snprintf(what, sizeof what, "batch %d x (%d, %d)", B, Ts, Tt);
     return core_layout(&m->core, layout, &r, what, err);
@@ -307,7 +318,7 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
                                       seed);
     st = stack_forward(&be, &k, &m->acts.dec, &m->w.decoder, m->core.pos_table, b->tgt_in, err);
     if (st) return st;
-    head_forward(&be, m->acts.logits, m->acts.dec.out, m->w.out_W, m->w.out_b, Nt, C,
+    head_forward(&be, m->acts.logits, m->acts.dec.out, &m->w.out, m->w.out_b, Nt, C,
                  m->cfg.tgt_vocab);
     return QKV_OK;
 }
@@ -349,8 +360,7 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
 {
     const qkv_loss_options evaluation = {0};
     if (!o) o = &evaluation;
-    qkv_status st = transformer_layout(m, b->B, b->src_len, b->tgt_len, m->core.flash_min_keys,
-                                       err);
+    qkv_status st = transformer_layout(m, b->B, b->src_len, b->tgt_len, 0, err);
     if (!st) st = check_batch(b, err);
     if (st) return st;
     if (o->backward && precision_check_training(&m->core.prec, err)) return QKV_ERR_ARG;
@@ -381,11 +391,11 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
 }
 
 /* Every attention keeps its weights P here, whatever the length: the attention maps
- * (src/inference/attention_maps.c) read them from the activations after this pass. */
+ * (transformer_attention_maps) read them from the activations after this pass. */
 qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float *logits,
                                   qkv_error *err)
 {
-    qkv_status st = transformer_layout(m, b->B, b->src_len, b->tgt_len, INT_MAX, err);
+    qkv_status st = transformer_layout(m, b->B, b->src_len, b->tgt_len, 1, err);
     if (!st) st = check_batch(b, err);
     if (!st) st = forward(m, b, 0.0f, 0, err);
     if (st) return st;

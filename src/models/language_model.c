@@ -93,6 +93,7 @@ static void walk(param_walker *w, const void *cfg, void *view)
     s->norm = c->final_norm ? param_take_norm(w, "decoder.norm", C) : none;
     mw->out_W = c->tie ? s->embedding : param_take(w, "output.W", c->vocab, C);
     mw->out_b = param_take(w, "output.b", c->vocab, 0);
+    mw->out = weight_f32(mw->out_W);
 }
 
 qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, qkv_error *err)
@@ -139,7 +140,11 @@ float *qkv_lm_params(qkv_lm *m) { return core_params(&m->core); }
 
 qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
 {
-    return core_set_precision(&m->core, p, err);
+    qkv_status st = core_set_precision(&m->core, p, err);
+    if (st) return st;
+    stack_retype(&m->w.stack, &m->dims, &m->core);
+    m->w.out = precision_weight(&m->core.prec, m->core.params, m->w.out_W);
+    return QKV_OK;
 }
 
 qkv_precision qkv_lm_get_precision(const qkv_lm *m) { return m->core.prec.precision; }
@@ -150,6 +155,11 @@ qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err)
 }
 
 qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m) { return m->core.kv_cache; }
+
+qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m)
+{
+    return core_kv_cache(&m->core) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
+}
 
 float *qkv_lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }
 
@@ -169,7 +179,8 @@ static void layout(void *request, arena *a)
     const size_t N = (size_t)r->B * r->T;
     lm_acts *x = &m->acts;
     x->B = r->B, x->T = r->T;
-    size_t scratch = stack_layout(a, &be, &x->s, &m->dims, r->B, r->T, 0, m->core.flash_min_keys);
+    const attention_options o = {0, m->core.flash_min_keys};
+    size_t scratch = stack_layout(a, &be, &x->s, &m->dims, r->B, r->T, 0, &o);
     x->logits = arena_take(a, N * V), x->lse = arena_take(a, N), x->loss = arena_take(a, N);
     x->work.dh = arena_take(a, N * C), x->work.ds = arena_take(a, N * C);
     x->work.din = arena_take(a, N * C);
@@ -213,7 +224,7 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
     const stack_pass k = pass_of(m, &causal, B, T, p, seed);
     if ((st = stack_forward(&be, &k, &m->acts.s, &m->w.stack, m->core.pos_table, ids, err)))
         return st;
-    head_forward(&be, m->acts.logits, m->acts.s.out, m->w.out_W, m->w.out_b, B * T,
+    head_forward(&be, m->acts.logits, m->acts.s.out, &m->w.out, m->w.out_b, B * T,
                  m->cfg.d_model, m->cfg.vocab);
     return QKV_OK;
 }

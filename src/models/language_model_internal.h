@@ -8,6 +8,7 @@
 typedef struct {
     stack_w stack;        /* causal blocks without cross-attention */
     float *out_W, *out_b; /* (V, C) (the embedding when tied), (V) */
+    weight out;           /* out_W as the output layer's products read it */
 } lm_w;
 
 typedef struct {

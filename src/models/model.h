@@ -27,11 +27,11 @@ enum { FLASH_MIN_KEYS = 256 };
 /* ---- weights: named views into one flat parameter buffer (or its gradients) -------------- */
 
 typedef struct {
-    qkv_mha_weights self; /* self-attention */
+    mha_w self; /* self-attention */
     qkv_layernorm_weights self_norm;
-    qkv_mha_weights cross; /* encoder-decoder attention: decoder blocks only, else NULLs */
+    mha_w cross; /* encoder-decoder attention: decoder blocks only, else NULLs */
     qkv_layernorm_weights cross_norm;
-    qkv_ffn_weights ffn;
+    ffn_w ffn;
     qkv_layernorm_weights ffn_norm;
 } block_w;
 
@@ -127,23 +127,13 @@ void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a,
                     const stack_grad_work *work);
 
 /* ---- decoding: one new position per row, over a key-value cache ----------------------------
- * Rows are the sequences being decoded (a sentence in greedy decoding, a hypothesis in beam
- * search, the text of a language model); each may read the encoder output of one source. The
- * buffers hold `cap` rows of up to T positions and n_src sources; a step may run on any B <=
- * cap of the rows. */
+ * The state a decoder (models/decoder.h) keeps: cap cache rows of T positions, each holding
+ * every layer's keys and values of one sequence so far (or its linear-attention state), the
+ * encoder outputs of n_src sources of Ts positions projected to every decoder layer's
+ * cross-attention keys and values, and one step's vectors. */
 typedef struct {
-    int B, T, Ts;       /* rows in this step, cache positions, source positions */
-    int cap, n_src;     /* rows and sources the buffers hold */
-    const int *row_src; /* (B) the source row b reads; NULL: source b */
-    /* (B, T) the cache row that holds position j of row b: slot[b * T + j]; NULL: row b. A
-     * step writes row b's new key and value into cache row b, so slot[b * T + t] must be b. */
-    const int *slot;
-    /* Continuous batching (qkv_batch_decoder): rows of one step that are independent
-     * sequences at different positions. row (B): the cache row (and source) of step row b;
-     * NULL: b. pos (B): its position, instead of the step's t; NULL: t for every row.
-     * row_len (cap): the positions each cache row holds after this step (pos + 1), read only
-     * with pos given. */
-    const int *row, *pos, *row_len;
+    int T, Ts;      /* cache positions, source positions */
+    int cap, n_src; /* rows and sources the buffers hold */
     /* The caches hold values of type kv (float or bf16: ops/cpu/cached_attention.h), fixed
      * when the state is made; offsets into them count values. */
     kv_dtype kv;
@@ -154,8 +144,22 @@ typedef struct {
     int n_sums;
     float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *P, *logits;
     qkv_ffn_cache ffn;
+    int *self_len, *cross_len; /* (cap) the keys each row of a step sees */
     float *buffer;
 } decode_state;
+
+/* One decoding step: n rows, each one sequence getting its next position. Row b reads and
+ * writes cache row row[b]: its new key and value go to position pos[b] there, and it attends
+ * to positions 0 .. pos[b]; it reads the encoder output of source src[b] (NULL without
+ * cross-attention). With ancestry (beam search), position j < pos[b] of row b lies in cache
+ * row ancestry[b * ld + j] instead (hypotheses share the keys of their common prefix), and
+ * ancestry[b * ld + pos[b]] must be row[b]. */
+typedef struct {
+    int n;
+    const int *row, *pos, *src;
+    const int *ancestry;
+    int ld;
+} step_rows;
 
 /* Room for cap rows of T positions of a stack, n_src sources of Ts positions (0 without
  * cross-attention) and logits over V tokens (0: none), the caches of type kv. */
@@ -169,23 +173,27 @@ static inline void *kv_at(const decode_state *st, void *cache, size_t i)
 /* Cache values at..at + N C - 1 = x (N, C) W^T + b, W (C, C): the cross-attention keys or
  * values of encoder outputs (through st->kv_stage and rounded, in a bf16 cache). */
 void decode_kv_project(const backend *be, const decode_state *st, void *cache, size_t at,
-                       const float *x, const float *W, const float *b, int N, int C);
+                       const float *x, const weight *W, const float *b, int N, int C);
+/* Cache row `row` from positions 0 .. n - 1 of a forward pass: layer l's self-attention keys
+ * k[l] and values v[l] (n, C), or with linear attention the state they build (q[l] needed). */
+void decode_state_fill(const backend *be, const stack_dims *d, decode_state *st, int row, int n,
+                       const stack_acts *a);
 void decode_state_free(decode_state *st);
 
-/* Position t of the rows' input tokens tok (B): the stack on one new row each, appending its
- * keys and values to the rows' caches (or advancing their linear-attention state); st->x
- * holds the last block's output. src_valid (n_src): the sources' lengths. */
+/* The rows' input tokens tok (r->n) through the stack, each at its own position, appending
+ * its keys and values to its cache row (or advancing its linear-attention state); st->x
+ * holds the last block's output (r->n, C). src_valid (n_src): the sources' lengths. */
 void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-                decode_state *st, const int *tok, int t, const int *src_valid);
+                decode_state *st, const step_rows *r, const int *tok, const int *src_valid);
 
 /* ---- the output layer ---------------------------------------------------------------------- */
 
 /* logits (N, V) = y W_out^T + b_out. */
-void head_forward(const backend *be, float *logits, const float *y, const float *W,
+void head_forward(const backend *be, float *logits, const float *y, const weight *W,
                   const float *b, int N, int C, int V);
-/* After stack_step: the final norm (when the stack has one), then logits (B, V). */
-void head_step(const backend *be, const stack_dims *d, const stack_w *w, const float *W,
-               const float *b, decode_state *st, float *logits, int V);
+/* After stack_step of n rows: the final norm (when the stack has one), then logits (n, V). */
+void head_step(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
+               const float *b, decode_state *st, int n, float *logits, int V);
 /* The loss over N rows of logits (V) against targets (QKV_PAD not counted). With backward
  * the logits become their gradient, scaled by grad_scale (<= 0: 1 / count), and db += its
  * column sums (the output bias's gradient). */
@@ -235,9 +243,9 @@ typedef struct {
 float *param_take(param_walker *w, const char *name, int rows, int cols); /* cols 0: vector */
 /* .gamma, .beta */
 qkv_layernorm_weights param_take_norm(param_walker *w, const char *prefix, int C);
-qkv_ffn_weights param_take_ffn(param_walker *w, const char *prefix, int C, int F); /* .W1 .b1 .W2 .b2 */
+ffn_w param_take_ffn(param_walker *w, const char *prefix, int C, int F); /* .W1 .b1 .W2 .b2 */
 /* .W_q, .b_q, ..., .W_o, .b_o (biases only with bias), contiguous as qkv_mha_weights_view. */
-qkv_mha_weights param_take_mha(param_walker *w, const char *prefix, int C, int bias);
+mha_w param_take_mha(param_walker *w, const char *prefix, int C, int bias);
 
 /* A model's walk over its parameter table: hands out the slices of w's buffer into view. */
 typedef void (*param_walk)(param_walker *w, const void *cfg, void *view);
@@ -266,6 +274,9 @@ backend core_backend(model_core *c);
  * copy. */
 float *core_params(model_core *c);
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err);
+/* Every linear layer's weight of a stack typed for the precision now set (models/precision.h,
+ * precision_weight): done once when the precision is set. */
+void stack_retype(stack_w *s, const stack_dims *d, const model_core *c);
 qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err);
 /* The type of the key-value caches that decoding states made now get: kv_cache, or with
  * QKV_KV_CACHE_AUTO bf16 at any precision but float32 (so float32 results stay those of a
@@ -280,9 +291,10 @@ typedef struct {
 
 float *arena_take(arena *a, size_t n);
 /* A stack's activations over B x T positions (Tm memory positions), each attention on the
- * kernel the backend chooses for its key count; returns the scratch its attentions need. */
+ * kernel the backend chooses for its key count and o; returns the scratch its attentions
+ * need. */
 size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims *d, int B,
-                    int T, int Tm, int flash_min_keys);
+                    int T, int Tm, const attention_options *o);
 /* Counts with layout(NULL base), grows the arena, lays out for real, and prepares the
  * backend's buffers for the pass. */
 qkv_status core_layout(model_core *c, void (*layout)(void *model, arena *a), void *model,

@@ -78,11 +78,10 @@ static void int8_free(model_precision *mp)
     mp->int8 = NULL, mp->n_int8 = 0, mp->int8_current = 0;
 }
 
-/* Quantises the weights int8_quantised picks, in the table's order (increasing offsets: the
- * walk hands out consecutive slices). */
-static qkv_status int8_refresh(model_precision *mp, const float *params, qkv_error *err)
+/* The table of the weights int8_quantised picks, in the table's order (increasing offsets:
+ * the walk hands out consecutive slices), not yet quantised. */
+static qkv_status int8_table(model_precision *mp, qkv_error *err)
 {
-    int8_free(mp);
     int has_output = 0, count = 0;
     for (int i = 0; i < mp->n_tensors; i++)
         has_output |= !strcmp(mp->tensors[i].name, "output.W");
@@ -90,15 +89,25 @@ static qkv_status int8_refresh(model_precision *mp, const float *params, qkv_err
         count += int8_quantised(&mp->tensors[i], has_output);
     if (count && !(mp->int8 = calloc((size_t)count, sizeof *mp->int8)))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d int8 weight matrices", count);
-    for (int i = 0; i < mp->n_tensors; i++) {
+    for (int i = 0; i < mp->n_tensors; i++)
+        if (int8_quantised(&mp->tensors[i], has_output))
+            mp->int8[mp->n_int8++].offset = mp->tensors[i].offset;
+    return QKV_OK;
+}
+
+/* Quantises every weight of the table again, each in its place (typed weights point at
+ * them). */
+static qkv_status int8_refresh(model_precision *mp, const float *params, qkv_error *err)
+{
+    mp->int8_current = 0;
+    for (int i = 0, k = 0; i < mp->n_tensors && k < mp->n_int8; i++) {
         const qkv_param_info *t = &mp->tensors[i];
-        if (!int8_quantised(t, has_output)) continue;
-        int8_weight *q = &mp->int8[mp->n_int8];
-        q->offset = t->offset;
-        qkv_status st = int8_matrix_quantise(&q->q, params + t->offset, (int)t->shape[0],
+        if (t->offset != mp->int8[k].offset) continue;
+        int8_matrix *q = &mp->int8[k++].q;
+        int8_matrix_free(q);
+        qkv_status st = int8_matrix_quantise(q, params + t->offset, (int)t->shape[0],
                                              (int)t->shape[1], err);
-        if (st) return int8_free(mp), st;
-        mp->n_int8++;
+        if (st) return st;
     }
     mp->int8_current = 1;
     return QKV_OK;
@@ -138,7 +147,8 @@ qkv_status precision_set(model_precision *mp, qkv_precision p, const float *para
                             "(VPDPBUSD), and this one has none: use fp32");
         precision_free(mp);
         mp->tensors = tensors, mp->n_tensors = n_tensors;
-        qkv_status st = int8_refresh(mp, params, err);
+        qkv_status st = int8_table(mp, err);
+        if (!st) st = int8_refresh(mp, params, err);
         if (st) return precision_free(mp), st;
         mp->precision = p;
         return QKV_OK;
@@ -165,18 +175,37 @@ qkv_status precision_prepare(model_precision *mp, const float *params, size_t n,
     return st;
 }
 
-backend precision_backend(model_precision *mp, const float *params, size_t n)
+backend precision_backend(model_precision *mp)
 {
-    if (mp->precision == QKV_PRECISION_INT8) {
-        backend be = {.ops = &backend_cpu_int8, .params = params, .n_params = n,
-                      .int8 = mp->int8_current ? mp->int8 : NULL, .n_int8 = mp->n_int8,
-                      .ws8 = &mp->ws8};
-        return be;
-    }
-    if (mp->precision != QKV_PRECISION_BF16) return backend_cpu();
-    backend be = {.ops = &backend_cpu_bf16, .params = params, .n_params = n,
-                  .params_bf16 = mp->bf16_current ? mp->bf16 : NULL, .ws = &mp->ws};
+    backend be = {.ops = &backend_cpu_fp32};
+    if (mp->precision == QKV_PRECISION_INT8)
+        be = (backend){.ops = &backend_cpu_int8, .typed_current = mp->int8_current,
+                       .ws8 = &mp->ws8};
+    else if (mp->precision == QKV_PRECISION_BF16)
+        be = (backend){.ops = &backend_cpu_bf16, .typed_current = mp->bf16_current,
+                       .ws = &mp->ws};
     return be;
+}
+
+weight precision_weight(const model_precision *mp, const float *params, const float *W)
+{
+    weight w = weight_f32(W);
+    const size_t offset = (size_t)(W - params);
+    if (mp->precision == QKV_PRECISION_BF16) {
+        w.type = WEIGHT_BF16, w.bf16 = mp->bf16 + offset;
+    } else if (mp->precision == QKV_PRECISION_INT8) { /* by offset, once: the table is sorted */
+        int lo = 0, hi = mp->n_int8 - 1;
+        while (lo <= hi) {
+            const int mid = lo + (hi - lo) / 2;
+            if (mp->int8[mid].offset == offset) {
+                w.type = WEIGHT_INT8, w.int8 = &mp->int8[mid].q;
+                break;
+            }
+            if (mp->int8[mid].offset < offset) lo = mid + 1;
+            else hi = mid - 1;
+        }
+    }
+    return w;
 }
 
 void precision_free(model_precision *mp)

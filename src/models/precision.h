@@ -8,6 +8,14 @@
 
 #include "backend/backend.h"
 
+/* One weight matrix of a model quantised to int8: the offset of its float32 original among
+ * the model's parameters, and the packed matrix (at a fixed address while the precision is
+ * int8: typed weights point at it). */
+typedef struct {
+    size_t offset;
+    int8_matrix q;
+} int8_weight;
+
 typedef struct {
     qkv_precision precision;
     uint16_t *bf16;   /* (n_params) the parameters in bf16, at QKV_PRECISION_BF16 */
@@ -36,9 +44,13 @@ qkv_status precision_set(model_precision *mp, qkv_precision p, const float *para
 qkv_status precision_prepare(model_precision *mp, const float *params, size_t n, int decoding,
                              qkv_error *err);
 
-/* The backend of this precision over params (n): its table, and the copy only while it is
- * current. */
-backend precision_backend(model_precision *mp, const float *params, size_t n);
+/* The backend of this precision: its table, and whether the typed copies are current. */
+backend precision_backend(model_precision *mp);
+
+/* W, a weight matrix among params, typed as the products of this precision read it: its bf16
+ * copy at bf16, its quantised matrix at int8 when it is one of the weights quantised
+ * (precision.c says which), float32 otherwise. Valid until the precision is set again. */
+weight precision_weight(const model_precision *mp, const float *params, const float *W);
 
 /* The parameters may be about to change (a backward pass, a load, a mutable pointer handed
  * out): the copy is no longer trusted until the next decoding refreshes it. */

@@ -62,18 +62,18 @@ void sublayer_in_backward(const backend *be, const sublayer_ctx *k, const sublay
         be->ops->layernorm_backward(dh, dn, din, x, a->u_mean, a->u_rstd, n, (int)k->N, d->C);
 }
 
-const float *sublayer_step_in(const backend *be, const stack_dims *d, decode_state *st,
+const float *sublayer_step_in(const backend *be, const stack_dims *d, decode_state *st, int B,
                               const qkv_layernorm_weights *n)
 {
     if (!d->pre_norm) return st->x;
-    be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, n, st->B, d->C, d->ln_eps);
+    be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, n, B, d->C, d->ln_eps);
     return st->u;
 }
 
-void sublayer_step_out(const backend *be, const stack_dims *d, decode_state *st,
+void sublayer_step_out(const backend *be, const stack_dims *d, decode_state *st, int B,
                        const qkv_layernorm_weights *n)
 {
-    be->ops->add(st->x, st->s, (size_t)st->B * d->C);
+    be->ops->add(st->x, st->s, (size_t)B * d->C);
     if (!d->pre_norm)
-        be->ops->layernorm_forward(st->x, st->mean, st->rstd, st->x, n, st->B, d->C, d->ln_eps);
+        be->ops->layernorm_forward(st->x, st->mean, st->rstd, st->x, n, B, d->C, d->ln_eps);
 }

@@ -35,9 +35,9 @@ void sublayer_in_backward(const backend *be, const sublayer_ctx *k, const sublay
 
 /* One decoding step over st->x (B, C): the sublayer reads what step_in returns and leaves its
  * output in st->s; step_out folds it back into st->x. */
-const float *sublayer_step_in(const backend *be, const stack_dims *d, decode_state *st,
+const float *sublayer_step_in(const backend *be, const stack_dims *d, decode_state *st, int B,
                               const qkv_layernorm_weights *n);
-void sublayer_step_out(const backend *be, const stack_dims *d, decode_state *st,
+void sublayer_step_out(const backend *be, const stack_dims *d, decode_state *st, int B,
                        const qkv_layernorm_weights *n);
 
 #endif

@@ -8,6 +8,7 @@
 typedef struct {
     stack_w encoder, decoder; /* the embeddings may alias (tie all) */
     float *out_W, *out_b;     /* (V_tgt, C) (may alias the target embedding), (V_tgt) */
+    weight out;               /* out_W as the output layer's products read it */
 } model_w;
 
 typedef struct {
@@ -33,9 +34,9 @@ struct qkv_transformer {
 double transformer_config_params(const qkv_transformer_config *c);
 
 /* Lays the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed),
- * softmax attention over flash_min_keys keys or more on the flash kernel (INT_MAX: every
- * attention keeps its weights P, for whoever wants to look at them). */
-qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int flash_min_keys,
+ * softmax attention over core.flash_min_keys keys or more on the flash kernel, unless
+ * need_weights: then every attention keeps its weights P, for whoever wants to look at them. */
+qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int need_weights,
                               qkv_error *err);
 
 /* The encoder stack alone (dropout rate p, stream seed): fills acts.enc.out (B*Ts, C). The

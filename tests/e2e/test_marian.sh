@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: MIT
 # End-to-end tests of qkv import marian: the directory it writes (and that the other commands
 # read it), and every refusal with its reason: not a Marian model, an architecture qkv does
-# not represent, a vocabulary that does not fit, missing files, a pytorch_model.bin without
-# safetensors, an output directory that holds a model. The Hugging Face directories are the
-# small random-weight ones of tests/parity/make_marian_reference.py (in $QKV_PARITY_DIR; the
+# not represent, a vocabulary that does not fit, missing files, an output directory that holds
+# a model; weights stored as float16, bfloat16, pytorch_model.bin and shards. The Hugging Face
+# directories are the small random-weight ones of tests/parity/make_marian_reference.py (in $QKV_PARITY_DIR; the
 # numbers against transformers are tests/unit/test_marian.c's). A few seconds.
 # Usage: test_marian.sh QKV_BINARY
 set -u
@@ -49,7 +49,7 @@ check "... and --overwrite replaces it" bash -c "'$QKV' import marian '$HF' --ou
 expect_fail "no kind" "which kind" "$QKV" import
 expect_fail "an unknown kind" "unknown kind 'bert'" "$QKV" import bert "$HF" --out "$T/x"
 expect_fail "no --out" "needs HF_DIR and --out" "$QKV" import marian "$HF"
-check "--help on stdout" bash -c "'$QKV' import --help | grep -q 'qkv import marian HF_DIR --out DIR'"
+check "--help on stdout" bash -c "'$QKV' import --help | grep -q 'qkv import marian HF_DIR|RELEASE --out DIR'"
 expect_fail "a directory that does not exist" "config.json" "$QKV" import marian "$T/nowhere" --out "$T/x"
 echo "{\"out\": \"$T/viacfg\"}" >"$T/imp.json"
 check "--config gives --out" bash -c "'$QKV' import marian '$HF' --config '$T/imp.json' 2>/dev/null && test -s '$T/viacfg/model.safetensors'"
@@ -89,9 +89,9 @@ expect_fail "a pad id that is not vocab.json's <pad>" 'needs <unk>, <pad> with i
   "$QKV" import marian "$T/pad" --out "$T/o9"
 variant nospm; rm "$T/nospm/target.spm"
 expect_fail "no target.spm" 'target.spm: missing' "$QKV" import marian "$T/nospm" --out "$T/o10"
-variant bin; mv "$T/bin/model.safetensors" "$T/bin/pytorch_model.bin"
-expect_fail "pytorch_model.bin only: how to convert" 'pytorch_model.bin.*convert it to safetensors' \
-  "$QKV" import marian "$T/bin" --out "$T/o11"
+variant noweights; rm "$T/noweights/model.safetensors"
+expect_fail "no weights at all" 'model.safetensors: missing .and no pytorch_model.bin' \
+  "$QKV" import marian "$T/noweights" --out "$T/o11"
 variant extra
 "$PY" - "$T/extra/model.safetensors" <<'PY'
 import sys
@@ -102,13 +102,33 @@ save_file(t, sys.argv[1])
 PY
 expect_fail "a tensor qkv has no place for (a LayerNorm on the embeddings)" \
   "layernorm_embedding.weight' has no place" "$QKV" import marian "$T/extra" --out "$T/o12"
-variant half
-"$PY" - "$T/half/model.safetensors" <<'PY'
+variant int
+"$PY" - "$T/int/model.safetensors" <<'PY'
 import sys
 from safetensors.numpy import load_file, save_file
-t = load_file(sys.argv[1]); save_file({k: v.astype("float16") for k, v in t.items()}, sys.argv[1])
+t = load_file(sys.argv[1]); t["final_logits_bias"] = t["final_logits_bias"].astype("int64")
+save_file(t, sys.argv[1])
 PY
-expect_fail "float16 tensors" 'F16|float32' "$QKV" import marian "$T/half" --out "$T/o13"
+expect_fail "integer weights" "final_logits_bias' is not floating-point" \
+  "$QKV" import marian "$T/int" --out "$T/o13"
+
+# ---- weights as hub checkpoints store them: float16 and bfloat16 safetensors, converted at
+# load, give the model that numpy's (torch's) conversion to float32 gives
+for dt in float16 bfloat16; do
+  variant "$dt"; variant "${dt}_f32"
+  "$PY" - "$T/$dt/model.safetensors" "$T/${dt}_f32/model.safetensors" "$dt" <<'PY'
+import sys, torch
+from safetensors.torch import load_file, save_file
+t = load_file(sys.argv[1]); d = getattr(torch, sys.argv[3])
+save_file({k: v.to(d) for k, v in t.items()}, sys.argv[1])
+save_file({k: v.to(d).float() for k, v in t.items()}, sys.argv[2])
+PY
+  check "$dt safetensors import as their float32 conversion" bash -c "
+    '$QKV' import marian '$T/$dt' --out '$T/o_$dt' 2>/dev/null &&
+    '$QKV' import marian '$T/${dt}_f32' --out '$T/o_${dt}_f32' 2>/dev/null &&
+    cmp -s '$T/o_$dt/model.safetensors' '$T/o_${dt}_f32/model.safetensors' &&
+    ! cmp -s '$T/o_$dt/model.safetensors' '$T/m/model.safetensors'"
+done
 
 # ---- positions stored in the file (older transformers saved them): Marian's table is
 # accepted, anything else refused
@@ -131,21 +151,38 @@ mv "$T/pos/model.safetensors.bad" "$T/pos/model.safetensors"
 expect_fail "other positions are refused" "not the \[sin \| cos\] sinusoidal table" \
   "$QKV" import marian "$T/pos" --out "$T/o15"
 
-# ---- docs/pretrained.md's conversion of pytorch_model.bin gives the same model
-variant bin2
-# a pytorch_model.bin as older transformers wrote it: the tied embeddings stored under each
-# of their names, sharing memory
+# ---- pytorch_model.bin, read without Python, gives the same model: as save_pretrained
+# writes it (tied tensors under one name), as older transformers wrote it (the tied
+# embeddings under each of their names, sharing one storage), and sharded with an index
+variant bin; variant bin2; variant shards
+(cd "$T/bin" && "$PY" -c "
+import torch, safetensors.torch as st
+torch.save(st.load_file('model.safetensors'), 'pytorch_model.bin')" && rm model.safetensors)
 (cd "$T/bin2" && "$PY" -c "
 import torch, safetensors.torch as st
 sd = st.load_file('model.safetensors'); e = sd['model.shared.weight']
 sd.update({'model.encoder.embed_tokens.weight': e, 'model.decoder.embed_tokens.weight': e,
            'lm_head.weight': e})
-torch.save(sd, 'pytorch_model.bin')" && rm model.safetensors &&
- "$PY" -c 'import torch, safetensors.torch as st
-sd = torch.load("pytorch_model.bin", map_location="cpu")
-st.save_file({k: v.float().clone().contiguous() for k, v in sd.items()}, "model.safetensors", {"format": "pt"})')
-check "pytorch_model.bin converted as docs/pretrained.md says imports to the same model" \
-  bash -c "'$QKV' import marian '$T/bin2' --out '$T/o16' 2>/dev/null && cmp -s '$T/o16/model.safetensors' '$T/m/model.safetensors'"
+torch.save(sd, 'pytorch_model.bin')" && rm model.safetensors)
+(cd "$T/shards" && "$PY" -c "
+import json, torch, safetensors.torch as st
+sd = st.load_file('model.safetensors'); names = sorted(sd); half = len(names) // 2
+parts = {'pytorch_model-00001-of-00002.bin': names[:half], 'pytorch_model-00002-of-00002.bin': names[half:]}
+for f, ns in parts.items(): torch.save({n: sd[n] for n in ns}, f)
+json.dump({'metadata': {}, 'weight_map': {n: f for f, ns in parts.items() for n in ns}},
+          open('pytorch_model.bin.index.json', 'w'))" && rm model.safetensors)
+for v in bin bin2 shards; do
+  check "pytorch_model.bin ($v) imports to the same model" bash -c "
+    '$QKV' import marian '$T/$v' --out '$T/o_$v' 2>/dev/null &&
+    cmp -s '$T/o_$v/model.safetensors' '$T/m/model.safetensors'"
+done
+"$PY" - "$T/shards/pytorch_model.bin.index.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); j["weight_map"]["lm_head.weight"] = "../elsewhere.bin"
+json.dump(j, open(sys.argv[1], "w"))
+PY
+expect_fail "an index naming a file outside the directory" 'not mapped to a file name beside' \
+  "$QKV" import marian "$T/shards" --out "$T/o18"
 
 # ---- text in, text out: qkv translate (SentencePiece in, detokenised text out) equals
 # transformers' generate decoded by MarianTokenizer, line for line; --max-len 23 with the
@@ -161,6 +198,54 @@ for n in shared_swish separate_gelu shared_relu_untied shared_source_pieces; do
     '$QKV' translate --model '$T/t_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
       <'$P/marian_$n.de' 2>/dev/null | cmp -s - '$P/marian_$n.beam4.en'"
 done
+# ---- Marian's own release format (a directory or its zip: .npz, vocabulary .yml,
+# decoder.yml, .spm), written from random models with Marian's names: the model is the one
+# transformers' convert_marian_to_pytorch makes of it, and translates as that does
+for n in release_shared release_separate; do
+  R=$P/marian_$n
+  "$QKV" import marian "$R" --out "$T/rd_$n" 2>"$T/err" || bad "import the $n release: $(cat "$T/err")"
+  "$QKV" import marian "$R.zip" --out "$T/rz_$n" 2>"$T/err" || bad "import the $n zip: $(cat "$T/err")"
+  "$QKV" import marian "${R}_hf" --out "$T/rh_$n" 2>/dev/null || bad "import ${n}_hf"
+  check "$n: the release, its zip and transformers' conversion of it give one model" bash -c "
+    for f in model.safetensors src_vocab.txt tgt_vocab.txt source.spm target.spm; do
+      cmp -s '$T/rd_$n/'\$f '$T/rh_$n/'\$f && cmp -s '$T/rz_$n/'\$f '$T/rh_$n/'\$f || exit 1; done"
+  check "$n: qkv translate gives transformers' greedy text" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
+  check "$n: --beam 4 --beam-stop hf --length-penalty 1 gives generate(num_beams=4)'s text" bash -c "
+    '$QKV' translate --model '$T/rz_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
+      <'$R.de' 2>/dev/null | cmp -s - '$R.beam4.en'"
+done
+check "decoder.yml's beam-size and normalize are the model's decoding defaults (generation.json)" \
+  bash -c "grep -q '\"beam\": 3' '$T/rd_release_shared/generation.json' &&
+           grep -q '\"length_penalty\": 0.6' '$T/rd_release_shared/generation.json' &&
+           grep -q '\"beam\": 5' '$T/rd_release_separate/generation.json'"
+# releases qkv refuses, with the reason
+release() { rm -rf "$T/$1"; cp -r "$P/marian_release_shared" "$T/$1"; }
+release ensemble; sed -i 's/^models:$/models:\n  - other.npz/' "$T/ensemble/decoder.yml"
+expect_fail "an ensemble of models" 'an ensemble of 2 models' \
+  "$QKV" import marian "$T/ensemble" --out "$T/o19"
+release outside; sed -i 's/  - opus.spm.transformer/  - ..\/opus.spm.transformer/' "$T/outside/decoder.yml"
+expect_fail "decoder.yml naming a file outside the release" "names '../opus.spm.transformer.*not a file beside it" \
+  "$QKV" import marian "$T/outside" --out "$T/o20"
+release prenorm
+"$PY" - "$T/prenorm" <<'PY'
+import glob, sys, numpy as np
+f = glob.glob(sys.argv[1] + "/*.npz")[0]
+d = dict(np.load(f))
+yml = bytes(d["special:model.yml"].astype(np.uint8)).decode().replace('transformer-preprocess: ""', "transformer-preprocess: n")
+d["special:model.yml"] = np.frombuffer(yml.encode(), dtype=np.int8)
+np.savez(f, **d)
+PY
+expect_fail "a pre-norm Marian model (transformer-preprocess: n)" '"transformer-preprocess: n"' \
+  "$QKV" import marian "$T/prenorm" --out "$T/o21"
+release vocabyml; sed -i '$d' "$T/vocabyml/opus.spm.vocab.yml"
+expect_fail "a vocabulary .yml without the model's last piece" '637 pieces .and <pad>., but the model has 638' \
+  "$QKV" import marian "$T/vocabyml" --out "$T/o22"
+mkdir -p "$T/nodec" && cp "$P/marian_release_shared/source.spm" "$T/nodec/" &&
+  (cd "$T/nodec" && zip -q ../nodec.zip source.spm)
+expect_fail "a zip without decoder.yml" 'no decoder.yml in the zip' \
+  "$QKV" import marian "$T/nodec.zip" --out "$T/o23"
+
 check "echo 'Ein Mann fährt Fahrrad.' | qkv translate: transformers' translation" bash -c "
   [ \"\$(echo 'Ein Mann fährt Fahrrad.' | '$QKV' translate --model '$T/t_shared_swish' ${LIM[*]} 2>/dev/null)\" = \"\$(head -1 '$P/marian_shared_swish.greedy.en')\" ]"
 check "qkv info reads the imported directory" bash -c "'$QKV' info --model '$T/t_shared_swish' >/dev/null 2>&1"

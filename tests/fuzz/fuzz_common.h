@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "qkv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -110,6 +112,55 @@ static inline qkv_lm_config fuzz_lm_small_config(void)
     c.vocab = 6, c.d_model = 4, c.heads = 2, c.ffn = 4, c.layers = 1, c.max_len = 4;
     c.bias = 1, c.final_norm = 1, c.learned_pos = 1, c.tie = 0;
     return c;
+}
+
+static inline void fuzz_put16(unsigned char *p, unsigned v)
+{
+    p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8);
+}
+
+static inline void fuzz_put32(unsigned char *p, uint32_t v)
+{
+    fuzz_put16(p, v & 0xffff), fuzz_put16(p + 2, v >> 16);
+}
+
+/* A stored zip of n (<= 8) entries with correct CRCs, into out (room for every entry and
+ * 76 bytes + twice its name each): for the harnesses whose input is one entry of an
+ * archive (fuzz_pytorch, fuzz_npz). */
+static inline size_t fuzz_stored_zip(unsigned char *out, int n, const char *const *names,
+                       const unsigned char *const *data, const size_t *len)
+{
+    size_t at = 0, offsets[8];
+    for (int i = 0; i < n; i++) {
+        const size_t nl = strlen(names[i]);
+        const uint32_t crc = (uint32_t)crc32(0L, data[i], (uInt)len[i]);
+        offsets[i] = at;
+        memset(out + at, 0, 30);
+        fuzz_put32(out + at, 0x04034b50u), fuzz_put32(out + at + 14, crc);
+        fuzz_put32(out + at + 18, (uint32_t)len[i]);
+        fuzz_put32(out + at + 22, (uint32_t)len[i]);
+        fuzz_put16(out + at + 26, (unsigned)nl);
+        memcpy(out + at + 30, names[i], nl);
+        if (len[i]) memcpy(out + at + 30 + nl, data[i], len[i]);
+        at += 30 + nl + len[i];
+    }
+    const size_t cd = at;
+    for (int i = 0; i < n; i++) {
+        const size_t nl = strlen(names[i]);
+        memset(out + at, 0, 46);
+        fuzz_put32(out + at, 0x02014b50u);
+        fuzz_put32(out + at + 16, (uint32_t)crc32(0L, data[i], (uInt)len[i]));
+        fuzz_put32(out + at + 20, (uint32_t)len[i]);
+        fuzz_put32(out + at + 24, (uint32_t)len[i]);
+        fuzz_put16(out + at + 28, (unsigned)nl), fuzz_put32(out + at + 42, (uint32_t)offsets[i]);
+        memcpy(out + at + 46, names[i], nl);
+        at += 46 + nl;
+    }
+    memset(out + at, 0, 22);
+    fuzz_put32(out + at, 0x06054b50u);
+    fuzz_put16(out + at + 8, (unsigned)n), fuzz_put16(out + at + 10, (unsigned)n);
+    fuzz_put32(out + at + 12, (uint32_t)(at - cd)), fuzz_put32(out + at + 16, (uint32_t)cd);
+    return at + 22;
 }
 
 #endif

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Writes the binary seeds of the fuzz corpus (make fuzz-seeds): valid files of every kind the
  * structured harnesses read, so that mutations start deep inside the readers.
- *   <dir>/safetensors/  every dtype, a scalar, an empty tensor, metadata, a tensor at an
- *                       unaligned offset after a gap, an empty header, the small model
+ *   <dir>/safetensors/  every dtype (F16 and BF16 too), a scalar, an empty tensor, metadata,
+ *                       a tensor at an unaligned offset after a gap, an empty header, the
+ *                       small model
  *   <dir>/config/       configurations exercising every key and choice
  *   <dir>/checkpoint/   the model and a training checkpoint of fuzz_small_config()
  *   <dir>/lm_config/    language-model configurations exercising every key and choice
@@ -77,6 +78,13 @@ static void safetensors_seeds(const char *dir)
               "{\"a\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[4,12]},"
               "\"__metadata__\":{}}",
               data, sizeof data);
+    /* F16 (1.0, -2.0, a subnormal, NaN) and BF16 (1.0, -inf) at odd offsets: read as F32 */
+    const unsigned char halves[13] = {0, 0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00, 0x00, 0x7e,
+                                      0x80, 0x3f, 0x80, 0xff};
+    write_raw(dir, "halves.safetensors",
+              "{\"h\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[1,9]},"
+              "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[9,13]}}",
+              halves, sizeof halves);
 }
 
 static void config_seeds(const char *dir)

@@ -84,6 +84,29 @@ CONFIGS = {
 }
 
 
+# Marian's own releases (qkv import marian RELEASE_DIR or RELEASE.zip): random-weight models
+# of Marian's shape (scaled embeddings, <pad> last, </s> 0) written as Marian writes them
+# (model.npz under Marian's names with special:model.yml, vocabulary .yml, decoder.yml,
+# source.spm, target.spm), then converted by transformers' own convert_marian_to_pytorch
+# (OpusState), whose model is the reference; decoder.yml's beam-size and normalize are the
+# defaults qkv must decode with.
+RELEASES = {
+    # one vocabulary and one embedding for everything (tied-embeddings-all)
+    "release_shared": dict(vocab="shared", beam_size=3, normalize=0.6, ffn_act="swish", cfg=dict(
+        d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        activation_function="swish", scale_embedding=True, max_position_embeddings=128)),
+    # separate vocabularies (src.vocab.yml, trg.vocab.yml) and embeddings, the output tied to
+    # the target embedding (tied-embeddings)
+    "release_separate": dict(vocab="separate", pad_last=True, vocab_size=420, beam_size=5,
+                             normalize=1.0, ffn_act="relu", cfg=dict(
+        d_model=12, encoder_layers=1, decoder_layers=2, encoder_attention_heads=3,
+        decoder_attention_heads=3, encoder_ffn_dim=24, decoder_ffn_dim=24,
+        activation_function="relu", scale_embedding=True, max_position_embeddings=128,
+        share_encoder_decoder_embeddings=False, tie_word_embeddings=True)),
+}
+
+
 def read_pairs(data_dir, n):
     de = os.path.join(data_dir, "multi30k", "train.de")
     en = os.path.join(data_dir, "multi30k", "train.en")
@@ -102,10 +125,11 @@ def train_spm(lines, prefix, vocab_size):
     return prefix + ".model"
 
 
-def write_vocab(path, spm_paths, pad_last=True):
+def write_vocab(path, spm_paths, pad_last=True, size=None):
     """Marian's vocab.json: </s> 0, <unk> 1, the pieces of the SentencePiece models, <pad>
     last (as OPUS-MT's), or <pad> 2 (two vocabularies must agree on its id: the
-    configuration has one pad_token_id)."""
+    configuration has one pad_token_id); with size, filler pieces before <pad> make it that
+    large (two vocabularies with <pad> last must be of one size)."""
     import sentencepiece as spm
     pieces = []
     for p in spm_paths:
@@ -117,6 +141,10 @@ def write_vocab(path, spm_paths, pad_last=True):
     for piece in pieces:
         if piece not in vocab and piece != "<pad>":
             vocab[piece] = len(vocab)
+    if size:
+        assert len(vocab) < size, (len(vocab), size)
+        while len(vocab) < size - 1:
+            vocab[f"<filler{len(vocab)}>"] = len(vocab)
     if pad_last:
         vocab["<pad>"] = len(vocab)
     with open(path, "w", encoding="utf-8") as f:
@@ -144,9 +172,10 @@ def train(model, tok, src_lines, tgt_lines):
     return float(loss)
 
 
-def build(name, spec, out, pairs, tmp):
+def make_model(name, spec, d, pairs, tmp):
+    """A trained random-weight MarianMTModel saved as a Hugging Face directory d, its
+    tokenizer, the vocabularies (token -> id) and the target SentencePiece model's path."""
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
-    d = os.path.join(out, "marian_" + name)
     os.makedirs(d, exist_ok=True)
     src_lines = [p[0] for p in pairs]
     tgt_lines = [p[1] for p in pairs]
@@ -157,8 +186,11 @@ def build(name, spec, out, pairs, tmp):
             g.write(f.read())
     separate = spec["vocab"] == "separate"
     if separate:
-        sv = write_vocab(os.path.join(d, "vocab.json"), [src_spm], pad_last=False)
-        tv = write_vocab(os.path.join(d, "target_vocab.json"), [tgt_spm], pad_last=False)
+        pad_last = spec.get("pad_last", False)
+        sv = write_vocab(os.path.join(d, "vocab.json"), [src_spm], pad_last=pad_last,
+                         size=spec.get("vocab_size"))
+        tv = write_vocab(os.path.join(d, "target_vocab.json"), [tgt_spm], pad_last=pad_last,
+                         size=spec.get("vocab_size"))
     else:
         sv = tv = write_vocab(os.path.join(d, "vocab.json"), [src_spm, tgt_spm])
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
@@ -181,6 +213,12 @@ def build(name, spec, out, pairs, tmp):
     model.save_pretrained(d, safe_serialization=True)
     tok = MarianTokenizer.from_pretrained(d)
     train(model, tok, src_lines, tgt_lines)
+    return model, tok, sv, tv, tgt_spm
+
+
+def build(name, spec, out, pairs, tmp):
+    d = os.path.join(out, "marian_" + name)
+    model, tok, sv, tv, tgt_spm = make_model(name, spec, d, pairs, tmp)
     with torch.no_grad():  # <pad> so likely that only bad_words_ids keeps it out
         model.final_logits_bias[0, tv["<pad>"]] += 8.0
     source_only = []
@@ -195,7 +233,13 @@ def build(name, spec, out, pairs, tmp):
         with torch.no_grad():
             model.final_logits_bias[0, chosen] += spec["source_boost"]
     model.save_pretrained(d, safe_serialization=True)
+    return references(name, spec, model, tok, tv, out, pairs, source_only)
 
+
+def references(name, spec, model, tok, tv, out, pairs, source_only=()):
+    """transformers' logits, greedy and beam outputs of the model for the test sentences, in
+    Marian's ids, and their texts (OUTDIR/marian_<name>.*)."""
+    cfg = model.config
     # the README's example first, then the last short pairs
     n_sentences = spec.get("n", N_SENTENCES)
     short = [FALLBACK[0]] + [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][1 - n_sentences:]
@@ -267,12 +311,153 @@ def write_decodings(path, tok, vocab, n=300):
             f.write(" ".join(seq) + "\t" + text + "\n")
 
 
+# transformers' BART_CONVERTER backwards: Hugging Face's name within a layer -> Marian's
+MARIAN_NAMES = {
+    "self_attn.q_proj": "self_Wq", "self_attn.k_proj": "self_Wk", "self_attn.v_proj": "self_Wv",
+    "self_attn.out_proj": "self_Wo", "self_attn_layer_norm": "self_Wo_ln",
+    "fc1": "ffn_W1", "fc2": "ffn_W2", "final_layer_norm": "ffn_ffn_ln",
+    "encoder_attn.q_proj": "context_Wq", "encoder_attn.k_proj": "context_Wk",
+    "encoder_attn.v_proj": "context_Wv", "encoder_attn.out_proj": "context_Wo",
+    "encoder_attn_layer_norm": "context_Wo_ln",
+}
+
+
+def marian_state(model, spec):
+    """The model's weights as Marian's model.npz holds them: (in, out) matrices, (1, n) vectors,
+    embeddings without the <pad> row that transformers' converter adds back, and the
+    configuration as special:model.yml."""
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    npz = {}
+    for k, v in sd.items():
+        parts = k.split(".")
+        if len(parts) > 4 and parts[1] in ("encoder", "decoder") and parts[2] == "layers":
+            stack, layer, rest = parts[1], int(parts[3]), ".".join(parts[4:-1])
+            leaf = parts[-1]
+            base = MARIAN_NAMES[rest]
+            if base.endswith("_ln"):
+                name = base + ("_scale" if leaf == "weight" else "_bias")
+            elif leaf == "weight":
+                name = base
+            else:
+                name = base.replace("_W", "_b")
+            npz[f"{stack}_l{layer + 1}_{name}"] = (v.T if v.ndim == 2 else v[None, :]).astype(np.float32)
+    if spec["vocab"] == "shared":
+        npz["Wemb"] = sd["model.shared.weight"][:-1]
+    else:
+        npz["encoder_Wemb"] = sd["model.encoder.embed_tokens.weight"][:-1]
+        npz["decoder_Wemb"] = sd["model.decoder.embed_tokens.weight"][:-1]
+    npz["decoder_ff_logit_out_b"] = sd["final_logits_bias"][:, :-1]
+    c = spec["cfg"]
+    shared = spec["vocab"] == "shared"
+    V = sd["final_logits_bias"].shape[1] - 1
+    yml = "\n".join([
+        "type: transformer", f"dim-vocabs:\n  - {V}\n  - {V}", f"dim-emb: {c['d_model']}",
+        f"enc-depth: {c['encoder_layers']}", f"dec-depth: {c['decoder_layers']}",
+        f"transformer-heads: {c['encoder_attention_heads']}",
+        f"transformer-dim-ffn: {c['encoder_ffn_dim']}",
+        f"transformer-ffn-activation: {spec['ffn_act']}", "transformer-ffn-depth: 2",
+        "transformer-aan-depth: 2", "transformer-aan-nogate: false",
+        "transformer-decoder-autoreg: self-attention", "transformer-no-projection: false",
+        "transformer-postprocess-emb: d", "transformer-postprocess: dan",
+        'transformer-preprocess: ""', "transformer-tied-layers:\n  []",
+        "transformer-train-position-embeddings: false", "layer-normalization: false",
+        "right-left: false", "ulr-dim-emb: 0", "dec-cell-base-depth: 2",
+        "dec-cell-high-depth: 1", f"tied-embeddings-all: {str(shared).lower()}",
+        f"tied-embeddings-src: {str(shared).lower()}", "tied-embeddings: true",
+        "# written by tests/parity/make_marian_reference.py", "version: v1.7.6"]) + "\n"
+    npz["special:model.yml"] = np.frombuffer(yml.encode() + b"\0", dtype=np.int8)
+    return npz
+
+
+def write_release(rel, model, sv, tv, spec, src_spm, tgt_spm):
+    """The model as Marian releases it, in the directory rel."""
+    import shutil
+    import yaml
+    os.makedirs(rel, exist_ok=True)
+    np.savez(os.path.join(rel, "opus.spm.transformer.model1.npz.best-perplexity.npz"),
+             **marian_state(model, spec))
+
+    def dump(vocab, path):  # Marian's vocabulary has no <pad>
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump({k: v for k, v in vocab.items() if k != "<pad>"}, f,
+                           allow_unicode=True, sort_keys=False)
+    if spec["vocab"] == "shared":
+        vocabs = ["opus.spm.vocab.yml"] * 2
+        dump(sv, os.path.join(rel, vocabs[0]))
+    else:
+        vocabs = ["opus.spm.src.vocab.yml", "opus.spm.trg.vocab.yml"]
+        dump(sv, os.path.join(rel, vocabs[0]))
+        dump(tv, os.path.join(rel, vocabs[1]))
+    with open(os.path.join(rel, "decoder.yml"), "w") as f:
+        f.write("models:\n  - opus.spm.transformer.model1.npz.best-perplexity.npz\n"
+                f"vocabs:\n  - {vocabs[0]}\n  - {vocabs[1]}\n"
+                f"beam-size: {spec['beam_size']}\nnormalize: {spec['normalize']}\n"
+                "word-penalty: 0\nmini-batch: 16\nmaxi-batch: 100\nmaxi-batch-sort: src\n"
+                "relative-paths: true\n")
+    shutil.copy(src_spm, os.path.join(rel, "source.spm"))
+    shutil.copy(tgt_spm, os.path.join(rel, "target.spm"))
+    with open(os.path.join(rel, "README.md"), "w") as f:
+        f.write("# a random-weight model in the layout of an OPUS-MT release\n")
+
+
+def build_release(name, spec, out, pairs, tmp):
+    """A Marian release of a trained random model (OUTDIR/marian_<name>/ and its zip,
+    OUTDIR/marian_<name>.zip), transformers' conversion of it (OUTDIR/marian_<name>_hf/) and
+    the references of that conversion."""
+    import shutil
+    import zipfile
+    from pathlib import Path
+    from transformers import MarianMTModel, MarianTokenizer
+    from transformers.models.marian.convert_marian_to_pytorch import OpusState
+    model, tok, sv, tv, _ = make_model(name, spec, os.path.join(tmp, name + "_hf0"), pairs, tmp)
+    rel = os.path.join(out, "marian_" + name)
+    shutil.rmtree(rel, ignore_errors=True)
+    write_release(rel, model, sv, tv, spec, os.path.join(tmp, name + "_src.model"),
+                  os.path.join(tmp, name + "_tgt.model"))
+    with zipfile.ZipFile(rel + ".zip", "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(os.listdir(rel)):
+            z.write(os.path.join(rel, f), f)
+    conv = os.path.join(tmp, name + "_conv")  # the converter writes into its source directory
+    shutil.copytree(rel, conv)
+    state = OpusState(Path(conv))
+    # sinusoidal positions are no weights: the converter's table of dim-emb rows is made
+    # long enough for the test's sentences
+    state.hf_config.max_position_embeddings = 128
+    hf_model = state.load_marian_model().eval()
+    # the converter puts the embeddings in after the output projection was tied to them, so
+    # the projection keeps its random initial weights (and, saved beside the embeddings,
+    # becomes them again on loading); tied as the configuration says, it is Marian's
+    hf_model.tie_weights()
+    hf = os.path.join(out, "marian_" + name + "_hf")
+    hf_model.save_pretrained(hf, safe_serialization=True)
+    state.tokenizer.save_pretrained(hf)
+    hf_model = MarianMTModel.from_pretrained(hf).eval()  # the model as saved
+    ref = state.state_dict["Wemb" if spec["vocab"] == "shared" else "decoder_Wemb"]
+    assert np.array_equal(hf_model.lm_head.weight.detach().numpy()[:-1], ref)
+    hf_tok = MarianTokenizer.from_pretrained(hf)
+    tensors, meta = references(name, spec, hf_model, hf_tok, hf_tok.encoder if spec["vocab"] ==
+                               "shared" else hf_tok.target_encoder, out, pairs)
+    # decoding as decoder.yml says: beam-size, and normalize as the length penalty
+    texts = open(os.path.join(out, f"marian_{name}.de"), encoding="utf-8").read().splitlines()
+    enc = hf_tok(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        seqs = hf_model.generate(**enc, num_beams=spec["beam_size"], do_sample=False,
+                                 max_new_tokens=MAX_NEW, length_penalty=spec["normalize"],
+                                 early_stopping=False)
+    with open(os.path.join(out, f"marian_{name}.default.en"), "w", encoding="utf-8") as f:
+        f.write("\n".join(hf_tok.batch_decode(seqs, skip_special_tokens=True)) + "\n")
+    return tensors, meta
+
+
 def write_all(save, out, data_dir="../shared/data"):
     import tempfile
     pairs = read_pairs(data_dir, 400)
     with tempfile.TemporaryDirectory() as tmp:
         for name, spec in CONFIGS.items():
             tensors, meta = build(name, spec, out, pairs, tmp)
+            save("marian_" + name, tensors, meta)
+        for name, spec in RELEASES.items():
+            tensors, meta = build_release(name, spec, out, pairs, tmp)
             save("marian_" + name, tensors, meta)
 
 

@@ -685,6 +685,9 @@ def main():
     __import__("make_flash_reference").write_all(save)  # flash attention (tiled, O(N) memory)
     __import__("make_lm_reference").write_all(save)  # the decoder-only language model
     __import__("make_beam_reference").write_all(save)  # beam search's rules, scripted logits
+    # weights as checkpoints store them: F16/BF16 safetensors, pytorch_model.bin, .npz
+    # (tests/unit/test_weights.c)
+    __import__("make_weights_reference").write_all(OUT)
     # Hugging Face MarianMT directories for qkv import marian (tests/unit/test_marian.c)
     __import__("make_marian_reference").write_all(save, OUT, os.environ.get("QKV_DATA_DIR",
                                                                          "../shared/data"))

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Continuous batching (qkv_batch_decoder): sentences that join a running batch at different
  * steps, leave it when they end and free their slot for the next get exactly the text
- * qkv_translate gives them (greedy), alone or in one batch; over-long sources are cut as the
- * translator cuts them; max_len is the translator's; a cancelled slot is free again; more
- * sources than free slots and bad arguments fail with messages. */
+ * qkv_translate gives them (greedy), alone or in one batch, also on a model with Marian's
+ * decoding rules (decoding starts from <pad>, <pad> is never produced, forced <eos>) and for
+ * sources that spell reserved tokens; over-long sources are cut as the translator cuts them;
+ * max_len is the translator's; a cancelled slot is free again; more sources than free slots
+ * and bad arguments fail with messages. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +22,16 @@ static const char *const SOURCES[] = {
     "the cat sat on the mat .", "a zebra ran", "", "dog red dog !", "the big red house .",
     "a cat ran to the mat", "on the", "the mat sat on a red dog .", "big", "a red cat !",
     "the dog ran to a big red house on the mat the cat sat on the mat", /* cut to MAX_LEN */
+    "the <pad> cat sat", "<eos> red dog", "<bos>", /* text that spells reserved tokens */
 };
 enum { N = sizeof SOURCES / sizeof *SOURCES };
 
 /* A translator over word vocabularies of TEXT with a random model whose distributions are
- * sharper than the initialisation's,
- * that favour <eos> and never choose <pad>, <unk> or <bos>, so translations end at varied lengths. */
-static qkv_translator *random_translator(uint64_t seed)
+ * sharper than the initialisation's, that favour <eos> and never choose <pad>, <unk> or <bos>,
+ * so translations end at varied lengths; with marian, the model decodes by Marian's rules
+ * (starts from <pad>, never produces it, forced <eos>; halves positions, no embedding scale)
+ * and favours <pad>, so that only the rule keeps it out. */
+static qkv_translator *translator_of(uint64_t seed, int marian)
 {
     qkv_sentences s = {0};
     qkv_tokenizer tok = {0};
@@ -37,6 +42,10 @@ static qkv_translator *random_translator(uint64_t seed)
     qkv_transformer_config cfg = qkv_transformer_default_config();
     cfg.src_vocab = tok.src.size, cfg.tgt_vocab = tok.tgt.size, cfg.dropout = 0.0f;
     cfg.max_len = MAX_LEN, cfg.d_model = 16, cfg.heads = 2, cfg.ffn = 24, cfg.bias = 1;
+    if (marian) {
+        cfg.decoder_start = QKV_PAD, cfg.suppress_pad = 1, cfg.forced_eos = 1;
+        cfg.pos_layout = QKV_POS_HALVES, cfg.scale_embedding = 0, cfg.act = QKV_ACT_SILU;
+    }
     qkv_transformer *m;
     assert_int_equal(qkv_transformer_create(&m, &cfg, seed, NULL), QKV_OK);
     float *p = qkv_transformer_params(m);
@@ -46,11 +55,14 @@ static qkv_translator *random_translator(uint64_t seed)
         if (strcmp(t.name, "output.b")) continue;
         p[t.offset + QKV_EOS] += 1.0f; /* and no <pad>, <unk>, <bos> */
         p[t.offset + QKV_PAD] = p[t.offset + QKV_UNK] = p[t.offset + QKV_BOS] = -30.0f;
+        if (marian) p[t.offset + QKV_PAD] = 3.0f;
     }
     qkv_translator *t;
     assert_int_equal(qkv_translator_create(&t, m, &tok, 0, NULL), QKV_OK);
     return t;
 }
+
+static qkv_translator *random_translator(uint64_t seed) { return translator_of(seed, 0); }
 
 /* The translations qkv_translate gives, one sentence at a time. */
 static char **reference(qkv_translator *t, int max_len)
@@ -139,6 +151,33 @@ static void test_staggered_joins_match_translate(void **state)
     qkv_translator_free(t);
 }
 
+/* A model with Marian's rules: the slots start each sentence from <pad>, never produce <pad>
+ * (which the model favours), encode text that spells a reserved token as <unk>, and give
+ * qkv_translate's text for every sentence, whatever the joins. */
+static void test_marian_rules(void **state)
+{
+    (void)state;
+    qkv_translator *t = translator_of(8, 1);
+    char **ref = reference(t, 0);
+    int nonempty = 0;
+    for (int i = 0; i < N; i++) {
+        assert_null(strstr(ref[i], "<pad>"));
+        nonempty += ref[i][0] != '\0';
+    }
+    assert_true(nonempty >= N / 2);
+    qkv_batch_decoder *bd;
+    qkv_error err = {0};
+    assert_int_equal(qkv_batch_decoder_create(&bd, t, 4, &err), QKV_OK);
+    assert_true(run_staggered(bd, ref, 1, 2, 0) >= 2);
+    run_staggered(bd, ref, 3, 1, 0);
+    qkv_batch_decoder_free(bd);
+    assert_int_equal(qkv_batch_decoder_create(&bd, t, 32, &err), QKV_OK);
+    assert_int_equal(run_staggered(bd, ref, N, 1, 0), N);
+    qkv_batch_decoder_free(bd);
+    free_texts(ref);
+    qkv_translator_free(t);
+}
+
 /* With a bf16 key-value cache (self-attention and the sources' cross-attention keys and
  * values) the slots still give qkv_translate's text exactly, qkv_translate reading the same
  * bf16 cache; and most texts are those of the float32 cache (the rounding can flip a close
@@ -198,6 +237,7 @@ int main(void)
     qkv_set_threads(2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_staggered_joins_match_translate),
+        cmocka_unit_test(test_marian_rules),
         cmocka_unit_test(test_bf16_cache_slots),
         cmocka_unit_test(test_cancel_and_errors),
     };

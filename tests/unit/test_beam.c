@@ -405,7 +405,8 @@ static void scripted_search(uint64_t seed, int B, int V, int forced_eos,
 {
     scripted sc = {seed, V, tu_zeros((size_t)B * o->beam * V)};
     qkv_error err = {0};
-    if (beam_search_steps(scripted_logits, &sc, B, V, o->max_len, forced_eos, o,
+    const decoding_rules rules = {QKV_BOS, 0, 0, forced_eos, NULL, 0};
+    if (beam_search_steps(scripted_logits, &sc, B, V, o->max_len, &rules, o,
                           &(qkv_beam_results){ids, len, score, NULL}, &err))
         fail_msg("%s", err.msg);
     free(sc.logits);

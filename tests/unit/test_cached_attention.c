@@ -15,6 +15,24 @@
 #include "ops/cpu/bf16.h"
 #include "test_util.h"
 
+/* The kernel over the layouts these tests build: query b reads cache row row[b] (row NULL: b)
+ * and sees the len[row[b]] keys of that row (len NULL: m), or with ancestry its position j in
+ * cache row ancestry[b * ld + j], m keys. */
+static void attend(float *O, float *S, const float *Q, const void *K, const void *V,
+                   kv_dtype type, size_t stride, int B, int H, int d, int m, const int *row,
+                   const int *len, const int *ancestry, int ld)
+{
+    int *rows = calloc((size_t)B, sizeof *rows), *lens = calloc((size_t)B, sizeof *lens);
+    for (int b = 0; b < B; b++) {
+        rows[b] = row ? row[b] : b;
+        lens[b] = !ancestry && len ? len[rows[b]] : m;
+    }
+    const kv_view kv = {K, V, type, stride, ancestry ? KV_ANCESTRY : KV_ROWS, rows, ancestry, ld,
+                        lens};
+    cached_attention(O, S, Q, &kv, B, H, d, m);
+    free(rows), free(lens);
+}
+
 static void check_case(int B, int H, int d, int m, int cache_rows, int cap)
 {
     const int C = H * d;
@@ -22,11 +40,11 @@ static void check_case(int B, int H, int d, int m, int cache_rows, int cap)
     float *Q = tu_rand((size_t)B * C, 1), *K = tu_rand((size_t)cache_rows * stride, 2);
     float *V = tu_rand((size_t)cache_rows * stride, 3);
     for (size_t i = 0; i < (size_t)B * C; i++) Q[i] *= 3.0f; /* sharper weights */
-    int *row = malloc((size_t)B * sizeof *row), *len = malloc((size_t)cache_rows * sizeof *len);
+    int *row = calloc((size_t)B, sizeof *row), *len = calloc((size_t)cache_rows, sizeof *len);
     for (int b = 0; b < B; b++) row[b] = (b * 7 + 3) % cache_rows;
     for (int r = 0; r < cache_rows; r++) len[r] = r == 0 ? 0 : r == 1 ? m : 1 + (r * 5) % m;
     float *O = tu_rand((size_t)B * C, 4), *S = tu_rand((size_t)B * H * m, 5);
-    cached_attention(O, S, Q, K, V, KV_FP32, stride, B, H, d, m, row, len, NULL, 0);
+    attend(O, S, Q, K, V, KV_FP32, stride, B, H, d, m, row, len, NULL, 0);
     float *O_ref = tu_zeros((size_t)C), *P_ref = tu_zeros((size_t)H * m);
     for (int b = 0; b < B; b++) {
         const int r = row[b];
@@ -64,7 +82,7 @@ static void test_defaults(void **state)
     float *V = tu_rand((size_t)B * m * C, 8), *O = tu_zeros((size_t)B * C);
     float *S = tu_zeros((size_t)B * H * m), *O_ref = tu_zeros((size_t)B * C);
     float *P_ref = tu_zeros((size_t)B * H * m);
-    cached_attention(O, S, Q, K, V, KV_FP32, (size_t)m * C, B, H, d, m, NULL, NULL, NULL, 0);
+    attend(O, S, Q, K, V, KV_FP32, (size_t)m * C, B, H, d, m, NULL, NULL, NULL, 0);
     qkv_attention_forward(O_ref, P_ref, &(qkv_attention_inputs){Q, K, V},
                           &(qkv_attention_shape){B, H, 1, m, d, d}, NULL, (qkv_dropout){0.0f, 0, 0},
                           NULL);
@@ -87,7 +105,7 @@ static void test_slots(void **state)
         for (int j = 0; j < ld; j++)
             slots[b * ld + j] = (int)(qkv_random_u32(12, (uint64_t)b * ld + j) % cache_rows);
     float *O = tu_zeros((size_t)B * C), *S = tu_zeros((size_t)B * H * m);
-    cached_attention(O, S, Q, K, V, KV_FP32, stride, B, H, d, m, NULL, NULL, slots, ld);
+    attend(O, S, Q, K, V, KV_FP32, stride, B, H, d, m, NULL, NULL, slots, ld);
     float *Kg = tu_zeros((size_t)m * C), *Vg = tu_zeros((size_t)m * C);
     float *O_ref = tu_zeros((size_t)C), *P_ref = tu_zeros((size_t)H * m);
     for (int b = 0; b < B; b++) {
@@ -187,9 +205,9 @@ static void check_bf16(int layout, int B, int H, int d, int m, int cache_rows, i
     float *O = tu_rand((size_t)B * C, 25), *S = tu_rand((size_t)B * H * m, 26);
     float *Ow = tu_zeros((size_t)B * C), *Sw = tu_zeros((size_t)B * H * m);
     float *Of = tu_zeros((size_t)B * C), *Sf = tu_zeros((size_t)B * H * m);
-    cached_attention(O, S, Q, Kb, Vb, KV_BF16, stride, B, H, d, m, row, len, slots, ld);
-    cached_attention(Ow, Sw, Q, Kw, Vw, KV_FP32, stride, B, H, d, m, row, len, slots, ld);
-    cached_attention(Of, Sf, Q, K, V, KV_FP32, stride, B, H, d, m, row, len, slots, ld);
+    attend(O, S, Q, Kb, Vb, KV_BF16, stride, B, H, d, m, row, len, slots, ld);
+    attend(Ow, Sw, Q, Kw, Vw, KV_FP32, stride, B, H, d, m, row, len, slots, ld);
+    attend(Of, Sf, Q, K, V, KV_FP32, stride, B, H, d, m, row, len, slots, ld);
     tu_check_close("O (bf16 kernel, widened cache)", O, Ow, (size_t)B * C, TU_FWD_ATOL,
                    TU_FWD_RTOL);
     tu_check_close("weights (bf16 kernel, widened cache)", S, Sw, (size_t)B * H * m,

@@ -262,14 +262,18 @@ static void check_decodings(const char *name, const char *dir)
     qkv_tokenizer_free(&tok);
 }
 
-static void check_import(const char *name)
+/* The import of marian_<name> (a Hugging Face directory, or a Marian release whose
+ * transformers conversion is marian_<name>_hf, the one the references were computed with). */
+static void check_import(const char *name, int release)
 {
-    char hf[1024], ref[256], out[] = "/tmp/qkv_marian_XXXXXX", path[1200], path2[1200];
-    snprintf(hf, sizeof hf, "%s/marian_%s", parity_dir(), name);
+    char hf[1024], source[1024], ref[256], out[] = "/tmp/qkv_marian_XXXXXX", path[1200],
+                                            path2[1200];
+    snprintf(source, sizeof source, "%s/marian_%s", parity_dir(), name);
+    snprintf(hf, sizeof hf, "%s/marian_%s%s", parity_dir(), name, release ? "_hf" : "");
     snprintf(ref, sizeof ref, "marian_%s", name);
     assert_non_null(mkdtemp(out));
     qkv_error err = {0};
-    if (qkv_import_marian(hf, out, &err)) fail_msg("%s", err.msg);
+    if (qkv_import_marian(source, out, &err)) fail_msg("%s", err.msg);
     qkv_transformer *m;
     if (qkv_transformer_load(&m, out, &err)) fail_msg("%s", err.msg);
     int Vs = 0, Vt = 0;
@@ -354,16 +358,27 @@ static void check_import(const char *name)
     rmdir(out);
 }
 
-static void test_import_shared_swish(void **state) { (void)state, check_import("shared_swish"); }
-static void test_import_separate_gelu(void **state) { (void)state, check_import("separate_gelu"); }
+static void test_import_shared_swish(void **state) { (void)state, check_import("shared_swish", 0); }
+static void test_import_separate_gelu(void **state) { (void)state, check_import("separate_gelu", 0); }
 static void test_import_shared_relu_untied(void **state)
 {
-    (void)state, check_import("shared_relu_untied");
+    (void)state, check_import("shared_relu_untied", 0);
+}
+
+/* Marian's own format: the release directories of make_marian_reference.py's RELEASES */
+static void test_import_release_shared(void **state)
+{
+    (void)state, check_import("release_shared", 1);
+}
+
+static void test_import_release_separate(void **state)
+{
+    (void)state, check_import("release_separate", 1);
 }
 
 static void test_import_shared_source_pieces(void **state)
 {
-    (void)state, check_import("shared_source_pieces");
+    (void)state, check_import("shared_source_pieces", 0);
 }
 
 int main(void)
@@ -377,6 +392,8 @@ int main(void)
         cmocka_unit_test(test_import_separate_gelu),
         cmocka_unit_test(test_import_shared_relu_untied),
         cmocka_unit_test(test_import_shared_source_pieces),
+        cmocka_unit_test(test_import_release_shared),
+        cmocka_unit_test(test_import_release_separate),
     };
     return cmocka_run_group_tests_name("marian", tests, NULL, NULL);
 }

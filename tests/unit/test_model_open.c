@@ -161,12 +161,37 @@ static void test_translator_dir(void **state)
     remove_tree(dir);
 }
 
+/* The one rule of the key-value cache's type, as the library resolves AUTO. */
+static void test_kv_cache_rule(void **state)
+{
+    (void)state;
+    qkv_lm_config cfg = qkv_lm_default_config();
+    cfg.vocab = 8, cfg.d_model = 16, cfg.heads = 2, cfg.ffn = 16, cfg.layers = 1, cfg.max_len = 8;
+    qkv_lm *m;
+    assert_int_equal(qkv_lm_create(&m, &cfg, 1, NULL), QKV_OK);
+    assert_int_equal(qkv_lm_kv_cache_type(m), QKV_KV_CACHE_FP32);
+    assert_int_equal(qkv_lm_set_kv_cache(m, QKV_KV_CACHE_BF16, NULL), QKV_OK);
+    assert_int_equal(qkv_lm_kv_cache_type(m), QKV_KV_CACHE_BF16);
+    assert_int_equal(qkv_lm_set_kv_cache(m, QKV_KV_CACHE_AUTO, NULL), QKV_OK);
+    if (qkv_bf16_supported()) {
+        assert_int_equal(qkv_lm_set_precision(m, QKV_PRECISION_BF16, NULL), QKV_OK);
+        assert_int_equal(qkv_lm_kv_cache_type(m), QKV_KV_CACHE_BF16);
+    }
+    if (qkv_int8_supported()) { /* bf16 only where the CPU has AVX512-BF16 */
+        assert_int_equal(qkv_lm_set_precision(m, QKV_PRECISION_INT8, NULL), QKV_OK);
+        assert_int_equal(qkv_lm_kv_cache_type(m),
+                         qkv_bf16_supported() ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32);
+    }
+    qkv_lm_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generator),
         cmocka_unit_test(test_generator_defaults_and_errors),
         cmocka_unit_test(test_translator_dir),
+        cmocka_unit_test(test_kv_cache_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

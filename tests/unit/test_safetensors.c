@@ -342,7 +342,10 @@ static const bad_case BAD[] = {
     {"{\"w_num\": 5}", 0, "w_num", "not a JSON object"},
     {E("w_nodtype", "\"shape\": [1], \"data_offsets\": [0, 4]"), 4, "w_nodtype", "dtype"},
     {T("w_dtnum", "3", "[1]", "[0, 4]"), 4, "w_dtnum", "dtype"},
-    {T("w_half", "\"F16\"", "[2]", "[0, 4]"), 4, "w_half", "F16"},
+    {T("w_f8", "\"F8_E4M3\"", "[4]", "[0, 4]"), 4, "w_f8", "F8_E4M3"},
+    /* half precision is read (as F32), its size checked as stored: 2 bytes an element */
+    {T("w_half", "\"F16\"", "[3]", "[0, 4]"), 4, "w_half", "float16 elements need 6"},
+    {T("w_bf16", "\"BF16\"", "[1]", "[0, 4]"), 4, "w_bf16", "bfloat16 elements need 2"},
     {E("w_noshape", "\"dtype\": \"F32\", \"data_offsets\": [0, 4]"), 4, "w_noshape", "shape"},
     {T("w_shape4", "\"F32\"", "4", "[0, 16]"), 16, "w_shape4", "shape"},
     {T("w_neg", "\"F32\"", "[-1]", "[0, 4]"), 4, "w_neg", "shape[0]"},
@@ -370,7 +373,7 @@ static const bad_case BAD[] = {
     {"{\"__metadata__\": {}, \"__metadata__\": {}}", 0, "__metadata__", "twice"},
     {"{\"__metadata__\": {\"k_dup\": \"1\", \"k_dup\": \"2\"}}", 0, "k_dup", "twice"},
     /* a control character in a name is not echoed to the terminal */
-    {T("w_\\u001b[2Jesc", "\"BF16\"", "[2]", "[0, 4]"), 4, "'w_?[2Jesc'", "BF16"},
+    {T("w_\\u001b[2Jesc", "\"U16\"", "[2]", "[0, 4]"), 4, "'w_?[2Jesc'", "U16"},
     {"{\"w_\xff\": {" F32_1 "}}", 4, "UTF-8", NULL},
     {"{\"w_\xc0\xaf\": {" F32_1 "}}", 4, "UTF-8", NULL},         /* overlong '/' */
     {"{\"w_\xed\xa0\x80\": {" F32_1 "}}", 4, "UTF-8", NULL},     /* a surrogate */

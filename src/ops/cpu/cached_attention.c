@@ -73,18 +73,18 @@ static void axpy(float *restrict o, float p, const float *v, int d)
     for (; i < d; i++) o[i] = MULADD(p, v[i], o[i]);
 }
 
-/* Where one query finds its keys: position j at base + j * ld, plus slots[j] * stride when
- * slots is given (its cache row changes along the sequence). The same offset serves the
- * values. */
+/* Where one query finds its keys: position j at base + j * ld, plus ancestry[j] * stride
+ * when ancestry is given (its cache row changes along the sequence). The same offset serves
+ * the values. */
 typedef struct {
     size_t stride;
-    const int *slots;
+    const int *ancestry;
     int ld;
 } key_walk;
 
 static inline size_t key_at(const key_walk *w, int j)
 {
-    return (w->slots ? (size_t)w->slots[j] * w->stride : 0) + (size_t)j * w->ld;
+    return (w->ancestry ? (size_t)w->ancestry[j] * w->stride : 0) + (size_t)j * w->ld;
 }
 
 /* p (nh, m): each head's n scores scaled by `scale`, then their softmax, in place. */
@@ -283,12 +283,11 @@ void kv_cache_store(void *cache, kv_dtype kv, size_t at, const float *x, size_t 
     }
 }
 
-/* Q, O (B, H, d); S (B, H, m); position j of cache row r at K + r * stride + j * H * d */
-void cached_attention(float *O, float *S, const float *Q, const void *K, const void *V,
-                      kv_dtype kv, size_t stride, int B, int H, int d, int m, const int *row,
-                      const int *len, const int *slots, int ld_slots)
+void cached_attention(float *O, float *S, const float *Q, const kv_view *kv, int B, int H, int d,
+                      int m)
 {
-    const int C = H * d, fast = kv == KV_BF16 && cached_attention_bf16_fast();
+    const int C = H * d, fast = kv->type == KV_BF16 && cached_attention_bf16_fast();
+    const int ancestry = kv->walk == KV_ANCESTRY;
     /* Work items: whole rows when there are rows enough to share among threads, else half
      * rows (one sequence has only its heads to split): each half is a contiguous run of every
      * cache row, read as one stream. An item per head would read 256 bytes of every 2 KB row
@@ -300,20 +299,19 @@ void cached_attention(float *O, float *S, const float *Q, const void *K, const v
     #pragma omp parallel for schedule(dynamic) if ((long)B * H * m * d >= PARALLEL_MIN)
     for (int item = 0; item < B * groups; item++) {
         const int b = item / groups, h0 = (item % groups) * nh;
-        const int r = row ? row[b] : b;
-        const int n = slots ? m : len && len[r] < m ? len[r] : m;
-        const key_walk w = {stride, slots ? slots + (size_t)b * ld_slots : NULL, C};
-        const size_t base = (slots ? 0 : r * stride) + (size_t)h0 * d;
+        const int n = kv->len[b] < m ? kv->len[b] : m;
+        const key_walk w = {kv->stride, ancestry ? kv->ancestry + (size_t)b * kv->ld : NULL, C};
+        const size_t base = (ancestry ? 0 : (size_t)kv->row[b] * kv->stride) + (size_t)h0 * d;
         const size_t at = (size_t)b * C + (size_t)h0 * d;
         float *o = O + at, *p = S + ((size_t)b * H + h0) * m;
-        if (kv != KV_BF16)
-            attend_heads(o, p, Q + at, (const float *)K + base, (const float *)V + base, &w, d,
-                         nh, n, m);
+        if (kv->type != KV_BF16)
+            attend_heads(o, p, Q + at, (const float *)kv->K + base, (const float *)kv->V + base,
+                         &w, d, nh, n, m);
         else if (fast)
-            attend_heads_bf16(o, p, Q + at, (const uint16_t *)K + base,
-                              (const uint16_t *)V + base, &w, d, nh, n, m);
+            attend_heads_bf16(o, p, Q + at, (const uint16_t *)kv->K + base,
+                              (const uint16_t *)kv->V + base, &w, d, nh, n, m);
         else
-            attend_heads_bf16_plain(o, p, Q + at, (const uint16_t *)K + base,
-                                    (const uint16_t *)V + base, &w, d, nh, n, m);
+            attend_heads_bf16_plain(o, p, Q + at, (const uint16_t *)kv->K + base,
+                                    (const uint16_t *)kv->V + base, &w, d, nh, n, m);
     }
 }
