@@ -237,6 +237,15 @@ run_deps again --test
 if [ $rc -eq 0 ] && [ ! -s "$D/log" ]; then ok "install-deps.sh --test run again does nothing"
 else bad "install-deps.sh --test run again ($rc): $(head -n 3 "$D/log" | tr '\n' ' ')"; fi
 
+# docs/install.md lists every package the script installs, in the table of its set
+pkgs_of() { sed -n "/^$1=(/,/^)/p" "$SRC/scripts/install-deps.sh" | sed 's/#.*//; s/^[a-z_]*=(//; s/)//' | tr -s ' \n' '\n' | grep -v '^$'; }
+missing=
+for p in $(pkgs_of runtime) $(pkgs_of test_only); do
+  grep -q -F "\`$p\`" "$SRC/docs/install.md" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then ok "docs/install.md names every package install-deps.sh installs"
+else bad "docs/install.md does not name:$missing"; fi
+
 echo
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
