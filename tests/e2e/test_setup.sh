@@ -19,7 +19,7 @@
 # runtime packages and nothing else; with --test it adds the test packages, makes build/venv with
 # the system's site packages and pip-installs the Python tools into it, and unpacks OpenBLAS's
 # pthreads build into build/deps; run again, it does nothing; it never touches the alternatives
-# or the system's Python.
+# or the system's Python. And docs/install.md names every package the script installs.
 # Usage: test_setup.sh [QKV_BINARY] (not used). QKV_SETUP_SRC=DIR checks the Makefile of another
 # tree, e.g. an older commit from `git archive` (the Makefile before 80f9f09 fails here).
 set -u
