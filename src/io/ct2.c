@@ -282,6 +282,8 @@ static qkv_status positions(ct2_model *m, const source *s, const char *stack,
         float *table = own(m, n * sizeof *table);
         if (!table) return nomem(m);
         if (c->pos_layout == QKV_POS_HALVES) qkv_sinusoidal_table_halves(table, c->max_len, c->d_model);
+        else if (c->pos_layout == QKV_POS_FAIRSEQ)
+            qkv_sinusoidal_table_fairseq(table, c->max_len, c->d_model);
         else qkv_sinusoidal_table(table, c->max_len, c->d_model);
         P = table;
     }
@@ -464,7 +466,9 @@ static qkv_status write_config(const char *dir, const qkv_transformer_config *c,
                                const qkv_tokenizer *tok, qkv_error *err)
 {
     cJSON *o = cJSON_CreateObject();
-    const char *start = c->decoder_start == QKV_PAD ? "<pad>" : "<bos>";
+    const char *start = c->decoder_start == QKV_PAD   ? "<pad>"
+                        : c->decoder_start == QKV_EOS ? "<eos>"
+                                                      : "<bos>";
     if (o && cJSON_AddBoolToObject(o, "add_source_bos", tok->source_bos) &&
         cJSON_AddBoolToObject(o, "add_source_eos", 1) &&
         cJSON_AddStringToObject(o, "bos_token", "<bos>") &&
