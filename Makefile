@@ -85,7 +85,7 @@ LIB_SRC := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 # The figures (heatmaps, line plots) are a library of their own, libqkv-viz, over libqkv's
 # public types; its shared build carries private copies of the error and file helpers it uses
 # (src/viz/libqkv-viz.map keeps them local).
-VIZ_CORE := $(BUILD)/src/core/error.o $(BUILD)/src/core/atomic_file.o
+VIZ_CORE := $(BUILD)/src/core/error.o $(BUILD)/src/core/atomic_file.o $(BUILD)/src/core/read_file.o
 VIZ_SRC := $(sort $(wildcard src/viz/*.c))
 VIZ_OBJ := $(VIZ_SRC:%.c=$(BUILD)/%.o)
 VIZ_A   := $(BUILD)/libqkv-viz.a
@@ -102,10 +102,10 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps test-deps demo test unit parity-data test-asan install install-built clean bench \
-        bench-attention bench-serve bench-ct2
+.PHONY: all deps test-deps demo check test unit parity-data test-asan test-python install \
+        install-built clean bench bench-attention bench-serve bench-ct2 bench-python
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(VIZ_A) $(VIZ_SO) \
-     $(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so $(BUILD)/qkv
+     $(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so $(BUILD)/qkv $(BUILD)/qkv.1 $(BUILD)/qkv.bash
 
 # deps: the packages to build and run qkv; test-deps: those and the test tools (apt packages,
 # build/venv's Python tools, OpenBLAS's pthreads build unpacked into build/deps).
@@ -153,6 +153,13 @@ $(BUILD)/qkv: $(CLI_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
 	$(CC) -o $@ $(CLI_OBJ) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) $(MPI_LIBS) \
 	  $(CLI_PKG_LIBS) -lpthread
 
+# The man page and the bash completion, made from the tool's own --help (tools/help2*.sh).
+$(BUILD)/qkv.1: $(BUILD)/qkv tools/help2man.sh
+	tools/help2man.sh $(BUILD)/qkv > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/qkv.bash: $(BUILD)/qkv tools/help2completion.sh
+	tools/help2completion.sh $(BUILD)/qkv > $@.tmp && mv $@.tmp $@
+
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
@@ -171,17 +178,33 @@ $(BUILD)/parity/.stamp: $(wildcard tests/parity/*.py) $(wildcard tools/*.py)
 unit: all $(TEST_BIN) $(BUILD)/parity/.stamp
 	QKV_PARITY_DIR=$(BUILD)/parity QKV=$(BUILD)/qkv QKV_PY=$(PY) tests/run.sh $(TEST_BIN) $(E2E_TESTS)
 
+# The code's shape, before any test runs: every include in the folder order of the seam, and
+# every function over 80 lines saying why (docs/architecture.md).
+check:
+	tools/check_includes.sh
+	$(PY) tools/check_functions.py
+
 test: test-deps
+	$(MAKE) check
 	$(MAKE) unit
+	$(MAKE) test-python
 	$(MAKE) test-asan
 	$(MAKE) fuzz-regress
+
+# The Python package (python/): its wheel built once, installed in a virtual environment of each
+# Python here and tested there with pytest (tests/python.sh): the pyenv-style python3 first on
+# PATH and Debian's, whose torch the comparisons of qkv.ops need.
+PYTHONS ?= python3 /usr/bin/python3
+test-python: all $(BUILD)/parity/.stamp
+	QKV=$(BUILD)/qkv QKV_PARITY_DIR=$(BUILD)/parity BUILD=$(BUILD) tests/python.sh $(PYTHONS)
 
 # The same tests built with AddressSanitizer and UndefinedBehaviorSanitizer (reference data
 # is shared with the normal build).
 test-asan: $(BUILD)/parity/.stamp
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
-	  build-asan/qkv $(TEST_BIN:$(BUILD)/%=build-asan/%) $(EXAMPLES:$(BUILD)/%=build-asan/%)
+	  build-asan/qkv build-asan/qkv.1 build-asan/qkv.bash $(TEST_BIN:$(BUILD)/%=build-asan/%) \
+	  $(EXAMPLES:$(BUILD)/%=build-asan/%)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 QKV_E2E_QUICK=1 \
 	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv QKV_PY=$(PY) \
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
@@ -219,6 +242,11 @@ bench-ct2: test-deps
 	  $(CT2_PY) -m pip install ctranslate2 safetensors
 	$(CT2_PY) bench/ct2_bench.py --qkv $(BUILD)/qkv $(BENCH_CT2_ARGS)
 
+# Translator.translate_batch beside `qkv translate` on the same sentences (bench/python_bench.py).
+bench-python: test-deps
+	$(MAKE) all
+	$(PY) bench/python_bench.py --qkv $(BUILD)/qkv $(BENCH_PYTHON_ARGS)
+
 # install: the build packages first (deps), then install-built in a second make (as demo).
 install: deps
 	$(MAKE) install-built
@@ -236,6 +264,10 @@ install-built: all
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 include/qkv/*.h $(DESTDIR)$(PREFIX)/include/qkv/
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 644 $(BUILD)/qkv.1 $(DESTDIR)$(PREFIX)/share/man/man1/qkv.1
+	install -m 644 $(BUILD)/qkv.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/qkv
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	  -e 's|@OPENBLAS_LIBDIR@|$(OPENBLAS_LIBDIR)|' qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \

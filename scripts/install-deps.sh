@@ -40,18 +40,21 @@ test_only=(
   libcmocka-dev            # the unit-test framework
   python3-torch python3-numpy  # PyTorch writes the parity references
   python3-venv             # build/venv, for the Python test tools below
+  python3-pip python3-dev  # the Python package's wheel built and tested (tests/python.sh)
   clang libclang-rt-14-dev libomp-dev  # libFuzzer and the sanitizer runtimes, clang's OpenMP
   sentencepiece            # spm_train: a model made by SentencePiece's own trainer (test_spm)
   wrk curl                 # qkv serve: load test and requests (test_serve)
+  nginx-light              # qkv serve behind a reverse proxy (test_serve_nginx)
   valgrind                 # a train + translate run under memcheck (test_robustness)
   file                     # test_setup looks at what the compiler wrote
 )
 # Python test tools, pip-installed into build/venv: transformers builds the Marian reference
 # models (4.38 is the newest that runs on Debian's torch 1.13), sentencepiece and sacrebleu
 # check qkv's pieces and scores, safetensors reads and writes reference files, ctranslate2 runs
-# the models qkv export ct2 writes (test_ct2).
-py_test=(transformers==4.38.2 sentencepiece sacrebleu safetensors ctranslate2)
-py_modules="transformers, sentencepiece, sacrebleu, safetensors, ctranslate2"
+# the models qkv export ct2 writes (test_ct2), libretranslatepy and openai are the clients qkv
+# serve is tested with (test_serve_libre, test_serve_openai).
+py_test=(transformers==4.38.2 sentencepiece sacrebleu safetensors ctranslate2 libretranslatepy openai)
+py_modules="transformers, sentencepiece, sacrebleu, safetensors, ctranslate2, libretranslatepy, openai"
 
 PYTHON=${PYTHON:-/usr/bin/python3}
 VENV=${QKV_VENV:-build/venv}
