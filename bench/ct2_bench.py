@@ -78,6 +78,25 @@ TINY = {  # --tiny: the whole pipeline in about a minute (numbers meaningless)
              "--num-steps", "10", "--batch", "64", "--epochs", "2", "--lr", "0.005", "--seed", "1"],
 }
 SETTINGS = [(1, 1), (1, 32), (4, 1), (4, 32)]  # (beam, batch)
+
+
+def parse_settings(text):
+    """--settings: BEAMxBATCH, comma-separated, each one of SETTINGS, in SETTINGS' order."""
+    want = set()
+    for item in text.split(","):
+        try:
+            beam, batch = (int(v) for v in item.strip().split("x"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: not BEAMxBATCH (e.g. 4x32)")
+        if (beam, batch) not in SETTINGS:
+            raise argparse.ArgumentTypeError(f"{item!r}: one of " + ", ".join(f"{a}x{b}" for a, b in SETTINGS))
+        want.add((beam, batch))
+    return [s for s in SETTINGS if s in want]
+
+
+def quality_beams(settings):
+    """The beams whose batch-32 outputs the quality rows compare."""
+    return [beam for beam in (1, 4) if (beam, 32) in settings]
 ENGINES = ["ct2 float32", "ct2 int8", "qkv fp32", "qkv bf16", "qkv int8"]
 # Random-weight MarianMT models of OPUS-MT's shapes (bench/marian_model.py options).
 MARIAN = {
@@ -292,7 +311,7 @@ def bench_model(args, name, mdir, ct2, data, tok, one, precs, env_name, env):
     outdir = os.path.join(args.out, "outputs", env_name, name)
     os.makedirs(outdir, exist_ok=True)
     rows = []
-    for beam, batch in SETTINGS:
+    for beam, batch in args.settings:
         times = {e: [] for e in engines}
         ntoks = {}
         with CpuLock(args.lock):
@@ -326,7 +345,7 @@ def bench_model(args, name, mdir, ct2, data, tok, one, precs, env_name, env):
             ", ".join(f"{e} {v:.0f}" if v else f"{e} -" for e, v in tps.items()))
     # quality: outputs of the last repetition at batch 32
     quality = {}
-    for beam in (1, 4):
+    for beam in quality_beams(args.settings):
         ref = os.path.join(outdir, f"qkv-fp32-beam{beam}-batch32.txt")
         q = {}
         for e in engines:
@@ -358,7 +377,7 @@ def fmt_table(name, res, minfo):
     lines.append("")
     lines.append("| quality (batch 32) | " + " | ".join(e.replace("ct2", "CT2") for e in ENGINES) + " |")
     lines.append("| --- | " + " | ".join("---" for _ in ENGINES) + " |")
-    for beam in (1, 4):
+    for beam in (int(k[4:]) for k in res["quality"]):
         q = res["quality"][f"beam{beam}"]
         what = "greedy" if beam == 1 else "beam 4"
 
@@ -455,7 +474,7 @@ def bench_marian(args, name, hf, qdir, ct2, inp, precs, env_name, env):
     outdir = os.path.join(args.out, "outputs", env_name, name)
     os.makedirs(outdir, exist_ok=True)
     rows = []
-    for beam, batch in SETTINGS:
+    for beam, batch in args.settings:
         times, tokens = {e: [] for e in engines}, {}
         with CpuLock(args.lock):
             for r in range(args.reps):
@@ -480,7 +499,7 @@ def bench_marian(args, name, hf, qdir, ct2, inp, precs, env_name, env):
         log(f"ct2_bench: {env_name} {name} beam {beam} batch {batch}: " +
             ", ".join(f"{e} {v:.2f} s" for e, v in secs.items()))
     quality = {}
-    for beam in (1, 4):
+    for beam in quality_beams(args.settings):
         q = {}
         for e in engines:
             kind = e.split()[0]
@@ -512,14 +531,14 @@ def fmt_marian(name, res, opts, args):
     lines.append("")
     lines.append("| same as its own float32 (batch 32) | " + " | ".join(e.replace("ct2", "CT2") for e in ENGINES) + " |")
     lines.append("| --- | " + " | ".join("---" for _ in ENGINES) + " |")
-    for beam in (1, 4):
+    for beam in (int(k[4:]) for k in res["quality"]):
         q = res["quality"][f"beam{beam}"]
         lines.append(f"| {'greedy' if beam == 1 else 'beam 4'} | " + " | ".join(
             f"{100 * q[e]['same_as_own_float32']:.1f}%" if e in q else "n/a" for e in ENGINES) + " |")
     lines.append("")
     lines.append("qkv fp32 = CT2 float32 (batch 32): " + ", ".join(
         f"{'greedy' if b == 1 else 'beam 4'} {100 * res['quality'][f'beam{b}']['qkv fp32']['same_as_ct2_float32']:.1f}%"
-        for b in (1, 4)))
+        for b in (int(k[4:]) for k in res["quality"])))
     return "\n".join(lines)
 
 
@@ -575,6 +594,8 @@ def main():
     ap.add_argument("--lock", default="/tmp/qkv-cpu.lock", help="flock file around timed blocks ('' = none)")
     ap.add_argument("--tiny", action="store_true", help="a d64 2+2 model on 2,000 pairs, 60 sentences, "
                     "and a d64 2+2 Marian model on 20: a quick check")
+    ap.add_argument("--settings", type=parse_settings, default=list(SETTINGS),
+                    help="BEAMxBATCH, comma-separated: the settings to time (default 1x1,1x32,4x1,4x32)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = ap.parse_args()
     if args.reps < 1:
@@ -604,7 +625,7 @@ def main():
         envs.append(("OPENBLAS_CORETYPE unset", unset_env))
     if args.dry_run:
         print(json.dumps({"models": models, "marian": marian, "train_pairs": n_train, "held_out": n_held, "reps": args.reps,
-                          "environments": [e for e, _ in envs], "settings": SETTINGS,
+                          "environments": [e for e, _ in envs], "settings": args.settings,
                           "qkv": args.qkv, "ct2_dir": args.ct2_dir, "out": args.out}))
         return
     for f in ("qkv2ct2.py", "qkv_tokenize.py", "ct2_translate.py"):

@@ -7,15 +7,15 @@
 # (the premise of comparing their speeds), the tables and the JSON have every setting, and a
 # model the converter would misread is refused.
 # Usage: test_bench_ct2.sh QKV_BINARY. Needs ../shared/ct2, fra.txt, Multi30k and a python3
-# with ctranslate2, transformers, torch and sentencepiece (CT2_PY, default /usr/bin/python3);
-# else skipped. About a minute.
+# with ctranslate2, transformers, torch and sentencepiece (CT2_PY, default $QKV_PY: build/venv,
+# where make test-deps installs them); else skipped. About a minute.
 set -u
 QKV=$(realpath "$1")
 HERE=$(dirname "$0")
 ROOT=$(cd "$HERE/../.." && pwd)
 CT2_DIR=${QKV_CT2_DIR:-$ROOT/../shared/ct2}
 FRA=${QKV_DATA_DIR:-$ROOT/../shared/data}/fra-eng/fra.txt
-PY=${CT2_PY:-/usr/bin/python3}
+PY=${CT2_PY:-${QKV_PY:-python3}}
 . "$HERE/lib.sh" # $T, ok, bad, check
 M30K=${QKV_DATA_DIR:-$ROOT/../shared/data}/multi30k/val.de
 if [ ! -r "$CT2_DIR/qkv2ct2.py" ] || [ ! -r "$FRA" ] || [ ! -r "$M30K" ] ||
@@ -45,6 +45,25 @@ ok &= [(s["beam"], s["batch"]) for s in r["settings"]] == [(1, 1), (1, 32), (4, 
 ok &= all(s["runs"]["ct2 float32"] and s["runs"]["qkv int8"] for s in r["settings"])
 sys.exit(0 if ok else 1)
 PYEOF
+
+# --settings: only the settings asked for, and the quality rows of the beams among them
+"$PY" "$ROOT/bench/ct2_bench.py" --qkv "$QKV" --ct2-dir "$CT2_DIR" --data "$FRA" --out "$T/out" \
+  --marian-data "$M30K" --hf-python "$PY" --tiny --reps 1 --env unset --lock '' \
+  --settings 4x32 >"$T/table4" 2>"$T/err4"
+check "--settings 4x32 times beam 4, batch 32 alone" "$PY" - "$json" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))["models"]
+ok = True
+for name in ("tiny", "marian-tiny"):
+    r = m[name]["results"]["OPENBLAS_CORETYPE unset"]
+    ok &= [(s["beam"], s["batch"]) for s in r["settings"]] == [(4, 32)]
+    ok &= list(r["quality"]) == ["beam4"]
+ok &= m["marian-tiny"]["results"]["OPENBLAS_CORETYPE unset"]["quality"]["beam4"]["qkv fp32"]["same_as_ct2_float32"] == 1.0
+sys.exit(0 if ok else 1)
+PYEOF
+"$PY" "$ROOT/bench/ct2_bench.py" --settings 3x3 --dry-run >/dev/null 2>"$T/settings.err" &&
+  bad "--settings 3x3 refused" ||
+  check "--settings 3x3 refused with a message" grep -q "one of 1x1, 1x32, 4x1, 4x32" "$T/settings.err"
 
 # a model whose config.json means something qkv2ct2.py does not know is refused, not converted
 m=$(ls -d "$T"/out/models/tiny-*/ | head -n 1)
