@@ -169,8 +169,8 @@ const backend_ops backend_cpu_bf16 =
  * weights the model quantised (models/precision.c says which, and why) go through the int8
  * GEMM, any other product through float32's; the output layer, when only its best tokens are
  * wanted, a chunk of logits at a time (gemm_int8_best); SiLU by a polynomial exponential.
- * Softmax, norms, residuals and attention itself stay float32, as everywhere. No backward: the models refuse to train at
- * int8. */
+ * Softmax, norms, residuals and attention itself stay float32, as everywhere. No backward:
+ * the models refuse to train at int8. */
 const backend_ops backend_cpu_int8 =
     CPU_TABLE("cpu-int8", cpu_linear_int8, cpu_linear_int8, cpu_linear_best_int8,
               cpu_linear_backward_f32, activation_forward_int8);
