@@ -80,6 +80,7 @@ void cpu_linear_best_written(const backend *be, const best_request *rq, const fl
                  rq->vals + (size_t)r * rq->k);
         if (rq->lse) rq->lse[r] = log_normaliser(y, out);
     }
+    if (rq->nonfinite) *rq->nonfinite = !all_finite(scratch, (size_t)N * out);
 }
 
 void cpu_linear_best_int8(const backend *be, const best_request *rq, const float *x,

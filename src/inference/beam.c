@@ -399,7 +399,7 @@ static qkv_status lockstep_init(lockstep *l, int B, int V, const decoding_rules 
     l->best = (best_request){per_row, rules_banned_mask(rules, V),
                              malloc((size_t)B * K * per_row * sizeof(int)),
                              malloc((size_t)B * K * per_row * sizeof(float)),
-                             malloc((size_t)B * K * sizeof(double))};
+                             malloc((size_t)B * K * sizeof(double)), NULL};
     int *rows = malloc((size_t)K * sizeof *rows);
     qkv_status st = l->s && l->count && l->best.ids && l->best.vals && l->best.lse && rows
                         ? step_rows_init(&l->rows, B * K, T, hist, err)

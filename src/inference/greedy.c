@@ -25,7 +25,7 @@ static qkv_status greedy_steps(decoder *d, const decoding_rules *r, int B, int m
     int *row = work, *pos = work + B, *tok = work + 2 * B, *done = work + 3 * B, remaining = B;
     int *best_id = work + 4 * B;
     float *best_val = (float *)(work + 5 * B);
-    const best_request rq = {1, rules_banned_mask(r, V), best_id, best_val, NULL};
+    const best_request rq = {1, rules_banned_mask(r, V), best_id, best_val, NULL, NULL};
     for (int b = 0; b < B; b++) row[b] = b, tok[b] = r->start, out_len[b] = 0;
     for (int t = 0; t < max_len && remaining > 0; t++) {
         for (int b = 0; b < B; b++) pos[b] = t;

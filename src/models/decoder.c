@@ -203,7 +203,14 @@ qkv_status decoder_step_best(decoder *d, const decoder_rows *r, const int *tok,
     if (st) return st;
     const backend be = core_backend(c);
     stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid);
-    head_step_best(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, rq, d->info.vocab);
+    /* finite_logits' rule; which logit it was, a fused choice does not keep */
+    int nonfinite = 0;
+    best_request q = *rq;
+    q.nonfinite = &nonfinite;
+    head_step_best(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, &q, d->info.vocab);
+    if (nonfinite)
+        return qkv_fail(err, QKV_ERR_NUMERIC, "%s: the model's logits are not finite: its "
+                        "weights overflow float's range", c->source[0] ? c->source : "the model");
     return QKV_OK;
 }
 

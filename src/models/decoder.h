@@ -83,7 +83,8 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
  * rq->k best tokens (ids and logits, best first, ties to the lower id, banned ids never) and,
  * when rq->lse is set, its log normaliser. The same as choosing from decoder_step's logits,
  * except that a backend that fuses this choice with the output layer (int8) computes the
- * normaliser its own way, within the bound ops/cpu/best.h derives. */
+ * normaliser its own way, within the bound ops/cpu/best.h derives. Logits that are not finite
+ * fail as decoder_step's do (QKV_ERR_NUMERIC naming the model). */
 qkv_status decoder_step_best(decoder *d, const decoder_rows *r, const int *tok,
                              const best_request *rq, qkv_error *err);
 

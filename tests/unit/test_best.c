@@ -9,6 +9,7 @@
  *                  its normaliser is within ops/cpu/best.h's bound of log_normaliser of them,
  *                  on the VNNI and the AMX kernel, a chunk or many, and it gives the same bits
  *                  on 1 thread as on 2;
+ *   non-finite     every table reports a logit that is infinite or NaN (and only then);
  *   SiLU           the int8 table's (a polynomial exponential) within 3e-7 relative of
  *                  qkv_silu_forward's (libm's expf) over [-100, 100] (1e-36 absolute below -88,
  *                  where it gives 0), and the table's entry. */
@@ -111,7 +112,7 @@ static void check_table(const backend_ops *ops, const shape *s, uint64_t seed)
     float *vals = tu_zeros((size_t)N * k), *want_vals = tu_zeros((size_t)k);
     double *lse = calloc((size_t)N, sizeof *lse);
     assert_non_null(ids), assert_non_null(want_ids), assert_non_null(lse);
-    const best_request rq = {k, s->banned, ids, vals, lse};
+    const best_request rq = {k, s->banned, ids, vals, lse, NULL};
     ops->linear_best(&be, &rq, x, &w, b, N, C, V, scratch);
     for (int r = 0; r < N; r++) {
         row_best(y + (size_t)r * V, V, k, s->banned, want_ids, want_vals);
@@ -129,7 +130,7 @@ static void check_table(const backend_ops *ops, const shape *s, uint64_t seed)
         int *ids1 = calloc((size_t)N * k, sizeof *ids1);
         float *vals1 = tu_zeros((size_t)N * k);
         double *lse1 = calloc((size_t)N, sizeof *lse1);
-        const best_request r1 = {k, s->banned, ids1, vals1, lse1};
+        const best_request r1 = {k, s->banned, ids1, vals1, lse1, NULL};
         const int threads = omp_get_max_threads();
         omp_set_num_threads(threads > 1 ? 1 : 2);
         ops->linear_best(&be, &r1, x, &w, b, N, C, V, scratch);
@@ -137,10 +138,28 @@ static void check_table(const backend_ops *ops, const shape *s, uint64_t seed)
         assert_memory_equal(ids1, ids, sizeof *ids * N * k);
         assert_memory_equal(vals1, vals, sizeof *vals * N * k);
         assert_memory_equal(lse1, lse, sizeof *lse * N);
-        const best_request r2 = {k, s->banned, ids1, vals1, NULL};
+        const best_request r2 = {k, s->banned, ids1, vals1, NULL, NULL};
         ops->linear_best(&be, &r2, x, &w, b, N, C, V, scratch);
         assert_memory_equal(ids1, ids, sizeof *ids * N * k);
         free(ids1), free(vals1), free(lse1);
+    }
+    /* a logit that is infinite or NaN is reported, with the normaliser or without, wherever
+     * its chunk; finite ones are not */
+    int nonfinite = -1;
+    const best_request rf[2] = {{k, s->banned, ids, vals, lse, &nonfinite},
+                                {k, s->banned, ids, vals, NULL, &nonfinite}};
+    ops->linear_best(&be, &rf[0], x, &w, b, N, C, V, scratch);
+    assert_int_equal(nonfinite, 0);
+    const float bad[3] = {INFINITY, -INFINITY, NAN};
+    for (int i = 0; i < 6; i++) {
+        const int v = i % 2 ? V - 1 : V / 2;
+        const float keep = b[v];
+        b[v] = bad[i % 3], nonfinite = -1;
+        ops->linear_best(&be, &rf[i / 3], x, &w, b, N, C, V, scratch);
+        b[v] = keep;
+        if (nonfinite != 1)
+            fail_msg("%s N %d V %d: a logit %g at %d not reported (%d)", ops->name, N, V,
+                     (double)bad[i % 3], v, nonfinite);
     }
     free(x), free(W), free(b), free(y), free(scratch), free(ids), free(want_ids), free(vals);
     free(want_vals), free(lse), free(w16);

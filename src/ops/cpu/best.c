@@ -33,6 +33,13 @@ void row_best(const float *z, int V, int k, uint32_t banned, int *ids, float *va
         if (z[v] > bar && !banned_id(banned, v)) bar = list_insert(ids, vals, k, v, z[v]);
 }
 
+int all_finite(const float *z, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(z[i])) return 0;
+    return 1;
+}
+
 double log_normaliser(const float *z, int V)
 {
     float mx = z[0];
@@ -47,16 +54,19 @@ static inline __mmask16 lanes16(int n)
     return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
-AVX512 void chunk_best(const float *y, int n, int first, int k, uint32_t banned, int *ids,
-                       float *vals, lse_part *part)
+AVX512 int chunk_best(const float *y, int n, int first, int k, uint32_t banned, int *ids,
+                      float *vals, lse_part *part)
 {
     list_clear(ids, vals, k);
     float bar = -INFINITY;
     const __m512 none = _mm512_set1_ps(-INFINITY);
     __m512 mx = none;
+    __mmask16 bad = 0;
     for (int j = 0; j < n; j += 16) {
         const __mmask16 m = lanes16(n - j);
         const __m512 v = _mm512_mask_loadu_ps(none, m, y + j);
+        /* VFPCLASSPS: QNaN 0x01, +inf 0x08, -inf 0x10, SNaN 0x80 */
+        bad |= _mm512_mask_fpclass_ps_mask(m, v, 0x99);
         mx = _mm512_max_ps(mx, v);
         /* most lanes fall below the bar: only those above it are looked at one by one */
         for (__mmask16 hit = _mm512_cmp_ps_mask(v, _mm512_set1_ps(bar), _CMP_GT_OQ); hit;
@@ -66,10 +76,10 @@ AVX512 void chunk_best(const float *y, int n, int first, int k, uint32_t banned,
                 bar = list_insert(ids, vals, k, id, y[j + lane]);
         }
     }
-    if (!part) return;
+    if (!part) return bad != 0;
     const float m = _mm512_reduce_max_ps(mx);
     part->max = m, part->sum = 0.0;
-    if (m == -INFINITY) return;
+    if (m == -INFINITY) return bad != 0;
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (int j = 0; j < n; j += 16) {
         const __mmask16 lanes = lanes16(n - j);
@@ -79,6 +89,7 @@ AVX512 void chunk_best(const float *y, int n, int first, int k, uint32_t banned,
         s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
     }
     part->sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    return bad != 0;
 }
 
 void best_merge(const int *ids, const float *vals, const lse_part *parts, int n_chunks, int k,

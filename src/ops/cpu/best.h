@@ -17,17 +17,23 @@
 #include <stdint.h>
 
 /* What a caller wants of each row: its k best (into ids and vals, (rows, k)) and, when lse
- * is not NULL, its log normaliser (rows). */
+ * is not NULL, its log normaliser (rows); when nonfinite is not NULL, it is set to whether
+ * any logit of any row was infinite or NaN (weights past float's range: no choice among
+ * them means anything, and a NaN is never among the k best). */
 typedef struct {
     int k;
     uint32_t banned;
     int *ids;
     float *vals;
     double *lse;
+    int *nonfinite;
 } best_request;
 
 /* Row z (V): its k best into ids, vals (k each). */
 void row_best(const float *z, int V, int k, uint32_t banned, int *ids, float *vals);
+
+/* Whether all n values of z are finite. */
+int all_finite(const float *z, size_t n);
 
 /* log sum_v exp(z_v), in double (libm's exp of z_v - max): what beam search has always used
  * over written logits. */
@@ -54,9 +60,10 @@ typedef struct {
 } lse_part;
 
 /* The chunk of n logits y (ids first .. first + n - 1): its k best into ids, vals, and (when
- * part is not NULL) its part of the normaliser. AVX-512 (callers check the CPU). */
-void chunk_best(const float *y, int n, int first, int k, uint32_t banned, int *ids, float *vals,
-                lse_part *part);
+ * part is not NULL) its part of the normaliser; returns 1 when a value is infinite or NaN,
+ * else 0. AVX-512 (callers check the CPU). */
+int chunk_best(const float *y, int n, int first, int k, uint32_t banned, int *ids, float *vals,
+               lse_part *part);
 /* A row's result from its chunks' (n_chunks lists of k, and their parts when lse is wanted). */
 void best_merge(const int *ids, const float *vals, const lse_part *parts, int n_chunks, int k,
                 int *out_ids, float *out_vals, double *lse);

@@ -478,11 +478,12 @@ void gemm_int8_best(const best_request *rq, const float *x, const int8_matrix *W
     best_buffers buf;
     best_layout(&buf, ws->best, N, out, k, threads);
     const long work = (long)N * W->k4 * 4 * W->out_pad;
+    int bad = 0;
     #pragma omp parallel if (work >= PARALLEL_MIN && chunks > 1)
     {
         float *y = buf.y + (size_t)omp_get_thread_num() * N * BEST_CHUNK;
         if (amx) amx_configure();
-        #pragma omp for schedule(dynamic, 1)
+        #pragma omp for schedule(dynamic, 1) reduction(|: bad)
         for (int ch = 0; ch < chunks; ch++) {
             const int first = ch * BEST_CHUNK, n = out - first < BEST_CHUNK ? out - first : BEST_CHUNK;
             const call c = {W, ws->xu, ws->scale, b, y, NULL, N, BEST_CHUNK, first};
@@ -492,12 +493,14 @@ void gemm_int8_best(const best_request *rq, const float *x, const int8_matrix *W
             }
             for (int r = 0; r < N; r++) {
                 const size_t at = (size_t)r * chunks + ch;
-                chunk_best(y + (size_t)r * BEST_CHUNK, n, first, k, rq->banned, buf.ids + at * k,
-                           buf.vals + at * k, rq->lse ? buf.parts + at : NULL);
+                bad |= chunk_best(y + (size_t)r * BEST_CHUNK, n, first, k, rq->banned,
+                                  buf.ids + at * k, buf.vals + at * k,
+                                  rq->lse ? buf.parts + at : NULL);
             }
         }
         if (amx) amx_release();
     }
+    if (rq->nonfinite) *rq->nonfinite = bad;
     #pragma omp parallel for if (N > 1 && work >= PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const size_t at = (size_t)r * chunks;
