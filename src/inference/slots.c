@@ -23,6 +23,7 @@ typedef struct {
     int listed;       /* rows the beam, or the prompt's chunk, has in this step */
     int first;        /* the first of a chunk's rows in this step */
     int pending;      /* prompt tokens still to feed in chunks (from position held) */
+    int owner;        /* SLOT_HELD: the slot whose beam holds this row */
 } slot;
 
 struct slots {
@@ -113,7 +114,7 @@ void slots_release(slots *s, int i)
     if (i < 0 || i >= s->n || s->slot[i].state == SLOT_HELD) return;
     slot *q = &s->slot[i];
     for (int j = 0; j < s->n; j++) /* the rows its beam held */
-        if (s->slot[j].state == SLOT_HELD && s->slot[j].n_prompt == i)
+        if (s->slot[j].state == SLOT_HELD && s->slot[j].owner == i)
             s->slot[j].state = SLOT_FREE;
     beam_sentence_free(q->beam);
     q->beam = NULL, q->state = SLOT_FREE, q->logits = NULL;
@@ -168,8 +169,8 @@ static qkv_status start_beam(slots *s, int i, qkv_error *err)
     if (!st) st = beam_sentence_create(&q->beam, &o, o.max_len, s->info.vocab, &q->goal.rules,
                                        s->rows, i, err);
     if (st) return st;
-    for (int k = 1; k < K; k++) /* a held row names its owner in n_prompt */
-        s->slot[s->rows[k]].state = SLOT_HELD, s->slot[s->rows[k]].n_prompt = i;
+    for (int k = 1; k < K; k++)
+        s->slot[s->rows[k]].state = SLOT_HELD, s->slot[s->rows[k]].owner = i;
     return QKV_OK;
 }
 
@@ -305,7 +306,7 @@ static qkv_status advance(slots *s, qkv_error *err)
             s->lse[b] = log_normaliser(logits + (size_t)b * V, V);
     for (int b = 0; b < B;) {
         slot *q = &s->slot[r->row[b]];
-        if (q->state == SLOT_HELD) q = &s->slot[q->n_prompt];
+        if (q->state == SLOT_HELD) q = &s->slot[q->owner];
         if (q->beam) {
             beam_sentence_advance(q->beam, logits + (size_t)b * V, s->lse + b);
             if (!beam_sentence_live(q->beam)) q->state = SLOT_DONE;
