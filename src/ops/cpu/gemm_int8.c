@@ -22,6 +22,7 @@
  * already the layout the tiles read: a block of 16 channels holds, per 4 consecutive k, the 16
  * channels' 4 bytes in 64 bytes, so 16 such rows (64 k) are one weight tile of stride 64. */
 #define _DEFAULT_SOURCE /* syscall(): asking the kernel for the AMX tile state */
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -166,11 +167,18 @@ void int8_matrix_free(int8_matrix *q)
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
+/* CPUID leaf 7, subleaf 0, EDX: AMX-TILE bit 24, AMX-INT8 bit 25 (read directly: not every
+ * compiler's __builtin_cpu_supports knows the AMX names) */
+static int cpu_has_amx_int8(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (d >> 24 & 1) && (d >> 25 & 1);
+}
+
 int gemm_int8_amx_supported(void)
 {
-    __builtin_cpu_init();
-    return gemm_int8_supported() && __builtin_cpu_supports("amx-tile") &&
-           __builtin_cpu_supports("amx-int8") &&
+    return gemm_int8_supported() && cpu_has_amx_int8() &&
            syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
