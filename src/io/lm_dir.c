@@ -46,9 +46,18 @@ static const model_kind lm_kind = {
     defaults, check, NULL,
 };
 
+/* The host's parameters as they are now (on a device: downloaded if training changed them). */
 static param_set params_of(const qkv_lm *m)
 {
-    return (param_set){m->core.tensors, m->core.n_tensors, m->core.params, m->core.n_params};
+    return (param_set){m->core.tensors, m->core.n_tensors, (float *)core_host_params(&m->core),
+                       m->core.n_params};
+}
+
+/* The host's parameters, about to be written: they go up to a device before the next pass. */
+static param_set params_to_write(qkv_lm *m)
+{
+    return (param_set){m->core.tensors, m->core.n_tensors, core_params(&m->core),
+                       m->core.n_params};
 }
 
 qkv_status qkv_lm_config_to_json(const qkv_lm_config *c, char **json, qkv_error *err)
@@ -74,7 +83,7 @@ qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
     qkv_status st = model_dir_config(&lm_kind, &cfg, dir, err);
     if (!st) st = model_dir_fits(dir, lm_config_params(&cfg), err);
     if (!st) st = qkv_lm_create(&m, &cfg, 0, err);
-    if (!st) st = model_dir_params(params_of(m), dir, err);
+    if (!st) st = model_dir_params(params_to_write(m), dir, err);
     if (st) qkv_lm_free(m), m = NULL;
     *out = m;
     return st;
@@ -83,13 +92,14 @@ qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
 qkv_status lm_checkpoint_save(const char *path, const qkv_lm *m, const qkv_adam *opt,
                               const lm_train_position *pos, qkv_error *err)
 {
+    core_adam_to_host(&m->core, opt);
     return model_checkpoint_save(&lm_kind, path, params_of(m), opt, pos, err);
 }
 
 qkv_status lm_checkpoint_load(const char *path, qkv_lm *m, qkv_adam *opt,
                               lm_train_position *pos, qkv_error *err)
 {
-    qkv_status st = model_checkpoint_load(&lm_kind, path, params_of(m), opt, pos, err);
-    if (!st) precision_touch(&m->core.prec); /* the bf16 copy, if any, is of the old parameters */
+    qkv_status st = model_checkpoint_load(&lm_kind, path, params_to_write(m), opt, pos, err);
+    if (!st) core_adam_forget(&m->core); /* the optimizer's moments are the file's now */
     return st;
 }

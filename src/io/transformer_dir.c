@@ -116,9 +116,18 @@ static const model_kind transformer_kind = {
     defaults, check, read_position,
 };
 
+/* The host's parameters as they are now (on a device: downloaded if training changed them). */
 static param_set params_of(const qkv_transformer *m)
 {
-    return (param_set){m->core.tensors, m->core.n_tensors, m->core.params, m->core.n_params};
+    return (param_set){m->core.tensors, m->core.n_tensors, (float *)core_host_params(&m->core),
+                       m->core.n_params};
+}
+
+/* The host's parameters, about to be written: they go up to a device before the next pass. */
+static param_set params_to_write(qkv_transformer *m)
+{
+    return (param_set){m->core.tensors, m->core.n_tensors, core_params(&m->core),
+                       m->core.n_params};
 }
 
 qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err)
@@ -144,7 +153,7 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
     qkv_status st = model_dir_config(&transformer_kind, &cfg, dir, err);
     if (!st) st = model_dir_fits(dir, transformer_config_params(&cfg), err);
     if (!st) st = qkv_transformer_create(&m, &cfg, 0, err);
-    if (!st) st = model_dir_params(params_of(m), dir, err);
+    if (!st) st = model_dir_params(params_to_write(m), dir, err);
     if (st) qkv_transformer_free(m), m = NULL;
     *out = m;
     return st;
@@ -153,13 +162,14 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
 qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
                                const qkv_train_position *pos, qkv_error *err)
 {
+    core_adam_to_host(&m->core, opt);
     return model_checkpoint_save(&transformer_kind, path, params_of(m), opt, pos, err);
 }
 
 qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
                                qkv_train_position *pos, qkv_error *err)
 {
-    qkv_status st = model_checkpoint_load(&transformer_kind, path, params_of(m), opt, pos, err);
-    if (!st) precision_touch(&m->core.prec); /* the bf16 copy, if any, is of the old parameters */
+    qkv_status st = model_checkpoint_load(&transformer_kind, path, params_to_write(m), opt, pos, err);
+    if (!st) core_adam_forget(&m->core); /* the optimizer's moments are the file's now */
     return st;
 }

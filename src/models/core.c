@@ -95,7 +95,9 @@ qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *vie
     c->tensors = calloc((size_t)c->n_tensors + 1, sizeof *c->tensors);
     c->names = calloc((size_t)c->n_tensors + 1, sizeof *c->names);
     c->params = malloc(c->n_params * sizeof *c->params);
-    c->pos_table = malloc((size_t)max_len * C * sizeof *c->pos_table);
+    c->pos_floats = (size_t)max_len * C;
+    c->pos_table = malloc(c->pos_floats * sizeof *c->pos_table);
+    c->mem = &backend_cpu_fp32;
     if (!c->tensors || !c->names || !c->params || !c->pos_table)
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory allocating %zu parameters",
                         c->n_params);
@@ -107,10 +109,14 @@ qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *vie
     return QKV_OK;
 }
 
+static void device_side_free(model_core *c);
+
 void core_free(model_core *c)
 {
-    free(c->tensors), free(c->names), free(c->params), free(c->grads), free(c->pos_table);
-    free(c->arena);
+    if (c->grads) c->mem->release(c->grads);
+    if (c->arena) c->mem->release(c->arena);
+    if (c->dev) device_side_free(c);
+    free(c->tensors), free(c->names), free(c->params), free(c->pos_table);
     precision_free(&c->prec);
     memset(c, 0, sizeof *c);
 }
@@ -143,36 +149,72 @@ void core_init_params(model_core *c, uint64_t seed, int C, int F, int tied)
     }
 }
 
-float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view)
-{
-    if (!c->grads) {
-        if (!(c->grads = calloc(c->n_params, sizeof *c->grads))) return NULL;
-        param_walker w = {c->grads, 0, NULL, NULL, 0};
-        walk(&w, cfg, view);
-    }
-    return c->grads;
-}
+/* ---- the parameters, their typed copies and where they live ---------------------------- */
 
-backend core_backend(model_core *c) { return precision_backend(&c->prec); }
+backend core_backend(model_core *c)
+{
+    if (!c->dev) return precision_backend(&c->prec);
+    const int bf16 = c->prec.precision == QKV_PRECISION_BF16;
+    backend be = {.ops = bf16 ? c->dev->dev->bf16 : c->dev->dev->fp32,
+                  .typed_current = bf16 && c->prec.bf16_current, .device = c->dev->ctx};
+    return be;
+}
 
 float *core_params(model_core *c)
 {
     precision_touch(&c->prec);
-    return c->params;
+    if (!c->dev) return c->params;
+    float *host = (float *)core_host_params(c);
+    c->dev->params = HOST_NEWER;
+    return host;
+}
+
+const float *core_host_params(const model_core *c)
+{
+    device_side *d = c->dev;
+    if (!d) return c->params;
+    if (d->params == DEVICE_NEWER) {
+        c->mem->download(d->host_params, c->params, c->n_params * sizeof *c->params);
+        d->params = COPIES_SAME;
+    }
+    return d->host_params;
 }
 
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err)
 {
-    return precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
+    device_side *d = c->dev;
+    if (!d || (p != QKV_PRECISION_BF16 && p != QKV_PRECISION_INT8 && p != QKV_PRECISION_FP32))
+        return precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
+    if (p == QKV_PRECISION_INT8)
+        return qkv_fail(err, QKV_ERR_ARG, "int8 precision runs on the CPU only: on %s use fp32 "
+                        "or bf16", d->dev->name);
+    if (p == QKV_PRECISION_BF16 && !d->dev->bf16)
+        return qkv_fail(err, QKV_ERR_ARG, "%s has no bf16 kernels: use fp32", d->dev->name);
+    if (p == QKV_PRECISION_BF16 && !d->bf16 &&
+        !(d->bf16 = c->mem->alloc(c->n_params * sizeof *d->bf16)))
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of device memory on %s for the bf16 copy of "
+                        "%zu parameters", d->dev->name, c->n_params);
+    if (p == QKV_PRECISION_FP32 && d->bf16) c->mem->release(d->bf16), d->bf16 = NULL;
+    c->prec.precision = p;
+    c->prec.bf16_current = 0; /* rounded by the next decoding pass (core_prepare) */
+    return QKV_OK;
+}
+
+weight core_weight(const model_core *c, const float *W)
+{
+    if (!c->dev) return precision_weight(&c->prec, c->params, W);
+    weight w = weight_f32(W);
+    if (c->prec.precision == QKV_PRECISION_BF16)
+        w.type = WEIGHT_BF16, w.bf16 = c->dev->bf16 + (W - c->params);
+    return w;
 }
 
 static void retype_mha(mha_w *a, const model_core *c)
 {
-    const model_precision *mp = &c->prec;
-    a->W_q = precision_weight(mp, c->params, a->f.W_q);
-    a->W_k = precision_weight(mp, c->params, a->f.W_k);
-    a->W_v = precision_weight(mp, c->params, a->f.W_v);
-    a->W_o = precision_weight(mp, c->params, a->f.W_o);
+    a->W_q = core_weight(c, a->f.W_q);
+    a->W_k = core_weight(c, a->f.W_k);
+    a->W_v = core_weight(c, a->f.W_v);
+    a->W_o = core_weight(c, a->f.W_o);
 }
 
 void stack_retype(stack_w *s, const stack_dims *d, const model_core *c)
@@ -181,9 +223,262 @@ void stack_retype(stack_w *s, const stack_dims *d, const model_core *c)
         block_w *b = &s->blocks[l];
         retype_mha(&b->self, c);
         if (d->cross) retype_mha(&b->cross, c);
-        b->ffn.W1 = precision_weight(&c->prec, c->params, b->ffn.f.W1);
-        b->ffn.W2 = precision_weight(&c->prec, c->params, b->ffn.f.W2);
+        b->ffn.W1 = core_weight(c, b->ffn.f.W1);
+        b->ffn.W2 = core_weight(c, b->ffn.f.W2);
     }
+}
+
+qkv_status core_prepare(model_core *c, int decoding, qkv_error *err)
+{
+    device_side *d = c->dev;
+    if (!d) return precision_prepare(&c->prec, c->params, c->n_params, decoding, err);
+    if (d->params == HOST_NEWER) {
+        c->mem->upload(c->params, d->host_params, c->n_params * sizeof *c->params);
+        d->params = COPIES_SAME;
+        precision_touch(&c->prec);
+    }
+    if (decoding && c->prec.precision == QKV_PRECISION_BF16 && !c->prec.bf16_current) {
+        const backend be = core_backend(c);
+        be.ops->round_bf16(d->bf16, c->params, c->n_params);
+        c->prec.bf16_current = 1;
+    }
+    return QKV_OK;
+}
+
+qkv_status core_finish(const model_core *c, qkv_error *err)
+{
+    const backend be = {.ops = c->mem, .device = c->dev ? c->dev->ctx : NULL};
+    return c->mem->finish(&be, err);
+}
+
+/* ---- devices ---------------------------------------------------------------------------- */
+
+const char *core_device_name(const model_core *c) { return c->dev ? c->dev->dev->name : "cpu"; }
+
+const char *qkv_device_name(qkv_device d)
+{
+    return d == QKV_DEVICE_CPU ? "cpu" : d == QKV_DEVICE_CUDA ? "cuda" : "unknown";
+}
+
+qkv_status qkv_device_parse(qkv_device *d, const char *name, qkv_error *err)
+{
+    if (name && !strcmp(name, "cpu")) return *d = QKV_DEVICE_CPU, QKV_OK;
+    if (name && !strcmp(name, "cuda")) return *d = QKV_DEVICE_CUDA, QKV_OK;
+    return qkv_fail(err, QKV_ERR_ARG, "unknown device '%s' (cpu or cuda)", name ? name : "(null)");
+}
+
+qkv_status core_device_of(const device **out, qkv_device d, qkv_error *err)
+{
+    *out = NULL;
+    if (d == QKV_DEVICE_CPU) return QKV_OK;
+    if (d != QKV_DEVICE_CUDA)
+        return qkv_fail(err, QKV_ERR_ARG, "unknown device %d (cpu 0, cuda 1)", (int)d);
+    if (!(*out = device_cuda()))
+        return qkv_fail(err, QKV_ERR_ARG, "this libqkv was built without CUDA: build it with "
+                        "`make CUDA=1` (docs/gpu.md) to run on a GPU");
+    return QKV_OK;
+}
+
+qkv_status qkv_device_check(qkv_device d, qkv_error *err)
+{
+    const device *dev;
+    void *ctx;
+    qkv_status st = core_device_of(&dev, d, err);
+    if (st || !dev) return st;
+    if ((st = dev->open(&ctx, err))) return st;
+    dev->close(ctx);
+    return QKV_OK;
+}
+
+/* What lives in the memory of c->mem besides the parameters: made again on first use. */
+static void release_work(model_core *c)
+{
+    if (c->grads) c->mem->release(c->grads);
+    if (c->arena) c->mem->release(c->arena);
+    c->grads = c->arena = NULL, c->arena_cap = 0;
+}
+
+static void device_side_free(model_core *c)
+{
+    device_side *d = c->dev;
+    if (d->bf16) c->mem->release(d->bf16);
+    if (d->adam_m) c->mem->release(d->adam_m);
+    if (d->adam_v) c->mem->release(d->adam_v);
+    c->mem->release(c->params), c->mem->release(c->pos_table);
+    c->params = d->host_params, c->pos_table = d->host_pos_table;
+    free(d->host_grads);
+    d->dev->close(d->ctx);
+    free(d);
+    c->dev = NULL;
+    c->mem = &backend_cpu_fp32;
+}
+
+/* Whether the model can run on dev (NULL: the host) at precision p; QKV_ERR_ARG if not. */
+static qkv_status device_check(const device *dev, qkv_precision p, int linear_attention,
+                               qkv_error *err)
+{
+    if (!dev)
+        return p == QKV_PRECISION_BF16 && !qkv_bf16_supported()
+                   ? qkv_fail(err, QKV_ERR_ARG, "bf16 precision needs a CPU with AVX512-BF16 "
+                              "(VDPBF16PS), and this one has none: set fp32 before moving the "
+                              "model to the CPU")
+                   : QKV_OK;
+    if (linear_attention)
+        return qkv_fail(err, QKV_ERR_ARG, "linear attention runs on the CPU only: %s has no "
+                        "kernel for it", dev->name);
+    if (p == QKV_PRECISION_INT8)
+        return qkv_fail(err, QKV_ERR_ARG, "int8 precision runs on the CPU only: set fp32 or "
+                        "bf16 before moving the model to %s", dev->name);
+    if (p == QKV_PRECISION_BF16 && !dev->bf16)
+        return qkv_fail(err, QKV_ERR_ARG, "%s has no bf16 kernels: set fp32 before moving the "
+                        "model there", dev->name);
+    return QKV_OK;
+}
+
+/* A device side for dev with its parameters and table allocated (not yet filled). */
+static qkv_status device_side_open(device_side **out, const model_core *c, const device *dev,
+                                   float **params, float **pos, qkv_error *err)
+{
+    *out = NULL, *params = *pos = NULL;
+    void *ctx = NULL;
+    qkv_status st = dev->open(&ctx, err);
+    if (st) return st;
+    device_side *d = calloc(1, sizeof *d);
+    *params = dev->fp32->alloc(c->n_params * sizeof **params);
+    *pos = dev->fp32->alloc(c->pos_floats * sizeof **pos);
+    if (!d || !*params || !*pos) {
+        if (*params) dev->fp32->release(*params);
+        if (*pos) dev->fp32->release(*pos);
+        free(d), dev->close(ctx);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory moving %zu parameters to %s",
+                        d ? "device " : "", c->n_params, dev->name);
+    }
+    d->dev = dev, d->ctx = ctx;
+    *out = d;
+    return QKV_OK;
+}
+
+qkv_status core_set_device(model_core *c, const device *dev, int linear_attention,
+                           param_walk walk, const void *cfg, void *view, qkv_error *err)
+{
+    if (dev == (c->dev ? c->dev->dev : NULL)) return QKV_OK;
+    const qkv_precision p = c->prec.precision;
+    qkv_status st = device_check(dev, p, linear_attention, err);
+    device_side *d = NULL;
+    float *params = NULL, *pos = NULL;
+    if (!st && dev) st = device_side_open(&d, c, dev, &params, &pos, err);
+    if (st) return st;
+    /* the parameters as they are now onto the host, what depends on where they live freed */
+    core_host_params(c);
+    release_work(c);
+    precision_free(&c->prec);
+    if (c->dev) device_side_free(c);
+    if (d) { /* then up: the host keeps its buffers as its copies */
+        d->host_params = c->params, d->host_pos_table = c->pos_table;
+        dev->fp32->upload(params, c->params, c->n_params * sizeof *params);
+        dev->fp32->upload(pos, c->pos_table, c->pos_floats * sizeof *pos);
+        c->params = params, c->pos_table = pos;
+        c->dev = d, c->mem = dev->fp32;
+    }
+    c->generation++;
+    param_walker w = {c->params, 0, NULL, NULL, 0};
+    walk(&w, cfg, view);
+    return core_set_precision(c, p, err); /* checked above: fails only for want of memory */
+}
+
+/* ---- training -------------------------------------------------------------------------- */
+
+float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view)
+{
+    if (!c->grads) {
+        if (!(c->grads = c->mem->alloc(c->n_params * sizeof *c->grads))) return NULL;
+        c->mem->zero(c->grads, c->n_params);
+        param_walker w = {c->grads, 0, NULL, NULL, 0};
+        walk(&w, cfg, view);
+    }
+    return c->grads;
+}
+
+float *core_grads_host(model_core *c)
+{
+    device_side *d = c->dev;
+    if (!d || !c->grads) return c->grads;
+    if (!d->host_grads && !(d->host_grads = malloc(c->n_params * sizeof *d->host_grads)))
+        return NULL;
+    c->mem->download(d->host_grads, c->grads, c->n_params * sizeof *c->grads);
+    return d->host_grads;
+}
+
+void core_grads_put(model_core *c)
+{
+    if (c->dev && c->grads && c->dev->host_grads)
+        c->mem->upload(c->grads, c->dev->host_grads, c->n_params * sizeof *c->grads);
+}
+
+void core_grads_zero(model_core *c) { c->mem->zero(c->grads, c->n_params); }
+
+double core_clip_grads(model_core *c, double max_norm)
+{
+    const double norm = sqrt(c->mem->sum_squares(c->grads, c->n_params));
+    if (!isfinite(norm) || max_norm <= 0.0 || norm <= max_norm) return norm;
+    c->mem->scale(c->grads, c->n_params, (float)(max_norm / norm));
+    return norm;
+}
+
+qkv_status core_adam(model_core *c, qkv_adam *opt, const adam_hyper *h, qkv_error *err)
+{
+    const size_t n = c->n_params, bytes = n * sizeof(float);
+    device_side *d = c->dev;
+    precision_touch(&c->prec);
+    if (!d) {
+        c->mem->adam_update(c->params, c->grads, opt->m, opt->v, n, h);
+        return QKV_OK;
+    }
+    if (!d->adam_m && !(d->adam_m = c->mem->alloc(bytes)))
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of device memory on %s for Adam's moments",
+                        d->dev->name);
+    if (!d->adam_v && !(d->adam_v = c->mem->alloc(bytes)))
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of device memory on %s for Adam's moments",
+                        d->dev->name);
+    /* the host's moments, unless the device's are this optimizer's as of its last step */
+    if (d->adam_of != opt || d->adam_step != opt->step - 1) {
+        c->mem->upload(d->adam_m, opt->m, bytes);
+        c->mem->upload(d->adam_v, opt->v, bytes);
+    }
+    c->mem->adam_update(c->params, c->grads, d->adam_m, d->adam_v, n, h);
+    d->adam_of = opt, d->adam_step = opt->step, d->adam_host_current = 0;
+    d->params = DEVICE_NEWER;
+    return QKV_OK;
+}
+
+void core_adam_to_host(const model_core *c, const qkv_adam *opt)
+{
+    device_side *d = c->dev;
+    if (!d || d->adam_of != opt || d->adam_step != opt->step || d->adam_host_current) return;
+    c->mem->download(opt->m, d->adam_m, c->n_params * sizeof *opt->m);
+    c->mem->download(opt->v, d->adam_v, c->n_params * sizeof *opt->v);
+    d->adam_host_current = 1;
+}
+
+void core_adam_forget(model_core *c)
+{
+    if (c->dev) c->dev->adam_of = NULL;
+}
+
+qkv_status stage_ids(const backend *be, int *dst, const int *ids, size_t n, int V, int targets,
+                     qkv_error *err)
+{
+    /* the host's kernels check as they read; a device's cannot say which id was wrong */
+    for (size_t i = 0; !be->ops->host_memory && i < n; i++) {
+        if (targets && ids[i] == QKV_PAD) continue;
+        if (ids[i] < 0 || ids[i] >= V)
+            return targets ? qkv_fail(err, QKV_ERR_ARG, "cross-entropy: target id %d at row %zu "
+                                      "is outside the vocabulary [0, %d)", ids[i], i, V)
+                           : qkv_fail(err, QKV_ERR_ARG, "embedding: token id %d at position %zu "
+                                      "is outside the vocabulary [0, %d)", ids[i], i, V);
+    }
+    be->ops->upload(dst, ids, n * sizeof *dst);
+    return QKV_OK;
 }
 
 qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err)
@@ -272,14 +567,15 @@ qkv_status core_layout(model_core *c, void (*layout)(void *model, arena *a), voi
     arena counter = {NULL, 0};
     layout(model, &counter);
     if (counter.used > c->arena_cap) {
-        free(c->arena);
+        if (c->arena) c->mem->release(c->arena);
         c->arena = NULL, c->arena_cap = 0;
-        if (posix_memalign((void **)&c->arena, 64, counter.used * sizeof(float)))
-            return qkv_fail(err, QKV_ERR_NOMEM, "out of memory: activations for %s need %zu MiB",
-                            what, counter.used * 4 >> 20);
+        if (!(c->arena = c->mem->alloc(counter.used * sizeof(float))))
+            return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory: activations for %s need %zu "
+                            "MiB%s%s", c->dev ? "device " : "", what, counter.used * 4 >> 20,
+                            c->dev ? " on " : "", c->dev ? c->dev->dev->name : "");
         c->arena_cap = counter.used;
     }
     arena real = {c->arena, 0};
     layout(model, &real);
-    return precision_prepare(&c->prec, c->params, c->n_params, 0, err);
+    return core_prepare(c, 0, err);
 }
