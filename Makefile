@@ -9,7 +9,10 @@
 CC      ?= cc
 CXX     ?= c++
 PREFIX  ?= /usr/local
-BUILD   ?= build
+# make CUDA=1: libqkv with the CUDA device (backend/cuda.c, ops/cuda; docs/gpu.md), built in
+# build-cuda so that it never mixes with the CPU build's objects.
+CUDA    ?=
+BUILD   ?= $(if $(filter 1,$(CUDA)),build-cuda,build)
 OPT     ?= -O2 -march=x86-64-v3 -mtune=native
 SAN     ?=
 PY      ?= /usr/bin/python3
@@ -54,12 +57,12 @@ comma := ,
 # CLI link the static library, so they still reach the internal functions).
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
-          $(EXTRA_CFLAGS)
+          $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
 # The C++ of the SentencePiece shim (src/text/*.cc): the same warnings, visibility and position
 # independence; everything that links libqkv links the C++ runtime too (-lstdc++).
 CXXFLAGS = -std=c++17 $(OPT) -g -Wall -Wextra -fPIC -fvisibility=hidden -Iinclude -Isrc \
            $(PKG_CFLAGS) $(SAN) $(EXTRA_CXXFLAGS)
-LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -lstdc++ -fopenmp -lm $(SAN)
+LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ -fopenmp -lm $(SAN)
 
 # The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
 # number), exports limited to qkv_* by a version script.
@@ -71,9 +74,27 @@ LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 # The library's folders in the order of its seam (README, "Architecture"; tools/check_includes.sh).
 LIB_DIRS := core text ops/cpu backend layers models io training inference viz
 LIB_SRC := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
+# The CUDA device: backend/cuda.c and the kernels of ops/cuda with CUDA=1, else
+# backend/no_cuda.c (which says there is no GPU to move to).
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+# Hopper's machine code, and its PTX for the driver to compile on any later GPU.
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS  = -std=c++17 -O2 -lineinfo $(CUDA_ARCH) \
+             -Xcompiler -Wall,-Wextra,-fPIC,-fvisibility=hidden -Iinclude -Isrc $(EXTRA_NVCCFLAGS)
+CUDA_SRC  := $(sort $(wildcard src/ops/cuda/*.cu))
+ifeq ($(CUDA),1)
+LIB_SRC   := $(filter-out src/backend/no_cuda.c,$(LIB_SRC))
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+CUDA_CFLAGS = -DQKV_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static \
+              -ldl -lrt -lpthread
+else
+LIB_SRC   := $(filter-out src/backend/cuda.c,$(LIB_SRC))
+endif
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 LIB_CXX := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.cc)))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o) $(CUDA_OBJ)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 
 TEST_COMMON := $(sort $(wildcard tests/common/*.c))
@@ -97,6 +118,10 @@ $(BUILD)/%.o: %.c Makefile
 $(BUILD)/%.o: %.cc Makefile
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
@@ -194,7 +219,7 @@ install: all
 	  -e 's|@OPENBLAS_LIBDIR@|$(OPENBLAS_LIBDIR)|' qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cuda
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d)
 

@@ -32,7 +32,9 @@ typedef enum {
     QKV_ERR_ARG,     /* an argument is out of its documented range */
     QKV_ERR_IO,      /* a file could not be opened, read or written */
     QKV_ERR_FORMAT,  /* a file is malformed: truncated, hostile, wrong dtype or shape */
-    QKV_ERR_NUMERIC  /* NaN or Inf where a finite number is required */
+    QKV_ERR_NUMERIC, /* NaN or Inf where a finite number is required */
+    QKV_ERR_DEVICE   /* a GPU failed a kernel, a transfer or a library call (the message says
+                      * which); the model's state there is lost */
 } qkv_status;
 
 /* The reason for the last failure of a call that took this struct. */

@@ -41,6 +41,7 @@ typedef enum {
 typedef struct {
     int need_weights;   /* keep the weights P of every attention (attention maps) */
     int flash_min_keys; /* otherwise the flash kernel from this many keys on */
+    int head_dim;       /* the heads' width (a GPU's flash kernel holds heads up to a size) */
 } attention_options;
 
 typedef struct backend backend;

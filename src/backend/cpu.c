@@ -156,7 +156,3 @@ const backend_ops backend_cpu_bf16 =
  * stay float32, as everywhere. No backward: the models refuse to train at int8. */
 const backend_ops backend_cpu_int8 =
     CPU_TABLE("cpu-int8", cpu_linear_int8, cpu_linear_int8, cpu_linear_backward_f32);
-
-#ifndef QKV_CUDA
-const device *device_cuda(void) { return NULL; } /* built without CUDA (make CUDA=1) */
-#endif

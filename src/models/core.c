@@ -541,6 +541,9 @@ size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims
     const int C = d->C, F = d->F;
     const size_t N = (size_t)B * T;
     size_t scratch = 0, need;
+    attention_options heads = *o;
+    heads.head_dim = C / d->heads;
+    o = &heads;
     s->x = arena_take(a, N * C);
     for (int l = 0; l < d->layers; l++) {
         block_acts *b = &s->blocks[l];

@@ -54,7 +54,7 @@ qkv_status decode_state_init(decode_state *st, const backend *be, const stack_di
     st->self_len = malloc(R * sizeof *st->self_len);
     st->cross_len = malloc(R * sizeof *st->cross_len);
     if (!st->mem->host_memory) {
-        st->logits_host = malloc((R * V ? R * V : 1) * sizeof *st->logits_host);
+        st->logits_host = malloc((R * V > 0 ? R * V : 1) * sizeof *st->logits_host);
         st->ancestry_host = malloc(R * T * sizeof *st->ancestry_host);
     }
     if (!st->buffer || !st->self_len || !st->cross_len ||

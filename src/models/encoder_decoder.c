@@ -303,7 +303,7 @@ qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int nee
     if (Ts > c->max_len || Tt > c->max_len)
         return qkv_fail(err, QKV_ERR_ARG, "sequence length %d exceeds the model's maximum "
                         "length %d", Ts > Tt ? Ts : Tt, c->max_len);
-    layout_request r = {m, B, Ts, Tt, {need_weights, m->core.flash_min_keys}};
+    layout_request r = {m, B, Ts, Tt, {need_weights, m->core.flash_min_keys, 0}};
     char what[64];
     snprintf(what, sizeof what, "batch %d x (%d, %d)", B, Ts, Tt);
     return core_layout(&m->core, layout, &r, what, err);

@@ -205,7 +205,7 @@ static void layout(void *request, arena *a)
     const size_t N = (size_t)r->B * r->T;
     lm_acts *x = &m->acts;
     x->B = r->B, x->T = r->T;
-    const attention_options o = {0, m->core.flash_min_keys};
+    const attention_options o = {0, m->core.flash_min_keys, 0};
     size_t scratch = stack_layout(a, &be, &x->s, &m->dims, r->B, r->T, 0, &o);
     x->logits = arena_take(a, N * V), x->lse = arena_take(a, N), x->loss = arena_take(a, N);
     x->work.dh = arena_take(a, N * C), x->work.ds = arena_take(a, N * C);
