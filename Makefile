@@ -99,6 +99,10 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 
 TEST_COMMON := $(sort $(wildcard tests/common/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+# test_cuda_host runs backend/cuda.c over the CUDA stand-in of tests/cuda (no GPU): built where
+# the CUDA toolkit's headers are, in the CPU builds (a CUDA=1 build has the real thing).
+CUDA_TESTABLE := $(if $(filter 1,$(CUDA)),,$(wildcard $(CUDA_HOME)/include/cublas_v2.h))
+TEST_SRC := $(if $(CUDA_TESTABLE),$(TEST_SRC),$(filter-out tests/unit/test_cuda_host.c,$(TEST_SRC)))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
@@ -142,6 +146,18 @@ $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a $(LDLIBS) -lcmocka
+
+# backend/cuda.c compiled against the toolkit's headers, and linked with the stand-in, not
+# the toolkit's libraries
+SHIM_CFLAGS = -DQKV_CUDA -I$(CUDA_HOME)/include -Itests/cuda
+$(BUILD)/tests/unit/test_cuda_host.o $(BUILD)/tests/cuda/shim.o: CFLAGS += $(SHIM_CFLAGS)
+$(BUILD)/tests/cuda/backend_cuda.o: src/backend/cuda.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SHIM_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tests/test_cuda_host: $(BUILD)/tests/unit/test_cuda_host.o $(BUILD)/tests/cuda/shim.o \
+                               $(BUILD)/tests/cuda/backend_cuda.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(filter %.o,$^) $(BUILD)/libqkv.a $(LDLIBS) -lcmocka
 
 # deps first, then the build in a second make that asks pkg-config only now (also with -j).
 demo: deps

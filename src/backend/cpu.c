@@ -103,7 +103,11 @@ static void *host_alloc(size_t bytes)
     return posix_memalign(&p, 64, bytes ? bytes : 64) ? NULL : p;
 }
 static void host_release(void *p) { free(p); }
-static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static int host_copy(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+    return 0;
+}
 
 static qkv_status finished(const backend *be, qkv_error *err)
 {

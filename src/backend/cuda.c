@@ -103,14 +103,15 @@ static void *device_alloc(size_t bytes)
 
 static void device_release(void *p) { cudaFree(p); }
 
-static void upload(void *dst, const void *src, size_t bytes)
+/* A failed copy's error stays with the runtime for finish to report. */
+static int upload(void *dst, const void *src, size_t bytes)
 {
-    if (bytes) cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return bytes && cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess ? -1 : 0;
 }
 
-static void download(void *dst, const void *src, size_t bytes)
+static int download(void *dst, const void *src, size_t bytes)
 {
-    if (bytes) cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+    return bytes && cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) != cudaSuccess ? -1 : 0;
 }
 
 static qkv_status finish(const backend *be, qkv_error *err)

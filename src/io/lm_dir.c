@@ -73,7 +73,8 @@ qkv_status qkv_lm_config_from_json(qkv_lm_config *c, const char *json, const cha
 
 qkv_status qkv_lm_save(const qkv_lm *m, const char *dir, qkv_error *err)
 {
-    return model_dir_save(&lm_kind, &m->cfg, params_of(m), dir, err);
+    qkv_status st = core_host_current(&m->core, err);
+    return st ? st : model_dir_save(&lm_kind, &m->cfg, params_of(m), dir, err);
 }
 
 qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
@@ -92,8 +93,9 @@ qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
 qkv_status lm_checkpoint_save(const char *path, const qkv_lm *m, const qkv_adam *opt,
                               const lm_train_position *pos, qkv_error *err)
 {
-    core_adam_to_host(&m->core, opt);
-    return model_checkpoint_save(&lm_kind, path, params_of(m), opt, pos, err);
+    qkv_status st = core_host_current(&m->core, err);
+    if (!st) st = core_adam_to_host(&m->core, opt, err);
+    return st ? st : model_checkpoint_save(&lm_kind, path, params_of(m), opt, pos, err);
 }
 
 qkv_status lm_checkpoint_load(const char *path, qkv_lm *m, qkv_adam *opt,

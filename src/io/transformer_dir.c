@@ -143,7 +143,8 @@ qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, con
 
 qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err)
 {
-    return model_dir_save(&transformer_kind, &m->cfg, params_of(m), dir, err);
+    qkv_status st = core_host_current(&m->core, err);
+    return st ? st : model_dir_save(&transformer_kind, &m->cfg, params_of(m), dir, err);
 }
 
 qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err)
@@ -162,8 +163,9 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
 qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
                                const qkv_train_position *pos, qkv_error *err)
 {
-    core_adam_to_host(&m->core, opt);
-    return model_checkpoint_save(&transformer_kind, path, params_of(m), opt, pos, err);
+    qkv_status st = core_host_current(&m->core, err);
+    if (!st) st = core_adam_to_host(&m->core, opt, err);
+    return st ? st : model_checkpoint_save(&transformer_kind, path, params_of(m), opt, pos, err);
 }
 
 qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,

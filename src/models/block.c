@@ -273,8 +273,8 @@ static void block_step(const backend *be, const stack_dims *d, const block_w *w,
 
 /* The step's int arrays up where the kernels read them: the tokens, cache rows, sources, the
  * keys each row sees, and the ancestry packed at stride T (row b's positions 0 .. pos[b]). */
-static void stage_step(const backend *be, const stack_dims *d, decode_state *st,
-                       const step_rows *r, const int *tok, const int *src_valid)
+static int stage_step(const backend *be, const stack_dims *d, decode_state *st,
+                      const step_rows *r, const int *tok, const int *src_valid)
 {
     const int B = r->n;
     const size_t ints = (size_t)B * sizeof(int);
@@ -282,14 +282,12 @@ static void stage_step(const backend *be, const stack_dims *d, decode_state *st,
         st->self_len[b] = r->pos[b] + 1;
         if (d->cross) st->cross_len[b] = src_valid[r->src[b]];
     }
-    be->ops->upload(st->tok_k, tok, ints);
-    be->ops->upload(st->row_k, r->row, ints);
-    be->ops->upload(st->self_len_k, st->self_len, ints);
-    if (d->cross) {
-        be->ops->upload(st->src_k, r->src, ints);
-        be->ops->upload(st->cross_len_k, st->cross_len, ints);
-    }
-    if (!r->ancestry || d->linear_attention) return;
+    if (be->ops->upload(st->tok_k, tok, ints) || be->ops->upload(st->row_k, r->row, ints) ||
+        be->ops->upload(st->self_len_k, st->self_len, ints) ||
+        (d->cross && (be->ops->upload(st->src_k, r->src, ints) ||
+                      be->ops->upload(st->cross_len_k, st->cross_len, ints))))
+        return -1;
+    if (!r->ancestry || d->linear_attention) return 0;
     int ld = 1; /* the longest row's positions */
     for (int b = 0; b < B; b++) ld = r->pos[b] + 1 > ld ? r->pos[b] + 1 : ld;
     /* packed where the host can write, then up in one transfer */
@@ -297,16 +295,16 @@ static void stage_step(const backend *be, const stack_dims *d, decode_state *st,
     for (int b = 0; b < B; b++)
         memcpy(packed + (size_t)b * ld, r->ancestry + (size_t)b * r->ld,
                (size_t)(r->pos[b] + 1) * sizeof(int));
-    if (packed != st->ancestry_k)
-        be->ops->upload(st->ancestry_k, packed, (size_t)B * ld * sizeof(int));
     st->ancestry_ld = ld;
+    if (packed == st->ancestry_k) return 0;
+    return be->ops->upload(st->ancestry_k, packed, (size_t)B * ld * sizeof(int));
 }
 
-void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-                decode_state *st, const step_rows *r, const int *tok, const int *src_valid)
+int stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
+               decode_state *st, const step_rows *r, const int *tok, const int *src_valid)
 {
     const int C = d->C, B = r->n;
-    stage_step(be, d, st, r, tok, src_valid);
+    if (stage_step(be, d, st, r, tok, src_valid)) return -1;
     /* the tokens are the model's own choices, or checked by the caller */
     be->ops->embedding_forward(st->x, st->tok_k, w->embedding, B, d->vocab, C, NULL);
     for (int b = 0, b1; b < B; b = b1) { /* runs of rows at one position share a call */
@@ -316,6 +314,7 @@ void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const 
                                     d->embed_scale);
     }
     for (int l = 0; l < d->layers; l++) block_step(be, d, &w->blocks[l], st, r, l);
+    return 0;
 }
 
 /* ---- the output layer ----------------------------------------------------------------------- */
@@ -354,6 +353,9 @@ qkv_status head_loss(const backend *be, const head_loss_args *h, double *sum, in
                       : be->ops->cross_entropy_forward(loss, lse, sum, logits, targets, N, V,
                                                        QKV_PAD, label_smoothing, err);
     if (*count < 0) return err ? err->code : QKV_ERR_ARG;
-    if (!isfinite(*sum)) return qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", *sum);
+    if (!isfinite(*sum)) { /* a device that failed gives no loss: its failure, first */
+        qkv_status st = be->ops->finish(be, err);
+        return st ? st : qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", *sum);
+    }
     return QKV_OK;
 }

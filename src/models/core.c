@@ -169,15 +169,22 @@ float *core_params(model_core *c)
     return host;
 }
 
-const float *core_host_params(const model_core *c)
+qkv_status core_host_current(const model_core *c, qkv_error *err)
 {
     device_side *d = c->dev;
-    if (!d) return c->params;
-    if (d->params == DEVICE_NEWER) {
-        c->mem->download(d->host_params, c->params, c->n_params * sizeof *c->params);
-        d->params = COPIES_SAME;
+    if (!d || d->params != DEVICE_NEWER) return QKV_OK;
+    if (c->mem->download(d->host_params, c->params, c->n_params * sizeof *c->params)) {
+        const backend be = {.ops = c->mem, .device = d->ctx};
+        return transfer_failed(&be, err);
     }
-    return d->host_params;
+    d->params = COPIES_SAME;
+    return QKV_OK;
+}
+
+const float *core_host_params(const model_core *c)
+{
+    core_host_current(c, NULL);
+    return c->dev ? c->dev->host_params : c->params;
 }
 
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err)
@@ -233,7 +240,10 @@ qkv_status core_prepare(model_core *c, int decoding, qkv_error *err)
     device_side *d = c->dev;
     if (!d) return precision_prepare(&c->prec, c->params, c->n_params, decoding, err);
     if (d->params == HOST_NEWER) {
-        c->mem->upload(c->params, d->host_params, c->n_params * sizeof *c->params);
+        if (c->mem->upload(c->params, d->host_params, c->n_params * sizeof *c->params)) {
+            const backend be = core_backend(c);
+            return transfer_failed(&be, err);
+        }
         d->params = COPIES_SAME;
         precision_touch(&c->prec);
     }
@@ -249,6 +259,13 @@ qkv_status core_finish(const model_core *c, qkv_error *err)
 {
     const backend be = {.ops = c->mem, .device = c->dev ? c->dev->ctx : NULL};
     return c->mem->finish(&be, err);
+}
+
+qkv_status transfer_failed(const backend *be, qkv_error *err)
+{
+    qkv_status st = be->ops->finish(be, err);
+    return st ? st : qkv_fail(err, QKV_ERR_DEVICE, "a transfer to or from %s failed",
+                              be->ops->name);
 }
 
 /* ---- devices ---------------------------------------------------------------------------- */
@@ -335,8 +352,10 @@ static qkv_status device_check(const device *dev, qkv_precision p, int linear_at
     return QKV_OK;
 }
 
-/* A device side for dev with its parameters and table allocated (not yet filled). */
+/* A device side for dev with the host's parameters and sinusoidal table (host_params,
+ * host_pos) copied up to its own buffers. */
 static qkv_status device_side_open(device_side **out, const model_core *c, const device *dev,
+                                   const float *host_params, const float *host_pos,
                                    float **params, float **pos, qkv_error *err)
 {
     *out = NULL, *params = *pos = NULL;
@@ -346,12 +365,20 @@ static qkv_status device_side_open(device_side **out, const model_core *c, const
     device_side *d = calloc(1, sizeof *d);
     *params = dev->fp32->alloc(c->n_params * sizeof **params);
     *pos = dev->fp32->alloc(c->pos_floats * sizeof **pos);
-    if (!d || !*params || !*pos) {
+    if (!d || !*params || !*pos)
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory moving %zu parameters to %s",
+                      d ? "device " : "", c->n_params, dev->name);
+    if (!st && (dev->fp32->upload(*params, host_params, c->n_params * sizeof **params) ||
+                dev->fp32->upload(*pos, host_pos, c->pos_floats * sizeof **pos))) {
+        const backend be = {.ops = dev->fp32, .device = ctx};
+        st = transfer_failed(&be, err);
+    }
+    if (st) {
         if (*params) dev->fp32->release(*params);
         if (*pos) dev->fp32->release(*pos);
         free(d), dev->close(ctx);
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory moving %zu parameters to %s",
-                        d ? "device " : "", c->n_params, dev->name);
+        *params = *pos = NULL;
+        return st;
     }
     d->dev = dev, d->ctx = ctx;
     *out = d;
@@ -363,20 +390,22 @@ qkv_status core_set_device(model_core *c, const device *dev, int linear_attentio
 {
     if (dev == (c->dev ? c->dev->dev : NULL)) return QKV_OK;
     const qkv_precision p = c->prec.precision;
+    /* the parameters as they are now on the host, then up to the new device's buffers */
     qkv_status st = device_check(dev, p, linear_attention, err);
+    if (!st) st = core_host_current(c, err);
+    const float *host = core_host_params(c);
+    const float *host_pos = c->dev ? c->dev->host_pos_table : c->pos_table;
     device_side *d = NULL;
     float *params = NULL, *pos = NULL;
-    if (!st && dev) st = device_side_open(&d, c, dev, &params, &pos, err);
+    if (!st && dev) st = device_side_open(&d, c, dev, host, host_pos, &params, &pos, err);
     if (st) return st;
-    /* the parameters as they are now onto the host, what depends on where they live freed */
-    core_host_params(c);
+    /* what depends on where the parameters live freed; the host keeps its buffers as its
+     * copies */
     release_work(c);
     precision_free(&c->prec);
     if (c->dev) device_side_free(c);
-    if (d) { /* then up: the host keeps its buffers as its copies */
+    if (d) {
         d->host_params = c->params, d->host_pos_table = c->pos_table;
-        dev->fp32->upload(params, c->params, c->n_params * sizeof *params);
-        dev->fp32->upload(pos, c->pos_table, c->pos_floats * sizeof *pos);
         c->params = params, c->pos_table = pos;
         c->dev = d, c->mem = dev->fp32;
     }
@@ -405,14 +434,17 @@ float *core_grads_host(model_core *c)
     if (!d || !c->grads) return c->grads;
     if (!d->host_grads && !(d->host_grads = malloc(c->n_params * sizeof *d->host_grads)))
         return NULL;
-    c->mem->download(d->host_grads, c->grads, c->n_params * sizeof *c->grads);
+    if (c->mem->download(d->host_grads, c->grads, c->n_params * sizeof *c->grads)) return NULL;
     return d->host_grads;
 }
 
-void core_grads_put(model_core *c)
+qkv_status core_grads_put(model_core *c, qkv_error *err)
 {
-    if (c->dev && c->grads && c->dev->host_grads)
-        c->mem->upload(c->grads, c->dev->host_grads, c->n_params * sizeof *c->grads);
+    if (!c->dev || !c->grads || !c->dev->host_grads ||
+        !c->mem->upload(c->grads, c->dev->host_grads, c->n_params * sizeof *c->grads))
+        return QKV_OK;
+    const backend be = core_backend(c);
+    return transfer_failed(&be, err);
 }
 
 void core_grads_zero(model_core *c) { c->mem->zero(c->grads, c->n_params); }
@@ -441,9 +473,11 @@ qkv_status core_adam(model_core *c, qkv_adam *opt, const adam_hyper *h, qkv_erro
         return qkv_fail(err, QKV_ERR_NOMEM, "out of device memory on %s for Adam's moments",
                         d->dev->name);
     /* the host's moments, unless the device's are this optimizer's as of its last step */
-    if (d->adam_of != opt || d->adam_step != opt->step - 1) {
-        c->mem->upload(d->adam_m, opt->m, bytes);
-        c->mem->upload(d->adam_v, opt->v, bytes);
+    if ((d->adam_of != opt || d->adam_step != opt->step - 1) &&
+        (c->mem->upload(d->adam_m, opt->m, bytes) || c->mem->upload(d->adam_v, opt->v, bytes))) {
+        d->adam_of = NULL;
+        const backend be = core_backend(c);
+        return transfer_failed(&be, err);
     }
     c->mem->adam_update(c->params, c->grads, d->adam_m, d->adam_v, n, h);
     d->adam_of = opt, d->adam_step = opt->step, d->adam_host_current = 0;
@@ -451,13 +485,18 @@ qkv_status core_adam(model_core *c, qkv_adam *opt, const adam_hyper *h, qkv_erro
     return QKV_OK;
 }
 
-void core_adam_to_host(const model_core *c, const qkv_adam *opt)
+qkv_status core_adam_to_host(const model_core *c, const qkv_adam *opt, qkv_error *err)
 {
     device_side *d = c->dev;
-    if (!d || d->adam_of != opt || d->adam_step != opt->step || d->adam_host_current) return;
-    c->mem->download(opt->m, d->adam_m, c->n_params * sizeof *opt->m);
-    c->mem->download(opt->v, d->adam_v, c->n_params * sizeof *opt->v);
+    if (!d || d->adam_of != opt || d->adam_step != opt->step || d->adam_host_current)
+        return QKV_OK;
+    if (c->mem->download(opt->m, d->adam_m, c->n_params * sizeof *opt->m) ||
+        c->mem->download(opt->v, d->adam_v, c->n_params * sizeof *opt->v)) {
+        const backend be = {.ops = c->mem, .device = d->ctx};
+        return transfer_failed(&be, err);
+    }
     d->adam_host_current = 1;
+    return QKV_OK;
 }
 
 void core_adam_forget(model_core *c)
@@ -477,8 +516,7 @@ qkv_status stage_ids(const backend *be, int *dst, const int *ids, size_t n, int 
                            : qkv_fail(err, QKV_ERR_ARG, "embedding: token id %d at position %zu "
                                       "is outside the vocabulary [0, %d)", ids[i], i, V);
     }
-    be->ops->upload(dst, ids, n * sizeof *dst);
-    return QKV_OK;
+    return be->ops->upload(dst, ids, n * sizeof *dst) ? transfer_failed(be, err) : QKV_OK;
 }
 
 qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err)

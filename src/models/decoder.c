@@ -177,12 +177,14 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     if (st) return st;
     const backend be = core_backend(c);
     const step_rows rows = {r->n, r->row, r->pos, r->src, r->ancestry, r->ld};
-    stack_step(&be, d->dims, d->w, c->pos_table, &d->st, &rows, tok, d->src_valid);
+    if (stack_step(&be, d->dims, d->w, c->pos_table, &d->st, &rows, tok, d->src_valid))
+        return transfer_failed(&be, err);
     head_step(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, d->st.logits, d->info.vocab);
     *logits = d->st.logits;
     if (d->st.logits_host) { /* the searches read and filter them on the host */
-        be.ops->download(d->st.logits_host, d->st.logits,
-                         (size_t)r->n * d->info.vocab * sizeof(float));
+        if (be.ops->download(d->st.logits_host, d->st.logits,
+                             (size_t)r->n * d->info.vocab * sizeof(float)))
+            return transfer_failed(&be, err);
         *logits = d->st.logits_host;
     }
     return core_finish(c, err);
@@ -200,9 +202,9 @@ static qkv_status lm_prefill(decoder *d, int row, const int *ids, int n, float *
     if (st) return st;
     const backend be = core_backend(&m->core);
     decode_state_fill(&be, &m->dims, &d->st, row, n, &m->acts.s);
-    if (logits)
-        be.ops->download(logits, m->acts.logits + (size_t)(n - 1) * d->info.vocab,
-                         (size_t)d->info.vocab * sizeof *logits);
+    if (logits && be.ops->download(logits, m->acts.logits + (size_t)(n - 1) * d->info.vocab,
+                                   (size_t)d->info.vocab * sizeof *logits))
+        return transfer_failed(&be, err);
     return core_finish(&m->core, err);
 }
 
@@ -241,10 +243,11 @@ qkv_status decoder_attention_weights(qkv_transformer *m, const int *src, int Ts,
     const size_t enc = (size_t)H * Ts * Ts, sa = (size_t)H * Tt * Tt, ca = (size_t)H * Tt * Ts;
     const size_t f = sizeof(float);
     for (int l = 0; l < c->enc_layers; l++)
-        be.ops->download(encoder + l * enc, m->acts.enc.blocks[l].self_att.c.P, enc * f);
-    for (int l = 0; l < c->dec_layers; l++) {
-        be.ops->download(self + l * sa, m->acts.dec.blocks[l].self_att.c.P, sa * f);
-        be.ops->download(cross + l * ca, m->acts.dec.blocks[l].cross_att.c.P, ca * f);
-    }
+        if (be.ops->download(encoder + l * enc, m->acts.enc.blocks[l].self_att.c.P, enc * f))
+            return transfer_failed(&be, err);
+    for (int l = 0; l < c->dec_layers; l++)
+        if (be.ops->download(self + l * sa, m->acts.dec.blocks[l].self_att.c.P, sa * f) ||
+            be.ops->download(cross + l * ca, m->acts.dec.blocks[l].cross_att.c.P, ca * f))
+            return transfer_failed(&be, err);
     return core_finish(&m->core, err);
 }

@@ -335,7 +335,8 @@ qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src
     model_acts *x = &m->acts;
     qkv_status st = stage_ids(&be, x->src, src, (size_t)B * Ts, m->cfg.src_vocab, 0, err);
     if (st) return st;
-    be.ops->upload(x->src_valid, src_valid, (size_t)B * sizeof *src_valid);
+    if (be.ops->upload(x->src_valid, src_valid, (size_t)B * sizeof *src_valid))
+        return transfer_failed(&be, err);
     const qkv_mask src_mask = {x->src_valid, 0, 0};
     const stack_pass k = encoder_pass(m, &src_mask, B, Ts, p, seed);
     return stack_forward(&be, &k, &x->enc, &m->w.encoder, m->core.pos_table, x->src, err);
@@ -440,7 +441,8 @@ qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float 
     if (!st) st = forward(m, b, 0.0f, 0, err);
     if (st) return st;
     const backend be = core_backend(&m->core);
-    be.ops->download(logits, m->acts.logits,
-                     (size_t)b->B * b->tgt_len * m->cfg.tgt_vocab * sizeof *logits);
+    if (be.ops->download(logits, m->acts.logits,
+                         (size_t)b->B * b->tgt_len * m->cfg.tgt_vocab * sizeof *logits))
+        return transfer_failed(&be, err);
     return core_finish(&m->core, err);
 }

@@ -315,6 +315,7 @@ qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
     qkv_status st = lm_forward(m, ids, B, T, 0.0f, 0, err);
     if (st) return st;
     const backend be = core_backend(&m->core);
-    be.ops->download(logits, m->acts.logits, (size_t)B * T * m->cfg.vocab * sizeof *logits);
+    if (be.ops->download(logits, m->acts.logits, (size_t)B * T * m->cfg.vocab * sizeof *logits))
+        return transfer_failed(&be, err);
     return core_finish(&m->core, err);
 }

@@ -194,9 +194,10 @@ void decode_state_free(decode_state *st);
 
 /* The rows' input tokens tok (r->n) through the stack, each at its own position, appending
  * its keys and values to its cache row (or advancing its linear-attention state); st->x
- * holds the last block's output (r->n, C). src_valid (n_src): the sources' lengths. */
-void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-                decode_state *st, const step_rows *r, const int *tok, const int *src_valid);
+ * holds the last block's output (r->n, C). src_valid (n_src): the sources' lengths. -1 when
+ * the step's ints did not reach the device (nothing ran), else 0. */
+int stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
+               decode_state *st, const step_rows *r, const int *tok, const int *src_valid);
 
 /* ---- the output layer ---------------------------------------------------------------------- */
 
@@ -321,8 +322,10 @@ backend core_backend(model_core *c);
  * bf16 copy, and on a device they go up before the next pass. */
 float *core_params(model_core *c);
 /* The host's parameters as they are now, to read (downloaded first when training on a
- * device changed them). */
+ * device changed them); core_host_current reports a failed download (core_host_params then
+ * returns the host's copy as it was). */
 const float *core_host_params(const model_core *c);
+qkv_status core_host_current(const model_core *c, qkv_error *err);
 qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err);
 /* W, one of the parameters' weight matrices, typed for the precision now set
  * (models/precision.h, precision_weight; on a device its bf16 copy there). */
@@ -335,6 +338,8 @@ void stack_retype(stack_w *s, const stack_dims *d, const model_core *c);
 qkv_status core_prepare(model_core *c, int decoding, qkv_error *err);
 /* After a pass: the device's first failure since the last call (backend_ops.finish). */
 qkv_status core_finish(const model_core *c, qkv_error *err);
+/* After an upload or download that returned -1: the device's report (QKV_ERR_DEVICE). */
+qkv_status transfer_failed(const backend *be, qkv_error *err);
 
 /* ---- devices -------------------------------------------------------------------------- */
 
@@ -359,7 +364,7 @@ float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view);
 /* The gradients on the host (the API's, a data-parallel sum), and back up after a host
  * change (a no-op on the host). */
 float *core_grads_host(model_core *c);
-void core_grads_put(model_core *c);
+qkv_status core_grads_put(model_core *c, qkv_error *err);
 void core_grads_zero(model_core *c);
 /* The gradients' global norm, and when it passes max_norm > 0 the gradients scaled to it
  * (qkv_clip_grad_norm). */
@@ -369,7 +374,7 @@ double core_clip_grads(model_core *c, double max_norm);
 qkv_status core_adam(model_core *c, qkv_adam *opt, const adam_hyper *h, qkv_error *err);
 /* opt's moments on the host as the device's are (before a checkpoint is written), and the
  * device's forgotten after the host's changed (a checkpoint read, a broadcast). */
-void core_adam_to_host(const model_core *c, const qkv_adam *opt);
+qkv_status core_adam_to_host(const model_core *c, const qkv_adam *opt, qkv_error *err);
 void core_adam_forget(model_core *c);
 
 /* n ids into the kernels' memory at dst (an arena slice): on a device, first checked against

@@ -26,6 +26,8 @@ static qkv_status update(model_core *c, qkv_adam *opt, qkv_status st, const qkv_
     if (st) return st;
     if (!r->skipped) {
         r->grad_norm = core_clip_grads(c, o->clip);
+        /* a device that failed gives no norm: its failure, not a numeric one */
+        if (!isfinite(r->grad_norm) && (st = core_finish(c, err))) return st;
         if (!isfinite(r->grad_norm)) {
             if (!o->skip_nonfinite)
                 return qkv_fail(err, QKV_ERR_NUMERIC, "the gradient norm is not finite");
@@ -84,8 +86,7 @@ static qkv_status reduce(const qkv_reducer *rd, model_core *c, qkv_status st, qk
     if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the gradients' sum");
     if (rd->sum_floats(rd->ctx, grads, c->n_params))
         return qkv_fail(err, QKV_ERR_IO, "summing the gradients over %d ranks failed", rd->size);
-    core_grads_put(c);
-    return QKV_OK;
+    return core_grads_put(c, err);
 }
 
 qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const qkv_batch *b,
