@@ -67,6 +67,39 @@ QKV_API
 double qkv_now_s(void);
 
 /* ---------------------------------------------------------------------------------------
+ * Names of the library's enums
+ *
+ * Every enum that a file (config.json, train.json) or a command line spells has one table of
+ * names in the library, indexed by value. The typed calls beside each enum read it
+ * (qkv_activation_name, qkv_tie_parse, ...), and so can generic code, an option parser or a
+ * binding, through these two.
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_ENUM_ACTIVATION,  /* qkv_activation: relu, gelu, silu */
+    QKV_ENUM_TIE,         /* qkv_tie: none, output, all */
+    QKV_ENUM_POS_LAYOUT,  /* qkv_pos_layout: interleaved, sin_cos, fairseq */
+    QKV_ENUM_ATTENTION,   /* qkv_attention_kind: softmax, linear */
+    QKV_ENUM_BEAM_STOP,   /* qkv_beam_stop: bound, count, hf */
+    QKV_ENUM_PRECISION,   /* qkv_precision: fp32, bf16, int8 */
+    QKV_ENUM_KV_CACHE,    /* qkv_kv_cache: auto, fp32, bf16 */
+    QKV_ENUM_LR_SCHEDULE, /* qkv_lr_schedule: constant, noam */
+    QKV_ENUM_SPM_TYPE,    /* qkv_spm_type: unigram, bpe */
+    QKV_ENUM_RESERVED,    /* the reserved tokens by id (QKV_UNK ..): <unk>, <pad>, <bos>, <eos> */
+    QKV_ENUM_CT2_QUANTIZATION, /* qkv_ct2_quantization: float32, int8 */
+    QKV_N_ENUMS
+} qkv_enum;
+
+/* The name of value v of enum e; NULL for a value (or an e) outside the table, so that
+ * for (v = 0; qkv_enum_name(e, v); v++) lists the choices. */
+QKV_API
+const char *qkv_enum_name(qkv_enum e, int v);
+/* *v from its name; QKV_ERR_ARG naming what was expected otherwise ("unknown activation 'x'
+ * (relu, gelu or silu)"). */
+QKV_API
+qkv_status qkv_enum_parse(qkv_enum e, const char *name, int *v, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
  * Files
  * ------------------------------------------------------------------------------------- */
 

@@ -25,6 +25,22 @@ QKV_API
 void qkv_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x,
                          const float *W, int N, int in, int out);
 
+/* The bf16 matrix product that the linear layers use at QKV_PRECISION_BF16, on its own (for
+ * benchmarks and tests): row-major C (M, N) = op(A) op(B), as cblas_sgemm with alpha 1 and
+ * beta 0, op(A) (M, K) and op(B) (K, N) rounded to bf16 (to nearest, ties to even) and every
+ * sum kept in float32; op(X) = X^T when trans_x, the matrices dense (A stored (M, K), or
+ * (K, M) transposed; B (K, N), or (N, K)). Its packing buffers live in a qkv_gemm_bf16, for
+ * up to `threads` threads (0: qkv_get_threads()); create fails with QKV_ERR_ARG on a CPU
+ * without AVX512-BF16 (qkv_bf16_supported). Run it from outside parallel regions. */
+typedef struct qkv_gemm_bf16 qkv_gemm_bf16;
+QKV_API
+qkv_status qkv_gemm_bf16_create(qkv_gemm_bf16 **out, int threads, qkv_error *err);
+QKV_API
+void qkv_gemm_bf16_run(qkv_gemm_bf16 *g, int trans_a, int trans_b, int M, int N, int K,
+                       const float *A, const float *B, float *C);
+QKV_API
+void qkv_gemm_bf16_free(qkv_gemm_bf16 *g);
+
 /* y[i] = E[ids[i]].  ids (N), E (V, C), y (N, C).
  * Fails with QKV_ERR_ARG (naming the position) if an id is outside [0, V). */
 QKV_API
@@ -380,6 +396,12 @@ void qkv_sinusoidal_table(float *P, int T, int C);
  * S = ceil(C/2), P[i, j] = sin(i / 10000^(2j/C)) for j < S, P[i, S + j] = cos(same). */
 QKV_API
 void qkv_sinusoidal_table_halves(float *P, int T, int C);
+/* fairseq's table (M2M100, NLLB: modeling_m2m_100.py's get_embedding): with h = C/2 and
+ * w_j = exp(-j ln(10000) / (h - 1)), row i holds position i + 2 (fairseq counts positions from
+ * its padding index 1, plus 1): P[i, j] = sin((i + 2) w_j), P[i, h + j] = cos((i + 2) w_j)
+ * for j < h; an odd C's last column is 0. Computed in float32 as torch computes it. */
+QKV_API
+void qkv_sinusoidal_table_fairseq(float *P, int T, int C);
 /* y[b, t] = x[b, t] * scale + P[pos0 + t].  x, y (B, T, C); P (>= pos0 + T, C).  scale is
  * sqrt(d_model) when x are token embeddings (paper, section 3.4), else 1.  y may alias x. */
 QKV_API
@@ -395,6 +417,13 @@ void qkv_positional_backward(float *dx, float *dP, const float *dy, int B, int T
  * ------------------------------------------------------------------------------------- */
 
 typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1, QKV_ACT_SILU = 2 } qkv_activation;
+
+/* "relu", "gelu" or "silu" ("unknown" outside the enum); and back, QKV_ERR_ARG naming the
+ * choices otherwise (core.h, "Names of the library's enums"). */
+QKV_API
+const char *qkv_activation_name(qkv_activation a);
+QKV_API
+qkv_status qkv_activation_parse(qkv_activation *a, const char *name, qkv_error *err);
 
 typedef struct {
     int C;              /* input and output features, d_model */

@@ -124,8 +124,23 @@ typedef enum {
 
 typedef enum {
     QKV_POS_INTERLEAVED = 0, /* P[i, 2j] = sin, P[i, 2j+1] = cos (paper, d2l) */
-    QKV_POS_HALVES = 1       /* P[i, j] = sin, P[i, C/2 + j] = cos (Marian, Hugging Face) */
+    QKV_POS_HALVES = 1,      /* P[i, j] = sin, P[i, C/2 + j] = cos (Marian, Hugging Face) */
+    QKV_POS_FAIRSEQ = 2      /* fairseq's table as M2M100 and NLLB use it: [sin | cos] at
+                              * frequencies exp(-j ln(10000) / (C/2 - 1)), position i at row
+                              * i + 2 (counted from the padding index 1 + 1) */
 } qkv_pos_layout;
+
+/* The names config.json and the command line use ("unknown" outside the enum), and back
+ * (QKV_ERR_ARG naming the choices otherwise): "none", "output", "all"; "interleaved",
+ * "sin_cos", "fairseq". */
+QKV_API
+const char *qkv_tie_name(qkv_tie t);
+QKV_API
+qkv_status qkv_tie_parse(qkv_tie *t, const char *name, qkv_error *err);
+QKV_API
+const char *qkv_pos_layout_name(qkv_pos_layout p);
+QKV_API
+qkv_status qkv_pos_layout_parse(qkv_pos_layout *p, const char *name, qkv_error *err);
 
 typedef struct {
     int src_vocab, tgt_vocab;
@@ -146,9 +161,9 @@ typedef struct {
      * d2l's behaviour, and a config.json without these keys reads as the defaults. */
     qkv_pos_layout pos_layout; /* the sinusoidal table's layout */
     int scale_embedding;       /* 1: embeddings scaled by sqrt(d_model) (paper, 3.4); 0: not */
-    int decoder_start;         /* the reserved id decoding starts from: QKV_BOS, or QKV_PAD
-                                  (Marian's decoder_start_token_id); also training's first
-                                  decoder input */
+    int decoder_start;         /* the reserved id decoding starts from: QKV_BOS, QKV_PAD
+                                  (Marian's decoder_start_token_id) or QKV_EOS (M2M100's,
+                                  NLLB's); also training's first decoder input */
     int suppress_pad;          /* 1: decoding never produces <pad> (its log-probability is
                                   set to -inf after normalisation, as Hugging Face's
                                   bad_words_ids does) */
@@ -265,6 +280,13 @@ typedef enum {
     QKV_BEAM_STOP_HF,
 } qkv_beam_stop;
 
+/* "bound", "count" or "hf" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the
+ * choices otherwise). */
+QKV_API
+const char *qkv_beam_stop_name(qkv_beam_stop s);
+QKV_API
+qkv_status qkv_beam_stop_parse(qkv_beam_stop *s, const char *name, qkv_error *err);
+
 typedef struct {
     int beam;    /* K >= 1 */
     int n_best;  /* hypotheses returned per sentence, 1 .. K */
@@ -354,6 +376,13 @@ typedef enum {
     QKV_ATTENTION_SOFTMAX = 0, /* softmax(q k^T / sqrt(d)) v, with dropout on the weights */
     QKV_ATTENTION_LINEAR = 1   /* phi(q)^T S / phi(q)^T z, phi = elu + 1: no weights to drop */
 } qkv_attention_kind;
+
+/* "softmax" or "linear" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the
+ * choices otherwise). */
+QKV_API
+const char *qkv_attention_kind_name(qkv_attention_kind k);
+QKV_API
+qkv_status qkv_attention_kind_parse(qkv_attention_kind *k, const char *name, qkv_error *err);
 
 typedef struct {
     int vocab;      /* V */

@@ -138,6 +138,13 @@ typedef enum {
                             min(step^-0.5, step * warmup^-1.5), steps counted from 1 */
 } qkv_lr_schedule;
 
+/* "constant" or "noam" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the choices
+ * otherwise). */
+QKV_API
+const char *qkv_lr_schedule_name(qkv_lr_schedule s);
+QKV_API
+qkv_status qkv_lr_schedule_parse(qkv_lr_schedule *s, const char *name, qkv_error *err);
+
 typedef struct {
     const char *out_dir;    /* checkpoint.safetensors, metrics.jsonl, the model at the end */
     int batch, epochs;

@@ -94,37 +94,41 @@ static int serve_until_stopped(server *s, const sigset_t *stop)
 static int serve_options(server *s, int argc, char **argv, int *threads)
 {
     int slots = 64, max_queue = 256, timeout = 60, port = 8080, delay_ms = 0;
-    const char *host = "127.0.0.1", *model = NULL, *precision = "fp32";
+    const char *host = "127.0.0.1", *model = NULL;
+    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32};
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory: translation (qkv train) or language "
-                                      "model (qkv train-lm)", NULL},
-        {"host", OPT_STRING, &host, "address to listen on", NULL},
-        {"port", OPT_INT, &port, "port (0: a free one, printed)", "[0, 65535]"},
-        {"threads", OPT_INT, threads, "decoding threads (0: all cores)", ARG_THREADS},
-        {"max-batch-tokens", OPT_INT, &slots, "tokens decoded per step: sentences in the "
-                                              "running batch", "[1, 4096]"},
+        {"model", OPT_DIR, &model, "model directory: translation (qkv train) or language "
+                                   "model (qkv train-lm)", NULL, NULL},
+        {"m", OPT_ALIAS, "model", NULL, NULL, NULL},
+        {"host", OPT_STRING, &host, "address to listen on", NULL, NULL},
+        {"port", OPT_INT, &port, "port (0: a free one, printed)", "[0, 65535]", NULL},
+        {"threads", OPT_INT, threads, "decoding threads (0: all cores)", ARG_THREADS, NULL},
+        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
+        {"max-batch-size", OPT_INT, &slots, "sentences (or completions) decoded together: the "
+                                            "running batch's slots", "[1, 4096]", NULL},
+        {"max-batch-tokens", OPT_ALIAS, "max-batch-size", "its older name", NULL, NULL},
         {"max-batch-delay", OPT_INT, &delay_ms, "milliseconds an idle server waits for more "
                                                 "requests to start a batch with (0: none)",
-         "[0, 60000]"},
+         "[0, 60000]", NULL},
         {"max-queue", OPT_INT, &max_queue, "requests waiting beyond the batch (more: 503)",
-         "[1, 1000000]"},
+         "[1, 1000000]", NULL},
         {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
-         "[0, 86400]"},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
-        {NULL, 0, NULL, NULL, NULL},
+         "[0, 86400]", NULL},
+        {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
+        {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv serve --model DIR [--host 127.0.0.1] [--port 8080] "
-                        "[--threads N] [--max-batch-tokens N] [--max-batch-delay MS] "
-                        "[--max-queue N] [--timeout S] "
-                        "[--precision fp32|bf16|int8]\n"
-                        "POST /translate, POST /v1/completions, GET /health /v1/models /metrics");
+                        "usage: qkv serve --model DIR [--host TEXT] [--port N] [--threads N] "
+                        "[--max-batch-size N] [--max-batch-delay N] [--max-queue N] "
+                        "[--timeout N] [--precision fp32|bf16|int8]\n"
+                        "Serves a model over HTTP: POST /translate, POST /v1/completions, "
+                        "GET /health /v1/models /metrics.");
     if (rc) return rc > 0 ? 1 : 2;
     if (!model) {
         fprintf(stderr, "qkv serve: needs --model DIR\n");
         return 2;
     }
-    if (cli_precision(precision, &s->precision)) return 2;
+    s->precision = (qkv_precision)precision.value;
     if (timeout > 0 && delay_ms >= 1000 * timeout) {
         fprintf(stderr, "qkv serve: --max-batch-delay %d ms is not below --timeout %d s: requests "
                 "would time out waiting for company\n", delay_ms, timeout);

@@ -129,7 +129,8 @@ static cJSON *translation_json(const server *s, const job *j, const void *arg)
     if (is_list) {
         cJSON_AddItemToObject(o, "translatedText", texts);
     } else {
-        cJSON_AddItemToObject(o, "translatedText", cJSON_Duplicate(cJSON_GetArrayItem(texts, 0), 1));
+        cJSON_AddItemToObject(o, "translatedText",
+                              cJSON_Duplicate(cJSON_GetArrayItem(texts, 0), 1));
         cJSON_Delete(texts);
         cJSON *a0 = cJSON_DetachItemFromArray(alts, 0), *s0 = cJSON_DetachItemFromArray(scores, 0);
         cJSON_Delete(alts), cJSON_Delete(scores);

@@ -6,8 +6,8 @@
 #include "io/model_dir.h"
 #include "models/language_model_internal.h"
 
-#define FIELD(key, type, member) {key, type, offsetof(qkv_lm_config, member), NULL, 0, 0}
-static const char *const acts[] = {"relu", "gelu", "silu"}, *const attentions[] = {"softmax", "linear"};
+#define FIELD(key, type, member) {key, type, offsetof(qkv_lm_config, member), 0, 0}
+#define CHOICE(key, member, names) {key, FIELD_CHOICE, offsetof(qkv_lm_config, member), names, 0}
 static const config_field fields[] = {
     FIELD("vocab", FIELD_INT, vocab),
     FIELD("d_model", FIELD_INT, d_model),
@@ -19,10 +19,10 @@ static const config_field fields[] = {
     FIELD("bias", FIELD_FLAG, bias),
     FIELD("pre_norm", FIELD_FLAG, pre_norm),
     FIELD("final_norm", FIELD_FLAG, final_norm),
-    {"act", FIELD_CHOICE, offsetof(qkv_lm_config, act), acts, 3, 0},
+    CHOICE("act", act, QKV_ENUM_ACTIVATION),
     FIELD("tie", FIELD_FLAG, tie),
     FIELD("learned_pos", FIELD_FLAG, learned_pos),
-    {"attention", FIELD_CHOICE, offsetof(qkv_lm_config, attention), attentions, 2, 0},
+    CHOICE("attention", attention, QKV_ENUM_ATTENTION),
     FIELD("ln_eps", FIELD_FLOAT, ln_eps),
 };
 _Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_attention_kind) == sizeof(int),

@@ -31,7 +31,8 @@ static void field_write(cJSON *o, const config_field *f, const void *cfg)
     case FIELD_FLAG: cJSON_AddBoolToObject(o, f->key, v); break;
     case FIELD_CHOICE:
         /* a value outside the enum was written as its first name before tables, and still is */
-        cJSON_AddStringToObject(o, f->key, f->choices[v >= 0 && v < f->n_choices ? v : 0]);
+        cJSON_AddStringToObject(o, f->key, qkv_enum_name(f->names, v) ? qkv_enum_name(f->names, v)
+                                           : qkv_enum_name(f->names, 0));
         break;
     }
 }
@@ -46,7 +47,7 @@ static qkv_status field_read(const cJSON *o, const config_field *f, void *cfg, c
         return json_get_float(o, f->key, (float *)((char *)cfg + f->offset), file, err);
     case FIELD_FLAG: return json_get_flag(o, f->key, field_int(cfg, f), file, err);
     case FIELD_CHOICE:
-        return json_get_choice(o, f->key, f->choices, f->n_choices, field_int(cfg, f), file, err);
+        return json_get_choice(o, f->key, f->names, field_int(cfg, f), file, err);
     }
     return QKV_OK;
 }

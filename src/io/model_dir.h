@@ -12,14 +12,13 @@
 #include "core/internal.h"
 
 /* One member of config.json: where it lives in the configuration struct and how it is
- * written. A CHOICE is an enum (or int) whose value v is written as choices[v]. */
+ * written. A CHOICE is one of the library's enums, written by its name (core/names.h). */
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_FLAG, FIELD_CHOICE } field_type;
 typedef struct {
     const char *key;
     field_type type;
     size_t offset;
-    const char *const *choices; /* CHOICE: the names of values 0 .. n_choices - 1 */
-    int n_choices;
+    qkv_enum names; /* CHOICE: which enum */
     int optional; /* 1: a config.json without the key keeps the default (options added after
                      models were saved: those older directories read as they always did) */
 } config_field;

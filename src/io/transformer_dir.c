@@ -10,12 +10,11 @@
 #include "io/model_dir.h"
 #include "models/transformer_internal.h"
 
-#define FIELD(key, type, member) {key, type, offsetof(qkv_transformer_config, member), NULL, 0, 0}
-#define OPTIONAL(key, type, member, choices, n)                                                \
-    {key, type, offsetof(qkv_transformer_config, member), choices, n, 1}
-static const char *const acts[] = {"relu", "gelu", "silu"}, *const ties[] = {"none", "output", "all"};
-static const char *const layouts[] = {"interleaved", "sin_cos"};
-static const char *const reserved[] = {"<unk>", "<pad>", "<bos>", "<eos>"}; /* by id */
+#define FIELD(key, type, member) {key, type, offsetof(qkv_transformer_config, member), 0, 0}
+#define CHOICE(key, member, names) \
+    {key, FIELD_CHOICE, offsetof(qkv_transformer_config, member), names, 0}
+#define OPTIONAL(key, type, member, names) \
+    {key, type, offsetof(qkv_transformer_config, member), names, 1}
 static const config_field fields[] = {
     FIELD("src_vocab", FIELD_INT, src_vocab),
     FIELD("tgt_vocab", FIELD_INT, tgt_vocab),
@@ -29,16 +28,16 @@ static const config_field fields[] = {
     FIELD("bias", FIELD_FLAG, bias),
     FIELD("pre_norm", FIELD_FLAG, pre_norm),
     FIELD("final_norm", FIELD_FLAG, final_norm),
-    {"act", FIELD_CHOICE, offsetof(qkv_transformer_config, act), acts, 3, 0},
-    {"tie", FIELD_CHOICE, offsetof(qkv_transformer_config, tie), ties, 3, 0},
+    CHOICE("act", act, QKV_ENUM_ACTIVATION),
+    CHOICE("tie", tie, QKV_ENUM_TIE),
     FIELD("learned_pos", FIELD_FLAG, learned_pos),
     FIELD("ln_eps", FIELD_FLOAT, ln_eps),
     /* Marian's options (qkv import marian) */
-    OPTIONAL("pos_layout", FIELD_CHOICE, pos_layout, layouts, 2),
-    OPTIONAL("scale_embedding", FIELD_FLAG, scale_embedding, NULL, 0),
-    OPTIONAL("decoder_start", FIELD_CHOICE, decoder_start, reserved, 4),
-    OPTIONAL("suppress_pad", FIELD_FLAG, suppress_pad, NULL, 0),
-    OPTIONAL("forced_eos", FIELD_FLAG, forced_eos, NULL, 0),
+    OPTIONAL("pos_layout", FIELD_CHOICE, pos_layout, QKV_ENUM_POS_LAYOUT),
+    OPTIONAL("scale_embedding", FIELD_FLAG, scale_embedding, 0),
+    OPTIONAL("decoder_start", FIELD_CHOICE, decoder_start, QKV_ENUM_RESERVED), /* a token id */
+    OPTIONAL("suppress_pad", FIELD_FLAG, suppress_pad, 0),
+    OPTIONAL("forced_eos", FIELD_FLAG, forced_eos, 0),
 };
 _Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_tie) == sizeof(int) &&
                    sizeof(qkv_pos_layout) == sizeof(int),

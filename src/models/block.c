@@ -209,7 +209,7 @@ void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a,
  * cache has no GEMM. */
 
 static void self_attention_step(const backend *be, const stack_dims *d, decode_state *st,
-                                const step_rows *r, const mha_w *a, const float *in, int l)
+                                const decoder_rows *r, const mha_w *a, const float *in, int l)
 {
     const int B = r->n, C = d->C, H = d->heads;
     op_linear_forward(be, st->q, in, &a->W_q, a->f.b_q, B, C, C);
@@ -241,7 +241,7 @@ static void self_attention_step(const backend *be, const stack_dims *d, decode_s
 /* over the encoder output's keys and values, projected once (decode_state.cross_k): row b
  * sees the src_valid[src[b]] keys of its own source */
 static void cross_attention_step(const backend *be, const stack_dims *d, decode_state *st,
-                                 const step_rows *r, const mha_w *a, const float *in, int l)
+                                 const decoder_rows *r, const mha_w *a, const float *in, int l)
 {
     const int B = r->n, C = d->C, H = d->heads;
     const size_t layer = (size_t)l * st->n_src * st->Ts * C;
@@ -255,7 +255,7 @@ static void cross_attention_step(const backend *be, const stack_dims *d, decode_
 }
 
 static void block_step(const backend *be, const stack_dims *d, const block_w *w,
-                       decode_state *st, const step_rows *r, int l)
+                       decode_state *st, const decoder_rows *r, int l)
 {
     const float *in = sublayer_step_in(be, d, st, r->n, &w->self_norm);
     self_attention_step(be, d, st, r, &w->self, in, l);
@@ -274,7 +274,7 @@ static void block_step(const backend *be, const stack_dims *d, const block_w *w,
 /* The step's int arrays up where the kernels read them: the tokens, cache rows, sources, the
  * keys each row sees, and the ancestry packed at stride T (row b's positions 0 .. pos[b]). */
 static int stage_step(const backend *be, const stack_dims *d, decode_state *st,
-                      const step_rows *r, const int *tok, const int *src_valid)
+                      const decoder_rows *r, const int *tok, const int *src_valid)
 {
     const int B = r->n;
     const size_t ints = (size_t)B * sizeof(int);
@@ -301,7 +301,7 @@ static int stage_step(const backend *be, const stack_dims *d, decode_state *st,
 }
 
 int stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-               decode_state *st, const step_rows *r, const int *tok, const int *src_valid)
+               decode_state *st, const decoder_rows *r, const int *tok, const int *src_valid)
 {
     const int C = d->C, B = r->n;
     if (stage_step(be, d, st, r, tok, src_valid)) return -1;

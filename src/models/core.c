@@ -187,24 +187,29 @@ const float *core_host_params(const model_core *c)
     return c->dev ? c->dev->host_params : c->params;
 }
 
-qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err)
+qkv_status core_set_precision(model_core *c, qkv_precision p, void (*retype)(void *model),
+                              void *model, qkv_error *err)
 {
     device_side *d = c->dev;
+    qkv_status st = QKV_OK;
     if (!d || (p != QKV_PRECISION_BF16 && p != QKV_PRECISION_INT8 && p != QKV_PRECISION_FP32))
-        return precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
-    if (p == QKV_PRECISION_INT8)
-        return qkv_fail(err, QKV_ERR_ARG, "int8 precision runs on the CPU only: on %s use fp32 "
-                        "or bf16", d->dev->name);
-    if (p == QKV_PRECISION_BF16 && !d->dev->bf16)
-        return qkv_fail(err, QKV_ERR_ARG, "%s has no bf16 kernels: use fp32", d->dev->name);
-    if (p == QKV_PRECISION_BF16 && !d->bf16 &&
-        !(d->bf16 = c->mem->alloc(c->n_params * sizeof *d->bf16)))
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of device memory on %s for the bf16 copy of "
-                        "%zu parameters", d->dev->name, c->n_params);
-    if (p == QKV_PRECISION_FP32 && d->bf16) c->mem->release(d->bf16), d->bf16 = NULL;
-    c->prec.precision = p;
-    c->prec.bf16_current = 0; /* rounded by the next decoding pass (core_prepare) */
-    return QKV_OK;
+        st = precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
+    else if (p == QKV_PRECISION_INT8)
+        st = qkv_fail(err, QKV_ERR_ARG, "int8 precision runs on the CPU only: on %s use fp32 "
+                      "or bf16", d->dev->name);
+    else if (p == QKV_PRECISION_BF16 && !d->dev->bf16)
+        st = qkv_fail(err, QKV_ERR_ARG, "%s has no bf16 kernels: use fp32", d->dev->name);
+    else if (p == QKV_PRECISION_BF16 && !d->bf16 &&
+             !(d->bf16 = c->mem->alloc(c->n_params * sizeof *d->bf16)))
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of device memory on %s for the bf16 copy of "
+                      "%zu parameters", d->dev->name, c->n_params);
+    else {
+        if (p == QKV_PRECISION_FP32 && d->bf16) c->mem->release(d->bf16), d->bf16 = NULL;
+        c->prec.precision = p;
+        c->prec.bf16_current = 0; /* rounded by the next decoding pass (core_prepare) */
+    }
+    if (!st) retype(model);
+    return st;
 }
 
 weight core_weight(const model_core *c, const float *W)
@@ -386,7 +391,8 @@ static qkv_status device_side_open(device_side **out, const model_core *c, const
 }
 
 qkv_status core_set_device(model_core *c, const device *dev, int linear_attention,
-                           param_walk walk, const void *cfg, void *view, qkv_error *err)
+                           param_walk walk, const void *cfg, void *view,
+                           void (*retype)(void *model), void *model, qkv_error *err)
 {
     if (dev == (c->dev ? c->dev->dev : NULL)) return QKV_OK;
     const qkv_precision p = c->prec.precision;
@@ -412,7 +418,8 @@ qkv_status core_set_device(model_core *c, const device *dev, int linear_attentio
     c->generation++;
     param_walker w = {c->params, 0, NULL, NULL, 0};
     walk(&w, cfg, view);
-    return core_set_precision(c, p, err); /* checked above: fails only for want of memory */
+    /* checked above: fails only for want of memory */
+    return core_set_precision(c, p, retype, model, err);
 }
 
 /* ---- training -------------------------------------------------------------------------- */
@@ -538,6 +545,11 @@ kv_dtype core_kv_cache(const model_core *c)
                    ? KV_BF16
                    : KV_FP32;
     return c->kv_cache == QKV_KV_CACHE_BF16 ? KV_BF16 : KV_FP32;
+}
+
+qkv_kv_cache core_kv_cache_type(const model_core *c)
+{
+    return core_kv_cache(c) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
 }
 
 /* ---- the activation arena -------------------------------------------------------------- */

@@ -58,6 +58,13 @@ static qkv_status decoder_alloc(decoder **out, int rows, int positions, int sour
     return QKV_OK;
 }
 
+decoder_info decoder_transformer_info(const qkv_transformer *m)
+{
+    const qkv_transformer_config *c = &m->cfg;
+    return (decoder_info){c->tgt_vocab, c->max_len, c->max_len, 0, 0, 1, c->decoder_start,
+                          c->suppress_pad, c->forced_eos};
+}
+
 qkv_status decoder_create_transformer(decoder **out, qkv_transformer *m, int rows, int positions,
                                       int sources, int src_positions, qkv_error *err)
 {
@@ -68,8 +75,8 @@ qkv_status decoder_create_transformer(decoder **out, qkv_transformer *m, int row
     const int T = positions ? positions : c->max_len, Ts = src_positions ? src_positions : c->max_len;
     d->tm = m, d->core = &m->core, d->dims = &m->dec_dims, d->w = &m->w.decoder;
     d->out = &m->w.out, d->out_b = m->w.out_b;
-    d->info = (decoder_info){c->tgt_vocab, T, c->max_len, rows, sources, 1, c->decoder_start,
-                             c->suppress_pad, c->forced_eos};
+    d->info = decoder_transformer_info(m);
+    d->info.positions = T, d->info.rows = rows, d->info.sources = sources;
     st = state_init(d, T, Ts, c->tgt_vocab, err);
     if (st) decoder_free(d), *out = NULL;
     return st;
@@ -176,8 +183,7 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     if (!st) st = core_prepare(c, 1, err);
     if (st) return st;
     const backend be = core_backend(c);
-    const step_rows rows = {r->n, r->row, r->pos, r->src, r->ancestry, r->ld};
-    if (stack_step(&be, d->dims, d->w, c->pos_table, &d->st, &rows, tok, d->src_valid))
+    if (stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid))
         return transfer_failed(&be, err);
     head_step(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, d->st.logits, d->info.vocab);
     *logits = d->st.logits;

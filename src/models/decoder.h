@@ -36,7 +36,7 @@ typedef struct {
     int forced_eos;   /* a translation cut at its limit counts an <eos> of probability 1 */
 } decoder_info;
 
-/* One step's rows (as models/model.h's step_rows): row b writes its new key and value at
+/* One step's rows (stack_step's, models/model.h): row b writes its new key and value at
  * position pos[b] of cache row row[b] and attends to positions 0 .. pos[b]; it reads source
  * src[b] (NULL for a language model). With ancestry, position j of row b lies in cache row
  * ancestry[b * ld + j] (beam search); ancestry[b * ld + pos[b]] must be row[b]. */
@@ -56,6 +56,8 @@ qkv_status decoder_create_transformer(decoder **out, qkv_transformer *m, int row
 qkv_status decoder_create_lm(decoder **out, qkv_lm *m, int rows, int positions, qkv_error *err);
 void decoder_free(decoder *d);
 decoder_info decoder_get_info(const decoder *d);
+/* What a decoder over m would say of the model (rows and sources 0), without making one. */
+decoder_info decoder_transformer_info(const qkv_transformer *m);
 
 /* Sources src (n, Ts) with their lengths src_valid (n) through the encoder together, their
  * outputs' cross-attention keys and values into source slots slot[i] (NULL: i). Fails on an

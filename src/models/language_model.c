@@ -139,25 +139,22 @@ size_t qkv_lm_num_params(const qkv_lm *m) { return m->core.n_params; }
 float *qkv_lm_params(qkv_lm *m) { return core_params(&m->core); }
 
 /* Every linear layer's weight typed for the precision and device now set. */
-static void retype(qkv_lm *m)
+static void retype(void *model)
 {
+    qkv_lm *m = model;
     stack_retype(&m->w.stack, &m->dims, &m->core);
     m->w.out = core_weight(&m->core, m->w.out_W);
 }
 
 qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
 {
-    qkv_status st = core_set_precision(&m->core, p, err);
-    if (!st) retype(m);
-    return st;
+    return core_set_precision(&m->core, p, retype, m, err);
 }
 
 qkv_status lm_set_device(qkv_lm *m, const device *dev, qkv_error *err)
 {
-    qkv_status st = core_set_device(&m->core, dev, m->dims.linear_attention, walk, &m->cfg,
-                                    &m->w, err);
-    retype(m); /* on failure the model stays where it was, its weights as they were */
-    return st;
+    return core_set_device(&m->core, dev, m->dims.linear_attention, walk, &m->cfg, &m->w,
+                           retype, m, err);
 }
 
 qkv_precision qkv_lm_get_precision(const qkv_lm *m) { return m->core.prec.precision; }
@@ -181,10 +178,7 @@ qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err)
 
 qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m) { return m->core.kv_cache; }
 
-qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m)
-{
-    return core_kv_cache(&m->core) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
-}
+qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m) { return core_kv_cache_type(&m->core); }
 
 float *qkv_lm_grads(qkv_lm *m) { return lm_grads(m) ? core_grads_host(&m->core) : NULL; }
 float *lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }

@@ -17,6 +17,7 @@
 
 #include "core/internal.h"
 #include "layers/layers.h"
+#include "models/decoder.h"
 #include "models/precision.h"
 
 /* The number of keys from which softmax attention runs the flash kernel, unless a model is
@@ -156,19 +157,6 @@ typedef struct {
     float *buffer;
 } decode_state;
 
-/* One decoding step: n rows, each one sequence getting its next position. Row b reads and
- * writes cache row row[b]: its new key and value go to position pos[b] there, and it attends
- * to positions 0 .. pos[b]; it reads the encoder output of source src[b] (NULL without
- * cross-attention). With ancestry (beam search), position j < pos[b] of row b lies in cache
- * row ancestry[b * ld + j] instead (hypotheses share the keys of their common prefix), and
- * ancestry[b * ld + pos[b]] must be row[b]. */
-typedef struct {
-    int n;
-    const int *row, *pos, *src;
-    const int *ancestry;
-    int ld;
-} step_rows;
-
 /* Room for cap rows of T positions of a stack, n_src sources of Ts positions (0 without
  * cross-attention) and logits over V tokens (0: none), the caches of type kv, in the memory
  * of be's table. */
@@ -192,12 +180,13 @@ void decode_state_fill(const backend *be, const stack_dims *d, decode_state *st,
                        const stack_acts *a);
 void decode_state_free(decode_state *st);
 
-/* The rows' input tokens tok (r->n) through the stack, each at its own position, appending
+/* The rows' input tokens tok (r->n; models/decoder.h's decoder_rows) through the stack, each
+ * at its own position, appending
  * its keys and values to its cache row (or advancing its linear-attention state); st->x
  * holds the last block's output (r->n, C). src_valid (n_src): the sources' lengths. -1 when
  * the step's ints did not reach the device (nothing ran), else 0. */
 int stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-               decode_state *st, const step_rows *r, const int *tok, const int *src_valid);
+               decode_state *st, const decoder_rows *r, const int *tok, const int *src_valid);
 
 /* ---- the output layer ---------------------------------------------------------------------- */
 
@@ -326,7 +315,10 @@ float *core_params(model_core *c);
  * returns the host's copy as it was). */
 const float *core_host_params(const model_core *c);
 qkv_status core_host_current(const model_core *c, qkv_error *err);
-qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err);
+/* Sets the precision, then has the model type its weights for it (retype(model): its stacks'
+ * stack_retype and its output layer's core_weight). */
+qkv_status core_set_precision(model_core *c, qkv_precision p, void (*retype)(void *model),
+                              void *model, qkv_error *err);
 /* W, one of the parameters' weight matrices, typed for the precision now set
  * (models/precision.h, precision_weight; on a device its bf16 copy there). */
 weight core_weight(const model_core *c, const float *W);
@@ -344,13 +336,14 @@ qkv_status transfer_failed(const backend *be, qkv_error *err);
 /* ---- devices -------------------------------------------------------------------------- */
 
 /* Moves the model's buffers to dev (NULL: the host), walking view (the parameter views) over
- * the new buffers; the caller retypes its weights then. Fails,
+ * the new buffers, and has the model retype its weights (core_set_precision). Fails,
  * changing nothing, when dev is missing (no driver, no GPU), when the model needs what dev
  * lacks (linear attention, int8, bf16 without a bf16 table) or on no memory there. The
  * activations and the gradients are made again on first use; decoding states made before
  * are refused (generation). */
 qkv_status core_set_device(model_core *c, const device *dev, int linear_attention,
-                           param_walk walk, const void *cfg, void *view, qkv_error *err);
+                           param_walk walk, const void *cfg, void *view,
+                           void (*retype)(void *model), void *model, qkv_error *err);
 /* The device's name, or "cpu". */
 const char *core_device_name(const model_core *c);
 /* The device behind d: NULL for the CPU; QKV_ERR_ARG for one this build lacks. */
@@ -387,6 +380,8 @@ qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err);
  * QKV_KV_CACHE_AUTO bf16 at any precision but float32 (so float32 results stay those of a
  * float32 cache). */
 kv_dtype core_kv_cache(const model_core *c);
+/* The same as the public enum (qkv_transformer_kv_cache_type, qkv_lm_kv_cache_type). */
+qkv_kv_cache core_kv_cache_type(const model_core *c);
 
 /* Activations laid out in the arena: an arena with a NULL base only counts. */
 typedef struct {

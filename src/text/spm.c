@@ -181,9 +181,10 @@ qkv_status qkv_spm_train(const qkv_sentences *const *texts, int n_texts,
         "num_threads", "minloglevel", "input_sentence_size", "shuffle_input_sentence",
     };
     const char *const values[] = {
-        size, type == QKV_SPM_BPE ? "bpe" : "unigram", "1.0", "true",
+        size, qkv_spm_type_name(type), "1.0", "true", /* qkv's names are SentencePiece's */
         "0", "1", "2", "3",
-        "<unk>", "<pad>", "<bos>", "<eos>",
+        qkv_enum_name(QKV_ENUM_RESERVED, QKV_UNK), qkv_enum_name(QKV_ENUM_RESERVED, QKV_PAD),
+        qkv_enum_name(QKV_ENUM_RESERVED, QKV_BOS), qkv_enum_name(QKV_ENUM_RESERVED, QKV_EOS),
         "1", "2", "0", "false",
     };
     char **lines, *bytes, why[512] = "", *model;
@@ -206,14 +207,13 @@ qkv_status qkv_spm_train(const qkv_sentences *const *texts, int n_texts,
 qkv_status qkv_spm_vocab(qkv_vocab *v, const qkv_spm *s, const char *name, qkv_error *err)
 {
     memset(v, 0, sizeof *v);
-    static const char *const reserved[QKV_N_RESERVED] = {"<unk>", "<pad>", "<bos>", "<eos>"};
     const int n = qkv_spm_size(s);
     for (int id = 0; id < QKV_N_RESERVED; id++) {
         const char *p = qkv_spm_piece(s, id);
-        if (!p || strcmp(p, reserved[id]))
+        if (!p || strcmp(p, qkv_enum_name(QKV_ENUM_RESERVED, id)))
             return qkv_fail(err, QKV_ERR_FORMAT, "%.400s: piece %d is \"%.40s\", not %s: not a "
                             "model with qkv's reserved pieces (qkv_spm_train makes those)",
-                            name, id, p ? p : "(none)", reserved[id]);
+                            name, id, p ? p : "(none)", qkv_enum_name(QKV_ENUM_RESERVED, id));
     }
     const char **pieces = malloc((size_t)n * sizeof *pieces);
     if (!pieces) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d pieces", n);

@@ -8,17 +8,20 @@ set -u
 QKV=$(realpath "$1")
 . "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 
-# ---- --help: stdout, exit 0, a range for every numeric option (N or X after its name)
+# ---- --help: stdout, exit 0, a range for every numeric option (N or FLOAT after its name; an
+# option's other name, "the same as --NAME", shows its option's)
 COMMANDS=$("$QKV" --help | sed -n 's/^  \([a-z-]*\)  .*/\1/p')
 [ -n "$COMMANDS" ] || bad "qkv --help lists no command"
 for c in $COMMANDS "bench train" "bench decode" "bench attention" "bench generate" "bench sgemm"; do
   # shellcheck disable=SC2086  # "bench train" is two words
   if ! "$QKV" $c --help >"$T/help" 2>"$T/err"; then bad "$c --help exits 0 ($(head -c 200 "$T/err"))"; continue; fi
   check "$c --help is on stdout, nothing on stderr" test -s "$T/help" -a ! -s "$T/err"
-  numeric=$(grep -cE '^  --[a-z0-9-]+ [NX] ' "$T/help")
-  ranged=$(grep -cE '^  --[a-z0-9-]+ [NX] .*\([NX] (in [[(][-0-9.e]+, [-0-9.e]+[])]|[<>]=? [-0-9.e]+); default [^)]*\)$' "$T/help")
-  if [ "$numeric" -eq "$ranged" ]; then ok "$c --help: a range for each of its $numeric numeric options"
-  else bad "$c --help: $ranged of $numeric numeric options show a range: $(grep -E '^  --[a-z0-9-]+ [NX] ' "$T/help" | grep -vE '\([NX] (in|[<>])')"; fi
+  opt='^  (-[a-z], |    )--[a-z0-9-]+ (N|FLOAT) +'
+  numeric=$(grep -E "$opt" "$T/help" | grep -vc '  the same as --')
+  ranged=$(grep -cE "$opt"'.*\((N|FLOAT) (in [[(][-0-9.e]+, [-0-9.e]+[])]|[<>]=? [-0-9.e]+); default [^)]*\)$' "$T/help")
+  if [ "$numeric" -gt 0 ] && [ "$numeric" -eq "$ranged" ]; then ok "$c --help: a range for each of its $numeric numeric options"
+  elif [ "$numeric" -eq 0 ] && ! grep -qE '(N|FLOAT) (in|[<>])' "$T/help"; then ok "$c --help: no numeric option"
+  else bad "$c --help: $ranged of $numeric numeric options show a range: $(grep -E "$opt" "$T/help" | grep -v '  the same as --' | grep -vE '\((N|FLOAT) (in|[<>])')"; fi
 done
 
 # every default shown lies inside its range ("unset" where the option's absence means
@@ -34,7 +37,10 @@ for c in sys.argv[3:]:
         for o in cli_fuzz.read_help(sys.argv[1], words):
             if o.kind not in "NX":
                 continue
-            line = next(l for l in text.splitlines() if l.startswith("  --%s " % o.name))
+            line = next(l for l in text.splitlines()
+                        if re.match(r"  (-[a-z], |    )--%s " % re.escape(o.name), l))
+            if "  the same as --" in line:  # another name: its option's line says it
+                continue
             d = re.search(r"; default ([^)]*)\)$", line).group(1)
             if d != "unset" and not o.inside(float(d)):
                 print("%s --%s: default %s outside its range" % (" ".join(words), o.name, d))
@@ -131,8 +137,25 @@ check "... records the same train.json" test "$(strip_history "$T/m/train.json")
 check "... and trains the same model" cmp -s "$T/m/model.safetensors" "$T/again/model.safetensors"
 "$QKV" train --src "$T/src.txt" --tgt "$T/tgt.txt" "${TINY[@]}" --valid "$T/pairs.tsv" --no-bleu --out "$T/al" 2>/dev/null
 "$QKV" train --config "$T/al/train.json" --d-model 8 --heads 2 --ffn 16 --layers 1 --quiet --out "$T/al2" 2>"$T/err"
-check "aligned files and --no-bleu round trip (\"data\" with \"tgt\" is --src, valid_bleu false is --no-bleu)" \
+check "aligned files and --no-bleu round trip (\"src\" and \"tgt\", valid_bleu false is --no-bleu)" \
   test "$(strip_history "$T/al/train.json")" = "$(strip_history "$T/al2/train.json")"
+# a train.json written before runs recorded "src": its "data" with "tgt" is the source file,
+# as a --config and when the run is resumed
+python3 - "$T/al/train.json" "$T/old.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["data"] = d.pop("src"); json.dump(d, open(sys.argv[2], "w"))
+PY
+"$QKV" train --config "$T/old.json" --d-model 8 --heads 2 --ffn 16 --layers 1 --quiet --out "$T/al3" 2>"$T/err"
+check "an older train.json's \"data\" with \"tgt\" is --src ($(head -c 200 "$T/err"))" \
+  test "$(strip_history "$T/al/train.json")" = "$(strip_history "$T/al3/train.json")"
+"$QKV" train --src "$T/src.txt" --tgt "$T/tgt.txt" "${TINY[@]}" --epochs 2 --stop-after-steps 1 --out "$T/ra" 2>/dev/null
+python3 - "$T/ra/train.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["data"] = d.pop("src"); json.dump(d, open(sys.argv[1], "w"))
+PY
+"$QKV" train --out "$T/ra" --resume --quiet 2>"$T/err"
+check "... and resumes ($(head -c 200 "$T/err"))" \
+  bash -c "test -s '$T/ra/model.safetensors' && grep -q '\"src\":' '$T/ra/train.json'"
 "$QKV" train-lm --config "$T/lm/train.json" --d-model 8 --heads 2 --ffn 16 --layers 1 --threads 1 --quiet \
   --out "$T/lm2" >/dev/null 2>"$T/err"
 check "train-lm --config train.json round trip ($(head -c 200 "$T/err"))" \
@@ -145,12 +168,10 @@ printf '{"label_smoothing": 1}' >"$T/ls.json"
 expect_fail "a value out of range in --config names the file" "--label-smoothing must be in \[0, 1\) \(got 1\) in .*ls.json" \
   "$QKV" train --config "$T/ls.json"
 printf '{"frobnicate": 3}' >"$T/unk.json"
-for c in demo train translate eval info plot train-lm generate eval-lm "bench train"; do
+for c in demo train translate eval info plot train-lm generate eval-lm "bench train" average "import marian"; do
   # shellcheck disable=SC2086
   expect_fail "$c --config: an unknown key names the file and the key" 'unk.json: unknown key "frobnicate"' "$QKV" $c --config "$T/unk.json"
 done
-expect_fail "average --config: an unknown key names the file" "unk.json: unknown option '--frobnicate" \
-  "$QKV" average --config "$T/unk.json" --out "$T/avg" "$T/m"
 printf '{"lr": [0.1]}' >"$T/arr.json"
 expect_fail "--config: an array value" '"lr" must be a number, a string, true or false' "$QKV" train --config "$T/arr.json"
 printf '{"lr": true}' >"$T/bool.json"

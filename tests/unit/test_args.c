@@ -38,7 +38,7 @@ static void test_ends(void **state)
     (void)state;
     float x = 0;
     int n = 0;
-    opt_spec f = {"x", OPT_FLOAT, &x, "", "[0, 1)"}, i = {"n", OPT_INT, &n, "", "(-2, 3]"};
+    opt_spec f = {"x", OPT_FLOAT, &x, "", "[0, 1)", NULL}, i = {"n", OPT_INT, &n, "", "(-2, 3]", NULL};
     x = 0.0f, assert_int_equal(args_check(&f, "t", NULL), 0);
     x = -1e-7f, assert_int_equal(args_check(&f, "t", NULL), -1);
     x = 0.99999994f, assert_int_equal(args_check(&f, "t", NULL), 0);
@@ -60,9 +60,9 @@ static void test_parse_refuses_values_out_of_range(void **state)
     uint64_t seed = 0;
     const char *out = NULL;
     const opt_spec opts[] = {
-        {"lr", OPT_FLOAT, &lr, "", ARG_GT0},       {"steps", OPT_INT, &steps, "", "[2, 8]"},
-        {"seed", OPT_U64, &seed, "", ARG_SEED},    {"quiet", OPT_FLAG, &quiet, "", NULL},
-        {"out", OPT_STRING, &out, "", NULL},       {NULL, 0, NULL, NULL, NULL},
+        {"lr", OPT_FLOAT, &lr, "", ARG_GT0, NULL},       {"steps", OPT_INT, &steps, "", "[2, 8]", NULL},
+        {"seed", OPT_U64, &seed, "", ARG_SEED, NULL},    {"quiet", OPT_FLAG, &quiet, "", NULL, NULL},
+        {"out", OPT_STRING, &out, "", NULL, NULL},       {0},
     };
     char *ok[] = {"qkv", "t", "--lr", "0.1", "--steps=8", "--seed", "18446744073709551615",
                   "--quiet", "--out", "d"};
@@ -85,9 +85,9 @@ static void test_table_without_range_fails(void **state)
 {
     (void)state;
     int n = 1, flag = 0;
-    const opt_spec no_range[] = {{"n", OPT_INT, &n, "", NULL}, {NULL, 0, NULL, NULL, NULL}};
-    const opt_spec bad_range[] = {{"n", OPT_INT, &n, "", "[1, 2"}, {NULL, 0, NULL, NULL, NULL}};
-    const opt_spec flag_range[] = {{"f", OPT_FLAG, &flag, "", ">= 0"}, {NULL, 0, NULL, NULL, NULL}};
+    const opt_spec no_range[] = {{"n", OPT_INT, &n, "", NULL, NULL}, {0}};
+    const opt_spec bad_range[] = {{"n", OPT_INT, &n, "", "[1, 2", NULL}, {0}};
+    const opt_spec flag_range[] = {{"f", OPT_FLAG, &flag, "", ">= 0", NULL}, {0}};
     char *help[] = {"qkv", "t", "--help"};
     assert_int_equal(args_parse(3, help, 2, no_range, ""), -1);
     assert_int_equal(args_parse(3, help, 2, bad_range, ""), -1);
@@ -103,10 +103,10 @@ static void test_config_block(void **state)
     float lr = 0.5f;
     int steps = 4, quiet = 1;
     const opt_spec opts[] = {
-        {"lr", OPT_FLOAT, &lr, "", ARG_GT0},
-        {"steps", OPT_INT, &steps, "", "[2, 8]"},
-        {"quiet", OPT_FLAG, &quiet, "", NULL},
-        {NULL, 0, NULL, NULL, NULL},
+        {"lr", OPT_FLOAT, &lr, "", ARG_GT0, NULL},
+        {"steps", OPT_INT, &steps, "", "[2, 8]", NULL},
+        {"quiet", OPT_FLAG, &quiet, "", NULL, NULL},
+        {0},
     };
     char *ok[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--lr=0.25", "--steps=3",
                   "--quiet=" CONFIG_FALSE, CONFIG_END, "--steps", "5"};
@@ -122,8 +122,75 @@ static void test_config_block(void **state)
     assert_int_equal(args_parse(7, true_value, 2, opts, ""), -1);
     assert_int_equal(args_parse(6, false_value, 2, opts, ""), -1);
     assert_int_equal(args_parse(3, typed_false, 2, opts, ""), -1);
-    assert_true(args_given(10, ok, 2, "quiet") && !args_typed(10, ok, 2, "quiet"));
-    assert_true(args_typed(10, ok, 2, "steps") && !args_given(10, ok, 2, "st"));
+    assert_true(args_given(10, ok, 2, opts, "quiet") && !args_typed(10, ok, 2, opts, "quiet"));
+    assert_true(args_typed(10, ok, 2, opts, "steps") && !args_given(10, ok, 2, opts, "st"));
+}
+
+/* Another name of an option (a long alias, a short one), a choice among names, and in a
+ * --config file the key a run records an option under, a flag's opposite included. */
+static void test_aliases_choices_records(void **state)
+{
+    (void)state;
+    int steps = 4, no_bleu = 0, layers = 1;
+    const char *model = NULL;
+    opt_choice act = {QKV_ENUM_ACTIVATION, NULL, QKV_ACT_RELU};
+    static const char *const kinds[] = {"word", "bpe", NULL};
+    opt_choice kind = {0, kinds, 0};
+    const opt_spec opts[] = {
+        {"max-tokens", OPT_INT, &steps, "", "[2, 8]", "data num_steps"},
+        {"num-steps", OPT_ALIAS, "max-tokens", "d2l's name", NULL, NULL},
+        {"model", OPT_DIR, &model, "", NULL, NULL},
+        {"m", OPT_ALIAS, "model", NULL, NULL, NULL},
+        {"no-bleu", OPT_FLAG, &no_bleu, "", NULL, "data !valid_bleu"},
+        {"layers", OPT_INT, &layers, "", "[1, 9]", "model enc_layers"},
+        {"act", OPT_CHOICE, &act, "", NULL, "model"},
+        {"kind", OPT_CHOICE, &kind, "", NULL, NULL},
+        {0},
+    };
+    char *ok[] = {"qkv", "t", "--num-steps", "6", "-m", "dir", "--act=gelu", "--kind", "bpe"};
+    assert_int_equal(args_parse(9, ok, 2, opts, ""), 0);
+    assert_true(steps == 6 && !strcmp(model, "dir") && act.value == QKV_ACT_GELU &&
+                kind.value == 1);
+    assert_true(args_given(9, ok, 2, opts, "max-tokens") && args_given(9, ok, 2, opts, "model"));
+    assert_false(args_given(9, ok, 2, opts, "layers"));
+    /* a file names options by their record keys: num_steps, valid_bleu (false: --no-bleu on) */
+    char *file[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--num_steps=3", "--valid_bleu=" CONFIG_FALSE,
+                    "--enc_layers=5", CONFIG_END};
+    assert_int_equal(args_parse(8, file, 2, opts, ""), 0);
+    assert_true(steps == 3 && no_bleu == 1 && layers == 5);
+    char *on[] = {"qkv", "t", CONFIG_BEGIN, "f.json", "--valid_bleu", CONFIG_END};
+    assert_int_equal(args_parse(6, on, 2, opts, ""), 0);
+    assert_int_equal(no_bleu, 0);
+    /* record keys and underscores only in a file; short options only with one dash */
+    char *typed_key[] = {"qkv", "t", "--num_steps", "3"}, *long_m[] = {"qkv", "t", "--m", "d"},
+         *short_model[] = {"qkv", "t", "-model", "d"}, *bad_choice[] = {"qkv", "t", "--act", "tanh"};
+    assert_int_equal(args_parse(4, typed_key, 2, opts, ""), -1);
+    assert_int_equal(args_parse(4, long_m, 2, opts, ""), -1);
+    assert_int_equal(args_parse(4, short_model, 2, opts, ""), -1);
+    assert_int_equal(args_parse(4, bad_choice, 2, opts, ""), -1);
+    opt_record r;
+    assert_int_equal(args_record(&opts[4], &r), 1);
+    assert_true(r.in_train && r.fixed && r.inverted && !strcmp(r.key, "valid_bleu"));
+    assert_int_equal(args_record(&opts[6], &r), 1);
+    assert_true(!r.in_train && r.fixed && !r.inverted && !strcmp(r.key, "act"));
+    assert_int_equal(args_record(&opts[2], &r), 0);
+}
+
+/* Rows that cannot be meant fail every parse of their table, as a bad range does. */
+static void test_table_faults(void **state)
+{
+    (void)state;
+    int n = 1;
+    const opt_spec no_target[] = {{"n", OPT_INT, &n, "", ">= 0", NULL},
+                                  {"x", OPT_ALIAS, "nothing", NULL, NULL, NULL}, {0}};
+    const opt_spec bad_record[] = {{"n", OPT_INT, &n, "", ">= 0", "config"}, {0}};
+    const opt_spec inverted_int[] = {{"n", OPT_INT, &n, "", ">= 0", "data !n"}, {0}};
+    const opt_spec twice[] = {{"n", OPT_INT, &n, "", ">= 0", NULL},
+                              {"n", OPT_INT, &n, "", ">= 0", NULL}, {0}};
+    assert_int_equal(args_table_check(no_target, "t"), -1);
+    assert_int_equal(args_table_check(bad_record, "t"), -1);
+    assert_int_equal(args_table_check(inverted_int, "t"), -1);
+    assert_int_equal(args_table_check(twice, "t"), -1);
 }
 
 /* config_args_expand: the block goes after the command's leading words and before the
@@ -143,10 +210,12 @@ static void test_config_expand(void **state)
     int argc = 8;
     char **argv = in, **owned = NULL;
     assert_int_equal(config_args_expand(&argc, &argv, &owned), 0);
-    const char *want[] = {"qkv", "train", CONFIG_BEGIN, path, "--label-smoothing=0.1",
+    /* keys stay as written (args_parse finds their options); "data" with "tgt" is the
+     * source file of a record written before "src" was recorded */
+    const char *want[] = {"qkv", "train", CONFIG_BEGIN, path, "--label_smoothing=0.1",
                           "--quiet", "--bias=" CONFIG_FALSE, "--epochs=3", "--act=gelu",
-                          "--no-bleu", "--src=a.txt", "--tgt=b.txt", CONFIG_END, "--lr", "1",
-                          "--out", "d"};
+                          "--valid_bleu=" CONFIG_FALSE, "--tgt=b.txt", "--src=a.txt", CONFIG_END,
+                          "--lr", "1", "--out", "d"};
     assert_int_equal(argc, (int)(sizeof want / sizeof *want));
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], want[i])) print_error("word %d: '%s', want '%s'\n", i, argv[i], want[i]);
@@ -190,6 +259,8 @@ int main(void)
         cmocka_unit_test(test_parse_refuses_values_out_of_range),
         cmocka_unit_test(test_table_without_range_fails),
         cmocka_unit_test(test_config_block),
+        cmocka_unit_test(test_aliases_choices_records),
+        cmocka_unit_test(test_table_faults),
         cmocka_unit_test(test_config_expand),
     };
     return cmocka_run_group_tests_name("args", tests, NULL, NULL);
