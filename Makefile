@@ -278,6 +278,19 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	  qkv-viz.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv-viz.pc
 
+# The CUDA build (build-cuda: make CUDA=1) with zero warnings from nvcc and the host compiler,
+# and what its --device cuda says on a machine without a GPU (tests/e2e/test_device.sh). CI
+# runs it on every submission; on a GPU, tests/device/check.sh runs the device itself.
+.PHONY: cuda-check
+cuda-check:
+	@command -v $(NVCC) >/dev/null 2>&1 || { echo "cuda-check: no nvcc ($(NVCC))"; exit 1; }
+	@mkdir -p build-cuda
+	$(MAKE) CUDA=1 all >build-cuda/build.log 2>&1 || { cat build-cuda/build.log; exit 1; }
+	@if grep -nE 'warning[:# ]' build-cuda/build.log; then \
+	  echo "cuda-check: the CUDA build has warnings"; exit 1; fi
+	$(MAKE) all
+	QKV=$(BUILD)/qkv QKV_CUDA=build-cuda/qkv tests/run.sh tests/e2e/test_device.sh
+
 clean:
 	rm -rf build build-asan build-cuda
 

@@ -87,6 +87,7 @@ typedef enum {
     QKV_ENUM_SPM_TYPE,    /* qkv_spm_type: unigram, bpe */
     QKV_ENUM_RESERVED,    /* the reserved tokens by id (QKV_UNK ..): <unk>, <pad>, <bos>, <eos> */
     QKV_ENUM_CT2_QUANTIZATION, /* qkv_ct2_quantization: float32, int8 */
+    QKV_ENUM_DEVICE,      /* qkv_device: cpu, cuda */
     QKV_N_ENUMS
 } qkv_enum;
 

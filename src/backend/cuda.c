@@ -58,16 +58,16 @@ static qkv_status cuda_open(void **out, qkv_error *err)
         cudaGetLastError(); /* not a sticky error: the next try starts clean */
         cudaRuntimeGetVersion(&runtime);
         if (e == cudaErrorInsufficientDriver)
-            return qkv_fail(err, QKV_ERR_ARG, "cuda: no NVIDIA driver, or one older than this "
-                            "CUDA runtime (%d.%d) needs: is the driver installed (`nvidia-smi` "
-                            "says)?", runtime / 1000, runtime % 1000 / 10);
-        return qkv_fail(err, QKV_ERR_ARG, "cuda: no usable GPU: %s (`nvidia-smi` lists the "
-                        "GPUs the driver sees)",
+            return qkv_fail(err, QKV_ERR_ARG, "no NVIDIA driver, or one older than CUDA %d.%d "
+                            "needs: is the driver installed (`nvidia-smi` says)?",
+                            runtime / 1000, runtime % 1000 / 10);
+        return qkv_fail(err, QKV_ERR_ARG, "no usable GPU: %s (`nvidia-smi` lists the GPUs the "
+                        "driver sees)",
                         e == cudaSuccess ? "the driver sees none" : cudaGetErrorString(e));
     }
     if ((e = cudaSetDevice(0)) != cudaSuccess) {
         cudaGetLastError();
-        return qkv_fail(err, QKV_ERR_ARG, "cuda: cannot use GPU 0: %s", cudaGetErrorString(e));
+        return qkv_fail(err, QKV_ERR_ARG, "cannot use GPU 0: %s", cudaGetErrorString(e));
     }
     cuda_context *c = calloc(1, sizeof *c);
     if (!c) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a CUDA context");
@@ -75,7 +75,7 @@ static qkv_status cuda_open(void **out, qkv_error *err)
     if (s != CUBLAS_STATUS_SUCCESS) {
         free(c);
         cudaGetLastError();
-        return qkv_fail(err, QKV_ERR_ARG, "cuda: cuBLAS does not start: %s",
+        return qkv_fail(err, QKV_ERR_ARG, "cuBLAS does not start on GPU 0: %s",
                         cublasGetStatusString(s));
     }
     *out = c;

@@ -32,7 +32,7 @@ static int open_model(server *s)
     struct stat sb;
     qkv_error err = {0};
     if (!stat(path, &sb)) {
-        if (lm_dir_load(&s->lm, s->model_dir, &s->precision)) return 1;
+        if (lm_dir_load(&s->lm, s->model_dir, &s->precision, s->device)) return 1;
         s->lm_job = calloc((size_t)s->slots, sizeof *s->lm_job);
         s->drawn = calloc((size_t)s->slots, sizeof *s->drawn);
         if (!s->lm_job || !s->drawn) {
@@ -46,6 +46,7 @@ static int open_model(server *s)
         return 0;
     }
     if (qkv_translator_open(&s->tr, s->model_dir, &err) ||
+        qkv_transformer_set_device(qkv_translator_model(s->tr), s->device, &err) ||
         qkv_transformer_set_precision(qkv_translator_model(s->tr), s->precision, &err) ||
         qkv_batch_decoder_create(&s->bd, s->tr, s->slots, &err)) {
         fprintf(stderr, "qkv serve: %s\n", err.msg);
@@ -95,7 +96,8 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
 {
     int slots = 64, max_queue = 256, timeout = 60, port = 8080, delay_ms = 0;
     const char *host = "127.0.0.1", *model = NULL;
-    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32};
+    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
+               device = {QKV_ENUM_DEVICE, NULL, QKV_DEVICE_CPU};
     const opt_spec opts[] = {
         {"model", OPT_DIR, &model, "model directory: translation (qkv train) or language "
                                    "model (qkv train-lm)", NULL, NULL},
@@ -115,12 +117,13 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
         {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
          "[0, 86400]", NULL},
         {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
+        {"device", OPT_CHOICE, &device, CLI_DEVICE_HELP, NULL, NULL},
         {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv serve --model DIR [--host TEXT] [--port N] [--threads N] "
                         "[--max-batch-size N] [--max-batch-delay N] [--max-queue N] "
-                        "[--timeout N] [--precision fp32|bf16|int8]\n"
+                        "[--timeout N] [--precision fp32|bf16|int8] [--device cpu|cuda]\n"
                         "Serves a model over HTTP: POST /translate, POST /v1/completions, "
                         "GET /health /v1/models /metrics.");
     if (rc) return rc > 0 ? 1 : 2;
@@ -128,7 +131,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
         fprintf(stderr, "qkv serve: needs --model DIR\n");
         return 2;
     }
-    s->precision = (qkv_precision)precision.value;
+    s->precision = (qkv_precision)precision.value, s->device = (qkv_device)device.value;
     if (timeout > 0 && delay_ms >= 1000 * timeout) {
         fprintf(stderr, "qkv serve: --max-batch-delay %d ms is not below --timeout %d s: requests "
                 "would time out waiting for company\n", delay_ms, timeout);
@@ -147,6 +150,7 @@ int cmd_serve(int argc, char **argv)
     int threads = 0;
     int rc = serve_options(&s, argc, argv, &threads);
     if (rc) return rc == 1 ? 0 : rc;
+    if (cli_device(s.device, "serve")) return 1;
     /* SIGTERM and SIGINT are taken by sigwait: blocked in every thread, which inherit the mask
      * (the decoder, the HTTP threads, OpenMP's) */
     sigset_t stop;

@@ -74,6 +74,7 @@ typedef struct {
     int port, slots, max_queue, timeout_s;
     double max_delay_s;     /* --max-batch-delay: an idle decoder waits this long for company */
     qkv_precision precision; /* --precision: how the model's linear layers multiply */
+    qkv_device device;       /* --device: where it computes */
     qkv_translator *tr;     /* one of the two */
     lm_dir lm;
     qkv_batch_decoder *bd;  /* a translation model's running batch */

@@ -277,18 +277,6 @@ qkv_status transfer_failed(const backend *be, qkv_error *err)
 
 const char *core_device_name(const model_core *c) { return c->dev ? c->dev->dev->name : "cpu"; }
 
-const char *qkv_device_name(qkv_device d)
-{
-    return d == QKV_DEVICE_CPU ? "cpu" : d == QKV_DEVICE_CUDA ? "cuda" : "unknown";
-}
-
-qkv_status qkv_device_parse(qkv_device *d, const char *name, qkv_error *err)
-{
-    if (name && !strcmp(name, "cpu")) return *d = QKV_DEVICE_CPU, QKV_OK;
-    if (name && !strcmp(name, "cuda")) return *d = QKV_DEVICE_CUDA, QKV_OK;
-    return qkv_fail(err, QKV_ERR_ARG, "unknown device '%s' (cpu or cuda)", name ? name : "(null)");
-}
-
 qkv_status core_device_of(const device **out, qkv_device d, qkv_error *err)
 {
     *out = NULL;
