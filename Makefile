@@ -194,6 +194,20 @@ $(BUILD)/tests/test_cuda_host: $(BUILD)/tests/unit/test_cuda_host.o $(BUILD)/tes
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o,$^) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
 
+# The GPU's whole-model parity with the CPU (tests/device/check.sh runs it; built in CI by
+# cuda-check so that it never rots).
+.PHONY: device-tests
+device-tests: $(BUILD)/tests/device_parity
+$(BUILD)/tests/device_parity: tests/device/parity.c $(VIZ_A) $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS)
+# the same program over the CUDA stand-in (tests/cuda): cuda-check runs it on the CPU
+$(BUILD)/tests/device_parity_shim: tests/device/parity.c $(BUILD)/tests/cuda/shim.o \
+                                   $(BUILD)/tests/cuda/backend_cuda.o $(VIZ_A) $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SHIM_CFLAGS) -o $@ $(filter %.c %.o,$^) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) \
+	  $(VIZ_LIBS)
+
 # deps first, then the build in a second make that asks pkg-config only now (also with -j).
 demo: deps
 	$(MAKE) all
@@ -285,10 +299,12 @@ install: all
 cuda-check:
 	@command -v $(NVCC) >/dev/null 2>&1 || { echo "cuda-check: no nvcc ($(NVCC))"; exit 1; }
 	@mkdir -p build-cuda
-	$(MAKE) CUDA=1 all >build-cuda/build.log 2>&1 || { cat build-cuda/build.log; exit 1; }
+	$(MAKE) CUDA=1 all device-tests >build-cuda/build.log 2>&1 || \
+	  { cat build-cuda/build.log; exit 1; }
 	@if grep -nE 'warning[:# ]' build-cuda/build.log; then \
 	  echo "cuda-check: the CUDA build has warnings"; exit 1; fi
-	$(MAKE) all
+	$(MAKE) all $(BUILD)/tests/device_parity_shim
+	$(BUILD)/tests/device_parity_shim --quick
 	QKV=$(BUILD)/qkv QKV_CUDA=build-cuda/qkv tests/run.sh tests/e2e/test_device.sh
 
 clean:

@@ -158,11 +158,11 @@ typedef struct {
 
     /* ---- memory the kernels read and write (the host's on the CPU; a device's on a GPU) ---
      * alloc gives 64-byte aligned memory, NULL when there is none; upload and download copy
-     * between it and the host's, returning 0, or -1 when the copy failed (finish says why,
-     * and the models stop there: nothing reads what did not arrive). Every pointer an entry takes is this memory, the int arrays
-     * (ids, targets, lengths, cache rows) included; what an entry returns (a count, a sum) is
-     * on the host. host_memory: the host may read and write it directly too (the CPU tables),
-     * so that results need no download. */
+     * between it and the host's, returning 0, or -1 when the copy failed (finish says why, and
+     * the models stop there: nothing reads what did not arrive). Every pointer an entry takes
+     * is this memory, the int arrays (ids, targets, lengths, cache rows) included; what an
+     * entry returns (a count, a sum) is on the host. host_memory: the host may read and write
+     * it directly too (the CPU tables), so that results need no download. */
     int host_memory;
     void *(*alloc)(size_t bytes);
     void (*release)(void *p);

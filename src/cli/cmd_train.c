@@ -447,7 +447,8 @@ static void train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
                      .schedule = {QKV_ENUM_LR_SCHEDULE, NULL, QKV_LR_CONSTANT},
                      .loss = {0, LOSSES, LOSS_TOKEN},
                      .precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
-                     .device = {QKV_ENUM_DEVICE, NULL, QKV_DEVICE_CPU}, .layers = 2, .enc_layers = -1, .dec_layers = -1, .num_steps = 10,
+                     .device = {QKV_ENUM_DEVICE, NULL, QKV_DEVICE_CPU},
+                     .layers = 2, .enc_layers = -1, .dec_layers = -1, .num_steps = 10,
                      .min_freq = 2, .every = 10, .vocab_size = 8000};
     c->o.seed = 0;
     const opt_spec table[] = {
