@@ -100,7 +100,7 @@ endif
 # The figures (heatmaps, line plots) are a library of their own, libqkv-viz, over libqkv's
 # public types; its shared build carries private copies of the error and file helpers it uses
 # (src/viz/libqkv-viz.map keeps them local).
-VIZ_CORE := $(BUILD)/src/core/error.o $(BUILD)/src/core/atomic_file.o
+VIZ_CORE := $(BUILD)/src/core/error.o $(BUILD)/src/core/atomic_file.o $(BUILD)/src/core/read_file.o
 VIZ_SRC := $(sort $(wildcard src/viz/*.c))
 VIZ_OBJ := $(VIZ_SRC:%.c=$(BUILD)/%.o)
 VIZ_A   := $(BUILD)/libqkv-viz.a
@@ -121,7 +121,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention bench-serve bench-ct2
+.PHONY: all deps demo check test unit parity-data test-asan test-python install clean bench bench-attention bench-serve bench-ct2 bench-python
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(VIZ_A) $(VIZ_SO) \
      $(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so $(BUILD)/qkv $(BUILD)/qkv.1 $(BUILD)/qkv.bash
 
@@ -222,10 +222,25 @@ $(BUILD)/parity/.stamp: $(wildcard tests/parity/*.py) $(wildcard tools/*.py)
 unit: all $(TEST_BIN) $(BUILD)/parity/.stamp
 	QKV_PARITY_DIR=$(BUILD)/parity QKV=$(BUILD)/qkv tests/run.sh $(TEST_BIN) $(E2E_TESTS)
 
+# The code's shape, before any test runs: every include in the folder order of the seam, and
+# every function over 80 lines saying why (docs/architecture.md).
+check:
+	tools/check_includes.sh
+	$(PY) tools/check_functions.py
+
 test: deps
+	$(MAKE) check
 	$(MAKE) unit
+	$(MAKE) test-python
 	$(MAKE) test-asan
 	$(MAKE) fuzz-regress
+
+# The Python package (python/): its wheel built once, installed in a virtual environment of each
+# Python here and tested there with pytest (tests/python.sh): the pyenv-style python3 first on
+# PATH and Debian's, whose torch the comparisons of qkv.ops need.
+PYTHONS ?= python3 /usr/bin/python3
+test-python: all $(BUILD)/parity/.stamp
+	QKV=$(BUILD)/qkv QKV_PARITY_DIR=$(BUILD)/parity BUILD=$(BUILD) tests/python.sh $(PYTHONS)
 
 # The same tests built with AddressSanitizer and UndefinedBehaviorSanitizer (reference data
 # is shared with the normal build).
@@ -269,6 +284,10 @@ bench-ct2: deps
 	$(CT2_PY) -c 'import ctranslate2, safetensors' 2>/dev/null || \
 	  $(CT2_PY) -m pip install ctranslate2 safetensors
 	$(CT2_PY) bench/ct2_bench.py --qkv $(BUILD)/qkv $(BENCH_CT2_ARGS)
+
+# Translator.translate_batch beside `qkv translate` on the same sentences (bench/python_bench.py).
+bench-python: all
+	$(PY) bench/python_bench.py --qkv $(BUILD)/qkv $(BENCH_PYTHON_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

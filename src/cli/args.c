@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +267,25 @@ void args_usage(const opt_spec *opts, const char *usage)
     printf("  -h, %-22s  %s\n", "--help", "this text");
 }
 
+/* Whether v is a decimal number as people write one: [+-] digits [. digits] [e [+-] digits]
+ * (strtof also reads hexadecimal, "0x10" as 16, and "inf" or "nan"). */
+static int decimal_number(const char *v)
+{
+    const char *s = v + (*v == '+' || *v == '-');
+    const size_t whole = strspn(s, "0123456789");
+    s += whole;
+    size_t frac = 0;
+    if (*s == '.') frac = strspn(++s, "0123456789"), s += frac;
+    if (!whole && !frac) return 0;
+    if (*s == 'e' || *s == 'E') {
+        s += 1 + (s[1] == '+' || s[1] == '-');
+        const size_t exp = strspn(s, "0123456789");
+        if (!exp) return 0;
+        s += exp;
+    }
+    return !*s;
+}
+
 /* v: the text of o's value, from the command line, or from a --config file (where). */
 static int set_value(const opt_spec *o, const char *v, const char *who, const char *where)
 {
@@ -285,8 +305,17 @@ static int set_value(const opt_spec *o, const char *v, const char *who, const ch
         return args_check(o, who, where);
     }
     case OPT_FLOAT: {
+        if (!decimal_number(v)) break;
         float x = strtof(v, &end);
-        if (!*v || *end || errno || !isfinite(x)) break;
+        if (*end) break;
+        if (errno == ERANGE || !isfinite(x)) { /* a float holds it as 0, a denormal or inf */
+            const int tiny = !isfinite(x) ? 0 : fabsf(x) < FLT_MIN;
+            fprintf(stderr, "%s: --%s: '%s' is too %s for a float (%s %g)%s%s\n", who, o->name,
+                    v, tiny ? "small" : "large", tiny ? "the smallest is" : "at most",
+                    tiny ? (double)FLT_MIN : (double)FLT_MAX, where ? " in " : "",
+                    where ? where : "");
+            return -1;
+        }
         *(float *)o->value = x;
         return args_check(o, who, where);
     }
@@ -338,7 +367,7 @@ static int is_option_word(const char *a)
 
 /* Sets one option from argv[*i] (and argv[*i + 1] for its value); 0 or -1. */
 static int parse_word(int argc, char **argv, int *i, const opt_spec *opts, const char *who,
-                      const char *where)
+                      const char *where, const opt_spec **found)
 {
     const char *a = argv[*i];
     const int dashes = a[1] == '-' ? 2 : 1;
@@ -346,6 +375,7 @@ static int parse_word(int argc, char **argv, int *i, const opt_spec *opts, const
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
     int inverted = 0;
     const opt_spec *o = find(opts, name, len, dashes, where != NULL, &inverted);
+    *found = o;
     if (!o) {
         if (where)
             fprintf(stderr, "%s: %s: unknown key \"%.*s\": no option --%.*s (see --help)\n",
@@ -393,14 +423,24 @@ int args_parse_words(int argc, char **argv, int first, const opt_spec *opts, con
     snprintf(who, sizeof who, "qkv %s", argc > 1 && first > 1 ? argv[1] : "");
     if (args_table_check(opts, who)) return -1;
     const char *where = NULL; /* inside a --config block (config_args.h): its file */
-    for (int i = first; i < argc; i++) {
+    /* within one file, the key that set each option: a second key for it ("label_smoothing"
+     * and "label-smoothing", or the key a run records it under) would leave which counts to
+     * the order of the keys, so it is refused */
+    int n_opts = 0;
+    while (opts[n_opts].name) n_opts++;
+    const char **set_by = calloc((size_t)n_opts + 1, sizeof *set_by);
+    if (!set_by) return fprintf(stderr, "%s: out of memory\n", who), -1;
+    int rc = 0;
+    for (int i = first; i < argc && !rc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, CONFIG_BEGIN) && i + 1 < argc) {
             where = argv[++i];
+            memset(set_by, 0, (size_t)n_opts * sizeof *set_by);
             continue;
         }
         if (!strncmp(a, CONFIG_BEGIN "=", sizeof CONFIG_BEGIN)) {
             where = a + sizeof CONFIG_BEGIN;
+            memset(set_by, 0, (size_t)n_opts * sizeof *set_by);
             continue;
         }
         if (!strcmp(a, CONFIG_END)) {
@@ -409,7 +449,8 @@ int args_parse_words(int argc, char **argv, int first, const opt_spec *opts, con
         }
         if (!where && (!strcmp(a, "--help") || !strcmp(a, "-h"))) {
             args_usage(opts, usage);
-            return 1;
+            rc = 1;
+            break;
         }
         if (!is_option_word(a) && !where && a[0] != '-' && n_words && *n_words < max_words) {
             words[(*n_words)++] = a;
@@ -417,11 +458,25 @@ int args_parse_words(int argc, char **argv, int first, const opt_spec *opts, con
         }
         if (!is_option_word(a)) {
             fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", who, a);
-            return -1;
+            rc = -1;
+            break;
         }
-        if (parse_word(argc, argv, &i, opts, who, where)) return -1;
+        const opt_spec *o = NULL;
+        const char *word = a;
+        if (parse_word(argc, argv, &i, opts, who, where, &o)) rc = -1;
+        else if (where && o && set_by[o - opts]) {
+            const char *eq = strchr(word + 2, '='), *was = set_by[o - opts] + 2;
+            const char *was_eq = strchr(was, '=');
+            fprintf(stderr, "%s: %s: \"%.*s\" and \"%.*s\" both set --%s: give it once\n", who,
+                    where, (int)(was_eq ? was_eq - was : (ptrdiff_t)strlen(was)), was,
+                    (int)(eq ? eq - (word + 2) : (ptrdiff_t)strlen(word + 2)), word + 2, o->name);
+            rc = -1;
+        } else if (where && o) {
+            set_by[o - opts] = word;
+        }
     }
-    return 0;
+    free(set_by);
+    return rc;
 }
 
 static int given(int argc, char **argv, int first, const opt_spec *opts, const char *name,

@@ -59,6 +59,18 @@ typedef struct {
 #define ARG_RATE "[0, 1)"        /* dropout, label smoothing, Adam's betas */
 #define ARG_THREADS "[0, 4096]"  /* 0: all cores */
 #define ARG_SEED "[0, 18446744073709551615]" /* OPT_U64: any 64-bit seed */
+/* The library's limits (qkv/models.h, qkv/training.h) as ranges: a value the library would
+ * refuse is refused by the parser, and --help shows the real limit (tests/unit/test_args.c
+ * checks each against its constant). */
+#define ARG_D_MODEL "[1, 16384]"     /* QKV_MAX_D_MODEL; also the most heads */
+#define ARG_FFN "[1, 65536]"         /* QKV_MAX_FFN */
+#define ARG_LAYERS "[1, 256]"        /* QKV_MAX_LAYERS */
+#define ARG_LAYERS_GE0 "[0, 256]"    /* QKV_MAX_LAYERS, where 0 means none or unset */
+#define ARG_MAX_LEN "[2, 65536]"     /* QKV_MAX_LEN */
+#define ARG_LR "(0, 10]"             /* QKV_MAX_LR */
+#define ARG_LR_FACTOR "(0, 100]"     /* QKV_MAX_LR_FACTOR */
+#define ARG_WEIGHT_DECAY "[0, 1]"    /* QKV_MAX_WEIGHT_DECAY */
+#define ARG_ADAM_EPS "(0, 1]"        /* QKV_MAX_ADAM_EPS */
 
 /* A range in numbers: lo < x < hi, with either end closed; +-inf where there is none. */
 typedef struct {

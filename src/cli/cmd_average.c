@@ -22,7 +22,7 @@ static int copy_aux(const char *dir, const char *out, const char *name)
     char from[4096], to[4096];
     if (!qkv_model_dir_file(from, sizeof from, dir, name)) return 0;
     size_t len;
-    char *text = cli_read_all(from, QKV_MAX_VOCAB_FILE_BYTES, &len);
+    char *text = cli_read_regular(from, QKV_MAX_VOCAB_FILE_BYTES, &len);
     if (!text) return -1;
     snprintf(to, sizeof to, "%s/%s", out, name);
     qkv_error err = {0};
@@ -67,8 +67,8 @@ static int same_vocabularies(const char *first, const char *dir)
         const int has_a = qkv_model_dir_file(a, sizeof a, first, AUX[i]);
         const int has_b = qkv_model_dir_file(b, sizeof b, dir, AUX[i]);
         size_t la = 0, lb = 0;
-        char *ta = has_a ? cli_read_all(a, QKV_MAX_VOCAB_FILE_BYTES, &la) : NULL;
-        char *tb = has_b ? cli_read_all(b, QKV_MAX_VOCAB_FILE_BYTES, &lb) : NULL;
+        char *ta = has_a ? cli_read_regular(a, QKV_MAX_VOCAB_FILE_BYTES, &la) : NULL;
+        char *tb = has_b ? cli_read_regular(b, QKV_MAX_VOCAB_FILE_BYTES, &lb) : NULL;
         const int same = has_a == has_b && (!has_a || (ta && tb && la == lb && !memcmp(ta, tb, la)));
         free(ta), free(tb);
         if (!same) {
@@ -160,7 +160,7 @@ int cmd_average(int argc, char **argv)
     }
     if (out_is_input(out, dirs, n)) goto done;
     rc = 1;
-    run_dir rd = {-1};
+    run_dir rd = {.lock_fd = -1};
     qkv_transformer *avg = average(dirs, n);
     if (!avg) goto done;
     if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))

@@ -523,11 +523,11 @@ int cmd_bench(int argc, char **argv)
     a.batch = 32, a.src_len = 32, a.tgt_len = 32, a.steps = 10, a.warmup = 2, a.new_tokens = 32;
     a.n = 1024, a.m = 1024, a.k = 1024, a.position = 100, a.max_len = 0;
     const opt_spec opts[] = {
-        {"d-model", OPT_INT, &a.cfg.d_model, "model width", "[1, 65536]", NULL},
-        {"heads", OPT_INT, &a.cfg.heads, "attention heads", "[1, 65536]", NULL},
+        {"d-model", OPT_INT, &a.cfg.d_model, "model width", ARG_D_MODEL, NULL},
+        {"heads", OPT_INT, &a.cfg.heads, "attention heads", ARG_D_MODEL, NULL},
         {"layers", OPT_INT, &layers,
-         "encoder and decoder blocks (generate: LM blocks)", "[1, 1024]", NULL},
-        {"ffn", OPT_INT, &a.cfg.ffn, "FFN hidden size", "[1, 1048576]", NULL},
+         "encoder and decoder blocks (generate: LM blocks)", ARG_LAYERS, NULL},
+        {"ffn", OPT_INT, &a.cfg.ffn, "FFN hidden size", ARG_FFN, NULL},
         {"vocab", OPT_INT, &vocab, "vocabulary size of both sides", "[5, 16777216]", NULL},
         {"dropout", OPT_FLOAT, &a.cfg.dropout, "dropout rate", ARG_RATE, NULL},
         {"batch", OPT_INT, &a.batch, "sentences per batch (attention: B)", "[1, 65536]", NULL},

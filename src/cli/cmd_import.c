@@ -52,7 +52,16 @@ int cmd_import(int argc, char **argv)
         fprintf(stderr, "qkv import %s: needs HF_DIR and --out DIR\n", kind);
         return 2;
     }
-    run_dir rd = {-1};
+    /* the output is claimed (and with --overwrite emptied of a run's files) before anything
+     * is read: it must not be the input, nor hold it, nor lie inside it */
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = qkv_path_relation(out, src);
+    if (rel > 0) {
+        fprintf(stderr, "qkv import: --out %s %s the input %s: import into another directory\n",
+                out, relation[rel], src);
+        return 2;
+    }
+    run_dir rd = {.lock_fd = -1};
     if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         return 1;
     qkv_error err = {0};

@@ -319,11 +319,11 @@ static void train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
          NULL, "data"},
         {"attention", OPT_CHOICE, &c->attention, "softmax, or linear (a recurrent state)", NULL,
          "model"},
-        {"d-model", OPT_INT, &c->cfg.d_model, "model width", "[1, 65536]", "model"},
-        {"heads", OPT_INT, &c->cfg.heads, "attention heads", "[1, 65536]", "model"},
-        {"ffn", OPT_INT, &c->cfg.ffn, "hidden size of the position-wise FFN", "[1, 1048576]",
+        {"d-model", OPT_INT, &c->cfg.d_model, "model width", ARG_D_MODEL, "model"},
+        {"heads", OPT_INT, &c->cfg.heads, "attention heads", ARG_D_MODEL, "model"},
+        {"ffn", OPT_INT, &c->cfg.ffn, "hidden size of the position-wise FFN", ARG_FFN,
          "model"},
-        {"layers", OPT_INT, &c->cfg.layers, "blocks", "[1, 1024]", "model"},
+        {"layers", OPT_INT, &c->cfg.layers, "blocks", ARG_LAYERS, "model"},
         {"dropout", OPT_FLOAT, &c->cfg.dropout, "dropout rate", ARG_RATE, "model"},
         {"context", OPT_INT, &c->o.context, "tokens per training window: the model's context",
          "[2, 16384]", "data"},
@@ -339,13 +339,13 @@ static void train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
         {"steps", OPT_INT, &c->steps, "optimizer steps (0: until --minutes)", ARG_GE0, "train"},
         {"minutes", OPT_FLOAT, &c->minutes, "time budget: stop after this many minutes (0: none)",
          ARG_GE0, "train"},
-        {"lr", OPT_FLOAT, &c->o.lr, "Adam learning rate", ARG_GT0, "train"},
+        {"lr", OPT_FLOAT, &c->o.lr, "Adam learning rate", ARG_LR, "train"},
         {"warmup", OPT_INT, &c->o.warmup, "steps of linear learning-rate warm-up", ARG_GE0,
          "train"},
         {"cosine", OPT_FLAG, &c->o.cosine, "decay the learning rate to lr/10 (cosine) at "
                                            "--steps, or at the end of --minutes", NULL, "train"},
         {"beta2", OPT_FLOAT, &c->o.beta2, "Adam's second-moment decay", ARG_RATE, "train"},
-        {"weight-decay", OPT_FLOAT, &c->o.weight_decay, "decoupled weight decay (AdamW)", ARG_GE0,
+        {"weight-decay", OPT_FLOAT, &c->o.weight_decay, "decoupled weight decay (AdamW)", ARG_WEIGHT_DECAY,
          "train"},
         {"clip", OPT_FLOAT, &c->o.clip, "clip the global gradient norm to this (0: off)", ARG_GE0,
          "train"},
@@ -382,7 +382,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
     train_lm_cli c;
     opt_spec opts[MAX_LM_OPTIONS];
     resume_record rec = {0};
-    run_dir rd = {-1};
+    run_dir rd = {.lock_fd = -1};
     train_lm_table(&c, opts);
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes FLOAT) "

@@ -467,18 +467,18 @@ static void train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
         {"joint-bpe", OPT_FLAG, &c->joint_bpe,
          "bpe, spm: one encoding and vocabulary for both languages", NULL, "data"},
         {"spm-type", OPT_CHOICE, &c->spm_type, "spm: SentencePiece's model type", NULL, "data"},
-        {"d-model", OPT_INT, &c->cfg.d_model, "model width", "[1, 65536]", "model"},
-        {"heads", OPT_INT, &c->cfg.heads, "attention heads", "[1, 65536]", "model"},
-        {"ffn", OPT_INT, &c->cfg.ffn, "hidden size of the position-wise FFN", "[1, 1048576]",
+        {"d-model", OPT_INT, &c->cfg.d_model, "model width", ARG_D_MODEL, "model"},
+        {"heads", OPT_INT, &c->cfg.heads, "attention heads", ARG_D_MODEL, "model"},
+        {"ffn", OPT_INT, &c->cfg.ffn, "hidden size of the position-wise FFN", ARG_FFN,
          "model"},
-        {"layers", OPT_INT, &c->layers, "encoder and decoder blocks", "[1, 1024]",
+        {"layers", OPT_INT, &c->layers, "encoder and decoder blocks", ARG_LAYERS,
          "model enc_layers"},
         {"enc-layers", OPT_INT, &c->enc_layers, "encoder blocks (overrides --layers)",
-         "[0, 1024]", "model"},
+         ARG_LAYERS_GE0, "model"},
         {"dec-layers", OPT_INT, &c->dec_layers, "decoder blocks (overrides --layers)",
-         "[1, 1024]", "model"},
+         ARG_LAYERS, "model"},
         {"dropout", OPT_FLOAT, &c->cfg.dropout, "dropout rate", ARG_RATE, "model"},
-        {"max-len", OPT_INT, &c->cfg.max_len, "longest sequence the model accepts", "[2, 65536]",
+        {"max-len", OPT_INT, &c->cfg.max_len, "longest sequence the model accepts", ARG_MAX_LEN,
          "model"},
         {"bias", OPT_FLAG, &c->cfg.bias, "biases in the attention projections", NULL, "model"},
         {"pre-norm", OPT_FLAG, &c->cfg.pre_norm,
@@ -501,15 +501,15 @@ static void train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
         {"num-steps", OPT_ALIAS, "max-tokens", "d2l's name", NULL, NULL},
         {"schedule", OPT_CHOICE, &c->schedule,
          "learning rate: constant (--lr) or noam (the paper's warmup)", NULL, "train"},
-        {"lr", OPT_FLOAT, &c->o.lr, "Adam learning rate (constant schedule)", ARG_GT0, "train"},
+        {"lr", OPT_FLOAT, &c->o.lr, "Adam learning rate (constant schedule)", ARG_LR, "train"},
         {"warmup", OPT_INT, &c->o.warmup, "noam: warmup steps", ARG_GE1, "train"},
         {"lr-factor", OPT_FLOAT, &c->o.lr_factor,
-         "noam: lr = F d_model^-0.5 min(step^-0.5, step warmup^-1.5)", ARG_GT0, "train"},
+         "noam: lr = F d_model^-0.5 min(step^-0.5, step warmup^-1.5)", ARG_LR_FACTOR, "train"},
         {"beta1", OPT_FLOAT, &c->o.beta1, "Adam's first-moment decay", ARG_RATE, "train"},
         {"beta2", OPT_FLOAT, &c->o.beta2, "Adam's second-moment decay", ARG_RATE, "train"},
-        {"adam-eps", OPT_FLOAT, &c->o.adam_eps, "Adam's epsilon", ARG_GT0, "train"},
+        {"adam-eps", OPT_FLOAT, &c->o.adam_eps, "Adam's epsilon", ARG_ADAM_EPS, "train"},
         {"weight-decay", OPT_FLOAT, &c->o.weight_decay, "decoupled weight decay (AdamW)",
-         ARG_GE0, "train"},
+         ARG_WEIGHT_DECAY, "train"},
         {"clip", OPT_FLOAT, &c->o.clip, "clip the global gradient norm to this (0: off)",
          ARG_GE0, "train"},
         {"label-smoothing", OPT_FLOAT, &c->o.label_smoothing, "label smoothing epsilon",
@@ -598,7 +598,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     train_cli c;
     opt_spec opts[MAX_TRAIN_OPTIONS];
     resume_record rec = {0};
-    run_dir rd = {-1};
+    run_dir rd = {.lock_fd = -1};
     train_table(&c, opts);
     int rc = args_parse(argc, argv, 2, opts, USAGE);
     if (rc) return rc > 0 ? 0 : 2;

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <string.h>
 
+#include <cJSON.h>
+
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -52,18 +54,59 @@ static decode_cli decode_defaults(void)
     {"precision", OPT_CHOICE, &(c).precision, CLI_PRECISION_HELP, NULL, NULL},                 \
     {"device", OPT_CHOICE, &(c).device, CLI_DEVICE_HELP, NULL, NULL}
 
+/* The model directory's decoding defaults (generation.json, written by qkv import from a
+ * Marian release's decoder.yml or Hugging Face's generation_config.json) for each option
+ * the command line does not give: "beam", "length_penalty", "beam_stop" (bound, count or
+ * hf), "max_len". *alpha_set: whether it gave the length penalty. 0, or 1 after printing
+ * why. */
+static int generation_defaults(decode_cli *c, const opt_spec *opts, int argc, char **argv,
+                               int *alpha_set)
+{
+    char path[4096];
+    qkv_error err = {0};
+    if (!qkv_model_dir_file(path, sizeof path, c->model, "generation.json")) return 0;
+    cJSON *g = NULL;
+    if (qkv_json_load(&g, path, QKV_MAX_CONFIG_BYTES, &err))
+        return fprintf(stderr, "qkv: %s\n", err.msg), 1;
+    if (!cJSON_IsObject(g)) {
+        cJSON_Delete(g);
+        return fprintf(stderr, "qkv: %s: not a JSON object\n", path), 1;
+    }
+    const cJSON *beam = cJSON_GetObjectItemCaseSensitive(g, "beam");
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(g, "length_penalty");
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(g, "beam_stop");
+    const cJSON *max_len = cJSON_GetObjectItemCaseSensitive(g, "max_len");
+    static const char *const rules[] = {"bound", "count", "hf"};
+    if (cJSON_IsNumber(beam) && beam->valuedouble >= 1 && beam->valuedouble <= 256 &&
+        !args_given(argc, argv, 2, opts, "beam"))
+        c->o.beam = (int)beam->valuedouble;
+    if (cJSON_IsNumber(lp) && lp->valuedouble >= 0 && lp->valuedouble <= 100 &&
+        !args_given(argc, argv, 2, opts, "length-penalty"))
+        c->o.alpha = (float)lp->valuedouble, *alpha_set = 1;
+    for (int k = 0; k < 3 && cJSON_IsString(rule); k++)
+        if (!strcmp(rule->valuestring, rules[k]) && !args_given(argc, argv, 2, opts, "beam-stop"))
+            c->stop.value = k; /* QKV_BEAM_STOP_BOUND, _COUNT, _HF */
+    if (cJSON_IsNumber(max_len) && max_len->valuedouble >= 1 && max_len->valuedouble <= 65536 &&
+        !args_given(argc, argv, 2, opts, "max-len"))
+        c->o.max_len = (int)max_len->valuedouble;
+    cJSON_Delete(g);
+    return 0;
+}
+
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
- * read, on a CPU without bf16). The length penalty's default, when no option set it, follows
- * the stopping rule: GNMT's alpha 0 (none) for qkv's rules, transformers' length_penalty 1.0
- * for hf. Returns 0, or the exit status after printing why. */
+ * read, on a CPU without bf16). The length penalty's default, when no option (nor the model's
+ * generation.json) set it, follows the stopping rule: GNMT's alpha 0 (none) for qkv's rules,
+ * transformers' length_penalty 1.0 for hf. Returns 0, or the exit status after printing
+ * why. */
 static int open_model(qkv_translator **t, decode_cli *c, const char *cmd, const opt_spec *opts,
                       int argc, char **argv)
 {
     qkv_translate_options *o = &c->o;
+    int alpha_set = args_given(argc, argv, 2, opts, "length-penalty");
+    if (generation_defaults(c, opts, argc, argv, &alpha_set)) return 1;
     o->stop = (qkv_beam_stop)c->stop.value;
-    if (!args_given(argc, argv, 2, opts, "length-penalty"))
-        o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
+    if (!alpha_set) o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
     if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
         !isfinite(o->alpha)) {
         fprintf(stderr, "qkv %s: needs --beam >= 1, 1 <= --n-best <= --beam and a finite "
@@ -266,9 +309,10 @@ int cmd_translate(int argc, char **argv)
     /* A file is translated in batches; a pipe or a terminal line by line, each translation
      * printed as soon as it is made (attention figures need the batch path) */
     struct stat st;
-    FILE *in = input ? fopen(input, "rb") : stdin;
+    qkv_error open_err = {0};
+    FILE *in = input ? qkv_open_file(input, 0, &open_err) : stdin;
     if (!in) {
-        fprintf(stderr, "qkv: %s: cannot open\n", input);
+        fprintf(stderr, "qkv: %s\n", open_err.msg);
         qkv_translator_free(t);
         return 1;
     }

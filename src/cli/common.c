@@ -19,11 +19,29 @@ char *cli_read_all(const char *path, size_t max_bytes, size_t *len)
     return text;
 }
 
+char *cli_read_regular(const char *path, size_t max_bytes, size_t *len)
+{
+    qkv_error err = {0};
+    char *text = NULL;
+    if (qkv_read_regular_file(path, max_bytes, &text, len, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return NULL;
+    }
+    return text;
+}
+
 int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text)
 {
     size_t len;
     *lines = NULL;
     if (!(*text = cli_read_all(path, QKV_MAX_TEXT_BYTES, &len))) return -1;
+    const char *nul = memchr(*text, '\0', len);
+    if (nul) { /* every reader of a line would stop there, unseen */
+        size_t line = 1;
+        for (const char *c = *text; c < nul; c++) line += *c == '\n';
+        fprintf(stderr, "qkv: %s:%zu: a NUL byte in the line: text holds none\n", path, line);
+        goto fail;
+    }
     size_t n = 0;
     for (size_t i = 0; i < len; i++) n += (*text)[i] == '\n';
     n += len > 0 && (*text)[len - 1] != '\n'; /* a last line without its newline */
@@ -80,6 +98,11 @@ int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *
                 return -1;
             }
             *line = grown, *cap = more;
+        }
+        if (!c) {
+            fprintf(stderr, "qkv: %s:%ld: a NUL byte in the line: text holds none\n", name,
+                    number);
+            return -1;
         }
         (*line)[n++] = (char)c;
     }

@@ -9,16 +9,20 @@
 
 /* Reads all of a file ("-" or NULL: stdin) into memory, NUL-terminated. */
 char *cli_read_all(const char *path, size_t max_bytes, size_t *len);
+/* cli_read_all of a file that must be a regular file: a model's, a run's or a configuration's
+ * (qkv_read_regular_file). */
+char *cli_read_regular(const char *path, size_t max_bytes, size_t *len);
 
 /* Lines 1..count of a file as sacreBLEU reads references (a final \r dropped; count < 0:
  * every line), or with tsv the text between each line's first and second tab: *lines gets
  * *count strings pointing into *text (free both). Returns 0, or -1 after printing why (a file
- * with fewer lines, a line without a tab). */
+ * with fewer lines, a line without a tab, a NUL byte). */
 int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text);
 
 /* The next line of in (a pipe, a terminal: read as it comes) without its "\n" or "\r\n",
  * NUL-terminated, in *line (grown as needed, *cap bytes): 1, with *len its length; 0 at the
- * end; -1 after printing why (name:number: a line over QKV_MAX_LINE_BYTES, a read error). */
+ * end; -1 after printing why (name:number: a line over QKV_MAX_LINE_BYTES, a NUL byte, a
+ * read error). */
 int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *cap,
                   size_t *len);
 

@@ -53,12 +53,10 @@ static char *option_word(owned_list *l, const char *name, const char *value)
 static int expand_file(const char *cmd, const char *path, owned_list *l, char **out, int *n,
                        int room)
 {
-    char *text = NULL;
     qkv_error err = {0};
-    if (qkv_read_file(path, MAX_CONFIG_BYTES, &text, NULL, &err))
+    cJSON *root = NULL;
+    if (qkv_json_load(&root, path, MAX_CONFIG_BYTES, &err))
         return fprintf(stderr, "qkv %s: --config: %s\n", cmd, err.msg), -1;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
     if (!cJSON_IsObject(root)) {
         fprintf(stderr, "qkv %s: %s: not a JSON object of options {\"name\": value, ...}\n", cmd,
                 path);
@@ -84,11 +82,17 @@ static int expand_file(const char *cmd, const char *path, owned_list *l, char **
             break;
         }
         char num[64], *word = NULL;
+        const char *digits = cJSON_IsNumber(x) && x->valuestring ? x->valuestring : "";
+        digits += *digits == '-';
         if (cJSON_IsBool(x)) /* a flag: true sets it; false is an explicit "off" */
             word = option_word(l, name, cJSON_IsTrue(x) ? NULL : CONFIG_FALSE);
         else if (cJSON_IsNumber(x)) {
             const double v = x->valuedouble;
-            if (v == floor(v) && fabs(v) < 1e18) snprintf(num, sizeof num, "%.0f", v);
+            /* an integer as written (a 64-bit seed has more digits than a double keeps) */
+            if (*digits && strspn(digits, "0123456789") == strlen(digits) &&
+                strlen(x->valuestring) < sizeof num)
+                snprintf(num, sizeof num, "%s", x->valuestring);
+            else if (v == floor(v) && fabs(v) < 1e18) snprintf(num, sizeof num, "%.0f", v);
             else snprintf(num, sizeof num, "%.9g", v); /* 9 digits: a float exactly */
             word = option_word(l, name, num);
         } else if (cJSON_IsString(x) && x->valuestring[0] != CONFIG_FALSE[0])
@@ -113,11 +117,9 @@ static int expand_file(const char *cmd, const char *path, owned_list *l, char **
 /* How many keys the file may hold at most: the room its words need. */
 static int count_keys(const char *path)
 {
-    char *text = NULL;
     qkv_error err = {0};
-    if (qkv_read_file(path, MAX_CONFIG_BYTES, &text, NULL, &err)) return 0; /* said later */
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = NULL;
+    if (qkv_json_load(&root, path, MAX_CONFIG_BYTES, &err)) return 0; /* said later */
     const int n = cJSON_IsObject(root) ? cJSON_GetArraySize(root) : 0;
     cJSON_Delete(root);
     return n;

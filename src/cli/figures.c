@@ -72,18 +72,29 @@ static int metrics_read(metrics *m, const char *path)
 {
     memset(m, 0, sizeof *m);
     size_t len;
-    char *text = cli_read_all(path, QKV_MAX_TEXT_BYTES, &len);
+    char *text = cli_read_regular(path, QKV_MAX_TEXT_BYTES, &len);
     if (!text) return -1;
     int line = 0, rc = 0;
+    if (strlen(text) != len) {
+        fprintf(stderr, "qkv: %s: contains a NUL byte (at byte %zu)\n", path, strlen(text));
+        rc = -1;
+    }
     for (char *s = text, *next; *s && !rc; s = next) {
         char *nl = strchr(s, '\n');
         next = nl ? nl + 1 : s + strlen(s);
         if (nl) *nl = '\0';
         line++;
         if (strspn(s, " \t\r") == strlen(s)) continue;
-        cJSON *o = cJSON_Parse(s);
+        char name[4200];
+        snprintf(name, sizeof name, "%s:%d", path, line);
+        cJSON *o = NULL;
+        qkv_error err = {0};
+        const int parsed = !qkv_json_parse(&o, s, strlen(s), name, &err);
         float epoch = number_or_nan(o, "epoch"), loss = number_or_nan(o, "loss");
-        if (!cJSON_IsObject(o) || !isfinite(epoch)) {
+        if (!parsed) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            rc = -1;
+        } else if (!cJSON_IsObject(o) || !isfinite(epoch)) {
             fprintf(stderr, "qkv: %s:%d: expected a JSON object with a number \"epoch\"\n", path,
                     line);
             rc = -1;

@@ -19,7 +19,10 @@ static int type_fits(const opt_spec *o, const cJSON *x)
     switch (o->type) {
     case OPT_INT: return cJSON_IsNumber(x) && v >= INT_MIN && v <= INT_MAX;
     case OPT_FLOAT: return cJSON_IsNumber(x) && fabs(v) <= FLT_MAX;
-    case OPT_U64: return cJSON_IsNumber(x) && v >= 0.0 && v < 18446744073709551616.0;
+    case OPT_U64: {
+        uint64_t u;
+        return qkv_json_uint64(x, &u);
+    }
     case OPT_STRING:
     case OPT_FILE:
     case OPT_DIR:
@@ -58,7 +61,7 @@ static int resume_preset(const resume_record *rec, const opt_spec *opts,
         }
         switch (o->type) {
         case OPT_INT: *(int *)o->value = (int)x->valuedouble; break;
-        case OPT_U64: *(uint64_t *)o->value = (uint64_t)x->valuedouble; break;
+        case OPT_U64: qkv_json_uint64(x, (uint64_t *)o->value); break;
         case OPT_FLOAT: *(float *)o->value = (float)x->valuedouble; break;
         case OPT_STRING:
         case OPT_FILE:
@@ -103,11 +106,21 @@ static void value_text(char *out, size_t cap, const opt_spec *o)
 /* The recorded item as the same text (a flag in the option's sense). */
 static void recorded_text(char *out, size_t cap, const opt_spec *o, const cJSON *x, int inverted)
 {
+    uint64_t u;
     if (!x) snprintf(out, cap, "(none)");
     else if (cJSON_IsString(x)) snprintf(out, cap, "%s", x->valuestring);
     else if (cJSON_IsBool(x)) snprintf(out, cap, "%s", cJSON_IsTrue(x) != inverted ? "on" : "off");
     else if (o->type == OPT_FLOAT) snprintf(out, cap, "%.7g", (double)(float)x->valuedouble);
+    else if (o->type == OPT_U64 && qkv_json_uint64(x, &u))
+        snprintf(out, cap, "%llu", (unsigned long long)u);
     else snprintf(out, cap, "%.17g", x->valuedouble);
+}
+
+cJSON *resume_u64_json(uint64_t v)
+{
+    char digits[24];
+    snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
+    return cJSON_CreateRaw(digits);
 }
 
 /* The option's value as JSON, as the run records it. */
@@ -115,7 +128,7 @@ static cJSON *value_json(const opt_spec *o, int inverted)
 {
     switch (o->type) {
     case OPT_INT: return cJSON_CreateNumber(*(const int *)o->value);
-    case OPT_U64: return cJSON_CreateNumber((double)*(const uint64_t *)o->value);
+    case OPT_U64: return resume_u64_json(*(const uint64_t *)o->value);
     case OPT_FLOAT: {
         char t[32];
         snprintf(t, sizeof t, "%.7g", (double)*(const float *)o->value);
@@ -187,15 +200,14 @@ int resume_record_options(cJSON *o, const opt_spec *opts)
 
 static cJSON *resume_read_json(const char *dir, const char *name)
 {
-    char path[4096], *text = NULL;
+    char path[4096];
     qkv_error err = {0};
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) {
+    cJSON *o = NULL;
+    if (qkv_json_load(&o, path, QKV_MAX_CONFIG_BYTES, &err)) {
         fprintf(stderr, "qkv: --resume: %s\n", err.msg);
         return NULL;
     }
-    cJSON *o = cJSON_Parse(text);
-    free(text);
     if (!cJSON_IsObject(o)) {
         fprintf(stderr, "qkv: --resume: %s: not a JSON object\n", path);
         cJSON_Delete(o);
@@ -277,7 +289,7 @@ char *resume_config_text(const char *dir)
     char path[4096], *text = NULL;
     qkv_error err = {0};
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return text;
+    if (!qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return text;
     fprintf(stderr, "qkv: %s\n", err.msg);
     return NULL;
 }

@@ -48,6 +48,10 @@ int resume_record_options(cJSON *o, const opt_spec *opts);
 
 void resume_record_free(resume_record *rec);
 
+/* A 64-bit integer (a seed) as a JSON number written digit for digit: cJSON's numbers are
+ * doubles, which round above 2^53 (read back exactly with qkv_json_uint64). */
+cJSON *resume_u64_json(uint64_t v);
+
 /* DIR/config.json's text (caller frees; a configuration is small: at most a megabyte), or
  * NULL after printing why. */
 char *resume_config_text(const char *dir);

@@ -106,18 +106,20 @@ void qkv_translations_free(qkv_translations *r)
     memset(r, 0, sizeof *r);
 }
 
-static qkv_status check_options(const qkv_translate_options *o, qkv_error *err)
+qkv_status translate_check_options(const qkv_translate_options *o, int batched,
+                                  qkv_error *err)
 {
     if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
         !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF)
         return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam, "
                         "finite alpha >= 0 and a known stopping rule (got %d, %d, %g, %d)",
                         o->beam, o->n_best, (double)o->alpha, (int)o->stop);
-    if (o->max_len < 0 || o->batch < 1 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f ||
-        o->max_len_b < 0)
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, batch >= 1, "
-                        "max_len_a in [0, 1e6] and max_len_b >= 0 (got %d, %d, %g, %d)",
-                        o->max_len, o->batch, (double)o->max_len_a, o->max_len_b);
+    if (o->max_len < 0 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f || o->max_len_b < 0)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, max_len_a in [0, 1e6] "
+                        "and max_len_b >= 0 (got %d, %g, %d)", o->max_len, (double)o->max_len_a,
+                        o->max_len_b);
+    if (batched && o->batch < 1)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs batch >= 1 (got %d)", o->batch);
     return QKV_OK;
 }
 
@@ -288,9 +290,10 @@ qkv_status qkv_translator_set_languages(qkv_translator *t, const char *source,
     return qkv_tokenizer_set_languages(&t->tok, source, target, err);
 }
 
-static qkv_status translate(qkv_translations *out, qkv_translator *t,
-                            const qkv_sentences *words, const qkv_translate_options *o,
-                            qkv_error *err)
+/* The translations of sources already as the model's tokens. */
+static qkv_status translate_tokens(qkv_translations *out, qkv_translator *t,
+                                   const qkv_sentences *src, const qkv_translate_options *o,
+                                   qkv_error *err)
 {
     qkv_status st = QKV_OK;
     memset(out, 0, sizeof *out);
@@ -299,16 +302,34 @@ static qkv_status translate(qkv_translations *out, qkv_translator *t,
                         "(--target-lang)?");
     if (qkv_transformer_get_precision(t->model) != o->precision)
         st = qkv_transformer_set_precision(t->model, o->precision, err);
-    qkv_sentences src = {0};
     int *limits = NULL;
-    if (!st) st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
-    if (!st) st = results_init(out, &limits, t, &src, o, err);
-    if (!st && src.count) st = decode_all(out, t, &src, limits, o, err);
-    if (!st && src.count) st = detokenize(out, t, err);
-    qkv_sentences_free(&src);
+    if (!st) st = results_init(out, &limits, t, src, o, err);
+    if (!st && src->count) st = decode_all(out, t, src, limits, o, err);
+    if (!st && src->count) st = detokenize(out, t, err);
     free(limits);
     if (st) qkv_translations_free(out);
     return st;
+}
+
+static qkv_status translate(qkv_translations *out, qkv_translator *t,
+                            const qkv_sentences *words, const qkv_translate_options *o,
+                            qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    qkv_sentences src = {0};
+    qkv_status st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
+    if (!st) st = translate_tokens(out, t, &src, o, err);
+    qkv_sentences_free(&src);
+    return st;
+}
+
+qkv_status qkv_translate_tokens(qkv_translations *out, qkv_translator *t,
+                                const qkv_sentences *tokens, const qkv_translate_options *o,
+                                qkv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    qkv_status st = translate_check_options(o, 1, err);
+    return st ? st : translate_tokens(out, t, tokens, o, err);
 }
 
 qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
@@ -316,7 +337,7 @@ qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
                                qkv_error *err)
 {
     memset(out, 0, sizeof *out);
-    qkv_status st = check_options(o, err);
+    qkv_status st = translate_check_options(o, 1, err);
     return st ? st : translate(out, t, words, o, err);
 }
 
@@ -359,7 +380,7 @@ qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *c
                          int n, const qkv_translate_options *o, qkv_error *err)
 {
     memset(out, 0, sizeof *out);
-    qkv_status st = check_options(o, err);
+    qkv_status st = translate_check_options(o, 1, err);
     if (st) return st;
     if (n < 0 || (n > 0 && !sources))
         return qkv_fail(err, QKV_ERR_ARG, "translation needs n >= 0 sources and an array of "

@@ -69,8 +69,10 @@ qkv_status model_config_from_json(const model_kind *k, void *cfg, const char *js
                                   const char *file, qkv_error *err)
 {
     k->defaults(cfg);
-    cJSON *o = cJSON_Parse(json);
-    if (!o || !cJSON_IsObject(o)) {
+    cJSON *o = NULL;
+    qkv_status parsed = qkv_json_parse(&o, json, strlen(json), file, err);
+    if (parsed) return parsed;
+    if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", file);
     }
@@ -111,7 +113,7 @@ qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv
     char *json = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    qkv_status st = qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
     if (!st && strlen(json) != len)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
     if (!st) st = model_config_from_json(k, cfg, json, path, err);
@@ -255,5 +257,66 @@ qkv_status model_checkpoint_load(const model_kind *k, const char *path, param_se
     }
     free(staged);
     qkv_tensor_file_free(&f);
+    return st;
+}
+
+/* ---- whole models of a kind ---------------------------------------------------------------- */
+
+/* The configurations of every kind fit here (checked when one is loaded). */
+enum { MODEL_CFG_MAX = 512 };
+
+/* The host's parameters as they are now (a model on a device: downloaded first if training
+ * changed them there; core_host_current reports a failed download). */
+static param_set params_of(const model_kind *k, const void *model)
+{
+    const model_core *c = k->core(model);
+    return (param_set){c->tensors, c->n_tensors, (float *)core_host_params(c), c->n_params};
+}
+
+/* The host's parameters, about to be written: on a device they go up before the next pass,
+ * and the typed copies are made again. */
+static param_set params_to_write(const model_kind *k, void *model)
+{
+    model_core *c = k->core(model);
+    return (param_set){c->tensors, c->n_tensors, core_params(c), c->n_params};
+}
+
+qkv_status model_save(const model_kind *k, const void *model, const char *dir, qkv_error *err)
+{
+    qkv_status st = core_host_current(k->core(model), err);
+    return st ? st : model_dir_save(k, k->config(model), params_of(k, model), dir, err);
+}
+
+qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_error *err)
+{
+    _Alignas(16) unsigned char cfg[MODEL_CFG_MAX];
+    *model = NULL;
+    if (k->cfg_size > sizeof cfg)
+        return qkv_fail(err, QKV_ERR_ARG, "a %s configuration of %zu bytes: room for %zu",
+                        k->format, k->cfg_size, sizeof cfg);
+    void *m = NULL;
+    qkv_status st = model_dir_config(k, cfg, dir, err);
+    if (!st) st = model_dir_fits(dir, k->config_params(cfg), err);
+    if (!st) st = k->create(&m, cfg, err);
+    if (!st) st = model_dir_params(params_to_write(k, m), dir, err);
+    if (!st) snprintf(k->core(m)->source, sizeof k->core(m)->source, "%s", dir); /* messages */
+    if (st && m) k->destroy(m), m = NULL;
+    *model = m;
+    return st;
+}
+
+qkv_status model_save_checkpoint(const model_kind *k, const char *path, const void *model,
+                                 const qkv_adam *opt, const void *pos, qkv_error *err)
+{
+    qkv_status st = core_host_current(k->core(model), err);
+    if (!st) st = core_adam_to_host(k->core(model), opt, err); /* the device's moments */
+    return st ? st : model_checkpoint_save(k, path, params_of(k, model), opt, pos, err);
+}
+
+qkv_status model_load_checkpoint(const model_kind *k, const char *path, void *model,
+                                 qkv_adam *opt, void *pos, qkv_error *err)
+{
+    qkv_status st = model_checkpoint_load(k, path, params_to_write(k, model), opt, pos, err);
+    if (!st) core_adam_forget(k->core(model)); /* the optimizer's moments are the file's now */
     return st;
 }

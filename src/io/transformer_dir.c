@@ -109,25 +109,22 @@ static qkv_status read_position(const model_kind *k, const qkv_tensor_file *f, c
     return QKV_OK;
 }
 
+/* The model behind model_dir.h's whole-model calls. */
+static double config_params(const void *cfg) { return transformer_config_params(cfg); }
+static qkv_status create(void **model, const void *cfg, qkv_error *err)
+{
+    return qkv_transformer_create((qkv_transformer **)model, cfg, 0, err);
+}
+static void destroy(void *model) { qkv_transformer_free(model); }
+static model_core *core_of(const void *model) { return &((qkv_transformer *)model)->core; }
+static const void *config_of(const void *model) { return &((const qkv_transformer *)model)->cfg; }
+
 static const model_kind transformer_kind = {
     "qkv-transformer", "", "qkv-transformer-checkpoint", NULL,
     fields, sizeof fields / sizeof *fields, position, sizeof position / sizeof *position,
     defaults, check, read_position,
+    sizeof(qkv_transformer_config), config_params, create, destroy, core_of, config_of,
 };
-
-/* The host's parameters as they are now (on a device: downloaded if training changed them). */
-static param_set params_of(const qkv_transformer *m)
-{
-    return (param_set){m->core.tensors, m->core.n_tensors, (float *)core_host_params(&m->core),
-                       m->core.n_params};
-}
-
-/* The host's parameters, about to be written: they go up to a device before the next pass. */
-static param_set params_to_write(qkv_transformer *m)
-{
-    return (param_set){m->core.tensors, m->core.n_tensors, core_params(&m->core),
-                       m->core.n_params};
-}
 
 qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err)
 {
@@ -142,19 +139,13 @@ qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, con
 
 qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err)
 {
-    qkv_status st = core_host_current(&m->core, err);
-    return st ? st : model_dir_save(&transformer_kind, &m->cfg, params_of(m), dir, err);
+    return model_save(&transformer_kind, m, dir, err);
 }
 
 qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err)
 {
-    qkv_transformer_config cfg;
-    qkv_transformer *m = NULL;
-    qkv_status st = model_dir_config(&transformer_kind, &cfg, dir, err);
-    if (!st) st = model_dir_fits(dir, transformer_config_params(&cfg), err);
-    if (!st) st = qkv_transformer_create(&m, &cfg, 0, err);
-    if (!st) st = model_dir_params(params_to_write(m), dir, err);
-    if (st) qkv_transformer_free(m), m = NULL;
+    void *m;
+    qkv_status st = model_load(&transformer_kind, &m, dir, err);
     *out = m;
     return st;
 }
@@ -162,15 +153,11 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
 qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
                                const qkv_train_position *pos, qkv_error *err)
 {
-    qkv_status st = core_host_current(&m->core, err);
-    if (!st) st = core_adam_to_host(&m->core, opt, err);
-    return st ? st : model_checkpoint_save(&transformer_kind, path, params_of(m), opt, pos, err);
+    return model_save_checkpoint(&transformer_kind, path, m, opt, pos, err);
 }
 
 qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
                                qkv_train_position *pos, qkv_error *err)
 {
-    qkv_status st = model_checkpoint_load(&transformer_kind, path, params_to_write(m), opt, pos, err);
-    if (!st) core_adam_forget(&m->core); /* the optimizer's moments are the file's now */
-    return st;
+    return model_load_checkpoint(&transformer_kind, path, m, opt, pos, err);
 }

@@ -3,6 +3,8 @@
  * cross-attention to its sources, and the language model's stack. Both step through
  * stack_step over the one decode_state; they differ in how known tokens enter a row (the
  * language model's prompt is one batched forward pass) and in the encoder. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,6 +176,21 @@ static qkv_status check_rows(const decoder *d, const decoder_rows *r, const int 
     return QKV_OK;
 }
 
+/* Logits that are not finite come of weights past float's range (a model trained with a rate
+ * of 1e30, or edited): no search can choose from them, and a score of NaN is no answer. */
+static qkv_status finite_logits(const model_core *c, const float *z, int rows, int V,
+                                qkv_error *err)
+{
+    for (int b = 0; b < rows; b++)
+        for (int v = 0; v < V; v++)
+            if (!isfinite(z[(size_t)b * V + v]))
+                return qkv_fail(err, QKV_ERR_NUMERIC, "%s: the model's logits are not finite "
+                                "(%g for token %d): its weights overflow float's range",
+                                c->source[0] ? c->source : "the model",
+                                (double)z[(size_t)b * V + v], v);
+    return QKV_OK;
+}
+
 qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float **logits,
                         qkv_error *err)
 {
@@ -193,7 +210,8 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
             return transfer_failed(&be, err);
         *logits = d->st.logits_host;
     }
-    return core_finish(c, err);
+    if ((st = core_finish(c, err))) return st;
+    return finite_logits(c, *logits, r->n, d->info.vocab, err);
 }
 
 /* The language model's prompt in one batched forward pass, its keys and values (or
@@ -208,10 +226,16 @@ static qkv_status lm_prefill(decoder *d, int row, const int *ids, int n, float *
     if (st) return st;
     const backend be = core_backend(&m->core);
     decode_state_fill(&be, &m->dims, &d->st, row, n, &m->acts.s);
-    if (logits && be.ops->download(logits, m->acts.logits + (size_t)(n - 1) * d->info.vocab,
-                                   (size_t)d->info.vocab * sizeof *logits))
-        return transfer_failed(&be, err);
-    return core_finish(&m->core, err);
+    /* the last logits where the host reads them: the caller's, or the state's host copy */
+    const float *last = m->acts.logits + (size_t)(n - 1) * d->info.vocab;
+    float *host = logits ? logits : d->st.logits_host;
+    if (host) {
+        if (be.ops->download(host, last, (size_t)d->info.vocab * sizeof *host))
+            return transfer_failed(&be, err);
+        last = host;
+    }
+    if ((st = core_finish(&m->core, err))) return st;
+    return finite_logits(&m->core, last, 1, d->info.vocab, err);
 }
 
 qkv_status decoder_prefill(decoder *d, int row, int src, const int *ids, int n, float *logits,

@@ -258,6 +258,7 @@ typedef struct {
     int flash_min_keys;   /* softmax attention over this many keys or more runs flash */
     model_precision prec; /* the backend's state: how the linear layers multiply */
     qkv_kv_cache kv_cache; /* the decoding caches' type (AUTO: as the precision) */
+    char source[512];      /* the directory it was loaded from, for messages ("": made here) */
     /* Where params, grads, pos_table, the arena and decoding states live: the table whose
      * memory entries allocate them (the host's: backend_cpu_fp32), and the device side
      * (NULL on the host). generation counts moves, so that a decoding state made before

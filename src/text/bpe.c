@@ -926,7 +926,7 @@ static qkv_status read_merges(qkv_bpe *b, bpe_file *f, qkv_error *err)
 qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err)
 {
     bpe_file f = {path, NULL, 0, 0, 0};
-    qkv_status st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &f.text, &f.len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_VOCAB_FILE_BYTES, &f.text, &f.len, err);
     if (st) return st;
     if ((st = bpe_init(b, err))) return free(f.text), st;
     const char *nul = memchr(f.text, '\0', f.len); /* it would cut its line short, unseen */

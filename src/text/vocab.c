@@ -266,7 +266,7 @@ qkv_status qkv_vocab_load(qkv_vocab *v, const char *path, qkv_error *err)
     memset(v, 0, sizeof *v);
     char *buf;
     size_t len = 0;
-    qkv_status st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &buf, &len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_VOCAB_FILE_BYTES, &buf, &len, err);
     if (st != QKV_OK) return st;
     size_t n_newlines = 0;
     for (size_t i = 0; i < len; i++) n_newlines += buf[i] == '\n';

@@ -25,7 +25,7 @@ LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)
 # ---- imported Marian models
 for n in shared_swish separate_gelu shared_relu_untied release_separate; do
   "$QKV" import marian "$P/marian_$n" --out "$T/m_$n" 2>/dev/null || bad "import $n"
-  "$QKV" translate --model "$T/m_$n" "${LIM[@]}" <"$P/marian_$n.de" >"$T/q_$n" 2>/dev/null
+  "$QKV" translate --model "$T/m_$n" "${LIM[@]}" --beam 1 <"$P/marian_$n.de" >"$T/q_$n" 2>/dev/null
   check "$n: qkv export ct2 writes a directory CTranslate2 loads" \
     "$QKV" export ct2 "$T/m_$n" --out "$T/c_$n"
   check "$n: CTranslate2 translates every sentence as qkv (greedy, float32)" \
@@ -41,6 +41,29 @@ check "--quantization int8: the weights as CTranslate2 quantises the float32 mod
     --same-as '$T/c_shared_swish' --compute-type2 int8"
 check "... and stores them as int8 (a smaller model.bin)" bash -c "
   [ \$(stat -c %s '$T/c8/model.bin') -lt \$(stat -c %s '$T/c_shared_swish/model.bin') ]"
+
+# ---- an imported NLLB model: CTranslate2 with the source language token and the target's
+# as its target prefix gives transformers' text (qkv's, tests/e2e/test_m2m100.sh)
+N=$P/m2m100_nllb_tied
+if [ -d "$N" ]; then
+  "$QKV" import nllb "$N" --out "$T/nllb" 2>/dev/null && "$QKV" export ct2 "$T/nllb" --out "$T/c_nllb" 2>/dev/null ||
+    bad "import and export nllb_tied"
+  check "nllb_tied: CTranslate2 (target_prefix = the target language) translates every sentence as transformers" \
+    /usr/bin/python3 - "$T/nllb" "$T/c_nllb" "$N.src" "$N.greedy.txt" <<'PY'
+import sys, ctranslate2, sentencepiece as spm
+model, ct2, src, want = sys.argv[1:]
+sp = spm.SentencePieceProcessor(model_file=model + "/source.spm")
+known = {l.rstrip("\n") for l in open(model + "/src_vocab.txt", encoding="utf-8")}
+lines = open(src, encoding="utf-8").read().splitlines()
+want = open(want, encoding="utf-8").read().splitlines()
+toks = [["deu_Latn"] + [p if p in known else "<unk>" for p in sp.encode(l, out_type=str)] for l in lines]
+res = ctranslate2.Translator(ct2, intra_threads=1).translate_batch(
+    toks, target_prefix=[["eng_Latn"]] * len(toks), beam_size=1, max_decoding_length=23,
+    min_decoding_length=0)
+got = ["".join(r.hypotheses[0][1:]).replace("\u2581", " ").strip() for r in res]
+sys.exit(0 if got == want else 1)
+PY
+fi
 
 # ---- models qkv trained: copy tasks of words
 awk 'BEGIN { srand(5); for (i = 0; i < 60; i++) { s = ""; n = 3 + int(rand() * 4);

@@ -55,5 +55,38 @@ expect_fail "another architecture" '"model_type" is "bart", not "m2m_100"' \
   "$QKV" import nllb "$T/bart" --out "$T/o1"
 expect_fail "an M2M100 directory given to the NLLB importer" 'import it with qkv import m2m100' \
   "$QKV" import nllb "$P/m2m100_m2m100_unscaled" --out "$T/o2"
+# what every reader of the imported model would refuse is refused at import, by the checks all
+# importers share (src/io/hf_dir.c), and nothing is written
+variant() { rm -rf "$T/$1"; cp -r "$P/m2m100_nllb_tied" "$T/$1"; }
+variant nullact
+/usr/bin/python3 - "$T/nullact/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["activation_function"] = None; json.dump(c, open(sys.argv[1], "w"))
+PY
+expect_fail "\"activation_function\": null" '"activation_function" must be a string \(it is null\)' \
+  "$QKV" import nllb "$T/nullact" --out "$T/o3"
+variant junkspm; echo junk >"$T/junkspm/sentencepiece.bpe.model"
+expect_fail "a junk SentencePiece model" "sentencepiece.bpe.model: not a SentencePiece model" \
+  "$QKV" import nllb "$T/junkspm" --out "$T/o4"
+variant fifospm; rm "$T/fifospm/sentencepiece.bpe.model"; mkfifo "$T/fifospm/sentencepiece.bpe.model"
+expect_fail "a FIFO as the SentencePiece model" "sentencepiece.bpe.model: is a FIFO or pipe" \
+  timeout 120 "$QKV" import nllb "$T/fifospm" --out "$T/o5"
+variant nan
+/usr/bin/python3 - "$T/nan/model.safetensors" <<'PY'
+import sys
+from safetensors import safe_open
+from safetensors.numpy import save_file
+with safe_open(sys.argv[1], "numpy") as f:
+    meta = f.metadata(); t = {k: f.get_tensor(k) for k in f.keys()}
+k = next(k for k in sorted(t) if k.endswith("fc1.weight")); w = t[k].copy(); w.flat[3] = float("nan"); t[k] = w
+save_file(t, sys.argv[1], metadata=meta)
+PY
+expect_fail "a NaN weight" "the weights of qkv's tensor '.*' hold nan" "$QKV" import nllb "$T/nan" --out "$T/o6"
+check "... and nothing is written by any of them" bash -c "! ls -d '$T'/o3 '$T'/o4 '$T'/o5 '$T'/o6 2>/dev/null"
+variant self
+expect_fail "--out the input itself is refused" "is the input" \
+  "$QKV" import nllb "$T/self" --out "$T/self" --overwrite
+check "... and the input is whole" cmp -s "$T/self/model.safetensors" "$P/m2m100_nllb_tied/model.safetensors"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -45,6 +45,31 @@ expect_fail "a second import onto the model is refused" "already holds|--overwri
   "$QKV" import marian "$HF" --out "$T/m"
 check "... and --overwrite replaces it" bash -c "'$QKV' import marian '$HF' --out '$T/m' --overwrite 2>/dev/null"
 
+# ---- the output is never the input, nor holds it, nor lies inside it (claiming it with
+# --overwrite removed the input's config.json, model.safetensors and SentencePiece models)
+variant self
+for out in "$T/self" "$T/self/sub" "$T/self/." "$T"; do
+  expect_fail "--out $out over the input is refused" "is the input|is inside the input|holds the input" \
+    "$QKV" import marian "$T/self" --out "$out" --overwrite
+done
+ln -s "$T/self" "$T/self-link"
+expect_fail "... also through a link" "is the input" "$QKV" import marian "$T/self-link" --out "$T/self" --overwrite
+check "... and the input is whole" bash -c "for f in config.json model.safetensors source.spm target.spm vocab.json; do cmp -s '$T/self/'\$f '$HF/'\$f || exit 1; done"
+# --overwrite over a trained run leaves only the import's files (a stale checkpoint was then
+# resumed over the imported model)
+awk 'BEGIN { for (i = 0; i < 40; i++) print "a b c\tc b a" }' >"$T/tiny.tsv"
+"$QKV" train --data "$T/tiny.tsv" --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 8 \
+  --num-steps 4 --epochs 1 --threads 1 --quiet --out "$T/trained" >/dev/null 2>&1
+"$QKV" import marian "$HF" --out "$T/trained" --overwrite 2>/dev/null
+check "import --overwrite over a trained run leaves only the import's files ($(ls "$T/trained" | tr '\n' ' '))" \
+  bash -c "cd '$T/trained' && test -s model.safetensors && ! ls -d checkpoint.safetensors metrics.jsonl training.png train.json validation.json best epoch-* 2>/dev/null"
+# a FIFO (no writer) as any file of the directory is refused at once, never waited on
+for f in config.json vocab.json model.safetensors source.spm target.spm; do
+  variant "fifo-$f" && rm "$T/fifo-$f/$f" && mkfifo "$T/fifo-$f/$f"
+  expect_fail "import: $f a FIFO" "$f: is a FIFO or pipe, not a regular file" \
+    timeout 120 "$QKV" import marian "$T/fifo-$f" --out "$T/o-fifo"
+done
+
 # ---- the command line
 expect_fail "no kind" "which kind" "$QKV" import
 expect_fail "an unknown kind" "unknown kind 'bert'" "$QKV" import bert "$HF" --out "$T/x"
@@ -111,6 +136,34 @@ save_file(t, sys.argv[1])
 PY
 expect_fail "integer weights" "final_logits_bias' is not floating-point" \
   "$QKV" import marian "$T/int" --out "$T/o13"
+# what every reader of the imported model would refuse is refused at import, naming the input,
+# and nothing is written: a null activation (it was read as gelu), empty, junk or truncated
+# SentencePiece models, a NaN or an Inf among the weights
+variant nullact; set_key "$T/nullact" activation_function null
+expect_fail "\"activation_function\": null" '"activation_function" must be a string \(it is null\)' \
+  "$QKV" import marian "$T/nullact" --out "$T/o14"
+check "... and nothing is written" test ! -e "$T/o14"
+variant spm-empty; : >"$T/spm-empty/source.spm"
+variant spm-junk; echo junk >"$T/spm-junk/target.spm"
+variant spm-cut; head -c 3000 "$HF/source.spm" >"$T/spm-cut/source.spm"
+for v in spm-empty spm-junk spm-cut; do
+  expect_fail "$v: refused at import" "$v/(source|target).spm: not a SentencePiece model" \
+    "$QKV" import marian "$T/$v" --out "$T/o-$v"
+  check "... and nothing is written" test ! -e "$T/o-$v"
+done
+for bad in nan inf; do
+  variant "w-$bad"
+  /usr/bin/python3 - "$T/w-$bad/model.safetensors" "$bad" <<'PY'
+import sys
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1]); w = t["model.decoder.layers.0.fc1.weight"].copy()
+w[1, 2] = float(sys.argv[2]); t["model.decoder.layers.0.fc1.weight"] = w
+save_file(t, sys.argv[1])
+PY
+  expect_fail "a weight that is $bad" "model.safetensors: the weights of qkv's tensor 'decoder.0.ffn.W1' hold $bad at element" \
+    "$QKV" import marian "$T/w-$bad" --out "$T/o-w-$bad"
+  check "... and nothing is written" test ! -e "$T/o-w-$bad"
+done
 
 # ---- weights as hub checkpoints store them: float16 and bfloat16 safetensors, converted at
 # load, give the model that numpy's (torch's) conversion to float32 gives
@@ -250,11 +303,19 @@ for n in release_shared release_separate; do
   check "$n: the release, its zip and transformers' conversion of it give one model" bash -c "
     for f in model.safetensors src_vocab.txt tgt_vocab.txt source.spm target.spm; do
       cmp -s '$T/rd_$n/'\$f '$T/rh_$n/'\$f && cmp -s '$T/rz_$n/'\$f '$T/rh_$n/'\$f || exit 1; done"
-  check "$n: qkv translate gives transformers' greedy text" bash -c "
-    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
+  check "$n: qkv translate --beam 1 gives transformers' greedy text" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} --beam 1 <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
   check "$n: --beam 4 --beam-stop hf --length-penalty 1 gives generate(num_beams=4)'s text" bash -c "
     '$QKV' translate --model '$T/rz_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
       <'$R.de' 2>/dev/null | cmp -s - '$R.beam4.en'"
+done
+for n in release_shared release_separate; do
+  check "$n: with no options, decoding is decoder.yml's (beam-size, normalize): transformers' generate(num_beams, length_penalty)" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$P/marian_$n.de' 2>/dev/null |
+      cmp -s - '$P/marian_$n.default.en'"
+  check "$n: ... and the command line overrides it (--beam 1: greedy)" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} --beam 1 <'$P/marian_$n.de' 2>/dev/null |
+      cmp -s - '$P/marian_$n.greedy.en'"
 done
 check "decoder.yml's beam-size and normalize are the model's decoding defaults (generation.json)" \
   bash -c "grep -q '\"beam\": 3' '$T/rd_release_shared/generation.json' &&
@@ -286,6 +347,22 @@ mkdir -p "$T/nodec" && cp "$P/marian_release_shared/source.spm" "$T/nodec/" &&
   (cd "$T/nodec" && zip -q ../nodec.zip source.spm)
 expect_fail "a zip without decoder.yml" 'no decoder.yml in the zip' \
   "$QKV" import marian "$T/nodec.zip" --out "$T/o23"
+
+# ---- a multi-target model: --target-lang fra leads every source with >>fra<<, as
+# MarianTokenizer reads ">>fra<< text"
+MT=$P/marian_shared_multi_target
+"$QKV" import marian "$MT" --out "$T/multi" 2>/dev/null || bad "import shared_multi_target"
+check "multi-target: --target-lang fra gives transformers' text of '>>fra<< ...' (greedy)" bash -c "
+  '$QKV' translate --model '$T/multi' --target-lang fra ${LIM[*]} <'$MT.de' 2>/dev/null |
+    cmp -s - '$MT.greedy.en'"
+check "multi-target: ... and of beam 4" bash -c "
+  '$QKV' translate --model '$T/multi' --target-lang fra ${LIM[*]} --beam 4 --beam-stop hf \
+    --length-penalty 1 <'$MT.de' 2>/dev/null | cmp -s - '$MT.beam4.en'"
+check "multi-target: without --target-lang the sources lack the token (another translation)" bash -c "
+  ! '$QKV' translate --model '$T/multi' ${LIM[*]} <'$MT.de' 2>/dev/null | cmp -s - '$MT.greedy.en'"
+expect_fail "multi-target: a language the model lacks names the ones it has" \
+  "target language 'deu' is not one of the model's 2 \(fra, ita\)" \
+  "$QKV" translate --model "$T/multi" --target-lang deu
 
 check "echo 'Ein Mann fährt Fahrrad.' | qkv translate: transformers' translation" bash -c "
   [ \"\$(echo 'Ein Mann fährt Fahrrad.' | '$QKV' translate --model '$T/t_shared_swish' ${LIM[*]} 2>/dev/null)\" = \"\$(head -1 '$P/marian_shared_swish.greedy.en')\" ]"

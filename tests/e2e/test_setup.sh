@@ -69,7 +69,8 @@ chmod +x "$T/bin/pkg-config" "$T/bin/cc"
 ln -s cc "$T/bin/clang"
 
 # A fresh copy of the tree (what git tracks or would track; the whole directory when SRC is not a
-# git checkout), with scripts/install-deps.sh and tests/run.sh replaced by stand-ins.
+# git checkout), with scripts/install-deps.sh, tests/run.sh and tests/python.sh replaced by
+# stand-ins.
 copy_tree() {
   local dst=$1
   mkdir -p "$dst"
@@ -84,7 +85,9 @@ copy_tree() {
     >"$dst/scripts/install-deps.sh"
   printf '#!/bin/sh\necho "RAN tests/run.sh" >>"$QKV_SETUP_LOG"\necho "tests: 0 passed, 0 failed"\n' \
     >"$dst/tests/run.sh"
-  chmod +x "$dst/scripts/install-deps.sh" "$dst/tests/run.sh"
+  printf '#!/bin/sh\necho "RAN tests/python.sh" >>"$QKV_SETUP_LOG"\necho "tests: 0 passed, 0 failed"\n' \
+    >"$dst/tests/python.sh"
+  chmod +x "$dst/scripts/install-deps.sh" "$dst/tests/run.sh" "$dst/tests/python.sh"
 }
 
 # run_make NAME MAKE-ARGS...: make in a fresh copy on a machine without the packages; the
@@ -161,6 +164,8 @@ check_first_run test test
 n=$(grep -c '^RAN tests/run.sh' "$T/test.log")
 if [ "$n" -eq 2 ]; then ok "test: the unit and the sanitizer test runs started"
 else bad "test: tests/run.sh ran $n times, not 2"; fi
+if grep -q '^RAN tests/python.sh' "$T/test.log"; then ok "test: the Python package's tests started"
+else bad "test: tests/python.sh did not run"; fi
 if grep -q '^RAN build-fuzz/fuzz_' "$T/test.log"; then ok "test: the fuzz regressions ran"
 else bad "test: no fuzz harness ran"; fi
 
