@@ -8,7 +8,8 @@
  *              the CPU's bf16 table rounds while it packs.
  *   attention  the flash kernel, unless the caller keeps the weights (attention maps) or a
  *              head is wider than the flash kernel's registers hold: then the materialised
- *              one. Linear attention has no kernel here (the models keep it on the CPU).
+ *              one. Linear attention has no kernel here (the models keep it on the CPU): its
+ *              entries run the CPU's over host copies, so that the table is whole.
  *   the rest   the kernels of ops/cuda (kernels.h); sums that come back (the loss, the
  *              gradients' norm) through CUB.
  * Everything runs in order on the default stream. A launch or a transfer that fails leaves
@@ -256,6 +257,91 @@ static cuda_attention attention_of(const qkv_attention_inputs *x, const qkv_atte
     return a;
 }
 
+/* ---- linear attention: the CPU's kernels over host copies ----------------------------------
+ * There is no linear-attention kernel here: the models keep such a model on the CPU
+ * (core_set_device refuses it). So that the table is whole (and the backend-ops test runs
+ * every entry of it), these entries copy their operands down, run the CPU's kernel and copy
+ * the results up: exact, and as slow as that sounds. */
+
+typedef struct {
+    float *host[8];
+    size_t n[8];
+    int count, failed;
+} host_copies;
+
+/* A host copy of n floats at dev (or room only, without dev); NULL after a failure. */
+static float *host_copy(host_copies *h, const float *dev, size_t n)
+{
+    float *p = h->failed || h->count == 8 ? NULL : malloc((n ? n : 1) * sizeof *p);
+    if (!p || (dev && download(p, dev, n * sizeof *p))) {
+        free(p);
+        h->failed = 1;
+        return NULL;
+    }
+    h->host[h->count] = p, h->n[h->count++] = n;
+    return p;
+}
+
+static void host_copies_free(host_copies *h)
+{
+    for (int i = 0; i < h->count; i++) free(h->host[i]);
+}
+
+static void linear_host(int backward, qkv_attention_grads *dx, float *O, const float *dO,
+                        const qkv_attention_inputs *x, const qkv_attention_shape *s,
+                        const qkv_mask *mask)
+{
+    host_copies h = {0};
+    const size_t nq = (size_t)s->B * s->n * s->H, nk = (size_t)s->B * s->m * s->H;
+    int *lens = NULL;
+    const int causal = mask && mask->causal;
+    const size_t n_lens = !mask || !mask->valid_lens ? 0
+                          : mask->per_query              ? nq / s->H
+                                                         : (size_t)s->B;
+    if (n_lens && (!(lens = malloc(n_lens * sizeof *lens)) ||
+                   download(lens, mask->valid_lens, n_lens * sizeof *lens)))
+        h.failed = 1;
+    const qkv_attention_inputs hx = {host_copy(&h, x->Q, nq * s->d),
+                                     host_copy(&h, x->K, nk * s->d),
+                                     host_copy(&h, x->V, nk * s->v)};
+    float *scratch = host_copy(&h, NULL, qkv_linear_attention_scratch_floats(s, causal));
+    if (!backward) {
+        float *o = host_copy(&h, NULL, nq * s->v);
+        if (!h.failed) {
+            qkv_linear_attention_forward(o, &hx, s, lens, causal, scratch);
+            upload(O, o, nq * s->v * sizeof *o);
+        }
+    } else {
+        const float *g = host_copy(&h, dO, nq * s->v);
+        qkv_attention_grads hd = {dx->dQ ? host_copy(&h, dx->dQ, nq * s->d) : NULL,
+                                  dx->dK ? host_copy(&h, dx->dK, nk * s->d) : NULL,
+                                  dx->dV ? host_copy(&h, dx->dV, nk * s->v) : NULL};
+        if (!h.failed) {
+            qkv_linear_attention_backward(&hd, g, &hx, s, lens, causal, scratch);
+            if (hd.dQ) upload(dx->dQ, hd.dQ, nq * s->d * sizeof(float));
+            if (hd.dK) upload(dx->dK, hd.dK, nk * s->d * sizeof(float));
+            if (hd.dV) upload(dx->dV, hd.dV, nk * s->v * sizeof(float));
+        }
+    }
+    free(lens);
+    host_copies_free(&h);
+}
+
+static void linear_attention_step(float *o, qkv_linear_attention_state *st, const float *q,
+                                  const float *k, const float *v)
+{
+    host_copies h = {0};
+    const size_t nd = (size_t)st->H * st->d, nv = (size_t)st->H * st->v;
+    const float *hq = host_copy(&h, q, nd), *hk = host_copy(&h, k, nd);
+    const float *hv = host_copy(&h, v, nv);
+    float *ho = host_copy(&h, NULL, nv);
+    if (!h.failed) {
+        qkv_linear_attention_step(ho, st, hq, hk, hv);
+        upload(o, ho, nv * sizeof *ho);
+    }
+    host_copies_free(&h);
+}
+
 static void attention_forward(attention_kernel k, float *O, float *S,
                               const qkv_attention_inputs *x, const qkv_attention_shape *s,
                               const qkv_mask *mask, qkv_dropout drop, float *scratch)
@@ -266,6 +352,8 @@ static void attention_forward(attention_kernel k, float *O, float *S,
         cuda_flash_forward(O, S, &a);
     else if (k == ATTENTION_MATERIALISED)
         cuda_attention_forward(O, S, &a);
+    else
+        linear_host(0, NULL, O, NULL, x, s, mask);
 }
 
 static void attention_backward(attention_kernel k, qkv_attention_grads *dx, const float *dO,
@@ -278,6 +366,8 @@ static void attention_backward(attention_kernel k, qkv_attention_grads *dx, cons
         cuda_flash_backward(dx->dQ, dx->dK, dx->dV, dO, O, S, &a, scratch);
     else if (k == ATTENTION_MATERIALISED)
         cuda_attention_backward(dx->dQ, dx->dK, dx->dV, dO, S, &a, scratch);
+    else
+        linear_host(1, dx, NULL, dO, x, s, mask);
 }
 
 /* What each kernel keeps: P (B, H, n, m), or the flash kernel's L (B, H, n); and the scratch
@@ -441,7 +531,8 @@ static size_t no_scratch(int N, int V)
         .attention_saved_floats = attention_saved_floats,                                       \
         .attention_scratch_floats = attention_saved_floats,                                     \
         .cached_attention = cached_attention_step, .kv_store = kv_store,                        \
-        .linear_attention_step = NULL, .activation_forward = cuda_activation_forward,           \
+        .linear_attention_step = linear_attention_step,                                         \
+        .activation_forward = cuda_activation_forward,                                          \
         .activation_backward = cuda_activation_backward,                                        \
         .layernorm_forward = layernorm_forward, .layernorm_backward = layernorm_backward,       \
         .addnorm_forward = addnorm_forward, .addnorm_backward = addnorm_backward,               \
