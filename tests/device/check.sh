@@ -83,6 +83,11 @@ skip() { # skip NAME WHY
 # The stages' functions run in a shell of their own, under timeout.
 export -f json_string
 export ROOT RESULTS
+# the toolkit where nvcc is, if not in /usr/local/cuda
+if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null 2>&1; then
+  CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
+  export CUDA_HOME
+fi
 
 # ---- env -----------------------------------------------------------------------------------
 env_report() {
@@ -126,6 +131,17 @@ if [ "$built" = 0 ]; then
 fi
 QKV=$BIN/qkv
 have() { [ -x "$1" ]; }
+# cuBLAS where the loader does not find it: the toolkit's, or pip's nvidia-cublas beside PyTorch
+if have "$QKV" && ldd "$QKV" 2>/dev/null | grep -q 'libcublas.*not found'; then
+  for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda*/lib64 \
+    "$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)"; do
+    if [ -n "$d" ] && ls "$d"/libcublas.so.* >/dev/null 2>&1; then
+      export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      echo "== cuBLAS from $d" | tee -a "$LOG"
+      break
+    fi
+  done
+fi
 
 # ---- ops, parity, sanitizer ----------------------------------------------------------------
 if have "$BIN/tests/test_backend_ops"; then
