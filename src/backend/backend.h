@@ -200,8 +200,10 @@ typedef struct {
     void (*close)(void *ctx);
 } device;
 
-/* The CUDA device (make CUDA=1), or NULL in a build without it. */
+/* The CUDA device (make CUDA=1), or NULL in a build without it; its tables (backend/cuda.c,
+ * defined in a CUDA build only). */
 const device *device_cuda(void);
+extern const backend_ops backend_cuda_fp32, backend_cuda_bf16;
 
 /* The float32 CPU backend with no model behind it: what the public qkv_ layer functions run. */
 static inline backend backend_cpu(void)

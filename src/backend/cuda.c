@@ -6,9 +6,9 @@
  *              reads a weight's bf16 copy when it is current (decoding) and otherwise rounds
  *              the float32 operands into a work space of its context first (training), as
  *              the CPU's bf16 table rounds while it packs.
- *   attention  the flash kernel, unless the caller keeps the weights (attention maps) or a
- *              head is wider than the flash kernel's registers hold: then the materialised
- *              one. Linear attention has no kernel here (the models keep it on the CPU): its
+ *   attention  the CPU's choice (the flash kernel from flash_min_keys keys on, unless the
+ *              caller keeps the weights), and the materialised kernel for heads wider than
+ *              the flash kernel's registers hold. Linear attention has no kernel here (the models keep it on the CPU): its
  *              entries run the CPU's over host copies, so that the table is whole.
  *   the rest   the kernels of ops/cuda (kernels.h); sums that come back (the loss, the
  *              gradients' norm) through CUB.
@@ -16,10 +16,10 @@
  * its error with the CUDA runtime and a cuBLAS call records its own in the context: the
  * finish entry, which the models call where results come back, waits for the device and
  * reports the first of them (QKV_ERR_DEVICE). The int arrays the kernels read (ids, targets,
- * lengths, cache rows) are device memory too: the models check ids on the host before they
- * go up (models/core.c, stage_ids), so the embedding does not. */
+ * lengths, cache rows) are device memory too. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,13 +240,16 @@ static void linear_backward_bf16(const backend *be, float *dx, float *dW, float 
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
+/* The CPU's rule (the weights kept where the caller wants them, flash from flash_min_keys
+ * keys on), so that a model takes the same kernels on either device; and the materialised
+ * kernel for heads wider than the flash kernel holds. */
 static attention_kernel choose_attention(qkv_attention_kind kind, int keys,
                                          const attention_options *o)
 {
-    (void)keys; /* flash at every length: its tiles are as fast as the scores' round trip */
-    if (kind == QKV_ATTENTION_LINEAR) return ATTENTION_LINEAR; /* refused before it runs */
-    return o->need_weights || o->head_dim > FLASH_MAX_HEAD ? ATTENTION_MATERIALISED
-                                                           : ATTENTION_FLASH;
+    if (kind == QKV_ATTENTION_LINEAR) return ATTENTION_LINEAR;
+    return o->need_weights || keys < o->flash_min_keys || o->head_dim > FLASH_MAX_HEAD
+               ? ATTENTION_MATERIALISED
+               : ATTENTION_FLASH;
 }
 
 static cuda_attention attention_of(const qkv_attention_inputs *x, const qkv_attention_shape *s,
@@ -327,6 +330,7 @@ static void linear_host(int backward, qkv_attention_grads *dx, float *O, const f
     host_copies_free(&h);
 }
 
+/* The state's sums (S, z) and work space are in the table's memory, as the step's vectors. */
 static void linear_attention_step(float *o, qkv_linear_attention_state *st, const float *q,
                                   const float *k, const float *v)
 {
@@ -334,11 +338,18 @@ static void linear_attention_step(float *o, qkv_linear_attention_state *st, cons
     const size_t nd = (size_t)st->H * st->d, nv = (size_t)st->H * st->v;
     const float *hq = host_copy(&h, q, nd), *hk = host_copy(&h, k, nd);
     const float *hv = host_copy(&h, v, nv);
-    float *ho = host_copy(&h, NULL, nv);
-    if (!h.failed) {
-        qkv_linear_attention_step(ho, st, hq, hk, hv);
+    qkv_linear_attention_state hs = *st;
+    hs.S = host_copy(&h, st->S, nd * st->v), hs.z = host_copy(&h, st->z, nd);
+    hs.phi = host_copy(&h, NULL, 2 * (size_t)st->d);
+    float *ho = h.failed ? NULL : malloc(nv * sizeof *ho);
+    if (ho) {
+        qkv_linear_attention_step(ho, &hs, hq, hk, hv);
         upload(o, ho, nv * sizeof *ho);
+        upload(st->S, hs.S, nd * st->v * sizeof(float));
+        upload(st->z, hs.z, nd * sizeof(float));
+        st->t = hs.t;
     }
+    free(ho);
     host_copies_free(&h);
 }
 
@@ -442,10 +453,23 @@ static void residual_backward(float *dx, float *ds, const float *dy, size_t n, q
     if (ds) cuda_dropout_backward(ds, dy, n, drop);
 }
 
+/* With err, ids outside the vocabulary are refused as the CPU's kernel refuses them (one
+ * wait for the device); without (a decoding step: the model's own choices) they are not
+ * looked at. The models check a batch's ids on the host before they go up. */
 static qkv_status embedding_forward(float *y, const int *ids, const float *E, int N, int V,
                                     int C, qkv_error *err)
 {
-    (void)V, (void)err; /* checked on the host before they went up */
+    if (err) {
+        int bad, id = 0;
+        if (cuda_count_targets(ids, N, V, INT_MIN, &bad) < 0)
+            return qkv_fail(err, QKV_ERR_DEVICE, "cuda: checking the token ids failed: %s",
+                            cudaGetErrorString(cudaGetLastError()));
+        if (bad >= 0) {
+            download(&id, ids + bad, sizeof id);
+            return qkv_fail(err, QKV_ERR_ARG, "embedding: token id %d at position %d is outside "
+                            "the vocabulary [0, %d)", id, bad, V);
+        }
+    }
     cuda_embedding_forward(y, ids, E, N, C);
     return QKV_OK;
 }
@@ -549,11 +573,14 @@ static size_t no_scratch(int N, int V)
     }
 
 /* float32 products (cuBLAS's sgemm, exact float32 without TF32) */
-static const backend_ops cuda_fp32 = CUDA_TABLE("cuda-fp32", linear_fp32, linear_backward_fp32);
+const backend_ops backend_cuda_fp32 =
+    CUDA_TABLE("cuda-fp32", linear_fp32, linear_backward_fp32);
 
 /* bf16 products with float32 sums on the tensor cores; everything else float32 */
-static const backend_ops cuda_bf16 = CUDA_TABLE("cuda-bf16", linear_bf16, linear_backward_bf16);
+const backend_ops backend_cuda_bf16 =
+    CUDA_TABLE("cuda-bf16", linear_bf16, linear_backward_bf16);
 
-static const device cuda = {"cuda", &cuda_fp32, &cuda_bf16, cuda_open, cuda_close};
+static const device cuda = {"cuda", &backend_cuda_fp32, &backend_cuda_bf16, cuda_open,
+                            cuda_close};
 
 const device *device_cuda(void) { return &cuda; }
