@@ -7,10 +7,10 @@
  *   GET  /health, /v1/models, /metrics (Prometheus text)
  * Decoding threads own the models (serve_decoder.c). Requests wait in bounded queues (full:
  * 503 with Retry-After); translations (greedy or beam search) and completions join their
- * model's running batch at the next step and leave it when they end (continuous batching). This file: the options, the model,
- * start-up, and the end: SIGTERM or SIGINT (taken by sigwait in the main thread, no handler, no
- * global state) stops accepting, finishes what is in flight, and exits 0. The parts and how
- * they meet: serve.h. */
+ * model's running batch at the next step and leave it when they end (continuous batching).
+ * This file: the options, the models, start-up, and the end: SIGTERM or SIGINT (taken by
+ * sigwait in the main thread, no handler, no global state) stops accepting, finishes what is in
+ * flight, and exits 0. The parts and how they meet: serve.h. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -48,6 +48,7 @@ static int open_model(server *s, served_model *m)
             fprintf(stderr, "qkv serve: model %s: %s\n", m->name, err.msg);
             return 1;
         }
+        qkv_lm_batch_set_prefill_chunk(m->lb, s->prefill_chunk);
         return 0;
     }
     if (qkv_translator_open(&m->tr, m->dir, &err) ||
@@ -191,7 +192,7 @@ static int serve_until_stopped(server *s, const sigset_t *stop)
 static int serve_options(server *s, int argc, char **argv, int *threads)
 {
     int slots = 64, max_queue = 256, timeout = 60, port = 8080, delay_ms = 0;
-    int header_timeout = 10, per_address = 0;
+    int header_timeout = 10, per_address = 0, prefill_chunk = 64;
     const char *host = "127.0.0.1", *model = NULL, *scheduler = "shared", *keys = NULL;
     opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
                device = {QKV_ENUM_DEVICE, NULL, QKV_DEVICE_CPU};
@@ -216,6 +217,10 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
         {"max-batch-delay", OPT_INT, &delay_ms, "milliseconds an idle server waits for more "
                                                 "requests to start a batch with (0: none)",
          "[0, 60000]", NULL},
+        {"prefill-chunk", OPT_INT, &prefill_chunk, "prompt tokens a step takes from a long "
+                                                   "prompt that joins running completions, "
+                                                   "so that it does not stall them (0: the "
+                                                   "whole prompt at once)", "[0, 4096]", NULL},
         {"max-queue", OPT_INT, &max_queue, "requests waiting beyond the batch (more: 503)",
          "[1, 1000000]", NULL},
         {"timeout", OPT_INT, &timeout, "seconds a request may take (more: 504; 0: none)",
@@ -234,6 +239,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
                         "usage: qkv serve --model [NAME=]DIR [--model ...] [--host TEXT] "
                         "[--port N] [--scheduler shared|per-model] [--api-keys FILE] "
                         "[--threads N] [--max-batch-size N] [--max-batch-delay N] "
+                        "[--prefill-chunk N] "
                         "[--max-queue N] [--timeout N] [--header-timeout N] "
                         "[--max-per-address N] [--precision fp32|bf16|int8] "
                         "[--device cpu|cuda]\n"
@@ -260,6 +266,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
     s->host = host, s->port = port, s->slots = slots;
     s->max_queue = max_queue, s->timeout_s = timeout, s->max_delay_s = 1e-3 * delay_ms;
     s->header_timeout_s = header_timeout, s->per_address = per_address;
+    s->prefill_chunk = prefill_chunk;
     return 0;
 }
 

@@ -117,6 +117,7 @@ typedef struct {
     served_model *models;   /* (n_models) in the order given */
     int n_models;
     int per_model_threads;  /* --scheduler per-model: a decoding thread per model */
+    int prefill_chunk;      /* --prefill-chunk: prompt tokens a step takes from a long prompt */
     int n_threads;          /* decoding threads */
     void *decoders;         /* (n_threads) serve_decoder.c's */
     struct api_keys *keys;  /* --api-keys: NULL when any client may call */

@@ -395,7 +395,14 @@ static served_model *choose_model(server *s, const char *source, const char *tar
     }
     /* one model that names no languages translates whatever the request calls them */
     if (n == 1 && !only->source[0] && !only->languages) return only;
-    pairs_text(s, pairs, sizeof pairs);
+    for (int pass = 0; source && target && pass < 2; pass++) /* models named by a pair first */
+        for (int i = 0; i < s->n_models; i++) {
+            served_model *m = &s->models[i];
+            if (!!m->languages != pass || !translates(m, source, target)) continue;
+            if (m->languages) *src_lang = prefixed_source(m) ? source : NULL, *tgt_lang = target;
+            return m;
+        }
+    pairs_text(s, pairs, sizeof pairs); /* none fits: why not */
     if (source && !strcmp(source, "auto")) {
         *code = refuse(msg, cap, 400, "source \"auto\": qkv serve has no language detector; "
                        "name the source language (pairs: %s)", pairs);
@@ -405,13 +412,6 @@ static served_model *choose_model(server *s, const char *source, const char *tar
         *code = refuse(msg, cap, 400, "name \"source\" and \"target\" (pairs: %s)", pairs);
         return NULL;
     }
-    for (int pass = 0; pass < 2; pass++) /* models named by their pair first */
-        for (int i = 0; i < s->n_models; i++) {
-            served_model *m = &s->models[i];
-            if (!!m->languages != pass || !translates(m, source, target)) continue;
-            if (m->languages) *src_lang = prefixed_source(m) ? source : NULL, *tgt_lang = target;
-            return m;
-        }
     *code = refuse(msg, cap, 400, "no model translates \"%.40s\" into \"%.40s\" (pairs: %s)",
                    source, target, pairs);
     return NULL;
@@ -752,7 +752,8 @@ static cJSON *translation_json(const server *s, const job *j, const void *arg)
                 item_cut |= j->cut[g];
             }
             if (k > 0 && found) cJSON_AddItemToArray(a, item_text(p, j, i, k));
-            if (j->beam > 1 && found && isfinite(sum)) cJSON_AddItemToArray(sc, cJSON_CreateNumber(sum));
+            if (j->beam > 1 && found && isfinite(sum))
+                cJSON_AddItemToArray(sc, cJSON_CreateNumber(sum));
         }
         any_cut |= item_cut;
         cJSON_AddItemToArray(cut, cJSON_CreateBool(item_cut));

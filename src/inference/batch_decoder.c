@@ -189,7 +189,8 @@ qkv_status qkv_batch_decoder_take_translations(qkv_batch_decoder *bd, int slot,
     const int limit = slots_info(bd->s).max_len;
     r->count = 1, r->n_best = N, r->max_len = L, r->first_truncated = -1;
     if (bd->sent[slot].src_tokens > limit)
-        r->truncated = 1, r->first_truncated = 0, r->first_truncated_len = bd->sent[slot].src_tokens;
+        r->truncated = 1, r->first_truncated = 0,
+        r->first_truncated_len = bd->sent[slot].src_tokens;
     r->text = calloc((size_t)N, sizeof *r->text);
     r->ids = malloc((size_t)N * L * sizeof *r->ids);
     r->len = malloc((size_t)N * sizeof *r->len), r->score = malloc((size_t)N * sizeof *r->score);

@@ -425,6 +425,24 @@ check "the six were generated together (more than 3 rows a step on average)" bas
   awk '/^qkv_batch_size_sum/ {s=\$2} /^qkv_batch_size_count/ {c=\$2} END {exit !(c > 0 && s / c > 3.0)}' <<<'$metrics'"
 grep -E '^qkv_batch_size_(sum|count)' <<<"$metrics" | paste -sd' ' | sed 's/^/  /'
 kill -TERM "$PID"; wait "$PID"
+
+# a long prompt that joins a running completion is fed 4 tokens a step (--prefill-chunk 4;
+# each step paced by the test hook, so that the running one still runs): its text is qkv
+# generate's, and the running one goes on
+long="the cat sat on the mat and the dog ran to the red"
+"$QKV" generate --model "$T/lm" --prompt "$long" --tokens 30 --seed 3 --temperature 0.7 --threads 2 >"$T/long.ref"
+export QKV_SERVE_STEP_DELAY_MS=5
+start lmc --model "$T/lm" --prefill-chunk 4 --timeout 0 || exit 1
+unset QKV_SERVE_STEP_DELAY_MS
+curl -sN -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 4096, "stream": true}' >"$T/running.txt" &
+RUNNING=$!
+for _ in $(seq 3000); do [ "$(curl -s "$URL/metrics" | sed -n 's/^qkv_tokens_generated_total //p')" -gt 0 ] && break; sleep 0.01; done
+got=$(post /v1/completions "{\"prompt\": \"$long\", \"max_tokens\": 30, \"seed\": 3, \"temperature\": 0.7}" |
+        json '"'"$long"'" + d["choices"][0]["text"]')
+check "a long prompt joining a running completion, fed in chunks: qkv generate's text" test "$got" = "$(cat "$T/long.ref")"
+check "... while the running completion went on" bash -c "kill -0 $RUNNING 2>/dev/null && grep -q '^data: {' '$T/running.txt'"
+kill "$RUNNING" 2>/dev/null; wait "$RUNNING" 2>/dev/null
+kill -TERM "$PID"; wait "$PID"
 start lm2 --model "$T/lm" || exit 1
 for k in 0 1 2; do
   ( curl -s -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 4096, "seed": '$k'}' |

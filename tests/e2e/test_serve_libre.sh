@@ -125,6 +125,44 @@ check "a form's number that is not one: 400" bash -c "[ $code = 400 ] && json 'd
 expect_code "beam wider than the batch: 400" 400 'a beam of 16 takes 16 rows of the batch: this server has 8' /translate '{"q": "a", "source": "en", "target": "de", "beam": 16}'
 expect_code "a target of the wrong type: 400" 400 '"target" must be a string' /translate '{"q": "a", "source": "en", "target": 5}'
 check "still healthy after the bad requests" bash -c "curl -sf '$URL/health' | grep -q '\"models\":\\[\"en-de\",\"de-en\"\\]'"
+# 300 random bodies (seeded): forms of random bytes and %-escapes, HTML of random tags,
+# entities and text, lines of random bytes: each answered with a status of JSON (200, 400 or
+# 413), and the server lives on
+"$PY" - "$URL" >"$T/random.out" 2>&1 <<'EOF'
+import http.client, json, random, sys, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1])
+rng = random.Random(7)
+pieces = ["<", ">", "</", "<!--", "-->", "&", "&amp;", "&#", "&#x1F600;", "&#xD800;", ";", "\n",
+          "\r\n", " ", "a b", "n a q", "<p>", "</p>", "<script>", "</script>", "<b", "\u00e9",
+          "\u0000", "%", "%0", "%zz", "%00", "%C3%28", "+", "=", "&&", "q=", "=a"]
+bad = 0
+for i in range(300):
+    kind = i % 3
+    text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 40)))
+    if kind == 0:
+        body, ctype = text.encode(), "application/x-www-form-urlencoded"
+    else:
+        req = {"q": text, "source": "en", "target": "de"}
+        if kind == 1:
+            req["format"] = "html"
+        body, ctype = json.dumps(req).encode(), "application/json"
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    c.request("POST", "/translate", body=body, headers={"Content-Type": ctype})
+    r = c.getresponse()
+    data = r.read()
+    try:
+        ok = r.status in (200, 400, 413) and isinstance(json.loads(data), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        bad += 1
+        print("bad answer", r.status, body[:80], data[:120])
+    c.close()
+print("random bodies: %d not answered with JSON 200/400/413" % bad)
+EOF
+check "300 random forms, HTML and lines: each a JSON answer (200, 400 or 413)" grep -q "^random bodies: 0 not" "$T/random.out"
+grep '^bad answer' "$T/random.out" | head -3 | sed 's/^/  /'
+check "still healthy after the random bodies" bash -c "curl -sf '$URL/health' | grep -q ok"
 
 # ---- LibreTranslate's own Python client
 if "$PY" -c 'import libretranslatepy' 2>/dev/null; then
