@@ -345,6 +345,8 @@ qkv_status transfer_failed(const backend *be, qkv_error *err);
 qkv_status core_set_device(model_core *c, const device *dev, int linear_attention,
                            param_walk walk, const void *cfg, void *view,
                            void (*retype)(void *model), void *model, qkv_error *err);
+/* Frees the device side and its buffers: the model is on the host's buffers again. */
+void core_device_free(model_core *c);
 /* The device's name, or "cpu". */
 const char *core_device_name(const model_core *c);
 /* The device behind d: NULL for the CPU; QKV_ERR_ARG for one this build lacks. */
