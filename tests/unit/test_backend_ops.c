@@ -363,6 +363,32 @@ static void expect(table *t, const char *what, const float *got, const double *w
                 want[at], worst, bound[at], n, sw > 0 ? se / sw : se);
 }
 
+/* Rounding to nearest errs both ways, so the errors of products rounded to bf16 or int8
+ * carry no scale: the least-squares slope of got - want on want must lie within 6 standard
+ * errors of 0 (estimated from the residuals, which understates them: a row's rounded x is
+ * shared by its outputs) or within one rounding unit of the type, 2^-8 (int8's half step is
+ * 1/254). A wrong scale (s_x off by 1%) hides inside each element's worst-case bound, not
+ * in the slope. */
+static void expect_unscaled(table *t, const char *what, const float *got, const double *want,
+                            size_t n, qkv_precision p)
+{
+    double ww = 0.0, ew = 0.0, rr = 0.0;
+    for (size_t i = 0; i < n; i++) ww += want[i] * want[i], ew += (got[i] - want[i]) * want[i];
+    if (n < 32 || ww == 0.0) return;
+    const double slope = ew / ww;
+    for (size_t i = 0; i < n; i++) {
+        const double r = got[i] - want[i] - slope * want[i];
+        rr += r * r;
+    }
+    const double se = sqrt(rr / (double)(n - 1) / ww);
+    if (getenv("QKV_OPS_VERBOSE"))
+        print_message("%-9s %-100.100s %-22s slope %.3g, %.3g standard errors\n", t->spec->name,
+                      t->where, what, slope, se > 0 ? fabs(slope) / se : 0.0);
+    if (fabs(slope) > fmax(6 * se, p == QKV_PRECISION_FP32 ? 0x1p-20 : U_BF16))
+        fail_at(t, "%s: the errors scale with the values: got = want (1 + %.3g), %.3g standard "
+                "errors from 1", what, slope, fabs(slope) / se);
+}
+
 /* got against want (another table's, or another kernel's, float results) within bound */
 static void expect_same(table *t, const char *what, const float *got, const float *want,
                         const double *bound, size_t n)
@@ -610,6 +636,7 @@ static void check_linear(table *t, const linear_shape *sh, weight_type type, int
         if (e == 2) op_linear_forward(&t->be, yd, xd, &w, bd, N, in, out);
         fetchf(t, y, yd, (size_t)N * out);
         expect(t, names[e], y, want, bound, (size_t)N * out);
+        expect_unscaled(t, names[e], y, want, (size_t)N * out, linear_arith(t, &w));
     }
     done(t);
     tidy(t);
