@@ -24,9 +24,16 @@
  * op, the table, the shape, and the normalised error: the worst |got - want| as a multiple of
  * its bound, and sum (got - want)^2 / sum want^2.
  *
+ * The checks, in the file's order, each beside its reference: the table (no NULL entry, every
+ * entry listed and called; memory), linear (rows, GEMM, backward), attention (choose_attention,
+ * forward and backward of the materialised, flash and linear kernels, the first two against
+ * each other), decoding (cached_attention, kv_store, linear_attention_step), activations,
+ * LayerNorm, AddNorm, residual and dropout, embedding, positions, the loss (cross-entropy and
+ * its fused gradient), and zero/copy/add/scale.
+ *
  * A new table plugs in as one row of TABLES below: its ops, the arithmetic of its products
  * (which sets the bounds), whether this machine runs it, and how to build its backend. The
- * same checks then run on it unchanged. */
+ * same checks then run on it unchanged (tests/README.md says what they assume of it). */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -491,11 +498,11 @@ static double dropout_factor(float p, uint64_t seed, uint64_t i)
 static void test_no_entry_missing(void **state)
 {
     suite *s = *state;
-    if (sizeof(backend_ops) !=
-        offsetof(backend_ops, linear_rows) + E_COUNT * sizeof(void (*)(void)))
-        fail_msg("backend_ops has %zu bytes of entries, ENTRIES lists %d: add the new entry to "
-                 "ENTRIES and give it a check", sizeof(backend_ops) -
-                 offsetof(backend_ops, linear_rows), (int)E_COUNT);
+    const size_t entries = (sizeof(backend_ops) - offsetof(backend_ops, linear_rows)) /
+                           sizeof(void (*)(void));
+    if (entries != E_COUNT)
+        fail_msg("backend_ops has %zu entries, ENTRIES lists %d: add the new entry to ENTRIES "
+                 "and give it a check", entries, (int)E_COUNT);
     EACH_TABLE(s, t) {
         begin(t, "the table's entries");
         const backend_ops *o = t->be.ops;
@@ -535,10 +542,12 @@ typedef struct {
 } linear_shape;
 
 /* one row and many, around few_rows (12 on the CPU), widths past 8 and 16 lanes, the int8
- * kernel's 4-wide k and 64-wide channel padding */
+ * kernel's 4-wide k and 64-wide channel padding; the last two past the kernels' thresholds
+ * for threads (2^15 weights for few rows, 2^16 values for the int8 kernel and the bias) */
 static const linear_shape LINEAR_SHAPES[] = {
-    {1, 1, 1, 1},    {1, 67, 33, 1},   {2, 16, 16, 0},   {3, 17, 129, 1}, {12, 31, 64, 1},
-    {13, 31, 65, 0}, {37, 130, 70, 1}, {64, 257, 48, 1}, {5, 3, 7, 1},    {100, 64, 10, 0},
+    {1, 1, 1, 1},    {1, 67, 33, 1},   {2, 16, 16, 0},   {3, 17, 129, 1},  {12, 31, 64, 1},
+    {13, 31, 65, 0}, {37, 130, 70, 1}, {64, 257, 48, 1}, {5, 3, 7, 1},     {100, 64, 10, 0},
+    {4, 256, 130, 1}, {300, 260, 260, 1},
 };
 
 /* The arithmetic of a linear entry of t for weight w: int8 only for an int8 weight whose
@@ -1648,7 +1657,7 @@ static double layernorm_loss(table *t, const void *ctx)
 
 /* The gradients of a norm: central differences on a float32 table, the float32 table's on
  * the others (chains of C-term and N-term sums). */
-static void expect_norm_grads(suite *su, table *t, const norm_case *c, const norm_out *o,
+static void expect_norm_grads(table *t, const norm_case *c, const norm_out *o,
                               const norm_out *f, loss_fn loss, int addnorm)
 {
     const size_t n = (size_t)c->N * c->C;
@@ -1660,7 +1669,6 @@ static void expect_norm_grads(suite *su, table *t, const norm_case *c, const nor
         expect_fd(t, "dbeta", v.beta, c->C, minus(t, o->db, c->db0, c->C), loss, &v);
         return;
     }
-    (void)su;
     const double tol = grad_tol(QKV_PRECISION_FP32, c->N + c->C);
     expect_same(t, "dx", o->dx, f->dx, max_bound(t, f->dx, n, tol), n);
     if (addnorm) expect_same(t, "ds", o->ds, f->ds, max_bound(t, f->ds, n, tol), n);
@@ -1682,7 +1690,7 @@ static void check_layernorm(suite *su, table *t, const norm_shape *sh)
     expect(t, "mean", o.mean, mean, mb, c.N);
     expect(t, "rstd", o.rstd, rstd, rb, c.N);
     if (!is_fp32(t)) layernorm_run(&su->t[0], &c, &f);
-    if (n <= 4096 || !is_fp32(t)) expect_norm_grads(su, t, &c, &o, &f, layernorm_loss, 0);
+    if (n <= 4096 || !is_fp32(t)) expect_norm_grads(t, &c, &o, &f, layernorm_loss, 0);
     /* dw NULL, or one of its gradients */
     static const int subsets[] = {1, 5, 9};
     for (int k = 0; k < 3; k++) {
@@ -1770,7 +1778,7 @@ static void check_addnorm(suite *su, table *t, const norm_shape *sh, float p)
     expect(t, "mean (cache)", o.mean, mean, mb, c.N);
     expect(t, "rstd (cache)", o.rstd, rstd, rb, c.N);
     if (!is_fp32(t)) addnorm_run(&su->t[0], &c, &f);
-    if (n <= 4096 || !is_fp32(t)) expect_norm_grads(su, t, &c, &o, &f, addnorm_loss, 1);
+    if (n <= 4096 || !is_fp32(t)) expect_norm_grads(t, &c, &o, &f, addnorm_loss, 1);
     static const int subsets[] = {1, 2, 3, 6, 9};
     for (int k = 0; k < 5; k++) {
         norm_case d = c;
