@@ -14,7 +14,10 @@ OPT     ?= -O2 -march=x86-64-v3 -mtune=native
 SAN     ?=
 PY      ?= /usr/bin/python3
 
-PKGS    := openblas libcjson libpng freetype2 sentencepiece libutf8proc zlib
+PKGS    := openblas libcjson sentencepiece libutf8proc zlib
+# The figures' packages (PNG encoding, text rendering): libqkv-viz links them, libqkv does not,
+# so a program that only translates never loads them.
+VIZ_PKGS := libpng freetype2
 
 # pkg-config's flags are asked for the first time a recipe needs them, and once only: not when
 # this file is read, since on a fresh machine the packages are not there yet. `make demo` and
@@ -25,8 +28,10 @@ pkg_query   = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC)$${PKG_CONFIG_PATH:+:$$PKG_C
                 pkg-config $1 || echo __failed__)
 pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PKGS); \
                 run `make deps` (scripts/install-deps.sh) to install them),$1)
-PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS))))$(PKG_CFLAGS)
+PKG_CFLAGS  = $(eval PKG_CFLAGS := $(call pkg_checked,$(call pkg_query,--cflags $(PKGS) \
+                $(VIZ_PKGS))))$(PKG_CFLAGS)
 PKG_LIBS    = $(eval PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(PKGS))))$(PKG_LIBS)
+VIZ_LIBS    = $(eval VIZ_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(VIZ_PKGS))))$(VIZ_LIBS)
 # The command-line tool's own packages (qkv serve's HTTP server); libqkv does not link them.
 CLI_PKGS    := libmicrohttpd
 CLI_PKG_LIBS = $(eval CLI_PKG_LIBS := $(call pkg_checked,$(call pkg_query,--libs $(CLI_PKGS))))$(CLI_PKG_LIBS)
@@ -68,9 +73,18 @@ SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 SONAME    := libqkv.so.$(SOVERSION)
 LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 
-# The library's folders in the order of its seam (README, "Architecture"; tools/check_includes.sh).
-LIB_DIRS := core text ops/cpu backend layers models io training inference viz
+# The library's folders in the order of its seam (docs/architecture.md; tools/check_includes.sh).
+LIB_DIRS := core text ops/cpu backend layers models io training inference
 LIB_SRC := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
+# The figures (heatmaps, line plots) are a library of their own, libqkv-viz, over libqkv's
+# public types; its shared build carries private copies of the error and file helpers it uses
+# (src/viz/libqkv-viz.map keeps them local).
+VIZ_CORE := $(BUILD)/src/core/error.o $(BUILD)/src/core/atomic_file.o
+VIZ_SRC := $(sort $(wildcard src/viz/*.c))
+VIZ_OBJ := $(VIZ_SRC:%.c=$(BUILD)/%.o)
+VIZ_A   := $(BUILD)/libqkv-viz.a
+VIZ_SO  := $(BUILD)/libqkv-viz.so.$(VERSION)
+VIZ_SONAME := libqkv-viz.so.$(SOVERSION)
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 LIB_CXX := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.cc)))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
@@ -83,7 +97,8 @@ TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
 .PHONY: all deps demo test unit parity-data test-asan install clean bench bench-attention bench-serve bench-ct2
-all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(BUILD)/qkv
+all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(VIZ_A) $(VIZ_SO) \
+     $(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so $(BUILD)/qkv
 
 deps:
 	@scripts/install-deps.sh
@@ -109,14 +124,26 @@ $(LIB_SO): $(LIB_OBJ) src/libqkv.map
 $(BUILD)/$(SONAME) $(BUILD)/libqkv.so: $(LIB_SO)
 	ln -sf $(notdir $<) $@
 
+$(VIZ_A): $(VIZ_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(VIZ_SO): $(VIZ_OBJ) $(VIZ_CORE) src/viz/libqkv-viz.map
+	$(CC) -shared -Wl,-soname,$(VIZ_SONAME) -Wl,--version-script=src/viz/libqkv-viz.map \
+	  -o $@ $(VIZ_OBJ) $(VIZ_CORE) $(VIZ_LIBS) -fopenmp -lm $(SAN)
+
+$(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so: $(VIZ_SO)
+	ln -sf $(notdir $<) $@
+
 $(BUILD)/src/cli/mpi_reducer.o: CFLAGS += $(MPI_CFLAGS)
 
-$(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS) $(MPI_LIBS) $(CLI_PKG_LIBS) -lpthread
+$(BUILD)/qkv: $(CLI_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
+	$(CC) -o $@ $(CLI_OBJ) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) $(MPI_LIBS) \
+	  $(CLI_PKG_LIBS) -lpthread
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libqkv.a $(LDLIBS) -lcmocka
+	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
 
 # deps first, then the build in a second make that asks pkg-config only now (also with -j).
 demo: deps
@@ -182,21 +209,26 @@ bench-ct2: deps
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 $(BUILD)/libqkv.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(BUILD)/libqkv.a $(VIZ_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(VIZ_SO) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libqkv.so
+	ln -sf $(notdir $(VIZ_SO)) $(DESTDIR)$(PREFIX)/lib/$(VIZ_SONAME)
+	ln -sf $(VIZ_SONAME) $(DESTDIR)$(PREFIX)/lib/libqkv-viz.so
 	install -d $(DESTDIR)$(PREFIX)/include/qkv
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 include/qkv/*.h $(DESTDIR)$(PREFIX)/include/qkv/
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	  -e 's|@OPENBLAS_LIBDIR@|$(OPENBLAS_LIBDIR)|' qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	  qkv-viz.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv-viz.pc
 
 clean:
 	rm -rf build build-asan
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d)
+-include $(LIB_OBJ:.o=.d) $(VIZ_OBJ:.o=.d) $(CLI_OBJ:.o=.d) \
+  $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d)
 
 # libFuzzer harnesses of every reader: make fuzz (FUZZ_SECONDS each), make fuzz-regress
 -include tests/fuzz/fuzz.mk
@@ -207,8 +239,8 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 all: examples
 examples: $(EXAMPLES)
 
-$(BUILD)/examples/%: examples/%.c $(BUILD)/libqkv.a
+$(BUILD)/examples/%: examples/%.c $(VIZ_A) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS)
 
 -include $(EXAMPLES:=.d)

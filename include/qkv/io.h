@@ -45,6 +45,35 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
 QKV_API
 qkv_status qkv_import_marian(const char *hf_dir, const char *out_dir, qkv_error *err);
 
+/* Imports a Hugging Face M2M100 or NLLB-200 directory (M2M100ForConditionalGeneration:
+ * config.json, model.safetensors or pytorch_model.bin (or shards), sentencepiece.bpe.model,
+ * tokenizer_config.json, and for M2M100 vocab.json) as the qkv model directory out_dir: the
+ * pre-norm model with final LayerNorms, fairseq's positions, decoding from <eos>; the
+ * vocabularies in Hugging Face's ids (the first four permuted to qkv's reserved ones);
+ * the SentencePiece model as source.spm and target.spm; text.json with the language codes
+ * and their tokens (a source starts with its language's token, the target's is forced as the
+ * first generated one); generation.json from generation_config.json. _nllb reads the
+ * NllbTokenizer's conventions (pieces at their SentencePiece id + 1, codes "deu_Latn"),
+ * _m2m100 M2M100Tokenizer's (vocab.json, codes "de"). What qkv cannot represent is refused
+ * with QKV_ERR_FORMAT naming the file and the reason. */
+QKV_API
+qkv_status qkv_import_nllb(const char *hf_dir, const char *out_dir, qkv_error *err);
+QKV_API
+qkv_status qkv_import_m2m100(const char *hf_dir, const char *out_dir, qkv_error *err);
+
+/* Writes the qkv encoder-decoder in model_dir (trained or imported) as a CTranslate2 model
+ * directory out_dir (created if need be): model.bin (ctranslate2.specs.TransformerSpec's
+ * variables), config.json, shared_vocabulary.json (or source_ and target_vocabulary.json),
+ * and the model's SentencePiece models, text.json and generation.json where it has them.
+ * CTranslate2 then translates as qkv does (add_source_eos; the decoder starts from the
+ * model's start token; a model that never generates <pad> has that logit at -1e9). int8
+ * quantises the matrices row by row as CTranslate2's converters do. QKV_ERR_FORMAT for what
+ * CTranslate2 cannot express (an encoder without layers). */
+typedef enum { QKV_CT2_FLOAT32 = 0, QKV_CT2_INT8 = 1 } qkv_ct2_quantization;
+QKV_API
+qkv_status qkv_export_ct2(const char *model_dir, const char *out_dir,
+                          qkv_ct2_quantization quantization, qkv_error *err);
+
 /* Where training stands: enough to resume bit for bit. */
 typedef struct {
     int epoch;           /* epochs completed */

@@ -380,6 +380,12 @@ void qkv_sinusoidal_table(float *P, int T, int C);
  * S = ceil(C/2), P[i, j] = sin(i / 10000^(2j/C)) for j < S, P[i, S + j] = cos(same). */
 QKV_API
 void qkv_sinusoidal_table_halves(float *P, int T, int C);
+/* fairseq's table (M2M100, NLLB: modeling_m2m_100.py's get_embedding): with h = C/2 and
+ * w_j = exp(-j ln(10000) / (h - 1)), row i holds position i + 2 (fairseq counts positions from
+ * its padding index 1, plus 1): P[i, j] = sin((i + 2) w_j), P[i, h + j] = cos((i + 2) w_j)
+ * for j < h; an odd C's last column is 0. Computed in float32 as torch computes it. */
+QKV_API
+void qkv_sinusoidal_table_fairseq(float *P, int T, int C);
 /* y[b, t] = x[b, t] * scale + P[pos0 + t].  x, y (B, T, C); P (>= pos0 + T, C).  scale is
  * sqrt(d_model) when x are token embeddings (paper, section 3.4), else 1.  y may alias x. */
 QKV_API

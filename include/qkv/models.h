@@ -99,7 +99,10 @@ typedef enum {
 
 typedef enum {
     QKV_POS_INTERLEAVED = 0, /* P[i, 2j] = sin, P[i, 2j+1] = cos (paper, d2l) */
-    QKV_POS_HALVES = 1       /* P[i, j] = sin, P[i, C/2 + j] = cos (Marian, Hugging Face) */
+    QKV_POS_HALVES = 1,      /* P[i, j] = sin, P[i, C/2 + j] = cos (Marian, Hugging Face) */
+    QKV_POS_FAIRSEQ = 2      /* fairseq's table as M2M100 and NLLB use it: [sin | cos] at
+                              * frequencies exp(-j ln(10000) / (C/2 - 1)), position i at row
+                              * i + 2 (counted from the padding index 1 + 1) */
 } qkv_pos_layout;
 
 typedef struct {
@@ -121,9 +124,9 @@ typedef struct {
      * d2l's behaviour, and a config.json without these keys reads as the defaults. */
     qkv_pos_layout pos_layout; /* the sinusoidal table's layout */
     int scale_embedding;       /* 1: embeddings scaled by sqrt(d_model) (paper, 3.4); 0: not */
-    int decoder_start;         /* the reserved id decoding starts from: QKV_BOS, or QKV_PAD
-                                  (Marian's decoder_start_token_id); also training's first
-                                  decoder input */
+    int decoder_start;         /* the reserved id decoding starts from: QKV_BOS, QKV_PAD
+                                  (Marian's decoder_start_token_id) or QKV_EOS (M2M100's,
+                                  NLLB's); also training's first decoder input */
     int suppress_pad;          /* 1: decoding never produces <pad> (its log-probability is
                                   set to -inf after normalisation, as Hugging Face's
                                   bad_words_ids does) */

@@ -448,6 +448,18 @@ typedef struct {
     qkv_detokenizer detokenize; /* QKV_TOKENIZER_SPM: text.json "detokenize" */
     int clean_up_spaces;     /* text.json "clean_up_spaces": transformers'
                               * clean_up_tokenization (" ." -> ".", " n't" -> "n't", ...) */
+    /* Languages (qkv_tokenizer_set_languages): the token ids a multilingual model needs, 0
+     * (never a language's: <unk>) where none. */
+    int src_prefix;          /* every source starts with it (after <bos>): its language's
+                              * token (NLLB, M2M100), or the target's >>xxx<< (OPUS-MT's
+                              * multi-target models) */
+    int tgt_forced;          /* forced as the first output token: the target language's
+                              * (NLLB, M2M100) */
+    char *languages;         /* text.json "languages": "code\0token\0" pairs, then "\0"; or
+                              * the >>xxx<< tokens of the source vocabulary; NULL: none */
+    int forced_target;       /* 1: text.json "language_target": "forced" (the target is a
+                              * forced first token); 0: a >>xxx<< source prefix */
+    int prefixed_source;     /* 1: text.json "language_source": "prefix" */
 } qkv_tokenizer;
 
 /* The path of a model directory's file: dir/name, or dir/../name when dir lacks it and its
@@ -465,6 +477,14 @@ QKV_API
 qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err);
 QKV_API
 void qkv_tokenizer_free(qkv_tokenizer *t);
+
+/* The source and target languages of a multilingual model by their codes (NLLB's
+ * "deu_Latn", M2M100's "de", OPUS-MT's "fra" of >>fra<<); NULL keeps text.json's default
+ * ("source_lang", "target_lang") or none. QKV_ERR_ARG naming the code and a few of the
+ * model's when the model lacks it, or when the model has no languages. */
+QKV_API
+qkv_status qkv_tokenizer_set_languages(qkv_tokenizer *t, const char *source, const char *target,
+                                       qkv_error *err);
 
 /* The lines of text as words the way the model's text was split (see qkv_tokenizer_kind);
  * name labels the text in messages, as in qkv_sentences_from_text. */

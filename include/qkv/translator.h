@@ -45,6 +45,12 @@ const qkv_tokenizer *qkv_translator_tokenizer(const qkv_translator *t);
 QKV_API
 int qkv_translator_num_steps(const qkv_translator *t);
 
+/* A multilingual model's source and target languages (qkv_tokenizer_set_languages): NLLB's and
+ * M2M100's codes, or an OPUS-MT multi-target model's (>>fra<<: "fra"). */
+QKV_API
+qkv_status qkv_translator_set_languages(qkv_translator *t, const char *source,
+                                        const char *target, qkv_error *err);
+
 typedef struct {
     int beam;      /* K >= 1; K = 1 with n_best = 1 is greedy decoding */
     int n_best;    /* hypotheses per sentence, 1 .. beam */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* qkv/viz.h: looking inside and figures: attention maps of a translation, Nadaraya-Watson kernel
- * regression, and PNG heatmaps and line plots (d2l's show_heatmaps and plot). Part of qkv.h, which
- * includes every part; its opening comment is the tour. */
+ * regression (both in libqkv), and PNG heatmaps and line plots (d2l's show_heatmaps and plot; in
+ * libqkv-viz, `pkg-config --libs qkv-viz`, so that a program that only translates never links
+ * libpng and FreeType). Part of qkv.h, which includes every part; its opening comment is the
+ * tour. */
 #ifndef QKV_API_VIZ_H
 #define QKV_API_VIZ_H
 
@@ -56,7 +58,7 @@ void qkv_kernel_regression_backward(qkv_attention_grads *dx, float *dw, const fl
                                     int n, int m);
 
 /* =======================================================================================
- * Figures: attention heatmaps, training curves, positional encodings, kernel
+ * Figures (libqkv-viz): attention heatmaps, training curves, positional encodings, kernel
  * regression fits. A small RGB raster, antialiased text through FreeType, PNG through libpng.
  *
  * A short tour.

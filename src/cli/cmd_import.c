@@ -23,7 +23,13 @@ static void usage(FILE *f)
                "src_vocab.txt, tgt_vocab.txt, source.spm, target.spm, text.json (and\n"
                "generation.json: the decoding defaults). A DIR that holds a model (or other\n"
                "files) is refused unless --overwrite. A model qkv cannot represent is\n"
-               "refused with the reason; see docs/pretrained.md.\n"
+               "refused with the reason; see docs/pretrained.md.\n\n"
+               "       qkv import nllb|m2m100 HF_DIR --out DIR [--overwrite]\n\n"
+               "Imports a Hugging Face NLLB-200 or M2M100 directory (e.g.\n"
+               "facebook/nllb-200-distilled-600M, facebook/m2m100_418M): config.json, the\n"
+               "weights, sentencepiece.bpe.model, tokenizer_config.json (and M2M100's\n"
+               "vocab.json). Translate with --source-lang and --target-lang (NLLB's codes,\n"
+               "deu_Latn; M2M100's, de).\n"
                "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
                "line wins).\n");
 }
@@ -52,21 +58,24 @@ int cmd_import(int argc, char **argv)
             return 2;
         }
     }
-    if (!kind || strcmp(kind, "marian")) {
-        fprintf(stderr, "qkv import: %s%s%s; qkv imports marian (Hugging Face MarianMT)\n",
+    if (!kind || (strcmp(kind, "marian") && strcmp(kind, "nllb") && strcmp(kind, "m2m100"))) {
+        fprintf(stderr, "qkv import: %s%s%s; qkv imports marian (MarianMT, OPUS-MT), nllb "
+                        "(NLLB-200) and m2m100\n",
                 kind ? "unknown kind '" : "which kind of model?", kind ? kind : "",
                 kind ? "'" : "");
         return 2;
     }
     if (!src || !out) {
-        fprintf(stderr, "qkv import marian: needs HF_DIR and --out DIR\n");
+        fprintf(stderr, "qkv import %s: needs HF_DIR and --out DIR\n", kind);
         return 2;
     }
     run_dir rd = {-1};
     if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         return 1;
     qkv_error err = {0};
-    qkv_status st = qkv_import_marian(src, out, &err);
+    qkv_status st = !strcmp(kind, "nllb")     ? qkv_import_nllb(src, out, &err)
+                    : !strcmp(kind, "m2m100") ? qkv_import_m2m100(src, out, &err)
+                                              : qkv_import_marian(src, out, &err);
     run_dir_release(&rd);
     if (st) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
     fprintf(stderr, "qkv import: %s imported into %s\n", src, out);

@@ -186,11 +186,16 @@ static int draw_attention(qkv_translator *t, const qkv_sentences *words,
 int cmd_translate(int argc, char **argv)
 {
     const char *model = NULL, *input = NULL, *attention = NULL, *precision = "fp32";
+    const char *source_lang = NULL, *target_lang = NULL;
     int threads = 0;
     const char *stop = "bound";
     qkv_translate_options o = qkv_translate_default_options();
     const opt_spec opts[] = {
         {"model", OPT_STRING, &model, "model directory", NULL},
+        {"source-lang", OPT_STRING, &source_lang,
+         "a multilingual model's source language (NLLB's deu_Latn, M2M100's de)", NULL},
+        {"target-lang", OPT_STRING, &target_lang,
+         "its target language (NLLB's eng_Latn, M2M100's en, OPUS-MT's fra of >>fra<<)", NULL},
         {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)", NULL},
         {"attention", OPT_STRING, &attention,
          "draw every sentence's attention into this directory", NULL},
@@ -214,6 +219,12 @@ int cmd_translate(int argc, char **argv)
     qkv_translator *t;
     if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop,
                          ALPHA_GIVEN(argc, argv)))) return rc;
+    qkv_error lerr = {0};
+    if (qkv_translator_set_languages(t, source_lang, target_lang, &lerr)) {
+        fprintf(stderr, "qkv translate: %s\n", lerr.msg);
+        qkv_translator_free(t);
+        return 2;
+    }
     /* A file is translated in batches; a pipe or a terminal line by line, each translation
      * printed as soon as it is made (attention figures need the batch path) */
     struct stat st;

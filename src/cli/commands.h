@@ -16,6 +16,7 @@ int cmd_eval_lm(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_import(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -125,7 +125,7 @@ static qkv_status check_options(const qkv_translate_options *o, qkv_error *err)
  * sources start with one. */
 static int source_len(const qkv_translator *t, const qkv_sentences *src, int i)
 {
-    return qkv_sentence_len(src, i) + 1 + t->tok.source_bos;
+    return qkv_sentence_len(src, i) + 1 + t->tok.source_bos + (t->tok.src_prefix > 0);
 }
 
 /* Sentence i's limit: floor(a * n + b) for its n tokens, at least 1, at most cap. */
@@ -202,7 +202,8 @@ static qkv_status buffers_init(batch_buffers *b, int B, int T, const qkv_transla
 void source_rows(int *ids, int *valid, int *Ts, const qkv_tokenizer *tok,
                  const qkv_sentences *src, int first, int B, int max_len)
 {
-    const int bos = tok->source_bos;
+    /* [<bos>] [language token] words <eos> */
+    const int lead = tok->source_bos, bos = lead + (tok->src_prefix > 0);
     *Ts = 1;
     for (int i = 0; i < B; i++) {
         const int n = qkv_sentence_len(src, first + i) + 1 + bos;
@@ -211,7 +212,8 @@ void source_rows(int *ids, int *valid, int *Ts, const qkv_tokenizer *tok,
     for (int i = 0; i < B; i++) {
         const char *const *words = src->tokens + src->start[first + i];
         int *row = ids + (size_t)i * *Ts;
-        if (bos) row[0] = QKV_BOS;
+        if (lead) row[0] = QKV_BOS;
+        if (bos > lead && bos <= *Ts) row[lead] = tok->src_prefix;
         const int n = qkv_sentence_len(src, first + i);
         qkv_vocab_encode(row + bos, &tok->src, words, n, *Ts - bos);
         /* a source's own tokens are text: one spelling <pad>, <bos> or <eos> is unknown (a
@@ -240,15 +242,20 @@ static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_s
     batch_buffers b;
     qkv_status st = buffers_init(&b, Bmax, longest, r, err);
     qkv_beam_options bo = {o->beam, o->n_best, L, o->alpha, o->stop, NULL};
+    /* a multilingual model's target language: its token forced first */
+    const qkv_transformer_config *c = qkv_transformer_get_config(t->model);
+    const int forced = t->tok.tgt_forced;
+    const decoding_rules rules = {c->decoder_start, c->suppress_pad, 0, c->forced_eos, &forced,
+                                  forced > 0};
     qkv_beam_results br = {b.out, b.out_len, b.score, NULL};
     for (int first = 0; !st && first < src->count; first += Bmax) {
         const int B = src->count - first < Bmax ? src->count - first : Bmax;
         int T;
         source_rows(b.src, b.valid, &T, &t->tok, src, first, B, limit);
         bo.max_lens = limits + first;
-        st = greedy ? greedy_decode(t->model, b.src, b.valid, B, T, L, limits + first, NULL,
+        st = greedy ? greedy_decode(t->model, b.src, b.valid, B, T, L, limits + first, &rules,
                                     b.out, b.out_len, err)
-                    : beam_decode(t->model, b.src, b.valid, B, T, &bo, NULL, &br, err);
+                    : beam_decode(t->model, b.src, b.valid, B, T, &bo, &rules, &br, err);
         for (int i = 0; !st && i < B * N; i++) {
             const size_t h = (size_t)first * N + i;
             memcpy(r->ids + h * L, b.out + (size_t)i * L,
@@ -275,11 +282,21 @@ static qkv_status detokenize(qkv_translations *r, const qkv_translator *t, qkv_e
     return QKV_OK;
 }
 
+qkv_status qkv_translator_set_languages(qkv_translator *t, const char *source,
+                                        const char *target, qkv_error *err)
+{
+    return qkv_tokenizer_set_languages(&t->tok, source, target, err);
+}
+
 static qkv_status translate(qkv_translations *out, qkv_translator *t,
                             const qkv_sentences *words, const qkv_translate_options *o,
                             qkv_error *err)
 {
     qkv_status st = QKV_OK;
+    memset(out, 0, sizeof *out);
+    if (t->tok.forced_target && t->tok.languages && !t->tok.tgt_forced)
+        return qkv_fail(err, QKV_ERR_ARG, "the model translates into many languages: which one "
+                        "(--target-lang)?");
     if (qkv_transformer_get_precision(t->model) != o->precision)
         st = qkv_transformer_set_precision(t->model, o->precision, err);
     qkv_sentences src = {0};

@@ -191,3 +191,121 @@ const char *hf_weights_unused(const hf_weights *w)
             if (!w->used[i][t]) return w->shards[i].tensors[t].name;
     return NULL;
 }
+
+/* ---- a BART-family model's tensors into qkv's ------------------------------------------ */
+
+/* HF tensor `name` as float32 of shape (rows, cols) (cols 0: a vector; (1, n) is read as n);
+ * with more_rows, (rows or more, cols), of which the first rows are read. */
+qkv_status hf_import_rows(const float **out, hf_importer *im, const char *name, int rows, int cols,
+                          int more_rows, qkv_error *err)
+{
+    const qkv_tensor *t = hf_weights_get(im->w, name);
+    if (!t) return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is missing", im->file, name);
+    if (t->dtype != QKV_F32)
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: tensor '%s' is not floating-point weights of "
+                        "float32, float16 or bfloat16",
+                        im->file, name);
+    const int64_t s0 = t->shape[0], s1 = t->ndim > 1 ? t->shape[1] : 0;
+    const int fits = cols ? t->ndim == 2 && (s0 == rows || (more_rows && s0 > rows)) && s1 == cols
+                          : (t->ndim == 1 && s0 == rows) || (t->ndim == 2 && s0 == 1 && s1 == rows);
+    if (!fits)
+        return qkv_fail(err, QKV_ERR_FORMAT,
+                        "%s: tensor '%s' has shape (%lld%s%lld), the "
+                        "configuration needs (%d%s%d)",
+                        im->file, name, (long long)t->shape[0], t->ndim > 1 ? ", " : "",
+                        t->ndim > 1 ? (long long)t->shape[1] : 0LL, rows, cols ? ", " : "", cols);
+    *out = (const float *)t->data;
+    return QKV_OK;
+}
+
+qkv_status hf_import_get(const float **out, hf_importer *im, const char *name, int rows, int cols,
+                         qkv_error *err)
+{
+    return hf_import_rows(out, im, name, rows, cols, 0, err);
+}
+
+/* qkv's tensor `name`, marked written. */
+float *hf_import_slot(hf_importer *im, const char *name, size_t *numel)
+{
+    for (int i = 0; i < qkv_transformer_num_tensors(im->m); i++) {
+        const qkv_param_info t = qkv_transformer_tensor(im->m, i);
+        if (strcmp(t.name, name)) continue;
+        im->written[i] = 1;
+        *numel = t.numel;
+        return qkv_transformer_params(im->m) + t.offset;
+    }
+    return NULL;
+}
+
+/* HF tensor hf (same shape as qkv's) -> qkv tensor q */
+qkv_status hf_import_copy(hf_importer *im, const char *hf, const char *q, qkv_error *err)
+{
+    for (int i = 0; i < qkv_transformer_num_tensors(im->m); i++) {
+        const qkv_param_info t = qkv_transformer_tensor(im->m, i);
+        if (strcmp(t.name, q)) continue;
+        const float *src;
+        qkv_status st = hf_import_get(&src, im, hf, t.shape[0], t.ndim == 2 ? t.shape[1] : 0, err);
+        if (st) return st;
+        im->written[i] = 1;
+        memcpy(qkv_transformer_params(im->m) + t.offset, src, t.numel * sizeof *src);
+        return QKV_OK;
+    }
+    return qkv_fail(err, QKV_ERR_ARG, "qkv's model has no tensor '%s'", q);
+}
+
+/* The first of the names that the file holds (save_pretrained keeps one name of tied
+ * tensors, which one depends on the version), all of them marked used. */
+const char *hf_import_first(hf_importer *im, const char *const *names, int n)
+{
+    const char *found = NULL;
+    for (int i = 0; i < n; i++)
+        if (hf_weights_get(im->w, names[i]) && !found) found = names[i];
+    return found;
+}
+
+qkv_status hf_import_layers(hf_importer *im, const qkv_transformer_config *c, qkv_error *err)
+{
+    /* HF's name within a layer -> qkv's, per stack */
+    static const char *const enc[][2] = {{"self_attn.q_proj", "attention.%c_q"},
+                                         {"self_attn.k_proj", "attention.%c_k"},
+                                         {"self_attn.v_proj", "attention.%c_v"},
+                                         {"self_attn.out_proj", "attention.%c_o"},
+                                         {"self_attn_layer_norm", "norm1"},
+                                         {"fc1", "ffn.%c1"},
+                                         {"fc2", "ffn.%c2"},
+                                         {"final_layer_norm", "norm2"}};
+    static const char *const dec[][2] = {{"self_attn.q_proj", "self_attention.%c_q"},
+                                         {"self_attn.k_proj", "self_attention.%c_k"},
+                                         {"self_attn.v_proj", "self_attention.%c_v"},
+                                         {"self_attn.out_proj", "self_attention.%c_o"},
+                                         {"self_attn_layer_norm", "norm1"},
+                                         {"encoder_attn.q_proj", "cross_attention.%c_q"},
+                                         {"encoder_attn.k_proj", "cross_attention.%c_k"},
+                                         {"encoder_attn.v_proj", "cross_attention.%c_v"},
+                                         {"encoder_attn.out_proj", "cross_attention.%c_o"},
+                                         {"encoder_attn_layer_norm", "norm2"},
+                                         {"fc1", "ffn.%c1"},
+                                         {"fc2", "ffn.%c2"},
+                                         {"final_layer_norm", "norm3"}};
+    qkv_status st = QKV_OK;
+    for (int s = 0; s < 2 && !st; s++) {
+        const char *stack = s ? "decoder" : "encoder";
+        const int layers = s ? c->dec_layers : c->enc_layers, n = s ? 13 : 8;
+        for (int l = 0; l < layers && !st; l++)
+            for (int i = 0; i < n && !st; i++) {
+                const char *const *pair = s ? dec[i] : enc[i];
+                const int norm = !strchr(pair[1], '%');
+                for (int w = 0; w < 2 && !st; w++) { /* weight then bias */
+                    char hf[160], q[160], leaf[48];
+                    snprintf(hf, sizeof hf, "model.%s.layers.%d.%s.%s", stack, l, pair[0],
+                             w ? "bias" : "weight");
+                    if (norm) snprintf(leaf, sizeof leaf, "%s.%s", pair[1], w ? "beta" : "gamma");
+                    else snprintf(leaf, sizeof leaf, pair[1], w ? 'b' : 'W');
+                    snprintf(q, sizeof q, "%s.%d.%s", stack, l, leaf);
+                    st = hf_import_copy(im, hf, q, err);
+                }
+            }
+    }
+    return st;
+}

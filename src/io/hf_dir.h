@@ -38,4 +38,32 @@ const qkv_tensor *hf_weights_peek(const hf_weights *w, const char *name);
 /* The first tensor no hf_weights_get took, or NULL. */
 const char *hf_weights_unused(const hf_weights *w);
 
+/* ---- a BART-family model's tensors (Marian, M2M100, NLLB) into qkv's parameters ---------- */
+
+/* The weights being imported into model m (file: their name in messages); written[i] marks
+ * qkv's tensor i as filled. */
+typedef struct {
+    hf_weights *w;
+    const char *file;
+    qkv_transformer *m;
+    char *written; /* (qkv's tensor count) */
+} hf_importer;
+
+/* HF tensor `name` as float32 of shape (rows, cols) (cols 0: a vector; (1, n) is read as n);
+ * with more_rows, (rows or more, cols), of which the first rows are read. */
+qkv_status hf_import_rows(const float **out, hf_importer *im, const char *name, int rows, int cols,
+                          int more_rows, qkv_error *err);
+qkv_status hf_import_get(const float **out, hf_importer *im, const char *name, int rows, int cols,
+                         qkv_error *err);
+/* qkv's tensor `name` (numel: its size), marked written; NULL if the model has none. */
+float *hf_import_slot(hf_importer *im, const char *name, size_t *numel);
+/* HF tensor hf (of qkv's shape) -> qkv tensor q. */
+qkv_status hf_import_copy(hf_importer *im, const char *hf, const char *q, qkv_error *err);
+/* The first of the names the weights hold, all of them marked used (save_pretrained keeps
+ * one name of tied tensors, which one depends on the version). */
+const char *hf_import_first(hf_importer *im, const char *const *names, int n);
+/* Every layer: model.{encoder,decoder}.layers.L.{self_attn,encoder_attn}.{q,k,v,out}_proj,
+ * *_layer_norm, fc1, fc2 -> qkv's names ((out, in) weights are qkv's layout). */
+qkv_status hf_import_layers(hf_importer *im, const qkv_transformer_config *c, qkv_error *err);
+
 #endif

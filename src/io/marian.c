@@ -275,90 +275,18 @@ static qkv_status read_vocab(id_map *v, const cJSON *o, const char *file, int ro
 
 /* ---- model.safetensors -> qkv's parameter table --------------------------------------- */
 
-typedef struct {
-    hf_weights *w;
-    const char *file;
-    qkv_transformer *m;
-    char *written; /* (qkv's tensor count) */
-} importer;
-
-static const qkv_tensor *hf_tensor(importer *im, const char *name)
-{
-    return hf_weights_get(im->w, name);
-}
-
-/* HF tensor `name` as float32 of shape (rows, cols) (cols 0: a vector; (1, n) is read as n);
- * with more_rows, (rows or more, cols), of which the first rows are read. */
-static qkv_status hf_get_rows(const float **out, importer *im, const char *name, int rows, int cols,
-                              int more_rows, qkv_error *err)
-{
-    const qkv_tensor *t = hf_tensor(im, name);
-    if (!t) return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor '%s' is missing", im->file, name);
-    if (t->dtype != QKV_F32)
-        return qkv_fail(err, QKV_ERR_FORMAT,
-                        "%s: tensor '%s' is not floating-point weights of "
-                        "float32, float16 or bfloat16",
-                        im->file, name);
-    const int64_t s0 = t->shape[0], s1 = t->ndim > 1 ? t->shape[1] : 0;
-    const int fits = cols ? t->ndim == 2 && (s0 == rows || (more_rows && s0 > rows)) && s1 == cols
-                          : (t->ndim == 1 && s0 == rows) || (t->ndim == 2 && s0 == 1 && s1 == rows);
-    if (!fits)
-        return qkv_fail(err, QKV_ERR_FORMAT,
-                        "%s: tensor '%s' has shape (%lld%s%lld), the "
-                        "configuration needs (%d%s%d)",
-                        im->file, name, (long long)t->shape[0], t->ndim > 1 ? ", " : "",
-                        t->ndim > 1 ? (long long)t->shape[1] : 0LL, rows, cols ? ", " : "", cols);
-    *out = (const float *)t->data;
-    return QKV_OK;
-}
-
-static qkv_status hf_get(const float **out, importer *im, const char *name, int rows, int cols,
-                         qkv_error *err)
-{
-    return hf_get_rows(out, im, name, rows, cols, 0, err);
-}
-
-/* qkv's tensor `name`, marked written. */
-static float *qkv_slot(importer *im, const char *name, size_t *numel)
-{
-    for (int i = 0; i < qkv_transformer_num_tensors(im->m); i++) {
-        const qkv_param_info t = qkv_transformer_tensor(im->m, i);
-        if (strcmp(t.name, name)) continue;
-        im->written[i] = 1;
-        *numel = t.numel;
-        return qkv_transformer_params(im->m) + t.offset;
-    }
-    return NULL;
-}
-
-/* HF tensor hf (same shape as qkv's) -> qkv tensor q */
-static qkv_status copy_tensor(importer *im, const char *hf, const char *q, qkv_error *err)
-{
-    for (int i = 0; i < qkv_transformer_num_tensors(im->m); i++) {
-        const qkv_param_info t = qkv_transformer_tensor(im->m, i);
-        if (strcmp(t.name, q)) continue;
-        const float *src;
-        qkv_status st = hf_get(&src, im, hf, t.shape[0], t.ndim == 2 ? t.shape[1] : 0, err);
-        if (st) return st;
-        im->written[i] = 1;
-        memcpy(qkv_transformer_params(im->m) + t.offset, src, t.numel * sizeof *src);
-        return QKV_OK;
-    }
-    return qkv_fail(err, QKV_ERR_ARG, "qkv's model has no tensor '%s'", q);
-}
-
 /* Rows (Marian ids) of an embedding or output projection (rows, C) into qkv's order; the
  * <bos> row Marian lacks is zero. transformers 4.38 gives a decoder embedding that is not
  * shared the encoder's vocab_size rows even when decoder_vocab_size is smaller: the rows
  * past the target vocabulary are no token's and are left out. */
-static qkv_status copy_rows(importer *im, const char *hf, const char *q, const id_map *ids, int C,
-                            qkv_error *err)
+static qkv_status copy_rows(hf_importer *im, const char *hf, const char *q, const id_map *ids,
+                            int C, qkv_error *err)
 {
     const float *src;
     size_t n = 0;
-    qkv_status st = hf_get_rows(&src, im, hf, ids->rows, C, !strcmp(q, "tgt_embedding"), err);
+    qkv_status st = hf_import_rows(&src, im, hf, ids->rows, C, !strcmp(q, "tgt_embedding"), err);
     if (st) return st;
-    float *dst = qkv_slot(im, q, &n);
+    float *dst = hf_import_slot(im, q, &n);
     if (!dst || n != (size_t)(ids->rows + 1) * C)
         return qkv_fail(err, QKV_ERR_ARG, "qkv's '%s' does not fit %s", q, hf);
     memset(dst + (size_t)QKV_BOS * C, 0, (size_t)C * sizeof *dst);
@@ -367,17 +295,7 @@ static qkv_status copy_rows(importer *im, const char *hf, const char *q, const i
     return QKV_OK;
 }
 
-/* The first of the names that the file holds (save_pretrained keeps one name of tied
- * tensors, which one depends on the version), all of them marked used. */
-static const char *first_present(importer *im, const char *const *names, int n)
-{
-    const char *found = NULL;
-    for (int i = 0; i < n; i++)
-        if (hf_tensor(im, names[i]) && !found) found = names[i];
-    return found;
-}
-
-static qkv_status copy_embeddings(importer *im, const hf_config *h, const id_map *src,
+static qkv_status copy_embeddings(hf_importer *im, const hf_config *h, const id_map *src,
                                   const id_map *tgt, qkv_error *err)
 {
     const int C = h->cfg.d_model;
@@ -386,9 +304,9 @@ static qkv_status copy_embeddings(importer *im, const hf_config *h, const id_map
     static const char *const enc[] = {"model.encoder.embed_tokens.weight", "model.shared.weight"};
     static const char *const dec[] = {"model.decoder.embed_tokens.weight"};
     static const char *const head[] = {"lm_head.weight"};
-    const char *e = first_present(im, h->share ? shared : enc, h->share ? 3 : 2);
-    const char *d = h->share ? e : first_present(im, dec, 1);
-    const char *out = first_present(im, head, 1);
+    const char *e = hf_import_first(im, h->share ? shared : enc, h->share ? 3 : 2);
+    const char *d = h->share ? e : hf_import_first(im, dec, 1);
+    const char *out = hf_import_first(im, head, 1);
     if (!e || !d)
         return qkv_fail(err, QKV_ERR_FORMAT,
                         "%s: no %s embedding (model.shared.weight or "
@@ -408,8 +326,8 @@ static qkv_status copy_embeddings(importer *im, const hf_config *h, const id_map
     /* final_logits_bias (1, V) -> output.b, with -1e9 for <bos> */
     const float *b;
     size_t n = 0;
-    if ((st = hf_get(&b, im, "final_logits_bias", h->V_tgt, 0, err))) return st;
-    float *ob = qkv_slot(im, "output.b", &n);
+    if ((st = hf_import_get(&b, im, "final_logits_bias", h->V_tgt, 0, err))) return st;
+    float *ob = hf_import_slot(im, "output.b", &n);
     for (int m = 0; m < h->V_tgt; m++) ob[tgt->to_qkv[m]] = b[m];
     ob[QKV_BOS] = ABSENT_LOGIT;
     return QKV_OK;
@@ -417,7 +335,7 @@ static qkv_status copy_embeddings(importer *im, const hf_config *h, const id_map
 
 /* HF's sinusoidal positions are not parameters; a file that holds them anyway must hold
  * Marian's table, else the model is not one qkv reads. */
-static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *err)
+static qkv_status check_positions(hf_importer *im, const hf_config *h, qkv_error *err)
 {
     static const char *const names[] = {"model.encoder.embed_positions.weight",
                                         "model.decoder.embed_positions.weight"};
@@ -427,7 +345,7 @@ static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *e
         const qkv_tensor *t = hf_weights_peek(im->w, names[k]);
         if (!t) continue;
         const float *p;
-        qkv_status st = hf_get(&p, im, names[k], T, C, err);
+        qkv_status st = hf_import_get(&p, im, names[k], T, C, err);
         if (!st && !table && !(table = malloc((size_t)T * C * sizeof *table)))
             st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
         if (st) return free(table), st;
@@ -446,62 +364,16 @@ static qkv_status check_positions(importer *im, const hf_config *h, qkv_error *e
     return QKV_OK;
 }
 
-static qkv_status copy_layers(importer *im, const hf_config *h, qkv_error *err)
-{
-    /* HF's name within a layer -> qkv's, per stack */
-    static const char *const enc[][2] = {{"self_attn.q_proj", "attention.%c_q"},
-                                         {"self_attn.k_proj", "attention.%c_k"},
-                                         {"self_attn.v_proj", "attention.%c_v"},
-                                         {"self_attn.out_proj", "attention.%c_o"},
-                                         {"self_attn_layer_norm", "norm1"},
-                                         {"fc1", "ffn.%c1"},
-                                         {"fc2", "ffn.%c2"},
-                                         {"final_layer_norm", "norm2"}};
-    static const char *const dec[][2] = {{"self_attn.q_proj", "self_attention.%c_q"},
-                                         {"self_attn.k_proj", "self_attention.%c_k"},
-                                         {"self_attn.v_proj", "self_attention.%c_v"},
-                                         {"self_attn.out_proj", "self_attention.%c_o"},
-                                         {"self_attn_layer_norm", "norm1"},
-                                         {"encoder_attn.q_proj", "cross_attention.%c_q"},
-                                         {"encoder_attn.k_proj", "cross_attention.%c_k"},
-                                         {"encoder_attn.v_proj", "cross_attention.%c_v"},
-                                         {"encoder_attn.out_proj", "cross_attention.%c_o"},
-                                         {"encoder_attn_layer_norm", "norm2"},
-                                         {"fc1", "ffn.%c1"},
-                                         {"fc2", "ffn.%c2"},
-                                         {"final_layer_norm", "norm3"}};
-    qkv_status st = QKV_OK;
-    for (int s = 0; s < 2 && !st; s++) {
-        const char *stack = s ? "decoder" : "encoder";
-        const int layers = s ? h->cfg.dec_layers : h->cfg.enc_layers, n = s ? 13 : 8;
-        for (int l = 0; l < layers && !st; l++)
-            for (int i = 0; i < n && !st; i++) {
-                const char *const *pair = s ? dec[i] : enc[i];
-                const int norm = !strchr(pair[1], '%');
-                for (int w = 0; w < 2 && !st; w++) { /* weight then bias */
-                    char hf[160], q[160], leaf[48];
-                    snprintf(hf, sizeof hf, "model.%s.layers.%d.%s.%s", stack, l, pair[0],
-                             w ? "bias" : "weight");
-                    if (norm) snprintf(leaf, sizeof leaf, "%s.%s", pair[1], w ? "beta" : "gamma");
-                    else snprintf(leaf, sizeof leaf, pair[1], w ? 'b' : 'W');
-                    snprintf(q, sizeof q, "%s.%d.%s", stack, l, leaf);
-                    st = copy_tensor(im, hf, q, err);
-                }
-            }
-    }
-    return st;
-}
-
 static qkv_status read_model(qkv_transformer **out, hf_weights *w, const hf_config *h,
                              const id_map *src, const id_map *tgt, qkv_error *err)
 {
     *out = NULL;
-    importer im = {w, w->file, NULL, NULL};
+    hf_importer im = {w, w->file, NULL, NULL};
     qkv_status st = qkv_transformer_create(&im.m, &h->cfg, 0, err);
     if (!st && !(im.written = calloc((size_t)qkv_transformer_num_tensors(im.m), 1)))
         st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     if (!st) st = copy_embeddings(&im, h, src, tgt, err);
-    if (!st) st = copy_layers(&im, h, err);
+    if (!st) st = hf_import_layers(&im, &h->cfg, err);
     if (!st) st = check_positions(&im, h, err);
     const char *unused = st ? NULL : hf_weights_unused(w);
     if (unused)

@@ -14,7 +14,7 @@
 #define OPTIONAL(key, type, member, choices, n)                                                \
     {key, type, offsetof(qkv_transformer_config, member), choices, n, 1}
 static const char *const acts[] = {"relu", "gelu", "silu"}, *const ties[] = {"none", "output", "all"};
-static const char *const layouts[] = {"interleaved", "sin_cos"};
+static const char *const layouts[] = {"interleaved", "sin_cos", "fairseq"};
 static const char *const reserved[] = {"<unk>", "<pad>", "<bos>", "<eos>"}; /* by id */
 static const config_field fields[] = {
     FIELD("src_vocab", FIELD_INT, src_vocab),
@@ -34,7 +34,7 @@ static const config_field fields[] = {
     FIELD("learned_pos", FIELD_FLAG, learned_pos),
     FIELD("ln_eps", FIELD_FLOAT, ln_eps),
     /* Marian's options (qkv import marian) */
-    OPTIONAL("pos_layout", FIELD_CHOICE, pos_layout, layouts, 2),
+    OPTIONAL("pos_layout", FIELD_CHOICE, pos_layout, layouts, 3),
     OPTIONAL("scale_embedding", FIELD_FLAG, scale_embedding, NULL, 0),
     OPTIONAL("decoder_start", FIELD_CHOICE, decoder_start, reserved, 4),
     OPTIONAL("suppress_pad", FIELD_FLAG, suppress_pad, NULL, 0),

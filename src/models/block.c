@@ -209,7 +209,7 @@ void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a,
  * cache has no GEMM. */
 
 static void self_attention_step(const backend *be, const stack_dims *d, decode_state *st,
-                                const step_rows *r, const mha_w *a, const float *in, int l)
+                                const decoder_rows *r, const mha_w *a, const float *in, int l)
 {
     const int B = r->n, C = d->C, H = d->heads;
     op_linear_forward(be, st->q, in, &a->W_q, a->f.b_q, B, C, C);
@@ -241,7 +241,7 @@ static void self_attention_step(const backend *be, const stack_dims *d, decode_s
 /* over the encoder output's keys and values, projected once (decode_state.cross_k): row b
  * sees the src_valid[src[b]] keys of its own source */
 static void cross_attention_step(const backend *be, const stack_dims *d, decode_state *st,
-                                 const step_rows *r, const mha_w *a, const float *in, int l)
+                                 const decoder_rows *r, const mha_w *a, const float *in, int l)
 {
     const int B = r->n, C = d->C, H = d->heads;
     const size_t layer = (size_t)l * st->n_src * st->Ts * C;
@@ -255,7 +255,7 @@ static void cross_attention_step(const backend *be, const stack_dims *d, decode_
 }
 
 static void block_step(const backend *be, const stack_dims *d, const block_w *w,
-                       decode_state *st, const step_rows *r, int l)
+                       decode_state *st, const decoder_rows *r, int l)
 {
     const float *in = sublayer_step_in(be, d, st, r->n, &w->self_norm);
     self_attention_step(be, d, st, r, &w->self, in, l);
@@ -272,7 +272,7 @@ static void block_step(const backend *be, const stack_dims *d, const block_w *w,
 }
 
 void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-                decode_state *st, const step_rows *r, const int *tok, const int *src_valid)
+                decode_state *st, const decoder_rows *r, const int *tok, const int *src_valid)
 {
     const int C = d->C, B = r->n;
     /* the keys each row sees: its positions so far, and its source's length */

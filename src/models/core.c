@@ -161,9 +161,13 @@ float *core_params(model_core *c)
     return c->params;
 }
 
-qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err)
+qkv_status core_set_precision(model_core *c, qkv_precision p, void (*retype)(void *model),
+                              void *model, qkv_error *err)
 {
-    return precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
+    qkv_status st = precision_set(&c->prec, p, c->params, c->n_params, c->tensors,
+                                  c->n_tensors, err);
+    if (!st) retype(model);
+    return st;
 }
 
 static void retype_mha(mha_w *a, const model_core *c)
@@ -205,6 +209,11 @@ kv_dtype core_kv_cache(const model_core *c)
                    ? KV_BF16
                    : KV_FP32;
     return c->kv_cache == QKV_KV_CACHE_BF16 ? KV_BF16 : KV_FP32;
+}
+
+qkv_kv_cache core_kv_cache_type(const model_core *c)
+{
+    return core_kv_cache(c) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
 }
 
 /* ---- the activation arena -------------------------------------------------------------- */

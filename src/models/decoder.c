@@ -159,8 +159,7 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     if (!st) st = precision_prepare(&c->prec, c->params, c->n_params, 1, err);
     if (st) return st;
     const backend be = core_backend(c);
-    const step_rows rows = {r->n, r->row, r->pos, r->src, r->ancestry, r->ld};
-    stack_step(&be, d->dims, d->w, c->pos_table, &d->st, &rows, tok, d->src_valid);
+    stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid);
     head_step(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, d->st.logits, d->info.vocab);
     *logits = d->st.logits;
     return QKV_OK;

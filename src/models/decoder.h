@@ -36,7 +36,7 @@ typedef struct {
     int forced_eos;   /* a translation cut at its limit counts an <eos> of probability 1 */
 } decoder_info;
 
-/* One step's rows (as models/model.h's step_rows): row b writes its new key and value at
+/* One step's rows (stack_step's, models/model.h): row b writes its new key and value at
  * position pos[b] of cache row row[b] and attends to positions 0 .. pos[b]; it reads source
  * src[b] (NULL for a language model). With ancestry, position j of row b lies in cache row
  * ancestry[b * ld + j] (beam search); ancestry[b * ld + pos[b]] must be row[b]. */

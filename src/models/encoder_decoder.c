@@ -45,11 +45,12 @@ qkv_status qkv_transformer_config_check(const qkv_transformer_config *c, qkv_err
         return qkv_fail(err, QKV_ERR_ARG, "ln_eps must be in (0, 1), got %g", (double)c->ln_eps);
     if (c->act != QKV_ACT_RELU && c->act != QKV_ACT_GELU && c->act != QKV_ACT_SILU)
         return qkv_fail(err, QKV_ERR_ARG, "unknown activation %d", (int)c->act);
-    if (c->pos_layout != QKV_POS_INTERLEAVED && c->pos_layout != QKV_POS_HALVES)
+    if (c->pos_layout != QKV_POS_INTERLEAVED && c->pos_layout != QKV_POS_HALVES &&
+        c->pos_layout != QKV_POS_FAIRSEQ)
         return qkv_fail(err, QKV_ERR_ARG, "unknown positional layout %d", (int)c->pos_layout);
-    if (c->decoder_start != QKV_BOS && c->decoder_start != QKV_PAD)
-        return qkv_fail(err, QKV_ERR_ARG, "decoding starts from <bos> (%d) or <pad> (%d), not "
-                        "id %d", QKV_BOS, QKV_PAD, c->decoder_start);
+    if (c->decoder_start != QKV_BOS && c->decoder_start != QKV_PAD && c->decoder_start != QKV_EOS)
+        return qkv_fail(err, QKV_ERR_ARG, "decoding starts from <bos> (%d), <pad> (%d) or <eos> "
+                        "(%d), not id %d", QKV_BOS, QKV_PAD, QKV_EOS, c->decoder_start);
     qkv_status st;
     if ((st = limit_check("src_vocab", c->src_vocab, QKV_MAX_VOCAB, "QKV_MAX_VOCAB", err)) ||
         (st = limit_check("tgt_vocab", c->tgt_vocab, QKV_MAX_VOCAB, "QKV_MAX_VOCAB", err)) ||
@@ -167,6 +168,8 @@ qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_c
     }
     if (cfg->pos_layout == QKV_POS_HALVES)
         qkv_sinusoidal_table_halves(m->core.pos_table, cfg->max_len, cfg->d_model);
+    else if (cfg->pos_layout == QKV_POS_FAIRSEQ)
+        qkv_sinusoidal_table_fairseq(m->core.pos_table, cfg->max_len, cfg->d_model);
     core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie != QKV_TIE_NONE);
     *out = m;
     return QKV_OK;
@@ -198,14 +201,18 @@ size_t qkv_transformer_num_params(const qkv_transformer *m) { return m->core.n_p
 
 float *qkv_transformer_params(qkv_transformer *m) { return core_params(&m->core); }
 
-qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
+/* The weights typed for the precision just set. */
+static void retype(void *model)
 {
-    qkv_status st = core_set_precision(&m->core, p, err);
-    if (st) return st;
+    qkv_transformer *m = model;
     stack_retype(&m->w.encoder, &m->enc_dims, &m->core);
     stack_retype(&m->w.decoder, &m->dec_dims, &m->core);
     m->w.out = precision_weight(&m->core.prec, m->core.params, m->w.out_W);
-    return QKV_OK;
+}
+
+qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
+{
+    return core_set_precision(&m->core, p, retype, m, err);
 }
 
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
@@ -222,7 +229,7 @@ qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m) { return m->
 
 qkv_kv_cache qkv_transformer_kv_cache_type(const qkv_transformer *m)
 {
-    return core_kv_cache(&m->core) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
+    return core_kv_cache_type(&m->core);
 }
 
 float *qkv_transformer_grads(qkv_transformer *m)

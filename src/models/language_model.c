@@ -138,13 +138,17 @@ qkv_param_info qkv_lm_tensor(const qkv_lm *m, int i) { return m->core.tensors[i]
 size_t qkv_lm_num_params(const qkv_lm *m) { return m->core.n_params; }
 float *qkv_lm_params(qkv_lm *m) { return core_params(&m->core); }
 
-qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
+/* The weights typed for the precision just set. */
+static void retype(void *model)
 {
-    qkv_status st = core_set_precision(&m->core, p, err);
-    if (st) return st;
+    qkv_lm *m = model;
     stack_retype(&m->w.stack, &m->dims, &m->core);
     m->w.out = precision_weight(&m->core.prec, m->core.params, m->w.out_W);
-    return QKV_OK;
+}
+
+qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
+{
+    return core_set_precision(&m->core, p, retype, m, err);
 }
 
 qkv_precision qkv_lm_get_precision(const qkv_lm *m) { return m->core.prec.precision; }
@@ -156,10 +160,7 @@ qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err)
 
 qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m) { return m->core.kv_cache; }
 
-qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m)
-{
-    return core_kv_cache(&m->core) == KV_BF16 ? QKV_KV_CACHE_BF16 : QKV_KV_CACHE_FP32;
-}
+qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m) { return core_kv_cache_type(&m->core); }
 
 float *qkv_lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }
 

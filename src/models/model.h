@@ -17,6 +17,7 @@
 
 #include "core/internal.h"
 #include "layers/layers.h"
+#include "models/decoder.h"
 #include "models/precision.h"
 
 /* The number of keys from which softmax attention runs the flash kernel, unless a model is
@@ -148,19 +149,6 @@ typedef struct {
     float *buffer;
 } decode_state;
 
-/* One decoding step: n rows, each one sequence getting its next position. Row b reads and
- * writes cache row row[b]: its new key and value go to position pos[b] there, and it attends
- * to positions 0 .. pos[b]; it reads the encoder output of source src[b] (NULL without
- * cross-attention). With ancestry (beam search), position j < pos[b] of row b lies in cache
- * row ancestry[b * ld + j] instead (hypotheses share the keys of their common prefix), and
- * ancestry[b * ld + pos[b]] must be row[b]. */
-typedef struct {
-    int n;
-    const int *row, *pos, *src;
-    const int *ancestry;
-    int ld;
-} step_rows;
-
 /* Room for cap rows of T positions of a stack, n_src sources of Ts positions (0 without
  * cross-attention) and logits over V tokens (0: none), the caches of type kv. */
 qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int T, int n_src,
@@ -180,11 +168,12 @@ void decode_state_fill(const backend *be, const stack_dims *d, decode_state *st,
                        const stack_acts *a);
 void decode_state_free(decode_state *st);
 
-/* The rows' input tokens tok (r->n) through the stack, each at its own position, appending
+/* The rows' input tokens tok (r->n; models/decoder.h's decoder_rows) through the stack, each
+ * at its own position, appending
  * its keys and values to its cache row (or advancing its linear-attention state); st->x
  * holds the last block's output (r->n, C). src_valid (n_src): the sources' lengths. */
 void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-                decode_state *st, const step_rows *r, const int *tok, const int *src_valid);
+                decode_state *st, const decoder_rows *r, const int *tok, const int *src_valid);
 
 /* ---- the output layer ---------------------------------------------------------------------- */
 
@@ -273,7 +262,10 @@ backend core_backend(model_core *c);
 /* The parameters for a caller that may write to them: decoding stops trusting the bf16
  * copy. */
 float *core_params(model_core *c);
-qkv_status core_set_precision(model_core *c, qkv_precision p, qkv_error *err);
+/* Sets the precision, then has the model type its weights for it (retype(model): its stacks'
+ * stack_retype and its output layer's precision_weight). */
+qkv_status core_set_precision(model_core *c, qkv_precision p, void (*retype)(void *model),
+                              void *model, qkv_error *err);
 /* Every linear layer's weight of a stack typed for the precision now set (models/precision.h,
  * precision_weight): done once when the precision is set. */
 void stack_retype(stack_w *s, const stack_dims *d, const model_core *c);
@@ -282,6 +274,8 @@ qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err);
  * QKV_KV_CACHE_AUTO bf16 at any precision but float32 (so float32 results stay those of a
  * float32 cache). */
 kv_dtype core_kv_cache(const model_core *c);
+/* The same as the public enum (qkv_transformer_kv_cache_type, qkv_lm_kv_cache_type). */
+qkv_kv_cache core_kv_cache_type(const model_core *c);
 
 /* Activations laid out in the arena: an arena with a NULL base only counts. */
 typedef struct {

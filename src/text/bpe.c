@@ -622,6 +622,76 @@ static qkv_status learn_alphabet(learner *L, string_table *words,
     return st ? qkv_fail(err, st, "out of memory for the alphabet") : QKV_OK;
 }
 
+/* Each distinct word of `words` as symbols (the word-start marker, then its characters), and
+ * the counts of the pairs of neighbouring symbols, with a heap of those seen twice or more. */
+static qkv_status learn_words(learner *L, const string_table *words, qkv_error *err)
+{
+    const qkv_bpe *b = L->b;
+    L->n_words = words->count;
+    size_t total = 0;
+    for (int w = 0; w < words->count; w++) total += strlen(words->keys[w]) + 1;
+    L->seq = malloc((total + 1) * sizeof *L->seq);
+    L->seq_len = malloc(((size_t)L->n_words + 1) * sizeof *L->seq_len);
+    L->start = malloc(((size_t)L->n_words + 1) * sizeof *L->start);
+    L->freq = malloc(((size_t)L->n_words + 1) * sizeof *L->freq);
+    L->word_stamp = malloc(((size_t)L->n_words + 1) * sizeof *L->word_stamp);
+    L->pair_slots = new_slots(4096, &L->n_pair_slots);
+    if (!L->seq || !L->seq_len || !L->start || !L->freq || !L->word_stamp || !L->pair_slots)
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d words", L->n_words);
+    size_t at = 0;
+    const int space = symbol_find(b, SPACE, SPACE_LEN);
+    for (int w = 0; w < L->n_words; w++) {
+        const char *s = words->keys[w];
+        size_t n = strlen(s);
+        L->start[w] = at, L->freq[w] = words->value[w], L->word_stamp[w] = -1;
+        L->seq[at++] = space;
+        for (size_t i = 0; i < n;) {
+            int k = char_len(s + i, n - i);
+            L->seq[at++] = char_symbol(b, s + i, k);
+            i += k ? (size_t)k : 1;
+        }
+        L->seq_len[w] = (int)(at - L->start[w]);
+        const int *q = L->seq + L->start[w];
+        for (int i = 0; i + 1 < L->seq_len[w]; i++) {
+            if (q[i] < 0 || q[i + 1] < 0) continue;
+            int p = pair_get(L, q[i], q[i + 1]);
+            if (p < 0 || pair_note_word(&L->pairs[p], w))
+                return qkv_fail(err, QKV_ERR_NOMEM, "out of memory counting pairs");
+            L->pairs[p].count += L->freq[w];
+        }
+    }
+    for (int p = 0; p < L->n_pairs; p++)
+        if (L->pairs[p].count >= 2 && heap_push(L, (heap_entry){L->pairs[p].count, p}))
+            return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the pair heap");
+    return QKV_OK;
+}
+
+/* Sennrich et al.'s loop: merge the most frequent pair until the vocabulary holds
+ * max_symbols (or no pair is left); a merge that would spell a reserved token is blocked. */
+static qkv_status learn_merges(learner *L, int max_symbols, qkv_error *err)
+{
+    qkv_bpe *b = L->b;
+    while (b->n_symbols < max_symbols) {
+        int oom = 0, p = best_pair(L, &oom);
+        if (p < 0)
+            return oom ? qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the pair heap") : QKV_OK;
+        const char *l = b->symbols[L->pairs[p].left], *r = b->symbols[L->pairs[p].right];
+        char spelled[16];
+        size_t nl = strlen(l), nr = strlen(r);
+        if (nl + nr < sizeof spelled) {
+            memcpy(spelled, l, nl), memcpy(spelled + nl, r, nr + 1);
+            if (is_reserved(spelled)) {
+                L->pairs[p].blocked = 1;
+                continue;
+            }
+        }
+        int c = merge_add(b, L->pairs[p].left, L->pairs[p].right);
+        if (c < 0 || apply_merge(L, p, c, b->n_merges))
+            return qkv_fail(err, QKV_ERR_NOMEM, "out of memory after %d merges", b->n_merges);
+    }
+    return QKV_OK;
+}
+
 qkv_status qkv_bpe_learn(qkv_bpe *b, const qkv_sentences *const *texts, int n_texts,
                          int vocab_size, qkv_error *err)
 {
@@ -636,76 +706,9 @@ qkv_status qkv_bpe_learn(qkv_bpe *b, const qkv_sentences *const *texts, int n_te
     learner L = {0};
     L.b = b;
     string_table words = {0};
-    if ((st = learn_alphabet(&L, &words, texts, n_texts, max_symbols, err))) goto done;
-
-    /* each distinct word as symbols, and the initial pair counts */
-    L.n_words = words.count;
-    size_t total = 0;
-    for (int w = 0; w < words.count; w++) total += strlen(words.keys[w]) + 1;
-    L.seq = malloc((total + 1) * sizeof *L.seq);
-    L.seq_len = malloc(((size_t)L.n_words + 1) * sizeof *L.seq_len);
-    L.start = malloc(((size_t)L.n_words + 1) * sizeof *L.start);
-    L.freq = malloc(((size_t)L.n_words + 1) * sizeof *L.freq);
-    L.word_stamp = malloc(((size_t)L.n_words + 1) * sizeof *L.word_stamp);
-    L.pair_slots = new_slots(4096, &L.n_pair_slots);
-    if (!L.seq || !L.seq_len || !L.start || !L.freq || !L.word_stamp || !L.pair_slots) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d words", L.n_words);
-        goto done;
-    }
-    size_t at = 0;
-    const int space = symbol_find(b, SPACE, SPACE_LEN);
-    for (int w = 0; w < L.n_words; w++) {
-        const char *s = words.keys[w];
-        size_t n = strlen(s);
-        L.start[w] = at, L.freq[w] = words.value[w], L.word_stamp[w] = -1;
-        L.seq[at++] = space;
-        for (size_t i = 0; i < n;) {
-            int k = char_len(s + i, n - i);
-            L.seq[at++] = char_symbol(b, s + i, k);
-            i += k ? (size_t)k : 1;
-        }
-        L.seq_len[w] = (int)(at - L.start[w]);
-        const int *q = L.seq + L.start[w];
-        for (int i = 0; i + 1 < L.seq_len[w]; i++) {
-            if (q[i] < 0 || q[i + 1] < 0) continue;
-            int p = pair_get(&L, q[i], q[i + 1]);
-            if (p < 0 || pair_note_word(&L.pairs[p], w)) {
-                st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory counting pairs");
-                goto done;
-            }
-            L.pairs[p].count += L.freq[w];
-        }
-    }
-    for (int p = 0; p < L.n_pairs; p++)
-        if (L.pairs[p].count >= 2 && heap_push(&L, (heap_entry){L.pairs[p].count, p})) {
-            st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the pair heap");
-            goto done;
-        }
-
-    /* Sennrich et al.'s loop: merge the most frequent pair until the vocabulary is full */
-    while (b->n_symbols < max_symbols) {
-        int oom = 0, p = best_pair(&L, &oom);
-        if (p < 0) {
-            if (oom) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the pair heap");
-            break;
-        }
-        const char *l = b->symbols[L.pairs[p].left], *r = b->symbols[L.pairs[p].right];
-        char spelled[16];
-        size_t nl = strlen(l), nr = strlen(r);
-        if (nl + nr < sizeof spelled) {
-            memcpy(spelled, l, nl), memcpy(spelled + nl, r, nr + 1);
-            if (is_reserved(spelled)) {
-                L.pairs[p].blocked = 1;
-                continue;
-            }
-        }
-        int c = merge_add(b, L.pairs[p].left, L.pairs[p].right);
-        if (c < 0 || apply_merge(&L, p, c, b->n_merges)) {
-            st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory after %d merges", b->n_merges);
-            break;
-        }
-    }
-done:
+    st = learn_alphabet(&L, &words, texts, n_texts, max_symbols, err);
+    if (!st) st = learn_words(&L, &words, err);
+    if (!st) st = learn_merges(&L, max_symbols, err);
     learner_free(&L);
     table_free(&words);
     if (st) qkv_bpe_free(b);
@@ -844,103 +847,102 @@ static int parse_count(const char *s, const char *word)
     return (int)v;
 }
 
-qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err)
-{
+/* A file being read line by line, for its messages. */
+typedef struct {
+    const char *path;
     char *text;
-    size_t len = 0, at = 0;
-    qkv_status st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &text, &len, err);
-    if (st) return st;
-    if ((st = bpe_init(b, err))) return free(text), st;
-    int line = 0, n_chars, n_merges = -1;
-    const char *nul = memchr(text, '\0', len); /* it would cut its line short, unseen */
-    if (nul) {
-        for (const char *c = text; c < nul; c++) line += *c == '\n';
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: NUL byte", path, line + 1);
-        goto done;
-    }
-    char *s = next_line(text, len, &at, &line);
-    if (!s || strcmp(s, "#qkv-bpe 1")) {
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:1: expected \"#qkv-bpe 1\" (not a byte-pair "
-                      "encoding written by qkv)", path);
-        goto done;
-    }
-    s = next_line(text, len, &at, &line);
-    if (!s || (n_chars = parse_count(s, "chars")) < 1) {
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected \"chars N\" with N >= 1", path,
-                      s ? line : line + 1);
-        goto done;
-    }
+    size_t len, at;
+    int line;
+} bpe_file;
+
+/* The alphabet: "chars N", then N lines of one UTF-8 character each, U+2581 among them. */
+static qkv_status read_alphabet(qkv_bpe *b, bpe_file *f, qkv_error *err)
+{
+    int n_chars;
+    char *s = next_line(f->text, f->len, &f->at, &f->line);
+    if (!s || (n_chars = parse_count(s, "chars")) < 1)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected \"chars N\" with N >= 1", f->path,
+                        s ? f->line : f->line + 1);
     for (int i = 0; i < n_chars; i++) {
-        s = next_line(text, len, &at, &line);
+        s = next_line(f->text, f->len, &f->at, &f->line);
         size_t n = s ? strlen(s) : 0;
         int added;
-        if (!s || n == 0 || char_len(s, n) != (int)n || *s == ' ') {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected one UTF-8 character (%d of the "
-                          "%d of the alphabet)", path, s ? line : line + 1, i + 1, n_chars);
-            goto done;
-        }
-        if (*s == '\r') { /* qkv_bpe_save would write "\r\n", which reads back as "" */
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: a carriage return cannot be a character "
-                          "of the alphabet", path, line);
-            goto done;
-        }
-        if (symbol_add(b, s, n, &added) < 0) {
-            st = qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
-        if (!added) {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: character '%s' appears twice", path,
-                          line, s);
-            goto done;
-        }
+        if (!s || n == 0 || char_len(s, n) != (int)n || *s == ' ')
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected one UTF-8 character (%d of "
+                            "the %d of the alphabet)", f->path, s ? f->line : f->line + 1, i + 1,
+                            n_chars);
+        if (*s == '\r') /* qkv_bpe_save would write "\r\n", which reads back as "" */
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: a carriage return cannot be a "
+                            "character of the alphabet", f->path, f->line);
+        if (symbol_add(b, s, n, &added) < 0)
+            return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", f->path);
+        if (!added)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: character '%s' appears twice", f->path,
+                            f->line, s);
     }
     b->n_chars = b->n_symbols;
-    if (symbol_find(b, SPACE, SPACE_LEN) < 0) {
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: the alphabet lacks the word-start marker "
-                      "U+2581", path);
-        goto done;
-    }
-    s = next_line(text, len, &at, &line);
-    if (!s || (n_merges = parse_count(s, "merges")) < 0) {
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected \"merges M\"", path,
-                      s ? line : line + 1);
-        goto done;
-    }
+    if (symbol_find(b, SPACE, SPACE_LEN) < 0)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: the alphabet lacks the word-start marker "
+                        "U+2581", f->path);
+    return QKV_OK;
+}
+
+/* The merges: "merges M", then M lines "left right" of symbols known by then, each once,
+ * none spelling a reserved token; nothing but empty lines after them. */
+static qkv_status read_merges(qkv_bpe *b, bpe_file *f, qkv_error *err)
+{
+    int n_merges;
+    char *s = next_line(f->text, f->len, &f->at, &f->line);
+    if (!s || (n_merges = parse_count(s, "merges")) < 0)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected \"merges M\"", f->path,
+                        s ? f->line : f->line + 1);
     for (int r = 0; r < n_merges; r++) {
-        s = next_line(text, len, &at, &line);
+        s = next_line(f->text, f->len, &f->at, &f->line);
         char *sp = s ? strchr(s, ' ') : NULL;
         int left = -1, right = -1;
         if (sp) {
             left = symbol_find(b, s, (size_t)(sp - s));
             right = symbol_find(b, sp + 1, strlen(sp + 1));
         }
-        if (left < 0 || right < 0) {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected \"left right\", two symbols "
-                          "known by then (merge %d of %d)", path, s ? line : line + 1, r + 1,
-                          n_merges);
-            goto done;
-        }
-        if (merge_rank(b, left, right) >= 0) {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: merge \"%s\" repeated", path, line, s);
-            goto done;
-        }
+        if (left < 0 || right < 0)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: expected \"left right\", two symbols "
+                            "known by then (merge %d of %d)", f->path, s ? f->line : f->line + 1,
+                            r + 1, n_merges);
+        if (merge_rank(b, left, right) >= 0)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: merge \"%s\" repeated", f->path,
+                            f->line, s);
         int c = merge_add(b, left, right);
-        if (c < 0) {
-            st = qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
-        if (is_reserved(b->symbols[c])) {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: merge spells the reserved token %s",
-                          path, line, b->symbols[c]);
-            goto done;
-        }
+        if (c < 0) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", f->path);
+        if (is_reserved(b->symbols[c]))
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: merge spells the reserved token %s",
+                            f->path, f->line, b->symbols[c]);
     }
-    while ((s = next_line(text, len, &at, &line)) && !*s) {}
+    while ((s = next_line(f->text, f->len, &f->at, &f->line)) && !*s) {}
     if (s)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: unexpected text after the %d merges", path,
-                      line, n_merges);
-done:
-    free(text);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: unexpected text after the %d merges",
+                        f->path, f->line, n_merges);
+    return QKV_OK;
+}
+
+qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err)
+{
+    bpe_file f = {path, NULL, 0, 0, 0};
+    qkv_status st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &f.text, &f.len, err);
+    if (st) return st;
+    if ((st = bpe_init(b, err))) return free(f.text), st;
+    const char *nul = memchr(f.text, '\0', f.len); /* it would cut its line short, unseen */
+    char *s;
+    if (nul) {
+        int line = 0;
+        for (const char *c = f.text; c < nul; c++) line += *c == '\n';
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: NUL byte", path, line + 1);
+    } else if (!(s = next_line(f.text, f.len, &f.at, &f.line)) || strcmp(s, "#qkv-bpe 1")) {
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:1: expected \"#qkv-bpe 1\" (not a byte-pair "
+                      "encoding written by qkv)", path);
+    }
+    if (!st) st = read_alphabet(b, &f, err);
+    if (!st) st = read_merges(b, &f, err);
+    free(f.text);
     if (st) qkv_bpe_free(b);
     return st;
 }

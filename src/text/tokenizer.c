@@ -45,6 +45,7 @@ void qkv_tokenizer_free(qkv_tokenizer *t)
     qkv_vocab_free(&t->src), qkv_vocab_free(&t->tgt);
     qkv_bpe_free(&t->src_bpe), qkv_bpe_free(&t->tgt_bpe);
     qkv_spm_free(t->src_spm), qkv_spm_free(t->tgt_spm);
+    free(t->languages);
     memset(t, 0, sizeof *t);
 }
 
@@ -63,6 +64,118 @@ static qkv_status spm_name(char *name, size_t cap, const cJSON *o, const char *k
                         "(no '/')", path, key);
     }
     snprintf(name, cap, "%s", n);
+    return QKV_OK;
+}
+
+/* text.json's "languages" object (code -> token) as t->languages' pairs; "language_source",
+ * "language_target"; the default codes into src_lang / tgt_lang (cap bytes each). */
+static qkv_status read_languages(qkv_tokenizer *t, const cJSON *o, const char *dir,
+                                 char *src_lang, char *tgt_lang, size_t cap, qkv_error *err)
+{
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "languages");
+    *src_lang = *tgt_lang = '\0';
+    if (!l) return QKV_OK;
+    size_t bytes = 1;
+    int ok = cJSON_IsObject(l);
+    for (const cJSON *e = ok ? l->child : NULL; ok && e; e = e->next)
+        if (!(ok = cJSON_IsString(e) && *e->string && *e->valuestring))
+            break;
+        else bytes += strlen(e->string) + strlen(e->valuestring) + 2;
+    if (!ok) {
+        char path[4096];
+        qkv_model_dir_file(path, sizeof path, dir, "text.json");
+        return qkv_fail(err, QKV_ERR_FORMAT, "%.400s: \"languages\" must map codes to tokens",
+                        path);
+    }
+    char *at = t->languages = malloc(bytes);
+    if (!at) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+    for (const cJSON *e = l->child; e; e = e->next) {
+        at = stpcpy(at, e->string) + 1;
+        at = stpcpy(at, e->valuestring) + 1;
+    }
+    *at = '\0';
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "language_source");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "language_target");
+    t->prefixed_source = cJSON_IsString(s) && !strcmp(s->valuestring, "prefix");
+    t->forced_target = cJSON_IsString(g) && !strcmp(g->valuestring, "forced");
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(o, "source_lang");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "target_lang");
+    if (cJSON_IsString(ds)) snprintf(src_lang, cap, "%s", ds->valuestring);
+    if (cJSON_IsString(dt)) snprintf(tgt_lang, cap, "%s", dt->valuestring);
+    return QKV_OK;
+}
+
+/* The >>xxx<< tokens of a SentencePiece model's source vocabulary (OPUS-MT's multi-target
+ * models) as its languages: a source starts with its target's. */
+static qkv_status marian_languages(qkv_tokenizer *t, qkv_error *err)
+{
+    size_t bytes = 1;
+    for (int i = 0; i < t->src.size; i++) {
+        const char *w = qkv_vocab_token(&t->src, i);
+        const size_t n = strlen(w);
+        if (n > 4 && !strncmp(w, ">>", 2) && !strcmp(w + n - 2, "<<")) bytes += 2 * n;
+    }
+    if (bytes == 1) return QKV_OK;
+    char *at = t->languages = malloc(bytes);
+    if (!at) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < t->src.size; i++) {
+        const char *w = qkv_vocab_token(&t->src, i);
+        const size_t n = strlen(w);
+        if (!(n > 4 && !strncmp(w, ">>", 2) && !strcmp(w + n - 2, "<<"))) continue;
+        memcpy(at, w + 2, n - 4), at[n - 4] = '\0', at += n - 3;
+        at = stpcpy(at, w) + 1;
+    }
+    *at = '\0';
+    return QKV_OK;
+}
+
+/* The token of a language code, or NULL. */
+static const char *language_token(const qkv_tokenizer *t, const char *code)
+{
+    for (const char *p = t->languages; p && *p;) {
+        const char *token = p + strlen(p) + 1;
+        if (!strcmp(p, code)) return token;
+        p = token + strlen(token) + 1;
+    }
+    return NULL;
+}
+
+static qkv_status unknown_language(const qkv_tokenizer *t, const char *what, const char *code,
+                                   qkv_error *err)
+{
+    if (!t->languages)
+        return qkv_fail(err, QKV_ERR_ARG, "%s language '%.60s': the model has no languages to "
+                        "choose from", what, code);
+    char some[200] = "";
+    size_t n = 0;
+    int count = 0;
+    for (const char *p = t->languages; *p; count++) {
+        const char *token = p + strlen(p) + 1;
+        if (count < 12 && n < sizeof some - 20)
+            n += (size_t)snprintf(some + n, sizeof some - n, "%s%s", count ? ", " : "", p);
+        p = token + strlen(token) + 1;
+    }
+    return qkv_fail(err, QKV_ERR_ARG, "%s language '%.60s' is not one of the model's %d (%s%s)",
+                    what, code, count, some, count > 12 ? ", ..." : "");
+}
+
+qkv_status qkv_tokenizer_set_languages(qkv_tokenizer *t, const char *source, const char *target,
+                                       qkv_error *err)
+{
+    if (source && *source) {
+        const char *token = language_token(t, source);
+        if (!token || !t->prefixed_source)
+            return token ? qkv_fail(err, QKV_ERR_ARG, "source language '%.60s': the model reads "
+                                    "its source without a language token", source)
+                         : unknown_language(t, "source", source, err);
+        t->src_prefix = qkv_vocab_id(&t->src, token);
+    }
+    if (target && *target) {
+        const char *token = language_token(t, target);
+        if (!token) return unknown_language(t, "target", target, err);
+        if (t->forced_target) t->tgt_forced = qkv_vocab_id(&t->tgt, token);
+        else t->src_prefix = qkv_vocab_id(&t->src, token);
+    }
     return QKV_OK;
 }
 
@@ -92,7 +205,8 @@ static qkv_status read_detokenize(qkv_tokenizer *t, const cJSON *o, const char *
 /* text.json: the tokenizer's kind, whether sources start with <bos>, and a SentencePiece
  * model's files (src_name, tgt_name: cap bytes each). */
 static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, char *src_name,
-                                 char *tgt_name, size_t cap, qkv_error *err)
+                                 char *tgt_name, size_t cap, char *src_lang, char *tgt_lang,
+                                 qkv_error *err)
 {
     static const char *const kinds[] = {"d2l", "whitespace", "bpe", "spm"};
     snprintf(src_name, cap, "source.spm"), snprintf(tgt_name, cap, "target.spm");
@@ -119,6 +233,7 @@ static qkv_status read_text_json(qkv_tokenizer *t, const char *dir, char *src_na
     if (!st) st = spm_name(src_name, cap, o, "source_spm", "source.spm", dir, err);
     if (!st) st = spm_name(tgt_name, cap, o, "target_spm", "target.spm", dir, err);
     if (!st) st = read_detokenize(t, o, dir, err);
+    if (!st) st = read_languages(t, o, dir, src_lang, tgt_lang, cap, err);
     cJSON_Delete(o);
     return st;
 }
@@ -158,8 +273,8 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err)
         qkv_model_dir_file(path, sizeof path, dir, "tgt_vocab.txt");
         st = qkv_vocab_load(&t->tgt, path, err);
     }
-    char src_spm[256], tgt_spm[256];
-    if (!st) st = read_text_json(t, dir, src_spm, tgt_spm, sizeof src_spm, err);
+    char src_spm[256], tgt_spm[256], src_lang[256] = "", tgt_lang[256] = "";
+    if (!st) st = read_text_json(t, dir, src_spm, tgt_spm, sizeof src_spm, src_lang, tgt_lang, err);
     if (!st && t->kind != QKV_TOKENIZER_BPE &&
         (qkv_model_dir_file(path, sizeof path, dir, "src_bpe.txt") ||
          qkv_model_dir_file(path, sizeof path, dir, "tgt_bpe.txt")))
@@ -174,7 +289,10 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer *t, const char *dir, qkv_error *err)
     if (!st && t->kind == QKV_TOKENIZER_SPM) {
         st = load_spm(&t->src_spm, dir, src_spm, err);
         if (!st) st = load_spm(&t->tgt_spm, dir, tgt_spm, err);
+        if (!st && !t->languages) st = marian_languages(t, err);
     }
+    /* text.json's default languages: one the model lacks is its directory's error */
+    if (!st) st = qkv_tokenizer_set_languages(t, src_lang, tgt_lang, err);
     if (st) qkv_tokenizer_free(t);
     return st;
 }
@@ -336,6 +454,17 @@ static char *join_pieces(const char *const *pieces, int n)
     return text;
 }
 
+/* Whether token is one of the model's language tokens. */
+static int is_language_token(const qkv_tokenizer *t, const char *token)
+{
+    for (const char *p = t->languages; p && *p;) {
+        const char *tok = p + strlen(p) + 1;
+        if (!strcmp(tok, token)) return 1;
+        p = tok + strlen(tok) + 1;
+    }
+    return 0;
+}
+
 /* The text of target ids up to the first <eos>: their pieces (the target vocabulary's tokens,
  * <pad> and <bos> skipped, ids outside it read as <unk>) detokenised as text.json says.
  * Out of memory gives "". */
@@ -349,6 +478,7 @@ static size_t spm_decode(const qkv_tokenizer *t, char *out, size_t cap, const in
         if (ids[i] == QKV_PAD || ids[i] == QKV_BOS) continue;
         const char *p = qkv_vocab_token(&t->tgt, ids[i]);
         if (hf && (!p || ids[i] == QKV_UNK)) continue; /* skip_special_tokens drops <unk> */
+        if (p && is_language_token(t, p)) continue;      /* and the language tokens */
         pieces[k++] = p ? p : "<unk>";
     }
     qkv_error err = {0};

@@ -134,9 +134,23 @@ static qkv_status check_options(const qkv_lm *m, size_t n_train, const qkv_lm_tr
     return QKV_OK;
 }
 
-qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *val,
-                        size_t n_val, const qkv_lm_train_options *o, qkv_error *err)
+/* A run of qkv_lm_train: the optimizer, where training stands, the batch buffers, the clock. */
+typedef struct {
+    qkv_adam opt;
+    lm_train_position pos;
+    char ckpt[4096];
+    int *ids, *targets; /* (B, T) */
+    double t0, elapsed0, budget;
+    int64_t run_tokens;
+    qkv_lm_train_progress prog;
+} lm_run;
+
+/* The run's start: checks, the output directory, gradients and Adam's moments, and, with
+ * resume, the checkpoint's state (shared by every rank). */
+static qkv_status run_open(lm_run *r, qkv_lm *m, const int *train, size_t n_train,
+                           const qkv_lm_train_options *o, qkv_error *err)
 {
+    memset(r, 0, sizeof *r);
     qkv_status st = check_options(m, n_train, o, err);
     if (st) return st;
     for (size_t i = 0; i < n_train; i++)
@@ -149,107 +163,144 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
     if (writer && mkdir(o->out_dir, 0777) && errno != EEXIST)
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create the directory: %s", o->out_dir,
                         strerror(errno));
-    const size_t n = qkv_lm_num_params(m);
-    const int B = o->batch, T = o->context;
     if (!qkv_lm_grads(m)) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
-    qkv_adam opt;
-    if ((st = qkv_adam_init(&opt, n, o->beta1, o->beta2, o->adam_eps, o->weight_decay, err)))
+    if ((st = qkv_adam_init(&r->opt, qkv_lm_num_params(m), o->beta1, o->beta2, o->adam_eps,
+                            o->weight_decay, err)))
         return st;
-    char ckpt[4096], metrics[4096];
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->out_dir);
+    char metrics[4096];
+    snprintf(r->ckpt, sizeof r->ckpt, "%s/checkpoint.safetensors", o->out_dir);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", o->out_dir);
-    lm_train_position pos = {o->seed, 0.0, 0.0, 0, (int64_t)n_train};
-    FILE *probe = o->resume && writer ? fopen(ckpt, "rb") : NULL;
+    r->pos = (lm_train_position){o->seed, 0.0, 0.0, 0, (int64_t)n_train};
+    FILE *probe = o->resume && writer ? fopen(r->ckpt, "rb") : NULL;
     if (probe) {
         fclose(probe);
         /* windows and dropout follow the saved run's seed */
-        if ((st = lm_checkpoint_load(ckpt, m, &opt, &pos, err))) return qkv_adam_free(&opt), st;
-        if (pos.train_tokens != (int64_t)n_train) {
-            qkv_adam_free(&opt);
+        if ((st = lm_checkpoint_load(r->ckpt, m, &r->opt, &r->pos, err))) return st;
+        if (r->pos.train_tokens != (int64_t)n_train)
             return qkv_fail(err, QKV_ERR_ARG, "%s was trained on a text of %lld tokens, this one "
-                            "has %zu: resume on the same data", ckpt,
-                            (long long)pos.train_tokens, n_train);
-        }
+                            "has %zu: resume on the same data", r->ckpt,
+                            (long long)r->pos.train_tokens, n_train);
     } else if (writer) {
         remove(metrics); /* a fresh run starts a fresh log */
     }
     if (rd_parallel(rd) &&
-        (st = rd_share_state(rd, qkv_lm_params(m), &opt, &pos, sizeof pos, err))) {
-        qkv_adam_free(&opt);
+        (st = rd_share_state(rd, qkv_lm_params(m), &r->opt, &r->pos, sizeof r->pos, err)))
         return st;
+    const size_t BT = (size_t)o->batch * o->context;
+    if (!(r->ids = malloc(BT * sizeof *r->ids)) || !(r->targets = malloc(BT * sizeof *r->ids)))
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for batches");
+    r->t0 = qkv_now_s(), r->elapsed0 = r->pos.elapsed_s, r->budget = o->minutes * 60.0;
+    r->prog.steps = o->steps, r->prog.val_loss = NAN;
+    return QKV_OK;
+}
+
+static void run_close(lm_run *r)
+{
+    free(r->ids), free(r->targets);
+    qkv_adam_free(&r->opt);
+}
+
+/* The training time so far, the same on every rank when a time budget decides. */
+static qkv_status run_elapsed(lm_run *r, const qkv_reducer *rd, double *elapsed, qkv_error *err)
+{
+    *elapsed = r->elapsed0 + (qkv_now_s() - r->t0);
+    return r->budget > 0.0 ? rd_share(rd, elapsed, sizeof *elapsed, err) : QKV_OK;
+}
+
+/* Step s + 1: its windows, then one optimizer step on this rank's shard of them (the mean
+ * over the whole batch's tokens). */
+static qkv_status run_step(lm_run *r, qkv_lm *m, const int *train, size_t n_train,
+                           const qkv_lm_train_options *o, double elapsed, double *lr,
+                           qkv_step_result *res, qkv_error *err)
+{
+    const qkv_reducer *rd = o->reducer;
+    const int B = o->batch, T = o->context;
+    const int64_t s = r->opt.step;
+    gather_windows(r->ids, r->targets, train, n_train, B, T, r->pos.seed, s);
+    /* the schedule at this step; with a time budget, at the time it starts */
+    *lr = learning_rate(o, s + 1, elapsed, r->budget);
+    float grad_scale = 0.0f; /* the per-token mean */
+    int first = 0, count = B;
+    if (rd_parallel(rd)) { /* over the whole batch's tokens, whichever shard holds them */
+        const int64_t tokens = rd_target_tokens(r->targets, (size_t)B * T);
+        grad_scale = 1.0f / (float)(tokens ? tokens : 1);
+        qkv_shard_of(B, rd->rank, rd->size, &first, &count);
     }
-    int *ids = malloc((size_t)B * T * sizeof *ids), *targets = malloc((size_t)B * T * sizeof *ids);
-    if (!ids || !targets) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for batches");
-        goto done;
+    const qkv_step_options so = {(float)*lr, o->clip, grad_scale, 0.0f,
+                                 stream_of(r->pos.seed, STREAM_DROPOUT, (uint64_t)s + 1), 0, rd,
+                                 (uint64_t)first};
+    qkv_status st = qkv_lm_train_step(m, &r->opt, r->ids + (size_t)first * T,
+                                      r->targets + (size_t)first * T, count, T, &so, res, err);
+    if (st == QKV_ERR_NUMERIC) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");
+        st = qkv_fail(err, st, "step %lld: %s; stopping before the parameters change (the last "
+                      "checkpoint is intact)", (long long)s + 1, why);
     }
-    const double t0 = qkv_now_s(), elapsed0 = pos.elapsed_s, budget = o->minutes * 60.0;
-    int64_t run_tokens = 0;
-    qkv_lm_train_progress prog = {0};
-    prog.steps = o->steps, prog.val_loss = NAN;
-    for (;;) {
-        double elapsed = elapsed0 + (qkv_now_s() - t0);
-        if (budget > 0.0 && (st = rd_share(rd, &elapsed, sizeof elapsed, err))) break;
-        if ((o->steps > 0 && opt.step >= o->steps) || (budget > 0.0 && elapsed >= budget)) break;
-        const int64_t s = opt.step; /* steps done: this is step s + 1 */
-        gather_windows(ids, targets, train, n_train, B, T, pos.seed, s);
-        /* the schedule at this step; with a time budget, at the time it starts */
-        const double lr = learning_rate(o, s + 1, elapsed, budget);
-        float grad_scale = 0.0f; /* the per-token mean */
-        int first = 0, count = B;
-        if (rd_parallel(rd)) { /* over the whole batch's tokens, whichever shard holds them */
-            const int64_t tokens = rd_target_tokens(targets, (size_t)B * T);
-            grad_scale = 1.0f / (float)(tokens ? tokens : 1);
-            qkv_shard_of(B, rd->rank, rd->size, &first, &count);
-        }
-        const qkv_step_options so = {(float)lr, o->clip, grad_scale, 0.0f,
-                                     stream_of(pos.seed, STREAM_DROPOUT, (uint64_t)s + 1), 0,
-                                     rd, (uint64_t)first};
+    return st;
+}
+
+/* After a step: the progress, and at a report the held-out loss (when due), the log line and
+ * the checkpoint (the writer's). */
+static qkv_status run_report(lm_run *r, qkv_lm *m, const int *val, size_t n_val, size_t n_train,
+                             const qkv_lm_train_options *o, int last, int stop, qkv_error *err)
+{
+    const int writer = rd_writer(o->reducer), B = o->batch, T = o->context;
+    const int64_t step = r->opt.step;
+    const int evaluate = writer && n_val >= 2 &&
+                         ((o->eval_every > 0 && step % o->eval_every == 0) || last);
+    qkv_lm_train_progress *prog = &r->prog;
+    prog->step = step;
+    prog->epoch = (double)step * B * T / (double)n_train;
+    prog->loss = r->pos.loss_sum / (double)(r->pos.loss_tokens ? r->pos.loss_tokens : 1);
+    prog->val_loss = NAN;
+    prog->tokens_per_s = (double)r->run_tokens / (qkv_now_s() - r->t0 + 1e-9);
+    prog->elapsed_s = r->pos.elapsed_s;
+    prog->report = step % o->log_every == 0 || evaluate || last || stop;
+    qkv_status st = QKV_OK;
+    if (evaluate) {
+        const size_t nv = o->eval_tokens > 0 && n_val > (size_t)o->eval_tokens
+                              ? (size_t)o->eval_tokens : n_val;
+        if ((st = qkv_lm_evaluate(m, val, nv, T, B, &prog->val_loss, NULL, err))) return st;
+    }
+    if (prog->report && writer) {
+        if ((st = log_metrics(o->out_dir, prog, err))) return st;
+        r->pos.loss_sum = 0.0, r->pos.loss_tokens = 0;
+        if ((st = lm_checkpoint_save(r->ckpt, m, &r->opt, &r->pos, err))) return st;
+    }
+    if (o->progress) o->progress(prog, o->progress_ctx);
+    return QKV_OK;
+}
+
+qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *val,
+                        size_t n_val, const qkv_lm_train_options *o, qkv_error *err)
+{
+    const qkv_reducer *rd = o->reducer;
+    lm_run r;
+    qkv_status st = run_open(&r, m, train, n_train, o, err);
+    int stopped = 0;
+    while (!st) {
+        double elapsed, lr;
+        if ((st = run_elapsed(&r, rd, &elapsed, err))) break;
+        if ((o->steps > 0 && r.opt.step >= o->steps) || (r.budget > 0.0 && elapsed >= r.budget))
+            break;
         qkv_step_result res;
-        if ((st = qkv_lm_train_step(m, &opt, ids + (size_t)first * T, targets + (size_t)first * T,
-                                    count, T, &so, &res, err))) {
-            if (st == QKV_ERR_NUMERIC) {
-                char why[sizeof err->msg];
-                snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");
-                st = qkv_fail(err, st, "step %lld: %s; stopping before the parameters change "
-                              "(the last checkpoint is intact)", (long long)s + 1, why);
-            }
+        if ((st = run_step(&r, m, train, n_train, o, elapsed, &lr, &res, err))) break;
+        r.pos.loss_sum += res.loss, r.pos.loss_tokens += res.tokens;
+        r.run_tokens += res.tokens;
+        if ((st = run_elapsed(&r, rd, &elapsed, err))) break;
+        r.pos.elapsed_s = elapsed;
+        r.prog.grad_norm = res.grad_norm, r.prog.lr = lr;
+        const int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+        const int last = (o->steps > 0 && r.opt.step >= o->steps) ||
+                         (r.budget > 0.0 && elapsed >= r.budget);
+        if ((st = run_report(&r, m, val, n_val, n_train, o, last, stop, err))) break;
+        if (stop && !last) { /* the model is saved only at the end */
+            stopped = 1;
             break;
         }
-        const double loss = res.loss, norm = res.grad_norm;
-        const int tokens = res.tokens;
-        pos.loss_sum += loss, pos.loss_tokens += tokens, run_tokens += tokens;
-        elapsed = elapsed0 + (qkv_now_s() - t0);
-        if (budget > 0.0 && (st = rd_share(rd, &elapsed, sizeof elapsed, err))) break;
-        pos.elapsed_s = elapsed;
-        const int stop = o->stop_after_steps > 0 && opt.step >= o->stop_after_steps;
-        const int last = (o->steps > 0 && opt.step >= o->steps) ||
-                         (budget > 0.0 && elapsed >= budget);
-        const int evaluate = writer && n_val >= 2 &&
-                             ((o->eval_every > 0 && opt.step % o->eval_every == 0) || last);
-        prog.step = opt.step;
-        prog.epoch = (double)opt.step * B * T / (double)n_train;
-        prog.loss = pos.loss_sum / (double)(pos.loss_tokens ? pos.loss_tokens : 1);
-        prog.val_loss = NAN;
-        prog.tokens_per_s = (double)run_tokens / (qkv_now_s() - t0 + 1e-9);
-        prog.grad_norm = norm, prog.lr = lr, prog.elapsed_s = elapsed;
-        prog.report = opt.step % o->log_every == 0 || evaluate || last || stop;
-        if (evaluate) {
-            size_t nv = o->eval_tokens > 0 && n_val > (size_t)o->eval_tokens ? (size_t)o->eval_tokens
-                                                                              : n_val;
-            if ((st = qkv_lm_evaluate(m, val, nv, T, B, &prog.val_loss, NULL, err))) break;
-        }
-        if (prog.report && writer) {
-            if ((st = log_metrics(o->out_dir, &prog, err))) break;
-            pos.loss_sum = 0.0, pos.loss_tokens = 0;
-            if ((st = lm_checkpoint_save(ckpt, m, &opt, &pos, err))) break;
-        }
-        if (o->progress) o->progress(&prog, o->progress_ctx);
-        if (stop && !last) goto done; /* the model is saved only at the end */
     }
-    if (!st && writer) st = qkv_lm_save(m, o->out_dir, err);
-done:
-    free(ids), free(targets);
-    qkv_adam_free(&opt);
+    if (!st && !stopped && rd_writer(rd)) st = qkv_lm_save(m, o->out_dir, err);
+    run_close(&r);
     return st;
 }

@@ -170,6 +170,57 @@ static int dash_pattern(qkv_line_style style, float *pat)
     }
 }
 
+/* The path's stroke into m: each segment between finite points a capsule (or the dashes of
+ * style along it, their phase carried from segment to segment), an isolated point a dot. */
+static void stroke_path(stroke_mask *m, const float *x, const float *y, int n, float width,
+                        qkv_line_style style)
+{
+    float pat[4];
+    int np = dash_pattern(style, pat);
+    /* Start at the end of the last (off) phase, so the first step enters phase 0. */
+    int idx = np - 1;
+    float rem = 0.0f; /* length left in the current dash phase */
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(x[i]) || !isfinite(y[i]))
+            continue;
+        if (i + 1 < n && (!isfinite(x[i + 1]) || !isfinite(y[i + 1]))) {
+            if (i == 0 || !isfinite(x[i - 1]) || !isfinite(y[i - 1]))
+                stamp_capsule(m, x[i], y[i], x[i], y[i]); /* an isolated point: a dot */
+            continue;
+        }
+        if (i + 1 == n) {
+            if (n == 1 || !isfinite(x[i - 1]) || !isfinite(y[i - 1]))
+                stamp_capsule(m, x[i], y[i], x[i], y[i]);
+            break;
+        }
+        float ax = x[i], ay = y[i], dx = x[i + 1] - ax, dy = y[i + 1] - ay;
+        float len = hypotf(dx, dy);
+        if (!np) {
+            stamp_capsule(m, ax, ay, ax + dx, ay + dy);
+            continue;
+        }
+        /* Walk the segment through the dash phases; phases carry over to the next segment. */
+        float t = 0.0f;
+        while (t < len) {
+            float d = fminf(rem, len - t);
+            if (!(idx & 1) && d > 0.0f) {
+                float u0 = t / len, u1 = (t + d) / len;
+                stamp_capsule(m, ax + u0 * dx, ay + u0 * dy, ax + u1 * dx, ay + u1 * dy);
+            }
+            t += d;
+            rem -= d;
+            while (rem <= 1e-4f) {
+                idx = (idx + 1) % np;
+                rem = pat[idx] * width;
+                if (!(idx & 1) && rem <= 0.0f) { /* a dot */
+                    float u = t / len;
+                    stamp_capsule(m, ax + u * dx, ay + u * dy, ax + u * dx, ay + u * dy);
+                }
+            }
+        }
+    }
+}
+
 qkv_status qkv_canvas_polyline(qkv_canvas *c, const float *x, const float *y, int n,
                                float width, qkv_line_style style, qkv_rgb color,
                                qkv_error *err)
@@ -200,51 +251,7 @@ qkv_status qkv_canvas_polyline(qkv_canvas *c, const float *x, const float *y, in
         return qkv_fail(err, QKV_ERR_NOMEM, "polyline: cannot allocate a %d x %d mask", m.w,
                         m.h);
 
-    float pat[4];
-    int np = dash_pattern(style, pat);
-    /* Start at the end of the last (off) phase, so the first step enters phase 0. */
-    int idx = np - 1;
-    float rem = 0.0f; /* length left in the current dash phase */
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(x[i]) || !isfinite(y[i]))
-            continue;
-        if (i + 1 < n && (!isfinite(x[i + 1]) || !isfinite(y[i + 1]))) {
-            if (i == 0 || !isfinite(x[i - 1]) || !isfinite(y[i - 1]))
-                stamp_capsule(&m, x[i], y[i], x[i], y[i]); /* an isolated point: a dot */
-            continue;
-        }
-        if (i + 1 == n) {
-            if (n == 1 || !isfinite(x[i - 1]) || !isfinite(y[i - 1]))
-                stamp_capsule(&m, x[i], y[i], x[i], y[i]);
-            break;
-        }
-        float ax = x[i], ay = y[i], dx = x[i + 1] - ax, dy = y[i + 1] - ay;
-        float len = hypotf(dx, dy);
-        if (!np) {
-            stamp_capsule(&m, ax, ay, ax + dx, ay + dy);
-            continue;
-        }
-        /* Walk the segment through the dash phases; phases carry over to the next segment. */
-        float t = 0.0f;
-        while (t < len) {
-            float d = fminf(rem, len - t);
-            if (!(idx & 1) && d > 0.0f) {
-                float u0 = t / len, u1 = (t + d) / len;
-                stamp_capsule(&m, ax + u0 * dx, ay + u0 * dy, ax + u1 * dx, ay + u1 * dy);
-            }
-            t += d;
-            rem -= d;
-            while (rem <= 1e-4f) {
-                idx = (idx + 1) % np;
-                rem = pat[idx] * width;
-                if (!(idx & 1) && rem <= 0.0f) { /* a dot */
-                    float u = t / len;
-                    stamp_capsule(&m, ax + u * dx, ay + u * dy, ax + u * dx, ay + u * dy);
-                }
-            }
-        }
-    }
-
+    stroke_path(&m, x, y, n, width, style);
     for (int yy = 0; yy < m.h; yy++)
         for (int xx = 0; xx < m.w; xx++) {
             float cv = m.cov[(size_t)yy * (size_t)m.w + (size_t)xx];

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# libqkv.so as a library people link: it exports exactly the functions include/qkv/*.h declare
-# (each marked QKV_API), all named qkv_*; it has a SONAME and the OpenMP OpenBLAS's directory as
-# RUNPATH; `make install` into a fresh prefix gives the versioned library, its links, the header
-# and qkv.pc, and a small program built with `pkg-config --cflags --libs qkv` links against the
-# shared library, runs, and cannot reach an internal function.
+# libqkv.so as a library people link: with libqkv-viz.so (the figures) it exports exactly the
+# functions include/qkv/*.h declare (each marked QKV_API, each in one of the two), all named
+# qkv_*; libqkv.so does not load libpng or FreeType; it has a SONAME and the OpenMP OpenBLAS's
+# directory as RUNPATH; `make install` into a fresh prefix gives the versioned libraries, their
+# links, the headers, qkv.pc and qkv-viz.pc; a small program built with `pkg-config --cflags
+# --libs qkv` links against the shared library, runs, and cannot reach an internal function; one
+# built with `pkg-config --libs qkv-viz` draws a figure.
 # Usage: test_library.sh QKV_BINARY (the library beside it is tested; the sanitizer build has
 # none, and then there is nothing to do).
 set -u
@@ -26,14 +28,21 @@ MA=$(gcc -print-multiarch)
 # ---- what it exports
 check "every function declared in qkv.h and its parts is marked QKV_API" \
   "$PYTHON" "$ROOT/tools/mark_exports.py" --check "$ROOT"/include/qkv.h "$ROOT"/include/qkv/*.h
-nm -D --defined-only "$LIB" | awk '{ print $3 }' | sort >"$T/exported"
+VIZ=$(realpath "$DIR/libqkv-viz.so")
+nm -D --defined-only "$LIB" | awk '{ print $3 }' | sort >"$T/exported_lib"
+nm -D --defined-only "$VIZ" | awk '{ print $3 }' | sort >"$T/exported_viz"
+sort "$T/exported_lib" "$T/exported_viz" >"$T/exported"
 awk '/^QKV_API$/ { getline; print }' "$ROOT"/include/qkv/*.h |
   sed -E 's/^[^(]*[ *](qkv_[a-z0-9_]+)\(.*/\1/' | sort >"$T/declared"
 others=$(grep -v '^qkv_' "$T/exported" | head -n 5 | tr '\n' ' ')
 check "only qkv_ symbols exported ($(wc -l <"$T/exported") symbols${others:+; not: $others})" [ -z "$others" ]
-check "the exports are the $(wc -l <"$T/declared") functions qkv.h's parts declare" \
+check "the exports of libqkv.so and libqkv-viz.so are the $(wc -l <"$T/declared") functions qkv.h's parts declare, each once" \
   bash -c "diff '$T/declared' '$T/exported' >'$T/diff'"
 [ -s "$T/diff" ] && head -n 5 "$T/diff"
+check "the figures are libqkv-viz.so's ($(wc -l <"$T/exported_viz") functions, qkv_canvas_write_png among them)" \
+  grep -qx qkv_canvas_write_png "$T/exported_viz"
+check "libqkv.so does not load libpng or FreeType" \
+  bash -c "! readelf -d '$LIB' | grep NEEDED | grep -q -E 'libpng|libfreetype'"
 
 # ---- its dynamic section
 check "$(basename "$LIB") (QKV_VERSION $VERSION)" [ "$(basename "$LIB")" = "libqkv.so.$VERSION" ]
@@ -51,7 +60,8 @@ else
   bad "make install: $(tail -n 3 "$T/install.out")"
 fi
 for f in lib/libqkv.so.$VERSION lib/libqkv.so.$MAJOR lib/libqkv.so lib/libqkv.a include/qkv.h include/qkv/core.h \
-         lib/pkgconfig/qkv.pc bin/qkv; do
+         lib/pkgconfig/qkv.pc lib/libqkv-viz.so.$VERSION lib/libqkv-viz.so lib/libqkv-viz.a \
+         lib/pkgconfig/qkv-viz.pc bin/qkv; do
   check "installed $f" [ -e "$P/$f" ]
 done
 check "installed links: libqkv.so -> libqkv.so.$MAJOR -> libqkv.so.$VERSION" \
@@ -89,6 +99,30 @@ if cc -std=c11 -Wall -Wextra -o "$T/prog" "$T/prog.c" $(pkg-config --cflags --li
   check "it runs: $out" [ "$out" = "ok 12 18" ]
 else
   bad "a program against the installed library: $(head -c 300 "$T/cc.err")"
+fi
+
+# a figure, through libqkv-viz
+cat >"$T/fig.c" <<'EOF'
+#include <qkv.h>
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    qkv_canvas c;
+    qkv_error err;
+    if (qkv_canvas_init(&c, 8, 4, qkv_rgb_hex(0x336699), &err)) return 1;
+    const int rc = qkv_canvas_write_png(&c, argv[1], &err) != QKV_OK;
+    qkv_canvas_free(&c);
+    return rc;
+}
+EOF
+# shellcheck disable=SC2046
+if cc -std=c11 -Wall -Wextra -o "$T/fig" "$T/fig.c" $(pkg-config --cflags --libs qkv-viz) \
+     -Wl,-rpath,"$P/lib" 2>"$T/cc.err"; then
+  ok "a program builds with pkg-config --cflags --libs qkv-viz"
+  check "it writes a PNG" bash -c "'$T/fig' '$T/fig.png' && head -c 4 '$T/fig.png' | grep -q PNG"
+else
+  bad "a program against the installed libqkv-viz: $(head -c 300 "$T/cc.err")"
 fi
 
 # an internal function (declared here by hand) is not there to link

@@ -3,7 +3,8 @@
 # End-to-end tests of qkv import marian: the directory it writes (and that the other commands
 # read it), and every refusal with its reason: not a Marian model, an architecture qkv does
 # not represent, a vocabulary that does not fit, missing files, an output directory that holds
-# a model; weights stored as float16, bfloat16, pytorch_model.bin and shards. The Hugging Face
+# a model; weights stored as float16, bfloat16, pytorch_model.bin and shards; qkv translate and
+# qkv serve give transformers' translations. The Hugging Face
 # directories are the small random-weight ones of tests/parity/make_marian_reference.py (in $QKV_PARITY_DIR; the
 # numbers against transformers are tests/unit/test_marian.c's). A few seconds.
 # Usage: test_marian.sh QKV_BINARY
@@ -197,6 +198,47 @@ for n in shared_swish separate_gelu shared_relu_untied shared_source_pieces; do
     '$QKV' translate --model '$T/t_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
       <'$P/marian_$n.de' 2>/dev/null | cmp -s - '$P/marian_$n.beam4.en'"
 done
+# ---- qkv serve answers as qkv translate does on Marian's models (decoding starts from <pad>,
+# <pad> is never produced, </s> forced at the limit, typed reserved tokens are text): every
+# sentence in one request, and each alone from concurrent clients that the server batches
+serve_start() { # serve_start DIR: qkv serve in the background; sets SERVER and URL
+  "$QKV" serve --model "$1" --port 0 --threads 2 >"$T/serve.out" 2>"$T/serve.err" &
+  SERVER=$!; URL=
+  for _ in $(seq 200); do
+    URL=$(sed -n 's|.* on \(http://[^ ]*\)$|\1|p' "$T/serve.out"); [ -n "$URL" ] && break; sleep 0.05
+  done
+  [ -n "$URL" ] || bad "qkv serve $1 did not start: $(head -c 300 "$T/serve.err")"
+}
+for n in shared_swish shared_source_pieces; do
+  M=$T/t_$n
+  { cat "$P/marian_$n.de"; printf '%s\n' "Ein <pad> Mann." "</s> <unk> Hund" "<s>"; } >"$T/$n.src"
+  "$QKV" translate --model "$M" <"$T/$n.src" >"$T/$n.cli" 2>/dev/null || bad "qkv translate $n"
+  serve_start "$M"
+  /usr/bin/python3 -c 'import json, sys; print(json.dumps({"q": open(sys.argv[1]).read().splitlines()}))' \
+    "$T/$n.src" >"$T/$n.req"
+  curl -s -X POST "$URL/translate" -H 'Content-Type: application/json' --data-binary @"$T/$n.req" |
+    /usr/bin/python3 -c 'import json, sys; print("\n".join(json.load(sys.stdin)["translatedText"]))' \
+    >"$T/$n.one" 2>/dev/null
+  check "$n: qkv serve, every sentence in one request, answers as qkv translate ($(wc -l <"$T/$n.src") sentences)" \
+    cmp -s "$T/$n.one" "$T/$n.cli"
+  i=0
+  while IFS= read -r line; do
+    i=$((i + 1))
+    /usr/bin/python3 -c 'import json, sys; print(json.dumps({"q": sys.argv[1]}))' "$line" >"$T/$n.q$i"
+    curl -s -X POST "$URL/translate" -H 'Content-Type: application/json' \
+      --data-binary @"$T/$n.q$i" -o "$T/$n.a$i" &
+    [ $((i % 8)) -eq 0 ] && sleep 0.02 # clients join a running batch at different steps
+  done <"$T/$n.src"
+  wait $(jobs -p | grep -v "^$SERVER$")
+  for k in $(seq "$i"); do
+    /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["translatedText"])' \
+      "$T/$n.a$k" 2>/dev/null || echo "(no answer)"
+  done >"$T/$n.each"
+  check "$n: qkv serve, each sentence from its own concurrent client, answers as qkv translate" \
+    cmp -s "$T/$n.each" "$T/$n.cli"
+  kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null
+done
+
 # ---- Marian's own release format (a directory or its zip: .npz, vocabulary .yml,
 # decoder.yml, .spm), written from random models with Marian's names: the model is the one
 # transformers' convert_marian_to_pytorch makes of it, and translates as that does

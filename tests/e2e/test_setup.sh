@@ -29,7 +29,8 @@ REAL_CC=$(command -v cc)
 PKGS="libcjson libpng freetype2"   # openblas's flags depend on which of its builds is chosen
 REAL_SOURCES="src/core/json_fields.c src/viz/png.c src/viz/text.c"
 want_cflags=$("$REAL_PC" --cflags $PKGS)
-want_libs="$("$REAL_PC" --libs $PKGS) -lopenblas"
+want_libs="$("$REAL_PC" --libs libcjson) -lopenblas" # every link but libqkv-viz.so's
+viz_libs=$("$REAL_PC" --libs libpng freetype2)       # every link of the figures, and only those
 
 # ---- the stand-ins
 mkdir -p "$T/bin"
@@ -118,10 +119,24 @@ check_first_run() {
   fi
   if [ -z "$links" ]; then bad "$name: no link was recorded"; missing=1
   else
+    # libqkv-viz.so links only the figures' packages; what links libqkv-viz links them too;
+    # libqkv.so never does
+    local core_links viz_links lib_links
+    core_links=$(printf '%s\n' "$links" | grep -v -- '-o [^ ]*libqkv-viz\.so')
+    viz_links=$(printf '%s\n' "$links" | grep -F 'libqkv-viz')
+    lib_links=$(printf '%s\n' "$links" | grep -- '-o [^ ]*/libqkv\.so\.')
     for f in $want_libs; do
-      m=$(printf '%s\n' "$links" | grep -c -v -F -- " $f ")
-      [ "$m" -eq 0 ] || { bad "$name: $m of $(printf '%s\n' "$links" | wc -l) links lack $f"; missing=1; }
+      m=$(printf '%s\n' "$core_links" | grep -c -v -F -- " $f ")
+      [ "$m" -eq 0 ] || { bad "$name: $m of $(printf '%s\n' "$core_links" | wc -l) links lack $f"; missing=1; }
     done
+    for f in $viz_libs; do
+      m=$(printf '%s\n' "$viz_links" | grep -c -v -F -- " $f ")
+      [ "$m" -eq 0 ] || { bad "$name: $m of $(printf '%s\n' "$viz_links" | wc -l) links of the figures lack $f"; missing=1; }
+      if [ -n "$lib_links" ] && printf '%s\n' "$lib_links" | grep -q -F -- " $f "; then
+        bad "$name: libqkv.so links $f"; missing=1
+      fi
+    done
+    [ -n "$lib_links" ] || { bad "$name: libqkv.so was not linked"; missing=1; }
   fi
   [ $missing -eq 0 ] && ok "$name: all $(printf '%s\n' "$compiles" | wc -l) compiles have pkg-config's cflags, all $(printf '%s\n' "$links" | wc -l) links its libs"
   local s

@@ -691,6 +691,10 @@ def main():
     # Hugging Face MarianMT directories for qkv import marian (tests/unit/test_marian.c)
     __import__("make_marian_reference").write_all(save, OUT, os.environ.get("QKV_DATA_DIR",
                                                                          "../shared/data"))
+    # Hugging Face NLLB-200 and M2M100 directories for qkv import nllb / m2m100
+    # (tests/unit/test_m2m100.c)
+    __import__("make_m2m100_reference").write_all(save, OUT, os.environ.get("QKV_DATA_DIR",
+                                                                           "../shared/data"))
 
 
 if __name__ == "__main__":

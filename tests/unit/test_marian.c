@@ -107,7 +107,7 @@ static void test_config_json(void **state)
     assert_int_equal(back.suppress_pad, 0);
     assert_int_equal(back.forced_eos, 0);
     char bad[1024];
-    snprintf(bad, sizeof bad, "%.*s, \"decoder_start\": \"<eos>\"}", (int)strlen(old) - 1, old);
+    snprintf(bad, sizeof bad, "%.*s, \"decoder_start\": \"<unk>\"}", (int)strlen(old) - 1, old);
     assert_int_not_equal(qkv_config_from_json(&back, bad, "bad.json", &err), QKV_OK);
     assert_non_null(strstr(err.msg, "bad.json"));
 }

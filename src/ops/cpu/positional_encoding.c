@@ -29,6 +29,22 @@ void qkv_sinusoidal_table_halves(float *P, int T, int C)
         }
 }
 
+void qkv_sinusoidal_table_fairseq(float *P, int T, int C)
+{
+    const int h = C / 2;
+    const double step = log(10000.0) / (h > 1 ? h - 1 : 1);
+    for (int i = 0; i < T; i++) {
+        float *row = P + (size_t)i * C;
+        for (int j = 0; j < h; j++) {
+            /* torch: exp(arange(h).float() * -step) in float32, times the float position */
+            const float w = expf((float)j * (float)-step);
+            const float angle = (float)(i + 2) * w;
+            row[j] = sinf(angle), row[h + j] = cosf(angle);
+        }
+        if (C % 2) row[C - 1] = 0.0f;
+    }
+}
+
 /* x, y (B, T, C):  y[b, t] = scale x[b, t] + P[pos0 + t] */
 void qkv_positional_forward(float *y, const float *x, const float *P, int B, int T, int C,
                             int pos0, float scale)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# End-to-end tests of qkv export ct2: CTranslate2 (ctranslate2 from pip, a test tool) runs
+# the directory qkv writes and translates every test sentence as qkv translate does, greedy
+# in float32, its log-probabilities of reference targets within 1e-4 of transformers'
+# (tests/e2e/ct2_check.py): imported Marian models (one embedding tied
+# everywhere, separate vocabularies, an untied output, an output tied to the target
+# embedding; swish, gelu, relu; scaled and unscaled embeddings; decoding from <pad>) and
+# models qkv trained (post-norm and pre-norm with final LayerNorms, learned positions, d2l's
+# interleaved table, biases or none). --quantization int8 writes what CTranslate2's own
+# quantisation of the float32 file computes. Refusals: a directory in the way, an unknown
+# quantisation, a language model.
+# Usage: test_ct2.sh QKV_BINARY
+set -u
+QKV=$(realpath "$1")
+. "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
+P=${QKV_PARITY_DIR:-build/parity}
+CHECK="/usr/bin/python3 $(dirname "$0")/ct2_check.py"
+if ! /usr/bin/python3 -c 'import ctranslate2' 2>/dev/null; then
+  echo "no ctranslate2 for /usr/bin/python3 (scripts/install-deps.sh installs it)"
+  bad "ctranslate2 importable"; echo "$pass passed, $fail failed"; exit 1
+fi
+LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)
+
+# ---- imported Marian models
+for n in shared_swish separate_gelu shared_relu_untied release_separate; do
+  "$QKV" import marian "$P/marian_$n" --out "$T/m_$n" 2>/dev/null || bad "import $n"
+  "$QKV" translate --model "$T/m_$n" "${LIM[@]}" <"$P/marian_$n.de" >"$T/q_$n" 2>/dev/null
+  check "$n: qkv export ct2 writes a directory CTranslate2 loads" \
+    "$QKV" export ct2 "$T/m_$n" --out "$T/c_$n"
+  check "$n: CTranslate2 translates every sentence as qkv (greedy, float32)" \
+    $CHECK "$T/m_$n" "$T/c_$n" "$P/marian_$n.de" "$T/q_$n" 23
+  hf=$P/marian_$n; [ -d "${hf}_hf" ] && hf=${hf}_hf
+  tv=(); [ -f "$hf/target_vocab.json" ] && tv=("$hf/target_vocab.json")
+  check "$n: CTranslate2's log-probabilities of the reference targets within 1e-4 of transformers'" \
+    $CHECK --logits "$P/marian_$n.safetensors" "$hf/vocab.json" "$T/c_$n" "${tv[@]}"
+done
+check "--quantization int8: the weights as CTranslate2 quantises the float32 model itself" bash -c "
+  '$QKV' export ct2 '$T/m_shared_swish' --out '$T/c8' --quantization int8 2>/dev/null &&
+  $CHECK '$T/m_shared_swish' '$T/c8' '$P/marian_shared_swish.de' - 23 --compute-type int8 \
+    --same-as '$T/c_shared_swish' --compute-type2 int8"
+check "... and stores them as int8 (a smaller model.bin)" bash -c "
+  [ \$(stat -c %s '$T/c8/model.bin') -lt \$(stat -c %s '$T/c_shared_swish/model.bin') ]"
+
+# ---- models qkv trained: copy tasks of words
+awk 'BEGIN { srand(5); for (i = 0; i < 60; i++) { s = ""; n = 3 + int(rand() * 4);
+       for (j = 0; j < n; j++) s = s (j ? " " : "") substr("abcdefgh", 1 + int(rand() * 8), 1);
+       print s "\t" s } }' >"$T/copy.tsv"
+cut -f1 "$T/copy.tsv" | head -30 >"$T/copy.src"
+train() { # NAME OPTIONS...
+  local name=$1; shift
+  "$QKV" train --data "$T/copy.tsv" --d-model 16 --heads 2 --ffn 32 --layers 2 --batch 8 \
+    --num-steps 12 --epochs 3 --threads 1 --quiet --out "$T/$name" "$@" >/dev/null 2>&1
+}
+train post_tied --tie all --act gelu --bias
+train pre_learned --pre-norm --final-norm --learned-pos --tie output --act silu
+train plain
+for n in post_tied pre_learned plain; do
+  if [ ! -s "$T/$n/model.safetensors" ]; then bad "train $n"; continue; fi
+  "$QKV" translate --model "$T/$n" --max-len 12 --max-len-a 0 --max-len-b 12 \
+    <"$T/copy.src" >"$T/q_$n" 2>/dev/null
+  "$QKV" export ct2 "$T/$n" --out "$T/c_$n" 2>/dev/null || bad "export $n"
+  check "trained $n: CTranslate2 translates every sentence as qkv (greedy, float32)" \
+    $CHECK "$T/$n" "$T/c_$n" "$T/copy.src" "$T/q_$n" 12
+done
+
+# ---- refusals
+mkdir -p "$T/full" && touch "$T/full/x"
+expect_fail "an output directory that holds files" "is not empty" \
+  "$QKV" export ct2 "$T/plain" --out "$T/full"
+check "... replaced with --overwrite" "$QKV" export ct2 "$T/plain" --out "$T/full" --overwrite
+expect_fail "an unknown quantisation" "--quantization 'int4': float32 or int8" \
+  "$QKV" export ct2 "$T/plain" --out "$T/x1" --quantization int4
+expect_fail "an unknown format" "unknown format 'onnx'" "$QKV" export onnx "$T/plain" --out "$T/x2"
+"$QKV" train-lm --data "$T/copy.src" --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 4 \
+  --num-steps 2 --epochs 1 --threads 1 --quiet --out "$T/lm" >/dev/null 2>&1
+expect_fail "a language model (CTranslate2's Translator needs an encoder-decoder)" "config.json" \
+  "$QKV" export ct2 "$T/lm" --out "$T/x3"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

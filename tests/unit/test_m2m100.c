@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/* qkv_import_nllb and qkv_import_m2m100 against transformers' M2M100ForConditionalGeneration:
+ * tests/parity/make_m2m100_reference.py writes small random-weight NLLB-200 and M2M100
+ * directories (tokenizers built by transformers at test time) and what transformers computes
+ * with them; each is imported and must give
+ *   logits   |qkv - HF| <= 1e-4 max(1, |HF|) for every sentence, position and token
+ *            (teacher-forced: </s>, the target-language token, the reference)
+ *   greedy   generate(forced_bos_token_id=the target language)'s tokens, token for token,
+ *            with the language token forced as the first output (decoding_rules' prefix)
+ *   beam     generate(num_beams=4, early_stopping=False)'s, the same, under
+ *            QKV_BEAM_STOP_HF
+ * with Hugging Face's ids mapped to qkv's (fairseq's <s> <pad> </s> <unk> are qkv's <bos>
+ * <pad> <eos> <unk>; every other id is kept, which the vocabulary files must show). The command
+ * line (--source-lang, --target-lang, the text) is tests/e2e/test_m2m100.sh. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "inference/decode.h"
+#include "test_util.h"
+
+static const char *parity_dir(void)
+{
+    const char *d = getenv("QKV_PARITY_DIR");
+    return d ? d : "build/parity";
+}
+
+static int to_qkv(int id)
+{
+    static const int first[4] = {QKV_BOS, QKV_PAD, QKV_EOS, QKV_UNK};
+    return id < 4 ? first[id] : id;
+}
+
+static void same(const char *name, const char *what, const int *got, const int *got_len, int T,
+                 const int *want, const int *want_len, int max_new, int N)
+{
+    for (int i = 0; i < N; i++) {
+        /* qkv's output starts with the forced language token, transformers' here does not */
+        if (got_len[i] - 1 != want_len[i])
+            fail_msg("%s, %s: sentence %d: qkv %d tokens, transformers %d", name, what, i,
+                     got_len[i] - 1, want_len[i]);
+        for (int j = 0; j < want_len[i]; j++)
+            if (got[(size_t)i * T + 1 + j] != to_qkv(want[(size_t)i * max_new + j]))
+                fail_msg("%s, %s: sentence %d, token %d: qkv %d, transformers %d", name, what, i,
+                         j, got[(size_t)i * T + 1 + j], want[(size_t)i * max_new + j]);
+    }
+}
+
+static void check(const char *name, int nllb)
+{
+    char hf[1024], ref[256], out[] = "/tmp/qkv_m2m100_XXXXXX", path[1200];
+    snprintf(hf, sizeof hf, "%s/m2m100_%s", parity_dir(), name);
+    snprintf(ref, sizeof ref, "m2m100_%s", name);
+    assert_non_null(mkdtemp(out));
+    qkv_error err = {0};
+    if ((nllb ? qkv_import_nllb : qkv_import_m2m100)(hf, out, &err)) fail_msg("%s", err.msg);
+    qkv_transformer *m;
+    if (qkv_transformer_load(&m, out, &err)) fail_msg("%s", err.msg);
+    qkv_tensor_file f;
+    tu_reference_load(&f, ref);
+    size_t n;
+    const qkv_tensor *srct = qkv_tensor_file_get(&f, "src"), *tin = qkv_tensor_file_get(&f, "tgt_in");
+    const int N = (int)srct->shape[0], Ts = (int)srct->shape[1], Tt = (int)tin->shape[1];
+    const int V = qkv_transformer_get_config(m)->tgt_vocab;
+    const int *src_h = tu_ref_i32(&f, "src", &n), *valid = tu_ref_i32(&f, "src_valid", &n);
+    const int *tin_h = tu_ref_i32(&f, "tgt_in", &n);
+    const float *want = tu_ref_f32(&f, "logits", &n);
+    assert_int_equal(n, (size_t)N * Tt * V);
+    /* the vocabulary file keeps Hugging Face's ids: the forced language token is its line */
+    qkv_vocab voc;
+    snprintf(path, sizeof path, "%s/tgt_vocab.txt", out);
+    if (qkv_vocab_load(&voc, path, &err)) fail_msg("%s", err.msg);
+    const int forced = tu_ref_int(&f, "forced");
+    const char *code = qkv_tensor_file_meta(&f, "tgt_lang");
+    assert_non_null(strstr(qkv_vocab_token(&voc, forced), code));
+    qkv_vocab_free(&voc);
+    int *s = malloc((size_t)N * Ts * sizeof *s), *t = malloc((size_t)N * Tt * sizeof *t);
+    for (int i = 0; i < N * Ts; i++) s[i] = to_qkv(src_h[i]);
+    for (int i = 0; i < N * Tt; i++) t[i] = to_qkv(tin_h[i]);
+    float *got = malloc((size_t)N * Tt * V * sizeof *got);
+    const qkv_batch b = {N, Ts, Tt, s, valid, t, t};
+    if (qkv_transformer_logits(m, &b, got, &err)) fail_msg("%s", err.msg);
+    double worst = 0.0;
+    int rows = 0;
+    for (int r = 0; r < N * Tt; r++)
+        /* fairseq gives a padding input the padding row's position: no reference past it */
+        for (int k = 0; k < V && (r % Tt == 0 || t[r] != QKV_PAD); k++) {
+            rows += k == 0;
+            const double w = want[(size_t)r * V + k], g = got[(size_t)r * V + to_qkv(k)];
+            const double d = fabs(g - w) / (fabs(w) > 1.0 ? fabs(w) : 1.0);
+            if (!(d <= 1e-4))
+                fail_msg("%s: logits of sentence %d, position %d, token %d: qkv %.7g, "
+                         "transformers %.7g", name, r / Tt, r % Tt, k, g, w);
+            if (d > worst) worst = d;
+        }
+    /* greedy and beam with the target language forced first */
+    const int max_new = tu_ref_int(&f, "max_new"), T = max_new - 1;
+    decoding_rules rules = {QKV_EOS, 0, 0, qkv_transformer_get_config(m)->forced_eos, &forced, 1};
+    const int qforced = to_qkv(forced);
+    rules.prefix = &qforced;
+    int *ids = malloc((size_t)N * T * sizeof *ids), *len = malloc((size_t)N * sizeof *len);
+    if (greedy_decode(m, s, valid, N, Ts, T, NULL, &rules, ids, len, &err)) fail_msg("%s", err.msg);
+    same(name, "greedy", ids, len, T, tu_ref_i32(&f, "greedy", &n), tu_ref_i32(&f, "greedy_len", &n),
+         max_new, N);
+    const qkv_beam_options o = {tu_ref_int(&f, "beam"), 1, T, 1.0f, QKV_BEAM_STOP_HF, NULL};
+    qkv_beam_results r = {ids, len, NULL, NULL};
+    if (beam_decode(m, s, valid, N, Ts, &o, &rules, &r, &err)) fail_msg("%s", err.msg);
+    same(name, "beam", ids, len, T, tu_ref_i32(&f, "beam0", &n), tu_ref_i32(&f, "beam0_len", &n),
+         max_new, N);
+    printf("%s: %d sentences: logits within %.1e (%d positions), greedy and beam %d identical "
+           "with %s forced\n", name, N, worst, rows, o.beam, code);
+    free(ids), free(len), free(got), free(s), free(t);
+    qkv_tensor_file_free(&f);
+    qkv_transformer_free(m);
+    static const char *const files[] = {"config.json", "model.safetensors", "src_vocab.txt",
+                                        "tgt_vocab.txt", "source.spm", "target.spm",
+                                        "text.json", "generation.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, files[i]);
+        unlink(path);
+    }
+    rmdir(out);
+}
+
+static void test_nllb_tied(void **state) { (void)state, check("nllb_tied", 1); }
+static void test_nllb_untied_gelu(void **state) { (void)state, check("nllb_untied_gelu", 1); }
+static void test_m2m100_unscaled(void **state) { (void)state, check("m2m100_unscaled", 0); }
+
+/* fairseq's table: row i is position i + 2, [sin | cos] at exp(-j ln(10000) / (h - 1)) */
+static void test_fairseq_table(void **state)
+{
+    (void)state;
+    enum { T = 5, C = 7 };
+    float P[T * C];
+    qkv_sinusoidal_table_fairseq(P, T, C);
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < 3; j++) {
+            const double w = exp(-j * log(10000.0) / 2.0);
+            assert_true(fabs(P[i * C + j] - sin((i + 2) * w)) < 1e-6);
+            assert_true(fabs(P[i * C + 3 + j] - cos((i + 2) * w)) < 1e-6);
+        }
+    for (int i = 0; i < T; i++) assert_true(P[i * C + C - 1] == 0.0f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fairseq_table),
+        cmocka_unit_test(test_nllb_tied),
+        cmocka_unit_test(test_nllb_untied_gelu),
+        cmocka_unit_test(test_m2m100_unscaled),
+    };
+    return cmocka_run_group_tests_name("m2m100", tests, NULL, NULL);
+}
