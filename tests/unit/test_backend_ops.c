@@ -1213,102 +1213,136 @@ static const cached_case CACHED_CASES[] = {
     {2, 1, 7, 5, 6, 3, KV_ANCESTRY},
 };
 
-/* One query per row attends over the keys its row sees in the cache; every cache value no
- * query may read is NaN (so is any position past a query's length), so reading one shows. */
-static void check_cached_attention(table *t, const cached_case *c, kv_dtype type)
+/* A cache and its queries on the host: lengths, rows or ancestries, and the cache's values
+ * (float32, as the reference reads them, and as stored: bf16 at KV_BF16). Every value no
+ * query may read is NaN (so is every position past a query's length), so reading one shows. */
+typedef struct {
+    const cached_case *c;
+    kv_dtype type;
+    int *len, *row, *anc; /* (B), (B), (B, cap) */
+    float *K, *V, *Q;     /* the cache's values, (rows, cap, H, d); Q (B, H, d) */
+    void *Ks, *Vs;        /* as stored */
+    size_t stride, es;    /* values from one cache row to the next; bytes per stored value */
+} cached_io;
+
+/* Where query b finds key j: its own row, or its ancestry's row at j. */
+static size_t cached_at(const cached_io *io, int b, int j)
 {
-    const int B = c->B, H = c->H, d = c->d, m = c->m, C = H * d;
-    const size_t stride = (size_t)c->cap * C, cache = (size_t)c->rows * stride;
-    const size_t es = type == KV_BF16 ? sizeof(uint16_t) : sizeof(float);
-    begin(t, "cached_attention, %s cache walked by %s, B %d H %d d %d m %d", type == KV_BF16 ?
-          "bf16" : "float32", c->walk == KV_ROWS ? "rows" : "ancestry", B, H, d, m);
-    const uint64_t seed = 131u * B + 17u * d + m + type;
-    int *len = hi(t, B), *row = hi(t, B), *anc = hi(t, (size_t)B * c->cap);
+    const cached_case *c = io->c;
+    const int r = c->walk == KV_ROWS ? io->row[b] : io->anc[(size_t)b * c->cap + j];
+    return (size_t)r * io->stride + (size_t)j * c->H * c->d;
+}
+
+static cached_io cached_inputs(table *t, const cached_case *c, kv_dtype type)
+{
+    const int B = c->B, C = c->H * c->d;
+    cached_io io = {c, type, hi(t, B), hi(t, B), hi(t, (size_t)B * c->cap), NULL, NULL, NULL,
+                    NULL, NULL, (size_t)c->cap * C, type == KV_BF16 ? 2 : 4};
+    const size_t cache = (size_t)c->rows * io.stride;
+    const uint64_t seed = 131u * B + 17u * c->d + c->m + type;
     for (int b = 0; b < B; b++) {
-        static const int pattern[] = {-1, 0, 1, 3, 4, 5, -2};
+        static const int pattern[] = {-1, 0, 1, 3, 4, 5, -2}; /* -1: m, -2: m - 1 */
         const int l = pattern[b % 7];
-        len[b] = l == -1 ? m : l == -2 ? m - 1 : l < m ? l : m;
-        row[b] = (3 * b + 1) % c->rows;
+        io.len[b] = l == -1 ? c->m : l == -2 ? c->m - 1 : l < c->m ? l : c->m;
+        io.row[b] = (3 * b + 1) % c->rows;
         for (int j = 0; j < c->cap; j++)
-            anc[(size_t)b * c->cap + j] =
-                j < len[b] ? (int)(random_u32(seed, (uint64_t)b * 977 + j) % c->rows) : -1;
+            io.anc[(size_t)b * c->cap + j] =
+                j < io.len[b] ? (int)(random_u32(seed, (uint64_t)b * 977 + j) % c->rows) : -1;
     }
-    /* the cache: NaN where no query looks, random values where one does */
-    float *Kf = hf(t, cache), *Vf = hf(t, cache);
-    for (size_t i = 0; i < cache; i++) Kf[i] = Vf[i] = NAN;
+    io.K = hf(t, cache), io.V = hf(t, cache);
+    for (size_t i = 0; i < cache; i++) io.K[i] = io.V[i] = NAN;
     for (int b = 0; b < B; b++)
-        for (int j = 0; j < len[b]; j++) {
-            const int r = c->walk == KV_ROWS ? row[b] : anc[(size_t)b * c->cap + j];
+        for (int j = 0; j < io.len[b]; j++)
             for (int e = 0; e < C; e++) {
-                const size_t at = (size_t)r * stride + (size_t)j * C + e;
-                Kf[at] = 2 * random_uniform(seed + 1, at) - 1,
-                Vf[at] = 2 * random_uniform(seed + 2, at) - 1;
+                const size_t at = cached_at(&io, b, j) + e;
+                io.K[at] = 2 * random_uniform(seed + 1, at) - 1;
+                io.V[at] = 2 * random_uniform(seed + 2, at) - 1;
                 if (type == KV_BF16) /* what the cache can hold: its values are the inputs */
-                    Kf[at] = bf16_to_float(bf16_from_float(Kf[at])),
-                    Vf[at] = bf16_to_float(bf16_from_float(Vf[at]));
+                    io.K[at] = bf16_to_float(bf16_from_float(io.K[at])),
+                    io.V[at] = bf16_to_float(bf16_from_float(io.V[at]));
             }
-        }
-    void *Kh = Kf, *Vh = Vf;
+    io.Ks = io.K, io.Vs = io.V;
     if (type == KV_BF16) {
-        uint16_t *k16 = keep(t, malloc(cache * es)), *v16 = keep(t, malloc(cache * es));
+        uint16_t *k16 = keep(t, malloc(cache * 2)), *v16 = keep(t, malloc(cache * 2));
         for (size_t i = 0; i < cache; i++)
-            k16[i] = bf16_from_float(Kf[i]), v16[i] = bf16_from_float(Vf[i]);
-        Kh = k16, Vh = v16;
+            k16[i] = bf16_from_float(io.K[i]), v16[i] = bf16_from_float(io.V[i]);
+        io.Ks = k16, io.Vs = v16;
     }
-    const float *Q = urand(t, (size_t)B * C, seed + 3, -2, 2);
-    /* the reference: attention over each query's visible keys, S its weights (0 past them) */
-    double *O = hd(t, (size_t)B * C), *Ob = hd(t, (size_t)B * C);
-    double *P = hd(t, (size_t)B * H * m), *Pb = hd(t, (size_t)B * H * m);
+    io.Q = urand(t, (size_t)B * C, seed + 3, -2, 2);
+    return io;
+}
+
+/* Attention of each query over the len[b] keys it sees, bounded as softmax attention's
+ * reference is (the cache's values are exact inputs); S its weights, 0 past them. */
+static attention_ref cached_attention_reference(table *t, const cached_io *io)
+{
+    const int B = io->c->B, H = io->c->H, d = io->c->d, m = io->c->m, C = H * d;
+    attention_ref r = {hd(t, (size_t)B * C), hd(t, (size_t)B * C), hd(t, (size_t)B * H * m),
+                       hd(t, (size_t)B * H * m), NULL, NULL};
     const double scale = 1.0 / sqrt((double)d);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = Q + (size_t)b * C + (size_t)h * d;
-            double *p = P + ((size_t)b * H + h) * m, *pb = Pb + ((size_t)b * H + h) * m;
+            const float *q = io->Q + (size_t)b * C + (size_t)h * d;
+            double *p = r.P + ((size_t)b * H + h) * m, *pb = r.Pb + ((size_t)b * H + h) * m;
             double mx = -INFINITY, sum = 0.0, delta = 0.0;
-            for (int j = 0; j < len[b]; j++) {
-                const int r = c->walk == KV_ROWS ? row[b] : anc[(size_t)b * c->cap + j];
-                const float *k = Kf + (size_t)r * stride + (size_t)j * C + (size_t)h * d;
+            const int l = io->len[b];
+            for (int j = 0; j < l; j++) {
+                const float *k = io->K + cached_at(io, b, j) + (size_t)h * d;
                 double dot = 0.0, mag = 0.0;
                 for (int e = 0; e < d; e++)
                     dot += (double)q[e] * k[e], mag += fabs((double)q[e] * k[e]);
                 p[j] = dot * scale, mx = fmax(mx, p[j]);
                 delta = fmax(delta, dot_tol(QKV_PRECISION_FP32, d) * mag * scale);
             }
-            for (int j = 0; j < len[b]; j++) sum += exp(p[j] - mx);
-            const double prel = SLACK * (2 * delta + (len[b] + 8) * U);
+            for (int j = 0; j < l; j++) sum += exp(p[j] - mx);
+            const double prel = SLACK * (2 * delta + (l + 8) * U);
             for (int j = 0; j < m; j++) {
-                p[j] = j < len[b] ? exp(p[j] - mx) / sum : 0.0;
+                p[j] = j < l ? exp(p[j] - mx) / sum : 0.0;
                 pb[j] = p[j] * prel;
             }
             for (int e = 0; e < d; e++) {
                 double o = 0.0, om = 0.0;
-                for (int j = 0; j < len[b]; j++) {
-                    const int r = c->walk == KV_ROWS ? row[b] : anc[(size_t)b * c->cap + j];
-                    const double v = Vf[(size_t)r * stride + (size_t)j * C + (size_t)h * d + e];
+                for (int j = 0; j < l; j++) {
+                    const double v = io->V[cached_at(io, b, j) + (size_t)h * d + e];
                     o += p[j] * v, om += fabs(p[j] * v);
                 }
-                O[(size_t)b * C + (size_t)h * d + e] = o;
-                Ob[(size_t)b * C + (size_t)h * d + e] =
-                    om * (prel + dot_tol(QKV_PRECISION_FP32, len[b]));
+                r.O[(size_t)b * C + (size_t)h * d + e] = o;
+                r.Ob[(size_t)b * C + (size_t)h * d + e] =
+                    om * (prel + dot_tol(QKV_PRECISION_FP32, l));
             }
         }
-    const kv_view kv = {dev(t, "K cache", IN, Kh, cache * es),
-                        dev(t, "V cache", IN, Vh, cache * es),
+    return r;
+}
+
+/* One query per row attends over the keys its row sees in the cache. */
+static void check_cached_attention(table *t, const cached_case *c, kv_dtype type)
+{
+    const int B = c->B, H = c->H, d = c->d, m = c->m;
+    const size_t nq = (size_t)B * H * d, nw = (size_t)B * H * m;
+    begin(t, "cached_attention, %s cache walked by %s, B %d H %d d %d m %d",
+          type == KV_BF16 ? "bf16" : "float32", c->walk == KV_ROWS ? "rows" : "ancestry", B, H,
+          d, m);
+    const cached_io io = cached_inputs(t, c, type);
+    const size_t bytes = (size_t)c->rows * io.stride * io.es;
+    const kv_view kv = {dev(t, "K cache", IN, io.Ks, bytes),
+                        dev(t, "V cache", IN, io.Vs, bytes),
                         type,
-                        stride,
+                        io.stride,
                         c->walk,
-                        c->walk == KV_ROWS ? iin(t, "row", row, B) : NULL,
-                        c->walk == KV_ANCESTRY ? iin(t, "ancestry", anc, (size_t)B * c->cap) : NULL,
+                        c->walk == KV_ROWS ? iin(t, "row", io.row, B) : NULL,
+                        c->walk == KV_ANCESTRY ? iin(t, "ancestry", io.anc, (size_t)B * c->cap)
+                                               : NULL,
                         c->cap,
-                        iin(t, "len", len, B)};
-    float *Od = fout(t, "O", (size_t)B * C), *Sd = fout(t, "S", (size_t)B * H * m);
-    OP(t, cached_attention)(Od, Sd, fin(t, "Q", Q, (size_t)B * C), &kv, B, H, d, m);
-    float *got = hf(t, (size_t)B * C), *w = hf(t, (size_t)B * H * m);
-    fetchf(t, got, Od, (size_t)B * C);
-    fetchf(t, w, Sd, (size_t)B * H * m);
+                        iin(t, "len", io.len, B)};
+    float *O = fout(t, "O", nq), *S = fout(t, "S", nw);
+    OP(t, cached_attention)(O, S, fin(t, "Q", io.Q, nq), &kv, B, H, d, m);
+    float *got = hf(t, nq), *w = hf(t, nw);
+    fetchf(t, got, O, nq);
+    fetchf(t, w, S, nw);
     done(t);
-    expect(t, "O", got, O, Ob, (size_t)B * C);
-    expect(t, "S (weights)", w, P, Pb, (size_t)B * H * m);
+    const attention_ref r = cached_attention_reference(t, &io);
+    expect(t, "O", got, r.O, r.Ob, nq);
+    expect(t, "S (weights)", w, r.P, r.Pb, nw);
     tidy(t);
 }
 
