@@ -2224,10 +2224,59 @@ static double ce_loss(table *t, const void *ctx)
     return o.sum;
 }
 
+/* The loss's reference: the counted rows, their loss and its sum, lse, dlogits and db, each
+ * with its bound. */
+typedef struct {
+    int count;
+    float scale; /* the gradient's: 1 over the counted rows unless given */
+    double sum, sumb;
+    double *loss, *lb, *lse, *lseb, *dz, *dzb, *db, *dbb;
+} ce_ref;
+
 /* Per row, with mx = max z and l = lse: loss = (1 - eps)(l - z_y) + eps (l - mean z), 0 for
  * an ignored row; dz = scale (softmax(z) - q), q = (1 - eps) onehot(y) + eps / V. Bounds (u):
  * l within |mx| + |l| + V + 8 (the exponentials' sum, its log); p_k relatively within
- * V + 8 + |z_k - mx|. */
+ * V + 8 + |z_k - mx|; db sums N rows of dz. */
+static ce_ref ce_reference(table *t, const ce_case *c)
+{
+    const ce_shape *sh = c->sh;
+    const int N = sh->N, V = sh->V;
+    const size_t nz = (size_t)N * V;
+    const double eps = sh->smoothing;
+    ce_ref r = {0, 0.0f, 0.0, 0.0, hd(t, N), hd(t, N), hd(t, N), hd(t, N), hd(t, nz),
+                hd(t, nz), hd(t, V), hd(t, V)};
+    for (int i = 0; i < N; i++) r.count += c->targets[i] != sh->ignore_index;
+    r.scale = sh->scale > 0 ? sh->scale : 1.0f / (float)(r.count ? r.count : 1);
+    for (int k = 0; k < V; k++) r.db[k] = c->db0[k], r.dbb[k] = fabs(c->db0[k]);
+    for (int i = 0; i < N; i++) {
+        const float *z = c->z + (size_t)i * V;
+        double mx = -INFINITY, s = 0.0, zs = 0.0, za = 0.0;
+        for (int k = 0; k < V; k++) mx = fmax(mx, z[k]), zs += z[k], za += fabs(z[k]);
+        for (int k = 0; k < V; k++) s += exp(z[k] - mx);
+        const double l = mx + log(s);
+        const int y = c->targets[i], ignored = y == sh->ignore_index;
+        r.lse[i] = l, r.lseb[i] = SLACK * U * (fabs(mx) + fabs(l) + V + 8);
+        r.loss[i] = ignored ? 0.0 : (1 - eps) * (l - z[y]) + eps * (l - zs / V);
+        r.lb[i] = ignored ? 0.0
+                          : r.lseb[i] + SLACK * U * (fabs(z[y]) + eps * (V + 2) * za / V +
+                                                     2 * fabs(r.loss[i]));
+        r.sum += r.loss[i], r.sumb += r.lb[i];
+        if (ignored) continue; /* no gradient */
+        for (int k = 0; k < V; k++) {
+            const size_t e = (size_t)i * V + k;
+            const double p = exp(z[k] - l), q = (1 - eps) * (k == y) + eps / V;
+            const double mag = r.scale * (p * (V + 8 + fabs(z[k] - mx)) + 2 * q);
+            r.dz[e] = r.scale * (p - q);
+            r.dzb[e] = SLACK * U * (mag + 2 * fabs(r.dz[e]));
+            r.db[k] += r.dz[e], r.dbb[k] += mag + (N + 4) * fabs(r.dz[e]);
+        }
+    }
+    for (int k = 0; k < V; k++) r.dbb[k] *= SLACK * U;
+    return r;
+}
+
+/* cross_entropy_forward and cross_entropy_fused against the reference; on a float32 table
+ * the fused gradient against central differences of the forward's sum. */
 static void check_cross_entropy(table *t, const ce_shape *sh)
 {
     const int N = sh->N, V = sh->V;
@@ -2236,65 +2285,31 @@ static void check_cross_entropy(table *t, const ce_shape *sh)
           "smoothing %g, scale %g%s", N, V, sh->ignore_index, (double)sh->smoothing,
           (double)sh->scale, sh->db ? "" : ", no bias gradient");
     ce_case c = {sh, urand(t, nz, 81u * N + V, -4, 4), urand(t, V, 82u * N + V, -1, 1), hi(t, N)};
-    int count = 0;
-    for (int i = 0; i < N; i++) {
-        c.targets[i] = (int)(random_u32(83, i) % V);
-        if (i % 3 == 1) c.targets[i] = sh->ignore_index;
-        count += c.targets[i] != sh->ignore_index;
-    }
-    const float scale = sh->scale > 0 ? sh->scale : 1.0f / (float)(count ? count : 1);
-    const double eps = sh->smoothing;
-    double *loss = hd(t, N), *lb = hd(t, N), *lse = hd(t, N), *lseb = hd(t, N);
-    double *dz = hd(t, nz), *dzb = hd(t, nz), *db = hd(t, V), *dbb = hd(t, V), sum = 0.0,
-           sumb = 0.0;
-    for (int k = 0; k < V; k++) db[k] = c.db0[k], dbb[k] = fabs(c.db0[k]);
-    for (int i = 0; i < N; i++) {
-        const float *z = c.z + (size_t)i * V;
-        double mx = -INFINITY, s = 0.0, zs = 0.0, za = 0.0;
-        for (int k = 0; k < V; k++) mx = fmax(mx, z[k]), zs += z[k], za += fabs(z[k]);
-        for (int k = 0; k < V; k++) s += exp(z[k] - mx);
-        const double l = mx + log(s);
-        const int y = c.targets[i], ignored = y == sh->ignore_index;
-        lse[i] = l, lseb[i] = SLACK * U * (fabs(mx) + fabs(l) + V + 8);
-        loss[i] = ignored ? 0.0 : (1 - eps) * (l - z[y]) + eps * (l - zs / V);
-        lb[i] = ignored ? 0.0
-                        : lseb[i] +
-                              SLACK * U * (fabs(z[y]) + eps * (V + 2) * za / V + 2 * fabs(loss[i]));
-        sum += loss[i], sumb += lb[i];
-        for (int k = 0; k < V; k++) {
-            const size_t e = (size_t)i * V + k;
-            const double p = exp(z[k] - l), q = (1 - eps) * (k == y) + eps / V;
-            dz[e] = ignored ? 0.0 : scale * (p - q);
-            dzb[e] = ignored
-                         ? 0.0
-                         : SLACK * U *
-                               (scale * (p * (V + 8 + fabs(z[k] - mx)) + 2 * q) + 2 * fabs(dz[e]));
-            db[k] += dz[e], dbb[k] += dzb[e] / (SLACK * U) + (N + 2) * fabs(dz[e]);
-        }
-    }
-    for (int k = 0; k < V; k++) dbb[k] *= SLACK * U;
+    for (int i = 0; i < N; i++)
+        c.targets[i] = i % 3 == 1 ? sh->ignore_index : (int)(random_u32(83, i) % V);
+    const ce_ref r = ce_reference(t, &c);
     for (int fused = 0; fused < 2; fused++) {
         ce_out o = {hf(t, N), hf(t, N), hf(t, nz), hf(t, V), 0.0, 0};
         qkv_error err = {0};
         ce_run(t, &c, fused, &o, &err);
         const char *pass = fused ? "cross_entropy_fused" : "cross_entropy_forward";
-        if (o.count != count)
-            fail_at(t, "%s counted %d rows, want %d (%s)", pass, o.count, count, err.msg);
-        if (!(fabs(o.sum - sum) <= sumb)) /* double sums of the rows' float32 losses */
-            fail_at(t, "%s: sum %.9g, want %.9g (bound %.3g)", pass, o.sum, sum, sumb);
-        expect(t, fused ? "loss (fused)" : "loss", o.loss, loss, lb, N);
+        if (o.count != r.count)
+            fail_at(t, "%s counted %d rows, want %d (%s)", pass, o.count, r.count, err.msg);
+        if (!(fabs(o.sum - r.sum) <= r.sumb)) /* double sums of the rows' float32 losses */
+            fail_at(t, "%s: sum %.9g, want %.9g (bound %.3g)", pass, o.sum, r.sum, r.sumb);
+        expect(t, fused ? "loss (fused)" : "loss", o.loss, r.loss, r.lb, N);
         if (!fused) {
-            expect(t, "lse", o.lse, lse, lseb, N);
+            expect(t, "lse", o.lse, r.lse, r.lseb, N);
             continue;
         }
         double *lf = hd(t, N); /* the fused pass leaves lse 0 on an ignored row */
-        for (int i = 0; i < N; i++) lf[i] = c.targets[i] == sh->ignore_index ? 0.0 : lse[i];
-        expect(t, "lse (fused)", o.lse, lf, lseb, N);
-        expect(t, "dlogits", o.dz, dz, dzb, nz);
-        if (sh->db) expect(t, "db", o.db, db, dbb, V);
-        if (is_fp32(t)) { /* the gradient of scale * sum of the counted losses */
+        for (int i = 0; i < N; i++) lf[i] = c.targets[i] == sh->ignore_index ? 0.0 : r.lse[i];
+        expect(t, "lse (fused)", o.lse, lf, r.lseb, N);
+        expect(t, "dlogits", o.dz, r.dz, r.dzb, nz);
+        if (sh->db) expect(t, "db", o.db, r.db, r.dbb, V);
+        if (is_fp32(t)) { /* the gradient of scale * the sum of the counted losses */
             float *g = hf(t, nz);
-            for (size_t e = 0; e < nz; e++) g[e] = o.dz[e] / scale;
+            for (size_t e = 0; e < nz; e++) g[e] = o.dz[e] / r.scale;
             expect_fd(t, "dlogits / scale", c.z, nz, g, ce_loss, &c);
         }
     }
@@ -2308,8 +2323,9 @@ static void check_cross_entropy(table *t, const ce_shape *sh)
         char want[64];
         snprintf(want, sizeof want, "target id %d at row %d", c.targets[row], row);
         if (o.count != -1 || err.code != QKV_ERR_ARG || !strstr(err.msg, want))
-            fail_at(t, "%s with %s: returned %d, message \"%s\"", fused ? "cross_entropy_fused" :
-                    "cross_entropy_forward", want, o.count, err.msg);
+            fail_at(t, "%s with %s: returned %d, message \"%s\"",
+                    fused ? "cross_entropy_fused" : "cross_entropy_forward", want, o.count,
+                    err.msg);
     }
     tidy(t);
 }
