@@ -910,7 +910,7 @@ static attention_io attention_inputs(table *t, const attention_case *c, attentio
         for (int b = 0; b < s->B; b++) io.lens[b] = b == 0 ? s->m : b == 1 ? 0 : 1 + 5 * b % s->m;
     } else if (c->lens == 2) {
         io.lens = hi(t, (size_t)s->B * s->n);
-        for (int i = 0; i < s->B * s->n; i++) io.lens[i] = 7 * i % (s->m + 1);
+        for (int i = 0; i < s->B * s->n; i++) io.lens[i] = (3 * i + 1) % (s->m + 1);
     }
     return io;
 }
