@@ -110,9 +110,11 @@ void qkv_translations_free(qkv_translations *r);
  * concurrent requests). The batch decoder has a fixed number of slots; a sentence joins a free
  * slot between two steps (its encoder runs then), each step advances every running sentence by
  * one token, each at its own position, and a sentence leaves as soon as it ends, freeing its
- * slot for the next. Greedy decoding only: each sentence gets the translation qkv_translate
- * gives it alone with beam 1 (the same arithmetic up to float rounding of the linear layers).
- * It uses the translator's model: one thread at a time for both.
+ * slot for the next. Greedy decoding and beam search: each sentence gets the translations
+ * qkv_translate gives it alone with the same options (the same arithmetic up to float rounding
+ * of the linear layers); a beam of K holds K slots while it runs, each step advancing its live
+ * hypotheses beside the greedy sentences. It uses the translator's model: one thread at a time
+ * for both.
  * ------------------------------------------------------------------------------------- */
 
 typedef struct qkv_batch_decoder qkv_batch_decoder;
@@ -136,18 +138,34 @@ int qkv_batch_decoder_running(const qkv_batch_decoder *bd);
 QKV_API
 qkv_status qkv_batch_decoder_add(qkv_batch_decoder *bd, const char *const *sources, int n,
                                  int max_len, int *slots, qkv_error *err);
+/* qkv_batch_decoder_add with qkv_translate's options: greedy decoding where qkv_translate
+ * decodes greedily, else beam search (beam, n_best, alpha, stop), each sentence limited as
+ * qkv_translate limits it (max_len, max_len_a, max_len_b); batch and precision are not read
+ * (the model's precision is the one set on it). A beam of K holds its slot and K - 1 free
+ * others while it runs: fewer free slots than the sources need is QKV_ERR_ARG, nothing added. */
+QKV_API
+qkv_status qkv_batch_decoder_add_with(qkv_batch_decoder *bd, const char *const *sources, int n,
+                                      const qkv_translate_options *o, int *slots,
+                                      qkv_error *err);
 /* One decoder step for every running sentence (nothing when none runs). */
 QKV_API
 qkv_status qkv_batch_decoder_step(qkv_batch_decoder *bd, qkv_error *err);
 /* Whether the slot holds a finished translation, waiting for qkv_batch_decoder_take. */
 QKV_API
 int qkv_batch_decoder_finished(const qkv_batch_decoder *bd, int slot);
-/* A finished slot's translation as text (*text: malloc'd, the caller frees it) and its
+/* A finished slot's (best) translation as text (*text: malloc'd, the caller frees it) and its
  * token count (tokens may be NULL); the slot is free again. */
 QKV_API
 qkv_status qkv_batch_decoder_take(qkv_batch_decoder *bd, int slot, char **text, int *tokens,
                                   qkv_error *err);
-/* Frees a slot, running or finished (a client that went away). */
+/* A finished slot's translations as qkv_translate gives them for its one sentence: count 1,
+ * its n_best hypotheses with their text, ids and scores (NaN from greedy decoding), the
+ * source's length, its unknown tokens and whether it was cut to the model's max_len (*out:
+ * the caller frees it with qkv_translations_free); the slot is free again. */
+QKV_API
+qkv_status qkv_batch_decoder_take_translations(qkv_batch_decoder *bd, int slot,
+                                               qkv_translations *out, qkv_error *err);
+/* Frees a slot, running or finished (a client that went away), and the slots its beam held. */
 QKV_API
 void qkv_batch_decoder_cancel(qkv_batch_decoder *bd, int slot);
 

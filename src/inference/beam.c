@@ -91,8 +91,31 @@ static void finish(finished_list *f, int K, const int *tokens, int len, int step
     if (f->n < K) f->n++;
 }
 
-/* log-softmax of z (V) as z - logsumexp(z), in double. */
-static double log_normaliser(const float *z, int V)
+/* ---- one sentence's search ---------------------------------------------------------------- */
+
+/* A sentence's live hypotheses (k < live: hypothesis k in cache row rows[k]), their histories
+ * and ancestry (arrays named 2 are the next step's), and its finished list. */
+struct beam_sentence {
+    int K, N, T, Tb, V, n_cand;
+    float alpha;
+    qkv_beam_stop stop;
+    decoding_rules rules;       /* banned and forced tokens, forced_eos (inference/search.h) */
+    int forced_eos;             /* rules.forced_eos as 0 or 1 */
+    int src, t, live;           /* source slot, the next output position, live hypotheses */
+    int *rows;                  /* (K) its cache rows */
+    int *tok;                   /* (K) each live hypothesis's input token at position t */
+    double *score, *lse;        /* (K) log P so far; the last step's log normalisers */
+    int *hist, *hist2;          /* (K, T) the tokens of each hypothesis so far */
+    int *anc, *anc2;            /* (K, T) the cache row of each position's key and value */
+    int *next_parent, *next_tok; /* (K) the next hypotheses, in rank order */
+    double *next_score;
+    int *scratch;               /* (T) a hypothesis cut at its limit */
+    candidate *cand;            /* (n_cand) the best extensions */
+    finished_list fin;
+    hypothesis *h;              /* (K) */
+};
+
+double log_normaliser(const float *z, int V)
 {
     float mx = z[0];
     for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
@@ -101,70 +124,71 @@ static double log_normaliser(const float *z, int V)
     return mx + log(s);
 }
 
-/* The search's state: the live rows (hypotheses in the cache), their histories and cache
- * slots, and each sentence's finished list. Arrays named 2 are the next step's. */
-typedef struct {
-    int B, K, N, T, V, n_cand;
-    float alpha;
-    qkv_beam_stop stop;
-    const int *max_lens;        /* (B) or NULL: each sentence's own limit, <= T */
-    decoding_rules rules;       /* banned and forced tokens, forced_eos (inference/search.h) */
-    int forced_eos;             /* rules.forced_eos as 0 or 1 */
-    int *tok, *row_src, *first; /* per row; first[b]: sentence b's first row */
-    int *hist, *hist2;          /* (cap, T) the tokens of each row so far */
-    int *slot, *slot2;          /* (cap, T) the cache row of each position's key and value */
-    double *row_score, *lse;
-    int *next_parent, *next_tok, *next_src; /* the next rows, per sentence in rank order */
-    double *next_score;
-    candidate *cand; /* (n_cand) one sentence's best extensions */
-    finished_list *fin;
-    hypothesis *hyps;
-    int *hyp_tokens;
-} beam_search;
-
-static void beam_free(beam_search *s)
+qkv_status beam_sentence_create(beam_sentence **out, const qkv_beam_options *o, int max_len,
+                                int V, const decoding_rules *rules, const int *rows, int src,
+                                qkv_error *err)
 {
-    free(s->tok), free(s->row_src), free(s->first), free(s->hist), free(s->hist2);
-    free(s->slot), free(s->slot2), free(s->row_score), free(s->lse), free(s->next_parent);
-    free(s->next_tok), free(s->next_src), free(s->next_score), free(s->cand), free(s->fin);
-    free(s->hyps), free(s->hyp_tokens);
+    *out = NULL;
+    const int K = o->beam, T = o->max_len;
+    if (K < 1 || T < 1 || max_len < 1 || max_len > T || V < 1)
+        return qkv_fail(err, QKV_ERR_ARG, "a beam of %d over %d tokens of at most %d: need beam "
+                        ">= 1 and 1 <= max_len <= %d", K, max_len, T, T);
+    /* one block: the struct, then the doubles, the candidates, the hypotheses, the ints */
+    const size_t n_int = (size_t)K * 4 + (size_t)K * T * 5 + T;
+    const size_t bytes = sizeof(beam_sentence) + (size_t)3 * K * sizeof(double) +
+                         (size_t)2 * K * sizeof(candidate) + (size_t)K * sizeof(hypothesis) +
+                         n_int * sizeof(int);
+    beam_sentence *b = calloc(1, bytes);
+    if (!b) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a beam of %d", K);
+    b->K = K, b->N = o->n_best, b->T = T, b->Tb = max_len, b->V = V;
+    b->n_cand = 2 * K < K * V ? 2 * K : K * V;
+    b->alpha = o->alpha, b->stop = o->stop, b->rules = *rules, b->forced_eos = rules->forced_eos != 0;
+    b->src = src;
+    double *d = (double *)(b + 1);
+    b->score = d, b->lse = d + K, b->next_score = d + 2 * K;
+    b->cand = (candidate *)(d + 3 * K);
+    b->h = (hypothesis *)(b->cand + 2 * K);
+    int *i = (int *)(b->h + K);
+    int **small[] = {&b->rows, &b->tok, &b->next_parent, &b->next_tok};
+    for (size_t k = 0; k < sizeof small / sizeof *small; k++) *small[k] = i, i += K;
+    int **big[] = {&b->hist, &b->hist2, &b->anc, &b->anc2};
+    for (size_t k = 0; k < sizeof big / sizeof *big; k++) *big[k] = i, i += (size_t)K * T;
+    b->fin.h = b->h;
+    for (int k = 0; k < K; k++) b->h[k].tokens = i, i += T;
+    b->scratch = i;
+    memcpy(b->rows, rows, (size_t)K * sizeof *rows);
+    b->live = 1, b->tok[0] = rules->start, b->score[0] = 0.0; /* the start token */
+    *out = b;
+    return QKV_OK;
 }
 
-static qkv_status beam_alloc(beam_search *s, int B, int V, const qkv_beam_options *o,
-                             const decoding_rules *rules, qkv_error *err)
+void beam_sentence_free(beam_sentence *b) { free(b); }
+int beam_sentence_live(const beam_sentence *b) { return b->live; }
+int beam_sentence_found(const beam_sentence *b) { return b->fin.n < b->N ? b->fin.n : b->N; }
+
+const int *beam_sentence_hypothesis(const beam_sentence *b, int k, int *len, double *score,
+                                    double *logprob)
 {
-    const int K = o->beam, T = o->max_len;
-    const size_t cap = (size_t)B * K;
-    memset(s, 0, sizeof *s);
-    s->B = B, s->K = K, s->N = o->n_best, s->T = T, s->V = V, s->alpha = o->alpha;
-    s->stop = o->stop, s->max_lens = o->max_lens;
-    s->rules = *rules, s->forced_eos = rules->forced_eos != 0;
-    s->n_cand = 2 * K < K * V ? 2 * K : K * V;
-    int **ints[] = {&s->tok, &s->row_src, &s->next_parent, &s->next_tok, &s->next_src};
-    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) *ints[i] = malloc(cap * sizeof(int));
-    int **rows[] = {&s->hist, &s->hist2, &s->slot, &s->slot2};
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) *rows[i] = malloc(cap * T * sizeof(int));
-    s->first = malloc(((size_t)B + 1) * sizeof *s->first);
-    s->row_score = malloc(cap * sizeof *s->row_score), s->lse = malloc(cap * sizeof *s->lse);
-    s->next_score = malloc(cap * sizeof *s->next_score);
-    s->cand = malloc((size_t)s->n_cand * sizeof *s->cand);
-    s->fin = calloc((size_t)B, sizeof *s->fin);
-    s->hyps = calloc(cap, sizeof *s->hyps);
-    s->hyp_tokens = malloc(cap * T * sizeof *s->hyp_tokens);
-    if (!s->tok || !s->row_src || !s->next_parent || !s->next_tok || !s->next_src || !s->hist ||
-        !s->hist2 || !s->slot || !s->slot2 || !s->first || !s->row_score || !s->lse ||
-        !s->next_score || !s->cand || !s->fin || !s->hyps || !s->hyp_tokens) {
-        beam_free(s);
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d x %d hypotheses", B, K);
+    const hypothesis *h = &b->fin.h[k];
+    *len = h->len;
+    if (score) *score = h->score;
+    if (logprob) *logprob = h->logprob;
+    return h->tokens;
+}
+
+int beam_sentence_list(const beam_sentence *b, step_rows *r)
+{
+    const int t = b->t;
+    for (int k = 0; k < b->live; k++) {
+        const int i = r->n++;
+        r->row[i] = b->rows[k], r->pos[i] = t, r->src[i] = b->src, r->tok[i] = b->tok[k];
+        int *a = r->ancestry + (size_t)i * r->ld;
+        memcpy(a, b->anc + (size_t)k * b->T, (size_t)t * sizeof *a);
+        a[t] = b->rows[k]; /* where this step writes its key and value */
+        if (r->hist) memcpy(r->hist + (size_t)i * r->ld, b->hist + (size_t)k * b->T,
+                            (size_t)t * sizeof *r->hist);
     }
-    for (int b = 0; b < B; b++) {
-        s->fin[b].h = s->hyps + (size_t)b * K;
-        for (int k = 0; k < K; k++) s->fin[b].h[k].tokens = s->hyp_tokens + ((size_t)b * K + k) * T;
-        /* one live hypothesis, the start token, per sentence */
-        s->tok[b] = rules->start, s->row_src[b] = b, s->row_score[b] = 0.0, s->first[b] = b;
-    }
-    s->first[B] = B;
-    return QKV_OK;
+    return b->live;
 }
 
 /* Candidate x among the n best so far (want at most), in rank order. */
@@ -176,105 +200,131 @@ static void rank(candidate *cand, int *n, int want, candidate x)
     cand[at] = x;
 }
 
-/* The best extensions of the nr rows from r0 at output position t (logits (rows, V)), into
- * s->cand in rank order; returns how many. The rules apply after normalising, as Hugging
+/* The best extensions of the live hypotheses at output position t (logits (live, V)), into
+ * b->cand in rank order; returns how many. The rules apply after normalising, as Hugging
  * Face's logits processors do in its beam search: a banned token is never a candidate, and a
  * forced one is the only candidate, with probability 1. */
-static int rank_extensions(beam_search *s, const float *logits, int r0, int nr, int t)
+static int rank_extensions(beam_sentence *b, const float *logits)
 {
-    const int V = s->V, forced = rules_forced(&s->rules, t);
-    const int want = s->n_cand < nr * V ? s->n_cand : nr * V;
+    const int V = b->V, nr = b->live, forced = rules_forced(&b->rules, b->t);
+    const int want = b->n_cand < nr * V ? b->n_cand : nr * V;
     int n = 0;
     for (int k = 0; k < nr; k++) {
-        const float *z = logits + (size_t)(r0 + k) * V;
+        const float *z = logits + (size_t)k * V;
         if (forced >= 0) {
-            rank(s->cand, &n, want, (candidate){s->row_score[r0 + k], k, forced});
+            rank(b->cand, &n, want, (candidate){b->score[k], k, forced});
             continue;
         }
         for (int v = 0; v < V; v++)
-            if (!rules_banned(&s->rules, v, V))
-                rank(s->cand, &n, want,
-                     (candidate){s->row_score[r0 + k] + ((double)z[v] - s->lse[r0 + k]), k, v});
+            if (!rules_banned(&b->rules, v, V))
+                rank(b->cand, &n, want,
+                     (candidate){b->score[k] + ((double)z[v] - b->lse[k]), k, v});
     }
     return n;
 }
 
-/* Finishes candidate x of rows r0.. as it is, without <eos>, at its sentence's last step t
- * (its length counting the forced <eos> that follows, for a model with forced_eos). */
-static void finish_cut(beam_search *s, finished_list *f, const candidate *x, int r0, int t,
-                       int scratch_row)
+/* Finishes candidate x as it is, without <eos>, at the sentence's last step (its length
+ * counting the forced <eos> that follows, for a model with forced_eos). */
+static void finish_cut(beam_sentence *b, const candidate *x)
 {
-    const int T = s->T;
-    int *h2 = s->hist2 + (size_t)scratch_row * T; /* scratch: the row is not kept */
-    memcpy(h2, s->hist + (size_t)(r0 + x->row) * T, (size_t)t * sizeof *h2);
-    h2[t] = x->token;
-    finish(f, s->K, h2, t + 1, t + 1 + s->forced_eos, x->score, s->alpha, s->stop);
+    const int t = b->t;
+    memcpy(b->scratch, b->hist + (size_t)x->row * b->T, (size_t)t * sizeof *b->scratch);
+    b->scratch[t] = x->token;
+    finish(&b->fin, b->K, b->scratch, t + 1, t + 1 + b->forced_eos, x->score, b->alpha, b->stop);
 }
 
-/* Sentence b at step t, from its n ranked extensions of rows r0..: an <eos> among the first
- * K finishes a hypothesis, the K best others are queued as next rows from next_rows on.
- * Returns how many rows the sentence keeps (0 when it is done). */
-static int advance_sentence(beam_search *s, int b, int r0, int n, int t, int next_rows)
+/* From the n ranked extensions: an <eos> among the first K finishes a hypothesis, the K best
+ * others are queued as next hypotheses. Returns how many live on (0 when it is done). */
+static int choose_next(beam_sentence *b, int n)
 {
-    const int K = s->K, N = s->N, T = s->T, hf = s->stop == QKV_BEAM_STOP_HF;
-    const int Tb = s->max_lens ? s->max_lens[b] : T, last = t == Tb - 1;
-    finished_list *f = &s->fin[b];
+    const int K = b->K, N = b->N, t = b->t, hf = b->stop == QKV_BEAM_STOP_HF;
+    const int last = t == b->Tb - 1;
+    finished_list *f = &b->fin;
     int live = 0;
     for (int i = 0; i < n && live < K; i++) {
-        const candidate *x = &s->cand[i];
+        const candidate *x = &b->cand[i];
         if (x->token == QKV_EOS) {
             if (i < K)
-                finish(f, K, s->hist + (size_t)(r0 + x->row) * T, t, t + 1, x->score, s->alpha,
-                       s->stop);
+                finish(f, K, b->hist + (size_t)x->row * b->T, t, t + 1, x->score, b->alpha,
+                       b->stop);
         } else if (last && !hf) { /* out of room: finishes as it is */
-            finish_cut(s, f, x, r0, t, next_rows);
+            finish_cut(b, x);
             live++;
         } else {
-            const int r = next_rows + live++;
-            s->next_parent[r] = r0 + x->row, s->next_tok[r] = x->token;
-            s->next_score[r] = x->score, s->next_src[r] = b;
+            b->next_parent[live] = x->row, b->next_tok[live] = x->token;
+            b->next_score[live++] = x->score;
         }
     }
     if (hf) {
         /* transformers' is_done: K finished, and the K-th is at least the step's best
          * candidate over the current length's lp; else at max_len the live ones finish */
         const int done = f->n >= K &&
-                         f->h[K - 1].score >= s->cand[0].score / length_penalty(t + 1, s->alpha,
-                                                                                 s->stop);
+                         f->h[K - 1].score >= b->cand[0].score / length_penalty(t + 1, b->alpha,
+                                                                                 b->stop);
         if (last && !done)
             for (int i = 0, kept = 0; i < n && kept < K; i++)
-                if (s->cand[i].token != QKV_EOS) finish_cut(s, f, &s->cand[i], r0, t, next_rows),
-                                                 kept++;
+                if (b->cand[i].token != QKV_EOS) finish_cut(b, &b->cand[i]), kept++;
         return done || last || live == 0 ? 0 : live;
     }
-    int done = last || live == 0 || (s->stop == QKV_BEAM_STOP_COUNT && f->found >= K);
+    int done = last || live == 0 || (b->stop == QKV_BEAM_STOP_COUNT && f->found >= K);
     if (!done && f->n >= N) /* can the best live hypothesis still enter the n best? */
-        done = s->next_score[next_rows] /
-                   length_penalty(Tb + s->forced_eos, s->alpha, s->stop) <=
+        done = b->next_score[0] / length_penalty(b->Tb + b->forced_eos, b->alpha, b->stop) <=
                f->h[N - 1].score;
     return done ? 0 : live;
 }
 
-/* The kept rows inherit their parents' histories and cache slots up to t. */
-static void inherit_rows(beam_search *s, int rows, int t)
+/* The kept hypotheses inherit their parents' histories and ancestry up to t, in the cache
+ * rows of their rank (a key and value never move: only these integers do). */
+static void inherit(beam_sentence *b, int live)
 {
-    const int T = s->T;
-    for (int r = 0; r < rows; r++) {
-        int *h = s->hist2 + (size_t)r * T;
-        memcpy(h, s->hist + (size_t)s->next_parent[r] * T, (size_t)t * sizeof *h);
-        h[t] = s->next_tok[r];
-        memcpy(s->slot2 + (size_t)r * T, s->slot + (size_t)s->next_parent[r] * T,
-               (size_t)(t + 1) * sizeof *s->slot2);
-        s->tok[r] = s->next_tok[r], s->row_src[r] = s->next_src[r];
-        s->row_score[r] = s->next_score[r];
+    const int T = b->T, t = b->t;
+    for (int k = 0; k < live; k++) {
+        const int p = b->next_parent[k];
+        int *h = b->hist2 + (size_t)k * T, *a = b->anc2 + (size_t)k * T;
+        memcpy(h, b->hist + (size_t)p * T, (size_t)t * sizeof *h);
+        h[t] = b->next_tok[k];
+        memcpy(a, b->anc + (size_t)p * T, (size_t)t * sizeof *a);
+        a[t] = b->rows[p]; /* position t: where the parent wrote it */
+        b->tok[k] = b->next_tok[k], b->score[k] = b->next_score[k];
     }
-    int *swap = s->hist;
-    s->hist = s->hist2, s->hist2 = swap;
-    swap = s->slot, s->slot = s->slot2, s->slot2 = swap;
+    int *swap = b->hist;
+    b->hist = b->hist2, b->hist2 = swap;
+    swap = b->anc, b->anc = b->anc2, b->anc2 = swap;
 }
 
-/* The options a search of B sentences accepts, with T_cap the longest length possible. */
-static qkv_status check_options(const qkv_beam_options *o, int B, int T_cap, qkv_error *err)
+void beam_sentence_advance(beam_sentence *b, const float *logits, const double *lse)
+{
+    if (!b->live) return;
+    for (int k = 0; k < b->live; k++)
+        b->lse[k] = lse ? lse[k] : log_normaliser(logits + (size_t)k * b->V, b->V);
+    const int n = rank_extensions(b, logits);
+    const int live = choose_next(b, n);
+    if (live) inherit(b, live);
+    b->live = live, b->t++;
+}
+
+/* ---- a batch of sentences in lockstep --------------------------------------------------------- */
+
+qkv_status step_rows_init(step_rows *r, int cap, int ld, int hist, qkv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->cap = cap, r->ld = ld;
+    int **ints[] = {&r->row, &r->pos, &r->src, &r->tok};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) *ints[i] = malloc((size_t)cap * sizeof(int));
+    r->ancestry = malloc((size_t)cap * ld * sizeof *r->ancestry);
+    if (hist) r->hist = malloc((size_t)cap * ld * sizeof *r->hist);
+    if (r->row && r->pos && r->src && r->tok && r->ancestry && (!hist || r->hist)) return QKV_OK;
+    step_rows_free(r);
+    return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a step of %d rows", cap);
+}
+
+void step_rows_free(step_rows *r)
+{
+    free(r->row), free(r->pos), free(r->src), free(r->tok), free(r->ancestry), free(r->hist);
+    memset(r, 0, sizeof *r);
+}
+
+qkv_status beam_check_options(const qkv_beam_options *o, int B, int T_cap, qkv_error *err)
 {
     const int K = o->beam, N = o->n_best, T = o->max_len;
     if (K < 1 || N < 1 || N > K)
@@ -297,64 +347,104 @@ static qkv_status check_options(const qkv_beam_options *o, int B, int T_cap, qkv
     return QKV_OK;
 }
 
-static void write_results(const beam_search *s, qkv_beam_results *results)
+/* B sentences searched together: sentence b's hypotheses in cache rows b K .. b K + K - 1 and
+ * source slot b; each step lists the live rows sentence by sentence, in rank order. */
+typedef struct {
+    int B, V;
+    beam_sentence **s; /* (B) */
+    step_rows rows;
+    int *count;        /* (B) rows each listed in the step */
+    double *lse;       /* (B K) */
+} lockstep;
+
+static void lockstep_free(lockstep *l)
 {
-    const int N = s->N, T = s->T;
-    for (int b = 0; b < s->B; b++)
-        for (int k = 0; k < N; k++) {
-            const size_t i = (size_t)b * N + k;
-            const hypothesis *h = k < s->fin[b].n ? &s->fin[b].h[k] : NULL;
-            results->len[i] = h ? h->len : -1;
-            if (h) memcpy(results->ids + i * T, h->tokens, (size_t)h->len * sizeof *results->ids);
-            if (results->score) results->score[i] = h ? h->score : -INFINITY;
-            if (results->logprob) results->logprob[i] = h ? h->logprob : -INFINITY;
-        }
+    for (int b = 0; l->s && b < l->B; b++) beam_sentence_free(l->s[b]);
+    free(l->s), free(l->count), free(l->lse);
+    step_rows_free(&l->rows);
+}
+
+static qkv_status lockstep_init(lockstep *l, int B, int V, const decoding_rules *rules,
+                                const qkv_beam_options *o, int hist, qkv_error *err)
+{
+    const int K = o->beam, T = o->max_len;
+    memset(l, 0, sizeof *l);
+    l->B = B, l->V = V;
+    l->s = calloc((size_t)B, sizeof *l->s);
+    l->count = malloc((size_t)B * sizeof *l->count);
+    l->lse = malloc((size_t)B * K * sizeof *l->lse);
+    int *rows = malloc((size_t)K * sizeof *rows);
+    qkv_status st = l->s && l->count && l->lse && rows
+                        ? step_rows_init(&l->rows, B * K, T, hist, err)
+                        : qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d x %d hypotheses", B, K);
+    for (int b = 0; !st && b < B; b++) {
+        for (int k = 0; k < K; k++) rows[k] = b * K + k;
+        st = beam_sentence_create(&l->s[b], o, o->max_lens ? o->max_lens[b] : T, V, rules, rows,
+                                  b, err);
+    }
+    free(rows);
+    if (st) lockstep_free(l);
+    return st;
 }
 
 /* The search itself, over any step function (one that returns NULL ends it). */
-static void run_search(beam_search *s, beam_step_fn step, void *ctx)
+static void lockstep_run(lockstep *l, beam_step_fn step, void *ctx)
 {
-    const int B = s->B, T = s->T, V = s->V;
-    int rows = B;
-    for (int t = 0; t < T && rows > 0; t++) {
-        for (int r = 0; r < rows; r++) s->slot[(size_t)r * T + t] = r; /* where the step writes */
-        const float *logits = step(ctx, rows, s->row_src, s->tok, s->hist, s->slot, T, t);
+    const int T = l->rows.ld, V = l->V;
+    for (int t = 0; t < T; t++) {
+        l->rows.n = 0;
+        for (int b = 0; b < l->B; b++) l->count[b] = beam_sentence_list(l->s[b], &l->rows);
+        const int rows = l->rows.n;
+        if (!rows) return;
+        const float *logits = step(ctx, rows, l->rows.src, l->rows.tok, l->rows.hist,
+                                   l->rows.ancestry, T, t);
         if (!logits) return; /* the step failed: it says why */
         #pragma omp parallel for if (rows > 1)
-        for (int r = 0; r < rows; r++) s->lse[r] = log_normaliser(logits + (size_t)r * V, V);
-        int next_rows = 0;
-        for (int b = 0; b < B; b++) {
-            const int r0 = s->first[b], nr = s->first[b + 1] - s->first[b];
-            s->first[b] = next_rows;
-            if (nr == 0) continue; /* done */
-            const int n = rank_extensions(s, logits, r0, nr, t);
-            next_rows += advance_sentence(s, b, r0, n, t, next_rows);
-        }
-        s->first[B] = next_rows;
-        inherit_rows(s, next_rows, t);
-        rows = next_rows;
+        for (int r = 0; r < rows; r++) l->lse[r] = log_normaliser(logits + (size_t)r * V, V);
+        for (int b = 0, r0 = 0; b < l->B; r0 += l->count[b++])
+            if (l->count[b])
+                beam_sentence_advance(l->s[b], logits + (size_t)r0 * V, l->lse + r0);
     }
+}
+
+static void write_results(const lockstep *l, const qkv_beam_options *o,
+                          qkv_beam_results *results)
+{
+    const int N = o->n_best, T = o->max_len;
+    for (int b = 0; b < l->B; b++)
+        for (int k = 0; k < N; k++) {
+            const size_t i = (size_t)b * N + k;
+            int len = -1;
+            double score = -INFINITY, logprob = -INFINITY;
+            const int *ids = k < beam_sentence_found(l->s[b])
+                                 ? beam_sentence_hypothesis(l->s[b], k, &len, &score, &logprob)
+                                 : NULL;
+            results->len[i] = len;
+            if (ids) memcpy(results->ids + i * T, ids, (size_t)len * sizeof *results->ids);
+            if (results->score) results->score[i] = score;
+            if (results->logprob) results->logprob[i] = logprob;
+        }
 }
 
 qkv_status beam_search_steps(beam_step_fn step, void *ctx, int B, int V, int T_cap,
                              const decoding_rules *rules, const qkv_beam_options *o,
                              qkv_beam_results *results, qkv_error *err)
 {
-    qkv_status stt = check_options(o, B, T_cap, err);
+    qkv_status stt = beam_check_options(o, B, T_cap, err);
     if (stt || B < 1) return stt;
-    beam_search s;
-    if ((stt = beam_alloc(&s, B, V, o, rules, err))) return stt;
-    run_search(&s, step, ctx);
-    write_results(&s, results);
-    beam_free(&s);
+    lockstep l;
+    if ((stt = lockstep_init(&l, B, V, rules, o, 1, err))) return stt;
+    lockstep_run(&l, step, ctx);
+    write_results(&l, o, results);
+    lockstep_free(&l);
     return QKV_OK;
 }
 
-/* The decoder as a step function: row r of a step is cache row r, at position t, reading the
- * source of its sentence, its earlier positions where its ancestors wrote them. */
+/* The decoder as a step function: the rows as listed, at position t, each reading its
+ * sentence's source, its earlier positions where its ancestors wrote them. */
 typedef struct {
     decoder *d;
-    int *row, *pos; /* (rows) */
+    const step_rows *rows;
     qkv_status st;  /* the first failure of a step */
     qkv_error *err;
 } model_step;
@@ -363,9 +453,8 @@ static const float *model_logits(void *ctx, int rows, const int *row_src, const 
                                  const int *hist, const int *slot, int T, int t)
 {
     model_step *ms = ctx;
-    (void)hist;
-    for (int r = 0; r < rows; r++) ms->row[r] = r, ms->pos[r] = t;
-    const decoder_rows dr = {rows, ms->row, ms->pos, row_src, slot, T};
+    (void)hist, (void)t;
+    const decoder_rows dr = {rows, ms->rows->row, ms->rows->pos, row_src, slot, T};
     float *logits = NULL;
     if (!ms->st) ms->st = decoder_step(ms->d, &dr, tok, &logits, ms->err);
     return ms->st ? NULL : logits;
@@ -376,24 +465,20 @@ qkv_status beam_decode(qkv_transformer *m, const int *src, const int *src_valid,
                        qkv_beam_results *results, qkv_error *err)
 {
     const int K = o->beam, T = o->max_len;
-    qkv_status stt = check_options(o, B, qkv_transformer_get_config(m)->max_len, err);
+    qkv_status stt = beam_check_options(o, B, qkv_transformer_get_config(m)->max_len, err);
     if (stt || B < 1) return stt;
-    model_step ms = {NULL, NULL, NULL, QKV_OK, err};
-    beam_search s;
+    model_step ms = {NULL, NULL, QKV_OK, err};
+    lockstep l;
     stt = decoder_create_transformer(&ms.d, m, B * K, T, B, src_len, err);
     if (!stt) stt = decoder_encode(ms.d, src, src_valid, B, src_len, NULL, err);
     const decoder_info info = ms.d ? decoder_get_info(ms.d) : (decoder_info){0};
     const decoding_rules own = decoding_rules_of(&info);
-    if (!stt) stt = beam_alloc(&s, B, info.vocab, o, rules ? rules : &own, err);
-    if (!stt) {
-        ms.row = malloc((size_t)B * K * sizeof *ms.row);
-        ms.pos = malloc((size_t)B * K * sizeof *ms.pos);
-        if (!ms.row || !ms.pos) stt = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a beam");
-        if (!stt) run_search(&s, model_logits, &ms);
-        if (!stt && !(stt = ms.st)) write_results(&s, results);
-        beam_free(&s);
+    if (!stt && !(stt = lockstep_init(&l, B, info.vocab, rules ? rules : &own, o, 0, err))) {
+        ms.rows = &l.rows;
+        lockstep_run(&l, model_logits, &ms);
+        if (!(stt = ms.st)) write_results(&l, o, results);
+        lockstep_free(&l);
     }
-    free(ms.row), free(ms.pos);
     decoder_free(ms.d);
     return stt;
 }

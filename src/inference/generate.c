@@ -82,7 +82,7 @@ qkv_status qkv_lm_prefill(qkv_lm *m, qkv_lm_state *s, const int *ids, int n, flo
 /* What a text of g asks of its slot. */
 static slot_goal goal_of(const decoder_info *info, const qkv_lm_generation *g)
 {
-    slot_goal s = {g->tokens, 0, g->sampling, g->seed, decoding_rules_of(info), 1};
+    slot_goal s = {g->tokens, 0, g->sampling, g->seed, decoding_rules_of(info), 1, {0}};
     s.rules.text_only = g->text_only;
     return s;
 }

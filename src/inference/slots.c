@@ -19,6 +19,8 @@ typedef struct {
     int input;        /* the token awaiting the model at position held, or -1 */
     float *logits;    /* the logits awaiting its choice (a row of the last step's, or own) */
     float *own;       /* (V) the logits of a prefill */
+    beam_sentence *beam; /* a beam search's (its cache rows: this slot's and held ones) */
+    int listed;       /* rows the beam listed in this step */
 } slot;
 
 struct slots {
@@ -26,7 +28,10 @@ struct slots {
     decoder_info info;
     int n;
     slot *slot;
-    int *row, *pos, *tok; /* (n) one step's rows */
+    step_rows step;       /* one step's rows (n) */
+    int *beams;           /* (n) the beam slots of a step */
+    double *lse;          /* (n) their rows' log normalisers */
+    int *rows;            /* (n) a beam's cache rows, while it starts */
     sampler work;
 };
 
@@ -41,11 +46,13 @@ qkv_status slots_create(slots **out, decoder *d, int n, qkv_error *err)
     if (!s) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d slots", n);
     s->d = d, s->info = info, s->n = n;
     s->slot = calloc((size_t)n, sizeof *s->slot);
-    s->row = malloc((size_t)n * sizeof *s->row), s->pos = malloc((size_t)n * sizeof *s->pos);
-    s->tok = malloc((size_t)n * sizeof *s->tok);
+    s->beams = malloc((size_t)n * sizeof *s->beams), s->lse = malloc((size_t)n * sizeof *s->lse);
+    s->rows = malloc((size_t)n * sizeof *s->rows);
     s->work.probs = malloc((size_t)info.vocab * sizeof *s->work.probs);
     s->work.order = malloc((size_t)info.vocab * sizeof *s->work.order);
-    if (!s->slot || !s->row || !s->pos || !s->tok || !s->work.probs || !s->work.order) {
+    const int ok = s->slot && s->beams && s->lse && s->rows && s->work.probs && s->work.order &&
+                   !step_rows_init(&s->step, n, info.positions, 0, err);
+    if (!ok) {
         s->d = NULL; /* the caller keeps d on failure */
         slots_free(s);
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d slots", n);
@@ -57,9 +64,12 @@ qkv_status slots_create(slots **out, decoder *d, int n, qkv_error *err)
 void slots_free(slots *s)
 {
     if (!s) return;
-    for (int i = 0; s->slot && i < s->n; i++)
-        free(s->slot[i].text), free(s->slot[i].own), free(s->slot[i].prefix);
-    free(s->slot), free(s->row), free(s->pos), free(s->tok);
+    for (int i = 0; s->slot && i < s->n; i++) {
+        slot *q = &s->slot[i];
+        free(q->text), free(q->own), free(q->prefix), beam_sentence_free(q->beam);
+    }
+    free(s->slot), free(s->beams), free(s->lse), free(s->rows);
+    step_rows_free(&s->step);
     free(s->work.probs), free(s->work.order);
     decoder_free(s->d);
     free(s);
@@ -80,6 +90,8 @@ slot_state slot_of(const slots *s, int i)
     return i >= 0 && i < s->n ? s->slot[i].state : SLOT_FREE;
 }
 
+int slots_rows_used(const slots *s) { return s->n - slots_in(s, SLOT_FREE); }
+
 const int *slot_tokens(const slots *s, int i, int *n)
 {
     const slot *q = &s->slot[i];
@@ -87,9 +99,20 @@ const int *slot_tokens(const slots *s, int i, int *n)
     return q->text + q->n_prompt;
 }
 
+const beam_sentence *slot_beam(const slots *s, int i)
+{
+    return i >= 0 && i < s->n ? s->slot[i].beam : NULL;
+}
+
 void slots_release(slots *s, int i)
 {
-    if (i >= 0 && i < s->n) s->slot[i].state = SLOT_FREE, s->slot[i].logits = NULL;
+    if (i < 0 || i >= s->n || s->slot[i].state == SLOT_HELD) return;
+    slot *q = &s->slot[i];
+    for (int j = 0; j < s->n; j++) /* the rows its beam held */
+        if (s->slot[j].state == SLOT_HELD && s->slot[j].n_prompt == i)
+            s->slot[j].state = SLOT_FREE;
+    beam_sentence_free(q->beam);
+    q->beam = NULL, q->state = SLOT_FREE, q->logits = NULL;
 }
 
 /* Slot i made ready for a sequence: its goal (prefix copied) and room for n_prompt + tokens. */
@@ -109,6 +132,7 @@ static qkv_status slot_reset(slots *s, int i, const slot_goal *g, int n_prompt, 
         memcpy(q->prefix, g->rules.prefix, (size_t)g->rules.n_prefix * sizeof *q->prefix);
     q->goal = *g, q->goal.rules.prefix = q->prefix;
     q->n_prompt = q->len = n_prompt, q->draws = 0, q->held = 0, q->input = -1, q->logits = NULL;
+    beam_sentence_free(q->beam), q->beam = NULL;
     return QKV_OK;
 }
 
@@ -122,23 +146,56 @@ static int free_slots(const slots *s, int n, int *slot)
     return 0;
 }
 
+/* Rows a goal takes: a beam search's K, else one. */
+static int rows_of(const slot_goal *g) { return g->beam.beam >= 1 ? g->beam.beam : 1; }
+
+/* Slot i's beam search over rows: its own, then K - 1 free ones (held from now on). */
+static qkv_status start_beam(slots *s, int i, qkv_error *err)
+{
+    slot *q = &s->slot[i];
+    qkv_beam_options o = q->goal.beam;
+    const int K = o.beam;
+    o.max_len = q->goal.tokens, o.max_lens = NULL;
+    s->rows[0] = i;
+    for (int j = 0, k = 1; k < K; j++)
+        if (s->slot[j].state == SLOT_FREE && j != i) s->rows[k++] = j;
+    qkv_status st = beam_check_options(&o, 1, s->info.positions, err);
+    if (!st) st = beam_sentence_create(&q->beam, &o, o.max_len, s->info.vocab, &q->goal.rules,
+                                       s->rows, i, err);
+    if (st) return st;
+    for (int k = 1; k < K; k++) /* a held row names its owner in n_prompt */
+        s->slot[s->rows[k]].state = SLOT_HELD, s->slot[s->rows[k]].n_prompt = i;
+    return QKV_OK;
+}
+
 qkv_status slots_start_sources(slots *s, const int *ids, const int *valid, int n, int Ts,
                                const slot_goal *goals, int *at, qkv_error *err)
 {
     if (!s->info.encoder)
         return qkv_fail(err, QKV_ERR_ARG, "a language model's slots start from prompts");
-    if (n < 1 || free_slots(s, n, at))
-        return qkv_fail(err, QKV_ERR_ARG, "%d sources but %d free slots", n,
-                        slots_in(s, SLOT_FREE));
+    int need = 0;
+    for (int i = 0; i < n; i++) need += rows_of(&goals[i]);
+    if (n < 1 || need > slots_in(s, SLOT_FREE))
+        return qkv_fail(err, QKV_ERR_ARG, "%d sources need %d rows but there are %d free slots", n,
+                        need, slots_in(s, SLOT_FREE));
+    /* each source's own slot first (its source slot too), then the rows of beams */
+    if (free_slots(s, n, at)) return qkv_fail(err, QKV_ERR_ARG, "no free slot");
     for (int i = 0; i < n; i++) {
         qkv_status st = slot_reset(s, at[i], &goals[i], 0, err);
         if (st) return st;
+        s->slot[at[i]].state = SLOT_RUNNING; /* taken, while the beams find their rows */
     }
-    qkv_status st = decoder_encode(s->d, ids, valid, n, Ts, at, err);
-    if (st) return st;
+    qkv_status st = QKV_OK;
+    for (int i = 0; !st && i < n; i++)
+        if (goals[i].beam.beam >= 1) st = start_beam(s, at[i], err);
+    if (!st) st = decoder_encode(s->d, ids, valid, n, Ts, at, err);
+    if (st) {
+        for (int i = 0; i < n; i++) slots_release(s, at[i]);
+        return st;
+    }
     for (int i = 0; i < n; i++) {
         slot *q = &s->slot[at[i]];
-        q->input = q->goal.rules.start, q->state = SLOT_RUNNING;
+        q->input = q->beam ? -1 : q->goal.rules.start;
     }
     return QKV_OK;
 }
@@ -179,24 +236,57 @@ qkv_status slots_start_prompt(slots *s, const int *prompt, int n, const slot_goa
     return QKV_OK;
 }
 
-/* Every running slot whose token awaits the model, through it in one decoder step. */
+/* Whether cache row i holds a beam's hypothesis (its own slot's or another's). */
+static int in_beam(const slots *s, int i)
+{
+    return s->slot[i].state == SLOT_HELD || s->slot[i].beam;
+}
+
+/* Every running slot whose token awaits the model, and every live hypothesis of a running
+ * beam search, through it in one decoder step; the beams advanced by their rows' logits. */
 static qkv_status advance(slots *s, qkv_error *err)
 {
-    int B = 0;
+    step_rows *r = &s->step;
+    int n_beams = 0;
+    r->n = 0;
     for (int i = 0; i < s->n; i++) {
-        const slot *q = &s->slot[i];
-        if (q->state != SLOT_RUNNING || q->input < 0) continue;
-        s->row[B] = i, s->pos[B] = q->held, s->tok[B] = q->input;
-        B++;
+        slot *q = &s->slot[i];
+        if (q->state != SLOT_RUNNING) continue;
+        if (q->beam) {
+            if ((q->listed = beam_sentence_list(q->beam, r))) s->beams[n_beams++] = i;
+            continue;
+        }
+        if (q->input < 0) continue;
+        const int b = r->n++;
+        r->row[b] = i, r->pos[b] = q->held, r->src[b] = i, r->tok[b] = q->input;
     }
+    const int B = r->n;
     if (!B) return QKV_OK;
-    const decoder_rows r = {B, s->row, s->pos, s->info.encoder ? s->row : NULL, NULL, 0};
+    /* beside a beam's rows, whose positions lie in other rows, every row says where its lie */
+    for (int b = 0; n_beams && b < B; b++)
+        if (!in_beam(s, r->row[b]))
+            for (int j = 0; j <= r->pos[b]; j++) r->ancestry[(size_t)b * r->ld + j] = r->row[b];
+    const decoder_rows dr = {B, r->row, r->pos, s->info.encoder ? r->src : NULL,
+                             n_beams ? r->ancestry : NULL, r->ld};
     float *logits;
-    qkv_status st = decoder_step(s->d, &r, s->tok, &logits, err);
+    qkv_status st = decoder_step(s->d, &dr, r->tok, &logits, err);
     if (st) return st;
-    for (int b = 0; b < B; b++) {
-        slot *q = &s->slot[s->row[b]];
-        q->logits = logits + (size_t)b * s->info.vocab, q->input = -1, q->held++;
+    const int V = s->info.vocab;
+    #pragma omp parallel for if (n_beams > 0 && B > 1)
+    for (int b = 0; b < B; b++)
+        if (in_beam(s, r->row[b]))
+            s->lse[b] = log_normaliser(logits + (size_t)b * V, V);
+    for (int b = 0; b < B;) {
+        slot *q = &s->slot[r->row[b]];
+        if (q->state == SLOT_HELD) q = &s->slot[q->n_prompt];
+        if (q->beam) {
+            beam_sentence_advance(q->beam, logits + (size_t)b * V, s->lse + b);
+            if (!beam_sentence_live(q->beam)) q->state = SLOT_DONE;
+            b += q->listed;
+            continue;
+        }
+        q->logits = logits + (size_t)b * V, q->input = -1, q->held++;
+        b++;
     }
     return QKV_OK;
 }
@@ -235,6 +325,7 @@ qkv_status slots_step(slots *s, int *drawn, qkv_error *err)
     for (int i = 0; drawn && i < s->n; i++) drawn[i] = -1;
     qkv_status st = advance(s, err);
     for (int i = 0; !st && i < s->n; i++)
-        if (s->slot[i].state == SLOT_RUNNING && s->slot[i].logits) st = choose(s, i, drawn, err);
+        if (s->slot[i].state == SLOT_RUNNING && !s->slot[i].beam && s->slot[i].logits)
+            st = choose(s, i, drawn, err);
     return st;
 }

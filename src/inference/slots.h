@@ -12,11 +12,12 @@
 #ifndef QKV_SLOTS_H
 #define QKV_SLOTS_H
 
-#include "inference/search.h"
+#include "inference/beam.h"
 
 typedef struct slots slots;
 
-typedef enum { SLOT_FREE, SLOT_RUNNING, SLOT_DONE } slot_state;
+/* SLOT_HELD: a cache row that a beam search of another slot holds. */
+typedef enum { SLOT_FREE, SLOT_RUNNING, SLOT_DONE, SLOT_HELD } slot_state;
 
 /* What a slot produces and how it chooses. */
 typedef struct {
@@ -28,6 +29,10 @@ typedef struct {
     /* a language model: when the row is full, go on from the last half of the text (one
      * prefill); otherwise a full row ends the slot */
     int restart;
+    /* beam.beam >= 1: a translation by beam search (beam.max_len and max_lens are not read:
+     * tokens is its limit); its K hypotheses hold K slots' cache rows, its own and K - 1 free
+     * ones, while it runs. 0: greedy decoding or sampling. */
+    qkv_beam_options beam;
 } slot_goal;
 
 /* n slots over d, which must hold n rows (and n sources for an encoder-decoder); the slots
@@ -42,8 +47,8 @@ slot_state slot_of(const slots *s, int slot);
 decoder_info slots_info(const slots *s);
 
 /* n sources (ids (n, Ts), lengths valid (n)) through the encoder together, each into a free
- * slot with its goal (goals[i]); at[i] receives source i's slot. Fewer than n free slots:
- * QKV_ERR_ARG, nothing started. */
+ * slot with its goal (goals[i]); at[i] receives source i's slot. Fewer free slots than the
+ * sources' rows (K for a beam of K, else 1): QKV_ERR_ARG, nothing started. */
 qkv_status slots_start_sources(slots *s, const int *ids, const int *valid, int n, int Ts,
                                const slot_goal *goals, int *at, qkv_error *err);
 /* A language model's prompt (n >= 1 ids; the last `positions` of them) into a free slot, in
@@ -52,7 +57,8 @@ qkv_status slots_start_prompt(slots *s, const int *prompt, int n, const slot_goa
                               int *at, qkv_error *err);
 
 /* One step: every running slot whose last token awaits the model goes through it (all in one
- * decoder step), then every running slot with logits chooses its next token. drawn (count;
+ * decoder step; a beam search's live hypotheses each a row, and the step's logits advance
+ * it), then every running slot with logits chooses its next token. drawn (count;
  * may be NULL) receives the token each slot chose, -1 where none chose. A slot that has
  * produced its goal's tokens, chosen <eos> with stop_at_eos or filled its row without restart
  * is SLOT_DONE. */
@@ -60,7 +66,11 @@ qkv_status slots_step(slots *s, int *drawn, qkv_error *err);
 
 /* The tokens a slot has produced so far (prompt not included) and their count. */
 const int *slot_tokens(const slots *s, int slot, int *n);
-/* Frees a slot, running or done. */
+/* The search of a beam slot (NULL for any other): its hypotheses once it is done. */
+const beam_sentence *slot_beam(const slots *s, int slot);
+/* Rows the slots hold: those of every running or done sequence (a beam search's K each). */
+int slots_rows_used(const slots *s);
+/* Frees a slot, running or done, and the rows its beam search held. */
 void slots_release(slots *s, int slot);
 
 #endif
