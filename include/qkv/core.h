@@ -5,6 +5,7 @@
 #define QKV_API_CORE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -65,6 +66,39 @@ QKV_API
 double qkv_now_s(void);
 
 /* ---------------------------------------------------------------------------------------
+ * Names of the library's enums
+ *
+ * Every enum that a file (config.json, train.json) or a command line spells has one table of
+ * names in the library, indexed by value. The typed calls beside each enum read it
+ * (qkv_activation_name, qkv_tie_parse, ...), and so can generic code, an option parser or a
+ * binding, through these two.
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    QKV_ENUM_ACTIVATION,  /* qkv_activation: relu, gelu, silu */
+    QKV_ENUM_TIE,         /* qkv_tie: none, output, all */
+    QKV_ENUM_POS_LAYOUT,  /* qkv_pos_layout: interleaved, sin_cos, fairseq */
+    QKV_ENUM_ATTENTION,   /* qkv_attention_kind: softmax, linear */
+    QKV_ENUM_BEAM_STOP,   /* qkv_beam_stop: bound, count, hf */
+    QKV_ENUM_PRECISION,   /* qkv_precision: fp32, bf16, int8 */
+    QKV_ENUM_KV_CACHE,    /* qkv_kv_cache: auto, fp32, bf16 */
+    QKV_ENUM_LR_SCHEDULE, /* qkv_lr_schedule: constant, noam */
+    QKV_ENUM_SPM_TYPE,    /* qkv_spm_type: unigram, bpe */
+    QKV_ENUM_RESERVED,    /* the reserved tokens by id (QKV_UNK ..): <unk>, <pad>, <bos>, <eos> */
+    QKV_ENUM_CT2_QUANTIZATION, /* qkv_ct2_quantization: float32, int8 */
+    QKV_N_ENUMS
+} qkv_enum;
+
+/* The name of value v of enum e; NULL for a value (or an e) outside the table, so that
+ * for (v = 0; qkv_enum_name(e, v); v++) lists the choices. */
+QKV_API
+const char *qkv_enum_name(qkv_enum e, int v);
+/* *v from its name; QKV_ERR_ARG naming what was expected otherwise ("unknown activation 'x'
+ * (relu, gelu or silu)"). */
+QKV_API
+qkv_status qkv_enum_parse(qkv_enum e, const char *name, int *v, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
  * Files
  * ------------------------------------------------------------------------------------- */
 
@@ -79,15 +113,38 @@ double qkv_now_s(void);
 #define QKV_MAX_VOCAB_FILE_BYTES ((size_t)1 << 26) /* 64 MiB */
 #define QKV_MAX_CONFIG_BYTES ((size_t)1 << 20)     /* 1 MiB */
 
+/* path opened for reading the way every reader of qkv opens a file: never waiting (a FIFO is
+ * opened without blocking, and one that no process writes to is refused rather than waited
+ * on), a directory refused, and with regular_only anything but a regular file refused too (a
+ * FIFO, a device, a socket): the files of a model, a run or a configuration are regular
+ * files, while a text to read (a corpus, translate's input) may also come through a pipe or
+ * a device, which its reader then bounds. The stream is the caller's to fclose; NULL on
+ * failure, with err (QKV_ERR_IO) naming path and the reason. */
+QKV_API
+FILE *qkv_open_file(const char *path, int regular_only, qkv_error *err);
+
 /* The whole file at path (NULL: standard input, "stdin" in messages) in *text, with a NUL
  * after its *len bytes (len may be NULL; the text may hold NUL bytes of its own); *text is
- * the caller's to free, and NULL on failure. A file of more than max_bytes (SIZE_MAX: no
- * limit) fails with QKV_ERR_FORMAT: a regular file before anything is read, anything else (a
- * pipe, a device that may never end) once max_bytes + 1 bytes have come. A directory, or a
- * file that cannot be opened or read: QKV_ERR_IO. */
+ * the caller's to free, and NULL on failure. path is opened as qkv_open_file opens a text (a
+ * pipe or a device is read; a FIFO without a writer is refused). A file of more than
+ * max_bytes (SIZE_MAX: no limit) fails with QKV_ERR_FORMAT: a regular file before anything
+ * is read, anything else (a pipe, a device that may never end) once max_bytes + 1 bytes have
+ * come. A directory, or a file that cannot be opened or read: QKV_ERR_IO. */
 QKV_API
 qkv_status qkv_read_file(const char *path, size_t max_bytes, char **text, size_t *len,
                          qkv_error *err);
+/* qkv_read_file for a file that must be a regular file (qkv_open_file with regular_only): a
+ * model's, a run's or a configuration's. path may not be NULL. */
+QKV_API
+qkv_status qkv_read_regular_file(const char *path, size_t max_bytes, char **text, size_t *len,
+                                 qkv_error *err);
+
+/* How directory a lies to directory b, links and other spellings resolved (a need not exist
+ * yet: its nearest existing parent is resolved): 0 apart, 1 the same, 2 a inside b, 3 a
+ * holding b; -1 when b (or every parent of a) cannot be resolved. For refusing to write a
+ * result into, above or below its input. */
+QKV_API
+int qkv_path_relation(const char *a, const char *b);
 
 /* Replaces path atomically with the concatenation of n_chunks buffers: a temporary file next
  * to it (path.tmp.PID.K, created exclusively), fsync, rename. A crash leaves the old file or
@@ -96,6 +153,33 @@ qkv_status qkv_read_file(const char *path, size_t max_bytes, char **text, size_t
 QKV_API
 qkv_status qkv_atomic_write(const char *path, const void *const *chunks, const size_t *lens,
                             int n_chunks, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * JSON
+ * Every JSON text qkv reads (config.json, text.json, train.json, --config, a Hugging Face
+ * directory's files, a server request) is read by qkv_json_parse, as cJSON's tree (cJSON.h).
+ * ------------------------------------------------------------------------------------- */
+
+struct cJSON;
+
+/* text[0..len) as one JSON value in *out (the caller's, for cJSON_Delete), refusing what
+ * cJSON alone would let through: anything but white space after the value (a second object,
+ * a NUL byte, text), a NUL byte anywhere or a \u0000 escape in a string (cJSON ends the
+ * string there), a control character between tokens (cJSON skips it as white space), and an
+ * object that holds a key twice. Each number item keeps its text in valuestring, for
+ * qkv_json_uint64. QKV_ERR_FORMAT naming name and the byte or the key; *out NULL on
+ * failure. */
+QKV_API
+qkv_status qkv_json_parse(struct cJSON **out, const char *text, size_t len, const char *name,
+                          qkv_error *err);
+/* qkv_json_parse of the regular file at path (qkv_read_regular_file, at most max_bytes). */
+QKV_API
+qkv_status qkv_json_load(struct cJSON **out, const char *path, size_t max_bytes,
+                         qkv_error *err);
+/* 1 and *v when item is a number that is an integer in [0, 2^64 - 1], read exactly from its
+ * text (a double holds integers exactly only up to 2^53); else 0. */
+QKV_API
+int qkv_json_uint64(const struct cJSON *item, uint64_t *v);
 
 /* ---------------------------------------------------------------------------------------
  * Random numbers

@@ -70,6 +70,12 @@ qkv_status qkv_import_m2m100(const char *hf_dir, const char *out_dir, qkv_error 
  * quantises the matrices row by row as CTranslate2's converters do. QKV_ERR_FORMAT for what
  * CTranslate2 cannot express (an encoder without layers). */
 typedef enum { QKV_CT2_FLOAT32 = 0, QKV_CT2_INT8 = 1 } qkv_ct2_quantization;
+/* "float32" or "int8" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the choices
+ * otherwise). */
+QKV_API
+const char *qkv_ct2_quantization_name(qkv_ct2_quantization q);
+QKV_API
+qkv_status qkv_ct2_quantization_parse(qkv_ct2_quantization *q, const char *name, qkv_error *err);
 QKV_API
 qkv_status qkv_export_ct2(const char *model_dir, const char *out_dir,
                           qkv_ct2_quantization quantization, qkv_error *err);

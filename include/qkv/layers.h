@@ -25,6 +25,22 @@ QKV_API
 void qkv_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x,
                          const float *W, int N, int in, int out);
 
+/* The bf16 matrix product that the linear layers use at QKV_PRECISION_BF16, on its own (for
+ * benchmarks and tests): row-major C (M, N) = op(A) op(B), as cblas_sgemm with alpha 1 and
+ * beta 0, op(A) (M, K) and op(B) (K, N) rounded to bf16 (to nearest, ties to even) and every
+ * sum kept in float32; op(X) = X^T when trans_x, the matrices dense (A stored (M, K), or
+ * (K, M) transposed; B (K, N), or (N, K)). Its packing buffers live in a qkv_gemm_bf16, for
+ * up to `threads` threads (0: qkv_get_threads()); create fails with QKV_ERR_ARG on a CPU
+ * without AVX512-BF16 (qkv_bf16_supported). Run it from outside parallel regions. */
+typedef struct qkv_gemm_bf16 qkv_gemm_bf16;
+QKV_API
+qkv_status qkv_gemm_bf16_create(qkv_gemm_bf16 **out, int threads, qkv_error *err);
+QKV_API
+void qkv_gemm_bf16_run(qkv_gemm_bf16 *g, int trans_a, int trans_b, int M, int N, int K,
+                       const float *A, const float *B, float *C);
+QKV_API
+void qkv_gemm_bf16_free(qkv_gemm_bf16 *g);
+
 /* y[i] = E[ids[i]].  ids (N), E (V, C), y (N, C).
  * Fails with QKV_ERR_ARG (naming the position) if an id is outside [0, V). */
 QKV_API
@@ -401,6 +417,13 @@ void qkv_positional_backward(float *dx, float *dP, const float *dy, int B, int T
  * ------------------------------------------------------------------------------------- */
 
 typedef enum { QKV_ACT_RELU = 0, QKV_ACT_GELU = 1, QKV_ACT_SILU = 2 } qkv_activation;
+
+/* "relu", "gelu" or "silu" ("unknown" outside the enum); and back, QKV_ERR_ARG naming the
+ * choices otherwise (core.h, "Names of the library's enums"). */
+QKV_API
+const char *qkv_activation_name(qkv_activation a);
+QKV_API
+qkv_status qkv_activation_parse(qkv_activation *a, const char *name, qkv_error *err);
 
 typedef struct {
     int C;              /* input and output features, d_model */

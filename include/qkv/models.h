@@ -105,6 +105,18 @@ typedef enum {
                               * i + 2 (counted from the padding index 1 + 1) */
 } qkv_pos_layout;
 
+/* The names config.json and the command line use ("unknown" outside the enum), and back
+ * (QKV_ERR_ARG naming the choices otherwise): "none", "output", "all"; "interleaved",
+ * "sin_cos", "fairseq". */
+QKV_API
+const char *qkv_tie_name(qkv_tie t);
+QKV_API
+qkv_status qkv_tie_parse(qkv_tie *t, const char *name, qkv_error *err);
+QKV_API
+const char *qkv_pos_layout_name(qkv_pos_layout p);
+QKV_API
+qkv_status qkv_pos_layout_parse(qkv_pos_layout *p, const char *name, qkv_error *err);
+
 typedef struct {
     int src_vocab, tgt_vocab;
     int d_model;    /* C */
@@ -243,6 +255,13 @@ typedef enum {
     QKV_BEAM_STOP_HF,
 } qkv_beam_stop;
 
+/* "bound", "count" or "hf" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the
+ * choices otherwise). */
+QKV_API
+const char *qkv_beam_stop_name(qkv_beam_stop s);
+QKV_API
+qkv_status qkv_beam_stop_parse(qkv_beam_stop *s, const char *name, qkv_error *err);
+
 typedef struct {
     int beam;    /* K >= 1 */
     int n_best;  /* hypotheses returned per sentence, 1 .. K */
@@ -322,6 +341,13 @@ typedef enum {
     QKV_ATTENTION_SOFTMAX = 0, /* softmax(q k^T / sqrt(d)) v, with dropout on the weights */
     QKV_ATTENTION_LINEAR = 1   /* phi(q)^T S / phi(q)^T z, phi = elu + 1: no weights to drop */
 } qkv_attention_kind;
+
+/* "softmax" or "linear" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the
+ * choices otherwise). */
+QKV_API
+const char *qkv_attention_kind_name(qkv_attention_kind k);
+QKV_API
+qkv_status qkv_attention_kind_parse(qkv_attention_kind *k, const char *name, qkv_error *err);
 
 typedef struct {
     int vocab;      /* V */
@@ -493,6 +519,17 @@ int qkv_lm_batch_running(const qkv_lm_batch *b);
 QKV_API
 qkv_status qkv_lm_batch_add(qkv_lm_batch *b, const int *prompt, int n_prompt,
                             const qkv_lm_generation *g, int *slot, qkv_error *err);
+/* Chunked prefill: a prompt of more than `tokens` tokens that joins while other texts run is
+ * fed as rows of the next steps, `tokens` a step (beside the running texts' rows, as many as
+ * the slots leave room for), so that it does not stall them for a whole prefill; its first
+ * token is drawn the step its last chunk is in. The chunks compute the prompt's keys and values
+ * with the decoding step's kernels rather than one batched forward pass: the same up to float
+ * rounding, so a sampled text can differ from qkv_lm_generate's where two tokens' probabilities
+ * lie within that rounding (tests/unit/test_lm_batch.c: identical tokens on its texts, logits
+ * within 1e-4). A prompt alone, or of at most `tokens`, is one pass as before. 0 (the
+ * default): one pass always. */
+QKV_API
+void qkv_lm_batch_set_prefill_chunk(qkv_lm_batch *b, int tokens);
 /* drawn (slots): the token each running text drew this step, -1 elsewhere. */
 QKV_API
 qkv_status qkv_lm_batch_step(qkv_lm_batch *b, int *drawn, qkv_error *err);

@@ -381,6 +381,12 @@ qkv_status qkv_spm_decode_pieces(const qkv_spm *s, const char *const *pieces, in
 
 /* What qkv_spm_train learns. */
 typedef enum { QKV_SPM_UNIGRAM = 0, QKV_SPM_BPE = 1 } qkv_spm_type;
+/* "unigram" or "bpe" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the choices
+ * otherwise). */
+QKV_API
+const char *qkv_spm_type_name(qkv_spm_type t);
+QKV_API
+qkv_status qkv_spm_type_parse(qkv_spm_type *t, const char *name, qkv_error *err);
 
 /* Learns a model of vocab_size pieces with libsentencepiece's trainer from the sentences of
  * texts[0..n_texts) (each sentence its tokens joined by single spaces: raw text read with

@@ -15,6 +15,16 @@ extern "C" {
  * Training
  * ------------------------------------------------------------------------------------- */
 
+/* The optimiser's settings a run may take. Past them no run learns anything: a learning rate
+ * or a weight decay of 1e30 takes the weights to 1e30 and the logits to NaN within a step
+ * (every trainer refuses them, QKV_ERR_ARG). The learning rate of the constant schedule is in
+ * (0, QKV_MAX_LR], the noam schedule's factor in (0, QKV_MAX_LR_FACTOR], the weight decay in
+ * [0, QKV_MAX_WEIGHT_DECAY], Adam's betas in [0, 1) and its epsilon in (0, QKV_MAX_ADAM_EPS]. */
+#define QKV_MAX_LR 10.0f
+#define QKV_MAX_LR_FACTOR 100.0f
+#define QKV_MAX_WEIGHT_DECAY 1.0f
+#define QKV_MAX_ADAM_EPS 1.0f
+
 /* Adam (Kingma & Ba 2015) with optional decoupled weight decay (AdamW). */
 typedef struct {
     float beta1, beta2, eps, weight_decay;
@@ -23,6 +33,7 @@ typedef struct {
     float *m, *v; /* owned: first and second moments (n each) */
 } qkv_adam;
 
+/* Moments for n parameters; QKV_ERR_ARG for settings outside the limits above. */
 QKV_API
 qkv_status qkv_adam_init(qkv_adam *opt, size_t n, float beta1, float beta2, float eps,
                          float weight_decay, qkv_error *err);
@@ -138,6 +149,13 @@ typedef enum {
                             min(step^-0.5, step * warmup^-1.5), steps counted from 1 */
 } qkv_lr_schedule;
 
+/* "constant" or "noam" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the choices
+ * otherwise). */
+QKV_API
+const char *qkv_lr_schedule_name(qkv_lr_schedule s);
+QKV_API
+qkv_status qkv_lr_schedule_parse(qkv_lr_schedule *s, const char *name, qkv_error *err);
+
 typedef struct {
     const char *out_dir;    /* checkpoint.safetensors, metrics.jsonl, the model at the end */
     int batch, epochs;
@@ -153,6 +171,12 @@ typedef struct {
     int stop_after_steps;   /* stop (cleanly, after checkpointing) at this step; 0: never */
     void (*progress)(const qkv_train_progress *p, void *ctx); /* after every step, or NULL */
     void *progress_ctx;
+    /* Asked after every step (NULL: never): nonzero stops training there as stop_after_steps
+     * does, checkpointed and resumable, the model not saved: how a program lets its user
+     * interrupt a run (Ctrl-C) without losing it. Data-parallel: every rank passes one, and
+     * rank 0's answer rules. */
+    int (*should_stop)(void *ctx);
+    void *should_stop_ctx;
     qkv_lr_schedule schedule;
     int warmup;             /* QKV_LR_NOAM: steps of linear warmup (the paper's 4000) */
     float lr_factor;        /* QKV_LR_NOAM: the factor (the paper's 1) */
@@ -257,6 +281,10 @@ typedef struct {
     int64_t stop_after_steps; /* stop (cleanly, after checkpointing) at this step; 0: never */
     void (*progress)(const qkv_lm_train_progress *p, void *ctx); /* every step, or NULL */
     void *progress_ctx;
+    /* Asked after every step (NULL: never): nonzero stops there, checkpointed and resumable,
+     * as qkv_train_options' should_stop. */
+    int (*should_stop)(void *ctx);
+    void *should_stop_ctx;
     const qkv_reducer *reducer; /* data-parallel, as qkv_train_options: each step's B windows
                                  * are split among the ranks; rank 0 alone writes out_dir and
                                  * evaluates, and its clock rules a time budget */

@@ -102,6 +102,13 @@ QKV_API
 qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
                                const qkv_sentences *words, const qkv_translate_options *o,
                                qkv_error *err);
+/* The same from sentences already as the model's source tokens (its subword pieces, e.g.
+ * what SentencePiece made of them elsewhere; a word model's words), looked up in the source
+ * vocabulary as they are: a token it lacks, or one spelling a reserved token, is <unk>. */
+QKV_API
+qkv_status qkv_translate_tokens(qkv_translations *out, qkv_translator *t,
+                                const qkv_sentences *tokens, const qkv_translate_options *o,
+                                qkv_error *err);
 QKV_API
 void qkv_translations_free(qkv_translations *r);
 

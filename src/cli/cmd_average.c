@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/config_args.h"
 #include "cli/run_dir.h"
 
 static const char *const AUX[] = {"src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
@@ -22,7 +22,7 @@ static int copy_aux(const char *dir, const char *out, const char *name)
     char from[4096], to[4096];
     if (!qkv_model_dir_file(from, sizeof from, dir, name)) return 0;
     size_t len;
-    char *text = cli_read_all(from, QKV_MAX_VOCAB_FILE_BYTES, &len);
+    char *text = cli_read_regular(from, QKV_MAX_VOCAB_FILE_BYTES, &len);
     if (!text) return -1;
     snprintf(to, sizeof to, "%s/%s", out, name);
     qkv_error err = {0};
@@ -67,8 +67,8 @@ static int same_vocabularies(const char *first, const char *dir)
         const int has_a = qkv_model_dir_file(a, sizeof a, first, AUX[i]);
         const int has_b = qkv_model_dir_file(b, sizeof b, dir, AUX[i]);
         size_t la = 0, lb = 0;
-        char *ta = has_a ? cli_read_all(a, QKV_MAX_VOCAB_FILE_BYTES, &la) : NULL;
-        char *tb = has_b ? cli_read_all(b, QKV_MAX_VOCAB_FILE_BYTES, &lb) : NULL;
+        char *ta = has_a ? cli_read_regular(a, QKV_MAX_VOCAB_FILE_BYTES, &la) : NULL;
+        char *tb = has_b ? cli_read_regular(b, QKV_MAX_VOCAB_FILE_BYTES, &lb) : NULL;
         const int same = has_a == has_b && (!has_a || (ta && tb && la == lb && !memcmp(ta, tb, la)));
         free(ta), free(tb);
         if (!same) {
@@ -81,55 +81,15 @@ static int same_vocabularies(const char *first, const char *dir)
     return 1;
 }
 
-static void usage(FILE *f)
+/* The first model with the mean of the n models' parameters, summed in double; the models
+ * must share one configuration and vocabularies. NULL after printing why. */
+static qkv_transformer *average(const char *const *dirs, int n)
 {
-    fprintf(f, "usage: qkv average --out DIR [--overwrite] MODEL_DIR...\n\n"
-               "Averages the parameters of the models (one configuration, the same\n"
-               "vocabularies), e.g.\n"
-               "  qkv average --out run/avg run/epoch-*\n"
-               "and writes DIR as a model directory, with the vocabularies (and subword\n"
-               "files, text.json, train.json) of the first model or its parent directory.\n"
-               "DIR must not be an input or the directory above one; a DIR that holds a\n"
-               "model (or other files) is refused unless --overwrite.\n"
-               "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
-               "line wins).\n");
-}
-
-int cmd_average(int argc, char **argv)
-{
-    const char *out = NULL;
-    const char **dirs = calloc((size_t)argc, sizeof *dirs);
-    int n = 0, rc = 2, overwrite = 0;
-    if (!dirs) return 1;
-    const char *config = NULL; /* inside a --config block (config_args.h): its file */
-    for (int i = 2; i < argc; i++) {
-        if (config_args_block(argc, argv, &i, &config)) continue;
-        if (!config && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))) {
-            usage(stdout);
-            free(dirs);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
-        else if (config && !strcmp(argv[i], "--overwrite=" CONFIG_FALSE)) overwrite = 0;
-        else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
-        else if (!strncmp(argv[i], "--", 2)) {
-            fprintf(stderr, "qkv average: %s%sunknown option '%s' (see --help)\n",
-                    config ? config : "", config ? ": " : "", argv[i]);
-            goto done;
-        } else dirs[n++] = argv[i];
-    }
-    if (!out || n < 1) {
-        fprintf(stderr, "qkv average: needs --out DIR and at least one model directory\n");
-        goto done;
-    }
-    if (out_is_input(out, dirs, n)) goto done;
-    rc = 1;
-    run_dir rd = {-1};
     qkv_error err = {0};
     qkv_transformer *avg = NULL, *m = NULL;
     double *sum = NULL;
     char *cfg0 = NULL, *cfg = NULL;
+    int ok = 0;
     if (qkv_transformer_load(&avg, dirs[0], &err) ||
         qkv_config_to_json(qkv_transformer_get_config(avg), &cfg0, &err))
         goto fail;
@@ -150,7 +110,7 @@ int cmd_average(int argc, char **argv)
                          "(only models of one configuration average)", dirs[k], dirs[0]);
                 goto fail;
             }
-            if (!same_vocabularies(dirs[0], dirs[k])) goto cleanup;
+            if (!same_vocabularies(dirs[0], dirs[k])) goto done;
         }
         const float *p = qkv_transformer_params(k ? m : avg);
         for (size_t i = 0; i < P; i++) sum[i] += p[i];
@@ -158,21 +118,66 @@ int cmd_average(int argc, char **argv)
     }
     float *p = qkv_transformer_params(avg);
     for (size_t i = 0; i < P; i++) p[i] = (float)(sum[i] / n);
+    ok = 1;
+    goto done;
+fail:
+    fprintf(stderr, "qkv: %s\n", err.msg);
+done:
+    qkv_transformer_free(m);
+    free(sum), free(cfg0), free(cfg);
+    if (!ok) qkv_transformer_free(avg), avg = NULL;
+    return avg;
+}
+
+int cmd_average(int argc, char **argv)
+{
+    const char *out = NULL;
+    const char **dirs = calloc((size_t)argc, sizeof *dirs);
+    int n = 0, rc = 2, overwrite = 0;
+    if (!dirs) return 1;
+    const opt_spec opts[] = {
+        {"out", OPT_DIR, &out, "the model directory to write", NULL, NULL},
+        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a model, or other files)",
+         NULL, NULL},
+        {0},
+    };
+    const int parsed = args_parse_words(
+        argc, argv, 2, opts,
+        "usage: qkv average --out DIR [--overwrite] MODEL_DIR...\n"
+        "Averages the parameters of the models (one configuration, the same vocabularies),\n"
+        "e.g. qkv average --out run/avg run/epoch-*, and writes DIR as a model directory, with\n"
+        "the vocabularies (and subword files, text.json, train.json) of the first model or its\n"
+        "parent directory. DIR must not be an input or the directory above one.",
+        dirs, argc, &n);
+    if (parsed) {
+        free(dirs);
+        return parsed > 0 ? 0 : 2;
+    }
+    if (!out || n < 1) {
+        fprintf(stderr, "qkv average: needs --out DIR and at least one model directory\n");
+        goto done;
+    }
+    if (out_is_input(out, dirs, n)) goto done;
+    rc = 1;
+    run_dir rd = {.lock_fd = -1};
+    qkv_transformer *avg = average(dirs, n);
+    if (!avg) goto done;
     if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         goto cleanup;
     /* the model last: a directory with model.safetensors is complete */
     for (size_t i = 0; i < sizeof AUX / sizeof *AUX; i++)
         if (copy_aux(dirs[0], out, AUX[i])) goto cleanup;
-    if (qkv_transformer_save(avg, out, &err)) goto fail;
+    qkv_error err = {0};
+    if (qkv_transformer_save(avg, out, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        goto cleanup;
+    }
     fprintf(stderr, "qkv average: %d model%s averaged into %s\n", n, n == 1 ? "" : "s", out);
     rc = 0;
-    goto cleanup;
-fail:
-    fprintf(stderr, "qkv: %s\n", err.msg);
 cleanup:
     run_dir_release(&rd);
-    qkv_transformer_free(avg), qkv_transformer_free(m);
-    free(sum), free(cfg0), free(cfg);
+    qkv_transformer_free(avg);
 done:
     free(dirs);
     return rc;

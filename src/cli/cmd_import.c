@@ -1,63 +1,46 @@
 /* SPDX-License-Identifier: MIT */
-/* qkv import marian HF_DIR|RELEASE --out DIR: a pretrained Hugging Face MarianMT model, or a
- * Marian release (the OPUS-MT translation models) as a qkv model directory, which qkv translate, eval and info then read
- * like one qkv trained. The work is qkv_import_marian's (src/io/marian.c); this claims DIR. */
+/* qkv import marian|nllb|m2m100 HF_DIR --out DIR: a pretrained Hugging Face MarianMT, NLLB-200
+ * or M2M100 model, or a Marian release (the OPUS-MT translation models), as a qkv model
+ * directory, which qkv translate, eval and info then read like one qkv trained. The work is
+ * the library's (qkv_import_marian, _nllb, _m2m100); this claims DIR. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/config_args.h"
 #include "cli/run_dir.h"
 #include "qkv.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: qkv import marian HF_DIR|RELEASE --out DIR [--overwrite]\n\n"
-               "Imports a Hugging Face MarianMT directory (an OPUS-MT model, e.g.\n"
-               "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors or\n"
-               "pytorch_model.bin (or their shards; float32, float16 or bfloat16),\n"
-               "vocab.json (and target_vocab.json), source.spm, target.spm; or a Marian\n"
-               "release, an OPUS-MT or Tatoeba-Challenge zip or the directory it unpacks to\n"
-               "(decoder.yml, the .npz model, vocabulary .yml, source.spm, target.spm). DIR\n"
-               "receives a qkv model directory: config.json, model.safetensors,\n"
-               "src_vocab.txt, tgt_vocab.txt, source.spm, target.spm, text.json (and\n"
-               "generation.json: the decoding defaults). A DIR that holds a model (or other\n"
-               "files) is refused unless --overwrite. A model qkv cannot represent is\n"
-               "refused with the reason; see docs/pretrained.md.\n\n"
-               "       qkv import nllb|m2m100 HF_DIR --out DIR [--overwrite]\n\n"
-               "Imports a Hugging Face NLLB-200 or M2M100 directory (e.g.\n"
-               "facebook/nllb-200-distilled-600M, facebook/m2m100_418M): config.json, the\n"
-               "weights, sentencepiece.bpe.model, tokenizer_config.json (and M2M100's\n"
-               "vocab.json). Translate with --source-lang and --target-lang (NLLB's codes,\n"
-               "deu_Latn; M2M100's, de).\n"
-               "--config FILE.json: --out and --overwrite from a JSON object (the command\n"
-               "line wins).\n");
-}
-
 int cmd_import(int argc, char **argv)
 {
-    const char *kind = NULL, *src = NULL, *out = NULL;
-    int overwrite = 0;
-    const char *config = NULL; /* inside a --config block (config_args.h): its file */
-    for (int i = 2; i < argc; i++) {
-        if (config_args_block(argc, argv, &i, &config)) continue;
-        if (!config && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")))
-            return usage(stdout), 0;
-        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
-        else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
-        else if (config && !strcmp(argv[i], "--overwrite=" CONFIG_FALSE)) overwrite = 0;
-        else if (!strncmp(argv[i], "--", 2) || config) {
-            fprintf(stderr, "qkv import: %s%sunknown option '%s' (see --help)\n",
-                    config ? config : "", config ? ": " : "", argv[i]);
-            return 2;
-        } else if (!kind) kind = argv[i];
-        else if (!src) src = argv[i];
-        else {
-            fprintf(stderr, "qkv import: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    const char *out = NULL, *words[2] = {NULL, NULL};
+    int overwrite = 0, n = 0;
+    const opt_spec opts[] = {
+        {"out", OPT_DIR, &out, "the qkv model directory to write", NULL, NULL},
+        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a model, or other files)",
+         NULL, NULL},
+        {0},
+    };
+    const int rc = args_parse_words(
+        argc, argv, 2, opts,
+        "usage: qkv import marian HF_DIR|RELEASE --out DIR [--overwrite]\n"
+        "       qkv import nllb|m2m100 HF_DIR --out DIR [--overwrite]\n"
+        "marian: a Hugging Face MarianMT directory (an OPUS-MT model, e.g.\n"
+        "Helsinki-NLP/opus-mt-de-en): config.json, model.safetensors or pytorch_model.bin (or\n"
+        "their shards; float32, float16 or bfloat16), vocab.json (and target_vocab.json),\n"
+        "source.spm, target.spm; or a Marian release, an OPUS-MT or Tatoeba-Challenge zip or\n"
+        "the directory it unpacks to (decoder.yml, the .npz model, vocabulary .yml, source.spm,\n"
+        "target.spm). nllb, m2m100: a Hugging Face NLLB-200 or M2M100 directory (e.g.\n"
+        "facebook/nllb-200-distilled-600M, facebook/m2m100_418M): config.json, the weights,\n"
+        "sentencepiece.bpe.model, tokenizer_config.json (and M2M100's vocab.json); translate\n"
+        "with --source-lang and --target-lang (NLLB's codes, deu_Latn; M2M100's, de). DIR\n"
+        "receives a qkv model directory: config.json, model.safetensors, the vocabularies and\n"
+        "SentencePiece models, text.json (and generation.json: the decoding defaults). A model\n"
+        "qkv cannot represent is refused with the reason; see docs/pretrained.md.",
+        words, 2, &n);
+    if (rc) return rc > 0 ? 0 : 2;
+    const char *kind = words[0], *src = words[1];
     if (!kind || (strcmp(kind, "marian") && strcmp(kind, "nllb") && strcmp(kind, "m2m100"))) {
         fprintf(stderr, "qkv import: %s%s%s; qkv imports marian (MarianMT, OPUS-MT), nllb "
                         "(NLLB-200) and m2m100\n",
@@ -69,7 +52,16 @@ int cmd_import(int argc, char **argv)
         fprintf(stderr, "qkv import %s: needs HF_DIR and --out DIR\n", kind);
         return 2;
     }
-    run_dir rd = {-1};
+    /* the output is claimed (and with --overwrite emptied of a run's files) before anything
+     * is read: it must not be the input, nor hold it, nor lie inside it */
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = qkv_path_relation(out, src);
+    if (rel > 0) {
+        fprintf(stderr, "qkv import: --out %s %s the input %s: import into another directory\n",
+                out, relation[rel], src);
+        return 2;
+    }
+    run_dir rd = {.lock_fd = -1};
     if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
         return 1;
     qkv_error err = {0};

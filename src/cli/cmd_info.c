@@ -45,24 +45,28 @@ int cmd_info(int argc, char **argv)
     int layers = 2, enc_layers = -1, dec_layers = -1, vocab = 0;
     cfg.src_vocab = cfg.tgt_vocab = 10000;
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory (else describe the flags below)", NULL},
-        {"d-model", OPT_INT, &cfg.d_model, "model width F", "[1, 65536]"},
-        {"heads", OPT_INT, &cfg.heads, "attention heads", "[1, 65536]"},
-        {"ffn", OPT_INT, &cfg.ffn, "FFN hidden size", "[1, 1048576]"},
-        {"layers", OPT_INT, &layers, "encoder and decoder blocks", "[0, 1024]"},
-        {"enc-layers", OPT_INT, &enc_layers, "encoder blocks", "[0, 1024]"},
+        {"model", OPT_DIR, &model, "model directory (else describe the options below)", NULL,
+         NULL},
+        {"m", OPT_ALIAS, "model", NULL, NULL, NULL},
+        {"d-model", OPT_INT, &cfg.d_model, "model width F", ARG_D_MODEL, NULL},
+        {"heads", OPT_INT, &cfg.heads, "attention heads", ARG_D_MODEL, NULL},
+        {"ffn", OPT_INT, &cfg.ffn, "FFN hidden size", ARG_FFN, NULL},
+        {"layers", OPT_INT, &layers, "encoder and decoder blocks", ARG_LAYERS_GE0, NULL},
+        {"enc-layers", OPT_INT, &enc_layers, "encoder blocks", ARG_LAYERS_GE0, NULL},
         {"dec-layers", OPT_INT, &dec_layers,
-         "decoder blocks (0: an encoder alone, as BERT)", "[0, 1024]"},
-        {"vocab", OPT_INT, &vocab, "vocabulary size E of both sides", "[0, 16777216]"},
-        {"src-vocab", OPT_INT, &cfg.src_vocab, "source vocabulary", "[4, 16777216]"},
-        {"tgt-vocab", OPT_INT, &cfg.tgt_vocab, "target vocabulary", "[4, 16777216]"},
-        {"bias", OPT_FLAG, &cfg.bias, "attention biases (BERT has them)", NULL},
-        {NULL, 0, NULL, NULL, NULL},
+         "decoder blocks (0: an encoder alone, as BERT)", ARG_LAYERS_GE0, NULL},
+        {"vocab", OPT_INT, &vocab, "vocabulary size E of both sides", "[0, 16777216]", NULL},
+        {"src-vocab", OPT_INT, &cfg.src_vocab, "source vocabulary", "[4, 16777216]", NULL},
+        {"tgt-vocab", OPT_INT, &cfg.tgt_vocab, "target vocabulary", "[4, 16777216]", NULL},
+        {"bias", OPT_FLAG, &cfg.bias, "attention biases (BERT has them)", NULL, NULL},
+        {0},
     };
-    int rc = args_parse(argc, argv, 2, opts, "usage: qkv info (--model DIR | configuration flags)");
+    int rc = args_parse(argc, argv, 2, opts,
+                        "usage: qkv info (--model DIR | configuration options)\n"
+                        "Parameter counts of a model, or of a configuration.");
     if (rc) return rc > 0 ? 0 : 2;
-    for (const opt_spec *o = opts + 1; model && o->name; o++)
-        if (args_given(argc, argv, 2, o->name)) {
+    for (const opt_spec *o = opts + 2; model && o->name; o++)
+        if (args_given(argc, argv, 2, opts, o->name)) {
             fprintf(stderr, "qkv info: --model describes a saved model, --%s a configuration "
                     "without one: give one or the other\n", o->name);
             return 2;

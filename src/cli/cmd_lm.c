@@ -54,11 +54,10 @@ fail:
 }
 
 /* The model directory of generate and eval-lm, with their --precision and --threads: 0, or
- * the exit code (1: the directory does not load, 2: an unknown precision). */
-static int lm_dir_open(lm_dir *d, const char *dir, const char *precision, int threads)
+ * the exit code 1 (the directory does not load). */
+static int lm_dir_open(lm_dir *d, const char *dir, const opt_choice *precision, int threads)
 {
-    qkv_precision prec;
-    if (cli_precision(precision, &prec)) return 2;
+    const qkv_precision prec = (qkv_precision)precision->value;
     cli_threads(threads);
     return lm_dir_load(d, dir, &prec) ? 1 : 0;
 }
@@ -127,49 +126,24 @@ typedef struct {
     float val_fraction; /* the end of the text held out */
     int steps, stop_after, quiet;
     qkv_precision prec;
-    const char *precision;
+    const opt_spec *opts; /* the option table: train.json records what it says */
     const cJSON *history; /* resumed runs: what changed when (NULL for a new run) */
     int writer;           /* this process writes the run directory (rank 0 under mpirun) */
 } lm_run;
 
-/* A float option as its shortest decimal (0.005, not 0.004999999888). */
-static double decimal(float x)
+/* train.json: every option the table records there (a resumed run compares them, resume.h),
+ * the split's sizes, and the history of a resumed run. */
+static int write_train_json(const char *dir, const lm_run *r, size_t n_train, size_t n_val)
 {
-    char text[32];
-    snprintf(text, sizeof text, "%.7g", (double)x);
-    return strtod(text, NULL);
-}
-
-/* train.json: the data and its split, and every training option (a resumed run compares
- * them, resume.h), with the history of a resumed run. */
-static int write_train_json(const char *dir, const qkv_lm_train_options *o, const lm_run *r,
-                            size_t n_train, size_t n_val)
-{
-    char path[4096];
+    char path[4096], *text = NULL;
     snprintf(path, sizeof path, "%s/train.json", dir);
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "data", r->data);
-    cJSON_AddStringToObject(j, "vocab", r->byte_level ? "byte" : "char");
-    cJSON_AddNumberToObject(j, "context", o->context);
-    cJSON_AddNumberToObject(j, "batch", o->batch);
-    cJSON_AddNumberToObject(j, "val_fraction", round(r->val_fraction * 1e6) / 1e6);
-    cJSON_AddNumberToObject(j, "train_tokens", (double)n_train);
-    cJSON_AddNumberToObject(j, "val_tokens", (double)n_val);
-    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
-    cJSON_AddNumberToObject(j, "steps", (double)o->steps);
-    cJSON_AddNumberToObject(j, "minutes", decimal((float)o->minutes));
-    cJSON_AddNumberToObject(j, "lr", decimal(o->lr));
-    cJSON_AddNumberToObject(j, "warmup", o->warmup);
-    cJSON_AddBoolToObject(j, "cosine", o->cosine);
-    cJSON_AddNumberToObject(j, "beta2", decimal(o->beta2));
-    cJSON_AddNumberToObject(j, "weight_decay", decimal(o->weight_decay));
-    cJSON_AddNumberToObject(j, "clip", decimal(o->clip));
-    cJSON_AddNumberToObject(j, "eval_every", o->eval_every);
-    cJSON_AddNumberToObject(j, "eval_tokens", o->eval_tokens);
-    cJSON_AddNumberToObject(j, "log_every", o->log_every);
-    cJSON_AddStringToObject(j, "precision", r->precision);
-    if (r->history) cJSON_AddItemToObject(j, "history", cJSON_Duplicate(r->history, 1));
-    char *text = cJSON_Print(j);
+    if (j && !resume_record_options(j, r->opts)) {
+        cJSON_AddNumberToObject(j, "train_tokens", (double)n_train);
+        cJSON_AddNumberToObject(j, "val_tokens", (double)n_val);
+        if (r->history) cJSON_AddItemToObject(j, "history", cJSON_Duplicate(r->history, 1));
+        text = cJSON_Print(j);
+    }
     cJSON_Delete(j);
     if (!text) return fprintf(stderr, "qkv: %s: out of memory\n", path), -1;
     const int rc = run_dir_write(path, text);
@@ -278,14 +252,14 @@ static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
                 data, n_train, o->context, o->context + 1);
         goto done;
     }
-    if (r->writer && write_train_json(out, o, r, n_train, n_val)) goto done;
+    if (r->writer && write_train_json(out, r, n_train, n_val)) goto done;
     if (qkv_lm_set_precision(d.model, r->prec, &err)) goto fail;
     const qkv_lm_config *mc = qkv_lm_get_config(d.model);
     if (!r->quiet)
         fprintf(stderr, "qkv train-lm: %zu tokens (%zu training, %zu held out), vocabulary %d, "
                 "%zu parameters, %s attention, %d threads%s\n", n, n_train, n_val, mc->vocab,
                 qkv_lm_num_params(d.model),
-                mc->attention == QKV_ATTENTION_LINEAR ? "linear" : "softmax", qkv_get_threads(),
+                qkv_attention_kind_name(mc->attention), qkv_get_threads(),
                 resuming ? ", resuming" : "");
     if (!r->quiet && o->reducer && o->reducer->size > 1)
         fprintf(stderr, "qkv train-lm: data-parallel over %d ranks (MPI), %d threads each; "
@@ -308,141 +282,150 @@ done:
     return rc;
 }
 
-/* What a resumed train-lm compares with its directory (resume.h). */
-static const resume_option lm_model_options[] = {
-    {"d-model", "d_model", 1, 0}, {"heads", "heads", 1, 0}, {"ffn", "ffn", 1, 0},
-    {"layers", "layers", 1, 0}, {"dropout", "dropout", 1, 0}, {"pre-norm", "pre_norm", 1, 0},
-    {"tie", "tie", 1, 0}, {"act", "act", 1, 0}, {"learned-pos", "learned_pos", 1, 0},
-    {"no-bias", "bias", 1, 1}, {"attention", "attention", 1, 0},
-};
-static const resume_option lm_train_options[] = {
-    /* the text, its split and vocabulary, and the windows drawn from it */
-    {"data", "data", 1, 0}, {"vocab", "vocab", 1, 0}, {"val-fraction", "val_fraction", 1, 0},
-    {"context", "context", 1, 0}, {"batch", "batch", 1, 0}, {"seed", "seed", 1, 0},
-    /* how it learns from here on, and how it reports */
-    {"steps", "steps", 0, 0}, {"minutes", "minutes", 0, 0}, {"lr", "lr", 0, 0},
-    {"warmup", "warmup", 0, 0}, {"cosine", "cosine", 0, 0}, {"beta2", "beta2", 0, 0},
-    {"weight-decay", "weight_decay", 0, 0}, {"clip", "clip", 0, 0},
-    {"eval-every", "eval_every", 0, 0}, {"eval-tokens", "eval_tokens", 0, 0},
-    {"log-every", "log_every", 0, 0}, {"precision", "precision", 0, 0},
-};
+/* Every option of qkv train-lm, as parsed (on --resume: as recorded, then parsed over that). */
+typedef struct {
+    qkv_lm_config cfg;
+    qkv_lm_train_options o;
+    const char *data, *out;
+    opt_choice vocab, attention, act, precision;
+    int steps, threads, quiet, no_bias, stop_after, overwrite;
+    float minutes, val_fraction;
+} train_lm_cli;
+
+static const char *const VOCABS[] = {"char", "byte", NULL};
+enum { VOCAB_CHAR, VOCAB_BYTE };
+enum { MAX_LM_OPTIONS = 48 };
+
+/* The defaults, and the option table over c (every option once: name, value, help, range and
+ * what a run records of it). Long: one row per option. */
+static void train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
+{
+    *c = (train_lm_cli){.cfg = qkv_lm_default_config(), .o = qkv_lm_train_default_options(),
+                        .vocab = {0, VOCABS, VOCAB_CHAR},
+                        .attention = {QKV_ENUM_ATTENTION, NULL, QKV_ATTENTION_SOFTMAX},
+                        .act = {QKV_ENUM_ACTIVATION, NULL, QKV_ACT_RELU},
+                        .precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
+                        .val_fraction = 0.1f};
+    c->o.seed = 0;
+    const opt_spec table[] = {
+        {"data", OPT_FILE, &c->data, "a text file; its last --val-fraction is held out", NULL,
+         "data"},
+        {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
+        {"out", OPT_DIR, &c->out, "model directory to write", NULL, NULL},
+        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        {"vocab", OPT_CHOICE, &c->vocab, "char: the text's UTF-8 characters; byte: the 256 bytes",
+         NULL, "data"},
+        {"attention", OPT_CHOICE, &c->attention, "softmax, or linear (a recurrent state)", NULL,
+         "model"},
+        {"d-model", OPT_INT, &c->cfg.d_model, "model width", ARG_D_MODEL, "model"},
+        {"heads", OPT_INT, &c->cfg.heads, "attention heads", ARG_D_MODEL, "model"},
+        {"ffn", OPT_INT, &c->cfg.ffn, "hidden size of the position-wise FFN", ARG_FFN,
+         "model"},
+        {"layers", OPT_INT, &c->cfg.layers, "blocks", ARG_LAYERS, "model"},
+        {"dropout", OPT_FLOAT, &c->cfg.dropout, "dropout rate", ARG_RATE, "model"},
+        {"context", OPT_INT, &c->o.context, "tokens per training window: the model's context",
+         "[2, 16384]", "data"},
+        {"pre-norm", OPT_FLAG, &c->cfg.pre_norm,
+         "x + Sublayer(LayerNorm(x)), and a final LayerNorm", NULL, "model"},
+        {"tie", OPT_FLAG, &c->cfg.tie, "output projection = token embedding", NULL, "model"},
+        {"act", OPT_CHOICE, &c->act, "FFN activation (silu: swish)", NULL, "model"},
+        {"learned-pos", OPT_FLAG, &c->cfg.learned_pos, "learned instead of sinusoidal positions",
+         NULL, "model"},
+        {"no-bias", OPT_FLAG, &c->no_bias, "no biases in the attention projections", NULL,
+         "model !bias"},
+        {"batch", OPT_INT, &c->o.batch, "windows per step", "[1, 65536]", "data"},
+        {"steps", OPT_INT, &c->steps, "optimizer steps (0: until --minutes)", ARG_GE0, "train"},
+        {"minutes", OPT_FLOAT, &c->minutes, "time budget: stop after this many minutes (0: none)",
+         ARG_GE0, "train"},
+        {"lr", OPT_FLOAT, &c->o.lr, "Adam learning rate", ARG_LR, "train"},
+        {"warmup", OPT_INT, &c->o.warmup, "steps of linear learning-rate warm-up", ARG_GE0,
+         "train"},
+        {"cosine", OPT_FLAG, &c->o.cosine, "decay the learning rate to lr/10 (cosine) at "
+                                           "--steps, or at the end of --minutes", NULL, "train"},
+        {"beta2", OPT_FLOAT, &c->o.beta2, "Adam's second-moment decay", ARG_RATE, "train"},
+        {"weight-decay", OPT_FLOAT, &c->o.weight_decay, "decoupled weight decay (AdamW)", ARG_WEIGHT_DECAY,
+         "train"},
+        {"clip", OPT_FLOAT, &c->o.clip, "clip the global gradient norm to this (0: off)", ARG_GE0,
+         "train"},
+        {"val-fraction", OPT_FLOAT, &c->val_fraction, "the end of the file held out", ARG_RATE,
+         "data"},
+        {"eval-every", OPT_INT, &c->o.eval_every, "held-out loss every N steps (0: at the end)",
+         ARG_GE0, "train"},
+        {"eval-tokens", OPT_INT, &c->o.eval_tokens,
+         "held-out tokens each evaluation reads (0: all)", ARG_GE0, "train"},
+        {"log-every", OPT_INT, &c->o.log_every, "metrics line and checkpoint every N steps",
+         ARG_GE1, "train"},
+        {"seed", OPT_U64, &c->o.seed, "initialisation, windows and dropout", ARG_SEED, "data"},
+        {"threads", OPT_INT, &c->threads, "threads per rank (0: all cores; under mpirun, shared "
+                                          "among the ranks of a machine)", ARG_THREADS, NULL},
+        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
+        {"precision", OPT_CHOICE, &c->precision, CLI_TRAIN_PRECISION_HELP, NULL, "train"},
+        {"resume", OPT_FLAG, &c->o.resume, "continue from DIR/checkpoint.safetensors, with the "
+                                           "options it recorded (those defining the model or "
+                                           "data cannot change)", NULL, NULL},
+        {"overwrite", OPT_FLAG, &c->overwrite, "replace what DIR holds (a trained model, another "
+                                               "run, files of a run's names)", NULL, NULL},
+        {"stop-after-steps", OPT_INT, &c->stop_after,
+         "checkpoint and stop at this step (0: never)", ARG_GE0, NULL},
+        {"quiet", OPT_FLAG, &c->quiet, "no progress output", NULL, NULL},
+        {"q", OPT_ALIAS, "quiet", NULL, NULL, NULL},
+        {0},
+    };
+    _Static_assert(sizeof table <= MAX_LM_OPTIONS * sizeof *table, "MAX_LM_OPTIONS");
+    memcpy(opts, table, sizeof table);
+}
 
 static int train_lm_main(int argc, char **argv, cli_ranks *job)
 {
-    const qkv_reducer *ranks = &job->reducer;
-    qkv_lm_config cfg = qkv_lm_default_config();
-    qkv_lm_train_options o = qkv_lm_train_default_options();
-    const char *data = NULL, *out = NULL, *vocab_kind = "char", *attention = "softmax",
-               *act = "relu", *precision = "fp32";
-    int steps = 0, threads = 0, quiet = 0, no_bias = 0, stop_after = 0, overwrite = 0;
-    float minutes = 0.0f, val_fraction = 0.1f;
-    o.seed = 0;
+    train_lm_cli c;
+    opt_spec opts[MAX_LM_OPTIONS];
     resume_record rec = {0};
-    run_dir rd = {-1};
-    const opt_spec opts[] = {
-        {"data", OPT_STRING, &data, "a text file; its last --val-fraction is held out", NULL},
-        {"out", OPT_STRING, &out, "model directory to write", NULL},
-        {"vocab", OPT_STRING, &vocab_kind, "char (UTF-8 characters) or byte (the 256 bytes)", NULL},
-        {"attention", OPT_STRING, &attention, "softmax or linear", NULL},
-        {"d-model", OPT_INT, &cfg.d_model, "model width", "[1, 65536]"},
-        {"heads", OPT_INT, &cfg.heads, "attention heads", "[1, 65536]"},
-        {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN", "[1, 1048576]"},
-        {"layers", OPT_INT, &cfg.layers, "blocks", "[1, 1024]"},
-        {"dropout", OPT_FLOAT, &cfg.dropout, "dropout rate", ARG_RATE},
-        {"context", OPT_INT, &o.context,
-         "tokens per training window: the model's context", "[2, 16384]"},
-        {"pre-norm", OPT_FLAG, &cfg.pre_norm,
-         "x + Sublayer(LayerNorm(x)), and a final LayerNorm", NULL},
-        {"tie", OPT_FLAG, &cfg.tie, "output projection = token embedding", NULL},
-        {"act", OPT_STRING, &act, "FFN activation: relu, gelu or silu (swish)", NULL},
-        {"learned-pos", OPT_FLAG, &cfg.learned_pos,
-         "learned instead of sinusoidal positions", NULL},
-        {"no-bias", OPT_FLAG, &no_bias, "no biases in the attention projections", NULL},
-        {"batch", OPT_INT, &o.batch, "windows per step", "[1, 65536]"},
-        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate", ARG_GT0},
-        {"warmup", OPT_INT, &o.warmup, "steps of linear learning-rate warm-up", ARG_GE0},
-        {"cosine", OPT_FLAG, &o.cosine, "decay the learning rate to lr/10 (cosine) at --steps, "
-                                        "or at the end of --minutes", NULL},
-        {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay", ARG_RATE},
-        {"weight-decay", OPT_FLOAT, &o.weight_decay, "decoupled weight decay (AdamW)", ARG_GE0},
-        {"clip", OPT_FLOAT, &o.clip, "clip the global gradient norm to this (0: off)", ARG_GE0},
-        {"steps", OPT_INT, &steps, "optimizer steps (0: until --minutes)", ARG_GE0},
-        {"minutes", OPT_FLOAT, &minutes,
-         "time budget: stop after this many minutes (0: none)", ARG_GE0},
-        {"val-fraction", OPT_FLOAT, &val_fraction, "the end of the file held out", ARG_RATE},
-        {"eval-every", OPT_INT, &o.eval_every,
-         "held-out loss every N steps (0: at the end)", ARG_GE0},
-        {"eval-tokens", OPT_INT, &o.eval_tokens,
-         "held-out tokens each evaluation reads (0: all)", ARG_GE0},
-        {"log-every", OPT_INT, &o.log_every, "metrics line and checkpoint every N steps", ARG_GE1},
-        {"seed", OPT_U64, &o.seed, "initialisation, windows and dropout", ARG_SEED},
-        {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_TRAIN_PRECISION_HELP, NULL},
-        {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
-                                        "options it recorded (those defining the model or data "
-                                        "cannot change)", NULL},
-        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a trained model, another "
-                                            "run, files of a run's names)", NULL},
-        {"stop-after-steps", OPT_INT, &stop_after,
-         "checkpoint and stop at this step (0: never)", ARG_GE0},
-        {"quiet", OPT_FLAG, &quiet, "no progress output", NULL},
-        {NULL, 0, NULL, NULL, NULL},
-    };
+    run_dir rd = {.lock_fd = -1};
+    train_lm_table(&c, opts);
     int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes M) "
-                        "[options]");
+                        "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes FLOAT) "
+                        "[options]\n"
+                        "Trains a decoder-only language model on a text file.");
     if (rc) return rc > 0 ? 0 : 2;
-    const int writer = cli_ranks_writer(job, &quiet);
-    o.reducer = ranks;
-    if (o.resume && overwrite) {
+    const int writer = cli_ranks_writer(job, &c.quiet);
+    c.o.reducer = &job->reducer;
+    if (c.o.resume && c.overwrite) {
         fprintf(stderr, "qkv train-lm: --resume continues the run in --out, --overwrite "
                 "replaces it: give one\n");
         goto usage;
     }
-    if (out && o.resume) {
-        const resume_table tables[] = {
-            {0, lm_model_options, (int)(sizeof lm_model_options / sizeof *lm_model_options)},
-            {1, lm_train_options, (int)(sizeof lm_train_options / sizeof *lm_train_options)},
-        };
+    if (c.out && c.o.resume) {
         /* a resumed run claims its directory first: it reads it */
-        rc = run_dir_claim_writer(&rd, out, &RUN_LM, RUN_RESUME, writer, argc, argv) ||
-                     resume_start(&rec, out)
-                 ? 1 : resume_finish(&rec, tables, 2, opts, argc, argv, "qkv train-lm");
+        rc = run_dir_claim_writer(&rd, c.out, &RUN_LM, RUN_RESUME, writer, argc, argv) ||
+                     resume_start(&rec, c.out)
+                 ? 1 : resume_finish(&rec, opts, argc, argv, "qkv train-lm");
         if (rc) goto end;
     }
-    if (!data || !out) {
+    if (!c.data || !c.out) {
         fprintf(stderr, "qkv train-lm: needs --data FILE and --out DIR\n");
         goto usage;
     }
-    const int byte_level = !strcmp(vocab_kind, "byte");
-    if ((!byte_level && strcmp(vocab_kind, "char")) ||
-        (strcmp(attention, "softmax") && strcmp(attention, "linear")) ||
-        (strcmp(act, "relu") && strcmp(act, "gelu") && strcmp(act, "silu"))) {
-        fprintf(stderr, "qkv train-lm: --vocab is char|byte, --attention softmax|linear, --act "
-                "relu|gelu|silu\n");
+    if (c.steps == 0 && c.minutes == 0) {
+        fprintf(stderr, "qkv train-lm: give --steps N or --minutes FLOAT (or both)\n");
         goto usage;
     }
-    if (steps < 0 || minutes < 0 || (steps == 0 && minutes == 0) || o.context < 2 ||
-        !(val_fraction >= 0.0f && val_fraction < 1.0f) || stop_after < 0) {
-        fprintf(stderr, "qkv train-lm: give --steps N or --minutes M (or both), a --context of at "
-                "least 2 and a --val-fraction in [0, 1)\n");
+    const qkv_precision prec = (qkv_precision)c.precision.value;
+    if (cli_positions_fit("qkv train-lm", "context", c.o.context, c.cfg.d_model) ||
+        cli_train_precision(prec))
         goto usage;
-    }
-    if (cli_positions_fit("qkv train-lm", "context", o.context, cfg.d_model)) goto usage;
-    qkv_precision prec;
-    if (cli_train_precision(precision, &prec)) goto usage;
-    cfg.attention = !strcmp(attention, "linear") ? QKV_ATTENTION_LINEAR : QKV_ATTENTION_SOFTMAX;
-    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
-    cfg.final_norm = cfg.pre_norm, cfg.bias = !no_bias, cfg.max_len = o.context;
-    o.steps = steps, o.minutes = minutes, o.stop_after_steps = stop_after, o.out_dir = out;
-    cli_threads(cli_ranks_threads(job, threads));
-
-    const lm_run r = {data, byte_level, val_fraction, steps, stop_after, quiet, prec, precision,
-                      rec.history, writer};
+    c.cfg.attention = (qkv_attention_kind)c.attention.value;
+    c.cfg.act = (qkv_activation)c.act.value;
+    c.cfg.final_norm = c.cfg.pre_norm, c.cfg.bias = !c.no_bias, c.cfg.max_len = c.o.context;
+    c.o.steps = c.steps, c.o.minutes = c.minutes, c.o.stop_after_steps = c.stop_after;
+    c.o.out_dir = c.out;
+    cli_threads(cli_ranks_threads(job, c.threads));
+    const lm_run r = {c.data, c.vocab.value == VOCAB_BYTE, c.val_fraction, c.steps,
+                      c.stop_after, c.quiet, prec, opts, rec.history, writer};
     rc = 1;
-    if (o.resume || !run_dir_claim_writer(&rd, out, &RUN_LM, overwrite ? RUN_OVERWRITE : RUN_NEW,
-                                          writer, argc, argv))
-        rc = run(&cfg, &o, &r);
+    if (c.o.resume || !run_dir_claim_writer(&rd, c.out, &RUN_LM,
+                                            c.overwrite ? RUN_OVERWRITE : RUN_NEW, writer, argc,
+                                            argv))
+        rc = run(&c.cfg, &c.o, &r);
     goto end;
 usage:
     rc = 2;
@@ -477,46 +460,50 @@ static int print_token(int id, void *ctx)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "\n", *precision = "fp32", *kv_cache = "auto";
+    const char *model = NULL, *prompt = "\n";
     int tokens = 200, top_k = 0, threads = 0;
     float temperature = 1.0f, top_p = 1.0f;
     uint64_t seed = 0;
+    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
+               kv_cache = {QKV_ENUM_KV_CACHE, NULL, QKV_KV_CACHE_AUTO};
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory (qkv train-lm)", NULL},
-        {"prompt", OPT_STRING, &prompt, "text to continue (default: a newline)", NULL},
-        {"tokens", OPT_INT, &tokens, "tokens to generate", "[0, 1000000]"},
-        {"temperature", OPT_FLOAT, &temperature, "softmax temperature (0: greedy)", ARG_GE0},
-        {"top-k", OPT_INT, &top_k, "sample from the k most probable tokens (0: all)", ARG_GE0},
+        {"model", OPT_DIR, &model, "model directory (qkv train-lm)", NULL, NULL},
+        {"m", OPT_ALIAS, "model", NULL, NULL, NULL},
+        {"prompt", OPT_STRING, &prompt, "text to continue", NULL, NULL},
+        {"p", OPT_ALIAS, "prompt", NULL, NULL, NULL},
+        {"tokens", OPT_INT, &tokens, "tokens to generate", "[0, 1000000]", NULL},
+        {"temperature", OPT_FLOAT, &temperature, "softmax temperature (0: greedy)", ARG_GE0, NULL},
+        {"top-k", OPT_INT, &top_k, "sample from the k most probable tokens (0: all)", ARG_GE0,
+         NULL},
         {"top-p", OPT_FLOAT, &top_p,
-         "sample from the smallest set with this much probability", "(0, 1]"},
-        {"seed", OPT_U64, &seed, "the same seed gives the same text", ARG_SEED},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
-        {"kv-cache", OPT_STRING, &kv_cache, CLI_KV_CACHE_HELP, NULL},
-        {NULL, 0, NULL, NULL, NULL},
+         "sample from the smallest set with this much probability", "(0, 1]", NULL},
+        {"seed", OPT_U64, &seed, "the same seed gives the same text", ARG_SEED, NULL},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS, NULL},
+        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
+        {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
+        {"kv-cache", OPT_CHOICE, &kv_cache, CLI_KV_CACHE_HELP, NULL, NULL},
+        {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv generate --model DIR [--prompt TEXT] [--tokens N] "
-                        "[--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-                        "prints the prompt, then each new token as it is drawn");
+                        "[--temperature FLOAT] [--top-k N] [--top-p FLOAT] [--seed N]\n"
+                        "Prints the prompt, then each new token as it is drawn.");
     if (rc) return rc > 0 ? 0 : 2;
-    if (!model || tokens < 0 || temperature < 0 || top_k < 0 || !(top_p > 0.0f)) {
-        fprintf(stderr, "qkv generate: needs --model DIR, --tokens >= 0, --temperature >= 0, "
-                "--top-k >= 0 and --top-p in (0, 1]\n");
+    if (!model) {
+        fprintf(stderr, "qkv generate: needs --model DIR\n");
         return 2;
     }
-    if (temperature == 0.0f && (args_given(argc, argv, 2, "top-k") ||
-                                args_given(argc, argv, 2, "top-p"))) {
+    if (temperature == 0.0f && (args_given(argc, argv, 2, opts, "top-k") ||
+                                args_given(argc, argv, 2, opts, "top-p"))) {
         fprintf(stderr, "qkv generate: --temperature 0 is greedy decoding: --top-k and --top-p "
                 "sample, give them with a temperature > 0\n");
         return 2;
     }
-    qkv_kv_cache kv;
-    if (cli_kv_cache(kv_cache, &kv)) return 2;
     lm_dir d;
-    if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
+    if ((rc = lm_dir_open(&d, model, &precision, threads))) return rc;
     qkv_error err = {0};
-    qkv_lm_set_kv_cache(d.model, kv, &err); /* kv is one of the enum's: it cannot fail */
+    /* one of the enum's values: it cannot fail */
+    qkv_lm_set_kv_cache(d.model, (qkv_kv_cache)kv_cache.value, &err);
     if (!*prompt) prompt = "\n";
     size_t n = 0;
     int *ids = encode_text(&d.vocab, prompt, strlen(prompt), &n, "the prompt");
@@ -546,29 +533,35 @@ done:
 
 int cmd_eval_lm(int argc, char **argv)
 {
-    const char *model = NULL, *data = NULL, *precision = "fp32";
+    const char *model = NULL, *data = NULL;
     int all = 0, batch = 16, context = 0, threads = 0;
+    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32};
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory (qkv train-lm)", NULL},
-        {"data", OPT_STRING, &data, "a text file", NULL},
-        {"all", OPT_FLAG, &all, "the whole file (default: its held-out end, as in training)", NULL},
-        {"context", OPT_INT, &context, "tokens per window (0: the model's context)", "[0, 16384]"},
-        {"batch", OPT_INT, &batch, "windows per forward pass", "[1, 65536]"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
-        {NULL, 0, NULL, NULL, NULL},
+        {"model", OPT_DIR, &model, "model directory (qkv train-lm)", NULL, NULL},
+        {"m", OPT_ALIAS, "model", NULL, NULL, NULL},
+        {"data", OPT_FILE, &data, "a text file", NULL, NULL},
+        {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
+        {"all", OPT_FLAG, &all, "the whole file (default: its held-out end, as in training)", NULL,
+         NULL},
+        {"context", OPT_INT, &context, "tokens per window (0: the model's context)", "[0, 16384]",
+         NULL},
+        {"batch", OPT_INT, &batch, "windows per forward pass", "[1, 65536]", NULL},
+        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS, NULL},
+        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
+        {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
+        {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv eval-lm --model DIR --data FILE [--all]\n"
-                        "per-token loss (nats) and perplexity, each token predicted once from "
-                        "the ones before it in its window");
+                        "Per-token loss (nats) and perplexity, each token predicted once from "
+                        "the ones before it in its window.");
     if (rc) return rc > 0 ? 0 : 2;
-    if (!model || !data || batch < 1 || context < 0) {
-        fprintf(stderr, "qkv eval-lm: needs --model DIR and --data FILE (and --batch >= 1)\n");
+    if (!model || !data) {
+        fprintf(stderr, "qkv eval-lm: needs --model DIR and --data FILE\n");
         return 2;
     }
     lm_dir d;
-    if ((rc = lm_dir_open(&d, model, precision, threads))) return rc;
+    if ((rc = lm_dir_open(&d, model, &precision, threads))) return rc;
     qkv_error err = {0};
     const int max_len = qkv_lm_get_config(d.model)->max_len;
     if (context == 0) context = max_len;

@@ -14,28 +14,30 @@ int cmd_plot(int argc, char **argv)
     const char *out = NULL, *positional = NULL;
     int positions = 60, d_model = 32;
     const opt_spec opts[] = {
-        {"out", OPT_STRING, &out, "training curves to this PNG (default DIR/training.png)", NULL},
-        {"positional", OPT_STRING, &positional,
-         "write positional-encoding.png and positional-encoding-heatmap.png into this directory",
+        {"out", OPT_FILE, &out, "training curves to this PNG (default DIR/training.png)", NULL,
          NULL},
-        {"positions", OPT_INT, &positions, "positions shown with --positional", "[2, 4096]"},
+        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        {"positional", OPT_DIR, &positional,
+         "write positional-encoding.png and positional-encoding-heatmap.png into this directory",
+         NULL, NULL},
+        {"positions", OPT_INT, &positions, "positions shown with --positional", "[2, 4096]", NULL},
         {"d-model", OPT_INT, &d_model,
-         "encoding width with --positional (the figures show columns 6-9)", "[10, 4096]"},
-        {NULL, 0, NULL, NULL, NULL},
+         "encoding width with --positional (the figures show columns 6-9)", "[10, 4096]", NULL},
+        {0},
     };
-    const char *usage = "usage: qkv plot DIR [--out FILE.png]   training curves of a model directory\n"
-                        "       qkv plot --positional OUTDIR    the sinusoidal positional encoding";
+    const char *usage = "usage: qkv plot DIR [--out FILE]   training curves of a model directory\n"
+                        "       qkv plot --positional DIR   the sinusoidal positional encoding";
     /* DIR is the one argument that is not an option */
-    const char *dir = argc > 2 && strncmp(argv[2], "--", 2) && strcmp(argv[2], "-h") ? argv[2] : NULL;
+    const char *dir = argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
     int rc = args_parse(argc, argv, dir ? 3 : 2, opts, usage);
     if (rc) return rc > 0 ? 0 : 2;
     if (!dir == !positional) {
-        fprintf(stderr, "qkv plot: give a model directory or --positional OUTDIR (see --help)\n");
+        fprintf(stderr, "qkv plot: give a model directory or --positional DIR (see --help)\n");
         return 2;
     }
     const int first = dir ? 3 : 2;
-    if (dir && (args_given(argc, argv, first, "positions") ||
-                args_given(argc, argv, first, "d-model"))) {
+    if (dir && (args_given(argc, argv, first, opts, "positions") ||
+                args_given(argc, argv, first, opts, "d-model"))) {
         fprintf(stderr, "qkv plot: --positions and --d-model are for --positional\n");
         return 2;
     }

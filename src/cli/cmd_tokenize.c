@@ -94,17 +94,19 @@ int cmd_tokenize(int argc, char **argv)
     const char *spm = NULL;
     int pieces = 0, ids = 0, decode = 0, d2l = 0;
     const opt_spec opts[] = {
-        {"spm", OPT_STRING, &spm, "SentencePiece model file (.model / .spm)", NULL},
-        {"pieces", OPT_FLAG, &pieces, "pieces, space-separated (the default)", NULL},
-        {"ids", OPT_FLAG, &ids, "ids, space-separated", NULL},
-        {"decode", OPT_FLAG, &decode, "read pieces (or with --ids, ids) and write the text", NULL},
+        {"spm", OPT_FILE, &spm, "SentencePiece model file (.model / .spm)", NULL, NULL},
+        {"pieces", OPT_FLAG, &pieces, "pieces, space-separated (the default)", NULL, NULL},
+        {"ids", OPT_FLAG, &ids, "ids, space-separated", NULL, NULL},
+        {"decode", OPT_FLAG, &decode, "read pieces (or with --ids, ids) and write the text", NULL,
+         NULL},
         {"d2l", OPT_FLAG, &d2l, "instead: d2l's preprocessing of each line (lower case as "
-                                "Python's str.lower, a space before , . ! ?)", NULL},
-        {NULL, 0, NULL, NULL, NULL},
+                                "Python's str.lower, a space before , . ! ?)", NULL, NULL},
+        {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
                         "usage: qkv tokenize (--spm FILE [--pieces | --ids] [--decode] | --d2l) "
-                        "< text > tokens");
+                        "< text > tokens\n"
+                        "SentencePiece pieces or ids of text, and back: a filter.");
     if (rc) return rc > 0 ? 0 : 2;
     if ((!spm && !d2l) || (spm && d2l) || (pieces && ids)) {
         fprintf(stderr, "qkv tokenize: needs --spm FILE or --d2l, and --pieces or --ids (not "

@@ -51,72 +51,38 @@ static void show_progress(const qkv_train_progress *p, void *ctx)
     }
 }
 
-/* How the model is trained, every option: what the run reads, and train.json (the model
- * directory alone then says how to train it again). data is the TSV file, or the source
- * file when tgt is set. */
+/* How the model is trained: what the run reads, and the option table, whose recorded options
+ * make train.json (the model directory alone then says how to train it again). data is the
+ * TSV file, or the source file when tgt is set. */
 typedef struct {
     int num_steps, num_examples, min_freq, vocab_size, joint_bpe, valid_bleu;
-    const char *data, *tgt, *tokenizer, *valid, *valid_src, *valid_tgt, *loss, *precision;
+    const char *data, *tgt, *tokenizer, *valid, *valid_src, *valid_tgt;
+    qkv_spm_type spm_type;
     const qkv_train_options *o;
+    const opt_spec *opts;
     const cJSON *history; /* resumed runs: what changed when (NULL for a new run) */
     int writer;           /* this process writes the run directory (rank 0 under mpirun) */
-    const char *spm_type; /* SentencePiece: unigram or bpe */
 } train_record;
 
-/* A float option as its shortest decimal (0.005, not 0.004999999888). */
-static double decimal(float x)
-{
-    char text[32];
-    snprintf(text, sizeof text, "%.7g", (double)x);
-    return strtod(text, NULL);
-}
-
+/* train.json: every option the table records there, but those that do not apply to this run
+ * (subword options of a word model, validation options without validation), and the history
+ * of a resumed run. */
 static int write_train_json(const char *dir, const train_record *r)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/train.json", dir);
-    const qkv_train_options *o = r->o;
+    const int spm = !strcmp(r->tokenizer, "spm"), subwords = spm || !strcmp(r->tokenizer, "bpe");
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "num_steps", r->num_steps);
-    cJSON_AddNumberToObject(j, "num_examples", r->num_examples);
-    cJSON_AddNumberToObject(j, "min_freq", r->min_freq);
-    cJSON_AddStringToObject(j, "data", r->data);
-    if (r->tgt) cJSON_AddStringToObject(j, "tgt", r->tgt);
-    cJSON_AddStringToObject(j, "tokenizer", r->tokenizer);
-    if (!strcmp(r->tokenizer, "bpe") || !strcmp(r->tokenizer, "spm")) {
-        cJSON_AddNumberToObject(j, "vocab_size", r->vocab_size);
-        cJSON_AddBoolToObject(j, "joint_bpe", r->joint_bpe);
+    char *text = NULL;
+    if (j && !resume_record_options(j, r->opts)) {
+        if (!subwords) cJSON_DeleteItemFromObject(j, "vocab_size");
+        if (!subwords) cJSON_DeleteItemFromObject(j, "joint_bpe");
+        if (!spm) cJSON_DeleteItemFromObject(j, "spm_type");
+        if (!r->valid && !r->valid_src) cJSON_DeleteItemFromObject(j, "valid_bleu");
+        if (!r->valid && !r->valid_src) cJSON_DeleteItemFromObject(j, "patience");
+        if (r->history) cJSON_AddItemToObject(j, "history", cJSON_Duplicate(r->history, 1));
+        text = cJSON_Print(j);
     }
-    if (!strcmp(r->tokenizer, "spm")) cJSON_AddStringToObject(j, "spm_type", r->spm_type);
-    cJSON_AddNumberToObject(j, "batch", o->batch);
-    cJSON_AddNumberToObject(j, "batch_tokens", o->batch_tokens);
-    cJSON_AddNumberToObject(j, "epochs", o->epochs);
-    cJSON_AddStringToObject(j, "schedule", o->schedule == QKV_LR_NOAM ? "noam" : "constant");
-    cJSON_AddNumberToObject(j, "lr", decimal(o->lr));
-    cJSON_AddNumberToObject(j, "warmup", o->warmup);
-    cJSON_AddNumberToObject(j, "lr_factor", decimal(o->lr_factor));
-    cJSON_AddNumberToObject(j, "beta1", decimal(o->beta1));
-    cJSON_AddNumberToObject(j, "beta2", decimal(o->beta2));
-    cJSON_AddNumberToObject(j, "adam_eps", decimal(o->adam_eps));
-    cJSON_AddNumberToObject(j, "weight_decay", decimal(o->weight_decay));
-    cJSON_AddNumberToObject(j, "clip", decimal(o->clip));
-    cJSON_AddNumberToObject(j, "label_smoothing", decimal(o->label_smoothing));
-    cJSON_AddStringToObject(j, "loss", r->loss);
-    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
-    if (r->valid || r->valid_src) {
-        if (r->valid) cJSON_AddStringToObject(j, "valid", r->valid);
-        if (r->valid_src) cJSON_AddStringToObject(j, "valid_src", r->valid_src);
-        if (r->valid_tgt) cJSON_AddStringToObject(j, "valid_tgt", r->valid_tgt);
-        cJSON_AddBoolToObject(j, "valid_bleu", r->valid_bleu);
-        cJSON_AddNumberToObject(j, "patience", o->patience);
-    }
-    cJSON_AddNumberToObject(j, "keep_epochs", o->keep_epochs);
-    cJSON_AddNumberToObject(j, "minutes", decimal((float)o->minutes));
-    cJSON_AddNumberToObject(j, "checkpoint_every", o->checkpoint_every);
-    cJSON_AddBoolToObject(j, "skip_nonfinite", o->skip_nonfinite);
-    cJSON_AddStringToObject(j, "precision", r->precision);
-    if (r->history) cJSON_AddItemToObject(j, "history", cJSON_Duplicate(r->history, 1));
-    char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return fprintf(stderr, "qkv: %s: out of memory\n", path), -1;
     const int rc = run_dir_write(path, text);
@@ -158,11 +124,10 @@ fail:
  * writer only: other ranks learn the same models into temporary files), and makes the
  * vocabularies from their pieces. */
 static int learn_spm(qkv_tokenizer *tok, const qkv_corpus *c, int vocab_size, int joint,
-                     const char *type, const char *out, int writer)
+                     qkv_spm_type kind, const char *out, int writer)
 {
     qkv_error err = {0};
     const qkv_sentences *both[2] = {&c->source, &c->target};
-    const qkv_spm_type kind = !strcmp(type, "bpe") ? QKV_SPM_BPE : QKV_SPM_UNIGRAM;
     char src[4096], tgt[4096];
     if (writer) {
         snprintf(src, sizeof src, "%s/source.spm", out);
@@ -223,6 +188,20 @@ static int build_dataset(qkv_dataset *d, int **bufs, const qkv_sentences *src,
     }
     *d = (qkv_dataset){(int)n, num_steps, bufs[0], bufs[1], bufs[2], bufs[3]};
     return 0;
+}
+
+/* One line when --max-tokens cuts training sentences (with their <eos>): how many pairs. d2l
+ * cuts on purpose (num_steps 10 on fra.txt); elsewhere it is most often a limit set too low. */
+static void warn_truncated(const qkv_corpus *c, int max_tokens)
+{
+    int cut = 0;
+    for (int i = 0; i < c->source.count; i++)
+        cut += qkv_sentence_len(&c->source, i) + 1 > max_tokens ||
+               qkv_sentence_len(&c->target, i) + 1 > max_tokens;
+    if (cut)
+        fprintf(stderr, "qkv train: warning: %d of %d sentence pairs are longer than "
+                "--max-tokens %d (counting <eos>) and were cut to it\n", cut, c->source.count,
+                max_tokens);
 }
 
 /* A new model in out: vocabularies (or subword encodings) learned from the corpus, the
@@ -326,6 +305,33 @@ static int raw_bpe(const qkv_train_options *o)
     return keep;
 }
 
+/* The training pairs and the held-out ones (none without validation), read as the tokenizer
+ * reads text. 0, or -1 after printing why. */
+static int read_corpora(qkv_corpus *corpus, qkv_corpus *held_out, const train_record *r,
+                        const qkv_train_options *o)
+{
+    qkv_error err = {0};
+    /* SentencePiece reads text as people write it; d2l's words are lower-cased */
+    qkv_status (*tsv)(qkv_corpus *, const char *, int, qkv_error *) = qkv_corpus_read_tsv;
+    qkv_status (*aligned)(qkv_corpus *, const char *, const char *, int, qkv_error *) =
+        qkv_corpus_read_aligned;
+    /* and a cased byte-pair model reads it in NFC, as qkv_tokenizer_words gives it later */
+    const int nfc = !strcmp(r->tokenizer, "bpe") && raw_bpe(o);
+    if (!strcmp(r->tokenizer, "spm") || nfc)
+        tsv = qkv_corpus_read_tsv_raw, aligned = qkv_corpus_read_aligned_raw;
+    if ((r->tgt ? aligned(corpus, r->data, r->tgt, r->num_examples, &err)
+                : tsv(corpus, r->data, r->num_examples, &err)) ||
+        (nfc && qkv_corpus_nfc(corpus, &err)) ||
+        ((r->valid || r->valid_src) &&
+         ((r->valid ? tsv(held_out, r->valid, 0, &err)
+                    : aligned(held_out, r->valid_src, r->valid_tgt, 0, &err)) ||
+          (nfc && qkv_corpus_nfc(held_out, &err))))) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* Trains as r and o say (a new model in o->out_dir, or the one there with --resume): reads
  * the corpora, makes the model and its tokenizer, trains, draws the curves. The exit status. */
 static int run(const train_record *r, qkv_train_options *o, qkv_transformer_config *cfg,
@@ -339,27 +345,7 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
     int *bufs[8] = {0};
     const char *out = o->out_dir;
     int rc = 1;
-    /* SentencePiece reads text as people write it; d2l's words are lower-cased */
-    qkv_status (*tsv)(qkv_corpus *, const char *, int, qkv_error *) = qkv_corpus_read_tsv;
-    qkv_status (*aligned)(qkv_corpus *, const char *, const char *, int, qkv_error *) =
-        qkv_corpus_read_aligned;
-    /* and a cased byte-pair model reads it in NFC, as qkv_tokenizer_words gives it later */
-    const int nfc = !strcmp(r->tokenizer, "bpe") && raw_bpe(o);
-    if (!strcmp(r->tokenizer, "spm") || nfc)
-        tsv = qkv_corpus_read_tsv_raw, aligned = qkv_corpus_read_aligned_raw;
-    if ((r->tgt ? aligned(&corpus, r->data, r->tgt, r->num_examples, &err)
-                : tsv(&corpus, r->data, r->num_examples, &err)) ||
-        (nfc && qkv_corpus_nfc(&corpus, &err))) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        goto done;
-    }
-    if ((r->valid || r->valid_src) &&
-        ((r->valid ? tsv(&held_out, r->valid, 0, &err)
-                   : aligned(&held_out, r->valid_src, r->valid_tgt, 0, &err)) ||
-         (nfc && qkv_corpus_nfc(&held_out, &err)))) {
-        fprintf(stderr, "qkv: %s\n", err.msg);
-        goto done;
-    }
+    if (read_corpora(&corpus, &held_out, r, o)) goto done;
     const int resuming = o->resume, T = r->num_steps;
     if (!(t = resuming ? resumed_model(out, r) : new_model(cfg, &corpus, out, r))) goto done;
     qkv_transformer *m = qkv_translator_model(t);
@@ -374,6 +360,7 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
         o->valid_reference_text = (const char *const *)ref_lines;
     }
     if (to_tokens(tok, &corpus.source, 0) || to_tokens(tok, &corpus.target, 1)) goto done;
+    if (r->writer) warn_truncated(&corpus, T);
     qkv_dataset ds, vs;
     if (build_dataset(&ds, bufs, &corpus.source, &corpus.target, tok, T)) goto done;
     if (held_out.source.count) {
@@ -423,245 +410,229 @@ done:
     return rc;
 }
 
-/* What a resumed run compares with its directory (resume.h): config.json's model options,
- * then train.json's (the data files as the run named them: --data, or --src with --tgt). */
-static const resume_option model_options[] = {
-    {"d-model", "d_model", 1, 0}, {"heads", "heads", 1, 0}, {"ffn", "ffn", 1, 0},
-    {"layers", "enc_layers", 1, 0}, {"enc-layers", "enc_layers", 1, 0},
-    {"dec-layers", "dec_layers", 1, 0}, {"dropout", "dropout", 1, 0},
-    {"max-len", "max_len", 1, 0}, {"bias", "bias", 1, 0}, {"pre-norm", "pre_norm", 1, 0},
-    {"final-norm", "final_norm", 1, 0}, {"act", "act", 1, 0}, {"tie", "tie", 1, 0},
-    {"learned-pos", "learned_pos", 1, 0},
-};
-static const resume_option tsv_data[] = {
-    {"data", "data", 1, 0}, {"src", NULL, 1, 0}, {"tgt", "tgt", 1, 0},
-};
-static const resume_option aligned_data[] = {
-    {"src", "data", 1, 0}, {"tgt", "tgt", 1, 0}, {"data", NULL, 1, 0},
-};
-static const resume_option train_options[] = {
-    /* the data as the model sees it, and its order (the checkpoint's position counts batches) */
-    {"num-steps", "num_steps", 1, 0}, {"num-examples", "num_examples", 1, 0},
-    {"min-freq", "min_freq", 1, 0}, {"tokenizer", "tokenizer", 1, 0},
-    {"vocab-size", "vocab_size", 1, 0}, {"joint-bpe", "joint_bpe", 1, 0},
-    {"spm-type", "spm_type", 1, 0},
-    {"batch", "batch", 1, 0}, {"batch-tokens", "batch_tokens", 1, 0}, {"seed", "seed", 1, 0},
-    {"valid", "valid", 1, 0}, {"valid-src", "valid_src", 1, 0},
-    {"valid-tgt", "valid_tgt", 1, 0}, {"no-bleu", "valid_bleu", 1, 1},
-    /* how it learns from here on */
-    {"epochs", "epochs", 0, 0}, {"schedule", "schedule", 0, 0}, {"lr", "lr", 0, 0},
-    {"warmup", "warmup", 0, 0}, {"lr-factor", "lr_factor", 0, 0}, {"beta1", "beta1", 0, 0},
-    {"beta2", "beta2", 0, 0}, {"adam-eps", "adam_eps", 0, 0},
-    {"weight-decay", "weight_decay", 0, 0}, {"clip", "clip", 0, 0},
-    {"label-smoothing", "label_smoothing", 0, 0}, {"loss", "loss", 0, 0},
-    {"patience", "patience", 0, 0}, {"keep-epochs", "keep_epochs", 0, 0},
-    {"minutes", "minutes", 0, 0}, {"checkpoint-every", "checkpoint_every", 0, 0},
-    {"skip-nonfinite", "skip_nonfinite", 0, 0}, {"precision", "precision", 0, 0},
-};
-#define N_OF(a) (int)(sizeof a / sizeof *a)
+/* Every option of qkv train, as parsed (on --resume: as recorded, then parsed over that). */
+typedef struct {
+    qkv_transformer_config cfg;
+    qkv_train_options o;
+    const char *data, *src, *tgt, *out, *valid, *valid_src, *valid_tgt;
+    opt_choice tokenizer, spm_type, act, tie, schedule, loss, precision;
+    int layers, enc_layers, dec_layers, num_steps, num_examples, min_freq, threads, quiet, every,
+        vocab_size, joint_bpe, no_bleu, overwrite;
+    float minutes;
+} train_cli;
 
-/* --resume: out's recorded options become the defaults, the command line is parsed again
- * over them, and each difference is checked (resume.h). 0, or the exit status. */
-static int resume_options(resume_record *rec, const char *out, const opt_spec *opts, int argc,
-                          char **argv)
+/* The command's own choices (the library's enums name the others). */
+static const char *const TOKENIZERS[] = {"word", "bpe", "spm", NULL};
+enum { TOKENIZER_WORD, TOKENIZER_BPE, TOKENIZER_SPM };
+static const char *const LOSSES[] = {"token", "d2l", NULL};
+enum { LOSS_TOKEN, LOSS_D2L };
+
+static const char USAGE[] =
+    "usage: qkv train (--data FILE | --src FILE --tgt FILE) --out DIR [options]\n"
+    "Trains an encoder-decoder Transformer on sentence pairs and writes the model directory.";
+
+enum { MAX_TRAIN_OPTIONS = 72 };
+
+/* The defaults, and the option table over c (every option once: name, value, help, range and
+ * what a run records of it). Long: one row per option. */
+static void train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
 {
-    if (resume_start(rec, out)) return 1;
-    const int aligned = cJSON_GetObjectItemCaseSensitive(rec->train, "tgt") != NULL;
-    const resume_table tables[] = {
-        {0, model_options, N_OF(model_options)},
-        {1, aligned ? aligned_data : tsv_data, N_OF(tsv_data)},
-        {1, train_options, N_OF(train_options)},
+    *c = (train_cli){.cfg = qkv_transformer_default_config(), .o = qkv_train_default_options(),
+                     .tokenizer = {0, TOKENIZERS, TOKENIZER_WORD},
+                     .spm_type = {QKV_ENUM_SPM_TYPE, NULL, QKV_SPM_UNIGRAM},
+                     .act = {QKV_ENUM_ACTIVATION, NULL, QKV_ACT_RELU},
+                     .tie = {QKV_ENUM_TIE, NULL, QKV_TIE_NONE},
+                     .schedule = {QKV_ENUM_LR_SCHEDULE, NULL, QKV_LR_CONSTANT},
+                     .loss = {0, LOSSES, LOSS_TOKEN},
+                     .precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
+                     .layers = 2, .enc_layers = -1, .dec_layers = -1, .num_steps = 10,
+                     .min_freq = 2, .every = 10, .vocab_size = 8000};
+    c->o.seed = 0;
+    const opt_spec table[] = {
+        {"data", OPT_FILE, &c->data,
+         "sentence pairs, source<TAB>target per line (d2l's fra.txt)", NULL, "data"},
+        {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
+        {"src", OPT_FILE, &c->src, "source sentences, one per line (with --tgt)", NULL, "data"},
+        {"tgt", OPT_FILE, &c->tgt, "target sentences, line-aligned with --src", NULL, "data"},
+        {"out", OPT_DIR, &c->out, "model directory to write", NULL, NULL},
+        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        {"tokenizer", OPT_CHOICE, &c->tokenizer, "word: d2l's words; bpe: subwords of them; "
+                                                 "spm: SentencePiece on raw, cased text", NULL,
+         "data"},
+        {"vocab-size", OPT_INT, &c->vocab_size,
+         "bpe, spm: tokens per vocabulary, reserved ones included", "[5, 1048576]", "data"},
+        {"joint-bpe", OPT_FLAG, &c->joint_bpe,
+         "bpe, spm: one encoding and vocabulary for both languages", NULL, "data"},
+        {"spm-type", OPT_CHOICE, &c->spm_type, "spm: SentencePiece's model type", NULL, "data"},
+        {"d-model", OPT_INT, &c->cfg.d_model, "model width", ARG_D_MODEL, "model"},
+        {"heads", OPT_INT, &c->cfg.heads, "attention heads", ARG_D_MODEL, "model"},
+        {"ffn", OPT_INT, &c->cfg.ffn, "hidden size of the position-wise FFN", ARG_FFN,
+         "model"},
+        {"layers", OPT_INT, &c->layers, "encoder and decoder blocks", ARG_LAYERS,
+         "model enc_layers"},
+        {"enc-layers", OPT_INT, &c->enc_layers, "encoder blocks (overrides --layers)",
+         ARG_LAYERS_GE0, "model"},
+        {"dec-layers", OPT_INT, &c->dec_layers, "decoder blocks (overrides --layers)",
+         ARG_LAYERS, "model"},
+        {"dropout", OPT_FLOAT, &c->cfg.dropout, "dropout rate", ARG_RATE, "model"},
+        {"max-len", OPT_INT, &c->cfg.max_len, "longest sequence the model accepts", ARG_MAX_LEN,
+         "model"},
+        {"bias", OPT_FLAG, &c->cfg.bias, "biases in the attention projections", NULL, "model"},
+        {"pre-norm", OPT_FLAG, &c->cfg.pre_norm,
+         "x + Sublayer(LayerNorm(x)) instead of post-norm", NULL, "model"},
+        {"final-norm", OPT_FLAG, &c->cfg.final_norm, "a LayerNorm after each stack", NULL,
+         "model"},
+        {"act", OPT_CHOICE, &c->act, "FFN activation (silu: swish)", NULL, "model"},
+        {"tie", OPT_CHOICE, &c->tie, "weight sharing: output (target embedding = output "
+                                     "projection) or all (and the source embedding)", NULL,
+         "model"},
+        {"learned-pos", OPT_FLAG, &c->cfg.learned_pos,
+         "learned instead of sinusoidal positions", NULL, "model"},
+        {"batch", OPT_INT, &c->o.batch, "sentence pairs per batch", "[1, 65536]", "data"},
+        {"batch-tokens", OPT_INT, &c->o.batch_tokens,
+         "batches of similar length, pairs x longest <= N (0: --batch)", "[0, 16777216]", "data"},
+        {"max-tokens", OPT_INT, &c->num_steps, "tokens per sentence, <eos> included: longer "
+                                               "ones are cut (and counted in a warning), "
+                                               "shorter ones padded", "[2, 65536]",
+         "data num_steps"},
+        {"num-steps", OPT_ALIAS, "max-tokens", "d2l's name", NULL, NULL},
+        {"schedule", OPT_CHOICE, &c->schedule,
+         "learning rate: constant (--lr) or noam (the paper's warmup)", NULL, "train"},
+        {"lr", OPT_FLOAT, &c->o.lr, "Adam learning rate (constant schedule)", ARG_LR, "train"},
+        {"warmup", OPT_INT, &c->o.warmup, "noam: warmup steps", ARG_GE1, "train"},
+        {"lr-factor", OPT_FLOAT, &c->o.lr_factor,
+         "noam: lr = F d_model^-0.5 min(step^-0.5, step warmup^-1.5)", ARG_LR_FACTOR, "train"},
+        {"beta1", OPT_FLOAT, &c->o.beta1, "Adam's first-moment decay", ARG_RATE, "train"},
+        {"beta2", OPT_FLOAT, &c->o.beta2, "Adam's second-moment decay", ARG_RATE, "train"},
+        {"adam-eps", OPT_FLOAT, &c->o.adam_eps, "Adam's epsilon", ARG_ADAM_EPS, "train"},
+        {"weight-decay", OPT_FLOAT, &c->o.weight_decay, "decoupled weight decay (AdamW)",
+         ARG_WEIGHT_DECAY, "train"},
+        {"clip", OPT_FLOAT, &c->o.clip, "clip the global gradient norm to this (0: off)",
+         ARG_GE0, "train"},
+        {"label-smoothing", OPT_FLOAT, &c->o.label_smoothing, "label smoothing epsilon",
+         ARG_RATE, "train"},
+        {"loss", OPT_CHOICE, &c->loss,
+         "gradient of: token (per-token mean) or d2l (d2l's scaling)", NULL, "train"},
+        {"epochs", OPT_INT, &c->o.epochs, "passes over the data", ARG_GE1, "train"},
+        {"minutes", OPT_FLOAT, &c->minutes,
+         "time budget: no epoch starts that would end after it (0: none)", ARG_GE0, "train"},
+        {"num-examples", OPT_INT, &c->num_examples, "use the first N pairs (0: all)", ARG_GE0,
+         "data"},
+        {"min-freq", OPT_INT, &c->min_freq, "word: rarer tokens become <unk>", ARG_GE0, "data"},
+        {"valid", OPT_FILE, &c->valid,
+         "held-out pairs (TSV): loss and BLEU every epoch, best model", NULL, "data"},
+        {"valid-src", OPT_FILE, &c->valid_src, "held-out source sentences (with --valid-tgt)",
+         NULL, "data"},
+        {"valid-tgt", OPT_FILE, &c->valid_tgt,
+         "held-out references, line-aligned with --valid-src", NULL, "data"},
+        {"no-bleu", OPT_FLAG, &c->no_bleu, "validation loss only (no decoding for BLEU)", NULL,
+         "data !valid_bleu"},
+        {"patience", OPT_INT, &c->o.patience,
+         "stop after N validations without a new best (0: never)", ARG_GE0, "train"},
+        {"keep-epochs", OPT_INT, &c->o.keep_epochs,
+         "keep the last N epochs' models in DIR/epoch-NNN", ARG_GE0, "train"},
+        {"seed", OPT_U64, &c->o.seed, "initialisation, data order and dropout", ARG_SEED, "data"},
+        {"threads", OPT_INT, &c->threads, "threads per rank (0: all cores; under mpirun, shared "
+                                          "among the ranks of a machine)", ARG_THREADS, NULL},
+        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
+        {"precision", OPT_CHOICE, &c->precision, CLI_TRAIN_PRECISION_HELP, NULL, "train"},
+        {"checkpoint-every", OPT_INT, &c->o.checkpoint_every, "also checkpoint every N steps",
+         ARG_GE0, "train"},
+        {"skip-nonfinite", OPT_FLAG, &c->o.skip_nonfinite,
+         "skip steps with NaN/Inf instead of stopping", NULL, "train"},
+        {"resume", OPT_FLAG, &c->o.resume, "continue from DIR/checkpoint.safetensors, with the "
+                                           "options it recorded (those defining the model or "
+                                           "data cannot change)", NULL, NULL},
+        {"overwrite", OPT_FLAG, &c->overwrite, "replace what DIR holds (a trained model, another "
+                                               "run, files of a run's names)", NULL, NULL},
+        {"stop-after-steps", OPT_INT, &c->o.stop_after_steps,
+         "checkpoint and stop at this step (0: never)", ARG_GE0, NULL},
+        {"log-every", OPT_INT, &c->every, "print a line every N epochs (without a terminal)",
+         ARG_GE1, NULL},
+        {"quiet", OPT_FLAG, &c->quiet, "no progress output", NULL, NULL},
+        {"q", OPT_ALIAS, "quiet", NULL, NULL, NULL},
+        {0},
     };
-    return resume_finish(rec, tables, N_OF(tables), opts, argc, argv, "qkv train");
+    _Static_assert(sizeof table <= MAX_TRAIN_OPTIONS * sizeof *table, "MAX_TRAIN_OPTIONS");
+    memcpy(opts, table, sizeof table);
+}
+
+/* The combinations that cannot be meant: 0, or -1 after saying why. */
+static int train_check(const train_cli *c, const opt_spec *opts, int argc, char **argv)
+{
+    const char *why = NULL;
+    const int subwords = c->tokenizer.value != TOKENIZER_WORD;
+    const int noam = c->schedule.value == QKV_LR_NOAM;
+    if (!c->out || (!c->data && !(c->src && c->tgt)))
+        why = "needs --out and either --data or --src with --tgt";
+    else if (c->data && (c->src || c->tgt))
+        why = "--data is the pairs in one file, --src with --tgt in two: give one";
+    else if (c->num_steps > c->cfg.max_len)
+        why = "--max-tokens must be in [2, --max-len]";
+    else if ((c->valid_src != NULL) != (c->valid_tgt != NULL) || (c->valid && c->valid_src))
+        why = "validation is --valid FILE or --valid-src with --valid-tgt";
+    else if (!c->valid && !c->valid_src && (args_given(argc, argv, 2, opts, "patience") ||
+                                            c->no_bleu))
+        why = "--patience and --no-bleu need validation (--valid, or --valid-src with "
+              "--valid-tgt)";
+    else if (args_typed(argc, argv, 2, opts, noam ? "lr" : "warmup") ||
+             (!noam && args_typed(argc, argv, 2, opts, "lr-factor")))
+        why = noam ? "--lr sets the constant schedule's rate; --warmup and --lr-factor shape "
+                     "the noam schedule's (this run's is noam)"
+                   : "--lr sets the constant schedule's rate; --warmup and --lr-factor shape "
+                     "the noam schedule's (this run's is constant)";
+    else if (!subwords && (c->joint_bpe || args_given(argc, argv, 2, opts, "vocab-size")))
+        why = "--joint-bpe and --vocab-size are for --tokenizer bpe or spm";
+    else if (c->tokenizer.value != TOKENIZER_SPM && args_given(argc, argv, 2, opts, "spm-type"))
+        why = "--spm-type is for --tokenizer spm";
+    if (why) return fprintf(stderr, "qkv train: %s\n", why), -1;
+    return cli_positions_fit("qkv train", "max-len", c->cfg.max_len, c->cfg.d_model);
 }
 
 static int train_main(int argc, char **argv, cli_ranks *job)
 {
-    const qkv_reducer *ranks = &job->reducer;
-    qkv_transformer_config cfg = qkv_transformer_default_config();
-    qkv_train_options o = qkv_train_default_options();
-    const char *data = NULL, *src_path = NULL, *tgt_path = NULL, *out = NULL, *act = "relu",
-               *tie = "none", *loss = "token", *tokenizer = "word", *schedule = "constant",
-               *valid = NULL, *valid_src = NULL, *valid_tgt = NULL, *precision = "fp32",
-               *spm_type = NULL; /* unigram; NULL so that runs of other tokenizers record none */
-    int layers = 2, enc_layers = -1, dec_layers = -1, num_steps = 10, num_examples = 0,
-        min_freq = 2, threads = 0, quiet = 0, every = 10, vocab_size = 8000, joint_bpe = 0,
-        no_bleu = 0, overwrite = 0;
-    float minutes = 0.0f;
-    o.seed = 0;
+    train_cli c;
+    opt_spec opts[MAX_TRAIN_OPTIONS];
     resume_record rec = {0};
-    run_dir rd = {-1};
-    const opt_spec opts[] = {
-        {"data", OPT_STRING, &data,
-         "sentence pairs, source<TAB>target per line (d2l's fra.txt)", NULL},
-        {"src", OPT_STRING, &src_path, "source sentences, one per line (with --tgt)", NULL},
-        {"tgt", OPT_STRING, &tgt_path, "target sentences, line-aligned with --src", NULL},
-        {"out", OPT_STRING, &out, "model directory to write", NULL},
-        {"tokenizer", OPT_STRING, &tokenizer, "word (d2l's words), bpe (subwords of them) or spm "
-                                              "(SentencePiece on raw, cased text)", NULL},
-        {"vocab-size", OPT_INT, &vocab_size,
-         "bpe, spm: tokens per vocabulary, reserved ones included", "[5, 1048576]"},
-        {"joint-bpe", OPT_FLAG, &joint_bpe,
-         "bpe, spm: one encoding and vocabulary for both languages", NULL},
-        {"spm-type", OPT_STRING, &spm_type,
-         "spm: unigram (the default) or bpe, SentencePiece's model types", NULL},
-        {"d-model", OPT_INT, &cfg.d_model, "model width", "[1, 65536]"},
-        {"heads", OPT_INT, &cfg.heads, "attention heads", "[1, 65536]"},
-        {"ffn", OPT_INT, &cfg.ffn, "hidden size of the position-wise FFN", "[1, 1048576]"},
-        {"layers", OPT_INT, &layers, "encoder and decoder blocks", "[1, 1024]"},
-        {"enc-layers", OPT_INT, &enc_layers, "encoder blocks (overrides --layers)", "[0, 1024]"},
-        {"dec-layers", OPT_INT, &dec_layers, "decoder blocks (overrides --layers)", "[1, 1024]"},
-        {"dropout", OPT_FLOAT, &cfg.dropout, "dropout rate", ARG_RATE},
-        {"max-len", OPT_INT, &cfg.max_len, "longest sequence the model accepts", "[2, 65536]"},
-        {"bias", OPT_FLAG, &cfg.bias, "biases in the attention projections", NULL},
-        {"pre-norm", OPT_FLAG, &cfg.pre_norm,
-         "x + Sublayer(LayerNorm(x)) instead of post-norm", NULL},
-        {"final-norm", OPT_FLAG, &cfg.final_norm, "a LayerNorm after each stack", NULL},
-        {"act", OPT_STRING, &act, "FFN activation: relu, gelu or silu (swish)", NULL},
-        {"tie", OPT_STRING, &tie, "weight sharing: none, output (target emb = output), all", NULL},
-        {"learned-pos", OPT_FLAG, &cfg.learned_pos,
-         "learned instead of sinusoidal positions", NULL},
-        {"batch", OPT_INT, &o.batch, "sentence pairs per batch", "[1, 65536]"},
-        {"batch-tokens", OPT_INT, &o.batch_tokens,
-         "batches of similar length, pairs x longest <= N (0: --batch)", "[0, 16777216]"},
-        {"num-steps", OPT_INT, &num_steps,
-         "tokens per sentence after truncation/padding", "[2, 65536]"},
-        {"schedule", OPT_STRING, &schedule,
-         "learning rate: constant (--lr) or noam (the paper's warmup)", NULL},
-        {"lr", OPT_FLOAT, &o.lr, "Adam learning rate (constant schedule)", ARG_GT0},
-        {"warmup", OPT_INT, &o.warmup, "noam: warmup steps", ARG_GE1},
-        {"lr-factor", OPT_FLOAT, &o.lr_factor,
-         "noam: lr = F d_model^-0.5 min(step^-0.5, step warmup^-1.5)", ARG_GT0},
-        {"beta1", OPT_FLOAT, &o.beta1, "Adam's first-moment decay", ARG_RATE},
-        {"beta2", OPT_FLOAT, &o.beta2, "Adam's second-moment decay", ARG_RATE},
-        {"adam-eps", OPT_FLOAT, &o.adam_eps, "Adam's epsilon", ARG_GT0},
-        {"weight-decay", OPT_FLOAT, &o.weight_decay, "decoupled weight decay (AdamW)", ARG_GE0},
-        {"clip", OPT_FLOAT, &o.clip, "clip the global gradient norm to this (0: off)", ARG_GE0},
-        {"label-smoothing", OPT_FLOAT, &o.label_smoothing, "label smoothing epsilon", ARG_RATE},
-        {"loss", OPT_STRING, &loss,
-         "gradient of: token (per-token mean) or d2l (d2l's scaling)", NULL},
-        {"epochs", OPT_INT, &o.epochs, "passes over the data", ARG_GE1},
-        {"minutes", OPT_FLOAT, &minutes,
-         "time budget: no epoch starts that would end after it (0: none)", ARG_GE0},
-        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)", ARG_GE0},
-        {"min-freq", OPT_INT, &min_freq, "word: rarer tokens become <unk>", ARG_GE0},
-        {"valid", OPT_STRING, &valid,
-         "held-out pairs (TSV): loss and BLEU every epoch, best model", NULL},
-        {"valid-src", OPT_STRING, &valid_src, "held-out source sentences (with --valid-tgt)", NULL},
-        {"valid-tgt", OPT_STRING, &valid_tgt,
-         "held-out references, line-aligned with --valid-src", NULL},
-        {"no-bleu", OPT_FLAG, &no_bleu, "validation loss only (no decoding for BLEU)", NULL},
-        {"patience", OPT_INT, &o.patience,
-         "stop after N validations without a new best (0: never)", ARG_GE0},
-        {"keep-epochs", OPT_INT, &o.keep_epochs,
-         "keep the last N epochs' models in DIR/epoch-NNN", ARG_GE0},
-        {"seed", OPT_U64, &o.seed, "initialisation, data order and dropout", ARG_SEED},
-        {"threads", OPT_INT, &threads, "threads per rank (0: all cores; under mpirun, shared among the ranks of a machine)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_TRAIN_PRECISION_HELP, NULL},
-        {"checkpoint-every", OPT_INT, &o.checkpoint_every,
-         "also checkpoint every N steps", ARG_GE0},
-        {"skip-nonfinite", OPT_FLAG, &o.skip_nonfinite,
-         "skip steps with NaN/Inf instead of stopping", NULL},
-        {"resume", OPT_FLAG, &o.resume, "continue from DIR/checkpoint.safetensors, with the "
-                                        "options it recorded (those defining the model or data "
-                                        "cannot change)", NULL},
-        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a trained model, another "
-                                            "run, files of a run's names)", NULL},
-        {"stop-after-steps", OPT_INT, &o.stop_after_steps,
-         "checkpoint and stop at this step (0: never)", ARG_GE0},
-        {"log-every", OPT_INT, &every, "print a line every N epochs (without a terminal)", ARG_GE1},
-        {"quiet", OPT_FLAG, &quiet, "no progress output", NULL},
-        {NULL, 0, NULL, NULL, NULL},
-    };
-    int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv train (--data FILE.tsv | --src FILE --tgt FILE) --out DIR [options]");
+    run_dir rd = {.lock_fd = -1};
+    train_table(&c, opts);
+    int rc = args_parse(argc, argv, 2, opts, USAGE);
     if (rc) return rc > 0 ? 0 : 2;
-    const int writer = cli_ranks_writer(job, &quiet);
-    o.reducer = ranks;
-    if (o.resume && overwrite) {
+    const int writer = cli_ranks_writer(job, &c.quiet);
+    c.o.reducer = &job->reducer;
+    if (c.o.resume && c.overwrite) {
         fprintf(stderr, "qkv train: --resume continues the run in --out, --overwrite replaces "
                 "it: give one\n");
         goto usage;
     }
-    if (out && o.resume) { /* a resumed run claims its directory first: it reads it */
+    if (c.out && c.o.resume) { /* a resumed run claims its directory first: it reads it */
         rc = 1;
-        if (run_dir_claim_writer(&rd, out, &RUN_TRANSFORMER, RUN_RESUME, writer, argc, argv) ||
-            (rc = resume_options(&rec, out, opts, argc, argv)))
+        if (run_dir_claim_writer(&rd, c.out, &RUN_TRANSFORMER, RUN_RESUME, writer, argc, argv) ||
+            resume_start(&rec, c.out) ||
+            (rc = resume_finish(&rec, opts, argc, argv, "qkv train")))
             goto end;
     }
-    if (!out || (!data && !(src_path && tgt_path))) {
-        fprintf(stderr, "qkv train: needs --out and either --data or --src with --tgt\n");
-        goto usage;
-    }
-    if (data && (src_path || tgt_path)) {
-        fprintf(stderr, "qkv train: --data is the pairs in one file, --src with --tgt in two: "
-                "give one\n");
-        goto usage;
-    }
-    o.minutes = minutes;
-    if (num_steps < 2 || num_steps > cfg.max_len || every < 1) {
-        fprintf(stderr, "qkv train: --num-steps must be in [2, --max-len] and --log-every >= 1\n");
-        goto usage;
-    }
-    if ((valid_src != NULL) != (valid_tgt != NULL) || (valid && valid_src)) {
-        fprintf(stderr, "qkv train: validation is --valid FILE.tsv or --valid-src with --valid-tgt\n");
-        goto usage;
-    }
-    if (!valid && !valid_src && (args_given(argc, argv, 2, "patience") || no_bleu)) {
-        fprintf(stderr, "qkv train: --patience and --no-bleu need validation (--valid, or "
-                "--valid-src with --valid-tgt)\n");
-        goto usage;
-    }
-    const int bpe = !strcmp(tokenizer, "bpe") || !strcmp(tokenizer, "spm");
-    if ((strcmp(tokenizer, "word") && !bpe) ||
-        (strcmp(schedule, "constant") && strcmp(schedule, "noam")) ||
-        (spm_type && strcmp(spm_type, "unigram") && strcmp(spm_type, "bpe"))) {
-        fprintf(stderr, "qkv train: --tokenizer is word|bpe|spm, --spm-type unigram|bpe, "
-                "--schedule constant|noam\n");
-        goto usage;
-    }
-    const int noam = !strcmp(schedule, "noam");
-    if (args_typed(argc, argv, 2, noam ? "lr" : "warmup") ||
-        (!noam && args_typed(argc, argv, 2, "lr-factor"))) {
-        fprintf(stderr, "qkv train: --lr sets the constant schedule's rate; --warmup and "
-                "--lr-factor shape the noam schedule's (this run's is %s)\n", schedule);
-        goto usage;
-    }
-    if (!bpe && (joint_bpe || args_given(argc, argv, 2, "vocab-size"))) {
-        fprintf(stderr, "qkv train: --joint-bpe and --vocab-size are for --tokenizer bpe\n");
-        goto usage;
-    }
-    if (cli_positions_fit("qkv train", "max-len", cfg.max_len, cfg.d_model)) goto usage;
-    if (bpe && vocab_size <= QKV_N_RESERVED) {
-        fprintf(stderr, "qkv train: --vocab-size must exceed the %d reserved tokens\n",
-                QKV_N_RESERVED);
-        goto usage;
-    }
-    cfg.enc_layers = enc_layers >= 0 ? enc_layers : layers;
-    cfg.dec_layers = dec_layers >= 0 ? dec_layers : layers;
-    cfg.act = !strcmp(act, "gelu") ? QKV_ACT_GELU : !strcmp(act, "silu") ? QKV_ACT_SILU : QKV_ACT_RELU;
-    cfg.tie = !strcmp(tie, "all") ? QKV_TIE_ALL : !strcmp(tie, "output") ? QKV_TIE_OUTPUT : QKV_TIE_NONE;
-    if ((strcmp(act, "relu") && strcmp(act, "gelu") && strcmp(act, "silu")) ||
-        (strcmp(tie, "none") && strcmp(tie, "output") && strcmp(tie, "all")) ||
-        (strcmp(loss, "token") && strcmp(loss, "d2l"))) {
-        fprintf(stderr, "qkv train: --act is relu|gelu|silu, --tie none|output|all, --loss token|d2l\n");
-        goto usage;
-    }
     qkv_precision prec;
-    if (cli_train_precision(precision, &prec)) goto usage;
-    o.d2l_loss_scale = !strcmp(loss, "d2l");
-    o.schedule = !strcmp(schedule, "noam") ? QKV_LR_NOAM : QKV_LR_CONSTANT;
-    o.out_dir = out;
-    cli_threads(cli_ranks_threads(job, threads));
-
-    train_record r = {num_steps, num_examples, min_freq, vocab_size, joint_bpe, !no_bleu,
-                      data ? data : src_path, data ? NULL : tgt_path, bpe ? tokenizer : "word",
-                      valid, valid_src, valid_tgt, loss, precision, &o, rec.history, writer,
-                      spm_type ? spm_type : "unigram"};
+    if (train_check(&c, opts, argc, argv) ||
+        cli_train_precision(prec = (qkv_precision)c.precision.value))
+        goto usage;
+    c.o.minutes = c.minutes;
+    c.cfg.enc_layers = c.enc_layers >= 0 ? c.enc_layers : c.layers;
+    c.cfg.dec_layers = c.dec_layers >= 0 ? c.dec_layers : c.layers;
+    c.cfg.act = (qkv_activation)c.act.value, c.cfg.tie = (qkv_tie)c.tie.value;
+    c.o.d2l_loss_scale = c.loss.value == LOSS_D2L;
+    c.o.schedule = (qkv_lr_schedule)c.schedule.value;
+    c.o.out_dir = c.out;
+    cli_threads(cli_ranks_threads(job, c.threads));
+    train_record r = {c.num_steps, c.num_examples, c.min_freq, c.vocab_size, c.joint_bpe,
+                      !c.no_bleu, c.data ? c.data : c.src, c.data ? NULL : c.tgt,
+                      TOKENIZERS[c.tokenizer.value], c.valid, c.valid_src, c.valid_tgt,
+                      (qkv_spm_type)c.spm_type.value, &c.o, opts, rec.history, writer};
     rc = 1;
-    if (o.resume || !run_dir_claim_writer(&rd, out, &RUN_TRANSFORMER,
-                                          overwrite ? RUN_OVERWRITE : RUN_NEW, writer, argc, argv))
-        rc = run(&r, &o, &cfg, prec, quiet, every);
+    if (c.o.resume || !run_dir_claim_writer(&rd, c.out, &RUN_TRANSFORMER,
+                                            c.overwrite ? RUN_OVERWRITE : RUN_NEW, writer, argc,
+                                            argv))
+        rc = run(&r, &c.o, &c.cfg, prec, c.quiet, c.every);
     goto end;
 usage:
     rc = 2;

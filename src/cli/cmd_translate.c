@@ -8,57 +8,103 @@
 #include <sys/stat.h>
 #include <string.h>
 
+#include <cJSON.h>
+
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
 
-/* Beam search's stopping rule by name, and the length penalty's default for it when no
- * option set it (alpha_given 0): GNMT's alpha 0 (none) for qkv's rules, transformers'
- * length_penalty 1.0 for hf. Returns 0, or 2 after printing why. */
-static int beam_rule(qkv_translate_options *o, const char *stop, int alpha_given,
-                     const char *cmd)
+/* What translate and eval share: the decoding options, parsed into o (and the choices
+ * beside it), and the model they open. */
+typedef struct {
+    qkv_translate_options o;
+    opt_choice stop, precision;
+    const char *model;
+    int threads;
+} decode_cli;
+
+static decode_cli decode_defaults(void)
 {
-    static const char *const names[] = {"bound", "count", "hf"};
-    int k = 0;
-    while (k < 3 && strcmp(stop, names[k])) k++;
-    if (k == 3) {
-        fprintf(stderr, "qkv %s: --beam-stop '%s': expected bound, count or hf\n", cmd, stop);
-        return 2;
+    return (decode_cli){qkv_translate_default_options(),
+                        {QKV_ENUM_BEAM_STOP, NULL, QKV_BEAM_STOP_BOUND},
+                        {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32}, NULL, 0};
+}
+
+#define DECODE_OPTIONS(c)                                                                      \
+    {"model", OPT_DIR, &(c).model, "model directory", NULL, NULL},                             \
+    {"m", OPT_ALIAS, "model", NULL, NULL, NULL},                                               \
+    {"max-len", OPT_INT, &(c).o.max_len, "longest translation in tokens, a hard cap (0: the "  \
+     "model's max_len)", "[0, 65536]", NULL},                                                  \
+    {"max-len-a", OPT_FLOAT, &(c).o.max_len_a, "and each sentence's own limit, a * n + b "     \
+     "tokens for a source of n tokens (a = b = 0: none)", "[0, 1000]", NULL},                  \
+    {"max-len-b", OPT_INT, &(c).o.max_len_b, "b of --max-len-a", "[0, 65536]", NULL},          \
+    {"beam", OPT_INT, &(c).o.beam, "beam width K (1: greedy decoding)", "[1, 256]", NULL},     \
+    {"beam-stop", OPT_CHOICE, &(c).stop, "when beam search ends a sentence: bound (when no "   \
+     "live hypothesis can beat the n best), count (when K have finished) or hf (as "           \
+     "transformers' BeamSearchScorer, with lp = |Y|^alpha)", NULL, NULL},                      \
+    {"length-penalty", OPT_FLOAT, &(c).o.alpha, "beam search scores log P / lp with lp = ((5 " \
+     "+ |Y|) / 6)^alpha, or |Y|^alpha under --beam-stop hf (where the default is 1, as "       \
+     "transformers')", "[0, 100]", NULL},                                                      \
+    {"alpha", OPT_ALIAS, "length-penalty", NULL, NULL, NULL},                                  \
+    {"batch", OPT_INT, &(c).o.batch, "sentences translated together", "[1, 65536]", NULL},     \
+    {"threads", OPT_INT, &(c).threads, "threads (0: all cores)", ARG_THREADS, NULL},           \
+    {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},                                             \
+    {"precision", OPT_CHOICE, &(c).precision, CLI_PRECISION_HELP, NULL, NULL}
+
+/* The model directory's decoding defaults (generation.json, written by qkv import from a
+ * Marian release's decoder.yml or Hugging Face's generation_config.json) for each option
+ * the command line does not give: "beam", "length_penalty", "beam_stop" (bound, count or
+ * hf), "max_len". *alpha_set: whether it gave the length penalty. 0, or 1 after printing
+ * why. */
+static int generation_defaults(decode_cli *c, const opt_spec *opts, int argc, char **argv,
+                               int *alpha_set)
+{
+    char path[4096];
+    qkv_error err = {0};
+    if (!qkv_model_dir_file(path, sizeof path, c->model, "generation.json")) return 0;
+    cJSON *g = NULL;
+    if (qkv_json_load(&g, path, QKV_MAX_CONFIG_BYTES, &err))
+        return fprintf(stderr, "qkv: %s\n", err.msg), 1;
+    if (!cJSON_IsObject(g)) {
+        cJSON_Delete(g);
+        return fprintf(stderr, "qkv: %s: not a JSON object\n", path), 1;
     }
-    o->stop = (qkv_beam_stop)k;
-    if (!alpha_given) o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
+    const cJSON *beam = cJSON_GetObjectItemCaseSensitive(g, "beam");
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(g, "length_penalty");
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(g, "beam_stop");
+    const cJSON *max_len = cJSON_GetObjectItemCaseSensitive(g, "max_len");
+    static const char *const rules[] = {"bound", "count", "hf"};
+    if (cJSON_IsNumber(beam) && beam->valuedouble >= 1 && beam->valuedouble <= 256 &&
+        !args_given(argc, argv, 2, opts, "beam"))
+        c->o.beam = (int)beam->valuedouble;
+    if (cJSON_IsNumber(lp) && lp->valuedouble >= 0 && lp->valuedouble <= 100 &&
+        !args_given(argc, argv, 2, opts, "length-penalty"))
+        c->o.alpha = (float)lp->valuedouble, *alpha_set = 1;
+    for (int k = 0; k < 3 && cJSON_IsString(rule); k++)
+        if (!strcmp(rule->valuestring, rules[k]) && !args_given(argc, argv, 2, opts, "beam-stop"))
+            c->stop.value = k; /* QKV_BEAM_STOP_BOUND, _COUNT, _HF */
+    if (cJSON_IsNumber(max_len) && max_len->valuedouble >= 1 && max_len->valuedouble <= 65536 &&
+        !args_given(argc, argv, 2, opts, "max-len"))
+        c->o.max_len = (int)max_len->valuedouble;
+    cJSON_Delete(g);
     return 0;
 }
 
-#define BEAM_OPTIONS(o, stop)                                                                  \
-    {"beam", OPT_INT, &(o).beam, "beam width K (1: greedy decoding)", "[1, 256]"},             \
-    {"beam-stop", OPT_STRING, &(stop), "when beam search ends a sentence: bound (when no live " \
-     "hypothesis can beat the n best), count (when K have finished) or hf (as transformers' "  \
-     "BeamSearchScorer, with lp = |Y|^alpha)", NULL},                                          \
-    {"length-penalty", OPT_FLOAT, &(o).alpha, "beam search scores log P / lp with lp = ((5 + "  \
-     "|Y|) / 6)^alpha, or |Y|^alpha under --beam-stop hf (where the default is 1, as "          \
-     "transformers')", "[0, 100]"},                                                             \
-    {"alpha", OPT_FLOAT, &(o).alpha, "the same as --length-penalty", "[0, 100]"}
-
-#define LENGTH_OPTIONS(o)                                                                      \
-    {"max-len", OPT_INT, &(o).max_len, "longest translation in tokens, a hard cap (0: the "     \
-     "model's max_len)", "[0, 65536]"},                                                         \
-    {"max-len-a", OPT_FLOAT, &(o).max_len_a, "and each sentence's own limit, a * n + b tokens "  \
-     "for a source of n tokens (a = b = 0: none)", "[0, 1000]"},                                \
-    {"max-len-b", OPT_INT, &(o).max_len_b, "b of --max-len-a", "[0, 65536]"}
-
-#define ALPHA_GIVEN(argc, argv)                                                                \
-    (args_given(argc, argv, 2, "length-penalty") || args_given(argc, argv, 2, "alpha"))
-
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
- * read, on a CPU without bf16). Returns 0, or the exit status after printing why. */
-static int open_model(qkv_translator **t, qkv_translate_options *o, const char *cmd,
-                      const char *dir, const char *precision, int threads, const char *stop,
-                      int alpha_given)
+ * read, on a CPU without bf16). The length penalty's default, when no option (nor the model's
+ * generation.json) set it, follows the stopping rule: GNMT's alpha 0 (none) for qkv's rules,
+ * transformers' length_penalty 1.0 for hf. Returns 0, or the exit status after printing
+ * why. */
+static int open_model(qkv_translator **t, decode_cli *c, const char *cmd, const opt_spec *opts,
+                      int argc, char **argv)
 {
-    if (beam_rule(o, stop, alpha_given, cmd)) return 2;
+    qkv_translate_options *o = &c->o;
+    int alpha_set = args_given(argc, argv, 2, opts, "length-penalty");
+    if (generation_defaults(c, opts, argc, argv, &alpha_set)) return 1;
+    o->stop = (qkv_beam_stop)c->stop.value;
+    if (!alpha_set) o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
     if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
         !isfinite(o->alpha)) {
         fprintf(stderr, "qkv %s: needs --beam >= 1, 1 <= --n-best <= --beam and a finite "
@@ -70,10 +116,10 @@ static int open_model(qkv_translator **t, qkv_translate_options *o, const char *
                 "--max-len-b >= 0\n", cmd);
         return 2;
     }
-    if (cli_precision(precision, &o->precision)) return 2;
-    cli_threads(threads);
+    o->precision = (qkv_precision)c->precision.value;
+    cli_threads(c->threads);
     qkv_error err = {0};
-    if (qkv_translator_open(t, dir, &err) ||
+    if (qkv_translator_open(t, c->model, &err) ||
         qkv_transformer_set_precision(qkv_translator_model(*t), o->precision, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         qkv_translator_free(*t);
@@ -183,80 +229,21 @@ static int draw_attention(qkv_translator *t, const qkv_sentences *words,
     return bad ? -1 : 0;
 }
 
-int cmd_translate(int argc, char **argv)
+/* A whole file (or what stdin holds) translated in batches, with a progress line on a
+ * terminal, and attention figures into the directory attention (NULL: none). The exit status. */
+static int translate_file(qkv_translator *t, const char *input, const char *attention,
+                          const qkv_translate_options *o)
 {
-    const char *model = NULL, *input = NULL, *attention = NULL, *precision = "fp32";
-    const char *source_lang = NULL, *target_lang = NULL;
-    int threads = 0;
-    const char *stop = "bound";
-    qkv_translate_options o = qkv_translate_default_options();
-    const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory", NULL},
-        {"source-lang", OPT_STRING, &source_lang,
-         "a multilingual model's source language (NLLB's deu_Latn, M2M100's de)", NULL},
-        {"target-lang", OPT_STRING, &target_lang,
-         "its target language (NLLB's eng_Latn, M2M100's en, OPUS-MT's fra of >>fra<<)", NULL},
-        {"input", OPT_STRING, &input, "sentences, one per line (default: stdin)", NULL},
-        {"attention", OPT_STRING, &attention,
-         "draw every sentence's attention into this directory", NULL},
-        LENGTH_OPTIONS(o),
-        BEAM_OPTIONS(o, stop),
-        {"n-best", OPT_INT, &o.n_best,
-         "print the M best hypotheses: i ||| text ||| score", "[1, 256]"},
-        {"batch", OPT_INT, &o.batch, "sentences translated together", "[1, 65536]"},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
-        {NULL, 0, NULL, NULL, NULL},
-    };
-    int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv translate --model DIR [--input FILE] [--beam K [--beam-stop R] "
-                        "[--length-penalty A] [--n-best M]] [--attention OUTDIR]");
-    if (rc) return rc > 0 ? 0 : 2;
-    if (!model || o.batch < 1) {
-        fprintf(stderr, "qkv translate: needs --model DIR (and --batch >= 1)\n");
-        return 2;
-    }
-    qkv_translator *t;
-    if ((rc = open_model(&t, &o, "translate", model, precision, threads, stop,
-                         ALPHA_GIVEN(argc, argv)))) return rc;
-    qkv_error lerr = {0};
-    if (qkv_translator_set_languages(t, source_lang, target_lang, &lerr)) {
-        fprintf(stderr, "qkv translate: %s\n", lerr.msg);
-        qkv_translator_free(t);
-        return 2;
-    }
-    /* A file is translated in batches; a pipe or a terminal line by line, each translation
-     * printed as soon as it is made (attention figures need the batch path) */
-    struct stat st;
-    FILE *in = input ? fopen(input, "rb") : stdin;
-    if (!in) {
-        fprintf(stderr, "qkv: %s: cannot open\n", input);
-        qkv_translator_free(t);
-        return 1;
-    }
-    if (!fstat(fileno(in), &st) && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "qkv: %s: is a directory\n", input ? input : "stdin");
-        if (input) fclose(in);
-        qkv_translator_free(t);
-        return 1;
-    }
-    if (!attention && (fstat(fileno(in), &st) || !S_ISREG(st.st_mode))) {
-        rc = translate_stream(t, in, input ? input : "stdin", &o);
-        if (input) fclose(in);
-        qkv_translator_free(t);
-        return rc;
-    }
-    if (input) fclose(in);
     size_t len;
     char *text = cli_read_all(input, QKV_MAX_TEXT_BYTES, &len);
     qkv_sentences words = {0};
     qkv_translations r = {0};
     qkv_error err = {0};
-    rc = 1;
+    int rc = 1;
     if (!text) goto done;
     if (qkv_tokenizer_words(qkv_translator_tokenizer(t), &words, text, len,
                             input ? input : "stdin", &err) ||
-        qkv_translate_words(&r, t, &words, &o, &err)) {
+        cli_translate_words(&r, t, &words, o, "qkv translate", &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         goto done;
     }
@@ -273,6 +260,70 @@ done:
     free(text);
     qkv_sentences_free(&words);
     qkv_translations_free(&r);
+    return rc;
+}
+
+int cmd_translate(int argc, char **argv)
+{
+    const char *input = NULL, *attention = NULL, *source_lang = NULL, *target_lang = NULL;
+    decode_cli c = decode_defaults();
+    qkv_translate_options *const o = &c.o;
+    const opt_spec opts[] = {
+        {"input", OPT_FILE, &input, "sentences, one per line (default: stdin)", NULL, NULL},
+        {"i", OPT_ALIAS, "input", NULL, NULL, NULL},
+        {"source-lang", OPT_STRING, &source_lang,
+         "a multilingual model's source language (NLLB's deu_Latn, M2M100's de)", NULL, NULL},
+        {"target-lang", OPT_STRING, &target_lang,
+         "its target language (NLLB's eng_Latn, M2M100's en, OPUS-MT's fra of >>fra<<)", NULL,
+         NULL},
+        {"attention", OPT_DIR, &attention,
+         "draw every sentence's attention into this directory", NULL, NULL},
+        DECODE_OPTIONS(c),
+        {"n-best", OPT_INT, &o->n_best,
+         "print the M best hypotheses: i ||| text ||| score", "[1, 256]", NULL},
+        {0},
+    };
+    int rc = args_parse(argc, argv, 2, opts,
+                        "usage: qkv translate --model DIR [--input FILE] [--beam N [--beam-stop "
+                        "RULE] [--length-penalty FLOAT] [--n-best N]] [--attention DIR]\n"
+                        "Translates sentences, one per line, from --input or standard input.");
+    if (rc) return rc > 0 ? 0 : 2;
+    if (!c.model) {
+        fprintf(stderr, "qkv translate: needs --model DIR\n");
+        return 2;
+    }
+    qkv_translator *t;
+    if ((rc = open_model(&t, &c, "translate", opts, argc, argv))) return rc;
+    qkv_error lerr = {0};
+    if (qkv_translator_set_languages(t, source_lang, target_lang, &lerr)) {
+        fprintf(stderr, "qkv translate: %s\n", lerr.msg);
+        qkv_translator_free(t);
+        return 2;
+    }
+    /* A file is translated in batches; a pipe or a terminal line by line, each translation
+     * printed as soon as it is made (attention figures need the batch path) */
+    struct stat st;
+    qkv_error open_err = {0};
+    FILE *in = input ? qkv_open_file(input, 0, &open_err) : stdin;
+    if (!in) {
+        fprintf(stderr, "qkv: %s\n", open_err.msg);
+        qkv_translator_free(t);
+        return 1;
+    }
+    if (!fstat(fileno(in), &st) && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "qkv: %s: is a directory\n", input ? input : "stdin");
+        if (input) fclose(in);
+        qkv_translator_free(t);
+        return 1;
+    }
+    if (!attention && (fstat(fileno(in), &st) || !S_ISREG(st.st_mode))) {
+        rc = translate_stream(t, in, input ? input : "stdin", o);
+        if (input) fclose(in);
+        qkv_translator_free(t);
+        return rc;
+    }
+    if (input) fclose(in);
+    rc = translate_file(t, input, attention, o);
     qkv_translator_free(t);
     return rc;
 }
@@ -382,44 +433,61 @@ static int score_file(const char *hyp_path, const char *data, const char *tgt_pa
     return rc;
 }
 
+/* sacreBLEU's scores of the n translations r against the references as written (sacreBLEU
+ * scores raw text, not the corpus's words), from the file refs (tsv: its second column), and
+ * the first `show` translations with their own BLEU. The exit status. */
+static int eval_sacrebleu(const qkv_translations *r, const char *refs_path, int tsv, int n,
+                          int per_sentence, int show)
+{
+    char *ref_text = NULL, **refs = NULL;
+    int rc = cli_read_lines(refs_path, tsv, &n, &refs, &ref_text) ||
+             print_sacrebleu((const char *const *)r->text, refs, n, per_sentence) ? 1 : 0;
+    for (int i = 0; !rc && i < show && i < n; i++) {
+        qkv_sacrebleu_stats sb = {0};
+        qkv_sacrebleu_add(&sb, r->text[i] ? r->text[i] : "", refs[i], NULL);
+        printf("%d: %s => BLEU %.2f\n", i + 1, r->text[i] ? r->text[i] : "",
+               qkv_sacrebleu_score(&sb, 1, NULL, NULL));
+    }
+    free(refs), free(ref_text);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv)
 {
-    const char *model = NULL, *data = NULL, *src_path = NULL, *tgt_path = NULL,
-               *precision = "fp32", *stop = "bound", *metric = "sacrebleu", *hyp_path = NULL;
-    int threads = 0, num_examples = 0, show = 0, per_sentence = 0;
-    qkv_translate_options o = qkv_translate_default_options();
+    static const char *const metrics[] = {"sacrebleu", "d2l", "all", NULL};
+    enum { METRIC_SACREBLEU, METRIC_D2L, METRIC_ALL };
+    const char *data = NULL, *src_path = NULL, *tgt_path = NULL, *hyp_path = NULL;
+    int num_examples = 0, show = 0, per_sentence = 0;
+    opt_choice metric = {0, metrics, METRIC_SACREBLEU};
+    decode_cli c = decode_defaults();
     const opt_spec opts[] = {
-        {"model", OPT_STRING, &model, "model directory", NULL},
-        {"data", OPT_STRING, &data, "sentence pairs, source<TAB>target per line", NULL},
-        {"src", OPT_STRING, &src_path, "source sentences (with --tgt)", NULL},
-        {"tgt", OPT_STRING, &tgt_path, "reference translations, line-aligned with --src", NULL},
-        {"hyp", OPT_STRING, &hyp_path, "score these translations (one a line) against --tgt or "
-         "--data's targets instead of translating (no --model)", NULL},
-        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)", ARG_GE0},
-        {"metric", OPT_STRING, &metric, "sacrebleu (BLEU and chrF2 of the detokenised text as "
-         "sacreBLEU's defaults score it), d2l (BLEU-4 over the model's words and d2l's mean "
-         "BLEU) or all", NULL},
+        {"data", OPT_FILE, &data, "sentence pairs, source<TAB>target per line", NULL, NULL},
+        {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
+        {"src", OPT_FILE, &src_path, "source sentences (with --tgt)", NULL, NULL},
+        {"tgt", OPT_FILE, &tgt_path, "reference translations, line-aligned with --src", NULL,
+         NULL},
+        {"hyp", OPT_FILE, &hyp_path, "score these translations (one a line) against --tgt or "
+         "--data's targets instead of translating (no --model)", NULL, NULL},
+        {"num-examples", OPT_INT, &num_examples, "use the first N pairs (0: all)", ARG_GE0, NULL},
+        {"metric", OPT_CHOICE, &metric, "sacrebleu: BLEU and chrF2 of the detokenised text as "
+         "sacreBLEU's defaults score it; d2l: BLEU-4 over the model's words and d2l's mean "
+         "BLEU; all: both", NULL, NULL},
         {"per-sentence", OPT_FLAG, &per_sentence, "also print each sentence's sacreBLEU "
-         "(sentence_bleu: effective order) and chrF2: line<TAB>BLEU<TAB>chrF2", NULL},
-        LENGTH_OPTIONS(o),
-        BEAM_OPTIONS(o, stop),
-        {"batch", OPT_INT, &o.batch, "sentences translated together", "[1, 65536]"},
-        {"show", OPT_INT, &show, "print the first N translations with their BLEU", ARG_GE0},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS},
-        {"precision", OPT_STRING, &precision, CLI_PRECISION_HELP, NULL},
-        {NULL, 0, NULL, NULL, NULL},
+         "(sentence_bleu: effective order) and chrF2: line<TAB>BLEU<TAB>chrF2", NULL, NULL},
+        DECODE_OPTIONS(c),
+        {"show", OPT_INT, &show, "print the first N translations with their BLEU", ARG_GE0, NULL},
+        {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv eval --model DIR (--data FILE.tsv | --src F --tgt F) [--beam K "
-                        "[--beam-stop R] [--length-penalty A]] [--metric sacrebleu|d2l|all]\n"
-                        "       qkv eval --hyp FILE (--tgt F | --data FILE.tsv)");
+                        "usage: qkv eval --model DIR (--data FILE | --src FILE --tgt FILE) "
+                        "[--beam N [--beam-stop RULE] [--length-penalty FLOAT]] [--metric "
+                        "sacrebleu|d2l|all]\n"
+                        "       qkv eval --hyp FILE (--tgt FILE | --data FILE)\n"
+                        "Translates a held-out corpus and scores it, or scores translations "
+                        "made elsewhere.");
     if (rc) return rc > 0 ? 0 : 2;
-    const int want_sacre = !strcmp(metric, "sacrebleu") || !strcmp(metric, "all");
-    const int want_d2l = !strcmp(metric, "d2l") || !strcmp(metric, "all");
-    if (!want_sacre && !want_d2l) {
-        fprintf(stderr, "qkv eval: --metric '%s': expected sacrebleu, d2l or all\n", metric);
-        return 2;
-    }
+    const char *model = c.model;
+    const int want_sacre = metric.value != METRIC_D2L, want_d2l = metric.value != METRIC_SACREBLEU;
     if (hyp_path) {
         if (model || src_path || !(data || tgt_path) || (data && tgt_path) || want_d2l) {
             fprintf(stderr, "qkv eval: --hyp scores a file of translations against --tgt (or "
@@ -428,49 +496,37 @@ int cmd_eval(int argc, char **argv)
         }
         return score_file(hyp_path, data, tgt_path, num_examples, per_sentence);
     }
-    if (!model || (!data && !(src_path && tgt_path)) || o.batch < 1 ||
-        (data && (src_path || tgt_path))) {
+    if (!model || (!data && !(src_path && tgt_path)) || (data && (src_path || tgt_path))) {
         fprintf(stderr, "qkv eval: needs --model and either --data or --src with --tgt\n");
         return 2;
     }
     qkv_translator *t;
-    if ((rc = open_model(&t, &o, "eval", model, precision, threads, stop,
-                         ALPHA_GIVEN(argc, argv)))) return rc;
-    qkv_corpus c = {0};
+    if ((rc = open_model(&t, &c, "eval", opts, argc, argv))) return rc;
+    qkv_corpus corpus = {0};
     qkv_translations r = {0};
     qkv_error err = {0};
-    char *ref_text = NULL, **refs = NULL;
     rc = 1;
     /* a model that reads raw text is scored on raw text, its references cased */
     const int raw = qkv_translator_tokenizer(t)->keep_case;
     /* in NFC for a cased byte-pair model, as its training corpus was (qkv_tokenizer_words) */
     const int nfc = raw && qkv_translator_tokenizer(t)->kind == QKV_TOKENIZER_BPE;
-    if ((data ? (raw ? qkv_corpus_read_tsv_raw : qkv_corpus_read_tsv)(&c, data, num_examples,
+    if ((data ? (raw ? qkv_corpus_read_tsv_raw : qkv_corpus_read_tsv)(&corpus, data, num_examples,
                                                                       &err)
               : (raw ? qkv_corpus_read_aligned_raw : qkv_corpus_read_aligned)(
-                    &c, src_path, tgt_path, num_examples, &err)) ||
-        (nfc && qkv_corpus_nfc(&c, &err)) || qkv_translate_words(&r, t, &c.source, &o, &err))
+                    &corpus, src_path, tgt_path, num_examples, &err)) ||
+        (nfc && qkv_corpus_nfc(&corpus, &err)) ||
+        cli_translate_words(&r, t, &corpus.source, &c.o, "qkv eval", &err))
         fprintf(stderr, "qkv: %s\n", err.msg);
     else {
         warn_truncated(t, &r, 0);
-        int n = c.source.count;
+        int n = corpus.source.count;
         rc = 0;
-        if (want_d2l) rc = print_bleu(t, &c, &r, want_sacre ? 0 : show) ? 1 : 0;
+        if (want_d2l) rc = print_bleu(t, &corpus, &r, want_sacre ? 0 : show) ? 1 : 0;
         else printf("sentences: %d\n", n);
-        if (!rc && want_sacre) {
-            /* the references as written: sacreBLEU scores raw text, not the corpus's words */
-            rc = cli_read_lines(data ? data : tgt_path, data != NULL, &n, &refs, &ref_text) ||
-                 print_sacrebleu((const char *const *)r.text, refs, n, per_sentence) ? 1 : 0;
-            for (int i = 0; !rc && i < show && i < n; i++) {
-                qkv_sacrebleu_stats sb = {0};
-                qkv_sacrebleu_add(&sb, r.text[i] ? r.text[i] : "", refs[i], NULL);
-                printf("%d: %s => BLEU %.2f\n", i + 1, r.text[i] ? r.text[i] : "",
-                       qkv_sacrebleu_score(&sb, 1, NULL, NULL));
-            }
-        }
+        if (!rc && want_sacre)
+            rc = eval_sacrebleu(&r, data ? data : tgt_path, data != NULL, n, per_sentence, show);
     }
-    free(refs), free(ref_text);
-    qkv_corpus_free(&c);
+    qkv_corpus_free(&corpus);
     qkv_translations_free(&r);
     qkv_translator_free(t);
     return rc;

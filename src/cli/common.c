@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 char *cli_read_all(const char *path, size_t max_bytes, size_t *len)
 {
@@ -18,11 +19,29 @@ char *cli_read_all(const char *path, size_t max_bytes, size_t *len)
     return text;
 }
 
+char *cli_read_regular(const char *path, size_t max_bytes, size_t *len)
+{
+    qkv_error err = {0};
+    char *text = NULL;
+    if (qkv_read_regular_file(path, max_bytes, &text, len, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return NULL;
+    }
+    return text;
+}
+
 int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text)
 {
     size_t len;
     *lines = NULL;
     if (!(*text = cli_read_all(path, QKV_MAX_TEXT_BYTES, &len))) return -1;
+    const char *nul = memchr(*text, '\0', len);
+    if (nul) { /* every reader of a line would stop there, unseen */
+        size_t line = 1;
+        for (const char *c = *text; c < nul; c++) line += *c == '\n';
+        fprintf(stderr, "qkv: %s:%zu: a NUL byte in the line: text holds none\n", path, line);
+        goto fail;
+    }
     size_t n = 0;
     for (size_t i = 0; i < len; i++) n += (*text)[i] == '\n';
     n += len > 0 && (*text)[len - 1] != '\n'; /* a last line without its newline */
@@ -80,6 +99,11 @@ int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *
             }
             *line = grown, *cap = more;
         }
+        if (!c) {
+            fprintf(stderr, "qkv: %s:%ld: a NUL byte in the line: text holds none\n", name,
+                    number);
+            return -1;
+        }
         (*line)[n++] = (char)c;
     }
     if (ferror(in)) {
@@ -99,31 +123,92 @@ int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *
     return 1;
 }
 
+static qkv_status out_of_memory(qkv_error *err, int n)
+{
+    err->code = QKV_ERR_NOMEM;
+    snprintf(err->msg, sizeof err->msg, "out of memory for %d translations", n);
+    return QKV_ERR_NOMEM;
+}
+
+/* Sentences [first, first + n) of s as sentences of their own; start (n + 1) is the caller's. */
+static qkv_sentences sentences_view(const qkv_sentences *s, int first, int n, size_t *start)
+{
+    for (int i = 0; i <= n; i++) start[i] = s->start[first + i] - s->start[first];
+    return (qkv_sentences){n, start[n], s->tokens + s->start[first], start, NULL};
+}
+
+/* The n parts' translations as one result, in order (the texts move; the parts are freed). */
+static qkv_status translations_join(qkv_translations *all, qkv_translations *parts, int n_parts,
+                                    qkv_error *err)
+{
+    int n = 0, L = 1, truncated = 0, first_truncated = -1, first_len = 0;
+    for (int p = 0; p < n_parts; p++) {
+        if (parts[p].truncated && first_truncated < 0)
+            first_truncated = n + parts[p].first_truncated, first_len = parts[p].first_truncated_len;
+        n += parts[p].count, truncated += parts[p].truncated;
+        if (parts[p].max_len > L) L = parts[p].max_len;
+    }
+    const int N = parts[0].n_best;
+    const size_t H = (size_t)n * N;
+    qkv_translations m = {n, N, L, calloc(H, sizeof(char *)), calloc(H * L, sizeof(int)),
+                          malloc(H * sizeof(int)), malloc(H * sizeof(double)), truncated,
+                          first_truncated, first_len, malloc((size_t)n * sizeof(int)),
+                          malloc((size_t)n * sizeof(int))};
+    if (!m.text || !m.ids || !m.len || !m.score || !m.src_len || !m.unknown) {
+        qkv_translations_free(&m);
+        return out_of_memory(err, n);
+    }
+    for (int p = 0, at = 0; p < n_parts; at += parts[p].count, p++) {
+        qkv_translations *r = &parts[p];
+        for (size_t h = 0; h < (size_t)r->count * N; h++) {
+            const size_t to = (size_t)at * N + h;
+            m.text[to] = r->text[h], r->text[h] = NULL;
+            m.len[to] = r->len[h], m.score[to] = r->score[h];
+            if (r->len[h] > 0)
+                memcpy(m.ids + to * L, r->ids + h * r->max_len, (size_t)r->len[h] * sizeof *m.ids);
+        }
+        for (int i = 0; i < r->count; i++)
+            m.src_len[at + i] = r->src_len[i], m.unknown[at + i] = r->unknown[i];
+    }
+    *all = m;
+    return QKV_OK;
+}
+
+qkv_status cli_translate_words(qkv_translations *out, qkv_translator *t,
+                               const qkv_sentences *words, const qkv_translate_options *o,
+                               const char *who, qkv_error *err)
+{
+    const int n = words->count, step = o->batch, tty = isatty(2);
+    const int n_parts = n ? (n + step - 1) / step : 1;
+    size_t *start = malloc(((size_t)step + 1) * sizeof *start);
+    qkv_translations *parts = calloc((size_t)n_parts, sizeof *parts);
+    qkv_status st = start && parts ? QKV_OK : out_of_memory(err, n);
+    memset(out, 0, sizeof *out);
+    if (!st && n == 0) st = qkv_translate_words(&parts[0], t, words, o, err);
+    for (int p = 0; !st && p * step < n; p++) {
+        const int first = p * step, k = n - first < step ? n - first : step;
+        const qkv_sentences part_words = sentences_view(words, first, k, start);
+        st = qkv_translate_words(&parts[p], t, &part_words, o, err);
+        if (!st && tty)
+            fprintf(stderr, "\r%s: %d/%d sentences%s", who, first + k, n, first + k == n ? "\n"
+                                                                                     : "");
+    }
+    if (st && tty && n) fputc('\n', stderr);
+    if (!st && n == 0) *out = parts[0], memset(&parts[0], 0, sizeof parts[0]);
+    else if (!st) st = translations_join(out, parts, n_parts, err);
+    for (int p = 0; parts && p < n_parts; p++) qkv_translations_free(&parts[p]);
+    free(parts), free(start);
+    return st;
+}
+
 void cli_threads(int n)
 {
     if (n > 0) qkv_set_threads(n);
 }
 
-int cli_precision(const char *name, qkv_precision *p)
+int cli_train_precision(qkv_precision p)
 {
-    qkv_error err = {0};
-    if (!qkv_precision_parse(p, name, &err)) return 0;
-    fprintf(stderr, "qkv: --precision: %s\n", err.msg);
-    return -1;
-}
-
-int cli_kv_cache(const char *name, qkv_kv_cache *c)
-{
-    qkv_error err = {0};
-    if (!qkv_kv_cache_parse(c, name, &err)) return 0;
-    fprintf(stderr, "qkv: --kv-cache: %s\n", err.msg);
-    return -1;
-}
-
-int cli_train_precision(const char *name, qkv_precision *p)
-{
-    if (cli_precision(name, p)) return -1;
-    if (*p != QKV_PRECISION_INT8) return 0;
+    if (p != QKV_PRECISION_INT8) return 0;
     fprintf(stderr, "qkv: --precision int8 is for inference only (translate, eval, serve, "
             "generate): train at fp32 or bf16\n");
     return -1;

@@ -9,39 +9,47 @@
 
 /* Reads all of a file ("-" or NULL: stdin) into memory, NUL-terminated. */
 char *cli_read_all(const char *path, size_t max_bytes, size_t *len);
+/* cli_read_all of a file that must be a regular file: a model's, a run's or a configuration's
+ * (qkv_read_regular_file). */
+char *cli_read_regular(const char *path, size_t max_bytes, size_t *len);
 
 /* Lines 1..count of a file as sacreBLEU reads references (a final \r dropped; count < 0:
  * every line), or with tsv the text between each line's first and second tab: *lines gets
  * *count strings pointing into *text (free both). Returns 0, or -1 after printing why (a file
- * with fewer lines, a line without a tab). */
+ * with fewer lines, a line without a tab, a NUL byte). */
 int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text);
 
 /* The next line of in (a pipe, a terminal: read as it comes) without its "\n" or "\r\n",
  * NUL-terminated, in *line (grown as needed, *cap bytes): 1, with *len its length; 0 at the
- * end; -1 after printing why (name:number: a line over QKV_MAX_LINE_BYTES, a read error). */
+ * end; -1 after printing why (name:number: a line over QKV_MAX_LINE_BYTES, a NUL byte, a
+ * read error). */
 int cli_read_line(FILE *in, const char *name, long number, char **line, size_t *cap,
                   size_t *len);
+
+/* qkv_translate_words over words in parts of o->batch sentences (batches are o->batch
+ * consecutive sentences either way, and the results do not depend on them), merged into one
+ * result; when stderr is a terminal a progress line "WHO: n/N sentences" is redrawn after each
+ * part and ended, and never otherwise. */
+qkv_status cli_translate_words(qkv_translations *out, qkv_translator *t,
+                               const qkv_sentences *words, const qkv_translate_options *o,
+                               const char *who, qkv_error *err);
 
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
 
-/* The help line of --precision, and its value: fp32, bf16 or int8; prints why and returns -1
- * for anything else. The training commands take fp32 or bf16 (cli_train_precision refuses
- * int8, which is for inference only). */
-#define CLI_PRECISION_HELP                                                                     \
-    "fp32, bf16 (the linear layers' products in bfloat16, AVX512-BF16) or int8 (int8 weights " \
-    "and activations, AVX512-VNNI)"
-#define CLI_TRAIN_PRECISION_HELP                                                               \
-    "fp32, or bf16: the linear layers' products in bfloat16 (AVX512-BF16)"
-int cli_precision(const char *name, qkv_precision *p);
-int cli_train_precision(const char *name, qkv_precision *p);
-
-/* The help line of --kv-cache, and its value: auto, fp32 or bf16; prints why and returns -1
- * for anything else. */
+/* The help lines of --precision (an OPT_CHOICE of QKV_ENUM_PRECISION) and --kv-cache
+ * (QKV_ENUM_KV_CACHE). The training commands take fp32 or bf16: cli_train_precision prints
+ * why int8 (for inference only) is not, and returns -1. */
+#define CLI_PRECISION_HELP                                                                 \
+    "how the linear layers multiply: in float32, in bfloat16 (AVX512-BF16) or with int8 " \
+    "weights and activations (AVX512-VNNI)"
+#define CLI_TRAIN_PRECISION_HELP                                                  \
+    "how the linear layers multiply: in float32, or in bfloat16 (AVX512-BF16); " \
+    "int8 is for inference only"
+int cli_train_precision(qkv_precision p);
 #define CLI_KV_CACHE_HELP                                                                    \
     "the key-value cache's type: auto (bf16 at --precision bf16, else fp32), fp32 or bf16 " \
     "(half the bytes per step)"
-int cli_kv_cache(const char *name, qkv_kv_cache *c);
 
 /* A language model's directory (qkv train-lm): the model, its vocabulary and train.json's
  * settings; loaded, they are the generator's (gen), made for training, the directory's own. */

@@ -15,15 +15,6 @@
 /* Keys a run records but no option sets: skipped, so that a run's train.json is a config. */
 static const char *const RECORD_ONLY[] = {"history", "train_tokens", "val_tokens"};
 
-/* Keys recorded under another name than their option's, a flag recorded the other way round. */
-static const struct {
-    const char *command, *key, *option;
-    int inverted;
-} ALIASES[] = {
-    {"train", "valid_bleu", "no-bleu", 1},
-    {"train-lm", "bias", "no-bias", 1},
-};
-
 /* The allocations of an expansion, NULL-terminated: the new argv first, then its words. */
 typedef struct {
     char **v;
@@ -62,48 +53,46 @@ static char *option_word(owned_list *l, const char *name, const char *value)
 static int expand_file(const char *cmd, const char *path, owned_list *l, char **out, int *n,
                        int room)
 {
-    char *text = NULL;
     qkv_error err = {0};
-    if (qkv_read_file(path, MAX_CONFIG_BYTES, &text, NULL, &err))
+    cJSON *root = NULL;
+    if (qkv_json_load(&root, path, MAX_CONFIG_BYTES, &err))
         return fprintf(stderr, "qkv %s: --config: %s\n", cmd, err.msg), -1;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
     if (!cJSON_IsObject(root)) {
         fprintf(stderr, "qkv %s: %s: not a JSON object of options {\"name\": value, ...}\n", cmd,
                 path);
         return cJSON_Delete(root), -1;
     }
-    const int aligned = !strcmp(cmd, "train") && cJSON_GetObjectItemCaseSensitive(root, "tgt");
+    config_args_legacy(root);
     int rc = 0;
     for (const cJSON *x = root->child; x && !rc; x = x->next) {
         const char *key = x->string;
-        int skip = 0, inverted = 0;
+        int skip = 0;
         for (size_t i = 0; i < sizeof RECORD_ONLY / sizeof *RECORD_ONLY; i++)
             skip |= !strcmp(key, RECORD_ONLY[i]);
         if (skip) continue;
-        char name[128];
-        snprintf(name, sizeof name, "%s", key);
-        for (char *c = name; *c; c++)
-            if (*c == '_') *c = '-';
-        for (size_t i = 0; i < sizeof ALIASES / sizeof *ALIASES; i++)
-            if (!strcmp(cmd, ALIASES[i].command) && !strcmp(key, ALIASES[i].key))
-                snprintf(name, sizeof name, "%s", ALIASES[i].option),
-                    inverted = ALIASES[i].inverted;
-        if (aligned && !strcmp(key, "data")) snprintf(name, sizeof name, "src"); /* --src, --tgt */
-        if (!*key || strlen(key) >= sizeof name ||
-            strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(name) ||
-            !strcmp(name, "config") || !strcmp(name, "config-end") || !strcmp(name, "help")) {
+        /* the key as it is: args_parse finds the option by its name, with '_' or '-', or by
+         * the key its run records it under (args.h) */
+        const char *name = key;
+        if (!*key || strlen(key) >= 128 ||
+            strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789-_") != strlen(key) ||
+            !strcmp(key, "config") || !strcmp(key, "config-end") || !strcmp(key, "help")) {
             fprintf(stderr, "qkv %s: %s: \"%s\" is not an option of qkv %s (see --help)\n", cmd,
                     path, key, cmd);
             rc = -1;
             break;
         }
         char num[64], *word = NULL;
+        const char *digits = cJSON_IsNumber(x) && x->valuestring ? x->valuestring : "";
+        digits += *digits == '-';
         if (cJSON_IsBool(x)) /* a flag: true sets it; false is an explicit "off" */
-            word = option_word(l, name, cJSON_IsTrue(x) != inverted ? NULL : CONFIG_FALSE);
+            word = option_word(l, name, cJSON_IsTrue(x) ? NULL : CONFIG_FALSE);
         else if (cJSON_IsNumber(x)) {
             const double v = x->valuedouble;
-            if (v == floor(v) && fabs(v) < 1e18) snprintf(num, sizeof num, "%.0f", v);
+            /* an integer as written (a 64-bit seed has more digits than a double keeps) */
+            if (*digits && strspn(digits, "0123456789") == strlen(digits) &&
+                strlen(x->valuestring) < sizeof num)
+                snprintf(num, sizeof num, "%s", x->valuestring);
+            else if (v == floor(v) && fabs(v) < 1e18) snprintf(num, sizeof num, "%.0f", v);
             else snprintf(num, sizeof num, "%.9g", v); /* 9 digits: a float exactly */
             word = option_word(l, name, num);
         } else if (cJSON_IsString(x) && x->valuestring[0] != CONFIG_FALSE[0])
@@ -128,11 +117,9 @@ static int expand_file(const char *cmd, const char *path, owned_list *l, char **
 /* How many keys the file may hold at most: the room its words need. */
 static int count_keys(const char *path)
 {
-    char *text = NULL;
     qkv_error err = {0};
-    if (qkv_read_file(path, MAX_CONFIG_BYTES, &text, NULL, &err)) return 0; /* said later */
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = NULL;
+    if (qkv_json_load(&root, path, MAX_CONFIG_BYTES, &err)) return 0; /* said later */
     const int n = cJSON_IsObject(root) ? cJSON_GetArraySize(root) : 0;
     cJSON_Delete(root);
     return n;
@@ -183,22 +170,18 @@ int config_args_expand(int *argc, char ***argv, char ***owned)
     return 0;
 }
 
+void config_args_legacy(cJSON *record)
+{
+    if (cJSON_GetObjectItemCaseSensitive(record, "data") &&
+        cJSON_GetObjectItemCaseSensitive(record, "tgt") &&
+        !cJSON_GetObjectItemCaseSensitive(record, "src"))
+        cJSON_AddItemToObject(record, "src",
+                              cJSON_DetachItemFromObjectCaseSensitive(record, "data"));
+}
+
 void config_args_free(char **owned)
 {
     if (!owned) return;
     for (char **p = owned; *p; p++) free(*p);
     free(owned);
-}
-
-int config_args_block(int argc, char **argv, int *i, const char **file)
-{
-    if (!strcmp(argv[*i], CONFIG_BEGIN) && *i + 1 < argc) {
-        *file = argv[++*i];
-        return 1;
-    }
-    if (!strcmp(argv[*i], CONFIG_END)) {
-        *file = NULL;
-        return 1;
-    }
-    return 0;
 }

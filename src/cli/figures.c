@@ -72,18 +72,29 @@ static int metrics_read(metrics *m, const char *path)
 {
     memset(m, 0, sizeof *m);
     size_t len;
-    char *text = cli_read_all(path, QKV_MAX_TEXT_BYTES, &len);
+    char *text = cli_read_regular(path, QKV_MAX_TEXT_BYTES, &len);
     if (!text) return -1;
     int line = 0, rc = 0;
+    if (strlen(text) != len) {
+        fprintf(stderr, "qkv: %s: contains a NUL byte (at byte %zu)\n", path, strlen(text));
+        rc = -1;
+    }
     for (char *s = text, *next; *s && !rc; s = next) {
         char *nl = strchr(s, '\n');
         next = nl ? nl + 1 : s + strlen(s);
         if (nl) *nl = '\0';
         line++;
         if (strspn(s, " \t\r") == strlen(s)) continue;
-        cJSON *o = cJSON_Parse(s);
+        char name[4200];
+        snprintf(name, sizeof name, "%s:%d", path, line);
+        cJSON *o = NULL;
+        qkv_error err = {0};
+        const int parsed = !qkv_json_parse(&o, s, strlen(s), name, &err);
         float epoch = number_or_nan(o, "epoch"), loss = number_or_nan(o, "loss");
-        if (!cJSON_IsObject(o) || !isfinite(epoch)) {
+        if (!parsed) {
+            fprintf(stderr, "qkv: %s\n", err.msg);
+            rc = -1;
+        } else if (!cJSON_IsObject(o) || !isfinite(epoch)) {
             fprintf(stderr, "qkv: %s:%d: expected a JSON object with a number \"epoch\"\n", path,
                     line);
             rc = -1;
@@ -337,6 +348,89 @@ static int cell_size(int n, int m, int cols)
     return want;
 }
 
+/* What one sentence's three figures share: the maps, the tokens as the model saw them, and
+ * where the figures go. */
+typedef struct {
+    qkv_viz *viz;
+    const char *out_dir;
+    int number, heads, Ts, Tt;
+    const qkv_attention_maps *a;
+    const char **src_lab, **tgt_lab;
+    const char *src_text, *tgt_text;
+    char (*titles)[40];       /* one per panel */
+    const char **title_ptr;
+    cJSON *maps;              /* the JSON's "maps" */
+} sentence_figures;
+
+/* Map kind k (encoder, decoder self-attention, cross) of one sentence: its figure, and its
+ * weights and figure geometry under f->maps. 0, or -1 after printing why. */
+static int draw_kind(const sentence_figures *f, int k)
+{
+    const map_kind *mk = &KINDS[k];
+    const qkv_attention_maps *a = f->a;
+    const int L = k == 0 ? a->enc_layers : a->dec_layers, H = f->heads;
+    const int n = k == 0 ? f->Ts : f->Tt, m = k == 1 ? f->Tt : f->Ts;
+    const float *data = k == 0 ? a->encoder : k == 1 ? a->decoder_self : a->cross;
+    const size_t count = (size_t)L * H * n * m;
+    float vmax = 0.0f;
+    for (size_t i = 0; i < count; i++) vmax = data[i] > vmax ? data[i] : vmax;
+    const int cell = cell_size(n, m, H), narrow = cell && m * cell < 110;
+    for (int p = 0; p < L * H; p++) {
+        snprintf(f->titles[p], sizeof f->titles[p], narrow ? "L%d H%d" : "Layer %d, head %d",
+                 p / H + 1, p % H + 1);
+        f->title_ptr[p] = f->titles[p];
+    }
+    char title[512];
+    if (k == 0)
+        snprintf(title, sizeof title, "%s: \"%s\"", mk->title, f->src_text);
+    else if (k == 1)
+        snprintf(title, sizeof title, "%s: \"%s\"", mk->title, f->tgt_text);
+    else
+        snprintf(title, sizeof title, "%s: \"%s\" -> \"%s\"", mk->title, f->src_text,
+                 f->tgt_text);
+    qkv_heatmap_spec hs = {.data = data, .rows = L, .cols = H, .n = n, .m = m,
+                           .panel_titles = f->title_ptr,
+                           .x_ticks = k == 1 ? f->tgt_lab : f->src_lab,
+                           .y_ticks = k == 0 ? f->src_lab : f->tgt_lab,
+                           .xlabel = narrow ? "Keys" : mk->xlabel,
+                           .ylabel = mk->ylabel, .title = title, .vmin = 0.0f,
+                           .vmax = vmax > 0.0f ? vmax : 1.0f, .cell_px = cell};
+    qkv_heatmap_geometry g;
+    qkv_error err = {0};
+    char file[64], path[4096];
+    snprintf(file, sizeof file, "sentence-%d-%s.png", f->number, mk->suffix);
+    snprintf(path, sizeof path, "%s/%s", f->out_dir, file);
+    if (qkv_heatmap_save(path, &g, f->viz, &hs, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return -1;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(f->maps, mk->key, o);
+    cJSON_AddStringToObject(o, "file", file);
+    cJSON *shape = cJSON_CreateArray();
+    const int dims[4] = {L, H, n, m};
+    for (int i = 0; i < 4; i++) cJSON_AddItemToArray(shape, cJSON_CreateNumber(dims[i]));
+    cJSON_AddItemToObject(o, "shape", shape);
+    cJSON_AddItemToObject(o, "weights", json_floats(data, count));
+    cJSON_AddItemToObject(o, "figure", json_geometry(&g));
+    return 0;
+}
+
+/* OUT_DIR/sentence-N.json: doc. 0, or -1 after printing why. */
+static int write_sentence_json(const cJSON *doc, const char *out_dir, int number)
+{
+    char *text = cJSON_PrintUnformatted(doc), path[4096];
+    snprintf(path, sizeof path, "%s/sentence-%d.json", out_dir, number);
+    FILE *fp = text ? fopen(path, "w") : NULL;
+    int bad = !fp || fputs(text, fp) == EOF || fputc('\n', fp) == EOF;
+    if ((fp && fclose(fp)) || bad) {
+        fprintf(stderr, "qkv: cannot write %s: %s\n", path, text ? strerror(errno) : "out of memory");
+        bad = 1;
+    }
+    free(text);
+    return bad ? -1 : 0;
+}
+
 int fig_attention(qkv_viz *viz, qkv_translator *tr, const char *out_dir, int number,
                   const char *const *src_tok, int n_src, const int *tgt, int n_tgt)
 {
@@ -367,79 +461,26 @@ int fig_attention(qkv_viz *viz, qkv_translator *tr, const char *out_dir, int num
     }
     /* the tokens as the model saw them: <unk> for unknown words, <eos>, <bos> */
     for (int j = 0; j < Ts; j++) src_lab[j] = qkv_vocab_token(&tok->src, src[j]);
-    tgt_lab[0] = "<bos>";
+    tgt_lab[0] = qkv_enum_name(QKV_ENUM_RESERVED, QKV_BOS);
     for (int t = 0; t < n_tgt; t++) {
         const char *w = qkv_vocab_token(&tok->tgt, tgt[t]);
-        tgt_lab[t + 1] = w ? w : "<unk>";
+        tgt_lab[t + 1] = w ? w : qkv_enum_name(QKV_ENUM_RESERVED, QKV_UNK);
     }
-    const int Tt = a.tgt_len;
-    char src_text[200], tgt_text[200], title[512];
+    char src_text[200], tgt_text[200];
     join_words(src_text, sizeof src_text, src_tok, n_src, 60);
     join_words(tgt_text, sizeof tgt_text, tgt_lab + 1, n_tgt, 60);
-
     doc = cJSON_CreateObject();
     cJSON *maps = cJSON_CreateObject();
     cJSON_AddNumberToObject(doc, "sentence", number);
     cJSON_AddItemToObject(doc, "source_tokens", cJSON_CreateStringArray(src_lab, Ts));
-    cJSON_AddItemToObject(doc, "target_tokens", cJSON_CreateStringArray(tgt_lab, Tt));
+    cJSON_AddItemToObject(doc, "target_tokens", cJSON_CreateStringArray(tgt_lab, a.tgt_len));
     cJSON_AddNumberToObject(doc, "heads", H);
     cJSON_AddItemToObject(doc, "maps", maps);
-    for (int k = 0; k < 3; k++) {
-        const map_kind *mk = &KINDS[k];
-        const int L = k == 0 ? a.enc_layers : a.dec_layers;
-        const int n = k == 0 ? Ts : Tt, m = k == 1 ? Tt : Ts;
-        const float *data = k == 0 ? a.encoder : k == 1 ? a.decoder_self : a.cross;
-        const size_t count = (size_t)L * H * n * m;
-        float vmax = 0.0f;
-        for (size_t i = 0; i < count; i++) vmax = data[i] > vmax ? data[i] : vmax;
-        const int cell = cell_size(n, m, H), narrow = cell && m * cell < 110;
-        for (int p = 0; p < L * H; p++) {
-            snprintf(titles[p], sizeof titles[p], narrow ? "L%d H%d" : "Layer %d, head %d",
-                     p / H + 1, p % H + 1);
-            title_ptr[p] = titles[p];
-        }
-        if (k == 0)
-            snprintf(title, sizeof title, "%s: \"%s\"", mk->title, src_text);
-        else if (k == 1)
-            snprintf(title, sizeof title, "%s: \"%s\"", mk->title, tgt_text);
-        else
-            snprintf(title, sizeof title, "%s: \"%s\" -> \"%s\"", mk->title, src_text, tgt_text);
-        qkv_heatmap_spec hs = {.data = data, .rows = L, .cols = H, .n = n, .m = m,
-                               .panel_titles = title_ptr,
-                               .x_ticks = k == 1 ? tgt_lab : src_lab,
-                               .y_ticks = k == 0 ? src_lab : tgt_lab,
-                               .xlabel = narrow ? "Keys" : mk->xlabel,
-                               .ylabel = mk->ylabel, .title = title, .vmin = 0.0f,
-                               .vmax = vmax > 0.0f ? vmax : 1.0f, .cell_px = cell};
-        qkv_heatmap_geometry g;
-        char file[64], path[4096];
-        snprintf(file, sizeof file, "sentence-%d-%s.png", number, mk->suffix);
-        snprintf(path, sizeof path, "%s/%s", out_dir, file);
-        if (qkv_heatmap_save(path, &g, viz, &hs, &err)) {
-            fprintf(stderr, "qkv: %s\n", err.msg);
-            goto done;
-        }
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(maps, mk->key, o);
-        cJSON_AddStringToObject(o, "file", file);
-        cJSON *shape = cJSON_CreateArray();
-        const int dims[4] = {L, H, n, m};
-        for (int d = 0; d < 4; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber(dims[d]));
-        cJSON_AddItemToObject(o, "shape", shape);
-        cJSON_AddItemToObject(o, "weights", json_floats(data, count));
-        cJSON_AddItemToObject(o, "figure", json_geometry(&g));
-    }
-    char *text = cJSON_PrintUnformatted(doc), path[4096];
-    snprintf(path, sizeof path, "%s/sentence-%d.json", out_dir, number);
-    FILE *fp = text ? fopen(path, "w") : NULL;
-    int bad = !fp || fputs(text, fp) == EOF || fputc('\n', fp) == EOF;
-    if ((fp && fclose(fp)) || bad) {
-        fprintf(stderr, "qkv: cannot write %s: %s\n", path, text ? strerror(errno) : "out of memory");
-        free(text);
-        goto done;
-    }
-    free(text);
-    rc = 0;
+    const sentence_figures f = {viz, out_dir, number, H, Ts, a.tgt_len, &a, src_lab, tgt_lab,
+                                src_text, tgt_text, titles, title_ptr, maps};
+    for (int k = 0; k < 3; k++)
+        if (draw_kind(&f, k)) goto done;
+    rc = write_sentence_json(doc, out_dir, number);
 done:
     cJSON_Delete(doc);
     qkv_attention_maps_free(&a);

@@ -10,7 +10,9 @@
  * run as it was. The command parses its options twice: over its defaults (to find --out and
  * --resume), then, once resume_finish has set every recorded option, over the recorded
  * values; an option given on the command line that differs from the record is then a change.
- * A flag recorded on stays on (a flag cannot be turned off from the command line). */
+ * A flag recorded on stays on (a flag cannot be turned off from the command line). Which
+ * options a run records, where and how, is said once, in the command's option table
+ * (opt_spec.record). */
 #ifndef QKV_CLI_RESUME_H
 #define QKV_CLI_RESUME_H
 
@@ -19,15 +21,6 @@
 #include <cJSON.h>
 
 #include "cli/args.h"
-
-/* An option a run records: its name on the command line (without "--") and its key in the
- * recorded object; key NULL: recorded as absent (a string option that must stay unset). */
-typedef struct {
-    const char *option;
-    const char *key;
-    int fixed;    /* defines the model or the data: must not change */
-    int inverted; /* a flag recorded as its opposite (--no-bias as "bias") */
-} resume_option;
 
 /* What a run being resumed recorded (the option variables point into it once preset). */
 typedef struct {
@@ -41,20 +34,23 @@ typedef struct {
  * starts), config.json and train.json. 0, or -1 after printing why. */
 int resume_start(resume_record *rec, const char *dir);
 
-/* The options of one recorded file: config.json (in_train 0) or train.json (1). */
-typedef struct {
-    int in_train;
-    const resume_option *options;
-    int n;
-} resume_table;
+/* Presets every option that opts records (opt_spec.record) from rec, parses argv over them
+ * (args_parse from word 2), compares, and makes rec->history: the old one and
+ * {"resumed_at_step": step, "changed": {...}}. 0, or the exit status after printing why (2: an
+ * option that defines the model or the data differs). */
+int resume_finish(resume_record *rec, const opt_spec *opts, int argc, char **argv,
+                  const char *cmd);
 
-/* Presets every option the tables name, parses argv over them (args_parse from word 2),
- * compares, and makes rec->history: the old one and {"resumed_at_step": step, "changed":
- * {...}}. 0, or the exit status after printing why (2: a fixed option differs). */
-int resume_finish(resume_record *rec, const resume_table *tables, int n_tables,
-                  const opt_spec *opts, int argc, char **argv, const char *cmd);
+/* Adds to o (train.json) every option of opts that its run records there, under its key,
+ * with its value (a float as its shortest decimal, an unset string left out). config.json's
+ * are the library's to write (qkv_config_to_json). -1 when out of memory. */
+int resume_record_options(cJSON *o, const opt_spec *opts);
 
 void resume_record_free(resume_record *rec);
+
+/* A 64-bit integer (a seed) as a JSON number written digit for digit: cJSON's numbers are
+ * doubles, which round above 2^53 (read back exactly with qkv_json_uint64). */
+cJSON *resume_u64_json(uint64_t v);
 
 /* DIR/config.json's text (caller frees; a configuration is small: at most a megabyte), or
  * NULL after printing why. */

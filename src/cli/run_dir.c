@@ -30,7 +30,8 @@ static const char *const lm_files[] = {
     "metrics.jsonl", "training.png", NULL};
 static const char *const model_files[] = {
     "config.json", "model.safetensors", "src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
-    "tgt_bpe.txt", "text.json", "train.json", "source.spm", "target.spm", NULL};
+    "tgt_bpe.txt", "text.json", "train.json", "source.spm", "target.spm", "generation.json",
+    NULL};
 
 const run_kind RUN_TRANSFORMER = {"qkv-transformer", "a qkv train run", transformer_files, 1, 1};
 const run_kind RUN_LM = {"qkv-lm", "a qkv train-lm run", lm_files, 0, 1};
@@ -71,16 +72,39 @@ static int is_kind_file(const run_kind *k, const char *name)
     return 0;
 }
 
-/* Whether name is a temporary file of one of the kind's files: NAME.tmp.PID.K
- * (qkv_atomic_write) or NAME.tmp-XXXXXX (the figures' mkstemp). */
-static int is_kind_temporary(const run_kind *k, const char *name)
+/* Every name a run of any kind writes: what overwriting removes. */
+static const char *const *const all_files[] = {transformer_files, lm_files, model_files};
+
+static int is_any_run_file(const char *name)
 {
-    for (const char *const *f = k->files; *f; f++) {
+    for (size_t i = 0; i < sizeof all_files / sizeof *all_files; i++)
+        for (const char *const *f = all_files[i]; *f; f++)
+            if (!strcmp(*f, name)) return 1;
+    return 0;
+}
+
+/* Whether name is a temporary file of one of the files: NAME.tmp.PID.K (the name every
+ * writer of qkv gives its temporaries), or NAME.tmp-XXXXXX (an older qkv's figures). */
+static int is_temporary_of(const char *const *files, const char *name)
+{
+    for (const char *const *f = files; *f; f++) {
         const size_t n = strlen(*f);
         if (!strncmp(name, *f, n) && ((!strncmp(name + n, ".tmp.", 5) && temporary_pid(name)) ||
                                       !strncmp(name + n, ".tmp-", 5)))
             return 1;
     }
+    return 0;
+}
+
+static int is_kind_temporary(const run_kind *k, const char *name)
+{
+    return is_temporary_of(k->files, name);
+}
+
+static int is_any_temporary(const char *name)
+{
+    for (size_t i = 0; i < sizeof all_files / sizeof *all_files; i++)
+        if (is_temporary_of(all_files[i], name)) return 1;
     return 0;
 }
 
@@ -106,10 +130,16 @@ static void write_holder(int fd, int argc, char **argv)
     /* the holder's name is a courtesy to a second run; the lock itself is what matters */
 }
 
-static int take_lock(run_dir *rd, const char *dir, int argc, char **argv)
+/* Whether fd is the file at path (a releasing run unlinks the lock it holds: one taken on the
+ * old file is no lock). */
+static int still_linked(int fd, const char *path)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
+    struct stat a, b;
+    return !fstat(fd, &a) && !lstat(path, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static int take_lock_once(run_dir *rd, const char *path, const char *dir, int argc, char **argv)
+{
     int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         fprintf(stderr, "qkv: %s: cannot open the directory's lock: %s\n", path,
@@ -137,30 +167,67 @@ static int take_lock(run_dir *rd, const char *dir, int argc, char **argv)
     return 0;
 }
 
+static int take_lock(run_dir *rd, const char *dir, int argc, char **argv)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
+    for (int tries = 0;; tries++) {
+        const int rc = take_lock_once(rd, path, dir, argc, argv);
+        if (rc || still_linked(rd->lock_fd, path)) return rc;
+        close(rd->lock_fd), rd->lock_fd = -1;
+        if (tries == 100) {
+            fprintf(stderr, "qkv: %s: the directory's lock keeps being replaced\n", path);
+            return -1;
+        }
+    }
+}
+
 int run_dir_claim_writer(run_dir *rd, const char *dir, const run_kind *k, run_mode mode,
                          int writer, int argc, char **argv)
 {
     return writer ? run_dir_claim(rd, dir, k, mode, argc, argv) : 0;
 }
 
+/* Whether dir holds nothing but the lock. */
+static int only_the_lock(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int other = 0;
+    for (struct dirent *e; !other && (e = readdir(d));)
+        other = strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, LOCK_NAME);
+    closedir(d);
+    return !other;
+}
+
 void run_dir_release(run_dir *rd)
 {
-    if (rd->lock_fd >= 0) close(rd->lock_fd);
+    if (rd->lock_fd < 0) return;
+    /* a run that wrote nothing (refused, or failed before its first file) leaves nothing;
+     * the lock is unlinked while still held, so a run waiting for it finds it gone and makes
+     * a new one (take_lock) */
+    if (only_the_lock(rd->dir)) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", rd->dir, LOCK_NAME);
+        unlink(path);
+        if (rd->created) rmdir(rd->dir);
+    }
+    close(rd->lock_fd);
     rd->lock_fd = -1;
 }
 
 /* ---- what is there --------------------------------------------------------------------- */
 
-/* Removes dir's temporaries (of the kind's files) whose writer is gone (kill(pid, 0): no
+/* Removes dir's temporaries (of any run's files) whose writer is gone (kill(pid, 0): no
  * such process). */
-static void remove_stale_temporaries(const char *dir, const run_kind *k)
+static void remove_stale_temporaries(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d) return;
     for (struct dirent *e; (e = readdir(d));) {
         const long pid = temporary_pid(e->d_name);
         struct stat st;
-        if (!pid || pid == (long)getpid() || !is_kind_temporary(k, e->d_name)) continue;
+        if (!pid || pid == (long)getpid() || !is_any_temporary(e->d_name)) continue;
         if (!kill((pid_t)pid, 0) || errno != ESRCH) continue; /* alive, or not ours to tell */
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
             continue;
@@ -178,20 +245,20 @@ typedef struct {
     char format[64];     /* config.json's "format"; "" without a config.json, "?" if it is
                           * not a JSON object with a "format" */
     int model, checkpoint, entries;
+    int odd_checkpoint; /* checkpoint.safetensors is there but is not a file (a FIFO, ...) */
 } survey;
 
 static void read_format(char format[64], const char *dir)
 {
-    char path[4096], *text = NULL;
+    char path[4096];
     qkv_error err = {0};
+    cJSON *o = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
     snprintf(format, 64, "?");
-    if (qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, NULL, &err)) return;
-    cJSON *o = cJSON_Parse(text);
+    if (qkv_json_load(&o, path, QKV_MAX_CONFIG_BYTES, &err)) return;
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "format");
     if (cJSON_IsString(f)) snprintf(format, 64, "%s", f->valuestring);
     cJSON_Delete(o);
-    free(text);
 }
 
 static int survey_dir(survey *s, const char *dir, const run_kind *k)
@@ -212,6 +279,9 @@ static int survey_dir(survey *s, const char *dir, const run_kind *k)
         if (S_ISLNK(st.st_mode) && ours && !s->link[0]) snprintf(s->link, sizeof s->link, "%s", name);
         if (!is_run_entry(k, name, st.st_mode) && !s->foreign[0])
             snprintf(s->foreign, sizeof s->foreign, "%s", name);
+        if (!strcmp(name, "checkpoint.safetensors") && !S_ISREG(st.st_mode) &&
+            !S_ISLNK(st.st_mode))
+            s->odd_checkpoint = 1;
         if (!S_ISREG(st.st_mode)) continue;
         if (!strcmp(name, "config.json")) read_format(s->format, dir);
         s->model |= !strcmp(name, "model.safetensors");
@@ -221,9 +291,9 @@ static int survey_dir(survey *s, const char *dir, const run_kind *k)
     return 0;
 }
 
-/* Removes what a previous run of kind k left in dir (links themselves, never their targets;
- * in best/ and epoch-NNN/ only the files a model directory holds). */
-static int remove_run_files(const char *dir, const run_kind *k)
+/* Removes what a previous run of any kind left in dir (links themselves, never their
+ * targets; in best/ and epoch-NNN/ only the files a model directory holds). */
+static int remove_run_files(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d) return -1;
@@ -233,7 +303,7 @@ static int remove_run_files(const char *dir, const run_kind *k)
         struct stat st;
         if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) || !strcmp(name, LOCK_NAME))
             continue;
-        if (S_ISDIR(st.st_mode) && k->model_dirs && is_model_dir_name(name)) {
+        if (S_ISDIR(st.st_mode) && is_model_dir_name(name)) {
             int sub = openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (sub >= 0) {
                 unlinkat(sub, "config.json", 0), unlinkat(sub, "model.safetensors", 0);
@@ -241,8 +311,8 @@ static int remove_run_files(const char *dir, const run_kind *k)
             }
             unlinkat(dirfd(d), name, AT_REMOVEDIR); /* stays if someone put more there */
         } else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) &&
-                   (is_kind_file(k, name) || is_kind_temporary(k, name) ||
-                    (S_ISLNK(st.st_mode) && k->model_dirs && is_model_dir_name(name))) &&
+                   (is_any_run_file(name) || is_any_temporary(name) ||
+                    (S_ISLNK(st.st_mode) && is_model_dir_name(name))) &&
                    unlinkat(dirfd(d), name, 0)) {
             fprintf(stderr, "qkv: %s/%s: cannot remove the previous run's file: %s\n", dir, name,
                     strerror(errno));
@@ -272,6 +342,11 @@ static int allowed(const survey *s, const char *dir, const run_kind *k, run_mode
         if (other_kind) {
             fprintf(stderr, "qkv: --resume: %s/config.json is not %s's (%s): there is nothing "
                     "to resume\n", dir, k->what, config);
+            return 0;
+        }
+        if (s->odd_checkpoint) {
+            fprintf(stderr, "qkv: --resume: %s/checkpoint.safetensors is not a regular file (a "
+                    "FIFO, a device or a directory): there is no checkpoint to continue\n", dir);
             return 0;
         }
         if (!s->checkpoint) {
@@ -312,13 +387,18 @@ int run_dir_claim(run_dir *rd, const char *dir, const run_kind *k, run_mode mode
                   char **argv)
 {
     struct stat st;
-    rd->lock_fd = -1;
+    rd->lock_fd = -1, rd->created = 0;
+    if (snprintf(rd->dir, sizeof rd->dir, "%s", dir) >= (int)sizeof rd->dir) {
+        fprintf(stderr, "qkv: %.200s...: the directory's name is too long\n", dir);
+        return -1;
+    }
     if (mode == RUN_RESUME && stat(dir, &st)) {
         fprintf(stderr, "qkv: --resume: %s: %s: there is no run to continue\n", dir,
                 strerror(errno));
         return -1;
     }
-    if (mkdir(dir, 0777) && errno != EEXIST) {
+    if (!mkdir(dir, 0777)) rd->created = 1;
+    else if (errno != EEXIST) {
         fprintf(stderr, "qkv: %s: cannot create the directory: %s\n", dir, strerror(errno));
         return -1;
     }
@@ -327,7 +407,7 @@ int run_dir_claim(run_dir *rd, const char *dir, const run_kind *k, run_mode mode
         return -1;
     }
     if (take_lock(rd, dir, argc, argv)) return -1;
-    remove_stale_temporaries(dir, k);
+    remove_stale_temporaries(dir);
     char sub[4200];
     if (k->model_dirs) { /* best/ and epoch-NNN/ are written atomically too */
         DIR *d = opendir(dir);
@@ -335,12 +415,12 @@ int run_dir_claim(run_dir *rd, const char *dir, const run_kind *k, run_mode mode
             if (is_model_dir_name(e->d_name) &&
                 (size_t)snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name) < sizeof sub &&
                 !lstat(sub, &st) && S_ISDIR(st.st_mode))
-                remove_stale_temporaries(sub, k);
+                remove_stale_temporaries(sub);
         if (d) closedir(d);
     }
     survey s;
     if (survey_dir(&s, dir, k) || !allowed(&s, dir, k, mode) ||
-        (mode != RUN_RESUME && s.entries && remove_run_files(dir, k))) {
+        (mode != RUN_RESUME && s.entries && remove_run_files(dir))) {
         run_dir_release(rd);
         return -1;
     }

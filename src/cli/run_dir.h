@@ -6,15 +6,19 @@
  *   - creates it if needed and takes an exclusive lock on it (flock on DIR/.qkv.lock, which
  *     names the holder: its pid and command line) for as long as the run lasts: a second run
  *     on the same directory is refused, naming the first;
- *   - removes the temporaries (NAME.tmp.PID.K) that a killed run left, when PID is gone;
+ *   - removes the temporaries (NAME.tmp.PID.K, the one name qkv gives them) that a killed run
+ *     left, when PID is gone;
  *   - refuses what must not be written over: a directory holding anything but a run of the
  *     same kind (a file of another name, another kind's config.json, a symbolic link where a
  *     run writes a file) unless the caller overwrites, and a trained model or a run's
  *     checkpoint unless the caller resumes or overwrites;
  *   - resuming needs the same kind and a checkpoint; overwriting (or starting a new run over
- *     an unfinished one that has no checkpoint) removes the previous run's files first (the
- *     files of this kind's names only, links themselves and never what they point at), so
- *     that no file of the old run is read as part of the new one.
+ *     an unfinished one that has no checkpoint) removes the previous run's files first (every
+ *     name a run of any kind writes, its best/ and epoch-NNN/ models, links themselves and
+ *     never what they point at), so that no file of the old run (a checkpoint, a metrics
+ *     log, a figure) is read as part of the new one or left beside it;
+ *   - a run that ends without writing anything leaves nothing: releasing a directory that
+ *     holds only the lock removes the lock, and the directory if the claim made it.
  * Files inside are then written atomically (qkv_atomic_write: a new file renamed into place,
  * which replaces a link rather than following it) or opened with O_NOFOLLOW. */
 #ifndef QKV_CLI_RUN_DIR_H
@@ -42,6 +46,8 @@ typedef enum {
 /* A claimed directory: the lock, held until run_dir_release (or the process ends). */
 typedef struct {
     int lock_fd;
+    int created;    /* the claim made the directory */
+    char dir[4096]; /* the directory claimed */
 } run_dir;
 
 /* Claims dir for a run of kind k in mode, recording argv (the command line, argc words) as

@@ -43,7 +43,11 @@ enum MHD_Result serve_get_metrics(server *s, struct MHD_Connection *c, conn *cn)
     OUT("# HELP qkv_batch_size Sentences decoded together per decoder step.\n"
         "# TYPE qkv_batch_size summary\nqkv_batch_size_sum %llu\nqkv_batch_size_count %llu\n",
         s->batch_rows, s->steps);
-    OUT("# HELP qkv_batch_slots Slots of the running batch (--max-batch-tokens).\n"
+    OUT("# HELP qkv_connections_cut_total Connections closed because their request headers "
+        "took longer than --header-timeout.\n"
+        "# TYPE qkv_connections_cut_total counter\nqkv_connections_cut_total %lu\n",
+        s->headers_cut);
+    OUT("# HELP qkv_batch_slots Slots of the running batch (--max-batch-size).\n"
         "# TYPE qkv_batch_slots gauge\nqkv_batch_slots %d\n", s->slots);
     OUT("# HELP qkv_request_duration_seconds Time from request to answer.\n"
         "# TYPE qkv_request_duration_seconds histogram\n");

@@ -48,23 +48,36 @@ qkv_status replaceable_target(const char *path, qkv_error *err)
                     "writes its files by replacing them, and will not replace that", path);
 }
 
+int create_temporary(const char *path, unsigned mode, char **tmp_out)
+{
+    *tmp_out = NULL;
+    const size_t cap = strlen(path) + 48;
+    char *tmp = malloc(cap);
+    if (!tmp) return errno = ENOMEM, -1;
+    int fd = -1;
+    for (int k = 0; k < 1000 && fd < 0; k++) {
+        snprintf(tmp, cap, "%s.tmp.%ld.%d", path, (long)getpid(), k);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        const int e = errno;
+        free(tmp);
+        return errno = e, -1;
+    }
+    *tmp_out = tmp;
+    return fd;
+}
+
 qkv_status qkv_atomic_write(const char *path, const void *const *chunks, const size_t *lens,
                             int n_chunks, qkv_error *err)
 {
     qkv_status special = replaceable_target(path, err);
     if (special) return special;
-    size_t cap = strlen(path) + 32;
-    char *tmp = malloc(cap);
-    if (!tmp) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
-    int fd = -1;
-    for (int k = 0; k < 100 && fd < 0; k++) {
-        snprintf(tmp, cap, "%s.tmp.%ld.%d", path, (long)getpid(), k);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0 && errno != EEXIST) break;
-    }
+    char *tmp;
+    const int fd = create_temporary(path, 0644, &tmp);
     if (fd < 0) {
         int e = errno;
-        free(tmp);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create a temporary file next to it: %s",
                         path, strerror(e));
     }

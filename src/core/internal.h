@@ -19,6 +19,17 @@ qkv_status qkv_fail(qkv_error *err, qkv_status code, const char *fmt, ...)
  * (replaced, never followed) and a directory (refused by the rename) pass. */
 qkv_status replaceable_target(const char *path, qkv_error *err);
 
+/* A new file next to path, for writing and then renaming over it: path.tmp.PID.K, the one name
+ * every writer of qkv gives its temporaries (a run directory's claim removes those whose PID
+ * is gone), K the first free from 0, created exclusively with permissions mode (less the
+ * umask). Returns its descriptor and *tmp (malloc'd), or -1 with errno set. */
+int create_temporary(const char *path, unsigned mode, char **tmp);
+
+/* path opened for reading as qkv_open_file opens a regular file (never waiting on a FIFO,
+ * refusing anything but a regular file), as a descriptor the caller closes; *size: its size
+ * in bytes. For readers that seek (safetensors): QKV_ERR_IO naming path otherwise. */
+qkv_status open_regular(const char *path, int *fd, uint64_t *size, qkv_error *err);
+
 /* Row-major C = alpha * op(A) op(B) + beta * C, with op(X) = X or X^T: a thin name for
  * cblas_sgemm so the math reads as "C (M,N) = A (M,K) B (K,N)". */
 static inline void gemm(int transA, int transB, int M, int N, int K, float alpha,

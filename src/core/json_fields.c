@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/json_fields.h"
+#include "core/names.h"
 
 qkv_status json_get_int(const cJSON *o, const char *key, int *v, const char *file,
                         qkv_error *err)
@@ -43,9 +44,11 @@ qkv_status json_get_float(const cJSON *o, const char *key, float *v, const char 
     return QKV_OK;
 }
 
-qkv_status json_get_choice(const cJSON *o, const char *key, const char *const *names, int n,
-                           int *v, const char *file, qkv_error *err)
+qkv_status json_get_choice(const cJSON *o, const char *key, qkv_enum e, int *v,
+                           const char *file, qkv_error *err)
 {
+    int n;
+    const char *const *names = enum_names(e, &n);
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     for (int i = 0; cJSON_IsString(x) && i < n; i++)
         if (!strcmp(x->valuestring, names[i])) return *v = i, QKV_OK;

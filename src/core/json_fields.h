@@ -17,8 +17,8 @@ qkv_status json_get_flag(const cJSON *o, const char *key, int *v, const char *fi
 /* A number member that fits a float. */
 qkv_status json_get_float(const cJSON *o, const char *key, float *v, const char *file,
                           qkv_error *err);
-/* A string member that must be one of names[0..n) (n <= 3): *v = its index. */
-qkv_status json_get_choice(const cJSON *o, const char *key, const char *const *names, int n,
-                           int *v, const char *file, qkv_error *err);
+/* A string member that must be one of enum e's names (core/names.h): *v = its value. */
+qkv_status json_get_choice(const cJSON *o, const char *key, qkv_enum e, int *v,
+                           const char *file, qkv_error *err);
 
 #endif

@@ -41,7 +41,7 @@ qkv_status qkv_attention_maps_compute(qkv_attention_maps *out, qkv_transformer *
                       "sentence pair", Ts, Tt);
         goto done;
     }
-    tgt_in[0] = c->decoder_start;
+    tgt_in[0] = decoder_transformer_info(m).start;
     memcpy(tgt_in + 1, tgt, (size_t)tgt_len * sizeof *tgt);
     out->enc_layers = c->enc_layers, out->dec_layers = c->dec_layers, out->heads = H;
     out->src_len = Ts, out->tgt_len = Tt;

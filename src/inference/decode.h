@@ -21,6 +21,11 @@ qkv_status beam_decode(qkv_transformer *m, const int *src, const int *src_valid,
                        int src_len, const qkv_beam_options *o, const decoding_rules *rules,
                        qkv_beam_results *results, qkv_error *err);
 
+/* The options qkv_translate accepts (QKV_ERR_ARG naming what is wrong); batched: batch >= 1 is
+ * asked too (a batch decoder has no batches of its own). */
+qkv_status translate_check_options(const qkv_translate_options *o, int batched,
+                                   qkv_error *err);
+
 /* A translation's length limit for a source of n tokens: floor(o->max_len_a * n +
  * o->max_len_b), at least 1, at most cap (a = b = 0: cap), as qkv_translate allows. */
 int translate_length_limit(const qkv_translate_options *o, int n, int cap);

@@ -124,13 +124,8 @@ static qkv_status is_lm_dir(int *lm, const char *dir, qkv_error *err)
     char path[4096];
     *lm = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    size_t len;
-    char *text;
-    qkv_status st = qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, &len, err);
+    qkv_status st = qkv_json_load(&o, path, QKV_MAX_CONFIG_BYTES, err);
     if (st) return st;
-    o = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!o) return qkv_fail(err, QKV_ERR_FORMAT, "%s: not valid JSON", path);
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "format");
     *lm = cJSON_IsString(f) && !strcmp(f->valuestring, "qkv-lm");
     cJSON_Delete(o);

@@ -106,18 +106,20 @@ void qkv_translations_free(qkv_translations *r)
     memset(r, 0, sizeof *r);
 }
 
-static qkv_status check_options(const qkv_translate_options *o, qkv_error *err)
+qkv_status translate_check_options(const qkv_translate_options *o, int batched,
+                                  qkv_error *err)
 {
     if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
         !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF)
         return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam, "
                         "finite alpha >= 0 and a known stopping rule (got %d, %d, %g, %d)",
                         o->beam, o->n_best, (double)o->alpha, (int)o->stop);
-    if (o->max_len < 0 || o->batch < 1 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f ||
-        o->max_len_b < 0)
-        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, batch >= 1, "
-                        "max_len_a in [0, 1e6] and max_len_b >= 0 (got %d, %d, %g, %d)",
-                        o->max_len, o->batch, (double)o->max_len_a, o->max_len_b);
+    if (o->max_len < 0 || !(o->max_len_a >= 0.0f) || o->max_len_a > 1e6f || o->max_len_b < 0)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs max_len >= 0, max_len_a in [0, 1e6] "
+                        "and max_len_b >= 0 (got %d, %g, %d)", o->max_len, (double)o->max_len_a,
+                        o->max_len_b);
+    if (batched && o->batch < 1)
+        return qkv_fail(err, QKV_ERR_ARG, "translation needs batch >= 1 (got %d)", o->batch);
     return QKV_OK;
 }
 
@@ -242,11 +244,11 @@ static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_s
     batch_buffers b;
     qkv_status st = buffers_init(&b, Bmax, longest, r, err);
     qkv_beam_options bo = {o->beam, o->n_best, L, o->alpha, o->stop, NULL};
-    /* a multilingual model's target language: its token forced first */
-    const qkv_transformer_config *c = qkv_transformer_get_config(t->model);
+    /* the model's rules, and a multilingual model's target language: its token forced first */
+    const decoder_info info = decoder_transformer_info(t->model);
     const int forced = t->tok.tgt_forced;
-    const decoding_rules rules = {c->decoder_start, c->suppress_pad, 0, c->forced_eos, &forced,
-                                  forced > 0};
+    decoding_rules rules = decoding_rules_of(&info);
+    rules.prefix = &forced, rules.n_prefix = forced > 0;
     qkv_beam_results br = {b.out, b.out_len, b.score, NULL};
     for (int first = 0; !st && first < src->count; first += Bmax) {
         const int B = src->count - first < Bmax ? src->count - first : Bmax;
@@ -288,24 +290,22 @@ qkv_status qkv_translator_set_languages(qkv_translator *t, const char *source,
     return qkv_tokenizer_set_languages(&t->tok, source, target, err);
 }
 
-static qkv_status translate(qkv_translations *out, qkv_translator *t,
-                            const qkv_sentences *words, const qkv_translate_options *o,
-                            qkv_error *err)
+qkv_status qkv_translate_tokens(qkv_translations *out, qkv_translator *t,
+                                const qkv_sentences *src, const qkv_translate_options *o,
+                                qkv_error *err)
 {
-    qkv_status st = QKV_OK;
     memset(out, 0, sizeof *out);
+    qkv_status st = translate_check_options(o, 1, err);
+    if (st) return st;
     if (t->tok.forced_target && t->tok.languages && !t->tok.tgt_forced)
         return qkv_fail(err, QKV_ERR_ARG, "the model translates into many languages: which one "
                         "(--target-lang)?");
     if (qkv_transformer_get_precision(t->model) != o->precision)
         st = qkv_transformer_set_precision(t->model, o->precision, err);
-    qkv_sentences src = {0};
     int *limits = NULL;
-    if (!st) st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
-    if (!st) st = results_init(out, &limits, t, &src, o, err);
-    if (!st && src.count) st = decode_all(out, t, &src, limits, o, err);
-    if (!st && src.count) st = detokenize(out, t, err);
-    qkv_sentences_free(&src);
+    if (!st) st = results_init(out, &limits, t, src, o, err);
+    if (!st && src->count) st = decode_all(out, t, src, limits, o, err);
+    if (!st && src->count) st = detokenize(out, t, err);
     free(limits);
     if (st) qkv_translations_free(out);
     return st;
@@ -316,8 +316,12 @@ qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
                                qkv_error *err)
 {
     memset(out, 0, sizeof *out);
-    qkv_status st = check_options(o, err);
-    return st ? st : translate(out, t, words, o, err);
+    qkv_sentences src = {0};
+    qkv_status st = translate_check_options(o, 1, err);
+    if (!st) st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
+    if (!st) st = qkv_translate_tokens(out, t, &src, o, err);
+    qkv_sentences_free(&src);
+    return st;
 }
 
 /* The sources as words, one sentence each. */
@@ -359,14 +363,14 @@ qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *c
                          int n, const qkv_translate_options *o, qkv_error *err)
 {
     memset(out, 0, sizeof *out);
-    qkv_status st = check_options(o, err);
+    qkv_status st = translate_check_options(o, 1, err);
     if (st) return st;
     if (n < 0 || (n > 0 && !sources))
         return qkv_fail(err, QKV_ERR_ARG, "translation needs n >= 0 sources and an array of "
                         "them (got %d%s)", n, sources ? "" : " and NULL");
     qkv_sentences words;
     st = source_words(&words, &t->tok, sources, n, err);
-    if (!st) st = translate(out, t, &words, o, err);
+    if (!st) st = qkv_translate_words(out, t, &words, o, err);
     qkv_sentences_free(&words);
     return st;
 }

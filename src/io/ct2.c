@@ -495,7 +495,7 @@ static qkv_status copy_beside(const char *from, const char *to, qkv_error *err)
         char src[4096], dst[4096], *data = NULL;
         size_t len = 0;
         if (!qkv_model_dir_file(src, sizeof src, from, names[i])) continue;
-        qkv_status st = qkv_read_file(src, QKV_MAX_VOCAB_FILE_BYTES, &data, &len, err);
+        qkv_status st = qkv_read_regular_file(src, QKV_MAX_VOCAB_FILE_BYTES, &data, &len, err);
         snprintf(dst, sizeof dst, "%s/%s", to, names[i]);
         const void *chunk = data;
         if (!st) st = qkv_atomic_write(dst, &chunk, &len, 1, err);

@@ -19,11 +19,11 @@ qkv_status hf_json(cJSON **out, const char *dir, const char *name, int required,
     snprintf(path, sizeof path, "%s/%s", dir, name);
     struct stat sb;
     if (!required && stat(path, &sb)) return QKV_OK;
-    qkv_status st = qkv_read_file(path, MAX_JSON_BYTES, &text, &len, err);
-    if (st) return st;
-    *out = cJSON_ParseWithLength(text, len);
+    qkv_status st = qkv_read_regular_file(path, MAX_JSON_BYTES, &text, &len, err);
+    if (!st) st = qkv_json_parse(out, text, len, path, err);
     free(text);
-    if (*out && cJSON_IsObject(*out)) return QKV_OK;
+    if (st) return st;
+    if (cJSON_IsObject(*out)) return QKV_OK;
     cJSON_Delete(*out), *out = NULL;
     return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", path);
 }
@@ -54,6 +54,50 @@ const char *hf_str(const cJSON *o, const char *key, const char *def)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(x) ? x->valuestring : def;
+}
+
+qkv_status hf_output_apart(const char *out, const char *dir, qkv_error *err)
+{
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = qkv_path_relation(out, dir);
+    return rel > 0 ? qkv_fail(err, QKV_ERR_ARG, "%s %s the input %s: import into another "
+                              "directory", out, relation[rel], dir)
+                   : QKV_OK;
+}
+
+qkv_status hf_spm_loads(const char *bytes, size_t len, const char *name, qkv_error *err)
+{
+    qkv_spm *model = NULL; /* an empty, junk or truncated file does not load */
+    qkv_status st = qkv_spm_load_bytes(&model, bytes, len, name, err);
+    qkv_spm_free(model);
+    return st;
+}
+
+qkv_status hf_weights_finite(qkv_transformer *m, const char *file, qkv_error *err)
+{
+    const float *params = qkv_transformer_params(m);
+    for (int i = 0; i < qkv_transformer_num_tensors(m); i++) {
+        const qkv_param_info t = qkv_transformer_tensor(m, i);
+        for (size_t k = 0; k < t.numel; k++)
+            if (!isfinite(params[t.offset + k]))
+                return qkv_fail(err, QKV_ERR_NUMERIC, "%s: the weights of qkv's tensor '%s' hold "
+                                "%g at element %zu (a NaN or Inf)", file, t.name,
+                                (double)params[t.offset + k], k);
+    }
+    return QKV_OK;
+}
+
+qkv_status hf_string(const cJSON *o, const char *key, const char *def, const char **v,
+                     const char *file, qkv_error *err)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    *v = def;
+    if (!x) return QKV_OK;
+    if (!cJSON_IsString(x))
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: \"%s\" must be a string%s", file, key,
+                        cJSON_IsNull(x) ? " (it is null)" : "");
+    *v = x->valuestring;
+    return QKV_OK;
 }
 
 /* ---- weights ------------------------------------------------------------------------ */
@@ -190,6 +234,37 @@ const char *hf_weights_unused(const hf_weights *w)
         for (int t = 0; t < w->shards[i].count; t++)
             if (!w->used[i][t]) return w->shards[i].tensors[t].name;
     return NULL;
+}
+
+qkv_status hf_generation(char **out, const char *dir, qkv_error *err)
+{
+    cJSON *g = NULL;
+    *out = NULL;
+    char file[4096];
+    qkv_status st = hf_json(&g, dir, "generation_config.json", 0, err);
+    snprintf(file, sizeof file, "%s/%s", dir, g ? "generation_config.json" : "config.json");
+    if (!st && !g) st = hf_json(&g, dir, "config.json", 1, err);
+    if (st) return st;
+    int beams = 1, max_length = 0;
+    st = hf_int(g, "num_beams", 1, &beams, file, err);
+    if (!st) st = hf_int(g, "max_length", 0, &max_length, file, err);
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(g, "length_penalty");
+    char *text = st ? NULL : malloc(256);
+    if (!st && !text) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+    if (!st) {
+        int n = snprintf(text, 256, "{\n  \"from\": \"%s\",\n  \"beam\": %d,\n"
+                         "  \"beam_stop\": \"hf\"", g ? strrchr(file, '/') + 1 : "config.json",
+                         beams > 0 && beams <= 256 ? beams : 1);
+        if (cJSON_IsNumber(lp) && lp->valuedouble >= 0 && lp->valuedouble <= 100)
+            n += snprintf(text + n, (size_t)(256 - n), ",\n  \"length_penalty\": %g",
+                          lp->valuedouble);
+        if (max_length > 1 && max_length <= 65537)
+            n += snprintf(text + n, (size_t)(256 - n), ",\n  \"max_len\": %d", max_length - 1);
+        snprintf(text + n, (size_t)(256 - n), "\n}\n");
+        *out = text;
+    }
+    cJSON_Delete(g);
+    return st;
 }
 
 /* ---- a BART-family model's tensors into qkv's ------------------------------------------ */

@@ -19,6 +19,18 @@ qkv_status hf_int(const cJSON *o, const char *key, int def, int *v, const char *
 qkv_status hf_bool(const cJSON *o, const char *key, int def, int *v, const char *file,
                    qkv_error *err);
 const char *hf_str(const cJSON *o, const char *key, const char *def);
+/* What every importer checks, so that nothing a reader of the imported model would refuse is
+ * written: out is apart from the input dir (not it, not inside it, not holding it: claiming
+ * it could empty the input); a SentencePiece model's bytes that load (name in messages); the
+ * model's weights all finite (file: where they came from). */
+qkv_status hf_output_apart(const char *out, const char *dir, qkv_error *err);
+qkv_status hf_spm_loads(const char *bytes, size_t len, const char *name, qkv_error *err);
+qkv_status hf_weights_finite(qkv_transformer *m, const char *file, qkv_error *err);
+
+/* A string member: *v = def when absent; QKV_ERR_FORMAT naming file and key when present but
+ * not a string (null included: transformers has no default for it then). */
+qkv_status hf_string(const cJSON *o, const char *key, const char *def, const char **v,
+                     const char *file, qkv_error *err);
 
 typedef struct {
     qkv_tensor_file *shards;
@@ -37,6 +49,11 @@ const qkv_tensor *hf_weights_get(hf_weights *w, const char *name);
 const qkv_tensor *hf_weights_peek(const hf_weights *w, const char *name);
 /* The first tensor no hf_weights_get took, or NULL. */
 const char *hf_weights_unused(const hf_weights *w);
+
+/* generation_config.json (or, without it, config.json's own keys) as the text of qkv's
+ * generation.json (malloc'd): num_beams, length_penalty, max_length less the start token,
+ * under transformers' stopping rule. */
+qkv_status hf_generation(char **text, const char *dir, qkv_error *err);
 
 /* ---- a BART-family model's tensors (Marian, M2M100, NLLB) into qkv's parameters ---------- */
 

@@ -6,8 +6,8 @@
 #include "io/model_dir.h"
 #include "models/language_model_internal.h"
 
-#define FIELD(key, type, member) {key, type, offsetof(qkv_lm_config, member), NULL, 0, 0}
-static const char *const acts[] = {"relu", "gelu", "silu"}, *const attentions[] = {"softmax", "linear"};
+#define FIELD(key, type, member) {key, type, offsetof(qkv_lm_config, member), 0, 0}
+#define CHOICE(key, member, names) {key, FIELD_CHOICE, offsetof(qkv_lm_config, member), names, 0}
 static const config_field fields[] = {
     FIELD("vocab", FIELD_INT, vocab),
     FIELD("d_model", FIELD_INT, d_model),
@@ -19,10 +19,10 @@ static const config_field fields[] = {
     FIELD("bias", FIELD_FLAG, bias),
     FIELD("pre_norm", FIELD_FLAG, pre_norm),
     FIELD("final_norm", FIELD_FLAG, final_norm),
-    {"act", FIELD_CHOICE, offsetof(qkv_lm_config, act), acts, 3, 0},
+    CHOICE("act", act, QKV_ENUM_ACTIVATION),
     FIELD("tie", FIELD_FLAG, tie),
     FIELD("learned_pos", FIELD_FLAG, learned_pos),
-    {"attention", FIELD_CHOICE, offsetof(qkv_lm_config, attention), attentions, 2, 0},
+    CHOICE("attention", attention, QKV_ENUM_ATTENTION),
     FIELD("ln_eps", FIELD_FLOAT, ln_eps),
 };
 _Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_attention_kind) == sizeof(int),
@@ -40,16 +40,22 @@ _Static_assert(sizeof position / sizeof *position <= MAX_POSITION_FIELDS, "too m
 static void defaults(void *cfg) { *(qkv_lm_config *)cfg = qkv_lm_default_config(); }
 static qkv_status check(const void *cfg, qkv_error *err) { return qkv_lm_config_check(cfg, err); }
 
+/* The model behind model_dir.h's whole-model calls. */
+static double config_params(const void *cfg) { return lm_config_params(cfg); }
+static qkv_status create(void **model, const void *cfg, qkv_error *err)
+{
+    return qkv_lm_create((qkv_lm **)model, cfg, 0, err);
+}
+static void destroy(void *model) { qkv_lm_free(model); }
+static model_core *core_of(const void *model) { return &((qkv_lm *)model)->core; }
+static const void *config_of(const void *model) { return &((const qkv_lm *)model)->cfg; }
+
 static const model_kind lm_kind = {
     "qkv-lm", " (a language model)", "qkv-lm-checkpoint", "language-model",
     fields, sizeof fields / sizeof *fields, position, sizeof position / sizeof *position,
     defaults, check, NULL,
+    sizeof(qkv_lm_config), config_params, create, destroy, core_of, config_of,
 };
-
-static param_set params_of(const qkv_lm *m)
-{
-    return (param_set){m->core.tensors, m->core.n_tensors, m->core.params, m->core.n_params};
-}
 
 qkv_status qkv_lm_config_to_json(const qkv_lm_config *c, char **json, qkv_error *err)
 {
@@ -64,18 +70,13 @@ qkv_status qkv_lm_config_from_json(qkv_lm_config *c, const char *json, const cha
 
 qkv_status qkv_lm_save(const qkv_lm *m, const char *dir, qkv_error *err)
 {
-    return model_dir_save(&lm_kind, &m->cfg, params_of(m), dir, err);
+    return model_save(&lm_kind, m, dir, err);
 }
 
 qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
 {
-    qkv_lm_config cfg;
-    qkv_lm *m = NULL;
-    qkv_status st = model_dir_config(&lm_kind, &cfg, dir, err);
-    if (!st) st = model_dir_fits(dir, lm_config_params(&cfg), err);
-    if (!st) st = qkv_lm_create(&m, &cfg, 0, err);
-    if (!st) st = model_dir_params(params_of(m), dir, err);
-    if (st) qkv_lm_free(m), m = NULL;
+    void *m;
+    qkv_status st = model_load(&lm_kind, &m, dir, err);
     *out = m;
     return st;
 }
@@ -83,13 +84,11 @@ qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
 qkv_status lm_checkpoint_save(const char *path, const qkv_lm *m, const qkv_adam *opt,
                               const lm_train_position *pos, qkv_error *err)
 {
-    return model_checkpoint_save(&lm_kind, path, params_of(m), opt, pos, err);
+    return model_save_checkpoint(&lm_kind, path, m, opt, pos, err);
 }
 
 qkv_status lm_checkpoint_load(const char *path, qkv_lm *m, qkv_adam *opt,
                               lm_train_position *pos, qkv_error *err)
 {
-    qkv_status st = model_checkpoint_load(&lm_kind, path, params_of(m), opt, pos, err);
-    if (!st) precision_touch(&m->core.prec); /* the bf16 copy, if any, is of the old parameters */
-    return st;
+    return model_load_checkpoint(&lm_kind, path, m, opt, pos, err);
 }

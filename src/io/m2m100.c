@@ -103,7 +103,8 @@ static qkv_status read_config(m2m *h, const char *dir, qkv_error *err)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: the encoder and the decoder differ (heads %d "
                       "and %d, FFN %d and %d): qkv's stacks share one shape", file, heads[0],
                       heads[1], ffn[0], ffn[1]);
-    const char *act = hf_str(o, "activation_function", "relu");
+    const char *act = "relu";
+    if (!st) st = hf_string(o, "activation_function", "relu", &act, file, err);
     if (!st) {
         if (!strcmp(act, "relu")) c->act = QKV_ACT_RELU;
         else if (!strcmp(act, "gelu")) c->act = QKV_ACT_GELU;
@@ -372,33 +373,6 @@ static qkv_status write_text_json(const m2m *h, const char *out, qkv_error *err)
     return st;
 }
 
-/* generation_config.json (or config.json's own keys) as generation.json: num_beams,
- * length_penalty, max_length (less the start token), under transformers' stopping rule. */
-static qkv_status write_generation(const char *dir, const char *out, qkv_error *err)
-{
-    cJSON *g = NULL;
-    qkv_status st = hf_json(&g, dir, "generation_config.json", 0, err);
-    if (!st && !g) st = hf_json(&g, dir, "config.json", 1, err);
-    if (st) return st;
-    int beams = 1, max_length = 0;
-    char file[4096];
-    snprintf(file, sizeof file, "%s/generation_config.json", dir);
-    st = hf_int(g, "num_beams", 1, &beams, file, err);
-    if (!st) st = hf_int(g, "max_length", 0, &max_length, file, err);
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(g, "length_penalty");
-    char text[256];
-    int n = snprintf(text, sizeof text, "{\n  \"from\": \"generation_config.json\",\n"
-                     "  \"beam\": %d,\n  \"beam_stop\": \"hf\"", beams > 0 ? beams : 1);
-    if (cJSON_IsNumber(lp))
-        n += snprintf(text + n, sizeof text - (size_t)n, ",\n  \"length_penalty\": %g",
-                      lp->valuedouble);
-    if (max_length > 1)
-        n += snprintf(text + n, sizeof text - (size_t)n, ",\n  \"max_len\": %d", max_length - 1);
-    n += snprintf(text + n, sizeof text - (size_t)n, "\n}\n");
-    cJSON_Delete(g);
-    return st ? st : write_file(out, "generation.json", text, (size_t)n, err);
-}
-
 static qkv_status import(const char *dir, const char *out, int nllb, qkv_error *err)
 {
     m2m h = {.nllb = nllb, .clean_up = 1};
@@ -407,17 +381,26 @@ static qkv_status import(const char *dir, const char *out, int nllb, qkv_error *
     char spm[4096], *bytes = NULL;
     size_t len = 0;
     snprintf(spm, sizeof spm, "%s/sentencepiece.bpe.model", dir);
-    qkv_status st = read_config(&h, dir, err);
+    qkv_status st = hf_output_apart(out, dir, err);
+    if (!st) st = read_config(&h, dir, err);
     if (!st) st = read_tokens(&h, dir, err);
-    if (!st) st = qkv_read_file(spm, QKV_MAX_VOCAB_FILE_BYTES, &bytes, &len, err);
+    if (!st) st = qkv_read_regular_file(spm, QKV_MAX_VOCAB_FILE_BYTES, &bytes, &len, err);
+    if (!st) st = hf_spm_loads(bytes, len, spm, err);
     if (!st) st = hf_weights_load(&w, dir, err);
     if (!st) st = read_model(&m, &w, &h, err);
+    if (!st) st = hf_weights_finite(m, w.file, err);
     hf_weights_free(&w);
     if (!st) st = write_vocab(&h, out, err);
     if (!st) st = write_file(out, "source.spm", bytes, len, err);
     if (!st) st = write_file(out, "target.spm", bytes, len, err);
     if (!st) st = write_text_json(&h, out, err);
-    if (!st) st = write_generation(dir, out, err);
+    char *generation = NULL;
+    if (!st) st = hf_generation(&generation, dir, err);
+    if (!st) st = write_file(out, "generation.json", generation, strlen(generation), err);
+    free(generation);
+    qkv_tokenizer check = {0}; /* what was written, read back as translating reads it */
+    if (!st) st = qkv_tokenizer_load(&check, out, err);
+    qkv_tokenizer_free(&check);
     if (!st) st = qkv_transformer_save(m, out, err); /* last: the directory is then whole */
     qkv_transformer_free(m);
     free(bytes);

@@ -93,7 +93,8 @@ static qkv_status read_bad_words(const cJSON *o, int pad, int *suppress, const c
                     file, pad);
 }
 
-/* config.json's object o (named file in messages) as qkv's configuration. */
+/* config.json's object o (named file in messages) as qkv's configuration. Long: each key of
+ * MarianConfig read in turn, then checked together; the list is the function. */
 static qkv_status read_config(hf_config *h, const cJSON *o, const char *file, qkv_error *err)
 {
     qkv_status st = QKV_OK;
@@ -135,7 +136,8 @@ static qkv_status read_config(hf_config *h, const cJSON *o, const char *file, qk
                       "token (%d)",
                       file, forced_id, h->eos);
     h->forced = forced_id == h->eos;
-    const char *act = hf_str(o, "activation_function", "gelu");
+    const char *act = "gelu";
+    if (!st) st = hf_string(o, "activation_function", "gelu", &act, file, err);
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(o, "dropout");
     if (cJSON_IsNumber(drop) && drop->valuedouble >= 0.0 && drop->valuedouble < 1.0)
         c->dropout = (float)drop->valuedouble;
@@ -385,6 +387,8 @@ static qkv_status read_model(qkv_transformer **out, hf_weights *w, const hf_conf
         if (!im.written[i])
             st = qkv_fail(err, QKV_ERR_FORMAT, "%s: nothing for qkv's tensor '%s'", w->file,
                           qkv_transformer_tensor(im.m, i).name);
+    /* weights no reader would load are refused before anything is written */
+    if (!st) st = hf_weights_finite(im.m, w->file, err);
     free(im.written);
     if (st) qkv_transformer_free(im.m);
     else *out = im.m;
@@ -415,10 +419,12 @@ qkv_status marian_import_parts(const marian_parts *p, const char *out_dir, qkv_e
                       p->tgt_vocab_name, p->config_name);
     if (!st) st = read_vocab(&src, p->src_vocab, p->src_vocab_name, h.V_src, &h, err);
     if (!st) st = read_vocab(&tgt, p->tgt_vocab, p->tgt_vocab_name, h.V_tgt, &h, err);
+    static const char *const spm[] = {"source.spm", "target.spm"};
+    for (int i = 0; !st && i < 2; i++)
+        st = hf_spm_loads(p->spm[i], p->spm_len[i], p->spm_name[i] ? p->spm_name[i] : spm[i], err);
     if (!st) st = read_model(&m, p->weights, &h, &src, &tgt, err);
     if (!st) st = write_text(out_dir, "src_vocab.txt", src.text, src.len, err);
     if (!st) st = write_text(out_dir, "tgt_vocab.txt", tgt.text, tgt.len, err);
-    static const char *const spm[] = {"source.spm", "target.spm"};
     for (int i = 0; !st && i < 2; i++)
         st = write_text(out_dir, spm[i], p->spm[i], p->spm_len[i], err);
     if (!st) {
@@ -432,7 +438,11 @@ qkv_status marian_import_parts(const marian_parts *p, const char *out_dir, qkv_e
     }
     if (!st && p->generation)
         st = write_text(out_dir, "generation.json", p->generation, strlen(p->generation), err);
-    /* the model last: a directory with model.safetensors is complete */
+    /* what was written, read back as translating will read it, before the model: a
+     * directory with model.safetensors is complete */
+    qkv_tokenizer check = {0};
+    if (!st) st = qkv_tokenizer_load(&check, out_dir, err);
+    qkv_tokenizer_free(&check);
     if (!st) st = qkv_transformer_save(m, out_dir, err);
     qkv_transformer_free(m);
     id_map_free(&src), id_map_free(&tgt);
@@ -461,7 +471,11 @@ static qkv_status import_hf(const char *dir, const char *out_dir, qkv_error *err
     snprintf(target_vocab, sizeof target_vocab, "%s/target_vocab.json", dir);
     struct stat sb;
     const int separate = !stat(target_vocab, &sb);
+    char spm_names[2][4096];
+    snprintf(spm_names[0], sizeof spm_names[0], "%s/source.spm", dir);
+    snprintf(spm_names[1], sizeof spm_names[1], "%s/target.spm", dir);
     marian_parts p = {.config_name = config,
+                      .spm_name = {spm_names[0], spm_names[1]},
                       .src_vocab_name = vocab,
                       .tgt_vocab_name = separate ? target_vocab : vocab,
                       .clean_up = 1};
@@ -481,9 +495,13 @@ static qkv_status import_hf(const char *dir, const char *out_dir, qkv_error *err
                           "%s: missing (a MarianMT directory has source.spm "
                           "and target.spm, its SentencePiece models)",
                           path);
-        else st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &spm[i], &p.spm_len[i], err);
+        else st = qkv_read_regular_file(path, QKV_MAX_VOCAB_FILE_BYTES, &spm[i], &p.spm_len[i],
+                                        err);
     }
     if (!st) st = read_clean_up(&p.clean_up, dir, err);
+    char *generation = NULL;
+    if (!st) st = hf_generation(&generation, dir, err);
+    p.generation = generation;
     if (!st) st = hf_weights_load(&w, dir, err);
     if (!st) {
         p.config = o, p.src_vocab = sv, p.tgt_vocab = separate ? tv : sv, p.weights = &w;
@@ -492,12 +510,14 @@ static qkv_status import_hf(const char *dir, const char *out_dir, qkv_error *err
     }
     hf_weights_free(&w);
     cJSON_Delete(o), cJSON_Delete(sv), cJSON_Delete(tv);
-    free(spm[0]), free(spm[1]);
+    free(spm[0]), free(spm[1]), free(generation);
     return st;
 }
 
 qkv_status qkv_import_marian(const char *source, const char *out_dir, qkv_error *err)
 {
+    qkv_status st = hf_output_apart(out_dir, source, err);
+    if (st) return st;
     if (marian_is_release(source)) return marian_import_release(source, out_dir, err);
     return import_hf(source, out_dir, err);
 }

@@ -21,6 +21,7 @@ typedef struct {
     hf_weights *weights; /* under transformers' names */
     const char *spm[2];  /* source.spm and target.spm, their bytes */
     size_t spm_len[2];
+    const char *spm_name[2]; /* what to call them in messages (NULL: their names) */
     int clean_up;           /* text.json "clean_up_spaces" */
     const char *generation; /* generation.json's text to write, or NULL */
 } marian_parts;

@@ -302,7 +302,7 @@ static qkv_status release_read(release *r, const char *name, size_t max, char **
     char path[4096];
     if (!r->zipped) {
         snprintf(path, sizeof path, "%s/%s", r->path, name);
-        return qkv_read_file(path, max, data, len, err);
+        return qkv_read_regular_file(path, max, data, len, err);
     }
     snprintf(path, sizeof path, "%s%s", r->base, name);
     const zip_entry *e = zip_find(&r->z, path);
@@ -608,7 +608,8 @@ static qkv_status vocab_json(cJSON **out, const yml_doc *d, int *size, qkv_error
 }
 
 /* decoder.yml's defaults as generation.json: beam-size and normalize (Marian divides a
- * hypothesis' log-probability by its length to that power). */
+ * hypothesis' log-probability by its length to that power: qkv's length penalty under
+ * transformers' rule, lp = |Y|^alpha, which transformers' conversion of the model runs). */
 static char *generation_json(const yml_doc *d)
 {
     int beam = 0;
@@ -621,7 +622,7 @@ static char *generation_json(const yml_doc *d)
     if (!beam && !has_alpha) return NULL;
     char *text = malloc(256);
     if (!text) return NULL;
-    int n = snprintf(text, 256, "{\n  \"from\": \"decoder.yml\"");
+    int n = snprintf(text, 256, "{\n  \"from\": \"decoder.yml\",\n  \"beam_stop\": \"hf\"");
     if (beam) n += snprintf(text + n, (size_t)(256 - n), ",\n  \"beam\": %d", beam);
     if (has_alpha)
         n += snprintf(text + n, (size_t)(256 - n), ",\n  \"length_penalty\": %.6g", alpha);
@@ -640,6 +641,8 @@ static qkv_status read_yml(yml_doc *d, release *r, const char *name, qkv_error *
     return st;
 }
 
+/* The release at source (a directory or a zip) imported into out_dir. Long: the release's
+ * files read in the order decoder.yml leads to them, each checked where it is read. */
 qkv_status marian_import_release(const char *source, const char *out_dir, qkv_error *err)
 {
     release r;

@@ -31,7 +31,8 @@ static void field_write(cJSON *o, const config_field *f, const void *cfg)
     case FIELD_FLAG: cJSON_AddBoolToObject(o, f->key, v); break;
     case FIELD_CHOICE:
         /* a value outside the enum was written as its first name before tables, and still is */
-        cJSON_AddStringToObject(o, f->key, f->choices[v >= 0 && v < f->n_choices ? v : 0]);
+        cJSON_AddStringToObject(o, f->key, qkv_enum_name(f->names, v) ? qkv_enum_name(f->names, v)
+                                           : qkv_enum_name(f->names, 0));
         break;
     }
 }
@@ -46,7 +47,7 @@ static qkv_status field_read(const cJSON *o, const config_field *f, void *cfg, c
         return json_get_float(o, f->key, (float *)((char *)cfg + f->offset), file, err);
     case FIELD_FLAG: return json_get_flag(o, f->key, field_int(cfg, f), file, err);
     case FIELD_CHOICE:
-        return json_get_choice(o, f->key, f->choices, f->n_choices, field_int(cfg, f), file, err);
+        return json_get_choice(o, f->key, f->names, field_int(cfg, f), file, err);
     }
     return QKV_OK;
 }
@@ -68,8 +69,10 @@ qkv_status model_config_from_json(const model_kind *k, void *cfg, const char *js
                                   const char *file, qkv_error *err)
 {
     k->defaults(cfg);
-    cJSON *o = cJSON_Parse(json);
-    if (!o || !cJSON_IsObject(o)) {
+    cJSON *o = NULL;
+    qkv_status parsed = qkv_json_parse(&o, json, strlen(json), file, err);
+    if (parsed) return parsed;
+    if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", file);
     }
@@ -110,7 +113,7 @@ qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv
     char *json = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    qkv_status st = qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &json, &len, err);
     if (!st && strlen(json) != len)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
     if (!st) st = model_config_from_json(k, cfg, json, path, err);
@@ -254,5 +257,53 @@ qkv_status model_checkpoint_load(const model_kind *k, const char *path, param_se
     }
     free(staged);
     qkv_tensor_file_free(&f);
+    return st;
+}
+
+/* ---- whole models of a kind ---------------------------------------------------------------- */
+
+/* The configurations of every kind fit here (checked when one is loaded). */
+enum { MODEL_CFG_MAX = 512 };
+
+static param_set params_of(const model_kind *k, const void *model)
+{
+    const model_core *c = k->core(model);
+    return (param_set){c->tensors, c->n_tensors, c->params, c->n_params};
+}
+
+qkv_status model_save(const model_kind *k, const void *model, const char *dir, qkv_error *err)
+{
+    return model_dir_save(k, k->config(model), params_of(k, model), dir, err);
+}
+
+qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_error *err)
+{
+    _Alignas(16) unsigned char cfg[MODEL_CFG_MAX];
+    *model = NULL;
+    if (k->cfg_size > sizeof cfg)
+        return qkv_fail(err, QKV_ERR_ARG, "a %s configuration of %zu bytes: room for %zu",
+                        k->format, k->cfg_size, sizeof cfg);
+    void *m = NULL;
+    qkv_status st = model_dir_config(k, cfg, dir, err);
+    if (!st) st = model_dir_fits(dir, k->config_params(cfg), err);
+    if (!st) st = k->create(&m, cfg, err);
+    if (!st) st = model_dir_params(params_of(k, m), dir, err);
+    if (!st) snprintf(k->core(m)->source, sizeof k->core(m)->source, "%s", dir); /* messages */
+    if (st && m) k->destroy(m), m = NULL;
+    *model = m;
+    return st;
+}
+
+qkv_status model_save_checkpoint(const model_kind *k, const char *path, const void *model,
+                                 const qkv_adam *opt, const void *pos, qkv_error *err)
+{
+    return model_checkpoint_save(k, path, params_of(k, model), opt, pos, err);
+}
+
+qkv_status model_load_checkpoint(const model_kind *k, const char *path, void *model,
+                                 qkv_adam *opt, void *pos, qkv_error *err)
+{
+    qkv_status st = model_checkpoint_load(k, path, params_of(k, model), opt, pos, err);
+    if (!st) precision_touch(&k->core(model)->prec); /* the typed copies are of the old ones */
     return st;
 }

@@ -9,17 +9,16 @@
 #ifndef QKV_MODEL_DIR_H
 #define QKV_MODEL_DIR_H
 
-#include "core/internal.h"
+#include "models/model.h"
 
 /* One member of config.json: where it lives in the configuration struct and how it is
- * written. A CHOICE is an enum (or int) whose value v is written as choices[v]. */
+ * written. A CHOICE is one of the library's enums, written by its name (core/names.h). */
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_FLAG, FIELD_CHOICE } field_type;
 typedef struct {
     const char *key;
     field_type type;
     size_t offset;
-    const char *const *choices; /* CHOICE: the names of values 0 .. n_choices - 1 */
-    int n_choices;
+    qkv_enum names; /* CHOICE: which enum */
     int optional; /* 1: a config.json without the key keeps the default (options added after
                      models were saved: those older directories read as they always did) */
 } config_field;
@@ -63,6 +62,15 @@ struct model_kind {
      * finite and >= 0; integers are read before doubles, each in table order. */
     qkv_status (*read_position)(const model_kind *k, const qkv_tensor_file *f, const char *path,
                                 int64_t *step, void *pos, qkv_error *err);
+    /* The model itself, for the calls over a whole model (model_save, model_load, ...): its
+     * configuration's size and parameter count, making and freeing one, its core and its
+     * configuration. */
+    size_t cfg_size;
+    double (*config_params)(const void *cfg);
+    qkv_status (*create)(void **model, const void *cfg, qkv_error *err);
+    void (*destroy)(void *model);
+    model_core *(*core)(const void *model);
+    const void *(*config)(const void *model);
 };
 
 /* The configuration as JSON text (caller frees), and back: defaults, then every member of
@@ -92,6 +100,19 @@ qkv_status model_checkpoint_save(const model_kind *k, const char *path, param_se
                                  const qkv_adam *opt, const void *pos, qkv_error *err);
 /* Validates everything in the file before it changes p.params, opt or *pos. */
 qkv_status model_checkpoint_load(const model_kind *k, const char *path, param_set p,
+                                 qkv_adam *opt, void *pos, qkv_error *err);
+
+/* ---- whole models of a kind: what each kind's public save, load and checkpoint calls are ---- */
+
+/* dir/config.json and dir/model.safetensors of the model (model_dir_save). */
+qkv_status model_save(const model_kind *k, const void *model, const char *dir, qkv_error *err);
+/* A new model from dir: its checked configuration, the size check, the parameters. On failure
+ * *model is NULL. */
+qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_error *err);
+qkv_status model_save_checkpoint(const model_kind *k, const char *path, const void *model,
+                                 const qkv_adam *opt, const void *pos, qkv_error *err);
+/* model_checkpoint_load into the model's parameters; the typed copies stop being current. */
+qkv_status model_load_checkpoint(const model_kind *k, const char *path, void *model,
                                  qkv_adam *opt, void *pos, qkv_error *err);
 
 #endif

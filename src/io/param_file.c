@@ -60,6 +60,13 @@ qkv_status param_dir_save(const char *dir, const char *json, const qkv_param_inf
                           int n, const float *params, const char *format, qkv_error *err)
 {
     char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    /* a model no reader would load (param_copy) is not written */
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < tensors[i].numel; k++)
+            if (!isfinite(params[tensors[i].offset + k]))
+                return qkv_fail(err, QKV_ERR_NUMERIC, "%s: not written: tensor \"%s\" holds a NaN "
+                                "or Inf at element %zu", path, tensors[i].name, k);
     if (mkdir(dir, 0777) && errno != EEXIST)
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create the directory: %s", dir,
                         strerror(errno));

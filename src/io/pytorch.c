@@ -327,7 +327,8 @@ static qkv_status memo_get(machine *m, uint64_t idx)
     return push(m, m->memo[idx]);
 }
 
-/* One opcode (the subset pickle protocols 2 and 4 use for a state dict). */
+/* One opcode (the subset pickle protocols 2 and 4 use for a state dict). Long: one case per
+ * opcode, the format's table read top to bottom; splitting it would scatter the table. */
 static qkv_status step(machine *m, int *stop)
 {
     const unsigned op = *m->p++;

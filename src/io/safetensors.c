@@ -621,24 +621,11 @@ qkv_status qkv_tensor_file_load(qkv_tensor_file *out, const char *path, qkv_erro
 {
     if (!out || !path) return qkv_fail(err, QKV_ERR_ARG, "qkv_tensor_file_load: NULL argument");
     memset(out, 0, sizeof *out);
-    char why[128];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        errno_text(errno, why, sizeof why);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, why);
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        errno_text(errno, why, sizeof why);
-        close(fd);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot stat: %s", path, why);
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return qkv_fail(err, QKV_ERR_IO, "%s: not a regular file%s", path,
-                        S_ISDIR(sb.st_mode) ? " (a directory)" : "");
-    }
-    source src = {.name = path, .mem = NULL, .fd = fd, .size = (uint64_t)sb.st_size};
+    int fd;
+    uint64_t size;
+    qkv_status opened = open_regular(path, &fd, &size, err);
+    if (opened) return opened;
+    source src = {.name = path, .mem = NULL, .fd = fd, .size = size};
     qkv_status st = parse_source(out, &src, err);
     close(fd);
     return st;
@@ -821,33 +808,6 @@ static char *header_text(cJSON *root, size_t *len)
     return text;
 }
 
-/* Creates path.tmp.<pid> (or .tmp.<pid>.<k> if that exists) next to path, never reusing a
- * file that is already there. */
-static int open_temp(const char *path, char **tmp_out)
-{
-    size_t cap = strlen(path) + 48;
-    char *tmp = malloc(cap);
-    if (!tmp) {
-        errno = ENOMEM;
-        return -1;
-    }
-    long pid = (long)getpid();
-    for (int k = 0; k < 100; k++) {
-        if (k == 0) snprintf(tmp, cap, "%s.tmp.%ld", path, pid);
-        else snprintf(tmp, cap, "%s.tmp.%ld.%d", path, pid, k);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0) {
-            *tmp_out = tmp;
-            return fd;
-        }
-        if (errno != EEXIST) break;
-    }
-    int e = errno;
-    free(tmp);
-    errno = e;
-    return -1;
-}
-
 static bool write_all(FILE *fp, const void *p, size_t n)
 {
     return n == 0 || fwrite(p, 1, n, fp) == n;
@@ -892,7 +852,7 @@ static qkv_status write_atomically(const char *path, const char *header, size_t 
     char *tmp = NULL;
     qkv_status special = replaceable_target(path, err);
     if (special) return special;
-    int fd = open_temp(path, &tmp);
+    int fd = create_temporary(path, 0666, &tmp);
     if (fd < 0) {
         errno_text(errno, why, sizeof why);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create a temporary file next to it: %s",

@@ -10,12 +10,11 @@
 #include "io/model_dir.h"
 #include "models/transformer_internal.h"
 
-#define FIELD(key, type, member) {key, type, offsetof(qkv_transformer_config, member), NULL, 0, 0}
-#define OPTIONAL(key, type, member, choices, n)                                                \
-    {key, type, offsetof(qkv_transformer_config, member), choices, n, 1}
-static const char *const acts[] = {"relu", "gelu", "silu"}, *const ties[] = {"none", "output", "all"};
-static const char *const layouts[] = {"interleaved", "sin_cos", "fairseq"};
-static const char *const reserved[] = {"<unk>", "<pad>", "<bos>", "<eos>"}; /* by id */
+#define FIELD(key, type, member) {key, type, offsetof(qkv_transformer_config, member), 0, 0}
+#define CHOICE(key, member, names) \
+    {key, FIELD_CHOICE, offsetof(qkv_transformer_config, member), names, 0}
+#define OPTIONAL(key, type, member, names) \
+    {key, type, offsetof(qkv_transformer_config, member), names, 1}
 static const config_field fields[] = {
     FIELD("src_vocab", FIELD_INT, src_vocab),
     FIELD("tgt_vocab", FIELD_INT, tgt_vocab),
@@ -29,16 +28,16 @@ static const config_field fields[] = {
     FIELD("bias", FIELD_FLAG, bias),
     FIELD("pre_norm", FIELD_FLAG, pre_norm),
     FIELD("final_norm", FIELD_FLAG, final_norm),
-    {"act", FIELD_CHOICE, offsetof(qkv_transformer_config, act), acts, 3, 0},
-    {"tie", FIELD_CHOICE, offsetof(qkv_transformer_config, tie), ties, 3, 0},
+    CHOICE("act", act, QKV_ENUM_ACTIVATION),
+    CHOICE("tie", tie, QKV_ENUM_TIE),
     FIELD("learned_pos", FIELD_FLAG, learned_pos),
     FIELD("ln_eps", FIELD_FLOAT, ln_eps),
     /* Marian's options (qkv import marian) */
-    OPTIONAL("pos_layout", FIELD_CHOICE, pos_layout, layouts, 3),
-    OPTIONAL("scale_embedding", FIELD_FLAG, scale_embedding, NULL, 0),
-    OPTIONAL("decoder_start", FIELD_CHOICE, decoder_start, reserved, 4),
-    OPTIONAL("suppress_pad", FIELD_FLAG, suppress_pad, NULL, 0),
-    OPTIONAL("forced_eos", FIELD_FLAG, forced_eos, NULL, 0),
+    OPTIONAL("pos_layout", FIELD_CHOICE, pos_layout, QKV_ENUM_POS_LAYOUT),
+    OPTIONAL("scale_embedding", FIELD_FLAG, scale_embedding, 0),
+    OPTIONAL("decoder_start", FIELD_CHOICE, decoder_start, QKV_ENUM_RESERVED), /* a token id */
+    OPTIONAL("suppress_pad", FIELD_FLAG, suppress_pad, 0),
+    OPTIONAL("forced_eos", FIELD_FLAG, forced_eos, 0),
 };
 _Static_assert(sizeof(qkv_activation) == sizeof(int) && sizeof(qkv_tie) == sizeof(int) &&
                    sizeof(qkv_pos_layout) == sizeof(int),
@@ -110,16 +109,22 @@ static qkv_status read_position(const model_kind *k, const qkv_tensor_file *f, c
     return QKV_OK;
 }
 
+/* The model behind model_dir.h's whole-model calls. */
+static double config_params(const void *cfg) { return transformer_config_params(cfg); }
+static qkv_status create(void **model, const void *cfg, qkv_error *err)
+{
+    return qkv_transformer_create((qkv_transformer **)model, cfg, 0, err);
+}
+static void destroy(void *model) { qkv_transformer_free(model); }
+static model_core *core_of(const void *model) { return &((qkv_transformer *)model)->core; }
+static const void *config_of(const void *model) { return &((const qkv_transformer *)model)->cfg; }
+
 static const model_kind transformer_kind = {
     "qkv-transformer", "", "qkv-transformer-checkpoint", NULL,
     fields, sizeof fields / sizeof *fields, position, sizeof position / sizeof *position,
     defaults, check, read_position,
+    sizeof(qkv_transformer_config), config_params, create, destroy, core_of, config_of,
 };
-
-static param_set params_of(const qkv_transformer *m)
-{
-    return (param_set){m->core.tensors, m->core.n_tensors, m->core.params, m->core.n_params};
-}
 
 qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err)
 {
@@ -134,18 +139,13 @@ qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, con
 
 qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err)
 {
-    return model_dir_save(&transformer_kind, &m->cfg, params_of(m), dir, err);
+    return model_save(&transformer_kind, m, dir, err);
 }
 
 qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err)
 {
-    qkv_transformer_config cfg;
-    qkv_transformer *m = NULL;
-    qkv_status st = model_dir_config(&transformer_kind, &cfg, dir, err);
-    if (!st) st = model_dir_fits(dir, transformer_config_params(&cfg), err);
-    if (!st) st = qkv_transformer_create(&m, &cfg, 0, err);
-    if (!st) st = model_dir_params(params_of(m), dir, err);
-    if (st) qkv_transformer_free(m), m = NULL;
+    void *m;
+    qkv_status st = model_load(&transformer_kind, &m, dir, err);
     *out = m;
     return st;
 }
@@ -153,13 +153,11 @@ qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_erro
 qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
                                const qkv_train_position *pos, qkv_error *err)
 {
-    return model_checkpoint_save(&transformer_kind, path, params_of(m), opt, pos, err);
+    return model_save_checkpoint(&transformer_kind, path, m, opt, pos, err);
 }
 
 qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
                                qkv_train_position *pos, qkv_error *err)
 {
-    qkv_status st = model_checkpoint_load(&transformer_kind, path, params_of(m), opt, pos, err);
-    if (!st) precision_touch(&m->core.prec); /* the bf16 copy, if any, is of the old parameters */
-    return st;
+    return model_load_checkpoint(&transformer_kind, path, m, opt, pos, err);
 }

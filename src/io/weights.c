@@ -14,20 +14,7 @@
 
 qkv_status open_weights(const char *path, int *fd, uint64_t *size, qkv_error *err)
 {
-    /* O_NONBLOCK: a FIFO would otherwise wait for a writer before fstat could refuse it */
-    *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (*fd < 0) return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    const char *why = fstat(*fd, &sb)        ? strerror(errno)
-                      : S_ISDIR(sb.st_mode)  ? "is a directory, not a file"
-                      : !S_ISREG(sb.st_mode) ? "not a regular file"
-                                             : NULL;
-    if (why) {
-        close(*fd), *fd = -1;
-        return qkv_fail(err, QKV_ERR_IO, "%s: %s", path, why);
-    }
-    *size = (uint64_t)sb.st_size;
-    return QKV_OK;
+    return open_regular(path, fd, size, err); /* the library's one opening (read_file.c) */
 }
 
 qkv_status byte_source_read(const byte_source *src, void *dst, uint64_t off, size_t n,

@@ -3,6 +3,8 @@
  * cross-attention to its sources, and the language model's stack. Both step through
  * stack_step over the one decode_state; they differ in how known tokens enter a row (the
  * language model's prompt is one batched forward pass) and in the encoder. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +43,13 @@ static qkv_status decoder_alloc(decoder **out, int rows, int positions, int sour
     return QKV_OK;
 }
 
+decoder_info decoder_transformer_info(const qkv_transformer *m)
+{
+    const qkv_transformer_config *c = &m->cfg;
+    return (decoder_info){c->tgt_vocab, c->max_len, c->max_len, 0, 0, 1, c->decoder_start,
+                          c->suppress_pad, c->forced_eos};
+}
+
 qkv_status decoder_create_transformer(decoder **out, qkv_transformer *m, int rows, int positions,
                                       int sources, int src_positions, qkv_error *err)
 {
@@ -51,8 +60,8 @@ qkv_status decoder_create_transformer(decoder **out, qkv_transformer *m, int row
     const int T = positions ? positions : c->max_len, Ts = src_positions ? src_positions : c->max_len;
     d->tm = m, d->core = &m->core, d->dims = &m->dec_dims, d->w = &m->w.decoder;
     d->out = &m->w.out, d->out_b = m->w.out_b;
-    d->info = (decoder_info){c->tgt_vocab, T, c->max_len, rows, sources, 1, c->decoder_start,
-                             c->suppress_pad, c->forced_eos};
+    d->info = decoder_transformer_info(m);
+    d->info.positions = T, d->info.rows = rows, d->info.sources = sources;
     st = decode_state_init(&d->st, d->dims, rows, T, sources, Ts, c->tgt_vocab,
                            core_kv_cache(&m->core), err);
     if (st) decoder_free(d), *out = NULL;
@@ -151,6 +160,21 @@ static qkv_status check_rows(const decoder *d, const decoder_rows *r, const int 
     return QKV_OK;
 }
 
+/* Logits that are not finite come of weights past float's range (a model trained with a rate
+ * of 1e30, or edited): no search can choose from them, and a score of NaN is no answer. */
+static qkv_status finite_logits(const model_core *c, const float *z, int rows, int V,
+                                qkv_error *err)
+{
+    for (int b = 0; b < rows; b++)
+        for (int v = 0; v < V; v++)
+            if (!isfinite(z[(size_t)b * V + v]))
+                return qkv_fail(err, QKV_ERR_NUMERIC, "%s: the model's logits are not finite "
+                                "(%g for token %d): its weights overflow float's range",
+                                c->source[0] ? c->source : "the model",
+                                (double)z[(size_t)b * V + v], v);
+    return QKV_OK;
+}
+
 qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float **logits,
                         qkv_error *err)
 {
@@ -158,11 +182,16 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     qkv_status st = check_rows(d, r, tok, err);
     if (!st) st = precision_prepare(&c->prec, c->params, c->n_params, 1, err);
     if (st) return st;
+    /* position 0 begins a sequence: a linear-attention row's state starts empty (a cache
+     * row's keys past the position are never read, a running sum would be) */
+    for (int b = 0; d->dims->linear_attention && b < r->n; b++)
+        for (int l = 0; r->pos[b] == 0 && l < d->dims->layers; l++)
+            qkv_linear_attention_state_reset(&d->st.sums[l * d->st.cap + r->row[b]]);
     const backend be = core_backend(c);
     stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid);
     head_step(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, d->st.logits, d->info.vocab);
     *logits = d->st.logits;
-    return QKV_OK;
+    return finite_logits(c, d->st.logits, r->n, d->info.vocab, err);
 }
 
 /* The language model's prompt in one batched forward pass, its keys and values (or
@@ -176,9 +205,9 @@ static qkv_status lm_prefill(decoder *d, int row, const int *ids, int n, float *
     if (st) return st;
     const backend be = core_backend(&m->core);
     decode_state_fill(&be, &m->dims, &d->st, row, n, &m->acts.s);
-    if (logits)
-        be.ops->copy(logits, m->acts.logits + (size_t)(n - 1) * d->info.vocab, d->info.vocab);
-    return QKV_OK;
+    const float *last = m->acts.logits + (size_t)(n - 1) * d->info.vocab;
+    if (logits) be.ops->copy(logits, last, d->info.vocab);
+    return finite_logits(&m->core, last, 1, d->info.vocab, err);
 }
 
 qkv_status decoder_prefill(decoder *d, int row, int src, const int *ids, int n, float *logits,

@@ -56,6 +56,8 @@ qkv_status decoder_create_transformer(decoder **out, qkv_transformer *m, int row
 qkv_status decoder_create_lm(decoder **out, qkv_lm *m, int rows, int positions, qkv_error *err);
 void decoder_free(decoder *d);
 decoder_info decoder_get_info(const decoder *d);
+/* What a decoder over m would say of the model (rows and sources 0), without making one. */
+decoder_info decoder_transformer_info(const qkv_transformer *m);
 
 /* Sources src (n, Ts) with their lengths src_valid (n) through the encoder together, their
  * outputs' cross-attention keys and values into source slots slot[i] (NULL: i). Fails on an

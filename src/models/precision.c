@@ -10,38 +10,6 @@
 int qkv_bf16_supported(void) { return gemm_bf16_supported(); }
 int qkv_int8_supported(void) { return gemm_int8_supported(); }
 
-const char *qkv_precision_name(qkv_precision p)
-{
-    return p == QKV_PRECISION_BF16   ? "bf16"
-           : p == QKV_PRECISION_FP32 ? "fp32"
-           : p == QKV_PRECISION_INT8 ? "int8"
-                                     : "unknown";
-}
-
-qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *err)
-{
-    if (name && !strcmp(name, "fp32")) return *p = QKV_PRECISION_FP32, QKV_OK;
-    if (name && !strcmp(name, "bf16")) return *p = QKV_PRECISION_BF16, QKV_OK;
-    if (name && !strcmp(name, "int8")) return *p = QKV_PRECISION_INT8, QKV_OK;
-    return qkv_fail(err, QKV_ERR_ARG, "unknown precision '%s' (fp32, bf16 or int8)",
-                    name ? name : "(null)");
-}
-
-const char *qkv_kv_cache_name(qkv_kv_cache c)
-{
-    return c == QKV_KV_CACHE_AUTO ? "auto" : c == QKV_KV_CACHE_FP32 ? "fp32"
-           : c == QKV_KV_CACHE_BF16 ? "bf16" : "unknown";
-}
-
-qkv_status qkv_kv_cache_parse(qkv_kv_cache *c, const char *name, qkv_error *err)
-{
-    if (name && !strcmp(name, "auto")) return *c = QKV_KV_CACHE_AUTO, QKV_OK;
-    if (name && !strcmp(name, "fp32")) return *c = QKV_KV_CACHE_FP32, QKV_OK;
-    if (name && !strcmp(name, "bf16")) return *c = QKV_KV_CACHE_BF16, QKV_OK;
-    return qkv_fail(err, QKV_ERR_ARG, "unknown key-value cache type '%s' (auto, fp32 or bf16)",
-                    name ? name : "(null)");
-}
-
 /* ---- int8: which weights, and quantising them ------------------------------------------ */
 
 static int ends_with(const char *s, const char *tail)

@@ -20,13 +20,12 @@
 
 #define SPACE QKV_BPE_SPACE
 #define SPACE_LEN 3
-
-static const char *const reserved[QKV_N_RESERVED] = {"<unk>", "<pad>", "<bos>", "<eos>"};
+#define UNK_TEXT qkv_enum_name(QKV_ENUM_RESERVED, QKV_UNK) /* "<unk>" */
 
 static int is_reserved(const char *s)
 {
     for (int r = 0; r < QKV_N_RESERVED; r++)
-        if (!strcmp(s, reserved[r])) return 1;
+        if (!strcmp(s, qkv_enum_name(QKV_ENUM_RESERVED, r))) return 1;
     return 0;
 }
 
@@ -262,7 +261,7 @@ size_t qkv_bpe_decode(char *out, size_t cap, const qkv_bpe *b, const int *ids, i
     for (int i = 0; i < n && ids[i] != QKV_EOS; i++) {
         if (ids[i] == QKV_PAD || ids[i] == QKV_BOS) continue;
         int s = ids[i] - QKV_N_RESERVED;
-        const char *p = s >= 0 && s < b->n_symbols ? b->symbols[s] : reserved[QKV_UNK];
+        const char *p = s >= 0 && s < b->n_symbols ? b->symbols[s] : UNK_TEXT;
         while (*p) {
             if (!strncmp(p, SPACE, SPACE_LEN)) {
                 if (!first) append(out, cap, &len, " ", 1);
@@ -764,7 +763,7 @@ qkv_status qkv_bpe_encode_sentences(qkv_sentences *out, const qkv_bpe *b,
     for (size_t k = 0; k < in->n_tokens; k++) {
         const int *p = pool + word_at[k];
         for (int j = 1; j <= p[0]; j++)
-            bytes += strlen(p[j] < 0 ? reserved[QKV_UNK] : b->symbols[p[j]]) + 1;
+            bytes += strlen(p[j] < 0 ? UNK_TEXT : b->symbols[p[j]]) + 1;
     }
     out->tokens = malloc((n_pieces + 1) * sizeof *out->tokens);
     out->storage = malloc(bytes + 1);
@@ -776,7 +775,7 @@ qkv_status qkv_bpe_encode_sentences(qkv_sentences *out, const qkv_bpe *b,
         for (size_t k = in->start[i]; k < in->start[i + 1]; k++) {
             const int *p = pool + word_at[k];
             for (int j = 1; j <= p[0]; j++) {
-                const char *piece = p[j] < 0 ? reserved[QKV_UNK] : b->symbols[p[j]];
+                const char *piece = p[j] < 0 ? UNK_TEXT : b->symbols[p[j]];
                 size_t n = strlen(piece) + 1;
                 memcpy(at, piece, n);
                 out->tokens[t++] = at;
@@ -927,7 +926,7 @@ static qkv_status read_merges(qkv_bpe *b, bpe_file *f, qkv_error *err)
 qkv_status qkv_bpe_load(qkv_bpe *b, const char *path, qkv_error *err)
 {
     bpe_file f = {path, NULL, 0, 0, 0};
-    qkv_status st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &f.text, &f.len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_VOCAB_FILE_BYTES, &f.text, &f.len, err);
     if (st) return st;
     if ((st = bpe_init(b, err))) return free(f.text), st;
     const char *nul = memchr(f.text, '\0', f.len); /* it would cut its line short, unseen */

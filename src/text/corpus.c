@@ -367,16 +367,10 @@ static qkv_status reader_open(line_reader *r, const char *path, qkv_error *err)
 {
     memset(r, 0, sizeof *r);
     r->path = path;
-    r->f = fopen(path, "rb");
-    if (!r->f) return qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    qkv_error e = {0};
+    if (!(r->f = qkv_open_file(path, 0, &e))) return qkv_fail(err, e.code, "%s", e.msg);
     struct stat sb;
-    if (fstat(fileno(r->f), &sb) == 0) {
-        if (S_ISDIR(sb.st_mode)) {
-            fclose(r->f), r->f = NULL;
-            return qkv_fail(err, QKV_ERR_IO, "%s: is a directory, not a file", path);
-        }
-        r->regular = S_ISREG(sb.st_mode);
-    }
+    r->regular = fstat(fileno(r->f), &sb) == 0 && S_ISREG(sb.st_mode);
     return QKV_OK;
 }
 

@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* SentencePiece models through libsentencepiece (src/text/spm_shim.cc): loading, encoding to
  * ids and pieces, decoding, and training one with qkv's special pieces at qkv's ids. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "text/spm_shim.h"
@@ -29,12 +34,14 @@ static qkv_status loaded(qkv_spm **out, spm_shim *shim, const char *name, const 
 qkv_status qkv_spm_load(qkv_spm **out, const char *path, qkv_error *err)
 {
     *out = NULL;
-    /* libsentencepiece reports a missing file as a generic "not found"; say it plainly */
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return qkv_fail(err, QKV_ERR_IO, "%.400s: cannot open", path);
-    fclose(probe);
-    char why[512] = "";
-    return loaded(out, spm_shim_load(path, NULL, 0, why, sizeof why), path, why, err);
+    /* read here, not by libsentencepiece: it would wait on a FIFO, read a device until memory
+     * runs out, and report a missing file as a generic "not found" */
+    char *bytes = NULL;
+    size_t len = 0;
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_VOCAB_FILE_BYTES, &bytes, &len, err);
+    if (!st) st = qkv_spm_load_bytes(out, bytes, len, path, err);
+    free(bytes);
+    return st;
 }
 
 qkv_status qkv_spm_load_bytes(qkv_spm **out, const void *bytes, size_t size,
@@ -129,6 +136,145 @@ qkv_status qkv_spm_decode_pieces(const qkv_spm *s, const char *const *pieces, in
     return QKV_OK;
 }
 
+/* ---- training in a child process ----------------------------------------------------------
+ * libsentencepiece's trainer ends the process it runs in on some inputs (a failed CHECK, such
+ * as a text that normalisation leaves without a single character: lines of U+3000, of control
+ * or of zero-width characters), printing "unrecoverable error" and calling exit(). No input
+ * may end the caller of a library, and no test of the input can be sure to foresee every such
+ * CHECK, so the trainer runs in a child process of its own: the model comes back through a
+ * pipe, and the child's end, however it comes, is a status here. */
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        const ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The child: trains, writes the model to out (exit 0) or the trainer's message to log (exit
+ * 1). Its standard output goes nowhere, its standard error (the trainer's own messages) to
+ * log. */
+static void train_child(int out, int log, const char *const *keys, const char *const *values,
+                        int n, const char *const *lines, size_t count)
+{
+    const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null < 0 || dup2(null, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0) _exit(3);
+    char *model = NULL, why[512] = "";
+    size_t size = 0;
+    if (spm_shim_train(keys, values, n, lines, count, &model, &size, why, sizeof why)) {
+        write_all(log, why, strlen(why));
+        _exit(1);
+    }
+    _exit(write_all(out, model, size) ? 2 : 0);
+}
+
+/* A growing byte buffer, bounded: bytes past max are dropped (and counted as dropped). */
+typedef struct {
+    char *p;
+    size_t len, cap, max;
+    int dropped, nomem;
+} bytes_in;
+
+static void bytes_add(bytes_in *b, const char *p, size_t n)
+{
+    if (b->len + n > b->max) {
+        b->dropped = 1;
+        n = b->max - b->len;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->nomem = 1;
+            return;
+        }
+        b->p = q, b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* Reads the child's two pipes to their ends. */
+static void drain(int out, int log, bytes_in *model, bytes_in *msg)
+{
+    struct pollfd fds[2] = {{out, POLLIN, 0}, {log, POLLIN, 0}};
+    bytes_in *into[2] = {model, msg};
+    int open_fds = 2;
+    char buf[65536];
+    while (open_fds > 0) {
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !fds[i].revents) continue;
+            const ssize_t r = read(fds[i].fd, buf, sizeof buf);
+            if (r < 0 && errno == EINTR) continue;
+            if (r > 0) {
+                bytes_add(into[i], buf, (size_t)r);
+                continue;
+            }
+            fds[i].fd = -1, open_fds--; /* the end, or an error: nothing more comes */
+        }
+    }
+}
+
+static qkv_status train_isolated(const char *const *keys, const char *const *values, int n,
+                                 const char *const *lines, size_t count, char **model,
+                                 size_t *size, const char *name, qkv_error *err)
+{
+    int out[2], log[2];
+    if (pipe(out)) return qkv_fail(err, QKV_ERR_IO, "%.400s: cannot make a pipe: %s", name,
+                                   strerror(errno));
+    if (pipe(log)) {
+        close(out[0]), close(out[1]);
+        return qkv_fail(err, QKV_ERR_IO, "%.400s: cannot make a pipe: %s", name,
+                        strerror(errno));
+    }
+    fflush(NULL); /* else the child's exit() would write the caller's buffered output again */
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(out[0]), close(log[0]);
+        train_child(out[1], log[1], keys, values, n, lines, count);
+    }
+    const int fork_errno = errno;
+    close(out[1]), close(log[1]);
+    bytes_in got = {.max = QKV_MAX_VOCAB_FILE_BYTES}, msg = {.max = 2048};
+    if (pid > 0) drain(out[0], log[0], &got, &msg);
+    close(out[0]), close(log[0]);
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    qkv_status st = QKV_OK;
+    /* the trainer's lines, as one */
+    for (size_t i = 0; i < msg.len; i++)
+        if (msg.p[i] == '\n' || msg.p[i] == '\r') msg.p[i] = ' ';
+    while (msg.len > 0 && msg.p[msg.len - 1] == ' ') msg.p[--msg.len] = '\0';
+    const char *why = msg.p ? msg.p : "";
+    if (pid < 0)
+        st = qkv_fail(err, QKV_ERR_NOMEM, "%.400s: cannot start SentencePiece's trainer in a "
+                      "process of its own: %s", name, strerror(fork_errno));
+    else if (got.nomem || msg.nomem)
+        st = qkv_fail(err, QKV_ERR_NOMEM, "%.400s: out of memory for the trained model", name);
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == 1)
+        st = qkv_fail(err, QKV_ERR_ARG, "%.400s: SentencePiece training failed: %.500s", name,
+                      why);
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got.dropped)
+        st = qkv_fail(err, QKV_ERR_ARG, "%.300s: SentencePiece's trainer stopped on this text "
+                      "(%s %d): %.300s", name, WIFEXITED(status) ? "exit status" : "signal",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                      *why ? why : "no message");
+    free(msg.p);
+    if (st) return free(got.p), st;
+    *model = got.p, *size = got.len;
+    return QKV_OK;
+}
+
 /* Each sentence of the texts as one line, its tokens joined by single spaces: *lines points
  * into *bytes (both malloc'd). */
 static qkv_status join_sentences(char ***lines, char **bytes, size_t *count,
@@ -181,22 +327,20 @@ qkv_status qkv_spm_train(const qkv_sentences *const *texts, int n_texts,
         "num_threads", "minloglevel", "input_sentence_size", "shuffle_input_sentence",
     };
     const char *const values[] = {
-        size, type == QKV_SPM_BPE ? "bpe" : "unigram", "1.0", "true",
+        size, qkv_spm_type_name(type), "1.0", "true", /* qkv's names are SentencePiece's */
         "0", "1", "2", "3",
-        "<unk>", "<pad>", "<bos>", "<eos>",
+        qkv_enum_name(QKV_ENUM_RESERVED, QKV_UNK), qkv_enum_name(QKV_ENUM_RESERVED, QKV_PAD),
+        qkv_enum_name(QKV_ENUM_RESERVED, QKV_BOS), qkv_enum_name(QKV_ENUM_RESERVED, QKV_EOS),
         "1", "2", "0", "false",
     };
-    char **lines, *bytes, why[512] = "", *model;
+    char **lines, *bytes, *model = NULL;
     size_t count = 0, model_size = 0;
     qkv_status st = join_sentences(&lines, &bytes, &count, texts, n_texts, err);
     if (st) return st;
-    const int failed = spm_shim_train(keys, values, (int)(sizeof keys / sizeof *keys),
-                                      (const char *const *)lines, count, &model, &model_size,
-                                      why, sizeof why);
+    st = train_isolated(keys, values, (int)(sizeof keys / sizeof *keys),
+                        (const char *const *)lines, count, &model, &model_size, model_path, err);
     free(lines), free(bytes);
-    if (failed)
-        return qkv_fail(err, QKV_ERR_ARG, "%.400s: SentencePiece training failed: %.500s",
-                        model_path, why);
+    if (st) return st;
     const void *chunk = model;
     st = qkv_atomic_write(model_path, &chunk, &model_size, 1, err);
     free(model);
@@ -206,14 +350,13 @@ qkv_status qkv_spm_train(const qkv_sentences *const *texts, int n_texts,
 qkv_status qkv_spm_vocab(qkv_vocab *v, const qkv_spm *s, const char *name, qkv_error *err)
 {
     memset(v, 0, sizeof *v);
-    static const char *const reserved[QKV_N_RESERVED] = {"<unk>", "<pad>", "<bos>", "<eos>"};
     const int n = qkv_spm_size(s);
     for (int id = 0; id < QKV_N_RESERVED; id++) {
         const char *p = qkv_spm_piece(s, id);
-        if (!p || strcmp(p, reserved[id]))
+        if (!p || strcmp(p, qkv_enum_name(QKV_ENUM_RESERVED, id)))
             return qkv_fail(err, QKV_ERR_FORMAT, "%.400s: piece %d is \"%.40s\", not %s: not a "
                             "model with qkv's reserved pieces (qkv_spm_train makes those)",
-                            name, id, p ? p : "(none)", reserved[id]);
+                            name, id, p ? p : "(none)", qkv_enum_name(QKV_ENUM_RESERVED, id));
     }
     const char **pieces = malloc((size_t)n * sizeof *pieces);
     if (!pieces) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d pieces", n);

@@ -6,19 +6,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/json_fields.h"
 
 int qkv_model_dir_file(char *path, size_t cap, const char *dir, const char *name)
 {
+    /* whether a name is there, not whether it reads: opening a FIFO would wait for a
+     * writer, and the reader refuses what is not a regular file, naming it */
+    struct stat sb;
     snprintf(path, cap, "%s/%s", dir, name);
-    FILE *probe = fopen(path, "rb");
-    if (probe) return fclose(probe), 1;
+    if (!stat(path, &sb)) return 1;
     char parent[4096];
     if ((size_t)snprintf(parent, sizeof parent, "%s/../%s", dir, name) >= sizeof parent ||
-        strlen(parent) >= cap || !(probe = fopen(parent, "rb")))
+        strlen(parent) >= cap || stat(parent, &sb))
         return 0;
-    fclose(probe);
     memcpy(path, parent, strlen(parent) + 1);
     return 1;
 }
@@ -30,13 +32,10 @@ qkv_status model_dir_json(cJSON **out, const char *dir, const char *name, qkv_er
     *out = NULL;
     if (!qkv_model_dir_file(path, sizeof path, dir, name)) return QKV_OK;
     /* a model's JSON files are small: a megabyte is far beyond any of them */
-    qkv_status st = qkv_read_file(path, QKV_MAX_CONFIG_BYTES, &text, &len, err);
-    if (!st && strlen(text) != len)
-        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
-    if (st) return free(text), st;
-    *out = cJSON_Parse(text);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_CONFIG_BYTES, &text, &len, err);
+    if (!st) st = qkv_json_parse(out, text, len, path, err);
     free(text);
-    return *out ? QKV_OK : qkv_fail(err, QKV_ERR_FORMAT, "%s: not valid JSON", path);
+    return st;
 }
 
 void qkv_tokenizer_free(qkv_tokenizer *t)
@@ -478,7 +477,9 @@ static size_t spm_decode(const qkv_tokenizer *t, char *out, size_t cap, const in
         if (ids[i] == QKV_PAD || ids[i] == QKV_BOS) continue;
         const char *p = qkv_vocab_token(&t->tgt, ids[i]);
         if (hf && (!p || ids[i] == QKV_UNK)) continue; /* skip_special_tokens drops <unk> */
-        if (p && is_language_token(t, p)) continue;      /* and the language tokens */
+        /* and NLLB's and M2M100's language tokens (special there; MarianTokenizer prints
+         * a >>xxx<< the model produces) */
+        if (p && t->forced_target && is_language_token(t, p)) continue;
         pieces[k++] = p ? p : "<unk>";
     }
     qkv_error err = {0};

@@ -10,9 +10,6 @@
 #include "core/internal.h"
 #include "qkv.h"
 
-static const char *const reserved_tokens[QKV_N_RESERVED] = {"<unk>", "<pad>", "<bos>",
-                                                            "<eos>"};
-
 /* ---------------------------------------------------------------------------------------
  * A hash table of token strings: slots hold indices into a key array, -1 when empty
  * (open addressing, linear probing, at most half full).
@@ -166,7 +163,7 @@ static qkv_status vocab_assemble(qkv_vocab *v, const char *const *tokens, int n,
 static int is_reserved(const char *token)
 {
     for (int r = 0; r < QKV_N_RESERVED; r++)
-        if (strcmp(token, reserved_tokens[r]) == 0) return 1;
+        if (strcmp(token, qkv_enum_name(QKV_ENUM_RESERVED, r)) == 0) return 1;
     return 0;
 }
 
@@ -189,7 +186,7 @@ qkv_status qkv_vocab_build(qkv_vocab *v, const char *const *tokens, size_t n_tok
         for (int k = 0; k < c.count; k++) ranked[k] = (ranked_token){c.freq[k], k};
         qsort(ranked, (size_t)c.count, sizeof *ranked, by_freq_then_first);
         int n = 0;
-        for (int r = 0; r < QKV_N_RESERVED; r++) kept[n++] = reserved_tokens[r];
+        for (int r = 0; r < QKV_N_RESERVED; r++) kept[n++] = qkv_enum_name(QKV_ENUM_RESERVED, r);
         for (int k = 0; k < c.count && ranked[k].freq >= min_freq; k++)
             if (!is_reserved(c.keys[ranked[k].first])) kept[n++] = c.keys[ranked[k].first];
         st = vocab_assemble(v, kept, n, "tokens", err);
@@ -269,7 +266,7 @@ qkv_status qkv_vocab_load(qkv_vocab *v, const char *path, qkv_error *err)
     memset(v, 0, sizeof *v);
     char *buf;
     size_t len = 0;
-    qkv_status st = qkv_read_file(path, QKV_MAX_VOCAB_FILE_BYTES, &buf, &len, err);
+    qkv_status st = qkv_read_regular_file(path, QKV_MAX_VOCAB_FILE_BYTES, &buf, &len, err);
     if (st != QKV_OK) return st;
     size_t n_newlines = 0;
     for (size_t i = 0; i < len; i++) n_newlines += buf[i] == '\n';
@@ -278,10 +275,10 @@ qkv_status qkv_vocab_load(qkv_vocab *v, const char *path, qkv_error *err)
     if (!lines) st = qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
     if (st == QKV_OK) st = split_lines(lines, &n, buf, len, path, err);
     for (int r = 0; st == QKV_OK && r < QKV_N_RESERVED; r++)
-        if (r >= n || strcmp(lines[r], reserved_tokens[r]) != 0)
+        if (r >= n || strcmp(lines[r], qkv_enum_name(QKV_ENUM_RESERVED, r)) != 0)
             st = qkv_fail(err, QKV_ERR_FORMAT,
                           "%s:%d: expected '%s' (a vocabulary starts <unk> <pad> <bos> <eos>), "
-                          "found '%s'", path, r + 1, reserved_tokens[r],
+                          "found '%s'", path, r + 1, qkv_enum_name(QKV_ENUM_RESERVED, r),
                           r < n ? lines[r] : "end of file");
     if (st == QKV_OK) st = vocab_assemble(v, lines, n, path, err);
     free(lines);
@@ -331,7 +328,7 @@ size_t qkv_vocab_decode(char *out, size_t cap, const qkv_vocab *v, const int *id
     for (int i = 0; i < n && ids[i] != QKV_EOS; i++) {
         const char *t = qkv_vocab_token(v, ids[i]);
         if (i > 0) append(out, cap, &len, " ");
-        append(out, cap, &len, t ? t : reserved_tokens[QKV_UNK]);
+        append(out, cap, &len, t ? t : qkv_enum_name(QKV_ENUM_RESERVED, QKV_UNK));
     }
     if (cap > 0) out[len < cap ? len : cap - 1] = '\0';
     return len;

@@ -10,6 +10,15 @@ qkv_status qkv_adam_init(qkv_adam *opt, size_t n, float beta1, float beta2, floa
                          float weight_decay, qkv_error *err)
 {
     *opt = (qkv_adam){beta1, beta2, eps, weight_decay, 0, n, NULL, NULL};
+    if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
+        return qkv_fail(err, QKV_ERR_ARG, "Adam's betas must be in [0, 1) (got %g and %g)",
+                        (double)beta1, (double)beta2);
+    if (!(eps > 0.0f && eps <= QKV_MAX_ADAM_EPS))
+        return qkv_fail(err, QKV_ERR_ARG, "Adam's epsilon must be in (0, %g] (got %g)",
+                        (double)QKV_MAX_ADAM_EPS, (double)eps);
+    if (!(weight_decay >= 0.0f && weight_decay <= QKV_MAX_WEIGHT_DECAY))
+        return qkv_fail(err, QKV_ERR_ARG, "the weight decay must be in [0, %g] (got %g)",
+                        (double)QKV_MAX_WEIGHT_DECAY, (double)weight_decay);
     opt->m = calloc(n ? n : 1, sizeof *opt->m);
     opt->v = calloc(n ? n : 1, sizeof *opt->v);
     if (!opt->m || !opt->v) {

@@ -131,6 +131,9 @@ static qkv_status check_options(const qkv_lm *m, size_t n_train, const qkv_lm_tr
     if (o->log_every < 1 || o->eval_every < 0 || o->eval_tokens < 0 || o->warmup < 0)
         return qkv_fail(err, QKV_ERR_ARG, "log_every must be >= 1; eval_every, eval_tokens and "
                         "warmup >= 0");
+    if (!(o->lr > 0.0f && o->lr <= QKV_MAX_LR))
+        return qkv_fail(err, QKV_ERR_ARG, "the learning rate must be in (0, %g] (got %g)",
+                        (double)QKV_MAX_LR, (double)o->lr);
     return QKV_OK;
 }
 
@@ -171,9 +174,8 @@ static qkv_status run_open(lm_run *r, qkv_lm *m, const int *train, size_t n_trai
     snprintf(r->ckpt, sizeof r->ckpt, "%s/checkpoint.safetensors", o->out_dir);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", o->out_dir);
     r->pos = (lm_train_position){o->seed, 0.0, 0.0, 0, (int64_t)n_train};
-    FILE *probe = o->resume && writer ? fopen(r->ckpt, "rb") : NULL;
-    if (probe) {
-        fclose(probe);
+    struct stat sb; /* present: read (a FIFO or device there is refused, not waited on) */
+    if (o->resume && writer && !stat(r->ckpt, &sb)) {
         /* windows and dropout follow the saved run's seed */
         if ((st = lm_checkpoint_load(r->ckpt, m, &r->opt, &r->pos, err))) return st;
         if (r->pos.train_tokens != (int64_t)n_train)
@@ -291,7 +293,8 @@ qkv_status qkv_lm_train(qkv_lm *m, const int *train, size_t n_train, const int *
         if ((st = run_elapsed(&r, rd, &elapsed, err))) break;
         r.pos.elapsed_s = elapsed;
         r.prog.grad_norm = res.grad_norm, r.prog.lr = lr;
-        const int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+        int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+        if ((st = rd_ask_stop(o->should_stop, o->should_stop_ctx, rd, &stop, err))) break;
         const int last = (o->steps > 0 && r.opt.step >= o->steps) ||
                          (r.budget > 0.0 && elapsed >= r.budget);
         if ((st = run_report(&r, m, val, n_val, n_train, o, last, stop, err))) break;

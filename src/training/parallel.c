@@ -63,3 +63,13 @@ int64_t rd_target_tokens(const int *targets, size_t n)
     for (size_t i = 0; i < n; i++) count += targets[i] != QKV_PAD;
     return count;
 }
+
+qkv_status rd_ask_stop(int (*should_stop)(void *), void *ctx, const qkv_reducer *r, int *stop,
+                       qkv_error *err)
+{
+    if (!should_stop) return QKV_OK;
+    int asked = should_stop(ctx) != 0;
+    const qkv_status st = rd_share(r, &asked, sizeof asked, err);
+    if (!st && asked) *stop = 1;
+    return st;
+}

@@ -18,6 +18,10 @@ qkv_status rd_share(const qkv_reducer *r, void *buf, size_t bytes, qkv_error *er
  * no copy of the run directory, and a fresh run starts from one initialization. */
 qkv_status rd_share_state(const qkv_reducer *r, float *params, qkv_adam *opt, void *pos,
                           size_t pos_bytes, qkv_error *err);
+/* The caller's should_stop after a step (NULL: not asked), rank 0's answer on every rank:
+ * sets *stop when it asks to stop. */
+qkv_status rd_ask_stop(int (*should_stop)(void *), void *ctx, const qkv_reducer *r, int *stop,
+                       qkv_error *err);
 /* A hash of n ids, continuing h (start from 0). */
 uint64_t rd_hash_ids(uint64_t h, const int *ids, size_t n);
 /* Every rank's hash of its data against rank 0's: ranks that read different files would each

@@ -114,9 +114,14 @@ static qkv_status check_options(const qkv_train_options *o, qkv_error *err)
     if (o->batch <= 0 || o->epochs < 0 || !o->out_dir)
         return qkv_fail(err, QKV_ERR_ARG, "training needs batch > 0, epochs >= 0 and an output "
                         "directory");
-    if (o->schedule == QKV_LR_NOAM && (o->warmup < 1 || !(o->lr_factor > 0.0f)))
+    if (o->schedule == QKV_LR_NOAM &&
+        (o->warmup < 1 || !(o->lr_factor > 0.0f && o->lr_factor <= QKV_MAX_LR_FACTOR)))
         return qkv_fail(err, QKV_ERR_ARG, "the noam schedule needs warmup >= 1 (got %d) and a "
-                        "positive factor (got %g)", o->warmup, (double)o->lr_factor);
+                        "factor in (0, %g] (got %g)", o->warmup, (double)QKV_MAX_LR_FACTOR,
+                        (double)o->lr_factor);
+    if (o->schedule == QKV_LR_CONSTANT && !(o->lr > 0.0f && o->lr <= QKV_MAX_LR))
+        return qkv_fail(err, QKV_ERR_ARG, "the learning rate must be in (0, %g] (got %g)",
+                        (double)QKV_MAX_LR, (double)o->lr);
     if (o->schedule != QKV_LR_CONSTANT && o->schedule != QKV_LR_NOAM)
         return qkv_fail(err, QKV_ERR_ARG, "unknown learning-rate schedule %d", (int)o->schedule);
     if (o->batch_tokens < 0 || o->patience < 0 || o->keep_epochs < 0 || !(o->minutes >= 0.0))
@@ -207,9 +212,8 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
     snprintf(r->hist_path, sizeof r->hist_path, "%s/validation.json", o->out_dir);
     snprintf(r->best_dir, sizeof r->best_dir, "%s/best", o->out_dir);
     r->pos = (qkv_train_position){0, 0, o->seed, 0.0, 0};
-    FILE *probe = o->resume && r->writer ? fopen(r->ckpt, "rb") : NULL;
-    if (probe) {
-        fclose(probe);
+    struct stat sb; /* present: read (a FIFO or device there is refused, not waited on) */
+    if (o->resume && r->writer && !stat(r->ckpt, &sb)) {
         /* the data order and dropout follow the saved run's seed */
         st = qkv_checkpoint_load(r->ckpt, m, &r->opt, &r->pos, err);
         if (!st && o->valid) st = history_load(&r->hist, r->hist_path, r->pos.epoch, err);
@@ -359,7 +363,8 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
         int64_t timed = 0;
         for (int bi = r.pos.batch; bi < r.plan.n_batches; bi++) {
             if ((st = train_batch(&r, epoch, bi, t0, &timed, err))) break;
-            const int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+            int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
+            if ((st = rd_ask_stop(o->should_stop, o->should_stop_ctx, r.rd, &stop, err))) break;
             if (r.prog.end_of_epoch) {
                 r.pos.epoch = epoch + 1, r.pos.batch = 0;
                 if ((st = end_epoch(&r, epoch, err))) break;

@@ -2,10 +2,12 @@
 /* Validation during training: the held-out loss and BLEU of each epoch, and their history
  * (validation.json), from which the best epoch and the patience left follow, also after a
  * resume. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cJSON.h>
 
@@ -190,22 +192,15 @@ qkv_status history_save(const history *h, const char *path, qkv_error *err)
  * before its checkpoint, and will be made again). A missing file is an empty history. */
 qkv_status history_load(history *h, const char *path, int up_to, qkv_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return QKV_OK;
-    size_t cap = 1 << 16, n = 0;
-    char *text = malloc(cap);
-    while (text) {
-        n += fread(text + n, 1, cap - 1 - n, f);
-        if (n < cap - 1) break;
-        char *bigger = realloc(text, cap * 2);
-        if (!bigger) free(text);
-        text = bigger, cap *= 2;
-    }
-    fclose(f);
-    if (!text) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
-    text[n] = '\0';
-    cJSON *o = cJSON_Parse(text);
+    struct stat sb;
+    if (lstat(path, &sb) && errno == ENOENT) return QKV_OK;
+    char *text = NULL;
+    size_t n = 0;
+    qkv_status read = qkv_read_regular_file(path, QKV_MAX_TEXT_BYTES, &text, &n, err);
+    cJSON *o = NULL;
+    if (!read) read = qkv_json_parse(&o, text, n, path, err);
     free(text);
+    if (read) return read;
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "validations"), *v;
     qkv_status st = cJSON_IsArray(list) ? QKV_OK
                     : qkv_fail(err, QKV_ERR_FORMAT, "%s: expected {\"validations\": [...]}", path);

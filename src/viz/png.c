@@ -71,21 +71,11 @@ qkv_status qkv_canvas_write_png(const qkv_canvas *c, const char *path, qkv_error
         return qkv_fail(err, QKV_ERR_ARG, "png: no output path");
     qkv_status special = replaceable_target(path, err);
     if (special) return special;
-    size_t len = strlen(path);
-    char *tmp = malloc(len + sizeof ".tmp-XXXXXX");
-    if (!tmp)
-        return qkv_fail(err, QKV_ERR_NOMEM, "png %s: out of memory", path);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp-XXXXXX", sizeof ".tmp-XXXXXX");
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        qkv_status st = qkv_fail(err, QKV_ERR_IO, "png %s: cannot create a file there: %s", path,
-                                 strerror(errno));
-        free(tmp);
-        return st;
-    }
-    /* mkstemp creates the file private (0600); a figure is for everyone to read. */
-    fchmod(fd, 0644);
+    char *tmp;
+    int fd = create_temporary(path, 0644, &tmp);
+    if (fd < 0)
+        return qkv_fail(err, QKV_ERR_IO, "png %s: cannot create a file there: %s", path,
+                        strerror(errno));
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         qkv_status st = qkv_fail(err, QKV_ERR_IO, "png %s: %s", path, strerror(errno));

@@ -26,11 +26,12 @@ qkv_status qkv_viz_open(qkv_viz **out, const char *font_path, qkv_error *err)
     const char *path = font_path ? font_path : QKV_VIZ_DEFAULT_FONT;
     /* FreeType reports a missing file as a generic "cannot open resource"; ask the OS first so
      * the message says why. */
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return qkv_fail(err, QKV_ERR_IO, "font %s: %s%s", path, strerror(errno),
+    qkv_error why = {0};
+    FILE *probe = qkv_open_file(path, 1, &why); /* FreeType would wait on a FIFO */
+    if (!probe)
+        return qkv_fail(err, QKV_ERR_IO, "font %s%s", why.msg,
                         font_path ? "" : " (install fonts-dejavu-core or pass a font path)");
-    fclose(f);
+    fclose(probe);
 
     qkv_viz *v = calloc(1, sizeof *v);
     if (!v)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # End-to-end tests of bounded reads and output errors: every text input of every command
-# (corpora, translate's input and stdin, a language model's text, vocabularies, subword
-# files, config.json, metrics.jsonl) refuses /dev/zero, a FIFO that never ends and a
-# directory with a message naming the file and the limit, instead of growing until the
-# kernel kills it; config.json dimensions past their limits fail at once; every command
+# (corpora, translate's input and stdin, a language model's text) refuses /dev/zero, a FIFO
+# that never ends and a directory with a message naming the file and the limit, instead of
+# growing until the kernel kills it, and a FIFO without a writer instead of waiting for one;
+# a model's, a run's or a configuration's file (vocabularies, subword and SentencePiece
+# files, config.json, train.json, model.safetensors, metrics.jsonl, --config, --spm) that is a
+# FIFO or a device is refused unread; config.json dimensions past their limits fail at once; every command
 # whose standard output is lost (> /dev/full) says so and exits nonzero; metrics.jsonl is
 # never appended through a link. Tiny models on a generated corpus; each bad read stops at
 # its limit (at most 256 MiB of zeros): seconds.
@@ -59,6 +61,8 @@ LM=(--d-model 8 --heads 2 --ffn 16 --layers 1 --context 8 --batch 4 --steps 4 --
 "$QKV" train --data "$T/rev.tsv" "${TRAIN[@]}" --tokenizer bpe --vocab-size 20 --out "$T/bpe" >/dev/null \
   2>"$T/err" || bad "train a subword model: $(cat "$T/err")"
 "$QKV" train-lm --data "$T/text.txt" "${LM[@]}" --out "$T/lm" >/dev/null 2>"$T/err" || bad "train a language model: $(cat "$T/err")"
+"$QKV" train --data "$T/rev.tsv" "${TRAIN[@]}" --tokenizer spm --vocab-size 16 --out "$T/spm" \
+  >/dev/null 2>"$T/err" || bad "train a SentencePiece model: $(cat "$T/err")"
 mkdir -p "$T/dir"
 # copy_model SRC NAME: a copy of model SRC at $T/NAME, for one file to be replaced
 copy_model() { rm -rf "$T/$2" && cp -r "$1" "$T/$2"; }
@@ -90,42 +94,138 @@ stop_fifos
 TEXT="more than 268435456 bytes \(not a regular file: it may never end\)"
 # translate reads a pipe or a device line by line (it streams): each line at most
 # QKV_MAX_LINE_BYTES
-expect_fail "translate --input /dev/zero" "/dev/zero:1: $LINE" \
+# (/dev/zero's first byte is a NUL, which a line of text never holds: refused at once; a line
+# of endless 'x' meets the line limit)
+NUL="a NUL byte in the line: text holds none"
+expect_fail "translate --input /dev/zero" "/dev/zero:1: $NUL" \
   "$QKV" translate --model "$T/m" --input /dev/zero
-expect_fail "translate from stdin = /dev/zero" "stdin:1: $LINE" \
+expect_fail "translate from stdin = /dev/zero" "stdin:1: $NUL" \
   bash -c "exec '$QKV' translate --model '$T/m' </dev/zero"
 endless_fifo "$T/fifo"
-expect_fail "translate --input FIFO" "$T/fifo:1: $LINE" \
+expect_fail "translate --input FIFO" "$T/fifo:1: $NUL" \
   "$QKV" translate --model "$T/m" --input "$T/fifo"
 stop_fifos
-expect_fail "tokenize from stdin = /dev/zero" "stdin:1: $LINE" \
+expect_fail "tokenize from stdin = /dev/zero" "stdin:1: $NUL" \
   bash -c "exec '$QKV' tokenize --d2l </dev/zero"
+expect_fail "translate from stdin = an endless line" "stdin:1: $LINE" \
+  bash -c "exec '$QKV' translate --model '$T/m' < <(tr '\\0' x </dev/zero)"
+expect_fail "tokenize from stdin = an endless line" "stdin:1: $LINE" \
+  bash -c "exec '$QKV' tokenize --d2l < <(tr '\\0' x </dev/zero)"
 expect_fail "train-lm --data /dev/zero" "/dev/zero: $TEXT" \
   "$QKV" train-lm --data /dev/zero "${LM[@]}" --out "$T/o6"
 expect_fail "eval-lm --data /dev/zero" "/dev/zero: $TEXT" \
   "$QKV" eval-lm --model "$T/lm" --data /dev/zero
 copy_model "$T/lm" lmz && rm "$T/lmz/metrics.jsonl" && ln -s /dev/zero "$T/lmz/metrics.jsonl"
-expect_fail "plot of a metrics.jsonl that is /dev/zero" "metrics.jsonl: $TEXT" \
+expect_fail "plot of a metrics.jsonl that is /dev/zero" "metrics.jsonl: is a character device, not a regular file" \
   "$QKV" plot "$T/lmz" --out "$T/o7.png"
 
-# ---- a model's files: vocabularies and subword files (64 MiB), config.json (1 MiB)
+# ---- a model's files are regular files: a device or a FIFO there (endless or without a
+# writer) is refused before a byte is read, and never waited on
+REG="is a (FIFO or pipe|character device), not a regular file"
 copy_model "$T/m" mz && ln -sf /dev/zero "$T/mz/tgt_vocab.txt"
-expect_fail "a target vocabulary that is /dev/zero" "tgt_vocab.txt: more than 67108864 bytes \(not a regular" \
+expect_fail "a target vocabulary that is /dev/zero" "tgt_vocab.txt: $REG" \
   "$QKV" translate --model "$T/mz" --input "$T/in.txt"
 copy_model "$T/m" mf && endless_fifo "$T/mf/src_vocab.txt.fifo" && rm "$T/mf/src_vocab.txt" &&
   ln -s src_vocab.txt.fifo "$T/mf/src_vocab.txt"
-expect_fail "a source vocabulary that is an endless FIFO" "src_vocab.txt: more than 67108864 bytes" \
+expect_fail "a source vocabulary that is an endless FIFO" "src_vocab.txt: $REG" \
   "$QKV" eval --model "$T/mf" --data "$T/rev.tsv"
 stop_fifos
 copy_model "$T/bpe" bz && ln -sf /dev/zero "$T/bz/src_bpe.txt"
-expect_fail "a subword file that is /dev/zero" "src_bpe.txt: more than 67108864 bytes" \
+expect_fail "a subword file that is /dev/zero" "src_bpe.txt: $REG" \
   "$QKV" translate --model "$T/bz" --input "$T/in.txt"
 copy_model "$T/m" cz && ln -sf /dev/zero "$T/cz/config.json"
-expect_fail "a config.json that is /dev/zero" "config.json: more than 1048576 bytes" \
+expect_fail "a config.json that is /dev/zero" "config.json: $REG" \
   "$QKV" info --model "$T/cz"
 copy_model "$T/lm" lv && ln -sf /dev/zero "$T/lv/vocab.txt"
-expect_fail "a language model's vocabulary that is /dev/zero" "vocab.txt: more than 67108864 bytes" \
+expect_fail "a language model's vocabulary that is /dev/zero" "vocab.txt: $REG" \
   "$QKV" generate --model "$T/lv" --tokens 2
+# a FIFO that no process writes to, as each file of a model, for each command that reads it
+# (a reader that opened it blocking would wait here until the time limit)
+for f in config.json model.safetensors src_vocab.txt tgt_vocab.txt train.json; do
+  copy_model "$T/m" "fifo-$f" && rm -f "$T/fifo-$f/$f" && mkfifo "$T/fifo-$f/$f"
+  expect_fail "translate: $f a FIFO" "$f: $REG" \
+    "$QKV" translate --model "$T/fifo-$f" --input "$T/in.txt"
+  expect_fail "info: $f a FIFO" "$f: $REG" "$QKV" info --model "$T/fifo-$f"
+  expect_fail "average: $f a FIFO" "$f: $REG" \
+    "$QKV" average --out "$T/avg-$f" "$T/fifo-$f" "$T/m"
+done
+copy_model "$T/spm" fifo-spm && rm "$T/fifo-spm/source.spm" && mkfifo "$T/fifo-spm/source.spm"
+expect_fail "translate: source.spm a FIFO" "source.spm: $REG" \
+  "$QKV" translate --model "$T/fifo-spm" --input "$T/in.txt"
+copy_model "$T/spm" zero-spm && ln -sf /dev/zero "$T/zero-spm/target.spm"
+expect_fail "translate: target.spm /dev/zero" "target.spm: $REG" \
+  "$QKV" translate --model "$T/zero-spm" --input "$T/in.txt"
+mkfifo "$T/model.fifo"
+expect_fail "tokenize --spm FIFO" "model.fifo: $REG" "$QKV" tokenize --spm "$T/model.fifo"
+expect_fail "tokenize --spm /dev/zero" "/dev/zero: $REG" "$QKV" tokenize --spm /dev/zero
+mkfifo "$T/config.fifo"
+expect_fail "--config FIFO" "config.fifo: $REG" \
+  "$QKV" train --config "$T/config.fifo" --data "$T/rev.tsv" "${TRAIN[@]}" --out "$T/o-cfg"
+expect_fail "--config /dev/zero" "/dev/zero: $REG" \
+  "$QKV" translate --config /dev/zero --model "$T/m" --input "$T/in.txt"
+copy_model "$T/m" fifo-ckpt && rm "$T/fifo-ckpt/checkpoint.safetensors" &&
+  mkfifo "$T/fifo-ckpt/checkpoint.safetensors"
+expect_fail "--resume with a FIFO as the checkpoint names it" \
+  "checkpoint.safetensors:? is (a FIFO or pipe, )?not a regular file" \
+  "$QKV" train --out "$T/fifo-ckpt" --resume
+# a text may come through a pipe, but a FIFO that no process writes to is refused, not waited on
+mkfifo "$T/text.fifo"
+NOWRITER="text.fifo: a FIFO or pipe that no process writes to"
+expect_fail "translate --input FIFO without a writer" "$NOWRITER" \
+  "$QKV" translate --model "$T/m" --input "$T/text.fifo"
+expect_fail "train --data FIFO without a writer" "$NOWRITER" \
+  "$QKV" train --data "$T/text.fifo" "${TRAIN[@]}" --out "$T/o-nw"
+expect_fail "eval --hyp FIFO without a writer" "$NOWRITER" \
+  "$QKV" eval --hyp "$T/text.fifo" --tgt "$T/rev.tgt"
+expect_fail "train-lm --data FIFO without a writer" "$NOWRITER" \
+  "$QKV" train-lm --data "$T/text.fifo" "${LM[@]}" --out "$T/o-lmnw"
+
+# ---- a NUL byte in a line of text is refused the same way by every command (it cut the line
+# short for all that read it as a string: tokenize dropped the rest, eval scored the prefix)
+expect_fail "tokenize --spm: a NUL in a line" "stdin:1: $NUL" \
+  bash -c "printf 'Ein Hund.\\0 Zwei\\n' | exec '$QKV' tokenize --spm '$T/spm/source.spm'"
+expect_fail "tokenize --spm --ids: a NUL in a line" "stdin:2: $NUL" \
+  bash -c "printf 'a\\nEin Hund.\\0 Zwei\\n' | exec '$QKV' tokenize --spm '$T/spm/source.spm' --ids"
+expect_fail "tokenize --d2l: a NUL in a line" "stdin:1: $NUL" \
+  bash -c "printf 'go\\0 away\\n' | exec '$QKV' tokenize --d2l"
+expect_fail "translate: a NUL in a line" "stdin:2: $NUL" \
+  bash -c "printf 'a b\\nc\\0d\\n' | exec '$QKV' translate --model '$T/m'"
+head -3 "$T/rev.tgt" >"$T/ref3.txt"
+{ sed -n 1p "$T/rev.tgt"; sed -n 2p "$T/rev.tgt" | tr -d '\n'; printf '\0 x\n'; sed -n 3p "$T/rev.tgt"; } >"$T/hyp-nul.txt"
+expect_fail "eval --hyp: a NUL in a hypothesis" "hyp-nul.txt:2: $NUL" \
+  "$QKV" eval --hyp "$T/hyp-nul.txt" --tgt "$T/ref3.txt"
+expect_fail "eval --hyp: a NUL in a reference" "hyp-nul.txt:2: $NUL" \
+  "$QKV" eval --hyp "$T/ref3.txt" --tgt "$T/hyp-nul.txt"
+
+# ---- weights past float's range (finite, so every reader loads them) give logits that are
+# not finite: an error naming the model, never a translation scored NaN (beam search printed
+# "<unk> ... ||| -nan" with exit 0)
+# overflow SRC DST: a copy of model SRC at $T/DST, every weight matrix scaled by 1e30
+overflow() {
+  copy_model "$1" "$2"
+  /usr/bin/python3 - "$T/$2/model.safetensors" <<'PY' || bad "scale the weights of $2"
+import sys
+from safetensors import safe_open
+from safetensors.numpy import save_file
+with safe_open(sys.argv[1], "numpy") as f:
+    meta = f.metadata()
+    t = {k: f.get_tensor(k) for k in f.keys()}
+t = {k: (v * 1e30).astype("float32") if v.ndim == 2 else v for k, v in t.items()}
+save_file(t, sys.argv[1], metadata=meta)
+PY
+}
+overflow "$T/m" big
+NONFINITE="big: the model's logits are not finite"
+expect_fail "translate: logits past float's range name the model" "$NONFINITE" \
+  "$QKV" translate --model "$T/big" --input "$T/in.txt"
+expect_fail "translate --beam 2 --n-best 2: the same" "$NONFINITE" \
+  "$QKV" translate --model "$T/big" --input "$T/in.txt" --beam 2 --n-best 2
+expect_fail "translate a pipe: the same" "$NONFINITE" \
+  bash -c "exec '$QKV' translate --model '$T/big' <'$T/in.txt'"
+expect_fail "eval: the same" "$NONFINITE" "$QKV" eval --model "$T/big" --data "$T/rev.tsv"
+overflow "$T/lm" lmbig
+expect_fail "generate: the same" "lmbig: the model's logits are not finite" \
+  "$QKV" generate --model "$T/lmbig" --tokens 3
 
 # ---- a directory where a file is expected
 DIR="is a directory"

@@ -15,9 +15,10 @@ set -u
 QKV=$(realpath "$1")
 . "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 P=${QKV_PARITY_DIR:-build/parity}
-CHECK="/usr/bin/python3 $(dirname "$0")/ct2_check.py"
-if ! /usr/bin/python3 -c 'import ctranslate2' 2>/dev/null; then
-  echo "no ctranslate2 for /usr/bin/python3 (scripts/install-deps.sh installs it)"
+PY=${QKV_PY:-/usr/bin/python3}   # with ctranslate2 (tests/run.sh: build/venv)
+CHECK="$PY $(dirname "$0")/ct2_check.py"
+if ! "$PY" -c 'import ctranslate2' 2>/dev/null; then
+  echo "no ctranslate2 for $PY (scripts/install-deps.sh --test installs it)"
   bad "ctranslate2 importable"; echo "$pass passed, $fail failed"; exit 1
 fi
 LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)
@@ -25,7 +26,7 @@ LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)
 # ---- imported Marian models
 for n in shared_swish separate_gelu shared_relu_untied release_separate; do
   "$QKV" import marian "$P/marian_$n" --out "$T/m_$n" 2>/dev/null || bad "import $n"
-  "$QKV" translate --model "$T/m_$n" "${LIM[@]}" <"$P/marian_$n.de" >"$T/q_$n" 2>/dev/null
+  "$QKV" translate --model "$T/m_$n" "${LIM[@]}" --beam 1 <"$P/marian_$n.de" >"$T/q_$n" 2>/dev/null
   check "$n: qkv export ct2 writes a directory CTranslate2 loads" \
     "$QKV" export ct2 "$T/m_$n" --out "$T/c_$n"
   check "$n: CTranslate2 translates every sentence as qkv (greedy, float32)" \
@@ -41,6 +42,29 @@ check "--quantization int8: the weights as CTranslate2 quantises the float32 mod
     --same-as '$T/c_shared_swish' --compute-type2 int8"
 check "... and stores them as int8 (a smaller model.bin)" bash -c "
   [ \$(stat -c %s '$T/c8/model.bin') -lt \$(stat -c %s '$T/c_shared_swish/model.bin') ]"
+
+# ---- an imported NLLB model: CTranslate2 with the source language token and the target's
+# as its target prefix gives transformers' text (qkv's, tests/e2e/test_m2m100.sh)
+N=$P/m2m100_nllb_tied
+if [ -d "$N" ]; then
+  "$QKV" import nllb "$N" --out "$T/nllb" 2>/dev/null && "$QKV" export ct2 "$T/nllb" --out "$T/c_nllb" 2>/dev/null ||
+    bad "import and export nllb_tied"
+  check "nllb_tied: CTranslate2 (target_prefix = the target language) translates every sentence as transformers" \
+    /usr/bin/python3 - "$T/nllb" "$T/c_nllb" "$N.src" "$N.greedy.txt" <<'PY'
+import sys, ctranslate2, sentencepiece as spm
+model, ct2, src, want = sys.argv[1:]
+sp = spm.SentencePieceProcessor(model_file=model + "/source.spm")
+known = {l.rstrip("\n") for l in open(model + "/src_vocab.txt", encoding="utf-8")}
+lines = open(src, encoding="utf-8").read().splitlines()
+want = open(want, encoding="utf-8").read().splitlines()
+toks = [["deu_Latn"] + [p if p in known else "<unk>" for p in sp.encode(l, out_type=str)] for l in lines]
+res = ctranslate2.Translator(ct2, intra_threads=1).translate_batch(
+    toks, target_prefix=[["eng_Latn"]] * len(toks), beam_size=1, max_decoding_length=23,
+    min_decoding_length=0)
+got = ["".join(r.hypotheses[0][1:]).replace("\u2581", " ").strip() for r in res]
+sys.exit(0 if got == want else 1)
+PY
+fi
 
 # ---- models qkv trained: copy tasks of words
 awk 'BEGIN { srand(5); for (i = 0; i < 60; i++) { s = ""; n = 3 + int(rand() * 4);
@@ -69,7 +93,7 @@ mkdir -p "$T/full" && touch "$T/full/x"
 expect_fail "an output directory that holds files" "is not empty" \
   "$QKV" export ct2 "$T/plain" --out "$T/full"
 check "... replaced with --overwrite" "$QKV" export ct2 "$T/plain" --out "$T/full" --overwrite
-expect_fail "an unknown quantisation" "--quantization 'int4': float32 or int8" \
+expect_fail "an unknown quantisation" "--quantization 'int4': expected float32 or int8" \
   "$QKV" export ct2 "$T/plain" --out "$T/x1" --quantization int4
 expect_fail "an unknown format" "unknown format 'onnx'" "$QKV" export onnx "$T/plain" --out "$T/x2"
 "$QKV" train-lm --data "$T/copy.src" --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 4 \

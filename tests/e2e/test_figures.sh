@@ -164,6 +164,14 @@ check "other numbers, other pixels" bash -c "! cmp -s '$T/run/training.png' '$T/
 printf '{"epoch": 1, "loss": 2}\n{"epoch": 2, "loss": 1}\n{"epoch": 3, "loss": \n' >"$T/bad/metrics.jsonl"
 expect_fail "a broken line is named" "metrics.jsonl:3" "$QKV" plot "$T/bad"
 expect_fail "a missing log is named" "nope/metrics.jsonl" "$QKV" plot "$T/nope"
+printf '{"epoch": 1, "loss": 2}\n{"epoch": 2, "loss": 1}{"epoch": 9, "loss": 0}\n' >"$T/bad/metrics.jsonl"
+expect_fail "a line with a second object is named" "metrics.jsonl:2: more after the JSON value" \
+  "$QKV" plot "$T/bad"
+printf '{"epoch": 1, "loss": 2, "loss": 0.1}\n' >"$T/bad/metrics.jsonl"
+expect_fail "a line with a key twice is named" "metrics.jsonl:1: the key \"loss\" appears twice" \
+  "$QKV" plot "$T/bad"
+printf '{"epoch": 1, "loss": 2}\n\0{"epoch": 2, "loss": 1}\n' >"$T/bad/metrics.jsonl"
+expect_fail "a NUL byte is named" "metrics.jsonl: contains a NUL byte" "$QKV" plot "$T/bad"
 
 # ---- a model that reverses 5 symbols; qkv train draws its curves when it finishes
 PAIRS=2000; EPOCHS=30

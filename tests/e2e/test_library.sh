@@ -4,9 +4,10 @@
 # functions include/qkv/*.h declare (each marked QKV_API, each in one of the two), all named
 # qkv_*; libqkv.so does not load libpng or FreeType; it has a SONAME and the OpenMP OpenBLAS's
 # directory as RUNPATH; `make install` into a fresh prefix gives the versioned libraries, their
-# links, the headers, qkv.pc and qkv-viz.pc; a small program built with `pkg-config --cflags
-# --libs qkv` links against the shared library, runs, and cannot reach an internal function; one
-# built with `pkg-config --libs qkv-viz` draws a figure.
+# links, the headers, qkv.pc and qkv-viz.pc, the man page and the bash completion; a small
+# program built with `pkg-config --cflags --libs qkv` links against the shared library, runs,
+# and cannot reach an internal function; one built with `pkg-config --libs qkv-viz` draws a
+# figure.
 # Usage: test_library.sh QKV_BINARY (the library beside it is tested; the sanitizer build has
 # none, and then there is nothing to do).
 set -u
@@ -61,7 +62,7 @@ else
 fi
 for f in lib/libqkv.so.$VERSION lib/libqkv.so.$MAJOR lib/libqkv.so lib/libqkv.a include/qkv.h include/qkv/core.h \
          lib/pkgconfig/qkv.pc lib/libqkv-viz.so.$VERSION lib/libqkv-viz.so lib/libqkv-viz.a \
-         lib/pkgconfig/qkv-viz.pc bin/qkv; do
+         lib/pkgconfig/qkv-viz.pc bin/qkv share/man/man1/qkv.1 share/bash-completion/completions/qkv; do
   check "installed $f" [ -e "$P/$f" ]
 done
 check "installed links: libqkv.so -> libqkv.so.$MAJOR -> libqkv.so.$VERSION" \

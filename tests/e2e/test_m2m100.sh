@@ -18,7 +18,7 @@ if [ ! -f "$P/m2m100_nllb_tied/config.json" ]; then
   echo "$pass passed, $fail failed"; exit 1
 fi
 LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)
-langs() { /usr/bin/python3 -c "
+langs() { "${QKV_PY:-/usr/bin/python3}" -c "
 from safetensors import safe_open
 m = safe_open('$P/m2m100_$1.safetensors', 'np').metadata(); print(m['src_lang'], m['tgt_lang'])"; }
 for n in nllb_tied nllb_untied_gelu m2m100_unscaled; do
@@ -55,5 +55,74 @@ expect_fail "another architecture" '"model_type" is "bart", not "m2m_100"' \
   "$QKV" import nllb "$T/bart" --out "$T/o1"
 expect_fail "an M2M100 directory given to the NLLB importer" 'import it with qkv import m2m100' \
   "$QKV" import nllb "$P/m2m100_m2m100_unscaled" --out "$T/o2"
+# what every reader of the imported model would refuse is refused at import, by the checks all
+# importers share (src/io/hf_dir.c), and nothing is written
+variant() { rm -rf "$T/$1"; cp -r "$P/m2m100_nllb_tied" "$T/$1"; }
+variant nullact
+/usr/bin/python3 - "$T/nullact/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["activation_function"] = None; json.dump(c, open(sys.argv[1], "w"))
+PY
+expect_fail "\"activation_function\": null" '"activation_function" must be a string \(it is null\)' \
+  "$QKV" import nllb "$T/nullact" --out "$T/o3"
+variant junkspm; echo junk >"$T/junkspm/sentencepiece.bpe.model"
+expect_fail "a junk SentencePiece model" "sentencepiece.bpe.model: not a SentencePiece model" \
+  "$QKV" import nllb "$T/junkspm" --out "$T/o4"
+variant fifospm; rm "$T/fifospm/sentencepiece.bpe.model"; mkfifo "$T/fifospm/sentencepiece.bpe.model"
+expect_fail "a FIFO as the SentencePiece model" "sentencepiece.bpe.model: is a FIFO or pipe" \
+  timeout 120 "$QKV" import nllb "$T/fifospm" --out "$T/o5"
+variant nan
+/usr/bin/python3 - "$T/nan/model.safetensors" <<'PY'
+import sys
+from safetensors import safe_open
+from safetensors.numpy import save_file
+with safe_open(sys.argv[1], "numpy") as f:
+    meta = f.metadata(); t = {k: f.get_tensor(k) for k in f.keys()}
+k = next(k for k in sorted(t) if k.endswith("fc1.weight")); w = t[k].copy(); w.flat[3] = float("nan"); t[k] = w
+save_file(t, sys.argv[1], metadata=meta)
+PY
+expect_fail "a NaN weight" "the weights of qkv's tensor '.*' hold nan" "$QKV" import nllb "$T/nan" --out "$T/o6"
+check "... and nothing is written by any of them" bash -c "! ls -d '$T'/o3 '$T'/o4 '$T'/o5 '$T'/o6 2>/dev/null"
+variant self
+expect_fail "--out the input itself is refused" "is the input" \
+  "$QKV" import nllb "$T/self" --out "$T/self" --overwrite
+check "... and the input is whole" cmp -s "$T/self/model.safetensors" "$P/m2m100_nllb_tied/model.safetensors"
+
+# ---- served: /languages lists the model's languages, and each request's source and target
+# choose the language tokens (set when its sentences join the batch), as qkv translate
+# --source-lang/--target-lang gives them, two targets at once
+read -r SRC TGT < <(langs nllb_tied)
+"$QKV" serve --port 0 --threads 2 --model nllb="$T/nllb_tied" >"$T/serve.out" 2>"$T/serve.err" &
+SPID=$!
+URL=
+for _ in $(seq 600); do URL=$(sed -n 's|.* on \(http://[^ ]*\)$|\1|p' "$T/serve.out"); [ -n "$URL" ] && break; sleep 0.05; done
+if [ -n "$URL" ]; then
+  curl -s "$URL/languages" >"$T/languages.json"
+  OTHER=$(/usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1])); src = [l for l in d if l['code'] == sys.argv[2]]
+ok = src and sys.argv[3] in src[0]['targets'] and len(src[0]['targets']) > 100
+print(next(t for t in src[0]['targets'] if t != sys.argv[3]) if ok else '')" "$T/languages.json" "$SRC" "$TGT")
+  check "served: /languages lists $SRC with the model's targets ($TGT, $OTHER, ...)" test -n "$OTHER"
+  head -n 3 "$P/m2m100_nllb_tied.src" >"$T/three.src"
+  for t in "$TGT" "$OTHER"; do
+    "$QKV" translate --model "$T/nllb_tied" --source-lang "$SRC" --target-lang "$t" <"$T/three.src" >"$T/want.$t" 2>/dev/null
+    /usr/bin/python3 -c "
+import json, sys
+print(json.dumps({'q': open(sys.argv[1]).read().splitlines(), 'source': sys.argv[2], 'target': sys.argv[3]}))" \
+      "$T/three.src" "$SRC" "$t" >"$T/req.$t"
+    ( curl -s -X POST "$URL/translate" -H 'Content-Type: application/json' --data-binary "@$T/req.$t" |
+        /usr/bin/python3 -c "import json,sys; print('\n'.join(json.load(sys.stdin)['translatedText']))" >"$T/got.$t" ) &
+  done
+  wait $(jobs -p | grep -vx "$SPID")
+  check "served: two targets at once, each as qkv translate --target-lang gives it" \
+    bash -c "[ -n '$OTHER' ] && [ -s '$T/want.$OTHER' ] && cmp -s '$T/got.$TGT' '$T/want.$TGT' && cmp -s '$T/got.$OTHER' '$T/want.$OTHER' && ! cmp -s '$T/want.$TGT' '$T/want.$OTHER'"
+  code=$(curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL/translate" --data-binary '{"q": "a", "source": "'"$SRC"'", "target": "xx_Xxxx"}')
+  check "served: a target the model lacks: 400 naming the pairs" bash -c "[ $code = 400 ] && grep -q 'no model translates' '$T/body'"
+else
+  bad "served: the server did not start: $(head -c 300 "$T/serve.err")"
+fi
+kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

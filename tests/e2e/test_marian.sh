@@ -11,6 +11,7 @@
 set -u
 QKV=$(realpath "$1")
 . "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
+PY=${QKV_PY:-/usr/bin/python3}   # with torch and safetensors (tests/run.sh)
 P=${QKV_PARITY_DIR:-build/parity}
 HF=$P/marian_shared_swish
 if [ ! -f "$HF/config.json" ]; then
@@ -21,7 +22,7 @@ fi
 variant() { rm -rf "$T/$1"; cp -r "$HF" "$T/$1"; }
 # set_key DIR KEY JSON_VALUE: config.json's KEY set (or removed with the value "DELETE")
 set_key() {
-  /usr/bin/python3 - "$1/config.json" "$2" "$3" <<'PY'
+  "$PY" - "$1/config.json" "$2" "$3" <<'PY'
 import json, sys
 p, k, v = sys.argv[1:]
 c = json.load(open(p))
@@ -45,6 +46,31 @@ expect_fail "a second import onto the model is refused" "already holds|--overwri
   "$QKV" import marian "$HF" --out "$T/m"
 check "... and --overwrite replaces it" bash -c "'$QKV' import marian '$HF' --out '$T/m' --overwrite 2>/dev/null"
 
+# ---- the output is never the input, nor holds it, nor lies inside it (claiming it with
+# --overwrite removed the input's config.json, model.safetensors and SentencePiece models)
+variant self
+for out in "$T/self" "$T/self/sub" "$T/self/." "$T"; do
+  expect_fail "--out $out over the input is refused" "is the input|is inside the input|holds the input" \
+    "$QKV" import marian "$T/self" --out "$out" --overwrite
+done
+ln -s "$T/self" "$T/self-link"
+expect_fail "... also through a link" "is the input" "$QKV" import marian "$T/self-link" --out "$T/self" --overwrite
+check "... and the input is whole" bash -c "for f in config.json model.safetensors source.spm target.spm vocab.json; do cmp -s '$T/self/'\$f '$HF/'\$f || exit 1; done"
+# --overwrite over a trained run leaves only the import's files (a stale checkpoint was then
+# resumed over the imported model)
+awk 'BEGIN { for (i = 0; i < 40; i++) print "a b c\tc b a" }' >"$T/tiny.tsv"
+"$QKV" train --data "$T/tiny.tsv" --d-model 8 --heads 2 --ffn 16 --layers 1 --batch 8 \
+  --num-steps 4 --epochs 1 --threads 1 --quiet --out "$T/trained" >/dev/null 2>&1
+"$QKV" import marian "$HF" --out "$T/trained" --overwrite 2>/dev/null
+check "import --overwrite over a trained run leaves only the import's files ($(ls "$T/trained" | tr '\n' ' '))" \
+  bash -c "cd '$T/trained' && test -s model.safetensors && ! ls -d checkpoint.safetensors metrics.jsonl training.png train.json validation.json best epoch-* 2>/dev/null"
+# a FIFO (no writer) as any file of the directory is refused at once, never waited on
+for f in config.json vocab.json model.safetensors source.spm target.spm; do
+  variant "fifo-$f" && rm "$T/fifo-$f/$f" && mkfifo "$T/fifo-$f/$f"
+  expect_fail "import: $f a FIFO" "$f: is a FIFO or pipe, not a regular file" \
+    timeout 120 "$QKV" import marian "$T/fifo-$f" --out "$T/o-fifo"
+done
+
 # ---- the command line
 expect_fail "no kind" "which kind" "$QKV" import
 expect_fail "an unknown kind" "unknown kind 'bert'" "$QKV" import bert "$HF" --out "$T/x"
@@ -54,7 +80,7 @@ expect_fail "a directory that does not exist" "config.json" "$QKV" import marian
 echo "{\"out\": \"$T/viacfg\"}" >"$T/imp.json"
 check "--config gives --out" bash -c "'$QKV' import marian '$HF' --config '$T/imp.json' 2>/dev/null && test -s '$T/viacfg/model.safetensors'"
 echo '{"beam": 4}' >"$T/bad.json"
-expect_fail "--config: an unknown key names the file" "bad.json: unknown option '--beam" \
+expect_fail "--config: an unknown key names the file" 'bad.json: unknown key "beam"' \
   "$QKV" import marian "$HF" --config "$T/bad.json" --out "$T/x2"
 
 # ---- what qkv cannot represent is refused with the reason, and nothing is written
@@ -93,7 +119,7 @@ variant noweights; rm "$T/noweights/model.safetensors"
 expect_fail "no weights at all" 'model.safetensors: missing .and no pytorch_model.bin' \
   "$QKV" import marian "$T/noweights" --out "$T/o11"
 variant extra
-/usr/bin/python3 - "$T/extra/model.safetensors" <<'PY'
+"$PY" - "$T/extra/model.safetensors" <<'PY'
 import sys
 from safetensors.numpy import load_file, save_file
 import numpy as np
@@ -103,7 +129,7 @@ PY
 expect_fail "a tensor qkv has no place for (a LayerNorm on the embeddings)" \
   "layernorm_embedding.weight' has no place" "$QKV" import marian "$T/extra" --out "$T/o12"
 variant int
-/usr/bin/python3 - "$T/int/model.safetensors" <<'PY'
+"$PY" - "$T/int/model.safetensors" <<'PY'
 import sys
 from safetensors.numpy import load_file, save_file
 t = load_file(sys.argv[1]); t["final_logits_bias"] = t["final_logits_bias"].astype("int64")
@@ -111,12 +137,40 @@ save_file(t, sys.argv[1])
 PY
 expect_fail "integer weights" "final_logits_bias' is not floating-point" \
   "$QKV" import marian "$T/int" --out "$T/o13"
+# what every reader of the imported model would refuse is refused at import, naming the input,
+# and nothing is written: a null activation (it was read as gelu), empty, junk or truncated
+# SentencePiece models, a NaN or an Inf among the weights
+variant nullact; set_key "$T/nullact" activation_function null
+expect_fail "\"activation_function\": null" '"activation_function" must be a string \(it is null\)' \
+  "$QKV" import marian "$T/nullact" --out "$T/o14"
+check "... and nothing is written" test ! -e "$T/o14"
+variant spm-empty; : >"$T/spm-empty/source.spm"
+variant spm-junk; echo junk >"$T/spm-junk/target.spm"
+variant spm-cut; head -c 3000 "$HF/source.spm" >"$T/spm-cut/source.spm"
+for v in spm-empty spm-junk spm-cut; do
+  expect_fail "$v: refused at import" "$v/(source|target).spm: not a SentencePiece model" \
+    "$QKV" import marian "$T/$v" --out "$T/o-$v"
+  check "... and nothing is written" test ! -e "$T/o-$v"
+done
+for bad in nan inf; do
+  variant "w-$bad"
+  /usr/bin/python3 - "$T/w-$bad/model.safetensors" "$bad" <<'PY'
+import sys
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1]); w = t["model.decoder.layers.0.fc1.weight"].copy()
+w[1, 2] = float(sys.argv[2]); t["model.decoder.layers.0.fc1.weight"] = w
+save_file(t, sys.argv[1])
+PY
+  expect_fail "a weight that is $bad" "model.safetensors: the weights of qkv's tensor 'decoder.0.ffn.W1' hold $bad at element" \
+    "$QKV" import marian "$T/w-$bad" --out "$T/o-w-$bad"
+  check "... and nothing is written" test ! -e "$T/o-w-$bad"
+done
 
 # ---- weights as hub checkpoints store them: float16 and bfloat16 safetensors, converted at
 # load, give the model that numpy's (torch's) conversion to float32 gives
 for dt in float16 bfloat16; do
   variant "$dt"; variant "${dt}_f32"
-  /usr/bin/python3 - "$T/$dt/model.safetensors" "$T/${dt}_f32/model.safetensors" "$dt" <<'PY'
+  "$PY" - "$T/$dt/model.safetensors" "$T/${dt}_f32/model.safetensors" "$dt" <<'PY'
 import sys, torch
 from safetensors.torch import load_file, save_file
 t = load_file(sys.argv[1]); d = getattr(torch, sys.argv[3])
@@ -133,7 +187,7 @@ done
 # ---- positions stored in the file (older transformers saved them): Marian's table is
 # accepted, anything else refused
 variant pos
-/usr/bin/python3 - "$T/pos/model.safetensors" <<'PY' 2>/dev/null
+"$PY" - "$T/pos/model.safetensors" <<'PY' 2>/dev/null
 import sys
 import numpy as np
 from safetensors.numpy import load_file, save_file
@@ -155,16 +209,16 @@ expect_fail "other positions are refused" "not the \[sin \| cos\] sinusoidal tab
 # writes it (tied tensors under one name), as older transformers wrote it (the tied
 # embeddings under each of their names, sharing one storage), and sharded with an index
 variant bin; variant bin2; variant shards
-(cd "$T/bin" && /usr/bin/python3 -c "
+(cd "$T/bin" && "$PY" -c "
 import torch, safetensors.torch as st
 torch.save(st.load_file('model.safetensors'), 'pytorch_model.bin')" && rm model.safetensors)
-(cd "$T/bin2" && /usr/bin/python3 -c "
+(cd "$T/bin2" && "$PY" -c "
 import torch, safetensors.torch as st
 sd = st.load_file('model.safetensors'); e = sd['model.shared.weight']
 sd.update({'model.encoder.embed_tokens.weight': e, 'model.decoder.embed_tokens.weight': e,
            'lm_head.weight': e})
 torch.save(sd, 'pytorch_model.bin')" && rm model.safetensors)
-(cd "$T/shards" && /usr/bin/python3 -c "
+(cd "$T/shards" && "$PY" -c "
 import json, torch, safetensors.torch as st
 sd = st.load_file('model.safetensors'); names = sorted(sd); half = len(names) // 2
 parts = {'pytorch_model-00001-of-00002.bin': names[:half], 'pytorch_model-00002-of-00002.bin': names[half:]}
@@ -176,7 +230,7 @@ for v in bin bin2 shards; do
     '$QKV' import marian '$T/$v' --out '$T/o_$v' 2>/dev/null &&
     cmp -s '$T/o_$v/model.safetensors' '$T/m/model.safetensors'"
 done
-/usr/bin/python3 - "$T/shards/pytorch_model.bin.index.json" <<'PY'
+"$PY" - "$T/shards/pytorch_model.bin.index.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); j["weight_map"]["lm_head.weight"] = "../elsewhere.bin"
 json.dump(j, open(sys.argv[1], "w"))
@@ -250,11 +304,19 @@ for n in release_shared release_separate; do
   check "$n: the release, its zip and transformers' conversion of it give one model" bash -c "
     for f in model.safetensors src_vocab.txt tgt_vocab.txt source.spm target.spm; do
       cmp -s '$T/rd_$n/'\$f '$T/rh_$n/'\$f && cmp -s '$T/rz_$n/'\$f '$T/rh_$n/'\$f || exit 1; done"
-  check "$n: qkv translate gives transformers' greedy text" bash -c "
-    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
+  check "$n: qkv translate --beam 1 gives transformers' greedy text" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} --beam 1 <'$R.de' 2>/dev/null | cmp -s - '$R.greedy.en'"
   check "$n: --beam 4 --beam-stop hf --length-penalty 1 gives generate(num_beams=4)'s text" bash -c "
     '$QKV' translate --model '$T/rz_$n' ${LIM[*]} --beam 4 --beam-stop hf --length-penalty 1 \
       <'$R.de' 2>/dev/null | cmp -s - '$R.beam4.en'"
+done
+for n in release_shared release_separate; do
+  check "$n: with no options, decoding is decoder.yml's (beam-size, normalize): transformers' generate(num_beams, length_penalty)" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} <'$P/marian_$n.de' 2>/dev/null |
+      cmp -s - '$P/marian_$n.default.en'"
+  check "$n: ... and the command line overrides it (--beam 1: greedy)" bash -c "
+    '$QKV' translate --model '$T/rd_$n' ${LIM[*]} --beam 1 <'$P/marian_$n.de' 2>/dev/null |
+      cmp -s - '$P/marian_$n.greedy.en'"
 done
 check "decoder.yml's beam-size and normalize are the model's decoding defaults (generation.json)" \
   bash -c "grep -q '\"beam\": 3' '$T/rd_release_shared/generation.json' &&
@@ -269,7 +331,7 @@ release outside; sed -i 's/  - opus.spm.transformer/  - ..\/opus.spm.transformer
 expect_fail "decoder.yml naming a file outside the release" "names '../opus.spm.transformer.*not a file beside it" \
   "$QKV" import marian "$T/outside" --out "$T/o20"
 release prenorm
-/usr/bin/python3 - "$T/prenorm" <<'PY'
+"$PY" - "$T/prenorm" <<'PY'
 import glob, sys, numpy as np
 f = glob.glob(sys.argv[1] + "/*.npz")[0]
 d = dict(np.load(f))
@@ -286,6 +348,22 @@ mkdir -p "$T/nodec" && cp "$P/marian_release_shared/source.spm" "$T/nodec/" &&
   (cd "$T/nodec" && zip -q ../nodec.zip source.spm)
 expect_fail "a zip without decoder.yml" 'no decoder.yml in the zip' \
   "$QKV" import marian "$T/nodec.zip" --out "$T/o23"
+
+# ---- a multi-target model: --target-lang fra leads every source with >>fra<<, as
+# MarianTokenizer reads ">>fra<< text"
+MT=$P/marian_shared_multi_target
+"$QKV" import marian "$MT" --out "$T/multi" 2>/dev/null || bad "import shared_multi_target"
+check "multi-target: --target-lang fra gives transformers' text of '>>fra<< ...' (greedy)" bash -c "
+  '$QKV' translate --model '$T/multi' --target-lang fra ${LIM[*]} <'$MT.de' 2>/dev/null |
+    cmp -s - '$MT.greedy.en'"
+check "multi-target: ... and of beam 4" bash -c "
+  '$QKV' translate --model '$T/multi' --target-lang fra ${LIM[*]} --beam 4 --beam-stop hf \
+    --length-penalty 1 <'$MT.de' 2>/dev/null | cmp -s - '$MT.beam4.en'"
+check "multi-target: without --target-lang the sources lack the token (another translation)" bash -c "
+  ! '$QKV' translate --model '$T/multi' ${LIM[*]} <'$MT.de' 2>/dev/null | cmp -s - '$MT.greedy.en'"
+expect_fail "multi-target: a language the model lacks names the ones it has" \
+  "target language 'deu' is not one of the model's 2 \(fra, ita\)" \
+  "$QKV" translate --model "$T/multi" --target-lang deu
 
 check "echo 'Ein Mann fährt Fahrrad.' | qkv translate: transformers' translation" bash -c "
   [ \"\$(echo 'Ein Mann fährt Fahrrad.' | '$QKV' translate --model '$T/t_shared_swish' ${LIM[*]} 2>/dev/null)\" = \"\$(head -1 '$P/marian_shared_swish.greedy.en')\" ]"

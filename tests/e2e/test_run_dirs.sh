@@ -94,6 +94,25 @@ expect_fail "... or out of its range" "\"batch\" must be a number in the option'
 "$QKV" train --out "$T/s" --resume 2>/dev/null
 check "resume with only --out takes the recorded options (== uninterrupted, bit for bit)" \
   same "$T/s/model.safetensors" "$T/u/model.safetensors"
+# a 64-bit seed beyond 2^53 is recorded digit for digit: resume and --config keep it
+BIG=123456789012345678 # a double holds 123456789012345680
+"$QKV" train "${TRAIN[@]}" --seed $BIG --out "$T/bigseed-u" 2>/dev/null
+"$QKV" train "${TRAIN[@]}" --seed $BIG --out "$T/bigseed" --stop-after-steps 4 2>/dev/null
+check "a seed above 2^53 is recorded exactly in train.json" \
+  grep -qE "\"seed\":[[:space:]]*$BIG," "$T/bigseed/train.json"
+"$QKV" train --out "$T/bigseed" --resume 2>/dev/null
+check "... resume accepts its own run" \
+  same "$T/bigseed/model.safetensors" "$T/bigseed-u/model.safetensors"
+"$QKV" train "${TRAIN[@]}" --config "$T/bigseed-u/train.json" --out "$T/bigseed-c" 2>/dev/null
+check "... and --config train.json trains the same model" \
+  same "$T/bigseed-c/model.safetensors" "$T/bigseed-u/model.safetensors"
+check "... recording the same seed" grep -qE "\"seed\":[[:space:]]*$BIG," "$T/bigseed-c/train.json"
+"$QKV" train-lm "${LM[@]}" --seed 18446744073709551615 --out "$T/lmseed" >/dev/null 2>&1
+check "train-lm records 2^64 - 1 exactly" \
+  grep -qE "\"seed\":[[:space:]]*18446744073709551615," "$T/lmseed/train.json"
+expect_fail "a train.json with text after its object is refused on resume" \
+  "train.json: more after the JSON value" \
+  bash -c "cp -r '$T/bigseed' '$T/trail' && echo '{}' >>'$T/trail/train.json' && '$QKV' train --out '$T/trail' --resume"
 
 # ---- an unfinished or mixed model directory is refused by its readers
 "$QKV" train "${TRAIN[@]}" --out "$T/stopped" --stop-after-steps 2 2>/dev/null
@@ -155,6 +174,41 @@ check "a dead run's temporary is removed (and said so)" \
   bash -c "test ! -e '$T/tmp/checkpoint.safetensors.tmp.$dead.0' && grep -q 'removed .*tmp.$dead.0' '$T/err'"
 check "a live process's temporary stays" test -e "$T/tmp/config.json.tmp.$$.0"
 check "a file of another name that looks like one stays" test -e "$T/tmp/notes.txt.tmp.$dead.0"
+# the temporaries qkv's writers really leave when killed before their rename (a preloaded
+# rename that ends the process when it would put FILE in place) are the ones a claim removes,
+# on --resume and on --overwrite: the checkpoint's (its writer named them otherwise once, and
+# they were never removed) and a figure's
+cat >"$T/die.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int rename(const char *from, const char *to)
+{
+    const char *f = getenv("DIE_RENAMING");
+    if (f && strlen(to) >= strlen(f) && !strcmp(to + strlen(to) - strlen(f), f)) _exit(137);
+    int (*real)(const char *, const char *) = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    return real(from, to);
+}
+C
+if cc -shared -fPIC -o "$T/die.so" "$T/die.c" -ldl 2>"$T/err"; then
+  for f in checkpoint.safetensors training.png; do
+    for mode in --resume --overwrite; do
+      rm -rf "$T/killed"
+      ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 LD_PRELOAD="$T/die.so" \
+        DIE_RENAMING=$f "$QKV" train "${TRAIN[@]}" --out "$T/killed" >/dev/null 2>&1
+      left=$(cd "$T/killed" && ls -d $f.tmp.* 2>/dev/null)
+      check "a run killed writing $f leaves $f.tmp.PID.K (${left:-nothing})" \
+        bash -c "[[ '$left' =~ ^$f\.tmp\.[0-9]+\.[0-9]+\$ ]]"
+      "$QKV" train "${TRAIN[@]}" --out "$T/killed" $mode >/dev/null 2>"$T/err"
+      check "... which train $mode removes" \
+        bash -c "test ! -e '$T/killed/$left' && grep -q 'removed .*$left' '$T/err'"
+    done
+  done
+else
+  bad "cannot build the rename shim: $(cat "$T/err")"
+fi
 
 # ---- average: never onto an input, never across vocabularies
 "$QKV" train "${TRAIN[@]}" --seed 1 --out "$T/m2" 2>/dev/null
@@ -173,11 +227,35 @@ expect_fail "average onto an existing model is refused" "already holds a trained
   "$QKV" average --out "$T/avg" "$T/m.orig" "$T/m2"
 check "average --overwrite replaces it" \
   bash -c "'$QKV' average --out '$T/avg' --overwrite '$T/m.orig' '$T/m2' 2>/dev/null"
+# overwriting a trained run leaves only the new model's files: the old run's checkpoint,
+# metrics and figure would be read as part of it (--resume continued the old checkpoint and
+# replaced the average with exit 0)
+"$QKV" train "${TRAIN[@]}" --valid "$T/rev.tsv" --no-bleu --keep-epochs 1 --out "$T/ow" \
+  2>/dev/null
+check "a trained run to overwrite (checkpoint, metrics, figure, best/, epoch-NNN/)" \
+  bash -c "cd '$T/ow' && test -e checkpoint.safetensors -a -e metrics.jsonl -a -e training.png -a -d best && ls -d epoch-* >/dev/null"
+"$QKV" average --out "$T/ow" --overwrite "$T/m.orig" "$T/m2" 2>/dev/null
+check "average --overwrite over a trained run leaves only the average's files ($(ls "$T/ow" | tr '\n' ' '))" \
+  test "$(ls "$T/ow" | tr '\n' ' ')" = "config.json model.safetensors src_vocab.txt tgt_vocab.txt train.json "
+expect_fail "... so --resume finds no checkpoint to continue" "checkpoint.safetensors is missing" \
+  "$QKV" train --out "$T/ow" --resume
+check "... and the average stays" \
+  bash -c "'$QKV' translate --model '$T/ow' --input '$T/in.txt' >/dev/null"
+# a refused or failed run leaves no directory behind (it left one holding only .qkv.lock)
+expect_fail "a run refused for its data leaves no directory" "nope.tsv" \
+  "$QKV" train --data "$T/nope.tsv" --d-model 8 --heads 2 --ffn 16 --layers 1 --out "$T/refused"
+check "... (none: $(ls -A "$T/refused" 2>&1 | head -c 80))" test ! -e "$T/refused"
+mkdir "$T/empty"
+expect_fail "... nor a lock in a directory that was there" "nope.tsv" \
+  "$QKV" train --data "$T/nope.tsv" --d-model 8 --heads 2 --ffn 16 --layers 1 --out "$T/empty"
+check "... (the directory stays, empty)" \
+  bash -c "test -d '$T/empty' && test -z \"\$(ls -A '$T/empty')\""
 cp -r "$T/m2" "$T/perm"
 awk 'NR == 5 { keep = $0; next } NR == 6 { print; print keep; next } { print }' \
   "$T/m2/tgt_vocab.txt" >"$T/perm/tgt_vocab.txt" # tokens 5 and 6 swapped
 expect_fail "average of models with another vocabulary order is refused" "tgt_vocab.txt is not" \
   "$QKV" average --out "$T/avg2" "$T/m.orig" "$T/perm"
+check "... and leaves no directory" test ! -e "$T/avg2"
 
 # ---- train-lm: the same rules
 "$QKV" train-lm "${LM[@]}" --out "$T/lm" >/dev/null 2>&1

@@ -110,23 +110,34 @@ got=$(cat "$T/held.txt")
 check "SIGTERM ends a batch delay: the held request answered, exit 0, within 20 s of 60" bash -c "
   [ $rc = 0 ] && [ '$got' = '$want' ] && awk 'BEGIN { exit !($t1 - $t0 < 20) }'"
 
-# 24 concurrent clients, 3 rounds of the 8 sentences, at a server that holds its first step until
-# its 24 slots are taken (a delay of a minute, so the clients' start is not raced; as many slots
-# as clients, so no client is left to wait for company once the first have ended): every
-# answer as qkv translate's, and the server decoded them in batches (metrics: more than one
-# sentence per step on average)
-start tmb --model "$T/tm" --max-batch-tokens 24 --max-batch-delay 60000 --timeout 0 || exit 1
+# 24 concurrent clients, 3 rounds of the 8 sentences, one in three asking for beam search
+# (beam 3 with an alternative), at a server that holds its first step until every row is taken
+# (a delay of a minute, so the clients' start is not raced; rows for all: 16 greedy + 8 beams
+# of 3): every answer as qkv translate's (--beam 3 --n-best 2 for the beams), and the server
+# decoded them in batches (metrics: more than one row per step on average); a beam is rows of
+# the running batch beside the greedy sentences, not a search of its own between their steps
+start tmb --model "$T/tm" --max-batch-tokens 40 --max-batch-delay 60000 --timeout 0 || exit 1
 for k in $(seq 0 23); do
   i=$((k % 8 + 1)); line=$(sed -n "${i}p" "$T/src.txt")
-  ( curl -s -X POST "$URL/translate" --data-binary "{\"q\": \"$line\"}" | json 'd["translatedText"]' >"$T/c$k.txt" ) &
+  if [ $((k % 3)) = 2 ]; then
+    ( curl -s -X POST "$URL/translate" --data-binary "{\"q\": \"$line\", \"beam\": 3, \"alternatives\": 1}" |
+        json 'd["translatedText"] + "|" + d["alternatives"][0]' >"$T/c$k.txt" ) &
+  else
+    ( curl -s -X POST "$URL/translate" --data-binary "{\"q\": \"$line\"}" | json 'd["translatedText"]' >"$T/c$k.txt" ) &
+  fi
 done
 wait_clients
-same=1
+same=1 beams=0
 for k in $(seq 0 23); do
   i=$((k % 8 + 1))
-  [ "$(cat "$T/c$k.txt")" = "$(sed -n "${i}p" "$T/ref.txt")" ] || { same=0; echo "  client $k: $(cat "$T/c$k.txt")"; }
+  want=$(sed -n "${i}p" "$T/ref.txt")
+  if [ $((k % 3)) = 2 ]; then
+    want=$(sed -n "$((2 * i - 1)),$((2 * i))p" "$T/ref_beam.txt" | awk -F' \\|\\|\\| ' '{print $2}' | paste -sd'|')
+    beams=$((beams + 1))
+  fi
+  [ "$(cat "$T/c$k.txt")" = "$want" ] || { same=0; echo "  client $k: $(cat "$T/c$k.txt") (want $want)"; }
 done
-check "24 concurrent clients: every answer as qkv translate's" test $same = 1
+check "24 concurrent clients, $beams of them beam 3: every answer as qkv translate's" test $same = 1
 metrics=$(curl -s "$URL/metrics")
 check "GET /metrics: Prometheus text with requests by code, tokens, queue, batch, latency" bash -c "
   grep -q '^qkv_requests_total{code=\"200\"} [1-9]' <<<'$metrics' &&
@@ -140,7 +151,7 @@ kill -TERM "$PID"; wait "$PID"
 PID=$TM_PID URL=$TM_URL
 
 # ---- bad requests: a JSON error with a message, and the server lives on
-expect_code "malformed JSON: 400 naming the byte" 400 'malformed JSON at byte' /translate '{"q": "a b'
+expect_code "malformed JSON: 400 naming the byte" 400 'not valid JSON \(at byte' /translate '{"q": "a b'
 expect_code "q of the wrong type: 400" 400 '"q" must be a string or an array' /translate '{"q": 3}'
 expect_code "an item of the wrong type: 400" 400 '"q"\[1\] must be a string' /translate '{"q": ["a", 2]}'
 expect_code "invalid UTF-8: 400" 400 'not valid UTF-8' /translate $'{"q": "a \xc3\x28"}'
@@ -148,8 +159,7 @@ expect_code "a body that is not an object: 400" 400 'must be a JSON object' /tra
 expect_code "an empty body: 400" 400 'empty' /translate ''
 expect_code "beam out of range: 400" 400 '"beam" must be an integer in \[1, 16\]' /translate '{"q": "a", "beam": 0}'
 expect_code "max_len beyond the model: 400" 400 '"max_len"' /translate '{"q": "a", "max_len": 100000}'
-expect_code "format html: 400" 400 'only "text"' /translate '{"q": "a", "format": "html"}'
-expect_code "a line break inside a text: 400" 400 'line break' /translate '{"q": "a\nb"}'
+expect_code "a format other than text or html: 400" 400 '"format" must be "text" or "html"' /translate '{"q": "a", "format": "pdf"}'
 expect_code "source of the wrong type: 400" 400 '"source" must be a string' /translate '{"q": "a", "source": 1}'
 expect_code "completions on a translation model: 400" 400 'use /translate' /v1/completions '{"prompt": "a"}'
 expect_code "an unknown path: 404" 404 'no endpoint /nope' /nope '{}'
@@ -160,8 +170,74 @@ check "DELETE /health: 405" test "$code" = 405
 head -c 1100000 /dev/zero | tr '\0' 'a' | sed 's/^/{"q": "/; s/$/"}/' >"$T/big.json"
 code=$(curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL/translate" --data-binary "@$T/big.json")
 check "a body over 1 MiB: 413" bash -c "test $code = 413 && grep -q 'at most' '$T/body'"
+# the same body sent in chunks, without Content-Length: the limit counts every chunk
+code=$(curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL/translate" -H 'Transfer-Encoding: chunked' \
+         --data-binary "@$T/big.json")
+check "a chunked body over 1 MiB (no Content-Length): 413" bash -c "test $code = 413 && grep -q 'larger than' '$T/body'"
+head -c 700000 /dev/zero | tr '\0' 'a' | sed 's/^/{"q": "a", "pad": "/; s/$/"}/' >"$T/half.json"
+code=$(curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL/translate" -H 'Transfer-Encoding: chunked' \
+         --data-binary "@$T/half.json")
+check "a chunked body under 1 MiB whose chunks add up to it is read whole: 200" test "$code" = 200
 many=$(/usr/bin/python3 -c "import json; print(json.dumps({'q': ['a'] * 129}))")
 expect_code "more than 128 texts: 413" 413 'at most 128' /translate "$many"
+# a body is one JSON value, whole: nothing after it, no NUL (raw, or \u0000 which ended the
+# text there), no key twice (all of these were accepted, the rest dropped unseen)
+expect_code "trailing text after the object: 400" 400 'more after the JSON value \(at byte 17\)' \
+  /translate '{"q":"Ein Hund."}garbage'
+expect_code "two objects: 400" 400 'more after the JSON value' /translate '{"q": "a"}{"q": "b"}'
+printf '{"q": "a b"}\0' >"$T/nul.json"
+code=$(curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL/translate" --data-binary "@$T/nul.json")
+check "a trailing NUL byte: 400" bash -c "test $code = 400 && grep -q 'NUL byte' '$T/body'"
+expect_code "a NUL (\\u0000) inside q: 400" 400 'a NUL character' /translate '{"q": "Ein Hund.\u0000 Zwei"}'
+expect_code "a key twice: 400" 400 'the key "q" appears twice' /translate '{"q": "a", "q": "b"}'
+# a source longer than the model's max_len is cut, as the CLI cuts it, and the answer says so
+maxlen=$(/usr/bin/python3 -c "import json; print(json.load(open('$T/tm/config.json'))['max_len'])")
+long=$(/usr/bin/python3 -c "print(' '.join(['a b c'] * $maxlen))")
+printf '%s\n' "$long" >"$T/long.txt"
+"$QKV" translate --model "$T/tm" --input "$T/long.txt" --threads 2 >"$T/long_ref.txt" 2>"$T/long_err"
+check "the CLI warns of the cut" grep -q truncated "$T/long_err"
+body=$(post /translate "{\"q\": \"$long\"}")
+check "a source past max_len: \"truncated\": true" holds 'd["truncated"] is True' "$body"
+check "... and the CLI's text" test "$(json 'd["translatedText"]' <<<"$body")" = "$(cat "$T/long_ref.txt")"
+body=$(post /translate "{\"q\": [\"n a q\", \"$long\"], \"beam\": 2}")
+check "... in a list, per source (beam search too)" holds 'd["truncated"] == [False, True]' "$body"
+body=$(post /translate '{"q": ["n a q"]}')
+check "... and no \"truncated\" when none was cut" holds '"truncated" not in d' "$body"
+# a Content-Length libmicrohttpd cannot parse is answered by the library itself, before qkv
+# sees the request: its 400 with an HTML body, the status line and headers written twice by
+# 0.9.75 (pinned here: another version of the library is to be noticed); qkv's own answers are
+# one JSON object, a Content-Length over the limit included
+before400=$(curl -s "$URL/metrics" | sed -n 's/^qkv_requests_total{code="400"} //p')
+/usr/bin/python3 - "${URL##*:}" >"$T/cl.txt" <<'PY'
+import socket, sys
+port = int(sys.argv[1])
+def send(cl, body=b'{"q": "a b"}'):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + cl + b"\r\n\r\n" + body)
+    s.settimeout(10)
+    data = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d: break
+            data += d
+    except OSError:
+        pass
+    return data
+for cl in (b"-1", b"abc", b"5, 6", b"1e23"):
+    r = send(cl)
+    print("library", cl.decode(), r.count(b"HTTP/1.1 400 "), b"wrong value for <b>Content-Length</b>" in r)
+r = send(b"2000000")
+head, _, body = r.partition(b"\r\n\r\n")
+print("qkv 413", r.count(b"HTTP/1.1 "), head.split(b"\r\n")[0].decode(), body.strip()[:1] == b"{")
+PY
+check "a malformed Content-Length (-1, abc, '5, 6', 1e23): libmicrohttpd's own 400, header block twice" \
+  test "$(grep -c '^library .* 2 True$' "$T/cl.txt")" = 4
+check "... which qkv never sees (no 400 of its own counted)" \
+  test "$(curl -s "$URL/metrics" | sed -n 's/^qkv_requests_total{code="400"} //p')" = "$before400"
+check "a Content-Length over the limit: qkv's 413, one response, a JSON body" \
+  grep -qx 'qkv 413 1 HTTP/1.1 413 Content Too Large True' "$T/cl.txt"
 check "still healthy after the bad requests" bash -c "curl -sf '$URL/health' | grep -q ok"
 
 # ---- the load test: wrk for a bounded time, its Lua script checking every response
@@ -204,6 +280,42 @@ exec 3>&-
 kill -TERM "$PID"; wait "$PID"; rc=$?
 check "the translation server exits 0 on SIGTERM" test $rc = 0
 
+# ---- connections: one client address holds at most --max-per-address of them, and headers
+# that take longer than --header-timeout (however slowly they trickle) close the connection
+# (100 slow-header connections used to hold every slot, and others got TCP resets)
+start tmc --model "$T/tm" --max-per-address 3 --header-timeout 1 || exit 1
+exec 4<>"/dev/tcp/127.0.0.1/${URL##*:}" 5<>"/dev/tcp/127.0.0.1/${URL##*:}" 6<>"/dev/tcp/127.0.0.1/${URL##*:}"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 -X POST "$URL/translate" --data-binary '{"q": "n a q"}')
+check "a fourth connection from the address holding three is refused ($code)" test "$code" = 000
+exec 4>&- 5>&- 6>&-
+/usr/bin/python3 - "${URL##*:}" >"$T/slow.txt" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(0.3)
+t0, closed = time.time(), False
+for b in b"POST /translate HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000:
+    try:
+        s.send(bytes([b]))
+        if s.recv(100) == b"":
+            closed = True
+            break
+    except socket.timeout:
+        pass
+    except OSError:
+        closed = True
+        break
+    if time.time() - t0 > 60:
+        break
+print("closed" if closed else "open")
+PY
+check "headers trickling past --header-timeout: the connection is closed" grep -qx closed "$T/slow.txt"
+check "... and counted" bash -c "curl -s '$URL/metrics' | grep -q '^qkv_connections_cut_total [1-9]'"
+body=$(post /translate '{"q": "n a q"}')
+check "... while requests from the address are served again" \
+  test "$(json 'd["translatedText"]' <<<"$body")" = "$(sed -n 2p "$T/ref.txt")"
+kill -TERM "$PID"; wait "$PID"
+
 # ---- a language model
 for i in $(seq 400); do echo "the cat sat on the mat and the dog ran to the red house $i"; done >"$T/text.txt"
 "$QKV" train-lm --data "$T/text.txt" --d-model 32 --heads 2 --ffn 64 --layers 2 --context 32 \
@@ -230,6 +342,17 @@ expect_code "temperature of the wrong type: 400" 400 '"temperature" must be a nu
 expect_code "stop of the wrong type: 400" 400 '"stop" must be a string or an array' /v1/completions '{"prompt": "a", "stop": 5}'
 expect_code "stream not a boolean: 400" 400 '"stream" must be true or false' /v1/completions '{"prompt": "a", "stream": "yes"}'
 expect_code "translate on a language model: 400" 400 'use /v1/completions' /translate '{"q": "a"}'
+# OpenAI's options that qkv does not implement are refused, naming them ("n": 3 gave one
+# choice); their no-op values, which clients send by default, are accepted
+for opt in '"n": 3' '"best_of": 2' '"echo": true' '"logprobs": 1' '"logprobs": 0' '"suffix": "x"' \
+           '"presence_penalty": 0.5' '"frequency_penalty": 1' '"logit_bias": {"5": 1}'; do
+  name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$opt")
+  expect_code "$opt: 400 naming it" 400 "\"$name\" is not supported" \
+    /v1/completions "{\"prompt\": \"a\", \"max_tokens\": 1, $opt}"
+done
+body=$(post /v1/completions '{"prompt": "the", "max_tokens": 2, "n": 1, "best_of": 1, "echo": false, "logprobs": null, "suffix": null, "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}}')
+check "OpenAI's default values of those: 200" code_is 200
+expect_code "a NUL (\\u0000) inside the prompt: 400" 400 'a NUL character' /v1/completions '{"prompt": "the\u0000 cat"}'
 
 # a client that goes away after the first event: its generation stops (tokens counted by
 # /metrics stay far below the 4096 asked for)
@@ -242,32 +365,42 @@ check "a client gone mid-stream stops its generation (tokens: $before -> $after)
   test $((after - before)) -lt 4096 -a "$mid" = "$after"
 check "in flight: none left after the disconnect" bash -c "curl -s '$URL/metrics' | grep -q '^qkv_requests_in_flight 1$'"
 
-# N requests for 4096 tokens at once, N such that one after another they take over 2.5 s
-# whatever this machine's speed: with one slot, the last of them wait past --timeout 1 s (504)
-secs=$(curl -s -o /dev/null -w '%{time_total}' -X POST "$URL/v1/completions" \
-         --data-binary '{"prompt": "the", "max_tokens": 4096}')
-N=$(awk -v t="$secs" 'BEGIN { n = int(2.5 / (t > 0.001 ? t : 0.001)) + 4; print (n < 8 ? 8 : n > 200 ? 200 : n) }')
-flood() { # flood PREFIX: N requests at once; $T/PREFIX.K.code their status, $T/PREFIX.K.h their headers
-  for k in $(seq 1 "$N"); do
-    curl -s -D "$T/$1.$k.h" -o /dev/null -w '%{http_code}\n' -X POST "$URL/v1/completions" \
-      --data-binary '{"prompt": "the", "max_tokens": 4096, "seed": '$k'}' >"$T/$1.$k.code" &
-  done
-  wait_clients
-  cat "$T/$1".*.code | sort | uniq -c | tr -s ' ' | paste -sd,
-}
-codes=$(flood slow)
-check "$N requests of ${secs}s each, one slot: past --timeout 1 s, 504 ($codes)" bash -c "cat '$T'/slow.*.code | grep -qx 504"
-check "every answer 200 or 504 ($codes)" bash -c "! cat '$T'/slow.*.code | grep -qvxE '200|504'"
 check "still healthy" bash -c "curl -sf '$URL/health' | grep -q ok"
 kill -TERM "$PID"; wait "$PID"; rc=$?
 check "the language-model server exits 0 on SIGTERM" test $rc = 0
 
-# the same N at a server with one slot and a queue of one: 503 with Retry-After
-start lmq --model "$T/lm" --max-batch-tokens 1 --max-queue 1 || exit 1
-codes=$(flood full)
-check "a full queue answers 503 ($codes)" bash -c "cat '$T'/full.*.code | grep -qx 503"
-check "503 carries Retry-After" bash -c "grep -l '^HTTP/1.1 503' '$T'/full.*.h | head -1 | xargs grep -qi '^Retry-After: 1'"
-check "every answer 200 or 503 ($codes)" bash -c "! cat '$T'/full.*.code | grep -qvxE '200|503'"
+# ---- a held decoder (the test hook QKV_SERVE_HOLD_FILE: while that file exists the decoder
+# admits requests but takes no step), so that what follows does not depend on this machine's
+# speed. until_metric LINE: waits (at most 30 s) until GET /metrics has that line.
+until_metric() { for _ in $(seq 3000); do curl -s "$URL/metrics" | grep -qx "$1" && return 0; sleep 0.01; done; return 1; }
+touch "$T/hold"
+export QKV_SERVE_HOLD_FILE="$T/hold"
+start lmt --model "$T/lm" --max-batch-tokens 1 --timeout 1 || exit 1
+unset QKV_SERVE_HOLD_FILE
+code=$(curl -s -m 30 -o "$T/body" -w '%{http_code}' -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 5}')
+check "a request held past --timeout 1 s: 504 naming the timeout (not 30 s later)" bash -c "test $code = 504 && grep -q 'longer than 1 s' '$T/body'"
+rm -f "$T/hold"
+check "the decoder goes on: the next request answered" bash -c "curl -sf -X POST '$URL/v1/completions' --data-binary '{\"prompt\": \"the\", \"max_tokens\": 5}' | grep -q text_completion"
+kill -TERM "$PID"; wait "$PID"
+
+# one slot and --max-queue 3: one request runs, exactly three wait, the next gets 503 with
+# Retry-After, and all four are answered once the decoder goes on
+touch "$T/hold"
+export QKV_SERVE_HOLD_FILE="$T/hold"
+start lmq --model "$T/lm" --max-batch-tokens 1 --max-queue 3 --timeout 0 || exit 1
+unset QKV_SERVE_HOLD_FILE
+complete() { curl -s -m 60 -D "$T/q$1.h" -o "$T/q$1.body" -w '%{http_code}\n' -X POST "$URL/v1/completions" \
+               --data-binary '{"prompt": "the", "max_tokens": 8, "seed": '$1'}' >"$T/q$1.code"; }
+complete 0 &
+until_metric 'qkv_queue_length 0' && until_metric 'qkv_requests_in_flight 2' # it runs (and /metrics)
+for k in 1 2 3; do complete $k & done
+until_metric 'qkv_queue_length 3'
+complete 4
+check "one running, --max-queue 3 waiting: the next request gets 503" test "$(cat "$T/q4.code")" = 503
+check "503 carries Retry-After" grep -qi '^Retry-After: 1' "$T/q4.h"
+rm -f "$T/hold"
+wait_clients
+check "the running and the three waiting are answered: 200" test "$(cat "$T"/q[0-3].code | paste -sd,)" = "200,200,200,200"
 kill -TERM "$PID"; wait "$PID"
 
 # ---- SIGTERM with requests in flight (three generations of 4096 tokens):
@@ -291,6 +424,24 @@ metrics=$(curl -s "$URL/metrics")
 check "the six were generated together (more than 3 rows a step on average)" bash -c "
   awk '/^qkv_batch_size_sum/ {s=\$2} /^qkv_batch_size_count/ {c=\$2} END {exit !(c > 0 && s / c > 3.0)}' <<<'$metrics'"
 grep -E '^qkv_batch_size_(sum|count)' <<<"$metrics" | paste -sd' ' | sed 's/^/  /'
+kill -TERM "$PID"; wait "$PID"
+
+# a long prompt that joins a running completion is fed 4 tokens a step (--prefill-chunk 4;
+# each step paced by the test hook, so that the running one still runs): its text is qkv
+# generate's, and the running one goes on
+long="the cat sat on the mat and the dog ran to the red"
+"$QKV" generate --model "$T/lm" --prompt "$long" --tokens 30 --seed 3 --temperature 0.7 --threads 2 >"$T/long.ref"
+export QKV_SERVE_STEP_DELAY_MS=5
+start lmc --model "$T/lm" --prefill-chunk 4 --timeout 0 || exit 1
+unset QKV_SERVE_STEP_DELAY_MS
+curl -sN -X POST "$URL/v1/completions" --data-binary '{"prompt": "the", "max_tokens": 4096, "stream": true}' >"$T/running.txt" &
+RUNNING=$!
+for _ in $(seq 3000); do [ "$(curl -s "$URL/metrics" | sed -n 's/^qkv_tokens_generated_total //p')" -gt 0 ] && break; sleep 0.01; done
+got=$(post /v1/completions "{\"prompt\": \"$long\", \"max_tokens\": 30, \"seed\": 3, \"temperature\": 0.7}" |
+        json '"'"$long"'" + d["choices"][0]["text"]')
+check "a long prompt joining a running completion, fed in chunks: qkv generate's text" test "$got" = "$(cat "$T/long.ref")"
+check "... while the running completion went on" bash -c "kill -0 $RUNNING 2>/dev/null && grep -q '^data: {' '$T/running.txt'"
+kill "$RUNNING" 2>/dev/null; wait "$RUNNING" 2>/dev/null
 kill -TERM "$PID"; wait "$PID"
 start lm2 --model "$T/lm" || exit 1
 for k in 0 1 2; do

@@ -8,7 +8,7 @@
 # Usage: test_spm.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run) checks a sample of lines.
 set -u
 QKV=$(realpath "$1")
-PY=${PY:-/usr/bin/python3}
+PY=${QKV_PY:-/usr/bin/python3}
 DATA=${QKV_DATA_DIR:-../shared/data}
 FRA=$DATA/fra-eng/fra.txt
 M30=$DATA/multi30k
@@ -199,6 +199,21 @@ expect_fail "--spm-type other than unigram|bpe" "spm-type" "$QKV" train --src "$
 expect_fail "a vocabulary the text cannot fill" "source.spm: SentencePiece training failed.*ocabulary size" \
   "$QKV" train --src "$M30/train.de" --tgt "$M30/train.en" --num-examples 20 --tokenizer spm \
   --vocab-size 5000 "${SMALL[@]}" --out "$T/x"
+# texts on which libsentencepiece's trainer ends its own process (normalisation leaves no
+# character): qkv says so and exits 1 (it was sentencepiece's exit 255 from inside qkv)
+"$PY" -c "import sys; d = sys.argv[1]
+open(d + '/ws.txt', 'w').write('\u3000\n' * 50)
+open(d + '/ctl.txt', 'w').write('\x01\x02\x03\n' * 50)
+open(d + '/zw.txt', 'w').write('\u200b\u200c\n' * 50)" "$T"
+for f in ws ctl zw; do
+  "$QKV" train --src "$T/$f.txt" --tgt "$T/$f.txt" --tokenizer spm --vocab-size 60 \
+    "${SMALL[@]}" --out "$T/doomed-$f" >/dev/null 2>"$T/err"
+  rc=$?
+  check "a $f text the trainer cannot take: exit 1 (got $rc)" test "$rc" -eq 1
+  check "... qkv's message naming source.spm and the trainer's reason" \
+    grep -q "source.spm: SentencePiece's trainer stopped on this text .*required_chars" "$T/err"
+  check "... and no model" test ! -e "$T/doomed-$f/model.safetensors"
+done
 cp -r "$T/m" "$T/broken" && rm "$T/broken/target.spm"
 expect_fail "a SentencePiece model directory without target.spm" "target.spm: cannot open" \
   "$QKV" translate --model "$T/broken" --input "$T/de"

@@ -3,8 +3,9 @@
 # How qkv sets OpenMP's waits before libgomp loads (src/cli/main.c choose_waits): training
 # sleeps at once (OMP_WAIT_POLICY=passive); the decoding commands spin a bounded
 # GOMP_SPINCOUNT=1000 when the cores are free, else sleep too; a user's own OMP_WAIT_POLICY or
-# GOMP_SPINCOUNT is left as it is. Each command is caught blocked on a FIFO, after qkv has
-# started itself again, and its environment read from /proc.
+# GOMP_SPINCOUNT is left as it is. Each command is caught blocked reading a FIFO that this
+# script holds open for writing (qkv refuses a FIFO without a writer rather than wait), after
+# qkv has started itself again, and its environment read from /proc.
 # Usage: test_waits.sh QKV_BINARY
 set -u
 QKV=$(realpath "$1")
@@ -16,20 +17,21 @@ fi
 mkfifo "$T/fifo"
 
 # waits_of ENV... -- QKV_ARGS...: "policy=P spin=S" of qkv started with ENV (P, S: "-" unset)
-# while it blocks opening the FIFO
+# while it blocks reading the FIFO (held open here, as fd 3, and not passed to qkv)
 waits_of() {
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
+  exec 3<>"$T/fifo"
   env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u QKV_NO_REEXEC "${envs[@]}" "$QKV" "$@" \
-    >/dev/null 2>&1 &
+    >/dev/null 2>&1 3>&- &
   local pid=$! e=""
   for _ in $(seq 100); do # until it has started again (QKV_NO_REEXEC marks the second start)
     e=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null)
     case $e in *QKV_NO_REEXEC=*|*OMP_WAIT_POLICY=active*) break ;; esac
     sleep 0.05
   done
-  : >"$T/fifo" # unblock it: an empty input
+  exec 3>&- # unblock it: an empty input
   wait "$pid" 2>/dev/null
   local p s
   p=$(sed -n 's/^OMP_WAIT_POLICY=//p' <<<"$e"); s=$(sed -n 's/^GOMP_SPINCOUNT=//p' <<<"$e")

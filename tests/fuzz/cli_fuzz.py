@@ -4,7 +4,9 @@
 
 Random option vectors and values against every command of a qkv binary, each run under a
 memory limit (RLIMIT_AS) and a wall-clock limit, on tiny inputs in a temporary directory.
-The ranges come from each command's --help ("(N in [a, b]; default d)", "(X > 0; ...)").
+The options come from each command's --help: their placeholders (N, FLOAT, TEXT, FILE, DIR,
+or the choices a|b|c), their ranges ("(N in [a, b]; default d)", "(FLOAT > 0; ...)") and their
+other names ("the same as --NAME", "-m, --model").
 It fails on:
   - a run that ends by a signal (a crash, an abort, the kernel's OOM kill) or hits the limit;
   - exit 0 when a numeric value lies outside its option's range or is not a number;
@@ -44,8 +46,9 @@ BENCH_KINDS = ["train", "decode", "attention", "generate", "sgemm"]
 
 
 class Option:
-    def __init__(self, name, kind, range_text):
-        self.name, self.kind = name, kind  # kind: N (integer), X (number), S (string), F (flag)
+    def __init__(self, name, kind, range_text, choices=None):
+        # kind: N (integer), X (number), S (string), C (one of choices), F (flag)
+        self.name, self.kind, self.choices = name, kind, choices or []
         self.lo, self.hi, self.lo_closed, self.hi_closed = -float("inf"), float("inf"), 0, 0
         if range_text is None:
             return
@@ -81,20 +84,34 @@ def read_help(qkv, words):
     if p.returncode != 0 or not p.stdout or p.stderr:
         raise SystemExit("qkv %s --help: exit %d, stderr %r" % (" ".join(words), p.returncode,
                                                                 p.stderr[:200]))
-    opts = []
+    opts, aliases = [], []
     for line in p.stdout.splitlines():
-        m = re.match(r"^  --([a-z0-9-]+)( [NXS])?\s", line + " ")
+        m = re.match(r"^  (?:-[a-z], |    )--([a-z0-9-]+)(?: (\S+))?\s{2,}(.*)$", line)
         if not m or m.group(1) in ("help", "config"):
             continue
-        kind = (m.group(2) or " F").strip()
+        name, word, text = m.groups()
+        alias = re.match(r"the same as --([a-z0-9-]+)", text)
+        if alias:
+            aliases.append((name, alias.group(1)))
+            continue
+        kind = {None: "F", "N": "N", "FLOAT": "X", "TEXT": "S", "FILE": "S", "DIR": "S"}.get(word, "C")
         rng = None
         if kind in "NX":
-            r = re.search(r"\(%s ((?:in [\[(][^;]*[\])])|(?:[<>]=? [^;]*)); default" % kind, line)
+            r = re.search(r"\(%s ((?:in [\[(][^;]*[\])])|(?:[<>]=? [^;]*)); default" % word, line)
             if not r:
                 raise SystemExit("qkv %s --help: no range for --%s: %s" % (" ".join(words),
-                                                                          m.group(1), line))
+                                                                          name, line))
             rng = r.group(1)
-        opts.append(Option(m.group(1), kind, rng))
+        opts.append(Option(name, kind, rng, word.split("|") if kind == "C" else None))
+    by_name = {o.name: o for o in opts}
+    for name, target in aliases:  # another name of an option takes what it takes
+        if target not in by_name:
+            raise SystemExit("qkv %s --help: --%s is the same as --%s, which is not listed" %
+                             (" ".join(words), name, target))
+        t = by_name[target]
+        a = Option(name, t.kind, None, t.choices)
+        a.lo, a.hi, a.lo_closed, a.hi_closed = t.lo, t.hi, t.lo_closed, t.hi_closed
+        opts.append(a)
     return opts
 
 
@@ -176,7 +193,7 @@ class Fixture:
         env = quiet_env()
         subprocess.run([qkv, "train", "--data", self.p("pairs.tsv"), "--out", self.model,
                         "--d-model", "8", "--heads", "2", "--ffn", "16", "--layers", "1",
-                        "--batch", "2", "--num-steps", "6", "--epochs", "2", "--min-freq", "1",
+                        "--batch", "2", "--max-tokens", "6", "--epochs", "2", "--min-freq", "1",
                         "--threads", "1", "--quiet"], check=True, env=env, timeout=120)
         subprocess.run([qkv, "train-lm", "--data", self.p("text.txt"), "--out", self.lm,
                         "--d-model", "8", "--heads", "2", "--ffn", "16", "--layers", "1",
@@ -203,7 +220,7 @@ class Fixture:
         return {
             "demo": ["--out", self.fresh(), "--train", "4", "--epochs", "1"],
             "train": ["--data", self.p("pairs.tsv"), "--out", self.fresh(), "--batch", "2",
-                      "--num-steps", "6", "--epochs", "1", "--min-freq", "1"] + small,
+                      "--max-tokens", "6", "--epochs", "1", "--min-freq", "1"] + small,
             "translate": ["--model", self.model],
             "eval": ["--model", self.model, "--data", self.p("pairs.tsv")],
             "average": ["--out", self.fresh(), self.model],
@@ -260,6 +277,8 @@ def one_case(rnd, fx, cmd, opts, large_ok):
             args.append("--" + o.name)
         elif o.kind == "S":
             args += ["--" + o.name, fx.string(rnd)]
+        elif o.kind == "C":
+            args += ["--" + o.name, rnd.choice(o.choices + [fx.string(rnd)])]
         else:
             r, v = rnd.random(), None
             if r < 0.5:
@@ -289,7 +308,7 @@ def main():
     print("cli_fuzz: seed %d, %.0f s, %d MiB, %.0f s a run" % (seed, a.seconds, a.memory_mb,
                                                                a.timeout), flush=True)
     top = subprocess.run([qkv, "--help"], capture_output=True, text=True, timeout=30).stdout
-    commands = re.findall(r"^  ([a-z-]+)  ", top, re.M)
+    commands = re.findall(r"^  ([a-z][a-z-]*)  ", top, re.M)  # not --version
     if not commands:
         raise SystemExit("qkv --help lists no command")
     tables = {}

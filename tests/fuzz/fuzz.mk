@@ -24,7 +24,7 @@ FUZZ_CXX     ?= clang++
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := safetensors config checkpoint vocab corpus args bpe lm_config lm_model lm_vocab \
-                lm_text pytorch npz
+                lm_text pytorch npz json
 
 LIB_SRC ?= $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 
@@ -52,6 +52,7 @@ FUZZ_MAXLEN_lm_vocab    := 4096
 FUZZ_MAXLEN_lm_text     := 4096
 FUZZ_MAXLEN_pytorch     := 8192
 FUZZ_MAXLEN_npz         := 4096
+FUZZ_MAXLEN_json        := 4096
 # args_parse reports on stderr and prints --help on stdout; libFuzzer keeps its own output and
 # crash reports.
 FUZZ_FLAGS_args         := -close_fd_mask=3

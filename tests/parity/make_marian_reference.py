@@ -77,6 +77,13 @@ CONFIGS = {
     # shared_swish's shape, with 40 pieces that only the source SentencePiece model knows
     # made likely (source_boost on their output bias): most outputs hold such pieces, which
     # the target model cannot decode (MarianTokenizer renders their "\u2581" as a space)
+    # a multi-target model: >>fra<< and >>ita<< in the vocabulary, every source led by
+    # >>fra<< (MarianTokenizer reads it as one token; qkv translate --target-lang fra)
+    "shared_multi_target": dict(vocab="shared", langs=[">>fra<<", ">>ita<<"], target="fra",
+                                cfg=dict(
+        d_model=16, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        activation_function="swish", scale_embedding=True, max_position_embeddings=128)),
     "shared_source_pieces": dict(vocab="shared", source_boost=8.0, n=40, seed=12, cfg=dict(
         d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
@@ -125,7 +132,7 @@ def train_spm(lines, prefix, vocab_size):
     return prefix + ".model"
 
 
-def write_vocab(path, spm_paths, pad_last=True, size=None):
+def write_vocab(path, spm_paths, pad_last=True, size=None, extra=()):
     """Marian's vocab.json: </s> 0, <unk> 1, the pieces of the SentencePiece models, <pad>
     last (as OPUS-MT's), or <pad> 2 (two vocabularies must agree on its id: the
     configuration has one pad_token_id); with size, filler pieces before <pad> make it that
@@ -138,6 +145,8 @@ def write_vocab(path, spm_paths, pad_last=True, size=None):
     vocab = {"</s>": 0, "<unk>": 1}
     if not pad_last:
         vocab["<pad>"] = 2
+    for token in extra:  # language tokens of a multi-target model
+        vocab[token] = len(vocab)
     for piece in pieces:
         if piece not in vocab and piece != "<pad>":
             vocab[piece] = len(vocab)
@@ -192,7 +201,8 @@ def make_model(name, spec, d, pairs, tmp):
         tv = write_vocab(os.path.join(d, "target_vocab.json"), [tgt_spm], pad_last=pad_last,
                          size=spec.get("vocab_size"))
     else:
-        sv = tv = write_vocab(os.path.join(d, "vocab.json"), [src_spm, tgt_spm])
+        sv = tv = write_vocab(os.path.join(d, "vocab.json"), [src_spm, tgt_spm],
+                              extra=spec.get("langs", ()))
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"separate_vocabs": separate, "source_lang": "de", "target_lang": "en",
                    "model_max_length": 512}, f)
@@ -212,7 +222,8 @@ def make_model(name, spec, d, pairs, tmp):
         model.final_logits_bias.normal_(0.0, 0.5, generator=g)
     model.save_pretrained(d, safe_serialization=True)
     tok = MarianTokenizer.from_pretrained(d)
-    train(model, tok, src_lines, tgt_lines)
+    lead = f">>{spec['target']}<< " if spec.get("target") else ""
+    train(model, tok, [lead + line for line in src_lines], tgt_lines)
     return model, tok, sv, tv, tgt_spm
 
 
@@ -244,7 +255,8 @@ def references(name, spec, model, tok, tv, out, pairs, source_only=()):
     n_sentences = spec.get("n", N_SENTENCES)
     short = [FALLBACK[0]] + [p for p in pairs if len(p[0]) < 70 and len(p[1]) < 70][1 - n_sentences:]
     texts, refs = [p[0] for p in short], [p[1] for p in short]
-    enc = tok(texts, return_tensors="pt", padding=True)
+    lead = f">>{spec['target']}<< " if spec.get("target") else ""
+    enc = tok([lead + t for t in texts], return_tensors="pt", padding=True)
     with torch.no_grad():
         tgt = tok(text_target=refs, return_tensors="pt", padding=True)["input_ids"]
         start = torch.full((tgt.shape[0], 1), cfg.decoder_start_token_id)

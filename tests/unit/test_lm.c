@@ -558,6 +558,11 @@ static void read_file(const char *path, char **buf, long *len)
 
 /* Training lowers the loss; a run stopped and resumed ends bit for bit where an uninterrupted
  * one does; the held-out evaluation counts every token after the first once. */
+static int stop_at_13(void *ctx)
+{
+    return ++*(int *)ctx >= 13;
+}
+
 static void test_train_resume(void **state)
 {
     (void)state;
@@ -584,15 +589,25 @@ static void test_train_resume(void **state)
         assert_int_equal(qkv_lm_train(m, text, 500, text + 500, 100, &o, &err), QKV_OK);
         assert_int_equal(qkv_lm_evaluate(m, text + 500, 100, 16, 4, &after, NULL, &err), QKV_OK);
         assert_true(after < 0.5 * before);
-        /* stop at step 13 (not a log step), then resume */
-        o.out_dir = b, o.stop_after_steps = 13;
+        /* stop at step 13 (not a log step), by stop_after_steps or asked by should_stop, then
+         * resume */
+        int asked = 0;
+        char path[128];
+        o.out_dir = b;
+        snprintf(path, sizeof path, "%s/model.safetensors", b);
+        remove(path); /* the previous kind's */
+        if (kind == 0) o.stop_after_steps = 13;
+        else o.should_stop = stop_at_13, o.should_stop_ctx = &asked;
         assert_int_equal(qkv_lm_train(r, text, 500, text + 500, 100, &o, &err), QKV_OK);
+        assert_int_equal(asked, kind ? 13 : 0);
+        assert_int_equal(access(path, F_OK), -1); /* stopped: checkpointed, not saved */
+        o.should_stop = NULL;
         qkv_lm_free(r);
         assert_int_equal(qkv_lm_create(&r, &c, 77, &err), QKV_OK); /* other weights: all reloaded */
         o.stop_after_steps = 0, o.resume = 1;
         assert_int_equal(qkv_lm_train(r, text, 500, text + 500, 100, &o, &err), QKV_OK);
         assert_memory_equal(qkv_lm_params(m), qkv_lm_params(r), qkv_lm_num_params(m) * sizeof(float));
-        char *fa, *fb, path[128];
+        char *fa, *fb;
         long la, lb;
         snprintf(path, sizeof path, "%s/model.safetensors", a), read_file(path, &fa, &la);
         snprintf(path, sizeof path, "%s/model.safetensors", b), read_file(path, &fb, &lb);

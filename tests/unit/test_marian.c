@@ -350,7 +350,8 @@ static void check_import(const char *name, int release)
     qkv_tensor_file_free(&f);
     qkv_transformer_free(m);
     static const char *const files[] = {"config.json", "model.safetensors", "src_vocab.txt",
-                                        "tgt_vocab.txt", "source.spm", "target.spm", "text.json"};
+                                        "tgt_vocab.txt", "source.spm", "target.spm", "text.json",
+                                        "generation.json"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(path, sizeof path, "%s/%s", out, files[i]);
         unlink(path);
@@ -363,6 +364,11 @@ static void test_import_separate_gelu(void **state) { (void)state, check_import(
 static void test_import_shared_relu_untied(void **state)
 {
     (void)state, check_import("shared_relu_untied", 0);
+}
+
+static void test_import_shared_multi_target(void **state)
+{
+    (void)state, check_import("shared_multi_target", 0);
 }
 
 /* Marian's own format: the release directories of make_marian_reference.py's RELEASES */
@@ -392,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_import_separate_gelu),
         cmocka_unit_test(test_import_shared_relu_untied),
         cmocka_unit_test(test_import_shared_source_pieces),
+        cmocka_unit_test(test_import_shared_multi_target),
         cmocka_unit_test(test_import_release_shared),
         cmocka_unit_test(test_import_release_separate),
     };

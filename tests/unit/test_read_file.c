@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* qkv_read_file, the library's whole-file reader: exact bytes (NUL bytes included), the size
  * limit on a regular file (refused unread), on a pipe and on an endless device (refused once
- * the limit is passed), standard input, and the refusals (no file, a directory). */
+ * the limit is passed), standard input, and the refusals (no file, a directory); the opening
+ * every reader shares (qkv_open_file): a FIFO is never waited on, and a model's files
+ * (qkv_read_regular_file) are regular files only. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +161,78 @@ static void test_stdin(void **state)
     rmdir(dir);
 }
 
+/* A FIFO without a writer: every reader answers at once (a blocking open would wait for a
+ * writer forever; the alarm ends a test that waits), a regular-file reader refuses any FIFO
+ * and any device. A FIFO with a writer is a text like a pipe: its bytes, the first included,
+ * are read whether they came before the open or after. */
+static void test_fifo_and_devices(void **state)
+{
+    (void)state;
+    alarm(120);
+    char dir[] = "/tmp/qkv-read-XXXXXX", path[64], want[160];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    qkv_error err = {0};
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(qkv_read_regular_file(path, 100, &text, &len, &err), QKV_ERR_IO);
+    snprintf(want, sizeof want, "%s: is a FIFO or pipe, not a regular file", path);
+    assert_string_equal(err.msg, want);
+    assert_null(text);
+    assert_null(qkv_open_file(path, 1, &err));
+    assert_string_equal(err.msg, want);
+    assert_int_equal(qkv_read_file(path, 100, &text, &len, &err), QKV_ERR_IO);
+    check_message(err.msg, "a FIFO or pipe that no process writes to");
+    assert_null(qkv_open_file(path, 0, &err));
+    check_message(err.msg, "no process writes to");
+
+    /* a writer that wrote before the open (O_RDWR: a writer that does not wait for a reader) */
+    int w = open(path, O_RDWR);
+    assert_true(w >= 0);
+    assert_int_equal(write(w, "abc", 3), 3);
+    FILE *f = qkv_open_file(path, 0, &err);
+    assert_non_null(f);
+    close(w);
+    char buf[8] = "";
+    assert_int_equal(fread(buf, 1, sizeof buf, f), 3);
+    assert_memory_equal(buf, "abc", 3);
+    fclose(f);
+    /* ... and one that writes after it */
+    w = open(path, O_RDWR);
+    assert_true(w >= 0);
+    f = qkv_open_file(path, 0, &err);
+    assert_non_null(f);
+    assert_int_equal(write(w, "xy", 2), 2);
+    close(w);
+    assert_int_equal(fread(buf, 1, sizeof buf, f), 2);
+    assert_memory_equal(buf, "xy", 2);
+    fclose(f);
+
+    /* devices: refused by the regular-file reader before a byte is read */
+    assert_int_equal(qkv_read_regular_file("/dev/zero", SIZE_MAX, &text, &len, &err),
+                     QKV_ERR_IO);
+    assert_string_equal(err.msg, "/dev/zero: is a character device, not a regular file");
+    assert_int_equal(qkv_read_regular_file("/dev/null", SIZE_MAX, &text, &len, &err),
+                     QKV_ERR_IO);
+    assert_int_equal(qkv_read_regular_file(dir, SIZE_MAX, &text, &len, &err), QKV_ERR_IO);
+    check_message(err.msg, "is a directory");
+    assert_int_equal(qkv_read_regular_file(NULL, 10, &text, &len, &err), QKV_ERR_ARG);
+    /* a regular file reads the same through either */
+    snprintf(path, sizeof path, "%s/f", dir);
+    write_bytes(path, "12345", 5);
+    assert_int_equal(qkv_read_regular_file(path, 5, &text, &len, &err), QKV_OK);
+    assert_int_equal(len, 5);
+    assert_string_equal(text, "12345");
+    free(text);
+    assert_int_equal(qkv_read_regular_file(path, 4, &text, &len, &err), QKV_ERR_FORMAT);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    unlink(path);
+    rmdir(dir);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_proc_file),
         cmocka_unit_test(test_pipe_and_endless_device),
         cmocka_unit_test(test_stdin),
+        cmocka_unit_test(test_fifo_and_devices),
     };
     return cmocka_run_group_tests_name("read_file", tests, NULL, NULL);
 }

@@ -263,6 +263,46 @@ static void test_errors(void **state)
     qkv_sentences_free(&words);
 }
 
+/* Texts on which libsentencepiece's trainer ends its process (a failed CHECK: normalisation
+ * leaves no character) fail with a status, the trainer's message in it, and the caller goes
+ * on: lines of U+3000, of control characters, of zero-width characters. A model trained after
+ * them is still made. */
+static void test_trainer_cannot_end_the_caller(void **state)
+{
+    const fixture *f = *state;
+    static const char *const bad_lines[] = {"\xe3\x80\x80", "\x01\x02\x03",
+                                            "\xe2\x80\x8b\xe2\x80\x8c"};
+    char path[128], text[50 * 8];
+    qkv_error err = {0};
+    snprintf(path, sizeof path, "%s/doomed.model", f->dir);
+    for (size_t b = 0; b < sizeof bad_lines / sizeof *bad_lines; b++) {
+        size_t len = 0;
+        for (int i = 0; i < 50; i++)
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s\n", bad_lines[b]);
+        qkv_sentences words;
+        assert_int_equal(qkv_sentences_split(&words, text, len, "t", &err), QKV_OK);
+        const qkv_sentences *texts[1] = {&words};
+        assert_int_equal(qkv_spm_train(texts, 1, path, 60, QKV_SPM_UNIGRAM, &err), QKV_ERR_ARG);
+        assert_non_null(strstr(err.msg, "doomed.model: SentencePiece's trainer stopped"));
+        assert_non_null(strstr(err.msg, "required_chars_"));
+        assert_null(strchr(err.msg, '\n'));
+        assert_int_equal(access(path, F_OK), -1);
+        qkv_sentences_free(&words);
+    }
+    char *fine;
+    size_t fine_len;
+    assert_int_equal(qkv_read_file(f->text, 1 << 20, &fine, &fine_len, &err), QKV_OK);
+    qkv_sentences words;
+    assert_int_equal(qkv_sentences_split(&words, fine, fine_len, "t", &err), QKV_OK);
+    free(fine);
+    const qkv_sentences *texts[1] = {&words};
+    assert_int_equal(qkv_spm_train(texts, 1, path, 100, QKV_SPM_BPE, &err), QKV_OK);
+    qkv_spm *s = load(path);
+    assert_int_equal(qkv_spm_size(s), 100);
+    qkv_spm_free(s);
+    qkv_sentences_free(&words);
+}
+
 /* A qkv-trained model's pieces are a qkv vocabulary with the same ids; a model with other
  * special ids is refused, naming it. */
 static void test_vocab(void **state)
@@ -299,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_load_bytes),
         cmocka_unit_test(test_foreign_model),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_trainer_cannot_end_the_caller),
         cmocka_unit_test(test_vocab),
     };
     return cmocka_run_group_tests_name("spm", tests, setup, teardown);

@@ -332,6 +332,56 @@ static void test_exact_resume(void **state)
     remove_tree(cut);
 }
 
+/* should_stop, asked after every step, stops where it says as stop_after_steps stops there:
+ * the same checkpoint byte for byte, no model, and a resumed run ends with the full run's. */
+typedef struct {
+    int asked, at;
+} stopper;
+
+static int stop_at(void *ctx)
+{
+    stopper *s = ctx;
+    return ++s->asked >= s->at;
+}
+
+static void test_should_stop(void **state)
+{
+    (void)state;
+    data x;
+    make_data(&x, NTRAIN, 15);
+    char a[64], b[64], pa[160], pb[160];
+    temp_dir(a, sizeof a);
+    temp_dir(b, sizeof b);
+    qkv_train_options o = qkv_train_default_options();
+    o.batch = 16, o.epochs = 2, o.seed = 5;
+    qkv_transformer *m = small_model(16);
+    o.out_dir = a, o.stop_after_steps = 6;
+    assert_int_equal(qkv_train(m, &x.d, &o, NULL), QKV_OK);
+    qkv_transformer_free(m);
+    m = small_model(16);
+    stopper s = {0, 6};
+    o.out_dir = b, o.stop_after_steps = 0, o.should_stop = stop_at, o.should_stop_ctx = &s;
+    assert_int_equal(qkv_train(m, &x.d, &o, NULL), QKV_OK);
+    assert_int_equal(s.asked, 6);
+    snprintf(pa, sizeof pa, "%s/checkpoint.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/checkpoint.safetensors", b);
+    assert_true(same_file(pa, pb));
+    snprintf(pb, sizeof pb, "%s/model.safetensors", b);
+    assert_int_equal(access(pb, F_OK), -1);
+    /* resumed without the callback, the run finishes as if never stopped */
+    o.should_stop = NULL, o.resume = 1;
+    assert_int_equal(qkv_train(m, &x.d, &o, NULL), QKV_OK);
+    qkv_transformer_free(m);
+    m = small_model(16);
+    o.out_dir = a, o.resume = 0;
+    assert_int_equal(qkv_train(m, &x.d, &o, NULL), QKV_OK);
+    qkv_transformer_free(m);
+    snprintf(pa, sizeof pa, "%s/model.safetensors", a);
+    assert_true(same_file(pa, pb));
+    remove_tree(a);
+    remove_tree(b);
+}
+
 static void test_rejects_bad_options(void **state)
 {
     (void)state;
@@ -365,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_validation_values),
         cmocka_unit_test(test_best_and_early_stopping),
         cmocka_unit_test(test_exact_resume),
+        cmocka_unit_test(test_should_stop),
         cmocka_unit_test(test_rejects_bad_options),
     };
     return cmocka_run_group_tests_name("train_recipe", tests, NULL, NULL);

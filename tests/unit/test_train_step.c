@@ -160,12 +160,54 @@ static void test_nonfinite_steps_change_nothing(void **state)
     qkv_transformer_free(m);
 }
 
+/* Settings past the library's limits are refused, naming the setting; the limits themselves
+ * are taken (a learning rate or a weight decay of 1e30 took the weights to 1e30). */
+static void test_optimiser_limits(void **state)
+{
+    (void)state;
+    qkv_adam opt;
+    qkv_error err = {0};
+    const struct {
+        float b1, b2, eps, wd;
+        const char *want;
+    } bad[] = {
+        {0.9f, 0.999f, 1e-8f, 1e30f, "weight decay must be in [0, 1]"},
+        {0.9f, 0.999f, 1e-8f, -0.1f, "weight decay"},
+        {0.9f, 0.999f, 1e-8f, NAN, "weight decay"},
+        {0.9f, 0.999f, 10.0f, 0.0f, "epsilon must be in (0, 1]"},
+        {0.9f, 0.999f, 0.0f, 0.0f, "epsilon"},
+        {1.0f, 0.999f, 1e-8f, 0.0f, "betas must be in [0, 1)"},
+        {0.9f, NAN, 1e-8f, 0.0f, "betas"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(qkv_adam_init(&opt, 4, bad[i].b1, bad[i].b2, bad[i].eps, bad[i].wd, &err),
+                         QKV_ERR_ARG);
+        if (!strstr(err.msg, bad[i].want)) fail_msg("\"%s\" lacks \"%s\"", err.msg, bad[i].want);
+    }
+    assert_int_equal(qkv_adam_init(&opt, 4, 0.0f, 0.0f, QKV_MAX_ADAM_EPS, QKV_MAX_WEIGHT_DECAY,
+                                   &err), QKV_OK);
+    qkv_adam_free(&opt);
+    /* the trainers: a learning rate past QKV_MAX_LR, before anything is read or written */
+    qkv_train_options o = qkv_train_default_options();
+    o.out_dir = "/nonexistent-qkv-dir", o.lr = 1e30f;
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = cfg.tgt_vocab = 8, cfg.d_model = 8, cfg.heads = 2, cfg.ffn = 8;
+    cfg.enc_layers = cfg.dec_layers = 1, cfg.max_len = 8;
+    qkv_transformer *m;
+    assert_int_equal(qkv_transformer_create(&m, &cfg, 1, &err), QKV_OK);
+    qkv_dataset d = {0};
+    assert_int_equal(qkv_train(m, &d, &o, &err), QKV_ERR_ARG);
+    assert_non_null(strstr(err.msg, "learning rate must be in (0, 10] (got 1e+30)"));
+    qkv_transformer_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transformer_step_is_its_parts),
         cmocka_unit_test(test_lm_step_is_its_parts),
         cmocka_unit_test(test_nonfinite_steps_change_nothing),
+        cmocka_unit_test(test_optimiser_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

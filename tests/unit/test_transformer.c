@@ -331,11 +331,24 @@ static void test_load_rejects_bad_model_files(void **state)
     assert_int_equal(qkv_transformer_save(m, dir, &err), QKV_OK); /* good again */
     assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_OK);
     qkv_transformer_free(back);
+    /* a model with a NaN is not written (no reader would load it): the saved one stays */
+    const qkv_param_info w1 = qkv_transformer_tensor(m, 3);
+    float *p = qkv_transformer_params(m) + w1.offset + 1;
+    const float kept = *p;
+    *p = NAN;
+    assert_int_equal(qkv_transformer_save(m, dir, &err), QKV_ERR_NUMERIC);
+    char want[160];
+    snprintf(want, sizeof want, "model.safetensors: not written: tensor \"%s\" holds a NaN or "
+             "Inf at element 1", w1.name);
+    assert_non_null(strstr(err.msg, want));
+    *p = kept;
+    assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_OK);
+    qkv_transformer_free(back);
     /* config.json: invalid JSON, a missing key, a value of the wrong kind */
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, "{\"format\": \"qkv-transformer\", \"version\": 1,");
     assert_int_equal(qkv_transformer_load(&back, dir, &err), QKV_ERR_FORMAT);
-    assert_non_null(strstr(err.msg, "config.json: not a JSON object"));
+    assert_non_null(strstr(err.msg, "config.json: not valid JSON (at byte"));
     char *json = NULL;
     assert_int_equal(qkv_config_to_json(&cfg, &json, &err), QKV_OK);
     char *key = strstr(json, "\"heads\"");

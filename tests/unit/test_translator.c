@@ -290,6 +290,33 @@ static void test_beam_n_best(void **state)
     remove_tree(dir);
 }
 
+/* Weights past float's range give logits that are not finite: every search fails with
+ * QKV_ERR_NUMERIC naming the model's directory (beam search printed "<unk> ... ||| -nan" and
+ * exit 0), and the results are left empty. */
+static void test_nonfinite_logits_name_the_model(void **state)
+{
+    (void)state;
+    char dir[64];
+    word_model_dir(dir, sizeof dir, 3);
+    qkv_translator *t = open_ok(dir);
+    qkv_transformer *m = qkv_translator_model(t);
+    float *p = qkv_transformer_params(m);
+    for (size_t i = 0; i < qkv_transformer_num_params(m); i++) p[i] *= 1e30f;
+    char want[160];
+    snprintf(want, sizeof want, "%s: the model's logits are not finite", dir);
+    for (int beam = 1; beam <= 4; beam += 3) {
+        qkv_translate_options o = qkv_translate_default_options();
+        o.beam = beam, o.n_best = beam == 4 ? 2 : 1, o.max_len = 5;
+        qkv_translations r;
+        qkv_error err = {0};
+        assert_int_equal(qkv_translate(&r, t, SOURCES, N_SOURCES, &o, &err), QKV_ERR_NUMERIC);
+        if (strncmp(err.msg, want, strlen(want))) fail_msg("\"%s\" lacks \"%s\"", err.msg, want);
+        assert_null(r.text);
+    }
+    qkv_translator_free(t);
+    remove_tree(dir);
+}
+
 /* A target vocabulary of five ids has five one-token hypotheses: asked for eight, the rest
  * come back missing (no text, length -1), as beam search reports them. */
 static void test_fewer_hypotheses_than_asked(void **state)
@@ -418,6 +445,15 @@ static void test_subword_model_and_best_dir(void **state)
     assert_int_equal(r.max_len, MAX_LEN);
     check_results(&r, t, &tokens, 32, NULL);
     for (int i = 0; i < N_SOURCES; i++) assert_null(strstr(r.text[i], QKV_BPE_SPACE));
+    /* the pieces given as they are (qkv_translate_tokens) translate as the text does; given
+     * as words, each piece would be split again */
+    qkv_translations rt;
+    assert_int_equal(qkv_translate_tokens(&rt, t, &tokens, &o, NULL), QKV_OK);
+    for (int i = 0; i < N_SOURCES; i++) {
+        assert_int_equal(rt.len[i], r.len[i]);
+        assert_string_equal(rt.text[i], r.text[i]);
+    }
+    qkv_translations_free(&rt);
     snprintf(path, sizeof path, "%s/best", dir);
     qkv_translator *tb = open_ok(path);
     assert_int_equal(qkv_translate(&rb, tb, SOURCES, N_SOURCES, &o, NULL), QKV_OK);
@@ -651,6 +687,17 @@ static void test_reserved_tokens_are_text(void **state)
     assert_int_equal(a.src_len[2], 3);
     assert_int_equal(a.unknown[2], 2); /* "zz", "yy": mostly unknown */
     qkv_translations_free(&a), qkv_translations_free(&b);
+    /* so are tokens given as the model's: a reserved one is <unk>, as one the vocabulary lacks */
+    qkv_sentences tokens;
+    tokens_of(&tokens, t, unk, 1);
+    tokens.tokens[1] = "<pad>", tokens.tokens[3] = "nosuchword";
+    assert_int_equal(qkv_translate_tokens(&a, t, &tokens, &o, NULL), QKV_OK);
+    assert_int_equal(qkv_translate(&b, t, unk, 1, &o, NULL), QKV_OK);
+    assert_int_equal(a.len[0], b.len[0]);
+    assert_memory_equal(a.ids, b.ids, (size_t)a.len[0] * sizeof *a.ids);
+    assert_int_equal(a.unknown[0], 2);
+    qkv_translations_free(&a), qkv_translations_free(&b);
+    qkv_sentences_free(&tokens);
     qkv_translator_free(t);
     remove_tree(dir);
 }
@@ -851,6 +898,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_the_models),
         cmocka_unit_test(test_beam_n_best),
+        cmocka_unit_test(test_nonfinite_logits_name_the_model),
         cmocka_unit_test(test_fewer_hypotheses_than_asked),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_empty_input),

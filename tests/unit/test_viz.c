@@ -199,7 +199,7 @@ static void test_png_roundtrip_atomic(void **state)
     assert_non_null(d);
     int files = 0;
     for (struct dirent *e; (e = readdir(d));) {
-        assert_null(strstr(e->d_name, ".tmp-"));
+        assert_null(strstr(e->d_name, ".tmp"));
         files += e->d_name[0] != '.';
     }
     closedir(d);
