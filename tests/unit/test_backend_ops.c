@@ -825,7 +825,9 @@ static void test_choose_attention(void **state)
     EACH_TABLE(s, t)
         for (size_t k = 0; k < sizeof rules / sizeof *rules; k++) {
             begin(t, "choose_attention, rule %zu", k);
-            const attention_options o = {rules[k].need_weights, rules[k].flash_min_keys};
+            const attention_options o = {.need_weights = rules[k].need_weights,
+                                         .flash_min_keys = rules[k].flash_min_keys,
+                                         .head_dim = 64};
             const attention_kernel got = OP(t, choose_attention)(rules[k].kind, rules[k].keys, &o);
             if (got != rules[k].want)
                 fail_at(t, "%s attention over %d keys, need_weights %d, flash_min_keys %d: "
