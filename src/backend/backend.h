@@ -68,6 +68,9 @@ static inline weight weight_f32(const float *W)
 
 typedef struct {
     const char *name;
+    /* the host may read and write this table's memory directly (the CPU tables), so that
+     * results need no download; 0: a device's memory (alloc and the transfers below) */
+    int host_memory;
 
     /* ---- y (N, out) = x (N, in) W^T + b; W (out, in) a model's weight, typed ------------ */
     int few_rows; /* up to this many rows linear_rows, more linear_gemm (op_linear_forward) */
@@ -163,9 +166,8 @@ typedef struct {
      * between it and the host's, returning 0, or -1 when the copy failed (finish says why, and
      * the models stop there: nothing reads what did not arrive). Every pointer an entry takes
      * is this memory, the int arrays (ids, targets, lengths, cache rows) included; what an
-     * entry returns (a count, a sum) is on the host. host_memory: the host may read and write
-     * it directly too (the CPU tables), so that results need no download. */
-    int host_memory;
+     * entry returns (a count, a sum) is on the host (host_memory above says whether the host
+     * may touch it directly). */
     void *(*alloc)(size_t bytes);
     void (*release)(void *p);
     int (*upload)(void *dst, const void *src, size_t bytes);
