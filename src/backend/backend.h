@@ -81,7 +81,9 @@ typedef struct {
     /* ---- attention O (B, n, H v) from Q (B, n, H d), K (B, m, H d), V (B, m, H v) --------- */
     attention_kernel (*choose_attention)(qkv_attention_kind kind, int keys,
                                          const attention_options *o);
-    /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear) */
+    /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear).
+     * The linear kernel takes a mask's per-sequence lengths and causality only (no per-query
+     * lengths) and has no dropout. */
     void (*attention_forward)(attention_kernel k, float *O, float *S,
                               const qkv_attention_inputs *x, const qkv_attention_shape *s,
                               const qkv_mask *mask, qkv_dropout drop, float *scratch);

@@ -64,7 +64,8 @@ static size_t attention_scratch_floats(attention_kernel k, const qkv_attention_s
     switch (k) {
     case ATTENTION_MATERIALISED: return qkv_attention_scratch_floats(s);
     case ATTENTION_FLASH: return qkv_flash_attention_scratch_floats(s);
-    case ATTENTION_LINEAR: return qkv_linear_attention_scratch_floats(s, 1);
+    /* the non-causal form's, the larger: the entry is not told whether the mask is causal */
+    case ATTENTION_LINEAR: return qkv_linear_attention_scratch_floats(s, 0);
     }
     return 0;
 }

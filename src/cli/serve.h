@@ -179,6 +179,10 @@ enum MHD_Result serve_send_json(struct MHD_Connection *c, conn *cn, int code, cJ
 enum MHD_Result serve_send_error(struct MHD_Connection *c, conn *cn, int code, const char *fmt,
                                  ...) __attribute__((format(printf, 4, 5)));
 
+/* code, with msg (cap bytes) formatted: a request refused, its status and why. */
+int serve_refuse(char *msg, size_t cap, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* An optional integer (float) member in [lo, hi]: 0 and *v untouched when absent, -1 (with
  * msg) when of another type or out of range. */
 int serve_get_int(const cJSON *o, const char *key, int lo, int hi, int *v, char *msg,
