@@ -233,6 +233,8 @@ expect_fail "eval: the same" "$NONFINITE" "$QKV" eval --model "$T/big" --data "$
 overflow "$T/lm" lmbig
 expect_fail "generate: the same" "lmbig: the model's logits are not finite" \
   "$QKV" generate --model "$T/lmbig" --tokens 3
+expect_fail "eval-lm: its loss, naming the model" "lmbig: the loss is not finite .*overflow" \
+  "$QKV" eval-lm --model "$T/lmbig" --data "$T/text.txt" --all
 
 # ---- a directory where a file is expected
 DIR="is a directory"
