@@ -29,7 +29,8 @@
  * forward and backward of the materialised, flash and linear kernels, the first two against
  * each other), decoding (cached_attention, kv_store, linear_attention_step), activations,
  * LayerNorm, AddNorm, residual and dropout, embedding, positions, the loss (cross-entropy and
- * its fused gradient), and zero/copy/add/scale.
+ * its fused gradient), zero/copy/add/scale, and the optimizer's entries (Adam's step, the sum
+ * of squares) and round_bf16. Every run ends with the table's finish reporting no failure.
  *
  * A new table plugs in as one row of TABLES below: its ops, the arithmetic of its products
  * (which sets the bounds), whether this machine runs it, and how to build its backend. The
@@ -117,8 +118,8 @@ enum { N_TABLES = sizeof TABLES / sizeof *TABLES };
     X(addnorm_backward) X(residual_forward) X(residual_backward) X(embedding_forward)         \
     X(embedding_backward) X(positional_forward) X(positional_backward) X(dropout_forward)     \
     X(dropout_backward) X(cross_entropy_forward) X(cross_entropy_fused)                       \
-    X(cross_entropy_scratch_floats) X(zero) X(copy) X(add) X(scale) X(alloc) X(release)      \
-    X(upload) X(download)
+    X(cross_entropy_scratch_floats) X(zero) X(copy) X(add) X(scale) X(adam_update)           \
+    X(sum_squares) X(round_bf16) X(alloc) X(release) X(upload) X(download) X(finish)
 
 #define ENTRY_ENUM(e) E_##e,
 enum { ENTRIES(ENTRY_ENUM) E_COUNT };
@@ -239,7 +240,7 @@ static void *dev(table *t, const char *name, role r, const void *host, size_t by
     if ((uintptr_t)base % 64) fail_at(t, "alloc gave %p for %s: not 64-byte aligned", base, name);
     for (size_t i = 0; i < total; i++) image[i] = GUARD_BYTES[i % 4];
     if (r != OUT && bytes) memcpy(image + GUARD, host, bytes);
-    OP(t, upload)(base, image, total);
+    if (OP(t, upload)(base, image, total)) fail_at(t, "upload of %s (%zu bytes) failed", name, total);
     t->buf[t->nbuf++] = (buffer){name, base, bytes, r == IN ? image : NULL};
     if (r != IN) free(image);
     return base + GUARD;
@@ -264,7 +265,7 @@ static int *iin(table *t, const char *name, const int *x, size_t n)
 
 static void fetch(table *t, void *host, const void *d, size_t bytes)
 {
-    OP(t, download)(host, d, bytes);
+    if (OP(t, download)(host, d, bytes)) fail_at(t, "download of %zu bytes failed", bytes);
 }
 static void fetchf(table *t, float *host, const float *d, size_t n)
 {
@@ -311,9 +312,12 @@ static void release_all(table *t)
     t->nbuf = 0;
 }
 
-/* The end of a run: guards and inputs checked, the table's memory given back. */
+/* The end of a run: no failure the table reports (a device's launches fail late), guards and
+ * inputs checked, the table's memory given back. */
 static void done(table *t)
 {
+    qkv_error err = {0};
+    if (OP(t, finish)(&t->be, &err) != QKV_OK) fail_at(t, "finish: %s", err.msg);
     verify(t);
     release_all(t);
 }
@@ -527,7 +531,8 @@ static void test_memory(void **state)
             uint8_t *a = keep(t, malloc(sizes[k])), *b = keep(t, malloc(sizes[k]));
             for (size_t i = 0; i < sizes[k]; i++) a[i] = (uint8_t)random_u32(k, i);
             uint8_t *d = dev(t, "bytes", INOUT, a, sizes[k]);
-            OP(t, upload)(d, a, sizes[k]); /* again, into the buffer proper */
+            if (OP(t, upload)(d, a, sizes[k])) /* again, into the buffer proper */
+                fail_at(t, "upload failed");
             fetch(t, b, d, sizes[k]);
             if (memcmp(a, b, sizes[k])) fail_at(t, "download differs from what was uploaded");
             done(t);
@@ -825,7 +830,9 @@ static void test_choose_attention(void **state)
     EACH_TABLE(s, t)
         for (size_t k = 0; k < sizeof rules / sizeof *rules; k++) {
             begin(t, "choose_attention, rule %zu", k);
-            const attention_options o = {rules[k].need_weights, rules[k].flash_min_keys};
+            const attention_options o = {.need_weights = rules[k].need_weights,
+                                         .flash_min_keys = rules[k].flash_min_keys,
+                                         .head_dim = 64};
             const attention_kernel got = OP(t, choose_attention)(rules[k].kind, rules[k].keys, &o);
             if (got != rules[k].want)
                 fail_at(t, "%s attention over %d keys, need_weights %d, flash_min_keys %d: "
@@ -1382,28 +1389,32 @@ static uint16_t bf16_round_reference(float x)
     return sign | (uint16_t)(fb >> 16);
 }
 
+/* Values whose rounding to bf16 is easy to get wrong: ties both ways, signs, the top of the
+ * range, denormals, infinities, NaN. */
+static const float BF16_SPECIAL[] = {
+    1.0f + 0x1p-8f,            /* a tie: to 1, the even one */
+    1.0f + 3 * 0x1p-8f,        /* a tie: to 1 + 2^-6 */
+    -(1.0f + 0x1p-8f),         -(1.0f + 3 * 0x1p-8f),
+    1.0f + 0x1p-8f + 0x1p-20f, /* just above a tie: up */
+    1.0f + 0x1p-8f - 0x1p-20f, /* just below: down */
+    0x1.ffp127f,               /* halfway between the largest bf16 and 2^128: infinity */
+    FLT_MAX, -FLT_MAX,         0x1.fdp127f, FLT_MIN, 0x1p-130f, -0x1p-130f, -0.0f, 0.0f,
+    INFINITY, -INFINITY,       NAN, 3.0f, -1e-20f, 65504.0f, 0.1f,
+};
+enum { N_BF16_SPECIAL = sizeof BF16_SPECIAL / sizeof *BF16_SPECIAL };
+
 /* kv_store writes n values at `at` of a cache and nothing else: float32 as they are, bf16
  * rounded to nearest even (ties both ways, signs, the top of the range, denormals, NaN). */
 static void test_kv_store(void **state)
 {
     suite *s = *state;
-    static const float special[] = {
-        1.0f + 0x1p-8f,            /* a tie: to 1, the even one */
-        1.0f + 3 * 0x1p-8f,        /* a tie: to 1 + 2^-6 */
-        -(1.0f + 0x1p-8f),         -(1.0f + 3 * 0x1p-8f),
-        1.0f + 0x1p-8f + 0x1p-20f, /* just above a tie: up */
-        1.0f + 0x1p-8f - 0x1p-20f, /* just below: down */
-        0x1.ffp127f,               /* halfway between the largest bf16 and 2^128: infinity */
-        FLT_MAX, -FLT_MAX,         0x1.fdp127f, FLT_MIN, 0x1p-130f, -0x1p-130f, -0.0f, 0.0f,
-        INFINITY, -INFINITY,       NAN, 3.0f, -1e-20f, 65504.0f, 0.1f,
-    };
-    enum { NS = sizeof special / sizeof *special, N = 37, CAP = 64, AT = 9 };
+    enum { N = 37, CAP = 64, AT = 9 };
     EACH_TABLE(s, t)
         for (kv_dtype type = KV_FP32; type <= KV_BF16; type++) {
             begin(t, "kv_store, %s cache, %d values at %d", type == KV_BF16 ? "bf16" : "float32",
                   N, AT);
             float *x = urand(t, N, 77, -3, 3);
-            memcpy(x, special, sizeof special);
+            memcpy(x, BF16_SPECIAL, sizeof BF16_SPECIAL);
             const size_t es = type == KV_BF16 ? 2 : 4;
             uint8_t *before = keep(t, malloc(CAP * es)), *after = keep(t, malloc(CAP * es));
             for (size_t i = 0; i < CAP * es; i++) before[i] = (uint8_t)(i * 37 + 11);
@@ -2376,6 +2387,106 @@ static void test_vector_ops(void **state)
         }
 }
 
+/* ==== the optimizer: Adam's step, clipping's sum of squares; the weights' bf16 copy ======= */
+
+/* p, m, v after one Adam step (ops/cpu/optimizer.h) against the same float32 inputs and
+ * constants in double. Each bound follows the float32 expression: a rounded product or sum
+ * errs by at most u times its magnitude, a quotient carries its operands' relative errors,
+ * a square root half of its operand's; the errors of m and v go on into the update. */
+static void test_adam_update(void **state)
+{
+    suite *s = *state;
+    const adam_hyper h = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                          .lr = 1e-3f, .c1 = 3.69f, .c2 = 333.7f};
+    const double b1 = h.beta1, a1 = 1.0f - h.beta1, b2 = h.beta2, a2 = 1.0f - h.beta2;
+    const double c1 = h.c1, c2 = h.c2, eps = h.eps, wd = h.weight_decay, lr = h.lr;
+    EACH_TABLE(s, t)
+        for (size_t k = 0; k < sizeof VECTOR_SIZES / sizeof *VECTOR_SIZES; k++) {
+            const size_t n = VECTOR_SIZES[k];
+            begin(t, "adam_update, %zu values", n);
+            const float *g = urand(t, n, 101 + k, -1, 1), *m0 = urand(t, n, 102 + k, -0.1f, 0.1f),
+                        *v0 = urand(t, n, 103 + k, 0.01f, 1), *p0 = urand(t, n, 104 + k, -1, 1);
+            float *pd = facc(t, "p", p0, n), *md = facc(t, "m", m0, n), *vd = facc(t, "v", v0, n);
+            OP(t, adam_update)(pd, fin(t, "g", g, n), md, vd, n, &h);
+            float *gp = hf(t, n), *gm = hf(t, n), *gv = hf(t, n);
+            fetchf(t, gp, pd, n);
+            fetchf(t, gm, md, n);
+            fetchf(t, gv, vd, n);
+            done(t);
+            double *wp = hd(t, n), *wm = hd(t, n), *wv = hd(t, n), *bp = hd(t, n), *bm = hd(t, n),
+                   *bv = hd(t, n);
+            for (size_t i = 0; i < n; i++) {
+                const double m = b1 * m0[i] + a1 * g[i], v = b2 * v0[i] + a2 * g[i] * g[i];
+                const double em = 3 * U * (fabs(b1 * m0[i]) + fabs(a1 * g[i]));
+                const double ev = 4 * U * (b2 * v0[i] + a2 * g[i] * g[i]);
+                const double num = m * c1, r = sqrt(v * c2), den = r + eps, upd = num / den;
+                const double en = c1 * em + U * fabs(num);
+                const double ed = r * 0.5 * (ev / v + U) + U * r + U * den;
+                const double eu = (en + fabs(upd) * ed) / den + U * fabs(upd);
+                const double q = upd + wd * p0[i], sq = lr * q;
+                const double eq = eu + U * fabs(wd * p0[i]) + U * (fabs(upd) + fabs(wd * p0[i]));
+                const double es = lr * eq + U * fabs(sq);
+                wm[i] = m, wv[i] = v, wp[i] = p0[i] - sq;
+                bm[i] = SLACK * em, bv[i] = SLACK * ev;
+                bp[i] = SLACK * (es + U * (fabs(p0[i]) + fabs(sq)));
+            }
+            expect(t, "m", gm, wm, bm, n);
+            expect(t, "v", gv, wv, bv, n);
+            expect(t, "p", gp, wp, bp, n);
+            tidy(t);
+        }
+}
+
+/* sum x_i^2, returned to the host, within a float32 sum's bound: (n + 2) u sum x_i^2. */
+static void test_sum_squares(void **state)
+{
+    suite *s = *state;
+    EACH_TABLE(s, t)
+        for (size_t k = 0; k < sizeof VECTOR_SIZES / sizeof *VECTOR_SIZES; k++) {
+            const size_t n = VECTOR_SIZES[k];
+            begin(t, "sum_squares, %zu values", n);
+            const float *x = urand(t, n, 111 + k, -2, 2);
+            const double got = OP(t, sum_squares)(fin(t, "x", x, n), n);
+            done(t);
+            double want = 0.0;
+            for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+            const double bound = SLACK * (double)(n + 2) * U * want;
+            if (!(fabs(got - want) <= bound))
+                fail_at(t, "sum_squares = %.17g, want %.17g: the error is %.3g times its bound",
+                        got, want, fabs(got - want) / bound);
+            tidy(t);
+        }
+}
+
+/* round_bf16 writes each value rounded to the nearest bf16, ties to even (as kv_store's bf16
+ * cache does), and nothing past n. */
+static void test_round_bf16(void **state)
+{
+    suite *s = *state;
+    static const size_t sizes[] = {1, N_BF16_SPECIAL, 1025, 70000};
+    EACH_TABLE(s, t)
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            const size_t n = sizes[k];
+            begin(t, "round_bf16, %zu values", n);
+            float *x = urand(t, n, 121 + k, -3, 3);
+            memcpy(x, BF16_SPECIAL, (n < N_BF16_SPECIAL ? n : N_BF16_SPECIAL) * sizeof *x);
+            uint16_t *got = keep(t, calloc(n, sizeof *got));
+            uint16_t *d = dev(t, "dst", OUT, NULL, n * sizeof *got);
+            OP(t, round_bf16)(d, fin(t, "x", x, n), n);
+            fetch(t, got, d, n * sizeof *got);
+            done(t);
+            for (size_t i = 0; i < n; i++) {
+                const uint16_t want = bf16_round_reference(x[i]);
+                if (isnan(x[i]) ? !isnan(bf16_to_float(got[i])) : got[i] != want) {
+                    fail_at(t, "value %zu: %a as bf16 0x%04x, want 0x%04x", i, (double)x[i],
+                            got[i], want);
+                    break;
+                }
+            }
+            tidy(t);
+        }
+}
+
 /* ==== last: every entry of every table was exercised ===================================== */
 
 static void test_every_entry_exercised(void **state)
@@ -2454,6 +2565,9 @@ int main(void)
         cmocka_unit_test(test_positional),
         cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_vector_ops),
+        cmocka_unit_test(test_adam_update),
+        cmocka_unit_test(test_sum_squares),
+        cmocka_unit_test(test_round_bf16),
         cmocka_unit_test(test_every_entry_exercised),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
