@@ -335,7 +335,7 @@ static int read_corpora(qkv_corpus *corpus, qkv_corpus *held_out, const train_re
 /* Trains as r and o say (a new model in o->out_dir, or the one there with --resume): reads
  * the corpora, makes the model and its tokenizer, trains, draws the curves. The exit status. */
 static int run(const train_record *r, qkv_train_options *o, qkv_transformer_config *cfg,
-               qkv_precision prec, int quiet, int every)
+               qkv_precision prec, qkv_device device, int quiet, int every)
 {
     qkv_error err = {0};
     qkv_corpus corpus = {0}, held_out = {0};
@@ -369,7 +369,9 @@ static int run(const train_record *r, qkv_train_options *o, qkv_transformer_conf
         if (build_dataset(&vs, bufs + 4, &held_out.source, &held_out_tgt, tok, T)) goto done;
         o->valid = &vs;
     }
-    if (qkv_transformer_set_precision(m, prec, &err)) goto fail;
+    if (qkv_transformer_set_device(m, device, &err) ||
+        qkv_transformer_set_precision(m, prec, &err))
+        goto fail;
     const qkv_transformer_config *mc = qkv_transformer_get_config(m);
     const int ranks = o->reducer ? o->reducer->size : 1;
     if (!quiet)
@@ -415,7 +417,7 @@ typedef struct {
     qkv_transformer_config cfg;
     qkv_train_options o;
     const char *data, *src, *tgt, *out, *valid, *valid_src, *valid_tgt;
-    opt_choice tokenizer, spm_type, act, tie, schedule, loss, precision;
+    opt_choice tokenizer, spm_type, act, tie, schedule, loss, precision, device;
     int layers, enc_layers, dec_layers, num_steps, num_examples, min_freq, threads, quiet, every,
         vocab_size, joint_bpe, no_bleu, overwrite;
     float minutes;
@@ -445,6 +447,7 @@ static void train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
                      .schedule = {QKV_ENUM_LR_SCHEDULE, NULL, QKV_LR_CONSTANT},
                      .loss = {0, LOSSES, LOSS_TOKEN},
                      .precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
+                     .device = {QKV_ENUM_DEVICE, NULL, QKV_DEVICE_CPU},
                      .layers = 2, .enc_layers = -1, .dec_layers = -1, .num_steps = 10,
                      .min_freq = 2, .every = 10, .vocab_size = 8000};
     c->o.seed = 0;
@@ -536,6 +539,7 @@ static void train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
                                           "among the ranks of a machine)", ARG_THREADS, NULL},
         {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
         {"precision", OPT_CHOICE, &c->precision, CLI_TRAIN_PRECISION_HELP, NULL, "train"},
+        {"device", OPT_CHOICE, &c->device, CLI_DEVICE_HELP, NULL, NULL},
         {"checkpoint-every", OPT_INT, &c->o.checkpoint_every, "also checkpoint every N steps",
          ARG_GE0, "train"},
         {"skip-nonfinite", OPT_FLAG, &c->o.skip_nonfinite,
@@ -616,6 +620,8 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     if (train_check(&c, opts, argc, argv) ||
         cli_train_precision(prec = (qkv_precision)c.precision.value))
         goto usage;
+    rc = 1;
+    if (cli_device((qkv_device)c.device.value, "train")) goto end;
     c.o.minutes = c.minutes;
     c.cfg.enc_layers = c.enc_layers >= 0 ? c.enc_layers : c.layers;
     c.cfg.dec_layers = c.dec_layers >= 0 ? c.dec_layers : c.layers;
@@ -632,7 +638,7 @@ static int train_main(int argc, char **argv, cli_ranks *job)
     if (c.o.resume || !run_dir_claim_writer(&rd, c.out, &RUN_TRANSFORMER,
                                             c.overwrite ? RUN_OVERWRITE : RUN_NEW, writer, argc,
                                             argv))
-        rc = run(&r, &c.o, &c.cfg, prec, c.quiet, c.every);
+        rc = run(&r, &c.o, &c.cfg, prec, (qkv_device)c.device.value, c.quiet, c.every);
     goto end;
 usage:
     rc = 2;

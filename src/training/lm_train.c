@@ -90,6 +90,13 @@ qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B,
         total += sum, counted += c, w += (size_t)b;
     }
     free(ids), free(tg);
+    if (st == QKV_ERR_NUMERIC && m->core.source[0]) {
+        /* no step changed a loaded model: its weights are past float's range, as the
+         * decoder's logits check says for generation */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err ? err->msg : "the loss is not finite");
+        st = qkv_fail(err, st, "%s: %s: its weights overflow float's range", m->core.source, why);
+    }
     if (st) return st;
     *loss = counted ? total / (double)counted : 0.0;
     if (count) *count = counted;

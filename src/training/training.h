@@ -8,6 +8,12 @@
 #include <stdio.h>
 
 #include "core/internal.h"
+#include "ops/cpu/optimizer.h"
+
+/* ---- the optimizer (adam.c) ---------------------------------------------------------------- */
+
+/* The next Adam step's constants at learning rate lr: counts the step (opt->step + 1). */
+adam_hyper adam_step_hyper(qkv_adam *opt, float lr);
 
 /* ---- batches (batches.c) ------------------------------------------------------------------ */
 
