@@ -219,27 +219,10 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     return finite_logits(c, *logits, r->n, d->info.vocab, err);
 }
 
-/* The choice from logits on the host, for a table that has no fused one (a device's: the
- * logits come up as decoder_step brings them). */
-static void host_best(const best_request *rq, const float *z, int n, int V)
-{
-    for (int b = 0; b < n; b++) {
-        row_best(z + (size_t)b * V, V, rq->k, rq->banned, rq->ids + (size_t)b * rq->k,
-                 rq->vals + (size_t)b * rq->k);
-        if (rq->lse) rq->lse[b] = log_normaliser(z + (size_t)b * V, V);
-    }
-}
-
 qkv_status decoder_step_best(decoder *d, const decoder_rows *r, const int *tok,
                              const best_request *rq, qkv_error *err)
 {
     model_core *c = d->core;
-    if (!core_backend(c).ops->linear_best) {
-        float *z;
-        qkv_status st = decoder_step(d, r, tok, &z, err);
-        if (!st) host_best(rq, z, r->n, d->info.vocab);
-        return st;
-    }
     qkv_status st = check_generation(d, err);
     if (!st) st = check_rows(d, r, tok, err);
     if (!st) st = core_prepare(c, 1, err);
