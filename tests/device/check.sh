@@ -23,7 +23,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/build-cuda/device-check}
-mkdir -p "$OUT"
+mkdir -p "$OUT" || exit 1
 RESULTS=$OUT/device-check.jsonl LOG=$OUT/device-check.log
 : >"$RESULTS"
 : >"$LOG"
