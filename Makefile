@@ -219,10 +219,10 @@ $(BUILD)/tests/test_backend_ops_cuda: $(BUILD)/tests/cuda/test_backend_ops.o \
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o,$^) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
 
-# The GPU's whole-model parity with the CPU (tests/device/check.sh runs it; built in CI by
-# cuda-check so that it never rots).
+# The GPU's whole-model parity with the CPU and the backend-ops test with the CUDA tables
+# (tests/device/check.sh runs them; built in CI by cuda-check so that they never rot).
 .PHONY: device-tests
-device-tests: $(BUILD)/tests/device_parity
+device-tests: $(BUILD)/tests/device_parity $(BUILD)/tests/test_backend_ops
 $(BUILD)/tests/device_parity: tests/device/parity.c $(VIZ_A) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS)
