@@ -124,6 +124,8 @@ TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 CUDA_TESTABLE := $(if $(filter 1,$(CUDA)),,$(wildcard $(CUDA_HOME)/include/cublas_v2.h))
 TEST_SRC := $(if $(CUDA_TESTABLE),$(TEST_SRC),$(filter-out tests/unit/test_cuda_host.c,$(TEST_SRC)))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+# and the backend-ops test over the same stand-in: the CUDA tables' every entry, on the CPU
+TEST_BIN += $(if $(CUDA_TESTABLE),$(BUILD)/tests/test_backend_ops_cuda)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
@@ -206,10 +208,21 @@ $(BUILD)/tests/test_cuda_host: $(BUILD)/tests/unit/test_cuda_host.o $(BUILD)/tes
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o,$^) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
 
-# The GPU's whole-model parity with the CPU (tests/device/check.sh runs it; built in CI by
-# cuda-check so that it never rots).
+# test_backend_ops.c with the CUDA tables' rows (QKV_CUDA), over the stand-in; a CUDA=1
+# build's own test_backend_ops runs them on a GPU (tests/device/check.sh).
+$(BUILD)/tests/cuda/test_backend_ops.o: tests/unit/test_backend_ops.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SHIM_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tests/test_backend_ops_cuda: $(BUILD)/tests/cuda/test_backend_ops.o \
+                                      $(BUILD)/tests/cuda/shim.o $(BUILD)/tests/cuda/backend_cuda.o \
+                                      $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(filter %.o,$^) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
+
+# The GPU's whole-model parity with the CPU and the backend-ops test with the CUDA tables
+# (tests/device/check.sh runs them; built in CI by cuda-check so that they never rot).
 .PHONY: device-tests
-device-tests: $(BUILD)/tests/device_parity
+device-tests: $(BUILD)/tests/device_parity $(BUILD)/tests/test_backend_ops
 $(BUILD)/tests/device_parity: tests/device/parity.c $(VIZ_A) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS)
@@ -352,7 +365,7 @@ clean:
 
 -include $(LIB_OBJ:.o=.d) $(VIZ_OBJ:.o=.d) $(CLI_OBJ:.o=.d) \
   $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d) \
-  $(BUILD)/tests/cuda/shim.d $(BUILD)/tests/cuda/backend_cuda.d
+  $(BUILD)/tests/cuda/shim.d $(BUILD)/tests/cuda/backend_cuda.d $(BUILD)/tests/cuda/test_backend_ops.d
 
 # libFuzzer harnesses of every reader: make fuzz (FUZZ_SECONDS each), make fuzz-regress
 -include tests/fuzz/fuzz.mk

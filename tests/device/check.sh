@@ -7,7 +7,8 @@
 #   env        the GPU, driver, nvcc and compute-sanitizer this machine has
 #   build      make CUDA=1 (sm_90 and PTX) with the device tests; where the library's packages
 #              are missing, the programs tests/device/prepare.sh packed in .device instead
-#   ops        test_backend_ops over every table, the CUDA ones against the CPU's (fp32, bf16)
+#   ops        test_backend_ops over every table, the CUDA ones included (fp32, bf16; a CUDA
+#              table it skips fails the stage)
 #   parity     tests/device/parity.c: 20 training steps, greedy, beam, attention maps, bf16,
 #              a language model, each against the CPU
 #   sanitizer  compute-sanitizer memcheck on a short parity run
@@ -22,7 +23,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/build-cuda/device-check}
-mkdir -p "$OUT"
+mkdir -p "$OUT" || exit 1
 RESULTS=$OUT/device-check.jsonl LOG=$OUT/device-check.log
 : >"$RESULTS"
 : >"$LOG"
@@ -144,8 +145,22 @@ if have "$QKV" && ldd "$QKV" 2>/dev/null | grep -q 'libcublas.*not found'; then
 fi
 
 # ---- ops, parity, sanitizer ----------------------------------------------------------------
+# the backend-ops test; here a CUDA table it skips (no GPU found) is a failure
+ops_run() {
+  local out rc
+  out=$("$BIN/tests/test_backend_ops" 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  if printf '%s\n' "$out" | grep -q 'SKIPPED  \] table cuda'; then
+    echo "ops: a CUDA table was skipped"
+    return 1
+  fi
+  return $rc
+}
+export -f ops_run
+export BIN
 if have "$BIN/tests/test_backend_ops"; then
-  stage ops 90 "$BIN/tests/test_backend_ops"
+  stage ops 90 ops_run
 else
   skip ops "no test_backend_ops in this tree or bundle"
 fi

@@ -91,6 +91,35 @@ static void cpu_close(void *state)
     free(state);
 }
 
+#ifdef QKV_CUDA
+/* The CUDA device's tables (backend/cuda.c) on its first GPU, with the context a model on it
+ * gives them and its bf16 copies current, as for decoding. Built with make CUDA=1 (on a GPU:
+ * tests/device/check.sh), and over the CUDA stand-in of tests/cuda on any machine with the
+ * toolkit's headers (test_backend_ops_cuda: the tables' host side, the stand-in's kernels). */
+static int cuda_present(void)
+{
+    const device *d = device_cuda();
+    void *ctx = NULL;
+    qkv_error err = {0};
+    if (!d || d->open(&ctx, &err) != QKV_OK) return 0;
+    d->close(ctx);
+    return 1;
+}
+
+static void cuda_open_table(backend *be, void **state, qkv_precision linear)
+{
+    const device *d = device_cuda();
+    void *ctx = NULL;
+    qkv_error err = {0};
+    if (d->open(&ctx, &err) != QKV_OK) fail_msg("the CUDA device: %s", err.msg);
+    *be = (backend){.ops = linear == QKV_PRECISION_BF16 ? d->bf16 : d->fp32,
+                    .typed_current = 1, .device = ctx};
+    *state = ctx;
+}
+
+static void cuda_close_table(void *state) { device_cuda()->close(state); }
+#endif
+
 static const table_spec TABLES[] = {
     {"cpu-fp32", &backend_cpu_fp32, QKV_PRECISION_FP32, QKV_PRECISION_FP32, always, "",
      cpu_open, cpu_close},
@@ -98,13 +127,14 @@ static const table_spec TABLES[] = {
      gemm_bf16_supported, "AVX512-BF16", cpu_open, cpu_close},
     {"cpu-int8", &backend_cpu_int8, QKV_PRECISION_INT8, QKV_PRECISION_FP32,
      gemm_int8_supported, "AVX512-VNNI", cpu_open, cpu_close},
-    /* ---- device tables register here: one row each, behind their build flag ------------
-     * #ifdef QKV_CUDA
-     *     {"cuda-fp32", &backend_cuda_fp32, QKV_PRECISION_FP32, QKV_PRECISION_FP32,
-     *      cuda_present, "a CUDA device", cuda_open, cuda_close},
-     * #endif
-     * The first row stays cpu-fp32: the other tables' backward entries are compared with
-     * its. */
+    /* A device's tables, one row each behind their build flag. The first row stays
+     * cpu-fp32: the other tables' backward entries are compared with its. */
+#ifdef QKV_CUDA
+    {"cuda-fp32", &backend_cuda_fp32, QKV_PRECISION_FP32, QKV_PRECISION_FP32, cuda_present,
+     "usable CUDA GPU", cuda_open_table, cuda_close_table},
+    {"cuda-bf16", &backend_cuda_bf16, QKV_PRECISION_BF16, QKV_PRECISION_FP32, cuda_present,
+     "usable CUDA GPU", cuda_open_table, cuda_close_table},
+#endif
 };
 enum { N_TABLES = sizeof TABLES / sizeof *TABLES };
 
