@@ -203,7 +203,7 @@ static int train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
         RUN_ROW("vocab"), RUN_ROW("attention"), RUN_ROW("d-model"), RUN_ROW("heads"),
         RUN_ROW("ffn"), RUN_ROW("layers"), RUN_ROW("dropout"), RUN_ROW("context"),
         RUN_ROW("pre-norm"), RUN_ROW("tie"), RUN_ROW("act"), RUN_ROW("learned-pos"),
-        RUN_ROW("no-bias"), RUN_ROW("batch"), RUN_ROW("steps"), RUN_ROW("minutes"),
+        RUN_ROW("no-bias"), RUN_ROW("batch"), RUN_ROW("accum"), RUN_ROW("steps"), RUN_ROW("minutes"),
         RUN_ROW("lr"), RUN_ROW("warmup"), RUN_ROW("cosine"), RUN_ROW("beta2"),
         RUN_ROW("weight-decay"), RUN_ROW("clip"), RUN_ROW("val-fraction"),
         RUN_ROW("eval-every"), RUN_ROW("eval-tokens"), RUN_ROW("log-every"), RUN_ROW("seed"),

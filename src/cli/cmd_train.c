@@ -42,10 +42,11 @@ static void show_progress(const qkv_train_progress *p, void *ctx)
     }
     if (p->validated) {
         if (pc->tty) fputc('\n', stderr);
-        fprintf(stderr, "epoch %d: validation loss %.4f", p->epoch, p->val_loss);
+        if (p->end_of_epoch) fprintf(stderr, "epoch %d: validation loss %.4f", p->epoch, p->val_loss);
+        else fprintf(stderr, "step %lld: validation loss %.4f", (long long)p->step, p->val_loss);
         if (p->bleu == p->bleu) fprintf(stderr, ", BLEU %.2f", p->bleu);
         fprintf(stderr, "%s%s\n", p->best ? " (best so far)" : "",
-                p->stopping ? "; no better for --patience epochs: stopping" : "");
+                p->stopping ? "; no better for --patience validations: stopping" : "");
     }
 }
 
@@ -127,14 +128,15 @@ static int train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
         RUN_ROW("enc-layers"), RUN_ROW("dec-layers"), RUN_ROW("dropout"), RUN_ROW("max-len"),
         RUN_ROW("bias"), RUN_ROW("pre-norm"), RUN_ROW("final-norm"), RUN_ROW("act"),
         RUN_ROW("tie"), RUN_ROW("learned-pos"), RUN_ROW("batch"), RUN_ROW("batch-tokens"),
-        RUN_ROW("max-tokens"),
+        RUN_ROW("accum"), RUN_ROW("max-tokens"),
         {"num-steps", OPT_ALIAS, "max-tokens", "d2l's name", NULL, NULL},
         RUN_ROW("schedule"), RUN_ROW("lr"), RUN_ROW("warmup"), RUN_ROW("lr-factor"),
         RUN_ROW("beta1"), RUN_ROW("beta2"), RUN_ROW("adam-eps"), RUN_ROW("weight-decay"),
         RUN_ROW("clip"), RUN_ROW("label-smoothing"), RUN_ROW("loss"), RUN_ROW("epochs"),
         RUN_ROW("minutes"), RUN_ROW("num-examples"), RUN_ROW("min-freq"), RUN_ROW("valid"),
-        RUN_ROW("valid-src"), RUN_ROW("valid-tgt"), RUN_ROW("no-bleu"), RUN_ROW("patience"),
-        RUN_ROW("keep-epochs"), RUN_ROW("seed"),
+        RUN_ROW("valid-src"), RUN_ROW("valid-tgt"), RUN_ROW("no-bleu"), RUN_ROW("valid-every"),
+        RUN_ROW("patience"), RUN_ROW("keep-epochs"), RUN_ROW("save-every"), RUN_ROW("keep-last"),
+        RUN_ROW("seed"),
         {"threads", OPT_INT, &c->threads, "threads per rank (0: all cores; under mpirun, shared "
                                           "among the ranks of a machine)", ARG_THREADS, NULL},
         {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},

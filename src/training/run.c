@@ -74,6 +74,12 @@ static qkv_status translation_check(const qkv_run *r, qkv_error *err)
     else if ((vsrc != NULL) != (vtgt != NULL) || (valid && vsrc))
         why = kw ? "validation is valid (a TSV file) or valid_src with valid_tgt"
                  : "validation is --valid FILE or --valid-src with --valid-tgt";
+    else if (!valid && !vsrc && V(T_VALID_EVERY).i > 0)
+        why = kw ? "valid_every needs validation (valid, or valid_src with valid_tgt)"
+                 : "--valid-every needs validation (--valid, or --valid-src with --valid-tgt)";
+    else if (V(T_KEEP_LAST).i > 0 && V(T_SAVE_EVERY).i == 0)
+        why = kw ? "keep_last keeps the models of save_every: give both"
+                 : "--keep-last keeps the models of --save-every: give both";
     else if (!valid && !vsrc && (V(T_PATIENCE).i > 0 || V(T_NO_BLEU).i))
         why = kw ? "patience and valid_bleu=False need validation (valid, or valid_src with "
                    "valid_tgt)"
@@ -356,7 +362,9 @@ static void translation_options(qkv_run *r)
     o->schedule = (qkv_lr_schedule)V(T_SCHEDULE).i, o->warmup = V(T_WARMUP).i;
     o->lr_factor = V(T_LR_FACTOR).f, o->batch_tokens = V(T_BATCH_TOKENS).i;
     o->patience = V(T_PATIENCE).i, o->keep_epochs = V(T_KEEP_EPOCHS).i;
-    o->minutes = V(T_MINUTES).f, o->reducer = r->reducer;
+    o->minutes = V(T_MINUTES).f, o->reducer = r->reducer, o->accum = V(T_ACCUM).i;
+    o->valid_every = V(T_VALID_EVERY).i, o->save_every = V(T_SAVE_EVERY).i;
+    o->keep_last = V(T_KEEP_LAST).i;
 }
 
 /* The validation data, and its references for BLEU: the model learns from its tokens,
@@ -429,6 +437,7 @@ static void lm_options(qkv_run *r)
     o->eval_every = V(L_EVAL_EVERY).i, o->eval_tokens = V(L_EVAL_TOKENS).i;
     o->log_every = V(L_LOG_EVERY).i, o->seed = V(L_SEED).u, o->resume = r->resuming;
     o->stop_after_steps = V(L_STOP_AFTER_STEPS).i, o->reducer = r->reducer;
+    o->accum = V(L_ACCUM).i;
 }
 
 /* The model to train: the one in out when resuming there (its config.json and vocabulary; the

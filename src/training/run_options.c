@@ -76,6 +76,8 @@ static const qkv_option TRANSLATION[T_COUNT + 1] = {
     [T_BATCH] = INT("batch", "sentence pairs per batch", "[1, 65536]", "data"),
     [T_BATCH_TOKENS] = INT("batch-tokens", "batches of similar length, pairs x longest <= N (0: "
                                            "--batch)", "[0, 16777216]", "data"),
+    [T_ACCUM] = INT("accum", "gradient accumulation: batches per optimizer step (as one batch N "
+                             "times larger)", "[1, 1024]", "data"),
     [T_MAX_TOKENS] = INT("max-tokens", "tokens per sentence, <eos> included: longer ones are cut "
                                        "(and counted in a warning), shorter ones padded",
                          "[2, 65536]", "data num_steps"),
@@ -106,10 +108,16 @@ static const qkv_option TRANSLATION[T_COUNT + 1] = {
                           "data"),
     [T_NO_BLEU] = FLAG("no-bleu", "validation loss only (no decoding for BLEU)",
                        "data !valid_bleu"),
+    [T_VALID_EVERY] = INT("valid-every", "validate every N steps instead of every epoch (0: "
+                                         "every epoch)", GE0, "train"),
     [T_PATIENCE] = INT("patience", "stop after N validations without a new best (0: never)", GE0,
                        "train"),
     [T_KEEP_EPOCHS] = INT("keep-epochs", "keep the last N epochs' models in DIR/epoch-NNN", GE0,
                           "train"),
+    [T_SAVE_EVERY] = INT("save-every", "every N steps, checkpoint and keep the model in "
+                                       "DIR/step-NNNNNNN (0: never)", GE0, "train"),
+    [T_KEEP_LAST] = INT("keep-last", "of the --save-every models, keep the last N (0: all)",
+                        GE0, "train"),
     [T_SEED] = {"seed", QKV_OPTION_U64, "initialisation, data order and dropout", SEED, "data",
                 0, NULL},
     [T_PRECISION] = ENUM("precision", PRECISION_HELP, QKV_ENUM_PRECISION, "train"),
@@ -141,6 +149,8 @@ static const qkv_option LANGUAGE_MODEL[L_COUNT + 1] = {
     [L_LEARNED_POS] = FLAG("learned-pos", "learned instead of sinusoidal positions", "model"),
     [L_NO_BIAS] = FLAG("no-bias", "no biases in the attention projections", "model !bias"),
     [L_BATCH] = INT("batch", "windows per step", "[1, 65536]", "data"),
+    [L_ACCUM] = INT("accum", "gradient accumulation: micro-batches of --batch windows per "
+                             "optimizer step", "[1, 1024]", "data"),
     [L_STEPS] = INT("steps", "optimizer steps (0: until --minutes)", GE0, "train"),
     [L_MINUTES] = FLOAT("minutes", "time budget: stop after this many minutes (0: none)", GE0,
                         "train"),
@@ -244,6 +254,8 @@ static void translation_defaults(run_value *v)
     v[T_PRE_NORM].i = c.pre_norm, v[T_FINAL_NORM].i = c.final_norm, v[T_ACT].i = (int)c.act;
     v[T_TIE].i = (int)c.tie, v[T_LEARNED_POS].i = c.learned_pos;
     v[T_BATCH].i = o.batch, v[T_BATCH_TOKENS].i = o.batch_tokens, v[T_MAX_TOKENS].i = 10;
+    v[T_ACCUM].i = 1, v[T_VALID_EVERY].i = o.valid_every, v[T_SAVE_EVERY].i = o.save_every;
+    v[T_KEEP_LAST].i = o.keep_last;
     v[T_SCHEDULE].i = (int)o.schedule, v[T_LR].f = o.lr, v[T_WARMUP].i = o.warmup;
     v[T_LR_FACTOR].f = o.lr_factor, v[T_BETA1].f = o.beta1, v[T_BETA2].f = o.beta2;
     v[T_ADAM_EPS].f = o.adam_eps, v[T_WEIGHT_DECAY].f = o.weight_decay, v[T_CLIP].f = o.clip;
@@ -263,6 +275,7 @@ static void lm_defaults(run_value *v)
     v[L_LAYERS].i = c.layers, v[L_DROPOUT].f = c.dropout, v[L_CONTEXT].i = o.context;
     v[L_PRE_NORM].i = c.pre_norm, v[L_TIE].i = c.tie, v[L_ACT].i = (int)c.act;
     v[L_LEARNED_POS].i = c.learned_pos, v[L_NO_BIAS].i = !c.bias, v[L_BATCH].i = o.batch;
+    v[L_ACCUM].i = 1;
     v[L_STEPS].i = 0, v[L_MINUTES].f = 0.0f, v[L_LR].f = o.lr, v[L_WARMUP].i = o.warmup;
     v[L_COSINE].i = o.cosine, v[L_BETA2].f = o.beta2, v[L_WEIGHT_DECAY].f = o.weight_decay;
     v[L_CLIP].f = o.clip, v[L_VAL_FRACTION].f = 0.1f, v[L_EVAL_EVERY].i = o.eval_every;

@@ -258,7 +258,7 @@ static int applies(const qkv_run *r, int i)
     const int tok = r->v[T_TOKENIZER].i, valid = r->v[T_VALID].s || r->v[T_VALID_SRC].s;
     if (i == T_VOCAB_SIZE || i == T_JOINT_BPE) return tok != TOKENIZER_WORD;
     if (i == T_SPM_TYPE) return tok == TOKENIZER_SPM;
-    if (i == T_NO_BLEU || i == T_PATIENCE) return valid;
+    if (i == T_NO_BLEU || i == T_PATIENCE || i == T_VALID_EVERY) return valid;
     return 1;
 }
 

@@ -4,11 +4,13 @@
  * (batches, schedules, validation, checkpoints, logs) is policy around this step.
  * Data-parallel (o->reducer): the loss pass runs on this rank's shard, and between backward
  * and clipping the ranks sum their gradients; with grad_scale = 1 / the whole batch's tokens
- * that sum is the whole batch's mean gradient, so the update is the one-process update. */
+ * that sum is the whole batch's mean gradient, so the update is the one-process update.
+ * Gradient accumulation (training.h: the step in phases) sums several micro-batches' passes
+ * before that one sum and update. */
 #include <math.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "training/training.h"
 
 /* After the loss pass (status st, returned as it is unless it is a non-finite loss to skip):
  * clip, then Adam at o->lr. A non-finite loss or gradient never reaches the parameters: the
@@ -36,25 +38,6 @@ static qkv_status update(qkv_adam *opt, float *params, float *grads, size_t n, q
     return QKV_OK;
 }
 
-static int parallel(const qkv_step_options *o) { return o->reducer && o->reducer->size > 1; }
-
-/* The step's start: the gradients zeroed, the result cleared, and the loss pass's options
- * (training, with backward). */
-static qkv_status begin(float *grads, size_t n, const qkv_step_options *o, qkv_step_result *r,
-                        qkv_loss_options *pass, qkv_error *err)
-{
-    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
-    /* each rank's own per-token mean would weigh the shards' tokens unequally */
-    if (parallel(o) && !(o->grad_scale > 0.0f))
-        return qkv_fail(err, QKV_ERR_ARG, "a step split over ranks needs grad_scale > 0 (1 / the "
-                        "whole batch's tokens for the per-token mean)");
-    memset(grads, 0, n * sizeof *grads);
-    memset(r, 0, sizeof *r);
-    *pass = (qkv_loss_options){1, o->grad_scale, o->label_smoothing, 1, o->dropout_seed,
-                               parallel(o) ? o->first_example : 0};
-    return QKV_OK;
-}
-
 /* Data-parallel: the sums over the ranks of the loss, the tokens, how each rank's loss pass
  * went (st) and, when every pass succeeded, the gradients. Every rank comes here whatever
  * its own pass returned, since the others wait for it in the sums; all of them then see the
@@ -78,18 +61,72 @@ static qkv_status reduce(const qkv_reducer *rd, float *grads, size_t n, qkv_stat
     return QKV_OK;
 }
 
+static int parallel(const qkv_step_options *o) { return o->reducer && o->reducer->size > 1; }
+
+qkv_status step_begin(float *grads, size_t n, const qkv_step_options *o, int micro_batches,
+                      qkv_step_result *r, qkv_error *err)
+{
+    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    /* each rank's (or micro-batch's) own per-token mean would weigh their tokens unequally */
+    if ((parallel(o) || micro_batches > 1) && !(o->grad_scale > 0.0f))
+        return qkv_fail(err, QKV_ERR_ARG, "a step split over ranks or micro-batches needs "
+                        "grad_scale > 0 (1 / the whole batch's tokens for the per-token mean)");
+    memset(grads, 0, n * sizeof *grads);
+    memset(r, 0, sizeof *r);
+    return QKV_OK;
+}
+
+/* The loss pass's options: training, with backward, the batch's sequences numbered from
+ * first_example for their dropout masks. */
+static qkv_loss_options pass_options(const qkv_step_options *o, uint64_t first_example)
+{
+    return (qkv_loss_options){1, o->grad_scale, o->label_smoothing, 1, o->dropout_seed,
+                              first_example};
+}
+
+qkv_status step_pass_transformer(qkv_transformer *m, const qkv_batch *b,
+                                 const qkv_step_options *o, uint64_t first_example,
+                                 qkv_status st, qkv_step_result *r, qkv_error *err)
+{
+    if (st || b->B <= 0) return st; /* after a failed pass the step only ends (step_end) */
+    const qkv_loss_options pass = pass_options(o, first_example);
+    double loss = 0.0;
+    int tokens = 0;
+    st = qkv_transformer_loss(m, b, &pass, &loss, &tokens, err);
+    if (!st) r->loss += loss, r->tokens += tokens;
+    return st;
+}
+
+qkv_status step_pass_lm(qkv_lm *m, const int *ids, const int *targets, int B, int T,
+                        const qkv_step_options *o, uint64_t first_example, qkv_status st,
+                        qkv_step_result *r, qkv_error *err)
+{
+    if (st || B <= 0) return st;
+    const qkv_loss_options pass = pass_options(o, first_example);
+    double loss = 0.0;
+    int tokens = 0;
+    st = qkv_lm_loss(m, ids, targets, B, T, &pass, &loss, &tokens, err);
+    if (!st) r->loss += loss, r->tokens += tokens;
+    return st;
+}
+
+qkv_status step_end(qkv_adam *opt, float *params, float *grads, size_t n, qkv_status st,
+                    const qkv_step_options *o, qkv_step_result *r, qkv_error *err)
+{
+    if (parallel(o)) st = reduce(o->reducer, grads, n, st, r, err);
+    return update(opt, params, grads, n, st, o, r, err);
+}
+
 qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const qkv_batch *b,
                                       const qkv_step_options *o, qkv_step_result *r,
                                       qkv_error *err)
 {
     const size_t n = qkv_transformer_num_params(m);
     float *grads = qkv_transformer_grads(m);
-    qkv_loss_options pass;
-    qkv_status st = begin(grads, n, o, r, &pass, err);
+    qkv_status st = step_begin(grads, n, o, 1, r, err);
     if (st) return st;
-    if (b->B > 0) st = qkv_transformer_loss(m, b, &pass, &r->loss, &r->tokens, err);
-    if (parallel(o)) st = reduce(o->reducer, grads, n, st, r, err);
-    return update(opt, qkv_transformer_params(m), grads, n, st, o, r, err);
+    st = step_pass_transformer(m, b, o, parallel(o) ? o->first_example : 0, st, r, err);
+    return step_end(opt, qkv_transformer_params(m), grads, n, st, o, r, err);
 }
 
 qkv_status qkv_lm_train_step(qkv_lm *m, qkv_adam *opt, const int *ids, const int *targets, int B,
@@ -98,10 +135,8 @@ qkv_status qkv_lm_train_step(qkv_lm *m, qkv_adam *opt, const int *ids, const int
 {
     const size_t n = qkv_lm_num_params(m);
     float *grads = qkv_lm_grads(m);
-    qkv_loss_options pass;
-    qkv_status st = begin(grads, n, o, r, &pass, err);
+    qkv_status st = step_begin(grads, n, o, 1, r, err);
     if (st) return st;
-    if (B > 0) st = qkv_lm_loss(m, ids, targets, B, T, &pass, &r->loss, &r->tokens, err);
-    if (parallel(o)) st = reduce(o->reducer, grads, n, st, r, err);
-    return update(opt, qkv_lm_params(m), grads, n, st, o, r, err);
+    st = step_pass_lm(m, ids, targets, B, T, o, parallel(o) ? o->first_example : 0, st, r, err);
+    return step_end(opt, qkv_lm_params(m), grads, n, st, o, r, err);
 }

@@ -54,20 +54,42 @@ void batch_lengths(const qkv_dataset *d, const int *items, int B, int cut, int *
 qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_loss,
                     double *bleu, double *sacrebleu, double *chrf, qkv_error *err);
 
-/* The validations so far, one per epoch that ran one; best and patience follow from them. */
+/* The validations so far, one per epoch that ran one (or per valid_every steps: each records
+ * its step, else -1); best and patience follow from them. */
 typedef struct {
     int n, cap;
     int *epoch;
+    int64_t *step;
     double *val_loss, *bleu;
 } history;
 
 void history_free(history *h);
-int history_add(history *h, int epoch, double val_loss, double bleu); /* -1: out of memory */
+/* -1: out of memory */
+int history_add(history *h, int epoch, int64_t step, double val_loss, double bleu);
 /* The index of the best validation (-1 if none) and how many came after it. */
 int history_best(const history *h, int by_bleu, int *since);
 qkv_status history_save(const history *h, const char *path, qkv_error *err);
-/* Reads the validations of epochs <= up_to; a missing file is an empty history. */
-qkv_status history_load(history *h, const char *path, int up_to, qkv_error *err);
+/* Reads the validations of epochs <= up_to (those that record a step: of steps <= up_to_step);
+ * a missing file is an empty history. */
+qkv_status history_load(history *h, const char *path, int up_to, int64_t up_to_step,
+                        qkv_error *err);
+
+/* ---- a step in phases (step.c) -------------------------------------------------------------
+ * qkv_*_train_step is step_begin, one pass and step_end. Gradient accumulation takes several
+ * passes (micro-batches) between them: each adds its gradients, loss and tokens, and the one
+ * step_end sums them over the ranks (data-parallel: one allreduce per step), clips and updates.
+ * A pass after a failed one (st) does nothing, but every rank still comes to step_end, where
+ * the others wait for it in the sums. */
+qkv_status step_begin(float *grads, size_t n, const qkv_step_options *o, int micro_batches,
+                      qkv_step_result *r, qkv_error *err);
+qkv_status step_pass_transformer(qkv_transformer *m, const qkv_batch *b,
+                                 const qkv_step_options *o, uint64_t first_example,
+                                 qkv_status st, qkv_step_result *r, qkv_error *err);
+qkv_status step_pass_lm(qkv_lm *m, const int *ids, const int *targets, int B, int T,
+                        const qkv_step_options *o, uint64_t first_example, qkv_status st,
+                        qkv_step_result *r, qkv_error *err);
+qkv_status step_end(qkv_adam *opt, float *params, float *grads, size_t n, qkv_status st,
+                    const qkv_step_options *o, qkv_step_result *r, qkv_error *err);
 
 /* ---- metrics.jsonl (train.c; train-lm's driver, lm_train.c, too) --------------------------- */
 
