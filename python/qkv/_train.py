@@ -140,6 +140,8 @@ def _run(command, out, items, config, progress, resume, overwrite):
         options.append((key, _check(key, value, kind, choices)))
     if threads < 0:
         raise ValueError(f"threads must be >= 0, got {threads}")
+    # a preset sets its values first; the options given win over them
+    options.sort(key=lambda kv: kv[0] != "preset")
     holder = "python " + " ".join(sys.argv)
     _qkv.run(_KINDS[command], out, options, bool(resume), bool(overwrite), hook, _notice,
              holder, threads)
@@ -155,7 +157,9 @@ def train(data=None, out=None, *, src=None, tgt=None, config=None, progress=None
     line-aligned files. options: `qkv train`'s, with underscores (d_model=256, heads=8,
     layers=3, epochs=10, batch_tokens=4096, schedule="noam", tokenizer="spm",
     vocab_size=8000, valid="valid.tsv", precision="bf16", threads=2, ...) and its defaults
-    (d2l's model and recipe); a name train.json records an option under works too
+    (d2l's model and recipe); preset="transformer-base", "transformer-big" or "d2l" sets the
+    paper's (or d2l's) hyper-parameters first, which the options given override (a warning lists
+    them); a name train.json records an option under works too
     (num_steps for max_tokens, valid_bleu=False for no_bleu). config: a dict or a JSON file of
     options, as --config; what the arguments give wins. progress: called with a Progress
     after every step. resume: continue the run in out, with the options it recorded (those

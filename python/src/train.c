@@ -171,9 +171,10 @@ static PyObject *run_options(PyObject *module, PyObject *args)
     return list;
 }
 
-/* Sets one option from a Python value of the type qkv/_train.py checked. */
+/* Sets one option from a Python value of the type qkv/_train.py checked; a preset (of a new
+ * run: a resumed one compares it with its record) sets its values. */
 static qkv_status set_option(qkv_run *r, qkv_run_kind kind, PyObject *key_obj, PyObject *value,
-                             qkv_error *err)
+                             int resume, qkv_error *err)
 {
     const char *key = utf8_of(key_obj, NULL, "option");
     if (!key) return QKV_ERR_ARG;
@@ -184,6 +185,10 @@ static qkv_status set_option(qkv_run *r, qkv_run_kind kind, PyObject *key_obj, P
         return QKV_ERR_ARG;
     }
     const qkv_option *o = &qkv_run_options(kind, NULL)[i];
+    if (!strcmp(o->name, "preset") && value != Py_None && !resume) { /* before the others */
+        const char *name = utf8_of(value, NULL, key);
+        return name ? qkv_run_apply_preset(r, name, err) : QKV_ERR_ARG;
+    }
     if (value == Py_None) return qkv_run_set_text(r, i, NULL, err);
     if (PyBool_Check(value)) return qkv_run_set_int(r, i, (value == Py_True) != inverted, err);
     if (PyLong_Check(value)) {
@@ -252,7 +257,8 @@ static PyObject *run(PyObject *module, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "options must be (name, value) pairs");
             break;
         }
-        st = set_option(r, kind, PyTuple_GetItem(item, 0), PyTuple_GetItem(item, 1), &err);
+        st = set_option(r, kind, PyTuple_GetItem(item, 0), PyTuple_GetItem(item, 1), resume,
+                        &err);
     }
     if (!st && !PyErr_Occurred()) {
         const int use = threads > 0 ? threads : ms->threads;

@@ -123,7 +123,7 @@ static int train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
         RUN_ROW("tgt"),
         {"out", OPT_DIR, &c->out, "model directory to write", NULL, NULL},
         {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
-        RUN_ROW("tokenizer"), RUN_ROW("vocab-size"), RUN_ROW("joint-bpe"), RUN_ROW("spm-type"),
+        RUN_ROW("preset"), RUN_ROW("tokenizer"), RUN_ROW("vocab-size"), RUN_ROW("joint-bpe"), RUN_ROW("spm-type"),
         RUN_ROW("d-model"), RUN_ROW("heads"), RUN_ROW("ffn"), RUN_ROW("layers"),
         RUN_ROW("enc-layers"), RUN_ROW("dec-layers"), RUN_ROW("dropout"), RUN_ROW("max-len"),
         RUN_ROW("bias"), RUN_ROW("pre-norm"), RUN_ROW("final-norm"), RUN_ROW("act"),
@@ -189,7 +189,8 @@ static int train_check(const train_cli *c, const opt_spec *opts, int argc, char 
                      "the noam schedule's (this run's is noam)"
                    : "--lr sets the constant schedule's rate; --warmup and --lr-factor shape "
                      "the noam schedule's (this run's is constant)";
-    else if (!subwords && args_given(argc, argv, 2, opts, "vocab-size"))
+    else if (!subwords && (args_given(argc, argv, 2, opts, "vocab-size") ||
+                           args_given(argc, argv, 2, opts, "joint-bpe")))
         why = "--joint-bpe and --vocab-size are for --tokenizer bpe or spm";
     else if (!spm && args_given(argc, argv, 2, opts, "spm-type"))
         why = "--spm-type is for --tokenizer spm";
@@ -215,6 +216,12 @@ static int train_setup(train_cli *c, opt_spec *opts, int argc, char **argv)
     if (c->out && c->resume) { /* a resumed run claims its directory first: it reads it */
         if (qkv_run_claim(r, c->out, QKV_RUN_RESUME, holder, &err))
             return cli_print_error("qkv", &err), 1;
+        cli_run_pull(&c->run);
+        if (args_parse(argc, argv, 2, opts, "")) return 2;
+    }
+    const char *preset = c->run.v[qkv_run_option_find(QKV_RUN_TRANSLATION, "preset", NULL)].s;
+    if (!c->resume && preset) { /* the preset first, then the command line over it */
+        if (qkv_run_apply_preset(r, preset, &err)) return cli_print_error("qkv train", &err), 2;
         cli_run_pull(&c->run);
         if (args_parse(argc, argv, 2, opts, "")) return 2;
     }

@@ -85,9 +85,6 @@ static qkv_status translation_check(const qkv_run *r, qkv_error *err)
                    "valid_tgt)"
                  : "--patience and --no-bleu need validation (--valid, or --valid-src with "
                    "--valid-tgt)";
-    else if (V(T_TOKENIZER).i == TOKENIZER_WORD && V(T_JOINT_BPE).i)
-        why = kw ? "joint_bpe is for tokenizer 'bpe' or 'spm'"
-                 : "--joint-bpe and --vocab-size are for --tokenizer bpe or spm";
     else if (V(T_PRECISION).i == QKV_PRECISION_INT8)
         why = kw ? "precision 'int8' is for inference only: train in 'fp32' or 'bf16'"
                  : "--precision int8 is for inference only: train in fp32 or bf16";

@@ -49,6 +49,10 @@ static const qkv_option TRANSLATION[T_COUNT + 1] = {
                      "data"),
     [T_SRC] = FILE_("src", "source sentences, one per line (with --tgt)", "data"),
     [T_TGT] = FILE_("tgt", "target sentences, line-aligned with --src", "data"),
+    [T_PRESET] = {"preset", QKV_OPTION_TEXT, "the hyper-parameters of transformer-base or "
+                                             "transformer-big (the paper's) or d2l (d2l's "
+                                             "Transformer); options given win",
+                  NULL, "data", 0, NULL},
     [T_TOKENIZER] = LOCAL("tokenizer", "word: d2l's words; bpe: subwords of them; spm: "
                                        "SentencePiece on raw, cased text", TOKENIZERS, "data"),
     [T_VOCAB_SIZE] = INT("vocab-size", "bpe, spm: tokens per vocabulary, reserved ones included",
@@ -520,24 +524,111 @@ const char *qkv_run_get_text(const qkv_run *r, int opt)
     return o->type == QKV_OPTION_FILE || o->type == QKV_OPTION_TEXT ? r->v[opt].s : NULL;
 }
 
-/* ---- presets ------------------------------------------------------------------------------ */
+/* ---- presets ------------------------------------------------------------------------------
+ * The standard shapes and recipes by name. The paper's (Vaswani et al. 2017, section 5 and
+ * table 3): base is d_model 512, 8 heads, FFN 2048, 6 + 6 layers, dropout 0.1, label smoothing
+ * 0.1, Adam (0.9, 0.98, 1e-9) on the warmup schedule of eq. 3 with 4000 steps, batches of about
+ * 25000 tokens, one BPE vocabulary of 37000 shared by both languages and the three weight
+ * matrices of section 3.4; big is d_model 1024, 16 heads, FFN 4096, dropout 0.3. A sentence
+ * length the paper does not give is needed here: 256 tokens. d2l's is the Transformer of
+ * "Dive into Deep Learning" (section 11.7), qkv's own defaults but for 30 epochs and d2l's
+ * loss scaling. */
 
+typedef struct {
+    const char *name;
+    double number;    /* INT, FLOAT, FLAG */
+    const char *text; /* CHOICE (NULL: the number) */
+} preset_value;
+
+typedef struct {
+    const char *name, *help;
+    preset_value values[24];
+} preset;
+
+#define PAPER_RECIPE                                                                           \
+    {"heads", 8, NULL}, {"layers", 6, NULL}, {"dropout", 0.1, NULL},                           \
+        {"label-smoothing", 0.1, NULL}, {"schedule", 0, "noam"}, {"warmup", 4000, NULL},       \
+        {"lr-factor", 1, NULL}, {"beta1", 0.9, NULL}, {"beta2", 0.98, NULL},                   \
+        {"adam-eps", 1e-9, NULL}, {"batch-tokens", 25000, NULL}, {"tokenizer", 0, "spm"},      \
+        {"vocab-size", 37000, NULL}, {"joint-bpe", 1, NULL}, {"tie", 0, "all"},                \
+        {"max-tokens", 256, NULL}
+
+static const preset PRESETS[] = {
+    {"transformer-base", "the paper's base model: d_model 512, 8 heads, FFN 2048, 6 + 6 layers",
+     {{"d-model", 512, NULL}, {"ffn", 2048, NULL}, PAPER_RECIPE, {NULL, 0, NULL}}},
+    {"transformer-big", "the paper's big model: d_model 1024, 16 heads, FFN 4096, dropout 0.3",
+     {PAPER_RECIPE, {"d-model", 1024, NULL}, {"ffn", 4096, NULL}, {"heads", 16, NULL},
+      {"dropout", 0.3, NULL}, {NULL, 0, NULL}}},
+    {"d2l", "d2l's Transformer: d_model 32, 4 heads, FFN 64, 2 + 2 layers, 30 epochs",
+     {{"d-model", 32, NULL}, {"heads", 4, NULL}, {"ffn", 64, NULL}, {"layers", 2, NULL},
+      {"dropout", 0.1, NULL}, {"lr", 0.005, NULL}, {"batch", 64, NULL},
+      {"max-tokens", 10, NULL}, {"epochs", 30, NULL}, {"loss", 0, "d2l"},
+      {"tokenizer", 0, "word"}, {"min-freq", 2, NULL}, {"schedule", 0, "constant"},
+      {"clip", 1, NULL}, {NULL, 0, NULL}}},
+};
+enum { N_PRESETS = sizeof PRESETS / sizeof *PRESETS };
+
+static const char *const PRESET_NAMES[] = {"transformer-base", "transformer-big", "d2l", NULL};
 static const char *const NO_PRESETS[] = {NULL};
 
 const char *const *qkv_run_preset_names(qkv_run_kind kind)
 {
-    (void)kind;
-    return NO_PRESETS;
+    return kind == QKV_RUN_TRANSLATION ? PRESET_NAMES : NO_PRESETS;
+}
+
+static const preset *preset_of(qkv_run_kind kind, const char *name)
+{
+    for (int i = 0; kind == QKV_RUN_TRANSLATION && name && i < N_PRESETS; i++)
+        if (!strcmp(PRESETS[i].name, name)) return &PRESETS[i];
+    return NULL;
 }
 
 const char *qkv_run_preset_help(qkv_run_kind kind, const char *name)
 {
-    (void)kind, (void)name;
-    return NULL;
+    const preset *p = preset_of(kind, name);
+    return p ? p->help : NULL;
+}
+
+/* Sets one of a preset's values (the tables' are all valid). */
+static qkv_status preset_set(qkv_run *r, const preset_value *v, qkv_error *err)
+{
+    const int i = qkv_run_option_find(r->kind, v->name, NULL);
+    if (i < 0) return qkv_fail(err, QKV_ERR_ARG, "preset: no option %s", v->name);
+    if (v->text) return qkv_run_set_text(r, i, v->text, err);
+    if (r->opts[i].type == QKV_OPTION_FLOAT) return qkv_run_set_float(r, i, v->number, err);
+    return qkv_run_set_int(r, i, (long long)v->number, err);
 }
 
 qkv_status qkv_run_apply_preset(qkv_run *r, const char *name, qkv_error *err)
 {
-    (void)r;
-    return qkv_fail(err, QKV_ERR_ARG, "no preset '%s'", name ? name : "");
+    const preset *p = preset_of(r->kind, name);
+    if (!p) {
+        char list[128] = "";
+        for (int i = 0; r->kind == QKV_RUN_TRANSLATION && i < N_PRESETS; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     PRESETS[i].name);
+        return qkv_fail(err, QKV_ERR_ARG, "no preset '%s'%s%s", name ? name : "",
+                        *list ? "; the presets are " : " for this kind of run", list);
+    }
+    char line[1024];
+    size_t n = (size_t)snprintf(line, sizeof line, "preset %s:", p->name);
+    qkv_status st = QKV_OK;
+    for (const preset_value *v = p->values; v->name && !st; v++) {
+        if ((st = preset_set(r, v, err))) break;
+        int later = 0; /* a value the preset sets again (big over the recipe) is said once */
+        for (const preset_value *w = v + 1; w->name; w++) later |= !strcmp(w->name, v->name);
+        if (later) continue;
+        const int i = qkv_run_option_find(r->kind, v->name, NULL);
+        char name_[80], value[64];
+        run_spelled(r, i, name_, sizeof name_);
+        run_value_text(r, i, value, sizeof value);
+        const int flag = r->opts[i].type == QKV_OPTION_FLAG, cmd = r->naming == QKV_NAMING_COMMAND;
+        if (n < sizeof line)
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s%s%s", name_,
+                                  flag ? (cmd ? "" : "=True") : cmd ? " " : "=",
+                                  flag ? "" : value);
+    }
+    if (!st) st = qkv_run_set_text(r, T_PRESET, p->name, err);
+    if (!st) run_notice(r, "%s", line);
+    return st;
 }

@@ -272,6 +272,14 @@ static void test_schedule_by_steps(void **state)
     char *h = read_text(full, "validation.json");
     printf("  validations up to step %lld\n%s", (long long)last, h);
     assert_true(last % 5 == 0 && last < 24 && last % 3 != 0);
+    /* and it stopped there: the last checkpoint is of that step */
+    char ckpt[128];
+    qkv_tensor_file f = {0};
+    qkv_error err = {0};
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", full);
+    assert_int_equal(qkv_tensor_file_load(&f, ckpt, &err), QKV_OK);
+    assert_int_equal(atoll(qkv_tensor_file_meta(&f, "step")), last);
+    qkv_tensor_file_free(&f);
     assert_non_null(strstr(h, "\"step\": 5,"));
     free(h);
     char name[32];
