@@ -2,9 +2,14 @@
 # SPDX-License-Identifier: MIT
 """qkv serve under load: requests/s, tokens/s and p50/p99 latency at concurrency 1, 8 and 64,
 for a translation model and a language model, beside the offline CLI's throughput on the same
-inputs (qkv translate over the same sentences, qkv generate for the same number of tokens).
+inputs (qkv translate over the same sentences, qkv generate for the same number of tokens); then
+the mix (--mix): 64 connections of greedy translations alone, and with one request in ten a
+beam-4 search, p50/p99 of the greedy requests in each (a beam is rows of the running batch, so
+the greedy requests' p99 should stay within 2x of theirs alone) and requests/s; and two models
+served by one shared decoding thread or by one each (--scheduler shared / per-model).
 
     make bench-serve            (or: python3 bench/serve_bench.py --qkv build/qkv)
+    python3 bench/serve_bench.py --qkv build/qkv --translation-model DIR --only-mix
 
 Without --translation-model / --lm-model it trains its own: a translation model of the
 Multi30k example's size (examples/multi30k.sh: d_model 256, 8 heads, 3 + 3 layers, joint BPE
@@ -29,6 +34,8 @@ def start_server(qkv, model, threads, extra=()):
     p = subprocess.Popen([qkv, "serve", "--model", model, "--port", "0", "--threads", str(threads),
                           *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
+    while line and " on http://" not in line:  # a line per model before the address
+        line = p.stdout.readline()
     m = re.search(r"http://([^:]+):(\d+)$", line.strip())
     if not m:
         p.kill()
@@ -88,6 +95,102 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def load_mixed(host, port, bodies, kinds, concurrency):
+    """As load, each body of a kind ("greedy", "beam"); returns the latencies by kind, wall."""
+    lat, lock, nxt, errors = {k: [] for k in set(kinds)}, threading.Lock(), [0], []
+
+    def client():
+        c = http.client.HTTPConnection(host, port, timeout=600)
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(bodies):
+                break
+            t0 = time.perf_counter()
+            c.request("POST", "/translate", body=bodies[i],
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            r.read()
+            dt = time.perf_counter() - t0
+            with lock:
+                lat[kinds[i]].append(dt)
+                if r.status != 200:
+                    errors.append(r.status)
+        c.close()
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        sys.exit(f"{len(errors)} answers were not 200: {sorted(set(errors))}")
+    return lat, time.perf_counter() - t0
+
+
+def mix_rows(qkv, tm, threads, sentences, connections, slots):
+    """Greedy translations alone, then with every tenth a beam-4 request, at `connections`."""
+    rows = []
+    for share in (0, 10):
+        kinds = ["beam" if share and i % share == share - 1 else "greedy"
+                 for i in range(len(sentences))]
+        bodies = [json.dumps({"q": s, **({"beam": 4} if k == "beam" else {})})
+                  for s, k in zip(sentences, kinds)]
+        p, host, port = start_server(qkv, tm, threads, ("--max-batch-tokens", str(slots)))
+        try:
+            load_mixed(host, port, bodies[:64], kinds[:64], connections)  # warm up
+            lat, wall = load_mixed(host, port, bodies, kinds, connections)
+        finally:
+            p.terminate()
+            p.wait()
+        name = "greedy only" if not share else f"greedy + {100 // share}% beam 4"
+        for k in ("greedy", "beam"):
+            if lat.get(k):
+                rows.append((name, k, len(lat[k]), len(bodies) / wall,
+                             1000 * statistics.median(lat[k]), 1000 * pct(lat[k], 0.99)))
+        print(f"  {name}: {len(bodies) / wall:.1f} req/s", flush=True)
+    return rows
+
+
+def scheduler_rows(qkv, tm, threads, sentences, connections):
+    """Two models (one directory as en-de and de-en), half the requests each, one decoding
+    thread for both or one each."""
+    rows = []
+    bodies = [json.dumps({"q": s, "source": "en" if i % 2 else "de",
+                          "target": "de" if i % 2 else "en"}) for i, s in enumerate(sentences)]
+    for sched in ("shared", "per-model"):
+        p, host, port = start_server(qkv, tm, threads, ("--model", f"de-en={tm}", "--model",
+                                                        f"en-de={tm}", "--scheduler", sched))
+        try:
+            load_mixed(host, port, bodies[:64], ["greedy"] * 64, connections)
+            lat, wall = load_mixed(host, port, bodies, ["greedy"] * len(bodies), connections)
+        finally:
+            p.terminate()
+            p.wait()
+        rows.append((sched, len(bodies) / wall, 1000 * statistics.median(lat["greedy"]),
+                     1000 * pct(lat["greedy"], 0.99)))
+        print(f"  --scheduler {sched}: {rows[-1][1]:.1f} req/s", flush=True)
+    return rows
+
+
+def print_mix(mix, sched, a):
+    print("\n| mix (64 connections) | requests | n | requests/s (all) | p50 ms | p99 ms |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, kind, n, rps, p50, p99 in mix:
+        print(f"| {name} | {kind} | {n} | {rps:.1f} | {p50:.1f} | {p99:.1f} |")
+    greedy = {name: p99 for name, kind, n, rps, p50, p99 in mix if kind == "greedy"}
+    alone, mixed = greedy.get("greedy only"), greedy.get("greedy + 10% beam 4")
+    if alone and mixed:
+        print(f"\ngreedy p99 with 10% beam 4 / alone: {mixed / alone:.2f} (the aim: within 2)")
+    if sched:
+        print("\n| two models, 64 connections | requests/s | p50 ms | p99 ms |")
+        print("|---|---:|---:|---:|")
+    for sched_name, rps, p50, p99 in sched:
+        print(f"| --scheduler {sched_name} | {rps:.1f} | {p50:.1f} | {p99:.1f} |")
+
+
 def run_rows(name, host, port, path, bodies, levels):
     rows = []
     for c in levels:
@@ -116,6 +219,10 @@ def main():
     ap.add_argument("--completions", type=int, default=64, help="completion requests per level")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--levels", default="1,8,64")
+    ap.add_argument("--mix-slots", type=int, default=64, help="--max-batch-size of the mix")
+    ap.add_argument("--only-mix", action="store_true", help="the mix and the schedulers only")
+    ap.add_argument("--no-schedulers", action="store_true",
+                    help="not the two-model run (a qkv from before --scheduler)")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     work = tempfile.mkdtemp(prefix="qkv-serve-bench-")
@@ -132,7 +239,7 @@ def main():
                         str(a.threads), "--quiet", "--out", tm], check=True,
                        stdout=subprocess.DEVNULL)
     lm = a.lm_model
-    if not lm:
+    if not lm and not a.only_mix:
         lm = os.path.join(work, "lm")
         print(f"training a character language model for {a.train_minutes / 2} min ...", flush=True)
         subprocess.run([a.qkv, "train-lm", "--data", f"{a.data}/tinyshakespeare/input.txt",
@@ -143,6 +250,17 @@ def main():
     with open(f"{m30k}/test_2016_flickr.de", encoding="utf-8") as f:
         sentences = [l.strip() for l in f if l.strip()][:a.sentences]
     rows = []
+    print("the mix:", flush=True)
+    mix = mix_rows(a.qkv, tm, a.threads, sentences, 64, a.mix_slots)
+    sched = []
+    if not a.no_schedulers:
+        print("two models:", flush=True)
+        sched = scheduler_rows(a.qkv, tm, a.threads, sentences, 64)
+    if a.only_mix:
+        print_mix(mix, sched, a)
+        print(f"\n{len(sentences)} Multi30k test sentences (de->en, one per request); --threads "
+              f"{a.threads}; model {tm}")
+        return
 
     # ---- translation: offline, then the server
     src = os.path.join(work, "src.txt")
@@ -200,6 +318,7 @@ def main():
     for name, run, rps, tps, p50, p99, batch in rows:
         print(f"| {name} | {run} | {fmt(rps, 1)} | {fmt(tps, 0)} | {fmt(p50, 1)} | {fmt(p99, 1)} "
               f"| {fmt(batch, 1)} |")
+    print_mix(mix, sched, a)
     print(f"\n{len(sentences)} Multi30k test sentences (de->en, one per request); {a.completions} "
           f"completions of {a.max_tokens} tokens; --threads {a.threads}; models in {work}")
 

@@ -17,13 +17,15 @@ pkgs=(
   libmicrohttpd-dev        # qkv serve: the HTTP server
   libopenmpi-dev openmpi-bin  # data-parallel training over MPI (mpirun)
   wrk                      # qkv serve: load tests and benchmarks (tests only)
+  nginx-light              # qkv serve behind a reverse proxy: tests/e2e/test_serve_nginx.sh (tests only)
   python3-pip              # installs the Python test tools below
 )
 # Python test tools (never runtime dependencies), for Debian's python3 (the one with python3-torch):
 # transformers builds the Marian reference models, sentencepiece and sacrebleu check ours.
 # transformers 4.38 is the newest that runs on Debian's torch 1.13.
-# ctranslate2 runs the models qkv export ct2 writes (tests/e2e/test_ct2.sh).
-py_pkgs=(transformers==4.38.2 sentencepiece sacrebleu safetensors ctranslate2)
+# ctranslate2 runs the models qkv export ct2 writes (tests/e2e/test_ct2.sh); libretranslatepy
+# and openai are the clients qkv serve is tested with (test_serve_libre.sh, test_serve_openai.sh).
+py_pkgs=(transformers==4.38.2 sentencepiece sacrebleu safetensors ctranslate2 libretranslatepy openai)
 # Tests only: OpenBLAS's pthreads build, which tests/e2e/test_blas.sh loads on purpose to see qkv
 # refuse it. Installed as it is, it would become every program's libopenblas.so.0, libblas.so.3
 # and liblapack.so.3 (Debian's alternatives rank it above the OpenMP build, 100 to 95), PyTorch's
@@ -37,7 +39,7 @@ missing=(); missing_pinned=()
 for p in "${pkgs[@]}"; do is_missing "$p" && missing+=("$p"); done
 for p in "${pinned[@]}"; do is_missing "$p" && missing_pinned+=("$p"); done
 install_python_tools() {
-  /usr/bin/python3 -c 'import transformers, sentencepiece, sacrebleu, safetensors, ctranslate2' 2>/dev/null && return 0
+  /usr/bin/python3 -c 'import transformers, sentencepiece, sacrebleu, safetensors, ctranslate2, libretranslatepy, openai' 2>/dev/null && return 0
   echo "install-deps: installing Python test tools ${py_pkgs[*]}" >&2
   $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages --root-user-action=ignore "${py_pkgs[@]}"
 }

@@ -519,6 +519,17 @@ int qkv_lm_batch_running(const qkv_lm_batch *b);
 QKV_API
 qkv_status qkv_lm_batch_add(qkv_lm_batch *b, const int *prompt, int n_prompt,
                             const qkv_lm_generation *g, int *slot, qkv_error *err);
+/* Chunked prefill: a prompt of more than `tokens` tokens that joins while other texts run is
+ * fed as rows of the next steps, `tokens` a step (beside the running texts' rows, as many as
+ * the slots leave room for), so that it does not stall them for a whole prefill; its first
+ * token is drawn the step its last chunk is in. The chunks compute the prompt's keys and values
+ * with the decoding step's kernels rather than one batched forward pass: the same up to float
+ * rounding, so a sampled text can differ from qkv_lm_generate's where two tokens' probabilities
+ * lie within that rounding (tests/unit/test_lm_batch.c: identical tokens on its texts, logits
+ * within 1e-4). A prompt alone, or of at most `tokens`, is one pass as before. 0 (the
+ * default): one pass always. */
+QKV_API
+void qkv_lm_batch_set_prefill_chunk(qkv_lm_batch *b, int tokens);
 /* drawn (slots): the token each running text drew this step, -1 elsewhere. */
 QKV_API
 qkv_status qkv_lm_batch_step(qkv_lm_batch *b, int *drawn, qkv_error *err);

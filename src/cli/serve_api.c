@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* qkv serve's API shapes (serve.h):
- *   POST /translate        LibreTranslate's: {"q": "text" | [...]} -> {"translatedText"}, with
- *                          "beam", "alternatives" (n-best) and "max_len"
- *   POST /v1/completions   OpenAI's, for a language model; "stream": true as server-sent events
- *   GET  /health, /v1/models */
+/* qkv serve's OpenAI-shaped API (serve.h):
+ *   POST /v1/completions   for a language model; "stream": true as server-sent events
+ *   GET  /health, /v1/models (every model the server holds) */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -26,14 +24,8 @@ static int refuse(char *msg, size_t cap, int code, const char *fmt, ...)
     return code;
 }
 
-/* The answer of a request, shaped from its finished job (under lock). */
-typedef cJSON *(*answer_shape)(const server *s, const job *j, const void *arg);
-
-/* Waits for j (in the queue, or done already) and answers: the shape of its result, its
- * failure, 504 past the timeout, nothing when the client went away. what: "translation" or
- * "completion", for the timeout's message. */
-static enum MHD_Result wait_and_answer(server *s, struct MHD_Connection *c, conn *cn, job *j,
-                                       const char *what, answer_shape shape, const void *arg)
+enum MHD_Result serve_wait_and_answer(server *s, struct MHD_Connection *c, conn *cn, job *j,
+                                      const char *what, answer_shape shape, const void *arg)
 {
     char msg[600];
     cn->j = j;
@@ -52,134 +44,6 @@ static enum MHD_Result wait_and_answer(server *s, struct MHD_Connection *c, conn
     return serve_send_json(c, cn, 200, o);
 }
 
-/* ---- POST /translate -------------------------------------------------------------------- */
-
-/* "q" and the other members of a translation request checked: 0, or the status with msg. */
-static int check_translate(const cJSON *req, char *msg, size_t cap)
-{
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(req, "q");
-    const int is_list = cJSON_IsArray(q);
-    if (!cJSON_IsString(q) && !is_list)
-        return refuse(msg, cap, 400, "\"q\" must be a string or an array of strings");
-    const int n = is_list ? cJSON_GetArraySize(q) : 1;
-    if (n > MAX_SOURCES)
-        return refuse(msg, cap, 413, "%d texts in \"q\": at most %d per request", n, MAX_SOURCES);
-    for (int i = 0; i < n; i++) {
-        const cJSON *x = is_list ? cJSON_GetArrayItem(q, i) : q;
-        if (!cJSON_IsString(x)) return refuse(msg, cap, 400, "\"q\"[%d] must be a string", i);
-        if (strlen(x->valuestring) > MAX_SOURCE_BYTES)
-            return refuse(msg, cap, 413, "\"q\"[%d] has %zu bytes: at most %d", i,
-                          strlen(x->valuestring), MAX_SOURCE_BYTES);
-        if (strchr(x->valuestring, '\n') || strchr(x->valuestring, '\r'))
-            return refuse(msg, cap, 400, "\"q\"[%d] holds a line break: send one sentence per "
-                          "text (an array of them)", i);
-    }
-    static const char *const strings[] = {"source", "target", "format", "api_key"};
-    for (size_t k = 0; k < sizeof strings / sizeof *strings; k++) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, strings[k]);
-        if (x && !cJSON_IsString(x) && !cJSON_IsNull(x))
-            return refuse(msg, cap, 400, "\"%s\" must be a string", strings[k]);
-    }
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(req, "format");
-    if (cJSON_IsString(format) && strcmp(format->valuestring, "text"))
-        return refuse(msg, cap, 400, "\"format\": only \"text\" is supported");
-    return 0;
-}
-
-/* The job of the sources q (a string, or an array of n); NULL when out of memory. */
-static job *translate_job(const cJSON *q, int n, int beam, int alternatives, int max_len)
-{
-    job *j = job_new();
-    if (!j) return NULL;
-    j->kind = JOB_TRANSLATE, j->n = n, j->max_len = max_len, j->n_best = alternatives + 1;
-    j->beam = beam > j->n_best ? beam : j->n_best;
-    j->src = calloc((size_t)n, sizeof *j->src);
-    j->text = calloc((size_t)n * j->n_best, sizeof *j->text);
-    j->score = calloc((size_t)n * j->n_best, sizeof *j->score);
-    j->slot = malloc((size_t)n * sizeof *j->slot);
-    j->cut = calloc((size_t)n, sizeof *j->cut);
-    int ok = j->src && j->text && j->score && j->slot && j->cut;
-    for (int i = 0; ok && i < n; i++) {
-        j->slot[i] = -1;
-        ok = !!(j->src[i] = strdup((cJSON_IsArray(q) ? cJSON_GetArrayItem(q, i) : q)->valuestring));
-    }
-    if (!ok) job_free(j), j = NULL;
-    return j;
-}
-
-/* {"translatedText", "alternatives" (n-best), "scores" (beam search), "truncated" (when a
- * source was longer than the model's max_len and cut to it, as the CLI warns)}: each a list
- * when "q" was one (arg: nonzero), else the one text's. */
-static cJSON *translation_json(const server *s, const job *j, const void *arg)
-{
-    (void)s;
-    const int is_list = *(const int *)arg, alternatives = j->n_best - 1;
-    cJSON *o = cJSON_CreateObject();
-    int cut = 0;
-    for (int i = 0; i < j->n; i++) cut |= j->cut[i];
-    cJSON *texts = cJSON_CreateArray(), *alts = cJSON_CreateArray(), *scores = cJSON_CreateArray();
-    for (int i = 0; i < j->n; i++) {
-        const char *best = j->text[(size_t)i * j->n_best];
-        cJSON_AddItemToArray(texts, cJSON_CreateString(best ? best : ""));
-        cJSON *a = cJSON_CreateArray(), *sc = cJSON_CreateArray();
-        for (int k = 0; k < j->n_best; k++) {
-            const size_t h = (size_t)i * j->n_best + k;
-            if (k > 0 && j->text[h]) cJSON_AddItemToArray(a, cJSON_CreateString(j->text[h]));
-            if (j->beam > 1 && j->text[h] && isfinite(j->score[h]))
-                cJSON_AddItemToArray(sc, cJSON_CreateNumber(j->score[h]));
-        }
-        cJSON_AddItemToArray(alts, a), cJSON_AddItemToArray(scores, sc);
-    }
-    if (is_list) {
-        cJSON_AddItemToObject(o, "translatedText", texts);
-    } else {
-        cJSON_AddItemToObject(o, "translatedText",
-                              cJSON_Duplicate(cJSON_GetArrayItem(texts, 0), 1));
-        cJSON_Delete(texts);
-        cJSON *a0 = cJSON_DetachItemFromArray(alts, 0), *s0 = cJSON_DetachItemFromArray(scores, 0);
-        cJSON_Delete(alts), cJSON_Delete(scores);
-        alts = a0, scores = s0;
-    }
-    if (alternatives) cJSON_AddItemToObject(o, "alternatives", alts);
-    else cJSON_Delete(alts);
-    if (j->beam > 1) cJSON_AddItemToObject(o, "scores", scores);
-    else cJSON_Delete(scores);
-    if (cut && is_list) {
-        cJSON *t = cJSON_AddArrayToObject(o, "truncated");
-        for (int i = 0; i < j->n; i++)
-            cJSON_AddItemToArray(t, cJSON_CreateBool(j->cut[i]));
-    } else if (cut) {
-        cJSON_AddTrueToObject(o, "truncated");
-    }
-    return o;
-}
-
-enum MHD_Result serve_post_translate(server *s, struct MHD_Connection *c, conn *cn,
-                                     const cJSON *req)
-{
-    char msg[600];
-    if (!s->tr)
-        return serve_send_error(c, cn, 400, "this server holds a language model: use "
-                                "/v1/completions");
-    int code = check_translate(req, msg, sizeof msg);
-    if (code) return serve_send_error(c, cn, code, "%s", msg);
-    const int limit = qkv_transformer_get_config(qkv_translator_model(s->tr))->max_len;
-    int beam = 1, alternatives = 0, max_len = 0;
-    if (serve_get_int(req, "beam", 1, MAX_BEAM, &beam, msg, sizeof msg) ||
-        serve_get_int(req, "alternatives", 0, MAX_BEAM - 1, &alternatives, msg, sizeof msg) ||
-        serve_get_int(req, "max_len", 1, limit, &max_len, msg, sizeof msg))
-        return serve_send_error(c, cn, 400, "%s", msg);
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(req, "q");
-    const int is_list = cJSON_IsArray(q), n = is_list ? cJSON_GetArraySize(q) : 1;
-    job *j = translate_job(q, n, beam, alternatives, max_len);
-    if (!j) return serve_send_error(c, cn, 500, "out of memory");
-    if (n == 0) j->done = 1, j->refs = 1;
-    else if (serve_enqueue(s, j))
-        return job_free(j), serve_send_error(c, cn, 503, "the queue is full (%d requests): "
-                                             "retry later", s->max_queue);
-    return wait_and_answer(s, c, cn, j, "translation", translation_json, &is_list);
-}
-
 /* ---- POST /v1/completions ------------------------------------------------------------- */
 
 /* A completion chunk or the whole answer: OpenAI's text_completion object. */
@@ -190,7 +54,8 @@ static cJSON *completion_json(const server *s, const char *id, const char *text,
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)time(NULL));
-    cJSON_AddStringToObject(o, "model", s->model_id);
+    (void)s;
+    cJSON_AddStringToObject(o, "model", j->m->name);
     cJSON_AddStringToObject(c, "text", text);
     cJSON_AddNumberToObject(c, "index", 0);
     cJSON_AddNullToObject(c, "logprobs");
@@ -382,7 +247,7 @@ static int check_unsupported(const cJSON *req, char *msg, size_t cap)
 
 /* The job of a completion request (checked already): its prompt encoded, its stop strings;
  * NULL with the status in *code and the reason in msg. */
-static job *completion_job(const server *s, const cJSON *req, const char *prompt,
+static job *completion_job(served_model *m, const cJSON *req, const char *prompt,
                            const qkv_lm_generation *gen, int *code, char *msg, size_t cap)
 {
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(req, "stop");
@@ -391,7 +256,7 @@ static job *completion_job(const server *s, const cJSON *req, const char *prompt
     job *j = job_new();
     *code = refuse(msg, cap, 500, "out of memory");
     if (!j) return NULL;
-    j->kind = JOB_COMPLETE, j->beam = j->n_best = 1;
+    j->kind = JOB_COMPLETE, j->beam = j->n_best = 1, j->m = m;
     const size_t len = strlen(prompt);
     size_t n = 0, unknown = 0;
     j->prompt = malloc((len ? len : 1) * sizeof *j->prompt);
@@ -399,7 +264,7 @@ static job *completion_job(const server *s, const cJSON *req, const char *prompt
     qkv_error err = {0};
     if (!j->prompt || !j->out) return job_free(j), NULL;
     j->out[0] = '\0';
-    if (qkv_lm_encode(j->prompt, &n, &unknown, &s->lm.vocab, prompt, len, &err)) {
+    if (qkv_lm_encode(j->prompt, &n, &unknown, &m->lm.vocab, prompt, len, &err)) {
         *code = refuse(msg, cap, 400, "the prompt: %s", err.msg);
         return job_free(j), NULL;
     }
@@ -416,9 +281,16 @@ enum MHD_Result serve_post_completions(server *s, struct MHD_Connection *c, conn
                                        const cJSON *req)
 {
     char msg[600];
-    if (!s->lm.model)
-        return serve_send_error(c, cn, 400, "this server holds a translation model: use "
-                                "/translate");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(req, "model");
+    if (model && !cJSON_IsString(model) && !cJSON_IsNull(model))
+        return serve_send_error(c, cn, 400, "\"model\" must be a string");
+    const char *id = cJSON_IsString(model) ? model->valuestring : NULL;
+    served_model *m = serve_model_named(s, id, 0);
+    if (!m && (!id || serve_model_named(s, id, 1)))
+        return serve_send_error(c, cn, 400, "%s%s%s is a translation model: use /translate",
+                                id ? "\"" : "", id ? id : "this server's model",
+                                id ? "\"" : "");
+    if (!m) return serve_send_error(c, cn, 404, "no model \"%s\": GET /v1/models lists them", id);
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(req, "prompt");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = cJSON_GetArrayItem(p, 0);
     if (p && !cJSON_IsString(p))
@@ -441,7 +313,7 @@ enum MHD_Result serve_post_completions(server *s, struct MHD_Connection *c, conn
         return serve_send_error(c, cn, code, "%s", msg);
     const qkv_lm_generation gen = {max_tokens, {temperature, top_k, top_p}, (uint64_t)seed, NULL,
                                    NULL, 1};
-    job *j = completion_job(s, req, prompt, &gen, &code, msg, sizeof msg);
+    job *j = completion_job(m, req, prompt, &gen, &code, msg, sizeof msg);
     if (!j) return serve_send_error(c, cn, code, "%s", msg);
     j->streaming = cJSON_IsTrue(stream_flag);
     if (max_tokens == 0) j->done = 1, j->refs = 1;
@@ -449,35 +321,67 @@ enum MHD_Result serve_post_completions(server *s, struct MHD_Connection *c, conn
         return job_free(j), serve_send_error(c, cn, 503, "the queue is full (%d requests): "
                                              "retry later", s->max_queue);
     cn->j = j;
-    char id[32];
+    char cid[32];
     pthread_mutex_lock(&s->lock);
-    snprintf(id, sizeof id, "cmpl-%lu", ++s->next_id);
+    snprintf(cid, sizeof cid, "cmpl-%lu", ++s->next_id);
     pthread_mutex_unlock(&s->lock);
-    if (j->streaming) return start_stream(s, c, cn, j, id);
-    return wait_and_answer(s, c, cn, j, "completion", completion_answer, id);
+    if (j->streaming) return start_stream(s, c, cn, j, cid);
+    return serve_wait_and_answer(s, c, cn, j, "completion", completion_answer, cid);
 }
 
 /* ---- GET /health, /v1/models ------------------------------------------------------------ */
+
+served_model *serve_model_named(server *s, const char *id, int translation)
+{
+    served_model *only = NULL;
+    int kind = 0;
+    for (int i = 0; i < s->n_models; i++) {
+        served_model *m = &s->models[i];
+        if (!!m->tr != !!translation) continue;
+        if (id && !strcmp(id, m->name)) return m;
+        only = m, kind++;
+    }
+    return !id && kind == 1 ? only : NULL;
+}
+
+static const char *kind_of(const served_model *m)
+{
+    return m->tr ? "translation" : "language-model";
+}
 
 enum MHD_Result serve_get_health(server *s, struct MHD_Connection *c, conn *cn, int draining)
 {
     if (draining) return serve_send_error(c, cn, 503, "stopping");
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", "ok");
-    cJSON_AddStringToObject(o, "model", s->model_id);
-    cJSON_AddStringToObject(o, "kind", s->tr ? "translation" : "language-model");
+    if (s->n_models == 1) { /* one model: named, as before there could be more */
+        cJSON_AddStringToObject(o, "model", s->models[0].name);
+        cJSON_AddStringToObject(o, "kind", kind_of(&s->models[0]));
+    }
+    cJSON *names = cJSON_AddArrayToObject(o, "models");
+    for (int i = 0; i < s->n_models; i++)
+        cJSON_AddItemToArray(names, cJSON_CreateString(s->models[i].name));
     return serve_send_json(c, cn, 200, o);
 }
 
 enum MHD_Result serve_get_models(server *s, struct MHD_Connection *c, conn *cn)
 {
-    cJSON *o = cJSON_CreateObject(), *data = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddStringToObject(m, "id", s->model_id);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddStringToObject(m, "owned_by", "qkv");
-    cJSON_AddStringToObject(m, "kind", s->tr ? "translation" : "language-model");
-    cJSON_AddItemToArray(data, m);
+    for (int i = 0; i < s->n_models; i++) {
+        const served_model *sm = &s->models[i];
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", sm->name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", 0);
+        cJSON_AddStringToObject(m, "owned_by", "qkv");
+        cJSON_AddStringToObject(m, "kind", kind_of(sm));
+        if (sm->source[0]) {
+            cJSON_AddStringToObject(m, "source", sm->source);
+            cJSON_AddStringToObject(m, "target", sm->target);
+        }
+        cJSON_AddItemToArray(data, m);
+    }
     cJSON_AddItemToObject(o, "data", data);
     return serve_send_json(c, cn, 200, o);
 }

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -33,9 +34,7 @@
 
 /* ---- HTTP: bodies, JSON, errors ------------------------------------------------------- */
 
-/* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
- * U+10FFFF). */
-static int utf8_valid(const unsigned char *s, size_t n)
+int serve_utf8_valid(const unsigned char *s, size_t n)
 {
     for (size_t i = 0; i < n;) {
         const unsigned c = s[i];
@@ -81,7 +80,8 @@ enum MHD_Result serve_send_json(struct MHD_Connection *c, conn *cn, int code, cJ
     return serve_send_text(c, cn, code, line, "application/json", 0);
 }
 
-/* OpenAI's clients read error.message, LibreTranslate's read error: both are there. */
+/* LibreTranslate's clients read "error" as the message ("detail" repeats it with the status);
+ * under /v1/, OpenAI's shape: "error" an object with the message, type and code. */
 enum MHD_Result serve_send_error(struct MHD_Connection *c, conn *cn, int code, const char *fmt,
                                  ...)
 {
@@ -91,10 +91,18 @@ enum MHD_Result serve_send_error(struct MHD_Connection *c, conn *cn, int code, c
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     cJSON *o = cJSON_CreateObject(), *e = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "error", msg);
     cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddNumberToObject(e, "code", code);
-    cJSON_AddItemToObject(o, "detail", e);
+    if (cn->openai) { /* OpenAI's error object: its clients raise their error class by status */
+        cJSON_AddStringToObject(e, "type", code == 404 ? "not_found_error"
+                                           : code < 500 ? "invalid_request_error" : "server_error");
+        cJSON_AddNullToObject(e, "param");
+        cJSON_AddNumberToObject(e, "code", code);
+        cJSON_AddItemToObject(o, "error", e);
+    } else {
+        cJSON_AddStringToObject(o, "error", msg);
+        cJSON_AddNumberToObject(e, "code", code);
+        cJSON_AddItemToObject(o, "detail", e);
+    }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) return MHD_NO;
@@ -145,6 +153,7 @@ static int client_gone(int fd)
 
 int serve_enqueue(server *s, job *j)
 {
+    served_model *m = j->m;
     pthread_mutex_lock(&s->lock);
     if (s->draining || s->queued >= s->max_queue) {
         pthread_mutex_unlock(&s->lock);
@@ -152,10 +161,10 @@ int serve_enqueue(server *s, job *j)
     }
     j->refs = 2;
     j->queued_at = serve_now();
-    if (s->queue_tail) s->queue_tail->next = j;
-    else s->queue = j;
-    s->queue_tail = j, s->queued++;
-    pthread_cond_signal(&s->work);
+    if (m->queue_tail) m->queue_tail->next = j;
+    else m->queue = j;
+    m->queue_tail = j, m->queued++, s->queued++;
+    pthread_cond_broadcast(&s->work);
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
@@ -172,12 +181,12 @@ int serve_wait_for(server *s, job *j, int fd, double start,
         if (ready(j, arg)) break;
         if (client_gone(fd)) {
             j->cancelled = 1;
-            pthread_cond_signal(&s->work);
+            pthread_cond_broadcast(&s->work);
             return 499;
         }
         if (s->timeout_s > 0 && serve_now() - start > s->timeout_s) {
             j->cancelled = 1;
-            pthread_cond_signal(&s->work);
+            pthread_cond_broadcast(&s->work);
             return 504;
         }
     }
@@ -305,18 +314,34 @@ static enum MHD_Result add_body(conn *cn, const char *data, size_t n)
     return MHD_YES;
 }
 
-/* A POST's body as a JSON object, or NULL after answering why not: one JSON value and nothing
- * after it, no NUL (raw or \u0000, which would cut a text short), no key twice
- * (qkv_json_parse, the library's one JSON reader). */
+/* Whether the body is a form's (application/x-www-form-urlencoded), as LibreTranslate's
+ * clients send: so its Content-Type says, and it does not open a JSON object (curl --data
+ * sends JSON under the form's type unless told otherwise; no form field is named "{"). */
+static int form_body(struct MHD_Connection *c, const conn *cn)
+{
+    const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    size_t i = 0;
+    while (i < cn->len && strchr(" \t\r\n", cn->body[i])) i++;
+    return type && !strncasecmp(type, "application/x-www-form-urlencoded", 33) &&
+           !(i < cn->len && cn->body[i] == '{');
+}
+
+/* A POST's body as a JSON object, or NULL after answering why not: a form's fields as strings
+ * (serve_form_parse), or one JSON value and nothing after it, no NUL (raw or \u0000, which
+ * would cut a text short), no key twice (qkv_json_parse, the library's one JSON reader). */
 static cJSON *json_body(struct MHD_Connection *c, conn *cn, enum MHD_Result *r)
 {
+    char msg[600];
     cJSON *req = NULL;
     qkv_error err = {0};
+    const int form = cn->body && cn->len && form_body(c, cn);
     if (!cn->body || !cn->len)
         *r = serve_send_error(c, cn, 400, "the body is empty: send JSON");
-    else if (!utf8_valid((const unsigned char *)cn->body, cn->len))
+    else if (!serve_utf8_valid((const unsigned char *)cn->body, cn->len))
         *r = serve_send_error(c, cn, 400, "the body is not valid UTF-8");
-    else if (qkv_json_parse(&req, cn->body, cn->len, "the body", &err))
+    else if (form && !(req = serve_form_parse(cn->body, cn->len, msg, sizeof msg)))
+        *r = serve_send_error(c, cn, 400, "%s", msg);
+    else if (!form && qkv_json_parse(&req, cn->body, cn->len, "the body", &err))
         *r = serve_send_error(c, cn, 400, "%s", err.msg);
     else if (!cJSON_IsObject(req))
         *r = serve_send_error(c, cn, 400, "the body must be a JSON object");
@@ -324,6 +349,32 @@ static cJSON *json_body(struct MHD_Connection *c, conn *cn, enum MHD_Result *r)
         return req;
     cJSON_Delete(req);
     return NULL;
+}
+
+/* The endpoints answered with GET, and those with POST (a body); LibreTranslate's clients
+ * call /languages either way. */
+typedef enum { EP_NONE, EP_HEALTH, EP_METRICS, EP_MODELS, EP_SETTINGS, EP_LANGUAGES,
+               EP_TRANSLATE, EP_DETECT, EP_COMPLETIONS, EP_CHAT } endpoint;
+
+static endpoint endpoint_of(const char *url, int *get_ok, int *post_ok)
+{
+    static const struct {
+        const char *url;
+        endpoint e;
+        int get, post;
+    } table[] = {
+        {"/health", EP_HEALTH, 1, 0},          {"/metrics", EP_METRICS, 1, 0},
+        {"/v1/models", EP_MODELS, 1, 0},       {"/frontend/settings", EP_SETTINGS, 1, 0},
+        {"/languages", EP_LANGUAGES, 1, 1},    {"/translate", EP_TRANSLATE, 0, 1},
+        {"/detect", EP_DETECT, 0, 1},          {"/v1/completions", EP_COMPLETIONS, 0, 1},
+        {"/v1/chat/completions", EP_CHAT, 1, 1},
+    };
+    for (size_t k = 0; k < sizeof table / sizeof *table; k++)
+        if (!strcmp(url, table[k].url)) {
+            *get_ok = table[k].get, *post_ok = table[k].post;
+            return table[k].e;
+        }
+    return EP_NONE;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -345,23 +396,33 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     pthread_mutex_lock(&s->lock);
     const int draining = s->draining;
     pthread_mutex_unlock(&s->lock);
-    static const char *const gets[] = {"/health", "/metrics", "/v1/models"};
-    for (int k = 0; k < 3; k++)
-        if (!strcmp(url, gets[k]) && !get)
-            return serve_send_error(c, cn, 405, "%s %s: use GET", method, url);
-    if (!strcmp(url, "/health")) return serve_get_health(s, c, cn, draining);
-    if (!strcmp(url, "/metrics")) return serve_get_metrics(s, c, cn);
-    if (!strcmp(url, "/v1/models")) return serve_get_models(s, c, cn);
-    const int translate = !strcmp(url, "/translate"), complete = !strcmp(url, "/v1/completions");
-    if (!translate && !complete) return serve_send_error(c, cn, 404, "no endpoint %s", url);
-    if (!post) return serve_send_error(c, cn, 405, "%s %s: use POST", method, url);
+    int get_ok = 0, post_ok = 0;
+    const endpoint e = endpoint_of(url, &get_ok, &post_ok);
+    cn->openai = !strncmp(url, "/v1/", 4);
+    if (e == EP_CHAT)
+        return serve_send_error(c, cn, 404, "%s: qkv's language models are not chat models "
+                                "(trained on raw text, without roles): use /v1/completions", url);
+    if (e == EP_NONE) return serve_send_error(c, cn, 404, "no endpoint %s", url);
+    if (!(get && get_ok) && !(post && post_ok))
+        return serve_send_error(c, cn, 405, "%s %s: use %s", method, url,
+                                get_ok && post_ok ? "GET or POST" : get_ok ? "GET" : "POST");
     if (cn->too_large)
         return serve_send_error(c, cn, 413, "the body is larger than %d bytes", MAX_BODY);
+    switch (e) {
+    case EP_HEALTH: return serve_get_health(s, c, cn, draining);
+    case EP_METRICS: return serve_get_metrics(s, c, cn);
+    case EP_MODELS: return serve_get_models(s, c, cn);
+    case EP_SETTINGS: return serve_frontend_settings(s, c, cn);
+    case EP_LANGUAGES: return serve_languages(s, c, cn);
+    default: break;
+    }
     if (draining) return serve_send_error(c, cn, 503, "the server is stopping");
     enum MHD_Result r = MHD_NO;
     cJSON *req = json_body(c, cn, &r);
     if (!req) return r;
-    r = translate ? serve_post_translate(s, c, cn, req) : serve_post_completions(s, c, cn, req);
+    r = e == EP_TRANSLATE ? serve_post_translate(s, c, cn, req)
+        : e == EP_DETECT  ? serve_detect(s, c, cn, req)
+                          : serve_post_completions(s, c, cn, req);
     cJSON_Delete(req);
     return r;
 }

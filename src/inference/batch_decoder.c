@@ -82,11 +82,17 @@ qkv_status qkv_batch_decoder_add_with(qkv_batch_decoder *bd, const char *const *
     if (rows > free_rows)
         return qkv_fail(err, QKV_ERR_ARG, "%d sources need %d rows but there are %d free slots", n,
                         rows, free_rows);
+    if (tk->forced_target && tk->languages && !tk->tgt_forced)
+        return qkv_fail(err, QKV_ERR_ARG, "the model translates into many languages: which one "
+                        "(qkv_translator_set_languages)?");
     qkv_sentences src = {0};
     if ((st = source_tokens(&src, tk, sources, n, err))) return st;
     /* each translation's length as qkv_translate allows it */
     const int cap = o->max_len && o->max_len < info.max_len ? o->max_len : info.max_len;
-    const slot_goal plain = {1, 1, {0.0f, 0, 1.0f}, 0, decoding_rules_of(&info), 0, {0}};
+    slot_goal plain = {1, 1, {0.0f, 0, 1.0f}, 0, decoding_rules_of(&info), 0, {0}};
+    /* a multilingual model's target language: its token forced first (copied by the slot) */
+    const int forced = tk->tgt_forced;
+    plain.rules.prefix = &forced, plain.rules.n_prefix = forced > 0;
     for (int i = 0; i < n; i++) {
         slot_goal *g = &bd->goals[i];
         *g = plain;
@@ -105,7 +111,7 @@ qkv_status qkv_batch_decoder_add_with(qkv_batch_decoder *bd, const char *const *
         bd->sent[slot[i]].n_best = greedy ? 1 : o->n_best;
         bd->sent[slot[i]].limit = bd->goals[i].tokens, bd->sent[slot[i]].greedy = greedy;
         bd->sent[slot[i]].src_len = len, bd->sent[slot[i]].unknown = unknown;
-        bd->sent[slot[i]].src_tokens = len + 1 + tk->source_bos;
+        bd->sent[slot[i]].src_tokens = len + 1 + tk->source_bos + (tk->src_prefix > 0);
     }
     qkv_sentences_free(&src);
     return st;
@@ -183,7 +189,8 @@ qkv_status qkv_batch_decoder_take_translations(qkv_batch_decoder *bd, int slot,
     const int limit = slots_info(bd->s).max_len;
     r->count = 1, r->n_best = N, r->max_len = L, r->first_truncated = -1;
     if (bd->sent[slot].src_tokens > limit)
-        r->truncated = 1, r->first_truncated = 0, r->first_truncated_len = bd->sent[slot].src_tokens;
+        r->truncated = 1, r->first_truncated = 0,
+        r->first_truncated_len = bd->sent[slot].src_tokens;
     r->text = calloc((size_t)N, sizeof *r->text);
     r->ids = malloc((size_t)N * L * sizeof *r->ids);
     r->len = malloc((size_t)N * sizeof *r->len), r->score = malloc((size_t)N * sizeof *r->score);

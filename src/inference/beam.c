@@ -142,7 +142,8 @@ qkv_status beam_sentence_create(beam_sentence **out, const qkv_beam_options *o, 
     if (!b) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a beam of %d", K);
     b->K = K, b->N = o->n_best, b->T = T, b->Tb = max_len, b->V = V;
     b->n_cand = 2 * K < K * V ? 2 * K : K * V;
-    b->alpha = o->alpha, b->stop = o->stop, b->rules = *rules, b->forced_eos = rules->forced_eos != 0;
+    b->alpha = o->alpha, b->stop = o->stop, b->rules = *rules;
+    b->forced_eos = rules->forced_eos != 0;
     b->src = src;
     double *d = (double *)(b + 1);
     b->score = d, b->lse = d + K, b->next_score = d + 2 * K;
@@ -303,14 +304,15 @@ void beam_sentence_advance(beam_sentence *b, const float *logits, const double *
     b->live = live, b->t++;
 }
 
-/* ---- a batch of sentences in lockstep --------------------------------------------------------- */
+/* ---- a batch of sentences in lockstep ---------------------------------------------------- */
 
 qkv_status step_rows_init(step_rows *r, int cap, int ld, int hist, qkv_error *err)
 {
     memset(r, 0, sizeof *r);
     r->cap = cap, r->ld = ld;
     int **ints[] = {&r->row, &r->pos, &r->src, &r->tok};
-    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) *ints[i] = malloc((size_t)cap * sizeof(int));
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+        *ints[i] = malloc((size_t)cap * sizeof(int));
     r->ancestry = malloc((size_t)cap * ld * sizeof *r->ancestry);
     if (hist) r->hist = malloc((size_t)cap * ld * sizeof *r->hist);
     if (r->row && r->pos && r->src && r->tok && r->ancestry && (!hist || r->hist)) return QKV_OK;
@@ -376,7 +378,8 @@ static qkv_status lockstep_init(lockstep *l, int B, int V, const decoding_rules 
     int *rows = malloc((size_t)K * sizeof *rows);
     qkv_status st = l->s && l->count && l->lse && rows
                         ? step_rows_init(&l->rows, B * K, T, hist, err)
-                        : qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d x %d hypotheses", B, K);
+                        : qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d x %d hypotheses",
+                                   B, K);
     for (int b = 0; !st && b < B; b++) {
         for (int k = 0; k < K; k++) rows[k] = b * K + k;
         st = beam_sentence_create(&l->s[b], o, o->max_lens ? o->max_lens[b] : T, V, rules, rows,

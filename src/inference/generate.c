@@ -168,6 +168,11 @@ qkv_status qkv_lm_batch_add(qkv_lm_batch *b, const int *prompt, int n_prompt,
     return slots_start_prompt(b->s, prompt, n_prompt, &goal, slot, err);
 }
 
+void qkv_lm_batch_set_prefill_chunk(qkv_lm_batch *b, int tokens)
+{
+    slots_set_prefill_chunk(b->s, tokens);
+}
+
 qkv_status qkv_lm_batch_step(qkv_lm_batch *b, int *drawn, qkv_error *err)
 {
     return slots_step(b->s, drawn, err);

@@ -20,7 +20,10 @@ typedef struct {
     float *logits;    /* the logits awaiting its choice (a row of the last step's, or own) */
     float *own;       /* (V) the logits of a prefill */
     beam_sentence *beam; /* a beam search's (its cache rows: this slot's and held ones) */
-    int listed;       /* rows the beam listed in this step */
+    int listed;       /* rows the beam, or the prompt's chunk, has in this step */
+    int first;        /* the first of a chunk's rows in this step */
+    int pending;      /* prompt tokens still to feed in chunks (from position held) */
+    int owner;        /* SLOT_HELD: the slot whose beam holds this row */
 } slot;
 
 struct slots {
@@ -32,6 +35,7 @@ struct slots {
     int *beams;           /* (n) the beam slots of a step */
     double *lse;          /* (n) their rows' log normalisers */
     int *rows;            /* (n) a beam's cache rows, while it starts */
+    int chunk;            /* prompt tokens a step takes from a prompt that joins (0: one pass) */
     sampler work;
 };
 
@@ -76,6 +80,7 @@ void slots_free(slots *s)
 }
 
 int slots_count(const slots *s) { return s->n; }
+void slots_set_prefill_chunk(slots *s, int tokens) { s->chunk = tokens > 0 ? tokens : 0; }
 decoder_info slots_info(const slots *s) { return s->info; }
 
 int slots_in(const slots *s, slot_state q)
@@ -109,7 +114,7 @@ void slots_release(slots *s, int i)
     if (i < 0 || i >= s->n || s->slot[i].state == SLOT_HELD) return;
     slot *q = &s->slot[i];
     for (int j = 0; j < s->n; j++) /* the rows its beam held */
-        if (s->slot[j].state == SLOT_HELD && s->slot[j].n_prompt == i)
+        if (s->slot[j].state == SLOT_HELD && s->slot[j].owner == i)
             s->slot[j].state = SLOT_FREE;
     beam_sentence_free(q->beam);
     q->beam = NULL, q->state = SLOT_FREE, q->logits = NULL;
@@ -133,6 +138,7 @@ static qkv_status slot_reset(slots *s, int i, const slot_goal *g, int n_prompt, 
     q->goal = *g, q->goal.rules.prefix = q->prefix;
     q->n_prompt = q->len = n_prompt, q->draws = 0, q->held = 0, q->input = -1, q->logits = NULL;
     beam_sentence_free(q->beam), q->beam = NULL;
+    q->pending = 0, q->listed = 0;
     return QKV_OK;
 }
 
@@ -163,8 +169,8 @@ static qkv_status start_beam(slots *s, int i, qkv_error *err)
     if (!st) st = beam_sentence_create(&q->beam, &o, o.max_len, s->info.vocab, &q->goal.rules,
                                        s->rows, i, err);
     if (st) return st;
-    for (int k = 1; k < K; k++) /* a held row names its owner in n_prompt */
-        s->slot[s->rows[k]].state = SLOT_HELD, s->slot[s->rows[k]].n_prompt = i;
+    for (int k = 1; k < K; k++)
+        s->slot[s->rows[k]].state = SLOT_HELD, s->slot[s->rows[k]].owner = i;
     return QKV_OK;
 }
 
@@ -229,8 +235,15 @@ qkv_status slots_start_prompt(slots *s, const int *prompt, int n, const slot_goa
     qkv_status st = slot_reset(s, i, goal, n, err);
     if (st) return st;
     memcpy(s->slot[i].text, prompt, (size_t)n * sizeof *prompt);
-    const int T = s->info.positions;
-    if ((st = prefill(s, i, n < T ? n : T, err))) return st;
+    const int T = s->info.positions, feed = n < T ? n : T;
+    /* a long prompt joining a running batch is fed in chunks between its steps, so that it
+     * does not stall them; alone, or short, in one pass (qkv_lm_generate's arithmetic) */
+    if (s->chunk && feed > s->chunk && slots_in(s, SLOT_RUNNING) > 0) {
+        slot *q = &s->slot[i];
+        q->pending = feed, q->held = 0, q->input = -1, q->logits = NULL;
+    } else if ((st = prefill(s, i, feed, err))) {
+        return st;
+    }
     s->slot[i].state = SLOT_RUNNING;
     *at = i;
     return QKV_OK;
@@ -260,6 +273,21 @@ static qkv_status advance(slots *s, qkv_error *err)
         const int b = r->n++;
         r->row[b] = i, r->pos[b] = q->held, r->src[b] = i, r->tok[b] = q->input;
     }
+    /* prompts being fed: a chunk each of what room the step has left, at consecutive
+     * positions of their row (a layer stores every row's key and value before any row attends,
+     * so the chunk's row p sees positions 0 .. p: causal) */
+    for (int i = 0; i < s->n && r->n < r->cap; i++) {
+        slot *q = &s->slot[i];
+        if (q->state != SLOT_RUNNING || q->pending <= 0) continue;
+        int c = q->pending < s->chunk ? q->pending : s->chunk;
+        if (c > r->cap - r->n) c = r->cap - r->n;
+        const int *tok = q->text + q->len - q->pending;
+        q->first = r->n, q->listed = c;
+        for (int k = 0; k < c; k++) {
+            const int b = r->n++;
+            r->row[b] = i, r->pos[b] = q->held + k, r->src[b] = i, r->tok[b] = tok[k];
+        }
+    }
     const int B = r->n;
     if (!B) return QKV_OK;
     /* beside a beam's rows, whose positions lie in other rows, every row says where its lie */
@@ -278,10 +306,16 @@ static qkv_status advance(slots *s, qkv_error *err)
             s->lse[b] = log_normaliser(logits + (size_t)b * V, V);
     for (int b = 0; b < B;) {
         slot *q = &s->slot[r->row[b]];
-        if (q->state == SLOT_HELD) q = &s->slot[q->n_prompt];
+        if (q->state == SLOT_HELD) q = &s->slot[q->owner];
         if (q->beam) {
             beam_sentence_advance(q->beam, logits + (size_t)b * V, s->lse + b);
             if (!beam_sentence_live(q->beam)) q->state = SLOT_DONE;
+            b += q->listed;
+            continue;
+        }
+        if (q->pending > 0) { /* a chunk: the logits after the prompt's last token */
+            q->held += q->listed, q->pending -= q->listed;
+            if (!q->pending) q->logits = logits + (size_t)(q->first + q->listed - 1) * V;
             b += q->listed;
             continue;
         }

@@ -39,6 +39,9 @@ typedef struct {
  * use d from now on (one thread at a time for both) and free it with themselves. */
 qkv_status slots_create(slots **out, decoder *d, int n, qkv_error *err);
 void slots_free(slots *s);
+/* Prompt tokens a step takes from a prompt that joins a running batch (0: one pass always,
+ * the default). */
+void slots_set_prefill_chunk(slots *s, int tokens);
 int slots_count(const slots *s);
 /* Slots in state q. */
 int slots_in(const slots *s, slot_state q);
@@ -52,7 +55,9 @@ decoder_info slots_info(const slots *s);
 qkv_status slots_start_sources(slots *s, const int *ids, const int *valid, int n, int Ts,
                                const slot_goal *goals, int *at, qkv_error *err);
 /* A language model's prompt (n >= 1 ids; the last `positions` of them) into a free slot, in
- * one prefill; *at receives its slot. */
+ * one prefill; or, when it is longer than the prefill chunk and other slots are running, fed
+ * as rows of the next steps, a chunk a step (the same keys and values up to float rounding);
+ * *at receives its slot. */
 qkv_status slots_start_prompt(slots *s, const int *prompt, int n, const slot_goal *goal,
                               int *at, qkv_error *err);
 

@@ -290,13 +290,13 @@ qkv_status qkv_translator_set_languages(qkv_translator *t, const char *source,
     return qkv_tokenizer_set_languages(&t->tok, source, target, err);
 }
 
-/* The translations of sources already as the model's tokens. */
-static qkv_status translate_tokens(qkv_translations *out, qkv_translator *t,
-                                   const qkv_sentences *src, const qkv_translate_options *o,
-                                   qkv_error *err)
+qkv_status qkv_translate_tokens(qkv_translations *out, qkv_translator *t,
+                                const qkv_sentences *src, const qkv_translate_options *o,
+                                qkv_error *err)
 {
-    qkv_status st = QKV_OK;
     memset(out, 0, sizeof *out);
+    qkv_status st = translate_check_options(o, 1, err);
+    if (st) return st;
     if (t->tok.forced_target && t->tok.languages && !t->tok.tgt_forced)
         return qkv_fail(err, QKV_ERR_ARG, "the model translates into many languages: which one "
                         "(--target-lang)?");
@@ -311,34 +311,17 @@ static qkv_status translate_tokens(qkv_translations *out, qkv_translator *t,
     return st;
 }
 
-static qkv_status translate(qkv_translations *out, qkv_translator *t,
-                            const qkv_sentences *words, const qkv_translate_options *o,
-                            qkv_error *err)
-{
-    memset(out, 0, sizeof *out);
-    qkv_sentences src = {0};
-    qkv_status st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
-    if (!st) st = translate_tokens(out, t, &src, o, err);
-    qkv_sentences_free(&src);
-    return st;
-}
-
-qkv_status qkv_translate_tokens(qkv_translations *out, qkv_translator *t,
-                                const qkv_sentences *tokens, const qkv_translate_options *o,
-                                qkv_error *err)
-{
-    memset(out, 0, sizeof *out);
-    qkv_status st = translate_check_options(o, 1, err);
-    return st ? st : translate_tokens(out, t, tokens, o, err);
-}
-
 qkv_status qkv_translate_words(qkv_translations *out, qkv_translator *t,
                                const qkv_sentences *words, const qkv_translate_options *o,
                                qkv_error *err)
 {
     memset(out, 0, sizeof *out);
+    qkv_sentences src = {0};
     qkv_status st = translate_check_options(o, 1, err);
-    return st ? st : translate(out, t, words, o, err);
+    if (!st) st = qkv_tokenizer_tokens(&t->tok, &src, words, 0, err);
+    if (!st) st = qkv_translate_tokens(out, t, &src, o, err);
+    qkv_sentences_free(&src);
+    return st;
 }
 
 /* The sources as words, one sentence each. */
@@ -387,7 +370,7 @@ qkv_status qkv_translate(qkv_translations *out, qkv_translator *t, const char *c
                         "them (got %d%s)", n, sources ? "" : " and NULL");
     qkv_sentences words;
     st = source_words(&words, &t->tok, sources, n, err);
-    if (!st) st = translate(out, t, &words, o, err);
+    if (!st) st = qkv_translate_words(out, t, &words, o, err);
     qkv_sentences_free(&words);
     return st;
 }

@@ -275,6 +275,20 @@ size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims
     return scratch;
 }
 
+void head_layout(arena *a, const backend *be, float **logits, float **lse, float **loss,
+                 stack_grad_work *work, float **scratch, size_t N, size_t Nw, int C, int F,
+                 int V, size_t need)
+{
+    *logits = arena_take(a, N * V), *lse = arena_take(a, N), *loss = arena_take(a, N);
+    work->dh = arena_take(a, Nw * C), work->ds = arena_take(a, Nw * C);
+    work->din = arena_take(a, Nw * C);
+    /* the FFN's dh (Nw, F), a sublayer's (Nw, C), the loss's partial bias gradients */
+    size_t s = Nw * (size_t)(F > C ? F : C);
+    if (s > need) need = s;
+    if ((s = be->ops->cross_entropy_scratch_floats((int)N, V)) > need) need = s;
+    *scratch = arena_take(a, need);
+}
+
 qkv_status core_layout(model_core *c, void (*layout)(void *model, arena *a), void *model,
                        const char *what, qkv_error *err)
 {

@@ -182,6 +182,11 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     qkv_status st = check_rows(d, r, tok, err);
     if (!st) st = precision_prepare(&c->prec, c->params, c->n_params, 1, err);
     if (st) return st;
+    /* position 0 begins a sequence: a linear-attention row's state starts empty (a cache
+     * row's keys past the position are never read, a running sum would be) */
+    for (int b = 0; d->dims->linear_attention && b < r->n; b++)
+        for (int l = 0; r->pos[b] == 0 && l < d->dims->layers; l++)
+            qkv_linear_attention_state_reset(&d->st.sums[l * d->st.cap + r->row[b]]);
     const backend be = core_backend(c);
     stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid);
     head_step(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, d->st.logits, d->info.vocab);

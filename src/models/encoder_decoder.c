@@ -256,17 +256,9 @@ static void layout(void *request, arena *a)
     x->B = r->B, x->Ts = r->Ts, x->Tt = r->Tt;
     size_t enc = stack_layout(a, &be, &x->enc, &m->enc_dims, r->B, r->Ts, 0, &r->attention);
     size_t dec = stack_layout(a, &be, &x->dec, &m->dec_dims, r->B, r->Tt, r->Ts, &r->attention);
-    x->logits = arena_take(a, Nt * V), x->lse = arena_take(a, Nt), x->loss = arena_take(a, Nt);
-    x->work.dh = arena_take(a, Nmax * C), x->work.ds = arena_take(a, Nmax * C);
-    x->work.din = arena_take(a, Nmax * C);
     x->d_enc_out = arena_take(a, Ns * C);
-    /* scratch: the largest of the attentions', the FFN's dh (N, F), a sublayer's (N, C) and
-     * the loss's partial bias gradients */
-    size_t scratch = Nmax * (F > C ? F : C), s;
-    if ((s = be.ops->cross_entropy_scratch_floats((int)Nt, V)) > scratch) scratch = s;
-    if (enc > scratch) scratch = enc;
-    if (dec > scratch) scratch = dec;
-    x->scratch = arena_take(a, scratch);
+    head_layout(a, &be, &x->logits, &x->lse, &x->loss, &x->work, &x->scratch, Nt, Nmax, C, F, V,
+                enc > dec ? enc : dec);
 }
 
 qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int need_weights,

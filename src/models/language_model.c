@@ -181,15 +181,9 @@ static void layout(void *request, arena *a)
     lm_acts *x = &m->acts;
     x->B = r->B, x->T = r->T;
     const attention_options o = {0, m->core.flash_min_keys};
-    size_t scratch = stack_layout(a, &be, &x->s, &m->dims, r->B, r->T, 0, &o);
-    x->logits = arena_take(a, N * V), x->lse = arena_take(a, N), x->loss = arena_take(a, N);
-    x->work.dh = arena_take(a, N * C), x->work.ds = arena_take(a, N * C);
-    x->work.din = arena_take(a, N * C);
-    if (N * F > scratch) scratch = N * F;
-    if (N * C > scratch) scratch = N * C;
-    if (be.ops->cross_entropy_scratch_floats((int)N, V) > scratch)
-        scratch = be.ops->cross_entropy_scratch_floats((int)N, V);
-    x->scratch = arena_take(a, scratch);
+    const size_t need = stack_layout(a, &be, &x->s, &m->dims, r->B, r->T, 0, &o);
+    head_layout(a, &be, &x->logits, &x->lse, &x->loss, &x->work, &x->scratch, N, N, C, F, V,
+                need);
 }
 
 static qkv_status layout_acts(qkv_lm *m, int B, int T, qkv_error *err)

@@ -290,6 +290,13 @@ float *arena_take(arena *a, size_t n);
  * need. */
 size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims *d, int B,
                     int T, int Tm, const attention_options *o);
+/* The output layer's activations over N rows (logits (N, V), their log-sum-exp and losses
+ * (N)), the backward's work space over Nw rows (stack_grad_work, (Nw, C) each), then the
+ * scratch, which *scratch receives: the largest of need (the stacks' attentions) and what
+ * the FFN, a sublayer and the loss need. */
+void head_layout(arena *a, const backend *be, float **logits, float **lse, float **loss,
+                 stack_grad_work *work, float **scratch, size_t N, size_t Nw, int C, int F,
+                 int V, size_t need);
 /* Counts with layout(NULL base), grows the arena, lays out for real, and prepares the
  * backend's buffers for the pass. */
 qkv_status core_layout(model_core *c, void (*layout)(void *model, arena *a), void *model,

@@ -88,5 +88,41 @@ expect_fail "--out the input itself is refused" "is the input" \
   "$QKV" import nllb "$T/self" --out "$T/self" --overwrite
 check "... and the input is whole" cmp -s "$T/self/model.safetensors" "$P/m2m100_nllb_tied/model.safetensors"
 
+# ---- served: /languages lists the model's languages, and each request's source and target
+# choose the language tokens (set when its sentences join the batch), as qkv translate
+# --source-lang/--target-lang gives them, two targets at once
+read -r SRC TGT < <(langs nllb_tied)
+"$QKV" serve --port 0 --threads 2 --model nllb="$T/nllb_tied" >"$T/serve.out" 2>"$T/serve.err" &
+SPID=$!
+URL=
+for _ in $(seq 600); do URL=$(sed -n 's|.* on \(http://[^ ]*\)$|\1|p' "$T/serve.out"); [ -n "$URL" ] && break; sleep 0.05; done
+if [ -n "$URL" ]; then
+  curl -s "$URL/languages" >"$T/languages.json"
+  OTHER=$(/usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1])); src = [l for l in d if l['code'] == sys.argv[2]]
+ok = src and sys.argv[3] in src[0]['targets'] and len(src[0]['targets']) > 100
+print(next(t for t in src[0]['targets'] if t != sys.argv[3]) if ok else '')" "$T/languages.json" "$SRC" "$TGT")
+  check "served: /languages lists $SRC with the model's targets ($TGT, $OTHER, ...)" test -n "$OTHER"
+  head -n 3 "$P/m2m100_nllb_tied.src" >"$T/three.src"
+  for t in "$TGT" "$OTHER"; do
+    "$QKV" translate --model "$T/nllb_tied" --source-lang "$SRC" --target-lang "$t" <"$T/three.src" >"$T/want.$t" 2>/dev/null
+    /usr/bin/python3 -c "
+import json, sys
+print(json.dumps({'q': open(sys.argv[1]).read().splitlines(), 'source': sys.argv[2], 'target': sys.argv[3]}))" \
+      "$T/three.src" "$SRC" "$t" >"$T/req.$t"
+    ( curl -s -X POST "$URL/translate" -H 'Content-Type: application/json' --data-binary "@$T/req.$t" |
+        /usr/bin/python3 -c "import json,sys; print('\n'.join(json.load(sys.stdin)['translatedText']))" >"$T/got.$t" ) &
+  done
+  wait $(jobs -p | grep -vx "$SPID")
+  check "served: two targets at once, each as qkv translate --target-lang gives it" \
+    bash -c "[ -n '$OTHER' ] && [ -s '$T/want.$OTHER' ] && cmp -s '$T/got.$TGT' '$T/want.$TGT' && cmp -s '$T/got.$OTHER' '$T/want.$OTHER' && ! cmp -s '$T/want.$TGT' '$T/want.$OTHER'"
+  code=$(curl -s -o "$T/body" -w '%{http_code}' -X POST "$URL/translate" --data-binary '{"q": "a", "source": "'"$SRC"'", "target": "xx_Xxxx"}')
+  check "served: a target the model lacks: 400 naming the pairs" bash -c "[ $code = 400 ] && grep -q 'no model translates' '$T/body'"
+else
+  bad "served: the server did not start: $(head -c 300 "$T/serve.err")"
+fi
+kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -48,6 +48,57 @@ static void same(const char *name, const char *what, const int *got, const int *
     }
 }
 
+/* The batch decoder (greedy and beam, staggered) gives qkv_translate's translations with the
+ * target language's token forced and the source's prefixed, and refuses to guess a target. */
+static void batch_as_translate(const char *dir, const char *src_lang, const char *tgt_lang)
+{
+    static const char *const text[] = {"Hello world.", "A small house by the sea.", "Yes",
+                                       "The cat sat on the mat and looked at the dog."};
+    enum { n = sizeof text / sizeof *text };
+    qkv_translator *tr;
+    qkv_error err = {0};
+    if (qkv_translator_open(&tr, dir, &err)) fail_msg("%s", err.msg);
+    qkv_batch_decoder *bd;
+    if (qkv_batch_decoder_create(&bd, tr, 3 * n, &err)) fail_msg("%s", err.msg);
+    int slot[n];
+    if (qkv_tokenizer_set_languages((qkv_tokenizer *)qkv_translator_tokenizer(tr), NULL, NULL,
+                                    &err) == QKV_OK &&
+        !qkv_translator_tokenizer(tr)->tgt_forced)
+        assert_int_equal(qkv_batch_decoder_add(bd, text, 1, 0, slot, &err), QKV_ERR_ARG);
+    if (qkv_translator_set_languages(tr, src_lang, tgt_lang, &err)) fail_msg("%s", err.msg);
+    for (int beam = 1; beam <= 3; beam += 2) {
+        qkv_translate_options o = qkv_translate_default_options();
+        o.beam = o.n_best = beam, o.max_len = 8;
+        qkv_translations want;
+        if (qkv_translate(&want, tr, text, n, &o, &err)) fail_msg("%s", err.msg);
+        for (int i = 0; i < n; i++) /* one joins each step */
+            if (qkv_batch_decoder_add_with(bd, text + i, 1, &o, slot + i, &err) ||
+                qkv_batch_decoder_step(bd, &err))
+                fail_msg("%s", err.msg);
+        for (int done = 0, steps = 0; done < n; steps++) {
+            assert_true(steps < 100);
+            for (int i = 0; i < n; i++) {
+                if (slot[i] < 0 || !qkv_batch_decoder_finished(bd, slot[i])) continue;
+                qkv_translations got;
+                if (qkv_batch_decoder_take_translations(bd, slot[i], &got, &err))
+                    fail_msg("%s", err.msg);
+                for (int k = 0; k < beam; k++)
+                    if ((got.text[k] == NULL) != (want.text[i * beam + k] == NULL) ||
+                        (got.text[k] && strcmp(got.text[k], want.text[i * beam + k])))
+                        fail_msg("%s, beam %d, source %d, hypothesis %d: batch '%s', "
+                                 "qkv_translate '%s'", dir, beam, i, k, got.text[k],
+                                 want.text[i * beam + k]);
+                qkv_translations_free(&got);
+                slot[i] = -1, done++;
+            }
+            if (done < n && qkv_batch_decoder_step(bd, &err)) fail_msg("%s", err.msg);
+        }
+        qkv_translations_free(&want);
+    }
+    qkv_batch_decoder_free(bd);
+    qkv_translator_free(tr);
+}
+
 static void check(const char *name, int nllb)
 {
     char hf[1024], ref[256], out[] = "/tmp/qkv_m2m100_XXXXXX", path[1200];
@@ -112,8 +163,9 @@ static void check(const char *name, int nllb)
     printf("%s: %d sentences: logits within %.1e (%d positions), greedy and beam %d identical "
            "with %s forced\n", name, N, worst, rows, o.beam, code);
     free(ids), free(len), free(got), free(s), free(t);
-    qkv_tensor_file_free(&f);
     qkv_transformer_free(m);
+    batch_as_translate(out, qkv_tensor_file_meta(&f, "src_lang"), code);
+    qkv_tensor_file_free(&f);
     static const char *const files[] = {"config.json", "model.safetensors", "src_vocab.txt",
                                         "tgt_vocab.txt", "source.spm", "target.spm",
                                         "text.json", "generation.json"};
