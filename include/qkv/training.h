@@ -60,6 +60,15 @@ typedef struct {
     int (*sum_doubles)(void *ctx, double *buf, size_t n); /* in place: the sum over the ranks */
     int (*broadcast)(void *ctx, void *buf, size_t bytes); /* rank 0's bytes to every rank */
     void *ctx;
+    /* Overlap, optional (NULL: the gradients are summed with one sum_floats after the backward
+     * pass): start_sum starts summing buf[0 .. n) over the ranks, in place, and returns at once;
+     * finish_sums waits for every sum started. The training loops (qkv_train, qkv_lm_train) then
+     * sum the gradients in buckets of about bucket_bytes (0: 1 MB) as the backward pass
+     * finishes them (qkv_transformer_grad_events), the same buckets in the same order on every
+     * rank, so that the sums run while the pass goes on. */
+    int (*start_sum)(void *ctx, float *buf, size_t n);
+    int (*finish_sums)(void *ctx);
+    size_t bucket_bytes;
 } qkv_reducer;
 
 /* Rank `rank` of `size`'s shard of a batch of B sequences: [*first, *first + *count), the

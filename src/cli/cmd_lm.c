@@ -186,7 +186,8 @@ fail:
 typedef struct {
     cli_run_options run;
     const char *out;
-    int threads, quiet, overwrite, resume;
+    int threads, quiet, overwrite, resume, bucket_kb;
+    opt_choice allreduce;
 } train_lm_cli;
 
 enum { MAX_LM_OPTIONS = 48 };
@@ -195,6 +196,7 @@ enum { MAX_LM_OPTIONS = 48 };
  * from the library, the command's own here). */
 static int train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
 {
+    c->bucket_kb = 1024, c->allreduce = (opt_choice){0, ALLREDUCE, 0};
     const opt_spec table[] = {
         RUN_ROW("data"),
         {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
@@ -210,6 +212,12 @@ static int train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
         {"threads", OPT_INT, &c->threads, "threads per rank (0: all cores; under mpirun, shared "
                                           "among the ranks of a machine)", ARG_THREADS, NULL},
         {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
+        {"allreduce", OPT_CHOICE, &c->allreduce, "under mpirun, how the ranks sum the gradients: "
+                                                  "flat (one sum after the backward pass) or "
+                                                  "bucketed (each bucket as soon as the backward "
+                                                  "pass has it, overlapping the pass)", NULL, NULL},
+        {"bucket-kb", OPT_INT, &c->bucket_kb, "bucketed: KiB of gradients per sum",
+         "[4, 1048576]", NULL},
         RUN_ROW("precision"),
         {"resume", OPT_FLAG, &c->resume, "continue from DIR/checkpoint.safetensors, with the "
                                          "options it recorded (those defining the model or "
@@ -283,6 +291,7 @@ static int train_lm_main(int argc, char **argv, cli_ranks *job)
     qkv_run_set_reducer(c.run.run, &job->reducer);
     qkv_run_set_hooks(c.run.run, &(qkv_run_hooks){.notice = print_notice});
     rc = train_lm_setup(&c, opts, argc, argv);
+    if (rc < 0 && c.allreduce.value == 1 && cli_ranks_overlap(job, c.bucket_kb)) rc = 1;
     if (rc < 0) {
         cli_threads(cli_ranks_threads(job, c.threads));
         rc = run(c.run.run, c.out, c.quiet, writer, job->reducer.size);

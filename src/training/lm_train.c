@@ -150,6 +150,7 @@ typedef struct {
     double t0, elapsed0, budget;
     int64_t run_tokens;
     qkv_lm_train_progress prog;
+    grad_buckets gb; /* the gradients' buckets under an overlapping reducer */
 } lm_run;
 
 /* The run's start: checks, the output directory, gradients and Adam's moments, and, with
@@ -195,6 +196,19 @@ static qkv_status run_open(lm_run *r, qkv_lm *m, const int *train, size_t n_trai
     const size_t BT = (size_t)o->batch * accum_of(o) * o->context;
     if (!(r->ids = malloc(BT * sizeof *r->ids)) || !(r->targets = malloc(BT * sizeof *r->ids)))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for batches");
+    if (rd && rd->start_sum) { /* the gradients' buckets, for an overlapping reducer */
+        const int n = qkv_lm_num_tensors(m);
+        qkv_param_info *t = malloc((size_t)n * sizeof *t);
+        int *event = malloc((size_t)n * sizeof *event);
+        st = t && event ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+        if (!st) {
+            for (int i = 0; i < n; i++) t[i] = qkv_lm_tensor(m, i);
+            qkv_lm_grad_events(m, event);
+            st = buckets_init(&r->gb, rd, qkv_lm_grads(m), t, event, n, err);
+        }
+        free(t), free(event);
+        if (st) return st;
+    }
     r->t0 = qkv_now_s(), r->elapsed0 = r->pos.elapsed_s, r->budget = o->minutes * 60.0;
     r->prog.steps = o->steps, r->prog.val_loss = NAN;
     return QKV_OK;
@@ -204,6 +218,7 @@ static void run_close(lm_run *r)
 {
     free(r->ids), free(r->targets);
     qkv_adam_free(&r->opt);
+    buckets_free(&r->gb);
 }
 
 /* The training time so far, the same on every rank when a time budget decides. */
@@ -242,10 +257,10 @@ static qkv_status run_step(lm_run *r, qkv_lm *m, const int *train, size_t n_trai
         int first = 0, count = B;
         if (rd_parallel(rd)) qkv_shard_of(B, rd->rank, rd->size, &first, &count);
         const size_t row = (size_t)k * B + (size_t)first;
-        st = step_pass_lm(m, r->ids + row * T, r->targets + row * T, count, T, &so, row, st, res,
-                          err);
+        st = step_pass_lm(m, r->ids + row * T, r->targets + row * T, count, T, &so, row,
+                          k == n - 1 ? &r->gb : NULL, st, res, err);
     }
-    st = step_end(&r->opt, qkv_lm_params(m), grads, np, st, &so, res, err);
+    st = step_end(&r->opt, qkv_lm_params(m), grads, np, st, &so, &r->gb, res, err);
     if (st == QKV_ERR_NUMERIC) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");

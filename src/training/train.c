@@ -174,6 +174,7 @@ typedef struct {
     epoch_plan plan;
     batch_buffers bb;
     qkv_batch *micro;       /* a step's micro-batches (accum) */
+    grad_buckets gb;        /* the gradients' buckets under an overlapping reducer */
     history hist;
     int since_best;         /* validations since the best one */
     qkv_train_progress prog;
@@ -187,8 +188,26 @@ static void run_close(run *r)
     plan_free(&r->plan);
     batch_buffers_free(&r->bb);
     free(r->micro);
+    buckets_free(&r->gb);
     history_free(&r->hist);
     qkv_adam_free(&r->opt);
+}
+
+/* The gradients' buckets, when the reducer overlaps its sums with the backward pass. */
+static qkv_status plan_buckets(run *r, qkv_error *err)
+{
+    if (!r->rd || !r->rd->start_sum) return QKV_OK;
+    const int n = qkv_transformer_num_tensors(r->m);
+    qkv_param_info *t = malloc((size_t)n * sizeof *t);
+    int *event = malloc((size_t)n * sizeof *event);
+    qkv_status st = t && event ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+    if (!st) {
+        for (int i = 0; i < n; i++) t[i] = qkv_transformer_tensor(r->m, i);
+        qkv_transformer_grad_events(r->m, event);
+        st = buckets_init(&r->gb, r->rd, qkv_transformer_grads(r->m), t, event, n, err);
+    }
+    free(t), free(event);
+    return st;
 }
 
 /* Checks, the run directory, the optimizer, and a resumed run's position and validations. */
@@ -240,6 +259,7 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
                                      d->num_steps, err);
     if (!st && !(r->micro = malloc((size_t)accum_of(o) * sizeof *r->micro)))
         st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for batches");
+    if (!st) st = plan_buckets(r, err);
     if (st) run_close(r);
     r->prog.epochs = o->epochs;
     return st;
@@ -296,9 +316,10 @@ static qkv_status step_passes(run *r, int bi, int n, const qkv_step_options *so,
     for (int k = 0, before = 0; k < n; before += micro[k].B, k++) {
         int first = 0;
         const qkv_batch b = rd_parallel(r->rd) ? shard_of(&micro[k], r->rd, &first) : micro[k];
-        st = step_pass_transformer(r->m, &b, &o, (uint64_t)(before + first), st, res, err);
+        st = step_pass_transformer(r->m, &b, &o, (uint64_t)(before + first),
+                                   k == n - 1 ? &r->gb : NULL, st, res, err);
     }
-    return step_end(&r->opt, qkv_transformer_params(r->m), grads, np, st, &o, res, err);
+    return step_end(&r->opt, qkv_transformer_params(r->m), grads, np, st, &o, &r->gb, res, err);
 }
 
 /* One optimizer step over batches bi .. bi + n of the epoch, then where training stands and

@@ -82,14 +82,48 @@ qkv_status history_load(history *h, const char *path, int up_to, int64_t up_to_s
  * the others wait for it in the sums. */
 qkv_status step_begin(float *grads, size_t n, const qkv_step_options *o, int micro_batches,
                       qkv_step_result *r, qkv_error *err);
+
+/* Buckets of the gradient buffer for a data-parallel step whose reducer overlaps (start_sum):
+ * contiguous ranges, in the order the backward pass finishes them, each started once the pass
+ * has passed the event (grads_done call) it waits for; the last pass of a step carries the
+ * hook (bucket_hook), and step_end starts what is left and waits for them all. The same plan
+ * on every rank, whatever happens on it: a rank whose pass failed before its backward starts
+ * every bucket at step_end, in the same order. */
+typedef struct {
+    size_t offset, count;
+    int after; /* the event after which its gradients are final */
+} grad_bucket;
+
+typedef struct {
+    grad_bucket *b;
+    int n, next, events;
+    float *grads;
+    const qkv_reducer *rd;
+    int failed; /* a start_sum failed */
+} grad_buckets;
+
+/* The plan of a model's tensors (n_tensors, qkv_*_tensor), their events (qkv_*_grad_events)
+ * and the reducer's bucket size; no plan (b NULL) unless rd overlaps over several ranks. */
+qkv_status buckets_init(grad_buckets *p, const qkv_reducer *rd, float *grads,
+                        const qkv_param_info *tensors, const int *event, int n_tensors,
+                        qkv_error *err);
+void buckets_free(grad_buckets *p);
+/* The hook of a pass's options (qkv_loss_options.grads_done with grads_ctx = the plan). */
+void bucket_hook(void *ctx);
+
+/* The passes: with hook (the step's last pass under an overlapping reducer), its buckets start
+ * during backward. */
 qkv_status step_pass_transformer(qkv_transformer *m, const qkv_batch *b,
                                  const qkv_step_options *o, uint64_t first_example,
-                                 qkv_status st, qkv_step_result *r, qkv_error *err);
+                                 grad_buckets *hook, qkv_status st, qkv_step_result *r,
+                                 qkv_error *err);
 qkv_status step_pass_lm(qkv_lm *m, const int *ids, const int *targets, int B, int T,
-                        const qkv_step_options *o, uint64_t first_example, qkv_status st,
-                        qkv_step_result *r, qkv_error *err);
+                        const qkv_step_options *o, uint64_t first_example, grad_buckets *hook,
+                        qkv_status st, qkv_step_result *r, qkv_error *err);
+/* The sum over the ranks (the buckets, when a plan is given), the clip and the update. */
 qkv_status step_end(qkv_adam *opt, float *params, float *grads, size_t n, qkv_status st,
-                    const qkv_step_options *o, qkv_step_result *r, qkv_error *err);
+                    const qkv_step_options *o, grad_buckets *buckets, qkv_step_result *r,
+                    qkv_error *err);
 
 /* ---- metrics.jsonl (train.c; train-lm's driver, lm_train.c, too) --------------------------- */
 

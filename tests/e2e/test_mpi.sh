@@ -9,6 +9,8 @@
 #                 the one-process trajectory
 #   accumulation  --accum N on ranks: the one-process run of a batch N times larger, with one
 #                 gradient allreduce per step
+#   bucketed      --allreduce bucketed (the sums overlapping the backward pass): the same
+#                 losses and parameters
 #   faults        a rank killed with SIGKILL ends the job within seconds with a message
 #                 naming it; the last checkpoint resumes
 #   options       ranks started with different options stop at once, saying so; without
@@ -105,6 +107,15 @@ check "train --accum 4: one allreduce per step ($STEPS steps)" \
 run_ok "train-lm --batch 14, one process" "$QKV" "${LM[@]}" --batch 14 --out "$T/l14"
 run_ok "train-lm --batch 7 --accum 2, 3 ranks" "${MPI[@]}" -np 3 "$QKV" "${LM[@]}" --accum 2 --out "$T/la3"
 same "train-lm: 3 ranks x 2 micro-batches of 7 = one process, batch 14" "$T/l14" "$T/la3" 1 .b_k
+
+# ---- the gradients summed in buckets while the backward pass goes on (--allreduce bucketed;
+# small buckets, so that several overlap)
+run_ok "train --allreduce bucketed, 3 ranks, 2 micro-batches" "${MPI[@]}" -np 3 "$QKV" "${TRAIN[@]}" \
+  --batch 20 --accum 2 --allreduce bucketed --bucket-kb 4 --out "$T/b3"
+same "train: 3 ranks, bucketed = one process" "$T/t1" "$T/b3"
+run_ok "train-lm --allreduce bucketed, 2 ranks" "${MPI[@]}" -np 2 "$QKV" "${LM[@]}" \
+  --allreduce bucketed --bucket-kb 4 --out "$T/lb2"
+same "train-lm: 2 ranks, bucketed = one process" "$T/l1" "$T/lb2" 1 .b_k
 
 # ---- a rank killed: the job ends within seconds, saying which; the checkpoint resumes
 KILL=(train-lm --data "$T/text.txt" --d-model 32 --heads 2 --ffn 64 --layers 2 --context 32
