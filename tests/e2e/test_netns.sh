@@ -36,29 +36,10 @@ fi
 . "$HERE/lib.sh" # $T, ok, bad, check
 
 # ---- two machines: n0 (10.77.0.1) and n1 (10.77.0.2), a veth pair between them
-if ! { mkdir -p /run/netns && mount -t tmpfs tmpfs /run/netns && ip netns add n0 && ip netns add n1 &&
-       ip link add v0 netns n0 type veth peer name v1 netns n1 &&
-       ip -n n0 addr add 10.77.0.1/24 dev v0 && ip -n n1 addr add 10.77.0.2/24 dev v1 &&
-       ip -n n0 link set lo up && ip -n n1 link set lo up &&
-       ip -n n0 link set v0 up && ip -n n1 link set v1 up; } 2>"$T/ns.err"; then
-  skip "cannot make the network namespaces: $(head -c 300 "$T/ns.err")"
-fi
-cat >"$T/agent" <<'EOF'
-#!/bin/sh
-# mpirun's rsh agent: "ssh HOST COMMAND" becomes COMMAND in HOST's namespace, under its name
-host=$1; shift
-case "$host" in 10.77.0.1) ns=n0 ;; 10.77.0.2) ns=n1 ;; *) echo "agent: no machine $host" >&2; exit 1 ;; esac
-exec ip netns exec "$ns" unshare --uts sh -c "hostname node-$ns; $*"
-EOF
-chmod +x "$T/agent"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
-# mpirun on machine n0, one rank per machine, TCP on the link only
-across() {
-  ip netns exec n0 unshare --uts sh -c 'hostname node-n0; exec "$@"' sh \
-    mpirun --host 10.77.0.1:1,10.77.0.2:1 -np 2 --bind-to none \
-    --mca plm_rsh_agent "$T/agent" --mca btl tcp,self \
-    --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "$@"
-}
+. "$HERE/../../tools/netns_pair.sh"
+netns_make "$T" 2>"$T/ns.err" || skip "cannot make the network namespaces: $(head -c 300 "$T/ns.err")"
+export OMP_WAIT_POLICY=passive
+across() { netns_mpirun "$@"; }
 run_ok() {
   local name=$1; shift
   if "$@" >"$T/run.out" 2>"$T/run.err"; then ok "$name"; else bad "$name (exit $?): $(tail -c 400 "$T/run.err")"; fi
@@ -67,7 +48,6 @@ same() {
   local name=$1; shift
   if out=$("$PY" "$HERE/mpi_compare.py" "$1" "$2" 1e-5 1e-6 "${@:3}" 2>&1); then ok "$name: $out"; else bad "$name: $out"; fi
 }
-tx_bytes() { ip netns exec n0 cat /sys/class/net/v0/statistics/tx_bytes; }
 
 "$PY" - "$T" <<'PYEOF'
 import random, sys
@@ -91,9 +71,9 @@ LM=(train-lm --data "$T/text.txt" --d-model 16 --heads 2 --ffn 32 --layers 1 --c
 
 # ---- across: two machines against one process
 run_ok "train, one process" "$QKV" "${TRAIN[@]}" --out "$T/t1"
-before=$(tx_bytes)
+before=$(netns_tx_bytes)
 run_ok "train, 2 machines over TCP" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" --out "$T/t2"
-sent=$(( $(tx_bytes) - before ))
+sent=$(( $(netns_tx_bytes) - before ))
 same "train: 2 machines = one process" "$T/t1" "$T/t2"
 params=$(grep -o '[0-9]* parameters' "$T/run.err" | head -1 | cut -d' ' -f1)
 check "the gradients crossed the link: $sent bytes out of n0 for $STEPS steps of ${params:-?} parameters" \
@@ -104,17 +84,8 @@ run_ok "train-lm, 2 machines over TCP" across "$QKV" "${LM[@]}" --out "$T/l2"
 same "train-lm: 2 machines = one process" "$T/l1" "$T/l2" 1 .b_k
 
 # ---- shaped: 1 Gbit/s each way (tbf), 1 ms each way where netem exists
-shaped="1 Gbit/s"
-for pair in "n0 v0" "n1 v1"; do
-  set -- $pair
-  if ip netns exec "$1" tc qdisc add dev "$2" root handle 1: netem delay 1ms 2>/dev/null; then
-    ip netns exec "$1" tc qdisc add dev "$2" parent 1: handle 2: tbf rate 1gbit burst 256kb latency 50ms
-    shaped="1 Gbit/s, 1 ms each way"
-  else
-    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate 1gbit burst 256kb latency 50ms
-  fi
-done
-[ "$shaped" = "1 Gbit/s" ] && echo "note: no netem in this kernel: the link is limited to 1 Gbit/s, no latency added"
+shaped=$(netns_shape 1gbit 1ms)
+case "$shaped" in *ms*) ;; *) echo "note: no netem in this kernel: the link is limited to 1 Gbit/s, no latency added" ;; esac
 check "tc shapes the link ($shaped)" bash -c "ip netns exec n0 tc qdisc show dev v0 | grep -q tbf"
 run_ok "train, 2 machines, $shaped" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" --out "$T/t3"
 same "train over the shaped link = one process" "$T/t1" "$T/t3"
