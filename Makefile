@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: MIT
 # qkv — GNU make build.
 #   make            library (static + shared) and the qkv command-line tool
-#   make demo       the main job on its built-in default
+#   make demo       the main job on its built-in default (installs the build packages first)
 #   make test       every test: unit + gradient checks + PyTorch parity, then an ASan+UBSan build
-#   make install PREFIX=/usr/local
+#                   (installs the build packages and the test tools first)
+#   make install PREFIX=/usr/local   (installs the build packages first)
+#   make deps / make test-deps       only the installation (scripts/install-deps.sh)
 .SUFFIXES:
 .SECONDARY:
 CC      ?= cc
@@ -12,7 +14,10 @@ PREFIX  ?= /usr/local
 BUILD   ?= build
 OPT     ?= -O2 -march=x86-64-v3 -mtune=native
 SAN     ?=
-PY      ?= /usr/bin/python3
+# The Python of the tests and benchmarks: build/venv (scripts/install-deps.sh --test makes it,
+# with the system's site packages, so Debian's torch is in it), else Debian's own.
+VENV    := build/venv
+PY      ?= $(if $(wildcard $(VENV)/bin/python3),$(VENV)/bin/python3,/usr/bin/python3)
 
 PKGS    := openblas libcjson sentencepiece libutf8proc zlib
 # The figures' packages (PNG encoding, text rendering): libqkv-viz links them, libqkv does not,
@@ -20,10 +25,11 @@ PKGS    := openblas libcjson sentencepiece libutf8proc zlib
 VIZ_PKGS := libpng freetype2
 
 # pkg-config's flags are asked for the first time a recipe needs them, and once only: not when
-# this file is read, since on a fresh machine the packages are not there yet. `make demo` and
-# `make test` first install what is missing (scripts/install-deps.sh, the `deps` target) and
-# only then build, in a second make (see `demo` below), so they work on their first run; a plain
-# `make` on a machine without the packages stops with a message saying so.
+# this file is read, since on a fresh machine the packages are not there yet. `make demo`,
+# `make install` and `make test` first install what is missing (scripts/install-deps.sh, the
+# `deps` and `test-deps` targets) and only then build, in a second make (see `demo` below), so
+# they work on their first run; a plain `make` on a machine without the packages stops with a
+# message saying so.
 pkg_query   = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC)$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} \
                 pkg-config $1 || echo __failed__)
 pkg_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(PKGS); \
@@ -43,7 +49,7 @@ MPI_LIBS    = $(eval MPI_LIBS := $(call mpi_checked,$(call pkg_query,--libs $(MP
 mpi_checked = $(if $(filter __failed__,$1),$(error pkg-config does not find $(MPI_PKG) (Open \
                 MPI); run `make deps` (scripts/install-deps.sh) to install it),$1)
 
-# OpenBLAS: its OpenMP build, the one qkv's threads need (README, "Dependencies"). pkg-config
+# OpenBLAS: its OpenMP build, the one qkv's threads need (docs/install.md). pkg-config
 # reads that build's own openblas.pc, not the one Debian's alternatives point at, and everything
 # linked here (libqkv.so, qkv, tests, examples) carries that build's directory as RUNPATH, so
 # libopenblas.so.0 is the OpenMP one even where the alternatives rank the pthreads build first.
@@ -96,12 +102,18 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
-.PHONY: all deps demo check test unit parity-data test-asan test-python install clean bench bench-attention bench-serve bench-ct2 bench-python
+.PHONY: all deps test-deps demo check test unit parity-data test-asan test-python install \
+        install-built clean bench bench-attention bench-serve bench-ct2 bench-python
 all: $(BUILD)/libqkv.a $(LIB_SO) $(BUILD)/$(SONAME) $(BUILD)/libqkv.so $(VIZ_A) $(VIZ_SO) \
      $(BUILD)/$(VIZ_SONAME) $(BUILD)/libqkv-viz.so $(BUILD)/qkv $(BUILD)/qkv.1 $(BUILD)/qkv.bash
 
+# deps: the packages to build and run qkv; test-deps: those and the test tools (apt packages,
+# build/venv's Python tools, OpenBLAS's pthreads build unpacked into build/deps).
 deps:
 	@scripts/install-deps.sh
+
+test-deps:
+	@scripts/install-deps.sh --test
 
 # Objects depend on the Makefile too: a change of flags (visibility, RUNPATH) rebuilds them and
 # everything linked from them.
@@ -164,7 +176,7 @@ $(BUILD)/parity/.stamp: $(wildcard tests/parity/*.py) $(wildcard tools/*.py)
 	@touch $@
 
 unit: all $(TEST_BIN) $(BUILD)/parity/.stamp
-	QKV_PARITY_DIR=$(BUILD)/parity QKV=$(BUILD)/qkv tests/run.sh $(TEST_BIN) $(E2E_TESTS)
+	QKV_PARITY_DIR=$(BUILD)/parity QKV=$(BUILD)/qkv QKV_PY=$(PY) tests/run.sh $(TEST_BIN) $(E2E_TESTS)
 
 # The code's shape, before any test runs: every include in the folder order of the seam, and
 # every function over 80 lines saying why (docs/architecture.md).
@@ -172,7 +184,7 @@ check:
 	tools/check_includes.sh
 	$(PY) tools/check_functions.py
 
-test: deps
+test: test-deps
 	$(MAKE) check
 	$(MAKE) unit
 	$(MAKE) test-python
@@ -194,7 +206,7 @@ test-asan: $(BUILD)/parity/.stamp
 	  build-asan/qkv build-asan/qkv.1 build-asan/qkv.bash $(TEST_BIN:$(BUILD)/%=build-asan/%) \
 	  $(EXAMPLES:$(BUILD)/%=build-asan/%)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 QKV_E2E_QUICK=1 \
-	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv \
+	  QKV_PARITY_DIR=$(BUILD)/parity QKV=build-asan/qkv QKV_PY=$(PY) \
 	  tests/run.sh $(TEST_BIN:$(BUILD)/%=build-asan/%) $(E2E_TESTS)
 
 # The CPU's arithmetic roofs (AVX-512 FMA, VDPBF16PS): OMP_NUM_THREADS=2 build/peak
@@ -203,37 +215,43 @@ $(BUILD)/peak: bench/peak.c
 	$(CC) -std=c11 -O2 -Wall -Wextra -fopenmp $< -o $@
 
 # qkv beside PyTorch, same shapes and threads, alternating; prints tables of ratios.
-bench: deps
+bench: test-deps
 	$(MAKE) all
 	$(PY) bench/bench.py --qkv $(BUILD)/qkv
 
 # softmax (materialised, flash) vs linear attention and KV-cache vs recurrent generation,
 # qkv and PyTorch side by side (about 30 minutes on 2 cores; --quick: N <= 2048)
-bench-attention: deps
+bench-attention: test-deps
 	$(MAKE) all
 	$(PY) bench/attention_bench.py --qkv $(BUILD)/qkv
 
-# qkv serve under load (concurrency 1, 8, 64) beside the offline CLI (README, "Serving").
-bench-serve: deps
+# qkv serve under load (concurrency 1, 8, 64) beside the offline CLI (docs/benchmarks/serving.md).
+bench-serve: test-deps
 	$(MAKE) all
 	$(PY) bench/serve_bench.py --qkv $(BUILD)/qkv
 
 # qkv translate against CTranslate2 on two fra-eng models it trains itself (cached in
-# build/bench-ct2; README, "Against CTranslate2"). CT2_PY: a python3 with ctranslate2 and
-# safetensors (pip-installed into it here when missing: bench tools, not qkv's dependencies).
-# REPS=N sets the repetitions; BENCH_CT2_ARGS passes options (--env, --models, --tiny, ...).
-CT2_PY ?= python3
-bench-ct2: deps
+# build/bench-ct2; docs/benchmarks/ctranslate2.md). CT2_PY: a python3 with ctranslate2 and
+# safetensors (pip-installed into build/venv here when missing: bench tools, not qkv's
+# dependencies). REPS=N sets the repetitions; BENCH_CT2_ARGS passes options (--env, --models,
+# --tiny, ...).
+CT2_PY ?= $(VENV)/bin/python3
+bench-ct2: test-deps
 	$(MAKE) all
 	$(CT2_PY) -c 'import ctranslate2, safetensors' 2>/dev/null || \
 	  $(CT2_PY) -m pip install ctranslate2 safetensors
 	$(CT2_PY) bench/ct2_bench.py --qkv $(BUILD)/qkv $(BENCH_CT2_ARGS)
 
 # Translator.translate_batch beside `qkv translate` on the same sentences (bench/python_bench.py).
-bench-python: all
+bench-python: test-deps
+	$(MAKE) all
 	$(PY) bench/python_bench.py --qkv $(BUILD)/qkv $(BENCH_PYTHON_ARGS)
 
-install: all
+# install: the build packages first (deps), then install-built in a second make (as demo).
+install: deps
+	$(MAKE) install-built
+
+install-built: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libqkv.a $(VIZ_A) $(DESTDIR)$(PREFIX)/lib/

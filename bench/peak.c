@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The arithmetic roofs of this CPU, for the README's Speed section: AVX-512 FMA (float32) and
+/* The arithmetic roofs of this CPU, for docs/benchmarks/pytorch.md: AVX-512 FMA (float32) and
  * VDPBF16PS (bf16 pairs into float32) issued back to back on independent accumulators, no
  * memory traffic, on every OpenMP thread at once. Prints GFLOP/s (2 per multiply-add) of wall
  * time and per CPU-second (the latter stays meaningful on a shared machine: the same fraction

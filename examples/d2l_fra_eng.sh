@@ -5,14 +5,19 @@
 # min_freq 2, gradient clipping at 1, d2l's loss scaling. Trains one model per seed and
 # translates d2l's four example sentences; d2l reports "va !", "j'ai perdu .", "il est calme .",
 # "je suis chez moi ." each with BLEU 1.000.
-# Usage: [OUT=DIR] [JOBS=N] examples/d2l_fra_eng.sh [QKV_BINARY] [SEEDS...]
+# Usage: [OUT=DIR] [JOBS=N] [QKV_DATA_DIR=data] examples/d2l_fra_eng.sh [QKV_BINARY] [SEEDS...]
 #   (default: build/qkv, seeds 0..4; JOBS seeds train at once, one thread each, default 1 job
 #   with every core; qkv's result does not depend on the thread count)
+# The corpus: QKV_DATA_DIR/fra-eng/fra.txt, from `scripts/get-data.sh fra-eng` (docs/data.md).
 set -euo pipefail
 QKV=${1:-build/qkv}; shift || true
 SEEDS=("$@"); [ ${#SEEDS[@]} -eq 0 ] && SEEDS=(0 1 2 3 4)
 JOBS=${JOBS:-1}
-DATA=${QKV_DATA_DIR:-../shared/data}/fra-eng/fra.txt
+DATA=${QKV_DATA_DIR:-data}/fra-eng/fra.txt
+need() {  # the corpus, or how to get it
+  [ -r "$1" ] || { echo "$(basename "$0"): no $1: get it with scripts/get-data.sh $2 (docs/data.md)" >&2; exit 1; }
+}
+need "$DATA" fra-eng
 if [ -z "${OUT:-}" ]; then OUT=$(mktemp -d); trap 'rm -rf "$OUT"' EXIT; fi  # OUT=DIR keeps the models
 mkdir -p "$OUT"
 EN=("go ." "i lost ." "he's calm ." "i'm home .")

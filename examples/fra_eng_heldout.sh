@@ -6,10 +6,16 @@
 # min_freq 2, label smoothing 0.1, token-budget batches), for a time budget; the held-out pairs
 # are then translated with beam 4 and scored with qkv's corpus BLEU-4 (d2l's preprocessed words) and sacreBLEU.
 # bf16 products where the CPU has AVX512-BF16 (more epochs in the budget).
-# Usage: [OUT=DIR] [MINUTES=10] [THREADS=2] [PRECISION=bf16|fp32] examples/fra_eng_heldout.sh [QKV_BINARY]
+# Usage: [OUT=DIR] [MINUTES=10] [THREADS=2] [PRECISION=bf16|fp32] [QKV_DATA_DIR=data]
+#        examples/fra_eng_heldout.sh [QKV_BINARY]
+# The corpus: QKV_DATA_DIR/fra-eng/fra.txt, from `scripts/get-data.sh fra-eng` (docs/data.md).
 set -euo pipefail
 QKV=${1:-build/qkv}
-DATA=${QKV_DATA_DIR:-../shared/data}/fra-eng/fra.txt
+DATA=${QKV_DATA_DIR:-data}/fra-eng/fra.txt
+need() {  # the corpus, or how to get it
+  [ -r "$1" ] || { echo "$(basename "$0"): no $1: get it with scripts/get-data.sh $2 (docs/data.md)" >&2; exit 1; }
+}
+need "$DATA" fra-eng
 OUT=${OUT:-fra-eng-model}
 PRECISION=${PRECISION:-$(grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null && echo bf16 || echo fp32)}
 mkdir -p "$OUT"

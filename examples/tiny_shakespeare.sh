@@ -2,14 +2,21 @@
 # SPDX-License-Identifier: MIT
 # A character-level language model of Tiny Shakespeare (the last 10% held out) trained for a
 # fixed budget of minutes, once with softmax attention and once with linear attention; prints
-# each model's held-out loss and a sample. The settings of the README's table: d_model 192,
+# each model's held-out loss and a sample. The settings of docs/language-models.md: d_model 192,
 # 6 heads, FFN 768, 4 pre-norm blocks, tied embeddings, GELU, context 128, 32 windows a step,
 # AdamW at 4e-3 (weight decay 0.3, 100 warm-up steps, cosine to lr/10), no dropout, bf16
 # products where the CPU has AVX512-BF16.
-# Usage: [OUT=DIR] [MINUTES=10] [THREADS=2] [PRECISION=bf16|fp32] examples/tiny_shakespeare.sh [QKV_BINARY]
+# Usage: [OUT=DIR] [MINUTES=10] [THREADS=2] [PRECISION=bf16|fp32] [QKV_DATA_DIR=data]
+#        examples/tiny_shakespeare.sh [QKV_BINARY]
+# The text: QKV_DATA_DIR/tinyshakespeare/input.txt, from `scripts/get-data.sh tinyshakespeare`
+# (docs/data.md).
 set -euo pipefail
 QKV=${1:-build/qkv}
-DATA=${QKV_DATA_DIR:-../shared/data}/tinyshakespeare/input.txt
+DATA=${QKV_DATA_DIR:-data}/tinyshakespeare/input.txt
+need() {  # the corpus, or how to get it
+  [ -r "$1" ] || { echo "$(basename "$0"): no $1: get it with scripts/get-data.sh $2 (docs/data.md)" >&2; exit 1; }
+}
+need "$DATA" tinyshakespeare
 OUT=${OUT:-shakespeare}
 PRECISION=${PRECISION:-$(grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null && echo bf16 || echo fp32)}
 mkdir -p "$OUT"

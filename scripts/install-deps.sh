@@ -1,67 +1,103 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Installs the Debian packages qkv needs to build and test, if any are missing.
-# Quiet and quick when everything is present; needs root (or sudo) otherwise.
+# Installs what is missing of what qkv needs; quiet and quick when everything is there.
+#   scripts/install-deps.sh          to build and run qkv (make demo, make install: `make deps`)
+#   scripts/install-deps.sh --test   and to test it (make test: `make test-deps`)
+# Debian packages go through apt-get (as root, or through sudo). The Python test tools go into a
+# virtual environment of the project's own, build/venv (made with --system-site-packages, so that
+# Debian's python3-torch is seen in it), never into the system's Python. OpenBLAS's pthreads
+# build, which one test loads on purpose, is unpacked into build/ rather than installed: installed,
+# it would become the machine's libopenblas.so.0 and libblas.so.3 (Debian's alternatives rank it
+# first), and this script changes no alternatives.
+# Environment: PYTHON (default /usr/bin/python3, the Python that has Debian's torch),
+# QKV_VENV (default build/venv), QKV_DEPS_DIR (default build/deps).
 set -euo pipefail
-pkgs=(
+cd "$(dirname "$0")/.."
+want_test=0
+case "${1:-}" in
+  "") ;;
+  --test) want_test=1 ;;
+  -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "install-deps: unknown argument '$1' (--test or nothing)" >&2; exit 2 ;;
+esac
+
+# To build and to run: libqkv links OpenBLAS, cJSON, SentencePiece, utf8proc and zlib, libqkv-viz
+# (the figures) libpng and FreeType; the qkv tool also libmicrohttpd (qkv serve) and Open MPI
+# (data-parallel training).
+runtime=(
   build-essential pkg-config
-  libopenblas-openmp-dev   # CBLAS GEMM; the OpenMP build shares the threads of our kernels
+  libopenblas-openmp-dev   # CBLAS GEMM; the OpenMP build shares the threads of qkv's kernels
   libcjson-dev             # JSON: config files, safetensors headers
-  libcmocka-dev            # unit-test framework
   libpng-dev libfreetype-dev fonts-dejavu-core  # figures: PNG encoding, text rendering, a font
-  python3-torch python3-numpy  # PyTorch parity references (tests only)
-  clang libclang-rt-14-dev libomp-dev  # make fuzz: libFuzzer and sanitizer runtimes, clang's OpenMP (tests only)
   libutf8proc-dev          # Unicode normalisation and case folding of raw text
   zlib1g-dev               # deflated zip entries: PyTorch checkpoints, .npz files, OPUS-MT zips
-  libsentencepiece-dev sentencepiece  # SentencePiece models (.spm): reading, applying, training
+  libsentencepiece-dev     # SentencePiece models (.spm): reading, applying, training
   libmicrohttpd-dev        # qkv serve: the HTTP server
-  libopenmpi-dev openmpi-bin  # data-parallel training over MPI (mpirun)
-  wrk                      # qkv serve: load tests and benchmarks (tests only)
-  nginx-light              # qkv serve behind a reverse proxy: tests/e2e/test_serve_nginx.sh (tests only)
-  python3-pip              # installs the Python test tools below
+  libopenmpi-dev openmpi-bin  # data-parallel training (the qkv tool links libmpi; mpirun)
 )
-# Python test tools (never runtime dependencies), for Debian's python3 (the one with python3-torch):
-# transformers builds the Marian reference models, sentencepiece and sacrebleu check ours.
-# transformers 4.38 is the newest that runs on Debian's torch 1.13.
-# ctranslate2 runs the models qkv export ct2 writes (tests/e2e/test_ct2.sh); libretranslatepy
-# and openai are the clients qkv serve is tested with (test_serve_libre.sh, test_serve_openai.sh).
-py_pkgs=(transformers==4.38.2 sentencepiece sacrebleu safetensors ctranslate2 libretranslatepy openai)
-# Tests only: OpenBLAS's pthreads build, which tests/e2e/test_blas.sh loads on purpose to see qkv
-# refuse it. Installed as it is, it would become every program's libopenblas.so.0, libblas.so.3
-# and liblapack.so.3 (Debian's alternatives rank it above the OpenMP build, 100 to 95), PyTorch's
-# included. So it is installed last, after those alternatives have been fixed (manual mode) to
-# what they are then: the machine keeps the BLAS it had. qkv itself would not care (it finds the
-# OpenMP build through its RUNPATH), other programs would.
-pinned=(libopenblas0-pthread)
+# To test, besides: each is named by the tests that need it.
+test_only=(
+  libcmocka-dev            # the unit-test framework
+  python3-torch python3-numpy  # PyTorch writes the parity references
+  python3-venv             # build/venv, for the Python test tools below
+  python3-pip python3-dev  # the Python package's wheel built and tested (tests/python.sh)
+  clang libclang-rt-14-dev libomp-dev  # libFuzzer and the sanitizer runtimes, clang's OpenMP
+  sentencepiece            # spm_train: a model made by SentencePiece's own trainer (test_spm)
+  wrk curl                 # qkv serve: load test and requests (test_serve)
+  nginx-light              # qkv serve behind a reverse proxy (test_serve_nginx)
+  valgrind                 # a train + translate run under memcheck (test_robustness)
+  file                     # test_setup looks at what the compiler wrote
+)
+# Python test tools, pip-installed into build/venv: transformers builds the Marian reference
+# models (4.38 is the newest that runs on Debian's torch 1.13), sentencepiece and sacrebleu
+# check qkv's pieces and scores, safetensors reads and writes reference files, ctranslate2 runs
+# the models qkv export ct2 writes (test_ct2), libretranslatepy and openai are the clients qkv
+# serve is tested with (test_serve_libre, test_serve_openai).
+py_test=(transformers==4.38.2 sentencepiece sacrebleu safetensors ctranslate2 libretranslatepy openai)
+py_modules="transformers, sentencepiece, sacrebleu, safetensors, ctranslate2, libretranslatepy, openai"
 
-is_missing() { ! dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-missing=(); missing_pinned=()
-for p in "${pkgs[@]}"; do is_missing "$p" && missing+=("$p"); done
-for p in "${pinned[@]}"; do is_missing "$p" && missing_pinned+=("$p"); done
-install_python_tools() {
-  /usr/bin/python3 -c 'import transformers, sentencepiece, sacrebleu, safetensors, ctranslate2, libretranslatepy, openai' 2>/dev/null && return 0
-  echo "install-deps: installing Python test tools ${py_pkgs[*]}" >&2
-  $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages --root-user-action=ignore "${py_pkgs[@]}"
-}
+PYTHON=${PYTHON:-/usr/bin/python3}
+VENV=${QKV_VENV:-build/venv}
+DEPS_DIR=${QKV_DEPS_DIR:-build/deps}
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-if [ ${#missing[@]} -eq 0 ] && [ ${#missing_pinned[@]} -eq 0 ]; then install_python_tools; exit 0; fi
-all=("${missing[@]}" "${missing_pinned[@]}")
-echo "install-deps: installing ${all[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
+
+is_missing() { ! dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+wanted=("${runtime[@]}")
+[ $want_test = 1 ] && wanted+=("${test_only[@]}")
+missing=()
+for p in "${wanted[@]}"; do is_missing "$p" && missing+=("$p"); done
+updated=0
 if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  updated=1
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if [ ${#missing_pinned[@]} -gt 0 ]; then
-  ma=$(gcc -print-multiarch)
-  for alt in libopenblas.so.0 libblas.so.3 liblapack.so.3; do
-    value=$(update-alternatives --query "$alt-$ma" 2>/dev/null | sed -n 's/^Value: //p')
-    if [ -n "$value" ]; then
-      echo "install-deps: keeping $alt at $value" >&2
-      $SUDO update-alternatives --quiet --set "$alt-$ma" "$value"
-    fi
-  done
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing_pinned[@]}" >/dev/null
+[ $want_test = 1 ] || exit 0
+
+# ---- the Python test tools, in build/venv
+if [ ! -x "$VENV/bin/python3" ]; then
+  echo "install-deps: creating $VENV (with the system's site packages)" >&2
+  "$PYTHON" -m venv --system-site-packages "$VENV"
 fi
-install_python_tools
+if ! "$VENV/bin/python3" -c "import $py_modules" 2>/dev/null; then
+  echo "install-deps: installing ${py_test[*]} into $VENV" >&2
+  "$VENV/bin/python3" -m pip install --quiet --disable-pip-version-check "${py_test[@]}"
+fi
+
+# ---- OpenBLAS's pthreads build, unpacked (tests/e2e/test_blas.sh loads it on purpose)
+ma=$(gcc -print-multiarch)
+if [ ! -e "/usr/lib/$ma/openblas-pthread/libopenblas.so.0" ] &&
+   [ ! -e "$DEPS_DIR/openblas-pthread/usr/lib/$ma/openblas-pthread/libopenblas.so.0" ]; then
+  echo "install-deps: unpacking libopenblas0-pthread into $DEPS_DIR/openblas-pthread" >&2
+  mkdir -p "$DEPS_DIR"
+  rm -f "$DEPS_DIR"/libopenblas0-pthread_*.deb
+  if ! (cd "$DEPS_DIR" && apt-get download -qq libopenblas0-pthread 2>/dev/null); then
+    [ $updated = 1 ] || $SUDO apt-get update -qq
+    (cd "$DEPS_DIR" && apt-get download -qq libopenblas0-pthread)
+  fi
+  rm -rf "$DEPS_DIR/openblas-pthread"
+  dpkg-deb -x "$DEPS_DIR"/libopenblas0-pthread_*.deb "$DEPS_DIR/openblas-pthread"
+fi

@@ -8,6 +8,14 @@ set -u
 # Waiting OpenMP threads sleep instead of spinning: on a machine shared with other work,
 # spinning waits make the parallel kernels many times slower (see src/cli/main.c).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# The Python of the test tools (torch, transformers, sacrebleu, ...): QKV_PY as make passes it,
+# else build/venv's (scripts/install-deps.sh --test), else Debian's; absolute, since tests cd.
+if [ -z "${QKV_PY:-}" ]; then
+  QKV_PY=/usr/bin/python3
+  [ -x build/venv/bin/python3 ] && QKV_PY=build/venv/bin/python3
+fi
+case $QKV_PY in /*) ;; */*) QKV_PY=$PWD/$QKV_PY ;; esac
+export QKV_PY
 passed=0; failed=0
 for prog in "$@"; do
   echo "== $prog"

@@ -5,14 +5,14 @@
 # beam-4 output on every held-out sentence (the premise of comparing their speeds), the table
 # and the JSON have every setting, and a model the converter would misread is refused.
 # Usage: test_bench_ct2.sh QKV_BINARY. Needs ../shared/ct2, fra.txt and a python3 with
-# ctranslate2 (CT2_PY, default the first python3 on PATH); else skipped. About 20 s.
+# ctranslate2 (CT2_PY, default $QKV_PY: build/venv, where make bench-ct2 installs it); else skipped. About 20 s.
 set -u
 QKV=$(realpath "$1")
 HERE=$(dirname "$0")
 ROOT=$(cd "$HERE/../.." && pwd)
 CT2_DIR=${QKV_CT2_DIR:-$ROOT/../shared/ct2}
 FRA=${QKV_DATA_DIR:-$ROOT/../shared/data}/fra-eng/fra.txt
-PY=${CT2_PY:-python3}
+PY=${CT2_PY:-${QKV_PY:-python3}}
 . "$HERE/lib.sh" # $T, ok, bad, check
 if [ ! -r "$CT2_DIR/qkv2ct2.py" ] || [ ! -r "$FRA" ] || ! "$PY" -c "import ctranslate2, safetensors" 2>/dev/null; then
   echo "skip: no ../shared/ct2, no fra.txt or no ctranslate2"; echo "$pass passed, $fail failed"; exit 0

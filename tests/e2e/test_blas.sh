@@ -10,8 +10,9 @@
 #     which libopenblas.so.0 is the pthreads build: nothing changes for the rest of the machine.
 #     A program without qkv's RUNPATH (Python's ctypes) loads the pthreads build there, which
 #     shows the situation is real.
-# Needs libopenblas0-pthread (scripts/install-deps.sh installs it without letting it become the
-# machine's libopenblas.so.0). Usage: test_blas.sh QKV_BINARY.
+# Needs OpenBLAS's pthreads build: the system's (libopenblas0-pthread) where it is installed, else
+# the copy `scripts/install-deps.sh --test` unpacks into build/deps (never installed, so that it
+# does not become the machine's libopenblas.so.0). Usage: test_blas.sh QKV_BINARY.
 set -u
 QKV=$(realpath "$1")
 DIR=$(dirname "$QKV")
@@ -21,6 +22,9 @@ PYTHON=${PYTHON:-python3}
 MA=$(gcc -print-multiarch)
 OPENMP_DIR=/usr/lib/$MA/openblas-openmp
 PTHREAD_DIR=/usr/lib/$MA/openblas-pthread
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+UNPACKED=$ROOT/build/deps/openblas-pthread/usr/lib/$MA/openblas-pthread
+[ ! -e "$PTHREAD_DIR/libopenblas.so.0" ] && [ -e "$UNPACKED/libopenblas.so.0" ] && PTHREAD_DIR=$UNPACKED
 INFO=(info --d-model 32 --heads 4 --ffn 64 --layers 2 --vocab 100)   # a command that needs no data
 
 # the file ldd says PROGRAM's libopenblas.so.0 comes from
@@ -46,7 +50,7 @@ check "qkv runs" bash -c "'$QKV' ${INFO[*]} >/dev/null"
 
 # ---- the pthreads build forced in
 if [ ! -e "$PTHREAD_DIR/libopenblas.so.0" ]; then
-  bad "no $PTHREAD_DIR/libopenblas.so.0: install libopenblas0-pthread (scripts/install-deps.sh)"
+  bad "no $PTHREAD_DIR/libopenblas.so.0 nor $UNPACKED/libopenblas.so.0: run scripts/install-deps.sh --test"
   echo; echo "$pass passed, $fail failed"; exit 1
 fi
 check "with LD_LIBRARY_PATH, qkv loads the pthreads build" \

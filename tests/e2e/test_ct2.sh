@@ -15,9 +15,10 @@ set -u
 QKV=$(realpath "$1")
 . "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
 P=${QKV_PARITY_DIR:-build/parity}
-CHECK="/usr/bin/python3 $(dirname "$0")/ct2_check.py"
-if ! /usr/bin/python3 -c 'import ctranslate2' 2>/dev/null; then
-  echo "no ctranslate2 for /usr/bin/python3 (scripts/install-deps.sh installs it)"
+PY=${QKV_PY:-/usr/bin/python3}   # with ctranslate2 (tests/run.sh: build/venv)
+CHECK="$PY $(dirname "$0")/ct2_check.py"
+if ! "$PY" -c 'import ctranslate2' 2>/dev/null; then
+  echo "no ctranslate2 for $PY (scripts/install-deps.sh --test installs it)"
   bad "ctranslate2 importable"; echo "$pass passed, $fail failed"; exit 1
 fi
 LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)

@@ -12,8 +12,9 @@
 set -u
 QKV=$(realpath "$1")
 if [ -n "${QKV_E2E_QUICK:-}" ]; then echo "skip: d2l reproduction in quick mode"; echo "0 passed, 0 failed"; exit 0; fi
-if [ ! -r "${QKV_DATA_DIR:-../shared/data}/fra-eng/fra.txt" ]; then echo "skip: no fra.txt"; echo "0 passed, 0 failed"; exit 0; fi
-out=$(JOBS=$(nproc) bash examples/d2l_fra_eng.sh "$QKV" 0 1 2 3 4 5 6 7 8 9)
+DATA=${QKV_DATA_DIR:-../shared/data}
+if [ ! -r "$DATA/fra-eng/fra.txt" ]; then echo "skip: no fra.txt"; echo "0 passed, 0 failed"; exit 0; fi
+out=$(QKV_DATA_DIR=$DATA JOBS=$(nproc) bash examples/d2l_fra_eng.sh "$QKV" 0 1 2 3 4 5 6 7 8 9)
 printf '%s\n' "$out"
 pass=0; fail=0
 total=$(printf '%s\n' "$out" | sed -n 's/^seed [0-9]*: \([0-4]\)\/4 as d2l$/\1/p' | awk '{ t += $1; n++ } END { print (n == 10 ? t : -1) }')

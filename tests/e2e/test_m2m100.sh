@@ -18,7 +18,7 @@ if [ ! -f "$P/m2m100_nllb_tied/config.json" ]; then
   echo "$pass passed, $fail failed"; exit 1
 fi
 LIM=(--max-len 23 --max-len-a 0 --max-len-b 23)
-langs() { /usr/bin/python3 -c "
+langs() { "${QKV_PY:-/usr/bin/python3}" -c "
 from safetensors import safe_open
 m = safe_open('$P/m2m100_$1.safetensors', 'np').metadata(); print(m['src_lang'], m['tgt_lang'])"; }
 for n in nllb_tied nllb_untied_gelu m2m100_unscaled; do

@@ -11,6 +11,7 @@
 set -u
 QKV=$(realpath "$1")
 . "$(dirname "$0")/lib.sh" # $T, ok, bad, check, expect_fail
+PY=${QKV_PY:-/usr/bin/python3}   # with torch and safetensors (tests/run.sh)
 P=${QKV_PARITY_DIR:-build/parity}
 HF=$P/marian_shared_swish
 if [ ! -f "$HF/config.json" ]; then
@@ -21,7 +22,7 @@ fi
 variant() { rm -rf "$T/$1"; cp -r "$HF" "$T/$1"; }
 # set_key DIR KEY JSON_VALUE: config.json's KEY set (or removed with the value "DELETE")
 set_key() {
-  /usr/bin/python3 - "$1/config.json" "$2" "$3" <<'PY'
+  "$PY" - "$1/config.json" "$2" "$3" <<'PY'
 import json, sys
 p, k, v = sys.argv[1:]
 c = json.load(open(p))
@@ -118,7 +119,7 @@ variant noweights; rm "$T/noweights/model.safetensors"
 expect_fail "no weights at all" 'model.safetensors: missing .and no pytorch_model.bin' \
   "$QKV" import marian "$T/noweights" --out "$T/o11"
 variant extra
-/usr/bin/python3 - "$T/extra/model.safetensors" <<'PY'
+"$PY" - "$T/extra/model.safetensors" <<'PY'
 import sys
 from safetensors.numpy import load_file, save_file
 import numpy as np
@@ -128,7 +129,7 @@ PY
 expect_fail "a tensor qkv has no place for (a LayerNorm on the embeddings)" \
   "layernorm_embedding.weight' has no place" "$QKV" import marian "$T/extra" --out "$T/o12"
 variant int
-/usr/bin/python3 - "$T/int/model.safetensors" <<'PY'
+"$PY" - "$T/int/model.safetensors" <<'PY'
 import sys
 from safetensors.numpy import load_file, save_file
 t = load_file(sys.argv[1]); t["final_logits_bias"] = t["final_logits_bias"].astype("int64")
@@ -169,7 +170,7 @@ done
 # load, give the model that numpy's (torch's) conversion to float32 gives
 for dt in float16 bfloat16; do
   variant "$dt"; variant "${dt}_f32"
-  /usr/bin/python3 - "$T/$dt/model.safetensors" "$T/${dt}_f32/model.safetensors" "$dt" <<'PY'
+  "$PY" - "$T/$dt/model.safetensors" "$T/${dt}_f32/model.safetensors" "$dt" <<'PY'
 import sys, torch
 from safetensors.torch import load_file, save_file
 t = load_file(sys.argv[1]); d = getattr(torch, sys.argv[3])
@@ -186,7 +187,7 @@ done
 # ---- positions stored in the file (older transformers saved them): Marian's table is
 # accepted, anything else refused
 variant pos
-/usr/bin/python3 - "$T/pos/model.safetensors" <<'PY' 2>/dev/null
+"$PY" - "$T/pos/model.safetensors" <<'PY' 2>/dev/null
 import sys
 import numpy as np
 from safetensors.numpy import load_file, save_file
@@ -208,16 +209,16 @@ expect_fail "other positions are refused" "not the \[sin \| cos\] sinusoidal tab
 # writes it (tied tensors under one name), as older transformers wrote it (the tied
 # embeddings under each of their names, sharing one storage), and sharded with an index
 variant bin; variant bin2; variant shards
-(cd "$T/bin" && /usr/bin/python3 -c "
+(cd "$T/bin" && "$PY" -c "
 import torch, safetensors.torch as st
 torch.save(st.load_file('model.safetensors'), 'pytorch_model.bin')" && rm model.safetensors)
-(cd "$T/bin2" && /usr/bin/python3 -c "
+(cd "$T/bin2" && "$PY" -c "
 import torch, safetensors.torch as st
 sd = st.load_file('model.safetensors'); e = sd['model.shared.weight']
 sd.update({'model.encoder.embed_tokens.weight': e, 'model.decoder.embed_tokens.weight': e,
            'lm_head.weight': e})
 torch.save(sd, 'pytorch_model.bin')" && rm model.safetensors)
-(cd "$T/shards" && /usr/bin/python3 -c "
+(cd "$T/shards" && "$PY" -c "
 import json, torch, safetensors.torch as st
 sd = st.load_file('model.safetensors'); names = sorted(sd); half = len(names) // 2
 parts = {'pytorch_model-00001-of-00002.bin': names[:half], 'pytorch_model-00002-of-00002.bin': names[half:]}
@@ -229,7 +230,7 @@ for v in bin bin2 shards; do
     '$QKV' import marian '$T/$v' --out '$T/o_$v' 2>/dev/null &&
     cmp -s '$T/o_$v/model.safetensors' '$T/m/model.safetensors'"
 done
-/usr/bin/python3 - "$T/shards/pytorch_model.bin.index.json" <<'PY'
+"$PY" - "$T/shards/pytorch_model.bin.index.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); j["weight_map"]["lm_head.weight"] = "../elsewhere.bin"
 json.dump(j, open(sys.argv[1], "w"))
@@ -330,7 +331,7 @@ release outside; sed -i 's/  - opus.spm.transformer/  - ..\/opus.spm.transformer
 expect_fail "decoder.yml naming a file outside the release" "names '../opus.spm.transformer.*not a file beside it" \
   "$QKV" import marian "$T/outside" --out "$T/o20"
 release prenorm
-/usr/bin/python3 - "$T/prenorm" <<'PY'
+"$PY" - "$T/prenorm" <<'PY'
 import glob, sys, numpy as np
 f = glob.glob(sys.argv[1] + "/*.npz")[0]
 d = dict(np.load(f))

@@ -5,12 +5,12 @@
 # the corpus lines `qkv eval --hyp` prints are exactly `sacrebleu -f text -w 2`'s, and every
 # sentence's BLEU (sentence_bleu) and chrF2 agree to 1e-4. Then a model's eval: the default
 # prints sacreBLEU's lines, --metric d2l the word-level BLEU, --metric all both.
-# Usage: test_sacrebleu.sh QKV_BINARY. Needs /usr/bin/python3 with sacrebleu (else skipped).
+# Usage: test_sacrebleu.sh QKV_BINARY. Needs a python3 with sacrebleu ($QKV_PY) (else skipped).
 set -u
 QKV=$(realpath "$1")
 DATA=${QKV_DATA_DIR:-../shared/data}
 M30=$DATA/multi30k
-PY=${PY:-/usr/bin/python3}
+PY=${QKV_PY:-/usr/bin/python3}
 HERE=$(dirname "$0")
 . "$HERE/lib.sh" # $T, ok, bad, check
 if [ ! -r "$M30/test_2016_flickr.en" ] || ! "$PY" -c "import sacrebleu" 2>/dev/null; then

@@ -9,10 +9,17 @@
 #   - the compiler is a wrapper that records every command; it really compiles the sources that
 #     include cJSON.h, png.h and FreeType's headers, and fakes the rest (empty objects, and for
 #     each link a stand-in program that records that it ran), so a full run takes seconds.
-# Then: make demo (also with -j2) and make test succeed; the stand-in install ran before the
-# first compiler command; every compile has pkg-config's cflags and every link its libs; the
-# real compiles succeeded; the demo ran. And a plain `make` without the packages stops with a
-# message that says how to install them.
+# Then: make demo (also with -j2), make install and make test succeed; the stand-in install ran
+# before the first compiler command, asked for the build packages only (demo, install) or for the
+# test tools too (test); every compile has pkg-config's cflags and every link its libs; the real
+# compiles succeeded; the demo ran; the install wrote its files. And a plain `make` without the
+# packages stops with a message that says how to install them.
+# Then scripts/install-deps.sh itself, on a machine played by stand-ins for dpkg-query, apt-get,
+# dpkg-deb, gcc and Python (tests/e2e/setup_standins/): without --test it installs the build and
+# runtime packages and nothing else; with --test it adds the test packages, makes build/venv with
+# the system's site packages and pip-installs the Python tools into it, and unpacks OpenBLAS's
+# pthreads build into build/deps; run again, it does nothing; it never touches the alternatives
+# or the system's Python. And docs/install.md names every package the script installs.
 # Usage: test_setup.sh [QKV_BINARY] (not used). QKV_SETUP_SRC=DIR checks the Makefile of another
 # tree, e.g. an older commit from `git archive` (the Makefile before 80f9f09 fails here).
 set -u
@@ -23,6 +30,7 @@ trap 'rm -rf "$T"' EXIT
 pass=0; fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 
 REAL_PC=$(command -v pkg-config) || { echo "FAIL no pkg-config on this machine"; echo "0 passed, 1 failed"; exit 1; }
 REAL_CC=$(command -v cc)
@@ -81,7 +89,7 @@ copy_tree() {
     (cd "$SRC" && tar --exclude=./build --exclude=./build-asan --exclude=./build-fuzz -cf - .) |
       tar -xf - -C "$dst"
   fi
-  printf '#!/bin/sh\necho DEPS >>"$QKV_SETUP_LOG"\ntouch "$QKV_SETUP_MARK"\n' \
+  printf '#!/bin/sh\necho "DEPS${1:+ $1}" >>"$QKV_SETUP_LOG"\ntouch "$QKV_SETUP_MARK"\n' \
     >"$dst/scripts/install-deps.sh"
   printf '#!/bin/sh\necho "RAN tests/run.sh" >>"$QKV_SETUP_LOG"\necho "tests: 0 passed, 0 failed"\n' \
     >"$dst/tests/run.sh"
@@ -103,13 +111,17 @@ run_make() {
   rc=$?
 }
 
-# check_first_run NAME TARGET: the assertions about a run of `make TARGET`
+# check_first_run NAME TARGET [DEPS_ARG]: the assertions about a run of `make TARGET`, whose
+# install-deps.sh ran once, with DEPS_ARG (none: the build and runtime packages only)
 check_first_run() {
-  local name=$1 target=$2 log=$T/$1.log
+  local name=$1 target=$2 log=$T/$1.log want="DEPS${3:+ $3}" n
   if [ $rc -eq 0 ]; then ok "$name: make $target succeeds on its first run"
   else bad "$name: make $target failed ($rc): $(grep -m2 -E 'error:|\*\*\*' "$T/$name.out" | tr '\n' ' ')"; fi
-  if [ "$(head -n 1 "$log")" = DEPS ]; then ok "$name: install-deps.sh ran before the first compiler command"
-  else bad "$name: the compiler ran before install-deps.sh: $(head -n 1 "$log" | cut -c1-160)"; fi
+  if [ "$(head -n 1 "$log")" = "$want" ]; then
+    ok "$name: install-deps.sh${3:+ $3} ran before the first compiler command"
+  else bad "$name: the first command was not install-deps.sh${3:+ $3}: $(head -n 1 "$log" | cut -c1-160)"; fi
+  n=$(grep -c '^DEPS' "$log")
+  [ "$n" -eq 1 ] || bad "$name: install-deps.sh ran $n times"
   local compiles links missing=0 m
   compiles=$(grep '^CMD .* -c ' "$log" | grep -v -- '-print-')
   links=$(grep '^CMD ' "$log" | grep -v -- ' -c ' | grep -v -- '-print-')
@@ -159,8 +171,15 @@ if grep -q '^RAN \./build/qkv demo' "$T/demo.log"; then ok "demo: the demo ran";
 run_make demo-j2 -j2 demo
 check_first_run demo-j2 "-j2 demo"
 
+run_make install install PREFIX="$T/prefix"
+check_first_run install install
+if [ -x "$T/prefix/bin/qkv" ] && [ -f "$T/prefix/include/qkv.h" ] && [ -f "$T/prefix/lib/libqkv.a" ] &&
+   grep -q "^prefix=$T/prefix" "$T/prefix/lib/pkgconfig/qkv.pc"; then
+  ok "install: qkv, qkv.h, libqkv.a and qkv.pc are under PREFIX"
+else bad "install: files missing under PREFIX: $(cd "$T/prefix" 2>/dev/null && find . | head -20 | tr '\n' ' ')"; fi
+
 run_make test test
-check_first_run test test
+check_first_run test test --test
 n=$(grep -c '^RAN tests/run.sh' "$T/test.log")
 if [ "$n" -eq 2 ]; then ok "test: the unit and the sanitizer test runs started"
 else bad "test: tests/run.sh ran $n times, not 2"; fi
@@ -173,6 +192,64 @@ else bad "test: no fuzz harness ran"; fi
 run_make no-deps all
 if [ $rc -ne 0 ] && grep -q 'make deps' "$T/no-deps.out"; then ok "make without the packages asks for make deps"
 else bad "make without the packages (status $rc): $(tail -n 2 "$T/no-deps.out" | tr '\n' ' ')"; fi
+
+# ---- scripts/install-deps.sh on a machine of stand-ins
+D=$T/deps
+mkdir -p "$D/tree/scripts"
+cp "$SRC/scripts/install-deps.sh" "$D/tree/scripts/"
+cp -r "$ROOT/tests/e2e/setup_standins" "$D/bin"
+: >"$D/installed"
+# run_deps NAME ARGS...: install-deps.sh ARGS in $D/tree on the stand-in machine; its commands
+# are in $D/log, its output in $D/NAME.out, its status in $rc
+run_deps() {
+  local name=$1; shift
+  : >"$D/log"
+  (cd "$D/tree" && PATH="$D/bin:$PATH" QKV_STANDIN_DIR="$D" PYTHON="$D/bin/system-python" \
+     scripts/install-deps.sh "$@") >"$D/$name.out" 2>&1
+  rc=$?
+}
+runtime_pkgs="libopenblas-openmp-dev libcjson-dev libpng-dev libfreetype-dev fonts-dejavu-core
+  libsentencepiece-dev libutf8proc-dev libmicrohttpd-dev libopenmpi-dev"
+test_pkgs="libcmocka-dev python3-torch clang wrk valgrind python3-venv sentencepiece"
+# installed LIST / not_installed LIST: whether apt-get was asked to install each package
+installed() { local p; for p in $1; do grep -qE "^apt-get install.* $p( |$)" "$D/log" || { echo "$p"; return 1; }; done; }
+not_installed() { local p; for p in $1; do ! grep -qE "^apt-get install.* $p( |$)" "$D/log" || { echo "$p"; return 1; }; done; }
+
+run_deps plain
+[ $rc -eq 0 ] || bad "install-deps.sh failed ($rc): $(tail -n 3 "$D/plain.out" | tr '\n' ' ')"
+if p=$(installed "$runtime_pkgs"); then ok "install-deps.sh installs the build and runtime packages"
+else bad "install-deps.sh does not install $p"; fi
+if p=$(not_installed "$test_pkgs"); then ok "install-deps.sh installs no test package"
+else bad "install-deps.sh installs $p, a test package"; fi
+if grep -qE '^(system-python|venv-python|pip|apt-get download)' "$D/log" || [ -e "$D/tree/build" ]; then
+  bad "install-deps.sh made a venv, ran pip or unpacked a package: $(grep -E 'python|pip|download' "$D/log" | head -n 3 | tr '\n' ' ')"
+else ok "install-deps.sh makes no venv, installs no Python package, unpacks nothing"; fi
+
+run_deps test --test
+[ $rc -eq 0 ] || bad "install-deps.sh --test failed ($rc): $(tail -n 3 "$D/test.out" | tr '\n' ' ')"
+if p=$(installed "$test_pkgs"); then ok "install-deps.sh --test installs the test packages"
+else bad "install-deps.sh --test does not install $p"; fi
+check "install-deps.sh --test makes build/venv with the system's site packages" \
+  grep -qx "system-python -m venv --system-site-packages build/venv" "$D/log"
+check "... and pip-installs transformers, sentencepiece, sacrebleu and safetensors into it" \
+  bash -c "grep '^venv-python -m pip install' '$D/log' | grep transformers== | grep sentencepiece | grep sacrebleu | grep -q safetensors"
+check "... and unpacks OpenBLAS's pthreads build into build/deps" \
+  test -e "$D/tree/build/deps/openblas-pthread/usr/lib/qkv-test-arch/openblas-pthread/libopenblas.so.0"
+if grep -qE '^(update-alternatives|pip|pip3) |^system-python -m pip' "$D/log"; then
+  bad "install-deps.sh --test touched the alternatives or the system's pip: $(grep -E '^(update-alternatives|pip|system-python -m pip)' "$D/log" | head -n 2 | tr '\n' ' ')"
+else ok "install-deps.sh --test leaves the alternatives and the system's Python alone"; fi
+run_deps again --test
+if [ $rc -eq 0 ] && [ ! -s "$D/log" ]; then ok "install-deps.sh --test run again does nothing"
+else bad "install-deps.sh --test run again ($rc): $(head -n 3 "$D/log" | tr '\n' ' ')"; fi
+
+# docs/install.md lists every package the script installs, in the table of its set
+pkgs_of() { sed -n "/^$1=(/,/^)/p" "$SRC/scripts/install-deps.sh" | sed 's/#.*//; s/^[a-z_]*=(//; s/)//' | tr -s ' \n' '\n' | grep -v '^$'; }
+missing=
+for p in $(pkgs_of runtime) $(pkgs_of test_only); do
+  grep -q -F "\`$p\`" "$SRC/docs/install.md" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then ok "docs/install.md names every package install-deps.sh installs"
+else bad "docs/install.md does not name:$missing"; fi
 
 echo
 echo "$pass passed, $fail failed"

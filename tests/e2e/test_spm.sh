@@ -8,7 +8,7 @@
 # Usage: test_spm.sh QKV_BINARY. QKV_E2E_QUICK=1 (the sanitizer run) checks a sample of lines.
 set -u
 QKV=$(realpath "$1")
-PY=${PY:-/usr/bin/python3}
+PY=${QKV_PY:-/usr/bin/python3}
 DATA=${QKV_DATA_DIR:-../shared/data}
 FRA=$DATA/fra-eng/fra.txt
 M30=$DATA/multi30k

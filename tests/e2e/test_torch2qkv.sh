@@ -12,7 +12,7 @@ QKV=$(realpath "$1")
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 REF=${QKV_PARITY_DIR:-build/parity}/t2q
 M=$REF/qkv_model
-PY=${PY:-/usr/bin/python3}
+PY=${QKV_PY:-/usr/bin/python3}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 pass=0; fail=0
