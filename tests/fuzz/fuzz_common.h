@@ -68,6 +68,17 @@ static inline const char *fuzz_dir(const char *tag)
         }                                                                               \
     } while (0)
 
+/* A refusal names its file once, first: "NAME: reason", never "NAME: NAME: reason" (a reader
+ * and its caller both prefixing). The reason may quote the input, which may hold NAME. */
+static inline int fuzz_named_once(const char *msg, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(msg, name, n) != 0) return 0;
+    const char *rest = msg + n;
+    while (*rest == ':' || *rest == ' ') rest++;
+    return strncmp(rest, name, n) != 0;
+}
+
 /* fuzz_dir(tag)/name, remembered so that it is removed at exit. */
 static inline const char *fuzz_path(const char *tag, const char *name)
 {
