@@ -6,10 +6,11 @@
 #   netns_make DIR       makes them; DIR receives mpirun's rsh agent. 0, or 1 (why on stderr)
 #   netns_shape RATE [DELAY]   limits each direction of the link to RATE (tc tbf: "1gbit"),
 #                        with DELAY ("1ms") each way where the kernel has netem; prints what
-#                        it set ("1gbit" or "1gbit, 1ms each way")
+#                        it set ("1gbit" or "1gbit, 1ms each way"); 1 where there is no tbf
 #   netns_unshape        removes the shaping
 #   netns_mpirun ARGS    mpirun on n0, one rank per machine, TCP over the link only (no shared
-#                        memory between the ranks), ARGS its own options and the command
+#                        memory between the ranks), ARGS its own options and the command;
+#                        stopped after $NETNS_TIMEOUT seconds where that is set (exit 124)
 #   netns_tx_bytes       bytes n0 has sent over the link
 netns_make() {
   mkdir -p /run/netns && mount -t tmpfs tmpfs /run/netns && ip netns add n0 && ip netns add n1 &&
@@ -35,10 +36,10 @@ netns_shape() {
     set -- $pair
     ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null
     if [ -n "$delay" ] && ip netns exec "$1" tc qdisc add dev "$2" root handle 1: netem delay "$delay" 2>/dev/null; then
-      ip netns exec "$1" tc qdisc add dev "$2" parent 1: handle 2: tbf rate "$rate" burst 256kb latency 50ms
+      ip netns exec "$1" tc qdisc add dev "$2" parent 1: handle 2: tbf rate "$rate" burst 256kb latency 50ms || return 1
       said="$rate, $delay each way"
     else
-      ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst 256kb latency 50ms
+      ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst 256kb latency 50ms || return 1
     fi
   done
   echo "$said"
@@ -51,7 +52,9 @@ netns_unshape() {
 }
 
 netns_mpirun() {
-  ip netns exec n0 unshare --uts sh -c 'hostname node-n0; exec "$@"' sh \
+  local limit=()
+  [ -z "${NETNS_TIMEOUT:-}" ] || limit=(timeout -k 10 "$NETNS_TIMEOUT")
+  "${limit[@]}" ip netns exec n0 unshare --uts sh -c 'hostname node-n0; exec "$@"' sh \
     mpirun --host 10.77.0.1:1,10.77.0.2:1 -np 2 --bind-to none \
     --mca plm_rsh_agent "$NETNS_AGENT" --mca btl tcp,self \
     --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 ${NETNS_MPI_ARGS:-} "$@"

@@ -15,7 +15,9 @@
 #   bucketed      --allreduce bucketed (the sums overlapped with the backward pass) over the
 #                 shaped link: the same losses as the flat sum
 # Usage: test_netns.sh QKV_BINARY. Needs root, iproute2 (ip, tc), unshare and mpirun; skipped,
-# saying which is missing, without them. A few seconds.
+# saying which is missing, without them, and in the sanitizer run (QKV_E2E_QUICK=1: test_mpi.sh
+# runs the same sums there). Each run is stopped after QKV_NETNS_TIMEOUT seconds (300), so that
+# a link that never carries a byte fails the test instead of hanging it. A few seconds.
 set -u
 QKV=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,8 +28,9 @@ skip() {
   exit 0
 }
 if [ -z "${QKV_NETNS_INSIDE:-}" ]; then
+  [ -z "${QKV_E2E_QUICK:-}" ] || skip "the sanitizer run (test_mpi.sh runs the sums under the sanitizers)"
   [ "$(id -u)" = 0 ] || skip "network namespaces need root (this runs as $(id -un))"
-  for tool in ip tc unshare mpirun; do
+  for tool in ip tc unshare mpirun timeout; do
     command -v $tool >/dev/null || skip "$tool not found (iproute2, util-linux, openmpi-bin)"
   done
   unshare --mount --net true 2>/dev/null || skip "unshare --mount --net fails here (no namespaces in this container?)"
@@ -39,10 +42,14 @@ fi
 . "$HERE/../../tools/netns_pair.sh"
 netns_make "$T" 2>"$T/ns.err" || skip "cannot make the network namespaces: $(head -c 300 "$T/ns.err")"
 export OMP_WAIT_POLICY=passive
+export NETNS_TIMEOUT=${QKV_NETNS_TIMEOUT:-300}
 across() { netns_mpirun "$@"; }
+# run_ok NAME CMD...: CMD exits 0 within the time limit (exit 124: it did not)
 run_ok() {
   local name=$1; shift
-  if "$@" >"$T/run.out" 2>"$T/run.err"; then ok "$name"; else bad "$name (exit $?): $(tail -c 400 "$T/run.err")"; fi
+  [ "$(type -t "$1")" = function ] || set -- timeout -k 10 "$NETNS_TIMEOUT" "$@"
+  if "$@" >"$T/run.out" 2>"$T/run.err"; then ok "$name"
+  else bad "$name (exit $?): $(tail -c 400 "$T/run.err")"; fi
 }
 same() {
   local name=$1; shift
@@ -84,21 +91,25 @@ run_ok "train-lm, 2 machines over TCP" across "$QKV" "${LM[@]}" --out "$T/l2"
 same "train-lm: 2 machines = one process" "$T/l1" "$T/l2" 1 .b_k
 
 # ---- shaped: 1 Gbit/s each way (tbf), 1 ms each way where netem exists
-shaped=$(netns_shape 1gbit 1ms)
-case "$shaped" in *ms*) ;; *) echo "note: no netem in this kernel: the link is limited to 1 Gbit/s, no latency added" ;; esac
-check "tc shapes the link ($shaped)" bash -c "ip netns exec n0 tc qdisc show dev v0 | grep -q tbf"
-run_ok "train, 2 machines, $shaped" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" --out "$T/t3"
-same "train over the shaped link = one process" "$T/t1" "$T/t3"
-echo "   (step time, flat sum: $(grep -o 'gradient allreduce.*' "$T/run.err"))"
-if "$QKV" train --help | grep -q -- '--allreduce'; then
-  run_ok "train, 2 machines, $shaped, --allreduce bucketed" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" \
-    --allreduce bucketed --bucket-kb 4 --out "$T/t4"
-  same "bucketed over the shaped link = one process" "$T/t1" "$T/t4"
-  echo "   (step time, bucketed: $(grep -o 'gradient allreduce.*' "$T/run.err"))"
-  run_ok "train-lm, 2 machines, $shaped, --allreduce bucketed" across "$QKV" "${LM[@]}" \
-    --allreduce bucketed --bucket-kb 4 --out "$T/l4"
-  same "train-lm bucketed = one process" "$T/l1" "$T/l4" 1 .b_k
+if shaped=$(netns_shape 1gbit 1ms 2>"$T/tc.err"); then
+  case "$shaped" in *ms*) ;; *) echo "note: no netem in this kernel: the link is limited to 1 Gbit/s, no latency added" ;; esac
+  check "tc shapes the link ($shaped)" bash -c "ip netns exec n0 tc qdisc show dev v0 | grep -q tbf"
+  run_ok "train, 2 machines, $shaped" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" --out "$T/t3"
+  same "train over the shaped link = one process" "$T/t1" "$T/t3"
+  echo "   (step time, flat sum: $(grep -o 'gradient allreduce.*' "$T/run.err"))"
+else
+  echo "skip: the shaped link: tc cannot limit it here (no tbf qdisc?): $(head -c 300 "$T/tc.err")"
+  shaped="unshaped"
 fi
+
+# ---- bucketed: the sums overlapped with the backward pass, small buckets (several per step)
+run_ok "train, 2 machines, $shaped, --allreduce bucketed" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" \
+  --allreduce bucketed --bucket-kb 4 --out "$T/t4"
+same "bucketed over the link ($shaped) = one process" "$T/t1" "$T/t4"
+echo "   (step time, bucketed: $(grep -o 'gradient allreduce.*' "$T/run.err"))"
+run_ok "train-lm, 2 machines, $shaped, --allreduce bucketed" across "$QKV" "${LM[@]}" \
+  --allreduce bucketed --bucket-kb 4 --out "$T/l4"
+same "train-lm bucketed = one process" "$T/l1" "$T/l4" 1 .b_k
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
