@@ -11,7 +11,10 @@
 CC      ?= cc
 CXX     ?= c++
 PREFIX  ?= /usr/local
-BUILD   ?= build
+# make CUDA=1: libqkv with the CUDA device (backend/cuda.c, ops/cuda; docs/gpu.md), built in
+# build-cuda so that it never mixes with the CPU build's objects.
+CUDA    ?=
+BUILD   ?= $(if $(filter 1,$(CUDA)),build-cuda,build)
 OPT     ?= -O2 -march=x86-64-v3 -mtune=native
 SAN     ?=
 # The Python of the tests and benchmarks: build/venv (scripts/install-deps.sh --test makes it,
@@ -65,12 +68,12 @@ comma := ,
 # CLI link the static library, so they still reach the internal functions).
 CFLAGS  = -std=c11 $(OPT) -g -Wall -Wextra -fno-math-errno -fopenmp -fPIC -fvisibility=hidden \
           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/common $(PKG_CFLAGS) $(SAN) \
-          $(EXTRA_CFLAGS)
+          $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
 # The C++ of the SentencePiece shim (src/text/*.cc): the same warnings, visibility and position
 # independence; everything that links libqkv links the C++ runtime too (-lstdc++).
 CXXFLAGS = -std=c++17 $(OPT) -g -Wall -Wextra -fPIC -fvisibility=hidden -Iinclude -Isrc \
            $(PKG_CFLAGS) $(SAN) $(EXTRA_CXXFLAGS)
-LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) -lstdc++ -fopenmp -lm $(SAN)
+LDLIBS  = $(OPENBLAS_RPATH) $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ -fopenmp -lm $(SAN)
 
 # The shared library: libqkv.so.$(VERSION), SONAME libqkv.so.$(SOVERSION) (QKV_VERSION's major
 # number), exports limited to qkv_* by a version script.
@@ -82,6 +85,24 @@ LIB_SO    := $(BUILD)/libqkv.so.$(VERSION)
 # The library's folders in the order of its seam (docs/architecture.md; tools/check_includes.sh).
 LIB_DIRS := core text ops/cpu backend layers models io training inference
 LIB_SRC := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
+# The CUDA device: backend/cuda.c and the kernels of ops/cuda with CUDA=1, else
+# backend/no_cuda.c (which says there is no GPU to move to).
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+# Hopper's machine code, and its PTX for the driver to compile on any later GPU.
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS  = -std=c++17 -O2 -lineinfo $(CUDA_ARCH) \
+             -Xcompiler -Wall,-Wextra,-fPIC,-fvisibility=hidden -Iinclude -Isrc $(EXTRA_NVCCFLAGS)
+CUDA_SRC  := $(sort $(wildcard src/ops/cuda/*.cu))
+ifeq ($(CUDA),1)
+LIB_SRC   := $(filter-out src/backend/no_cuda.c,$(LIB_SRC))
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+CUDA_CFLAGS = -DQKV_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static \
+              -ldl -lrt -lpthread
+else
+LIB_SRC   := $(filter-out src/backend/cuda.c,$(LIB_SRC))
+endif
 # The figures (heatmaps, line plots) are a library of their own, libqkv-viz, over libqkv's
 # public types; its shared build carries private copies of the error and file helpers it uses
 # (src/viz/libqkv-viz.map keeps them local).
@@ -93,12 +114,18 @@ VIZ_SO  := $(BUILD)/libqkv-viz.so.$(VERSION)
 VIZ_SONAME := libqkv-viz.so.$(SOVERSION)
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 LIB_CXX := $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.cc)))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o) $(CUDA_OBJ)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 
 TEST_COMMON := $(sort $(wildcard tests/common/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+# test_cuda_host runs backend/cuda.c over the CUDA stand-in of tests/cuda (no GPU): built where
+# the CUDA toolkit's headers are, in the CPU builds (a CUDA=1 build has the real thing).
+CUDA_TESTABLE := $(if $(filter 1,$(CUDA)),,$(wildcard $(CUDA_HOME)/include/cublas_v2.h))
+TEST_SRC := $(if $(CUDA_TESTABLE),$(TEST_SRC),$(filter-out tests/unit/test_cuda_host.c,$(TEST_SRC)))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+# and the backend-ops test over the same stand-in: the CUDA tables' every entry, on the CPU
+TEST_BIN += $(if $(CUDA_TESTABLE),$(BUILD)/tests/test_backend_ops_cuda)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(BUILD)/%.o)
 E2E_TESTS := $(sort $(wildcard tests/e2e/test_*.sh))
 
@@ -124,6 +151,10 @@ $(BUILD)/%.o: %.c Makefile
 $(BUILD)/%.o: %.cc Makefile
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
@@ -163,6 +194,44 @@ $(BUILD)/qkv.bash: $(BUILD)/qkv tools/help2completion.sh
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
+
+# backend/cuda.c compiled against the toolkit's headers, and linked with the stand-in, not
+# the toolkit's libraries
+SHIM_CFLAGS = -DQKV_CUDA -I$(CUDA_HOME)/include -Itests/cuda
+$(BUILD)/tests/unit/test_cuda_host.o $(BUILD)/tests/cuda/shim.o: CFLAGS += $(SHIM_CFLAGS)
+$(BUILD)/tests/cuda/backend_cuda.o: src/backend/cuda.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SHIM_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tests/test_cuda_host: $(BUILD)/tests/unit/test_cuda_host.o $(BUILD)/tests/cuda/shim.o \
+                               $(BUILD)/tests/cuda/backend_cuda.o $(TEST_COMMON_OBJ) $(VIZ_A) \
+                               $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(filter %.o,$^) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
+
+# test_backend_ops.c with the CUDA tables' rows (QKV_CUDA), over the stand-in; a CUDA=1
+# build's own test_backend_ops runs them on a GPU (tests/device/check.sh).
+$(BUILD)/tests/cuda/test_backend_ops.o: tests/unit/test_backend_ops.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SHIM_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tests/test_backend_ops_cuda: $(BUILD)/tests/cuda/test_backend_ops.o \
+                                      $(BUILD)/tests/cuda/shim.o $(BUILD)/tests/cuda/backend_cuda.o \
+                                      $(TEST_COMMON_OBJ) $(VIZ_A) $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(filter %.o,$^) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS) -lcmocka
+
+# The GPU's whole-model parity with the CPU and the backend-ops test with the CUDA tables
+# (tests/device/check.sh runs them; built in CI by cuda-check so that they never rot).
+.PHONY: device-tests
+device-tests: $(BUILD)/tests/device_parity $(BUILD)/tests/test_backend_ops
+$(BUILD)/tests/device_parity: tests/device/parity.c $(VIZ_A) $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) $(VIZ_LIBS)
+# the same program over the CUDA stand-in (tests/cuda): cuda-check runs it on the CPU
+$(BUILD)/tests/device_parity_shim: tests/device/parity.c $(BUILD)/tests/cuda/shim.o \
+                                   $(BUILD)/tests/cuda/backend_cuda.o $(VIZ_A) $(BUILD)/libqkv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SHIM_CFLAGS) -o $@ $(filter %.c %.o,$^) $(VIZ_A) $(BUILD)/libqkv.a $(LDLIBS) \
+	  $(VIZ_LIBS)
 
 # deps first, then the build in a second make that asks pkg-config only now (also with -j).
 demo: deps
@@ -273,11 +342,27 @@ install-built: all
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	  qkv-viz.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv-viz.pc
 
+# The CUDA build (build-cuda: make CUDA=1) with zero warnings from nvcc and the host compiler,
+# and what its --device cuda says on a machine without a GPU (tests/e2e/test_device.sh). CI
+# runs it on every submission; on a GPU, tests/device/check.sh runs the device itself.
+.PHONY: cuda-check
+cuda-check:
+	@command -v $(NVCC) >/dev/null 2>&1 || { echo "cuda-check: no nvcc ($(NVCC))"; exit 1; }
+	@mkdir -p build-cuda
+	$(MAKE) CUDA=1 all device-tests >build-cuda/build.log 2>&1 || \
+	  { cat build-cuda/build.log; exit 1; }
+	@if grep -nE 'warning[:# ]' build-cuda/build.log; then \
+	  echo "cuda-check: the CUDA build has warnings"; exit 1; fi
+	$(MAKE) all $(BUILD)/tests/device_parity_shim
+	$(BUILD)/tests/device_parity_shim --quick
+	QKV=$(BUILD)/qkv QKV_CUDA=build-cuda/qkv tests/run.sh tests/e2e/test_device.sh
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cuda
 
 -include $(LIB_OBJ:.o=.d) $(VIZ_OBJ:.o=.d) $(CLI_OBJ:.o=.d) \
-  $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d)
+  $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d) \
+  $(BUILD)/tests/cuda/shim.d $(BUILD)/tests/cuda/backend_cuda.d $(BUILD)/tests/cuda/test_backend_ops.d
 
 # libFuzzer harnesses of every reader: make fuzz (FUZZ_SECONDS each), make fuzz-regress
 -include tests/fuzz/fuzz.mk

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Checks the library's include graph against the order of its folders (README, "Architecture"):
 #
-#   core  text  ops/cpu  backend  layers  models  io  training  inference  viz  cli
+#   core  text  ops/cpu  ops/cuda  backend  layers  models  io  training  inference  viz  cli
 #
 # A file may include a header of its own folder or of a folder before it, never after it: the
 # kernels (ops/) know nothing of the backend table that points at them, the table nothing of the
@@ -15,7 +15,7 @@
 # Usage: tools/check_includes.sh [SRC_DIR]   (default: src)
 set -euo pipefail
 src=${1:-$(cd "$(dirname "$0")/.." && pwd)/src}
-order=(core text ops/cpu backend layers models io training inference viz cli)
+order=(core text ops/cpu ops/cuda backend layers models io training inference viz cli)
 
 rank_of() { # the folder's place in the order, or -1 for a folder not in it
   local i
@@ -23,7 +23,8 @@ rank_of() { # the folder's place in the order, or -1 for a folder not in it
   echo -1
 }
 
-# The folder of a path under src/: ops/cpu is one folder, everything else its first part.
+# The folder of a path under src/: ops/cpu (ops/cuda) is one folder, everything else its first
+# part.
 folder_of() {
   case "$1" in
     ops/*/*) echo "${1%/*}" ;;
@@ -67,10 +68,13 @@ while IFS= read -r file; do
     fi
   done < <(grep -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" |
            sed -E 's/^([0-9]+):[^"]*"([^"]*)".*/\1:\2/')
-done < <(find "$src" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | sort)
+done < <(find "$src" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \
+                                 -o -name '*.cuh' \) | sort)
 
 if [ "$bad" -gt 0 ]; then
   echo "check_includes: $bad include(s) against the folder order"
   exit 1
 fi
-echo "check_includes: $(find "$src" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | wc -l) files follow the folder order"
+files=$(find "$src" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \
+                              -o -name '*.cuh' \) | wc -l)
+echo "check_includes: $files files follow the folder order"

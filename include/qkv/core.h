@@ -33,7 +33,9 @@ typedef enum {
     QKV_ERR_ARG,     /* an argument is out of its documented range */
     QKV_ERR_IO,      /* a file could not be opened, read or written */
     QKV_ERR_FORMAT,  /* a file is malformed: truncated, hostile, wrong dtype or shape */
-    QKV_ERR_NUMERIC  /* NaN or Inf where a finite number is required */
+    QKV_ERR_NUMERIC, /* NaN or Inf where a finite number is required */
+    QKV_ERR_DEVICE   /* a GPU failed a kernel, a transfer or a library call (the message says
+                      * which); the model's state there is lost */
 } qkv_status;
 
 /* The reason for the last failure of a call that took this struct. */
@@ -86,6 +88,7 @@ typedef enum {
     QKV_ENUM_SPM_TYPE,    /* qkv_spm_type: unigram, bpe */
     QKV_ENUM_RESERVED,    /* the reserved tokens by id (QKV_UNK ..): <unk>, <pad>, <bos>, <eos> */
     QKV_ENUM_CT2_QUANTIZATION, /* qkv_ct2_quantization: float32, int8 */
+    QKV_ENUM_DEVICE,      /* qkv_device: cpu, cuda */
     QKV_N_ENUMS
 } qkv_enum;
 

@@ -68,7 +68,8 @@ qkv_status qkv_import_m2m100(const char *hf_dir, const char *out_dir, qkv_error 
  * CTranslate2 then translates as qkv does (add_source_eos; the decoder starts from the
  * model's start token; a model that never generates <pad> has that logit at -1e9). int8
  * quantises the matrices row by row as CTranslate2's converters do. QKV_ERR_FORMAT for what
- * CTranslate2 cannot express (an encoder without layers). */
+ * CTranslate2 cannot express (an encoder without layers); QKV_ERR_ARG for an out_dir that is,
+ * lies inside or holds model_dir (CTranslate2's config.json would replace the model's). */
 typedef enum { QKV_CT2_FLOAT32 = 0, QKV_CT2_INT8 = 1 } qkv_ct2_quantization;
 /* "float32" or "int8" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the choices
  * otherwise). */

@@ -72,6 +72,31 @@ QKV_API
 qkv_status qkv_precision_parse(qkv_precision *p, const char *name, qkv_error *err);
 
 /* ---------------------------------------------------------------------------------------
+ * The device a model computes on
+ * QKV_DEVICE_CPU (the default) keeps everything in the host's memory. QKV_DEVICE_CUDA, in a
+ * libqkv built with CUDA (make CUDA=1; docs/gpu.md), moves a model's parameters, gradients,
+ * Adam's moments, activations and decoding caches to the first NVIDIA GPU and runs every
+ * kernel there: products on cuBLAS (fp32, or bf16 on the tensor cores at
+ * QKV_PRECISION_BF16), the rest on the library's own kernels. The host keeps a copy of the
+ * parameters, which qkv_transformer_params hands out and saving reads (made current on
+ * demand); logits, losses and attention weights come back as on the CPU. Int8 precision and
+ * linear attention run on the CPU only.
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum { QKV_DEVICE_CPU = 0, QKV_DEVICE_CUDA = 1 } qkv_device;
+
+/* "cpu" or "cuda". */
+QKV_API
+const char *qkv_device_name(qkv_device d);
+/* *d from "cpu" or "cuda"; QKV_ERR_ARG naming the choices otherwise. */
+QKV_API
+qkv_status qkv_device_parse(qkv_device *d, const char *name, qkv_error *err);
+/* QKV_OK when models can move to d now; else QKV_ERR_ARG saying why not (a build without
+ * CUDA, no driver, no GPU), which the message names. */
+QKV_API
+qkv_status qkv_device_check(qkv_device d, qkv_error *err);
+
+/* ---------------------------------------------------------------------------------------
  * Limits on a model's dimensions. qkv_transformer_config_check and qkv_lm_config_check
  * refuse a value past them, and a configuration whose parameters (with the sinusoidal
  * table) would pass QKV_MAX_PARAMS floats, before anything is allocated: a hostile or
@@ -319,6 +344,16 @@ QKV_API
 qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err);
 QKV_API
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m);
+/* Moves the model to device d (a run-time setting, not saved; a new or loaded model is on
+ * QKV_DEVICE_CPU), its precision kept: set the device first, then the precision (bf16 on a
+ * GPU needs no AVX512-BF16). Decoders and batch decoders made before are refused afterwards
+ * (QKV_ERR_ARG): make them again. QKV_ERR_ARG when d is not there (qkv_device_check), at
+ * int8 or with linear attention on a GPU; QKV_ERR_NOMEM without room there; the model
+ * unchanged either way. */
+QKV_API
+qkv_status qkv_transformer_set_device(qkv_transformer *m, qkv_device d, qkv_error *err);
+QKV_API
+qkv_device qkv_transformer_get_device(const qkv_transformer *m);
 /* The key-value cache type of decoding from now on (a run-time setting, not saved; a new or
  * loaded model is QKV_KV_CACHE_AUTO); a decoding that has begun keeps the type it began
  * with. QKV_ERR_ARG on a value outside the enum. */
@@ -435,6 +470,11 @@ QKV_API
 qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err);
 QKV_API
 qkv_precision qkv_lm_get_precision(const qkv_lm *m);
+/* The device, as qkv_transformer_set_device. */
+QKV_API
+qkv_status qkv_lm_set_device(qkv_lm *m, qkv_device d, qkv_error *err);
+QKV_API
+qkv_device qkv_lm_get_device(const qkv_lm *m);
 /* The key-value cache type of generation states made from now on (qkv_lm_state_create,
  * qkv_lm_batch_create), as qkv_transformer_set_kv_cache. */
 QKV_API

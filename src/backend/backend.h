@@ -28,6 +28,7 @@
 #include "ops/cpu/cached_attention.h"
 #include "ops/cpu/bf16.h"
 #include "ops/cpu/int8.h"
+#include "ops/cpu/optimizer.h"
 #include "qkv.h"
 
 typedef enum {
@@ -40,6 +41,7 @@ typedef enum {
 typedef struct {
     int need_weights;   /* keep the weights P of every attention (attention maps) */
     int flash_min_keys; /* otherwise the flash kernel from this many keys on */
+    int head_dim;       /* the heads' width (a GPU's flash kernel holds heads up to a size) */
 } attention_options;
 
 typedef struct backend backend;
@@ -66,6 +68,9 @@ static inline weight weight_f32(const float *W)
 
 typedef struct {
     const char *name;
+    /* the host may read and write this table's memory directly (the CPU tables), so that
+     * results need no download; 0: a device's memory (alloc and the transfers below) */
+    int host_memory;
 
     /* ---- y (N, out) = x (N, in) W^T + b; W (out, in) a model's weight, typed ------------ */
     int few_rows; /* up to this many rows linear_rows, more linear_gemm (op_linear_forward) */
@@ -81,7 +86,9 @@ typedef struct {
     /* ---- attention O (B, n, H v) from Q (B, n, H d), K (B, m, H d), V (B, m, H v) --------- */
     attention_kernel (*choose_attention)(qkv_attention_kind kind, int keys,
                                          const attention_options *o);
-    /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear) */
+    /* S holds what backward needs beside O: P (materialised), L (flash), nothing (linear).
+     * The linear kernel takes a mask's per-sequence lengths and causality only (no per-query
+     * lengths) and has no dropout. */
     void (*attention_forward)(attention_kernel k, float *O, float *S,
                               const qkv_attention_inputs *x, const qkv_attention_shape *s,
                               const qkv_mask *mask, qkv_dropout drop, float *scratch);
@@ -147,13 +154,28 @@ typedef struct {
     void (*add)(float *y, const float *x, size_t n); /* y += x */
     void (*scale)(float *x, size_t n, float s);     /* x *= s */
 
+    /* ---- the optimizer (training/step.c): as qkv_adam_update and qkv_clip_grad_norm ------ */
+    void (*adam_update)(float *p, const float *g, float *m, float *v, size_t n,
+                        const adam_hyper *h);
+    double (*sum_squares)(const float *x, size_t n); /* the sum, on the host */
+    /* dst (n) = src rounded to bf16 (the weights' copy a bf16 table's products read) */
+    void (*round_bf16)(uint16_t *dst, const float *src, size_t n);
+
     /* ---- memory the kernels read and write (the host's on the CPU; a device's on a GPU) ---
      * alloc gives 64-byte aligned memory, NULL when there is none; upload and download copy
-     * between it and the host's. */
+     * between it and the host's, returning 0, or -1 when the copy failed (finish says why, and
+     * the models stop there: nothing reads what did not arrive). Every pointer an entry takes
+     * is this memory, the int arrays (ids, targets, lengths, cache rows) included; what an
+     * entry returns (a count, a sum) is on the host (host_memory above says whether the host
+     * may touch it directly). */
     void *(*alloc)(size_t bytes);
     void (*release)(void *p);
-    void (*upload)(void *dst, const void *src, size_t bytes);
-    void (*download)(void *dst, const void *src, size_t bytes);
+    int (*upload)(void *dst, const void *src, size_t bytes);
+    int (*download)(void *dst, const void *src, size_t bytes);
+    /* Waits for the kernels queued so far and reports the first failure among them, and
+     * among the transfers, since the last call (a device's launches fail late): QKV_OK on
+     * the CPU. */
+    qkv_status (*finish)(const backend *be, qkv_error *err);
 } backend_ops;
 
 struct backend {
@@ -164,9 +186,28 @@ struct backend {
     gemm_bf16_workspace *ws;  /* bf16: the GEMM's packing buffers */
     gemm_int8_workspace *ws8; /* int8: the activations' buffer (grown by the calls that need
                                * more) */
+    void *device;             /* a device's tables: its context (device.open), else NULL */
 };
 
 extern const backend_ops backend_cpu_fp32, backend_cpu_bf16, backend_cpu_int8;
+
+/* A device: where a model's buffers and kernels live instead of the host's (CUDA: backend/
+ * cuda.c). Its tables, one per precision it runs (NULL: not on this device; int8 runs on
+ * the CPU only), take memory the host cannot read (host_memory 0): a model on a device keeps
+ * its buffers there and moves only inputs and results (models/model.h, "devices"). */
+typedef struct {
+    const char *name;
+    const backend_ops *fp32, *bf16;
+    /* finds the device (QKV_ERR_ARG naming what is missing: no driver, no GPU) and makes the
+     * context its tables' entries receive as backend.device */
+    qkv_status (*open)(void **ctx, qkv_error *err);
+    void (*close)(void *ctx);
+} device;
+
+/* The CUDA device (make CUDA=1), or NULL in a build without it; its tables (backend/cuda.c,
+ * defined in a CUDA build only). */
+const device *device_cuda(void);
+extern const backend_ops backend_cuda_fp32, backend_cuda_bf16;
 
 /* The float32 CPU backend with no model behind it: what the public qkv_ layer functions run. */
 static inline backend backend_cpu(void)

@@ -64,7 +64,8 @@ static size_t attention_scratch_floats(attention_kernel k, const qkv_attention_s
     switch (k) {
     case ATTENTION_MATERIALISED: return qkv_attention_scratch_floats(s);
     case ATTENTION_FLASH: return qkv_flash_attention_scratch_floats(s);
-    case ATTENTION_LINEAR: return qkv_linear_attention_scratch_floats(s, 1);
+    /* the non-causal form's, the larger: the entry is not told whether the mask is causal */
+    case ATTENTION_LINEAR: return qkv_linear_attention_scratch_floats(s, 0);
     }
     return 0;
 }
@@ -103,7 +104,17 @@ static void *host_alloc(size_t bytes)
     return posix_memalign(&p, 64, bytes ? bytes : 64) ? NULL : p;
 }
 static void host_release(void *p) { free(p); }
-static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static int host_copy(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static qkv_status finished(const backend *be, qkv_error *err)
+{
+    (void)be, (void)err;
+    return QKV_OK; /* every kernel has returned */
+}
 
 /* A CPU table: its name and linear entries, which set the precision, and the CPU's own
  * kernels for everything else. */
@@ -128,8 +139,10 @@ static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, sr
         .cross_entropy_forward = qkv_cross_entropy_forward,                                     \
         .cross_entropy_fused = cross_entropy_fused,                                             \
         .cross_entropy_scratch_floats = cross_entropy_fused_scratch_floats, .zero = zero,       \
-        .copy = copy, .add = add, .scale = scale, .alloc = host_alloc, .release = host_release, \
-        .upload = host_copy, .download = host_copy,                                             \
+        .copy = copy, .add = add, .scale = scale, .adam_update = adam_update_f32,               \
+        .sum_squares = sum_squares_f32, .round_bf16 = bf16_convert, .host_memory = 1,           \
+        .alloc = host_alloc, .release = host_release, .upload = host_copy,                      \
+        .download = host_copy, .finish = finished,                                              \
     }
 
 /* float32: OpenBLAS's sgemm, and matrix-vector kernels for a decoding step's few rows */

@@ -68,8 +68,10 @@ static int same_vocabularies(const char *first, const char *dir)
         size_t la = 0, lb = 0;
         char *ta = has_a ? cli_read_regular(a, QKV_MAX_VOCAB_FILE_BYTES, &la) : NULL;
         char *tb = has_b ? cli_read_regular(b, QKV_MAX_VOCAB_FILE_BYTES, &lb) : NULL;
+        const int unread = (has_a && !ta) || (has_b && !tb); /* cli_read_regular said why */
         const int same = has_a == has_b && (!has_a || (ta && tb && la == lb && !memcmp(ta, tb, la)));
         free(ta), free(tb);
+        if (unread) return 0;
         if (!same) {
             fprintf(stderr, "qkv average: %s: %s is not %s's (%s): only models with the same "
                     "vocabularies average (row i of an embedding must be the same token in "

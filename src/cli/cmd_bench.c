@@ -80,6 +80,7 @@ typedef struct {
     int position, max_len; /* generate: the first timed position; the model's context */
     int trans_a, trans_b;  /* sgemm: op(A) = A^T, op(B) = B^T */
     qkv_precision precision;
+    qkv_device device;     /* train, decode, generate */
     qkv_kv_cache kv_cache; /* generate */
     int kv_compare;        /* generate: float32 and bf16 caches, steps alternating */
     uint64_t seed;
@@ -107,6 +108,7 @@ static int bench_train(const bench_args *a)
     qkv_transformer *m = NULL;
     qkv_error err = {0};
     if (qkv_transformer_create(&m, &a->cfg, a->seed, &err) ||
+        qkv_transformer_set_device(m, a->device, &err) ||
         qkv_transformer_set_precision(m, a->precision, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         qkv_transformer_free(m);
@@ -128,16 +130,12 @@ static int bench_train(const bench_args *a)
         memcpy(tin + (size_t)b * Tt + 1, tout + (size_t)b * Tt, (Tt - 1) * sizeof *tin);
     }
     qkv_batch batch = {B, Ts, Tt, src, valid, tin, tout};
-    float *params = qkv_transformer_params(m), *grads = qkv_transformer_grads(m);
-    size_t n = qkv_transformer_num_params(m);
-    for (int s = -a->warmup; s < a->steps; s++) {
+    const size_t n = qkv_transformer_num_params(m);
+    for (int s = -a->warmup; s < a->steps; s++) { /* a step: zero, loss, backward, clip, Adam */
         double t0 = now_ms();
-        memset(grads, 0, n * sizeof *grads);
-        const qkv_loss_options pass = {.backward = 1, .train = 1,
-                                       .dropout_seed = (uint64_t)(s + 1000)};
-        if (qkv_transformer_loss(m, &batch, &pass, NULL, NULL, &err)) goto done;
-        qkv_clip_grad_norm(grads, n, 1.0);
-        qkv_adam_update(&opt, params, grads, 1e-4f);
+        const qkv_step_options so = {1e-4f, 1.0f, 0.0f, 0.0f, (uint64_t)(s + 1000), 0, NULL, 0};
+        qkv_step_result r;
+        if (qkv_transformer_train_step(m, &opt, &batch, &so, &r, &err)) goto done;
         if (s >= 0) ms[s] = now_ms() - t0;
     }
     double med = median(ms, a->steps), flops = 3 * forward_flops(&a->cfg, B, Ts, Tt);
@@ -166,6 +164,7 @@ static int bench_decode(const bench_args *a)
     qkv_transformer_config cfg = a->cfg;
     if (T + 1 > cfg.max_len) cfg.max_len = T + 1;
     if (qkv_transformer_create(&m, &cfg, a->seed, &err) ||
+        qkv_transformer_set_device(m, a->device, &err) ||
         qkv_transformer_set_precision(m, a->precision, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         qkv_transformer_free(m);
@@ -395,7 +394,8 @@ static int bench_generate(const bench_args *a, int layers, int vocab)
         fprintf(stderr, "qkv: out of memory\n");
         goto done;
     }
-    if (qkv_lm_create(&m, &cfg, a->seed, &err) || qkv_lm_set_precision(m, a->precision, &err))
+    if (qkv_lm_create(&m, &cfg, a->seed, &err) || qkv_lm_set_device(m, a->device, &err) ||
+        qkv_lm_set_precision(m, a->precision, &err))
         goto done;
     random_ids(ids, (size_t)(P + S), vocab, a->seed + 1);
     for (int k = 0; k < n_states; k++) {
@@ -518,7 +518,8 @@ int cmd_bench(int argc, char **argv)
      * output projection, decides the time of a token */
     int layers = generate ? 2 : 6, vocab = generate ? 256 : 10000;
     opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
-               kv_cache = {QKV_ENUM_KV_CACHE, NULL, QKV_KV_CACHE_AUTO};
+               kv_cache = {QKV_ENUM_KV_CACHE, NULL, QKV_KV_CACHE_AUTO},
+               device = {QKV_ENUM_DEVICE, NULL, QKV_DEVICE_CPU};
     a.batch = 32, a.src_len = 32, a.tgt_len = 32, a.steps = 10, a.warmup = 2, a.new_tokens = 32;
     a.n = 1024, a.m = 1024, a.k = 1024, a.position = 100, a.max_len = 0;
     const opt_spec opts[] = {
@@ -556,6 +557,7 @@ int cmd_bench(int argc, char **argv)
          "train, decode, generate: the model's (int8 for decode and generate only); sgemm: "
          "the bf16 kernel", NULL, NULL},
         {"kv-cache", OPT_CHOICE, &kv_cache, "generate: " CLI_KV_CACHE_HELP, NULL, NULL},
+        {"device", OPT_CHOICE, &device, "train, decode, generate: " CLI_DEVICE_HELP, NULL, NULL},
         {"kv-compare", OPT_FLAG, &a.kv_compare,
          "generate: a float32 and a bf16 cache, steps alternating (two JSON lines)", NULL, NULL},
         {"steps", OPT_INT, &a.steps, "timed repetitions (the median is reported)", "[1, 1000000]",
@@ -569,6 +571,13 @@ int cmd_bench(int argc, char **argv)
     int rc = args_parse(argc, argv, help ? 2 : 3, opts, usage);
     if (rc) return rc > 0 ? 0 : 2;
     a.precision = (qkv_precision)precision.value, a.kv_cache = (qkv_kv_cache)kv_cache.value;
+    a.device = (qkv_device)device.value;
+    if (a.device != QKV_DEVICE_CPU && (!strcmp(what, "attention") || !strcmp(what, "sgemm"))) {
+        fprintf(stderr, "qkv bench %s: times the CPU's kernels; --device is for train, decode "
+                "and generate\n", what);
+        return 2;
+    }
+    if (cli_device(a.device, "bench")) return 1;
     if (a.precision == QKV_PRECISION_INT8 && (!strcmp(what, "train") || !strcmp(what, "sgemm"))) {
         fprintf(stderr, "qkv bench %s: --precision int8 is for inference only (decode, "
                 "generate)\n", what);

@@ -56,6 +56,13 @@ int cmd_export(int argc, char **argv)
         fprintf(stderr, "qkv export ct2: needs DIR and --out CT2_DIR\n");
         return 2;
     }
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = qkv_path_relation(out, src);
+    if (rel > 0) {
+        fprintf(stderr, "qkv export ct2: --out %s %s the model %s: export into another "
+                "directory\n", out, relation[rel], src);
+        return 2;
+    }
     if (!overwrite && not_empty(out)) {
         fprintf(stderr, "qkv export ct2: %s is not empty (--overwrite replaces its files)\n", out);
         return 1;

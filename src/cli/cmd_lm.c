@@ -33,7 +33,7 @@ void lm_dir_free(lm_dir *d)
 }
 
 /* (common.h) */
-int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
+int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec, qkv_device device)
 {
     memset(d, 0, sizeof *d);
     qkv_error err = {0};
@@ -42,7 +42,9 @@ int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec)
     d->model = qkv_generator_model(d->gen), d->vocab = *qkv_generator_vocab(d->gen);
     d->byte_level = info->byte_level, d->context = info->context, d->batch = info->batch;
     d->val_fraction = info->val_fraction;
-    if (prec && qkv_lm_set_precision(d->model, *prec, &err)) goto fail;
+    if (qkv_lm_set_device(d->model, device, &err) ||
+        (prec && qkv_lm_set_precision(d->model, *prec, &err)))
+        goto fail;
     return 0;
 fail:
     fprintf(stderr, "qkv: %s\n", err.msg);
@@ -56,7 +58,7 @@ static int lm_dir_open(lm_dir *d, const char *dir, const opt_choice *precision, 
 {
     const qkv_precision prec = (qkv_precision)precision->value;
     cli_threads(threads);
-    return lm_dir_load(d, dir, &prec) ? 1 : 0;
+    return lm_dir_load(d, dir, &prec, QKV_DEVICE_CPU) ? 1 : 0;
 }
 
 /* text -> ids with the model's vocabulary (a warning when characters are unknown). */

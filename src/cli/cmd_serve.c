@@ -34,7 +34,7 @@ static int open_model(server *s, served_model *m)
     struct stat sb;
     qkv_error err = {0};
     if (!stat(path, &sb)) {
-        if (lm_dir_load(&m->lm, m->dir, &s->precision)) {
+        if (lm_dir_load(&m->lm, m->dir, &s->precision, s->device)) {
             fprintf(stderr, "qkv serve: model %s (%s) could not be loaded\n", m->name, m->dir);
             return 1;
         }
@@ -52,6 +52,7 @@ static int open_model(server *s, served_model *m)
         return 0;
     }
     if (qkv_translator_open(&m->tr, m->dir, &err) ||
+        qkv_transformer_set_device(qkv_translator_model(m->tr), s->device, &err) ||
         qkv_transformer_set_precision(qkv_translator_model(m->tr), s->precision, &err) ||
         qkv_batch_decoder_create(&m->bd, m->tr, s->slots, &err)) {
         fprintf(stderr, "qkv serve: model %s: %s\n", m->name, err.msg);
@@ -193,7 +194,8 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
     int slots = 64, max_queue = 256, timeout = 60, port = 8080, delay_ms = 0;
     int header_timeout = 10, per_address = 0, prefill_chunk = 64;
     const char *host = "127.0.0.1", *model = NULL, *scheduler = "shared", *keys = NULL;
-    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32};
+    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
+               device = {QKV_ENUM_DEVICE, NULL, QKV_DEVICE_CPU};
     const opt_spec opts[] = {
         {"model", OPT_DIR, &model, "[NAME=]DIR: a model directory, translation (qkv train) "
                                       "or language model (qkv train-lm); again for more models "
@@ -230,6 +232,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
                                                    "(0: half of all the server takes)",
          "[0, 1000000]", NULL},
         {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
+        {"device", OPT_CHOICE, &device, CLI_DEVICE_HELP, NULL, NULL},
         {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -238,7 +241,8 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
                         "[--threads N] [--max-batch-size N] [--max-batch-delay N] "
                         "[--prefill-chunk N] "
                         "[--max-queue N] [--timeout N] [--header-timeout N] "
-                        "[--max-per-address N] [--precision fp32|bf16|int8]\n"
+                        "[--max-per-address N] [--precision fp32|bf16|int8] "
+                        "[--device cpu|cuda]\n"
                         "Serves models over HTTP: POST /translate, POST /v1/completions, "
                         "GET /health /v1/models /metrics /languages.");
     if (rc) return rc > 0 ? 1 : 2;
@@ -246,7 +250,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
         fprintf(stderr, "qkv serve: needs --model DIR\n");
         return 2;
     }
-    s->precision = (qkv_precision)precision.value;
+    s->precision = (qkv_precision)precision.value, s->device = (qkv_device)device.value;
     if ((rc = model_specs(s, argc, argv))) return rc;
     if (strcmp(scheduler, "shared") && strcmp(scheduler, "per-model")) {
         fprintf(stderr, "qkv serve: --scheduler %s: shared or per-model\n", scheduler);
@@ -271,10 +275,11 @@ int cmd_serve(int argc, char **argv)
     server s = {0};
     int threads = 0;
     int rc = serve_options(&s, argc, argv, &threads);
+    if (!rc && cli_device(s.device, "serve")) rc = 3; /* a GPU that is not there: exit 1 */
     if (rc) {
         free(s.models);
         serve_keys_free(s.keys);
-        return rc == 1 ? 0 : rc;
+        return rc == 1 ? 0 : rc == 3 ? 1 : rc;
     }
     /* SIGTERM and SIGINT are taken by sigwait: blocked in every thread, which inherit the mask
      * (the decoder, the HTTP threads, OpenMP's) */

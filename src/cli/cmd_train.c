@@ -147,7 +147,8 @@ static int train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
                                                   "pass has it, overlapping the pass)", NULL, NULL},
         {"bucket-kb", OPT_INT, &c->bucket_kb, "bucketed: KiB of gradients per sum",
          "[4, 1048576]", NULL},
-        RUN_ROW("precision"), RUN_ROW("checkpoint-every"), RUN_ROW("skip-nonfinite"),
+        RUN_ROW("precision"), RUN_ROW("device"), RUN_ROW("checkpoint-every"),
+        RUN_ROW("skip-nonfinite"),
         {"resume", OPT_FLAG, &c->resume, "continue from DIR/checkpoint.safetensors, with the "
                                          "options it recorded (those defining the model or "
                                          "data cannot change)", NULL, NULL},
@@ -237,6 +238,9 @@ static int train_setup(train_cli *c, opt_spec *opts, int argc, char **argv)
                                                                   "precision", NULL));
     if (cli_train_precision((qkv_precision)prec)) return 2;
     if (qkv_run_check(r, &err)) return cli_print_error("qkv train", &err), 2;
+    const int device = (int)qkv_run_get_int(r, qkv_run_option_find(QKV_RUN_TRANSLATION,
+                                                                    "device", NULL));
+    if (cli_device((qkv_device)device, "train")) return 1;
     if (!c->resume && qkv_run_claim(r, c->out, c->overwrite ? QKV_RUN_OVERWRITE : QKV_RUN_NEW,
                                     holder, &err))
         return cli_print_error("qkv", &err), 1;

@@ -18,7 +18,7 @@
  * beside it), and the model they open. */
 typedef struct {
     qkv_translate_options o;
-    opt_choice stop, precision;
+    opt_choice stop, precision, device;
     const char *model;
     int threads;
 } decode_cli;
@@ -27,7 +27,8 @@ static decode_cli decode_defaults(void)
 {
     return (decode_cli){qkv_translate_default_options(),
                         {QKV_ENUM_BEAM_STOP, NULL, QKV_BEAM_STOP_BOUND},
-                        {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32}, NULL, 0};
+                        {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
+                        {QKV_ENUM_DEVICE, NULL, QKV_DEVICE_CPU}, NULL, 0};
 }
 
 #define DECODE_OPTIONS(c)                                                                      \
@@ -49,7 +50,8 @@ static decode_cli decode_defaults(void)
     {"batch", OPT_INT, &(c).o.batch, "sentences translated together", "[1, 65536]", NULL},     \
     {"threads", OPT_INT, &(c).threads, "threads (0: all cores)", ARG_THREADS, NULL},           \
     {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},                                             \
-    {"precision", OPT_CHOICE, &(c).precision, CLI_PRECISION_HELP, NULL, NULL}
+    {"precision", OPT_CHOICE, &(c).precision, CLI_PRECISION_HELP, NULL, NULL},                 \
+    {"device", OPT_CHOICE, &(c).device, CLI_DEVICE_HELP, NULL, NULL}
 
 /* The model directory's decoding defaults (generation.json, qkv_generation_defaults_read) for
  * each option the command line does not give. *alpha_set: whether it gave the length penalty.
@@ -96,9 +98,13 @@ static int open_model(qkv_translator **t, decode_cli *c, const char *cmd, const 
         return 2;
     }
     o->precision = (qkv_precision)c->precision.value;
+    const qkv_device device = (qkv_device)c->device.value;
+    if (cli_device(device, cmd)) return 1;
     cli_threads(c->threads);
     qkv_error err = {0};
+    *t = NULL;
     if (qkv_translator_open(t, c->model, &err) ||
+        qkv_transformer_set_device(qkv_translator_model(*t), device, &err) ||
         qkv_transformer_set_precision(qkv_translator_model(*t), o->precision, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         qkv_translator_free(*t);

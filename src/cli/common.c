@@ -174,6 +174,14 @@ int cli_train_precision(qkv_precision p)
     return -1;
 }
 
+int cli_device(qkv_device d, const char *cmd)
+{
+    qkv_error err = {0};
+    if (!qkv_device_check(d, &err)) return 0;
+    fprintf(stderr, "qkv %s: --device %s: %s\n", cmd, qkv_device_name(d), err.msg);
+    return 1;
+}
+
 int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int d_model)
 {
     const double bytes = (double)max_len * d_model * sizeof(float), gib = (double)(1u << 30);

@@ -53,6 +53,13 @@ void cli_threads(int n);
     "how the linear layers multiply: in float32, or in bfloat16 (AVX512-BF16); " \
     "int8 is for inference only"
 int cli_train_precision(qkv_precision p);
+/* --device (an OPT_CHOICE of QKV_ENUM_DEVICE). cli_device refuses a GPU that is not there (a
+ * qkv built without CUDA, no driver, no GPU) before anything is read or made: 0, or 1 after
+ * printing "qkv CMD: ..." with the library's reason. */
+#define CLI_DEVICE_HELP                                                                       \
+    "where the model computes: cpu, or cuda (the first NVIDIA GPU; a qkv built with make " \
+    "CUDA=1, docs/gpu.md)"
+int cli_device(qkv_device d, const char *cmd);
 #define CLI_KV_CACHE_HELP                                                                    \
     "the key-value cache's type: auto (bf16 at --precision bf16, else fp32), fp32 or bf16 " \
     "(half the bytes per step)"
@@ -68,9 +75,9 @@ typedef struct {
     float val_fraction;   /* train.json, 0.1 if unknown */
 } lm_dir;
 
-/* Loads DIR's model, vocabulary and training settings, and gives the model the precision
- * prec unless it is NULL; prints the error and returns -1. */
-int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec);
+/* Loads DIR's model, vocabulary and training settings, moves the model to device and gives
+ * it the precision prec unless it is NULL; prints the error and returns -1. */
+int lm_dir_load(lm_dir *d, const char *dir, const qkv_precision *prec, qkv_device device);
 void lm_dir_free(lm_dir *d);
 /* The positional table is max_len x d_model floats: over 1 GiB, prints why "CMD: --LEN_OPTION
  * N x --d-model C" cannot be meant and returns -1. */

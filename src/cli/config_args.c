@@ -72,7 +72,6 @@ static int expand_file(const char *cmd, const char *path, owned_list *l, char **
         if (skip) continue;
         /* the key as it is: args_parse finds the option by its name, with '_' or '-', or by
          * the key its run records it under (args.h) */
-        const char *name = key;
         if (!*key || strlen(key) >= 128 ||
             strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789-_") != strlen(key) ||
             !strcmp(key, "config") || !strcmp(key, "config-end") || !strcmp(key, "help")) {
@@ -85,7 +84,7 @@ static int expand_file(const char *cmd, const char *path, owned_list *l, char **
         const char *digits = cJSON_IsNumber(x) && x->valuestring ? x->valuestring : "";
         digits += *digits == '-';
         if (cJSON_IsBool(x)) /* a flag: true sets it; false is an explicit "off" */
-            word = option_word(l, name, cJSON_IsTrue(x) ? NULL : CONFIG_FALSE);
+            word = option_word(l, key, cJSON_IsTrue(x) ? NULL : CONFIG_FALSE);
         else if (cJSON_IsNumber(x)) {
             const double v = x->valuedouble;
             /* an integer as written (a 64-bit seed has more digits than a double keeps) */
@@ -94,9 +93,9 @@ static int expand_file(const char *cmd, const char *path, owned_list *l, char **
                 snprintf(num, sizeof num, "%s", x->valuestring);
             else if (v == floor(v) && fabs(v) < 1e18) snprintf(num, sizeof num, "%.0f", v);
             else snprintf(num, sizeof num, "%.9g", v); /* 9 digits: a float exactly */
-            word = option_word(l, name, num);
+            word = option_word(l, key, num);
         } else if (cJSON_IsString(x) && x->valuestring[0] != CONFIG_FALSE[0])
-            word = option_word(l, name, x->valuestring);
+            word = option_word(l, key, x->valuestring);
         else {
             fprintf(stderr, "qkv %s: %s: \"%s\" must be a number, a string, true or false\n", cmd,
                     path, key);

@@ -113,6 +113,7 @@ typedef struct {
     int per_address;        /* --max-per-address: connections one client address may hold */
     double max_delay_s;     /* --max-batch-delay: an idle decoder waits this long for company */
     qkv_precision precision; /* --precision: how the models' linear layers multiply */
+    qkv_device device;       /* --device: where they compute */
     served_model *models;   /* (n_models) in the order given */
     int n_models;
     int per_model_threads;  /* --scheduler per-model: a decoding thread per model */
@@ -178,6 +179,10 @@ enum MHD_Result serve_send_text(struct MHD_Connection *c, conn *cn, int code, ch
 enum MHD_Result serve_send_json(struct MHD_Connection *c, conn *cn, int code, cJSON *o);
 enum MHD_Result serve_send_error(struct MHD_Connection *c, conn *cn, int code, const char *fmt,
                                  ...) __attribute__((format(printf, 4, 5)));
+
+/* code, with msg (cap bytes) formatted: a request refused, its status and why. */
+int serve_refuse(char *msg, size_t cap, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* An optional integer (float) member in [lo, hi]: 0 and *v untouched when absent, -1 (with
  * msg) when of another type or out of range. */

@@ -3,7 +3,6 @@
  *   POST /v1/completions   for a language model; "stream": true as server-sent events
  *   GET  /health, /v1/models (every model the server holds) */
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,18 +10,6 @@
 #include <time.h>
 
 #include "cli/serve.h"
-
-/* code, with msg formatted: a request refused. */
-static int refuse(char *msg, size_t cap, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int refuse(char *msg, size_t cap, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 enum MHD_Result serve_wait_and_answer(server *s, struct MHD_Connection *c, conn *cn, job *j,
                                       const char *what, answer_shape shape, const void *arg)
@@ -204,12 +191,12 @@ static int check_stop(const cJSON *stop, char *msg, size_t cap)
     const int stop_list = cJSON_IsArray(stop);
     const int n_stop = stop_list ? cJSON_GetArraySize(stop) : cJSON_IsString(stop) ? 1 : 0;
     if ((stop && !cJSON_IsNull(stop) && !stop_list && !cJSON_IsString(stop)) || n_stop > MAX_STOPS)
-        return refuse(msg, cap, 400, "\"stop\" must be a string or an array of at most %d",
+        return serve_refuse(msg, cap, 400, "\"stop\" must be a string or an array of at most %d",
                       MAX_STOPS);
     for (int k = 0; k < n_stop; k++) {
         const cJSON *x = stop_list ? cJSON_GetArrayItem(stop, k) : stop;
         if (!cJSON_IsString(x) || !*x->valuestring)
-            return refuse(msg, cap, 400, "\"stop\"[%d] must be a non-empty string", k);
+            return serve_refuse(msg, cap, 400, "\"stop\"[%d] must be a non-empty string", k);
     }
     return 0;
 }
@@ -239,7 +226,7 @@ static int check_unsupported(const cJSON *req, char *msg, size_t cap)
                          (cJSON_IsString(x) && !*x->valuestring) ||
                          (cJSON_IsObject(x) && !x->child);
         if (!noop)
-            return refuse(msg, cap, 400, "\"%s\" is not supported: qkv serve gives %s",
+            return serve_refuse(msg, cap, 400, "\"%s\" is not supported: qkv serve gives %s",
                           options[k].key, options[k].why);
     }
     return 0;
@@ -254,7 +241,7 @@ static job *completion_job(served_model *m, const cJSON *req, const char *prompt
     const int stop_list = cJSON_IsArray(stop);
     const int n_stop = stop_list ? cJSON_GetArraySize(stop) : cJSON_IsString(stop) ? 1 : 0;
     job *j = job_new();
-    *code = refuse(msg, cap, 500, "out of memory");
+    *code = serve_refuse(msg, cap, 500, "out of memory");
     if (!j) return NULL;
     j->kind = JOB_COMPLETE, j->beam = j->n_best = 1, j->m = m;
     const size_t len = strlen(prompt);
@@ -265,7 +252,7 @@ static job *completion_job(served_model *m, const cJSON *req, const char *prompt
     if (!j->prompt || !j->out) return job_free(j), NULL;
     j->out[0] = '\0';
     if (qkv_lm_encode(j->prompt, &n, &unknown, &m->lm.vocab, prompt, len, &err)) {
-        *code = refuse(msg, cap, 400, "the prompt: %s", err.msg);
+        *code = serve_refuse(msg, cap, 400, "the prompt: %s", err.msg);
         return job_free(j), NULL;
     }
     j->n_prompt = (int)n;

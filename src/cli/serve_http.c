@@ -113,6 +113,15 @@ enum MHD_Result serve_send_error(struct MHD_Connection *c, conn *cn, int code, c
     return serve_send_text(c, cn, code, line, "application/json", code == 503);
 }
 
+int serve_refuse(char *msg, size_t cap, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
 int serve_get_int(const cJSON *o, const char *key, int lo, int hi, int *v, char *msg,
                   size_t cap)
 {

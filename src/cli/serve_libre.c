@@ -13,25 +13,12 @@
  * kept), an HTML text's text nodes one by one with its markup kept. */
 #include <ctype.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "cli/serve.h"
-
-/* code, with msg formatted: a request refused. */
-static int refuse(char *msg, size_t cap, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int refuse(char *msg, size_t cap, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 /* ---- form bodies ------------------------------------------------------------------------ */
 
@@ -84,15 +71,15 @@ cJSON *serve_form_parse(const char *body, size_t len, char *msg, size_t cap)
         const long vl = eq ? url_decode(val, eq + 1, n - kn - 1) : (val[0] = '\0', 0);
         if (kl > 0 && vl >= 0 && (!serve_utf8_valid((unsigned char *)key, (size_t)kl) ||
                                   !serve_utf8_valid((unsigned char *)val, (size_t)vl))) {
-            refuse(msg, cap, 400, "the form's field at byte %zu is not valid UTF-8 once "
+            serve_refuse(msg, cap, 400, "the form's field at byte %zu is not valid UTF-8 once "
                    "decoded", (size_t)(field - body));
             ok = 0;
         } else if (kl <= 0 || vl < 0) {
-            refuse(msg, cap, 400, "the form's field at byte %zu is not percent-encoded text "
+            serve_refuse(msg, cap, 400, "the form's field at byte %zu is not percent-encoded text "
                    "(a bad %%-escape, an empty name or a NUL byte)", (size_t)(field - body));
             ok = 0;
         } else if (cJSON_GetObjectItemCaseSensitive(o, key)) {
-            refuse(msg, cap, 400, "the form gives \"%.100s\" twice", key);
+            serve_refuse(msg, cap, 400, "the form gives \"%.100s\" twice", key);
             ok = 0;
         } else {
             char *end;
@@ -104,7 +91,7 @@ cJSON *serve_form_parse(const char *body, size_t len, char *msg, size_t cap)
     }
     free(key), free(val);
     if (ok) return o;
-    if (!*msg) refuse(msg, cap, 400, "out of memory for the form");
+    if (!*msg) serve_refuse(msg, cap, 400, "out of memory for the form");
     cJSON_Delete(o);
     return NULL;
 }
@@ -189,16 +176,16 @@ int serve_key_check(server *s, const cJSON *req, char *msg, size_t cap)
     if (!s->keys) return 0;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, "api_key");
     if (!cJSON_IsString(x) || !*x->valuestring)
-        return refuse(msg, cap, 403, "an API key is needed: \"api_key\"");
+        return serve_refuse(msg, cap, 403, "an API key is needed: \"api_key\"");
     int code = 403;
-    refuse(msg, cap, 403, "invalid API key");
+    serve_refuse(msg, cap, 403, "invalid API key");
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->keys->n; i++) {
         if (strcmp(s->keys->k[i].key, x->valuestring)) continue;
         const double now = serve_now();
         if (now - s->keys->k[i].window >= 60.0) s->keys->k[i].window = now, s->keys->k[i].used = 0;
         if (s->keys->k[i].limit && s->keys->k[i].used >= s->keys->k[i].limit) {
-            code = refuse(msg, cap, 429, "too many requests for this API key: %d a minute",
+            code = serve_refuse(msg, cap, 429, "too many requests for this API key: %d a minute",
                           s->keys->k[i].limit);
         } else {
             s->keys->k[i].used++;
@@ -390,7 +377,7 @@ static served_model *choose_model(server *s, const char *source, const char *tar
     for (int i = 0; i < s->n_models; i++)
         if (s->models[i].tr) only = &s->models[i], n++;
     if (!n) {
-        *code = refuse(msg, cap, 400, "this server holds a language model: use /v1/completions");
+        *code = serve_refuse(msg, cap, 400, "this server holds a language model: use /v1/completions");
         return NULL;
     }
     /* one model that names no languages translates whatever the request calls them */
@@ -404,15 +391,15 @@ static served_model *choose_model(server *s, const char *source, const char *tar
         }
     pairs_text(s, pairs, sizeof pairs); /* none fits: why not */
     if (source && !strcmp(source, "auto")) {
-        *code = refuse(msg, cap, 400, "source \"auto\": qkv serve has no language detector; "
+        *code = serve_refuse(msg, cap, 400, "source \"auto\": qkv serve has no language detector; "
                        "name the source language (pairs: %s)", pairs);
         return NULL;
     }
     if (!source || !target || !*source || !*target) {
-        *code = refuse(msg, cap, 400, "name \"source\" and \"target\" (pairs: %s)", pairs);
+        *code = serve_refuse(msg, cap, 400, "name \"source\" and \"target\" (pairs: %s)", pairs);
         return NULL;
     }
-    *code = refuse(msg, cap, 400, "no model translates \"%.40s\" into \"%.40s\" (pairs: %s)",
+    *code = serve_refuse(msg, cap, 400, "no model translates \"%.40s\" into \"%.40s\" (pairs: %s)",
                    source, target, pairs);
     return NULL;
 }
@@ -611,19 +598,19 @@ static int make_plan(plan *p, const cJSON *q, int html, char *msg, size_t cap)
     memset(p, 0, sizeof *p);
     p->is_list = cJSON_IsArray(q), p->n_items = p->is_list ? cJSON_GetArraySize(q) : 1;
     if (!(p->first = malloc(((size_t)p->n_items + 1) * sizeof *p->first)))
-        return refuse(msg, cap, 500, "out of memory");
+        return serve_refuse(msg, cap, 500, "out of memory");
     for (int i = 0; i < p->n_items; i++) {
         const char *t = (p->is_list ? cJSON_GetArrayItem(q, i) : q)->valuestring;
         size_t bad = 0;
         p->first[i] = p->n_parts;
         const int rc = html ? plan_html(p, t, &bad) : plan_text(p, t);
         if (rc == 413)
-            return refuse(msg, cap, 413, "more than %d lines%s in \"q\": send fewer per request",
+            return serve_refuse(msg, cap, 413, "more than %d lines%s in \"q\": send fewer per request",
                           MAX_LINES, html ? " (text nodes)" : "");
         if (rc == 400)
-            return refuse(msg, cap, 400, "\"q\"[%d] is not HTML qkv can read: the tag, comment "
+            return serve_refuse(msg, cap, 400, "\"q\"[%d] is not HTML qkv can read: the tag, comment "
                           "or script at byte %zu does not end", i, bad);
-        if (rc) return refuse(msg, cap, 500, "out of memory");
+        if (rc) return serve_refuse(msg, cap, 500, "out of memory");
     }
     p->first[p->n_items] = p->n_parts;
     return 0;
@@ -637,27 +624,27 @@ static int check_translate(const cJSON *req, char *msg, size_t cap)
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(req, "q");
     const int is_list = cJSON_IsArray(q);
     if (!cJSON_IsString(q) && !is_list)
-        return refuse(msg, cap, 400, "\"q\" must be a string or an array of strings");
+        return serve_refuse(msg, cap, 400, "\"q\" must be a string or an array of strings");
     const int n = is_list ? cJSON_GetArraySize(q) : 1;
     if (n > MAX_SOURCES)
-        return refuse(msg, cap, 413, "%d texts in \"q\": at most %d per request", n, MAX_SOURCES);
+        return serve_refuse(msg, cap, 413, "%d texts in \"q\": at most %d per request", n, MAX_SOURCES);
     for (int i = 0; i < n; i++) {
         const cJSON *x = is_list ? cJSON_GetArrayItem(q, i) : q;
-        if (!cJSON_IsString(x)) return refuse(msg, cap, 400, "\"q\"[%d] must be a string", i);
+        if (!cJSON_IsString(x)) return serve_refuse(msg, cap, 400, "\"q\"[%d] must be a string", i);
         if (strlen(x->valuestring) > MAX_SOURCE_BYTES)
-            return refuse(msg, cap, 413, "\"q\"[%d] has %zu bytes: at most %d", i,
+            return serve_refuse(msg, cap, 413, "\"q\"[%d] has %zu bytes: at most %d", i,
                           strlen(x->valuestring), MAX_SOURCE_BYTES);
     }
     static const char *const strings[] = {"source", "target", "format", "api_key"};
     for (size_t k = 0; k < sizeof strings / sizeof *strings; k++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, strings[k]);
         if (x && !cJSON_IsString(x) && !cJSON_IsNull(x))
-            return refuse(msg, cap, 400, "\"%s\" must be a string", strings[k]);
+            return serve_refuse(msg, cap, 400, "\"%s\" must be a string", strings[k]);
     }
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(req, "format");
     if (cJSON_IsString(format) && strcmp(format->valuestring, "text") &&
         strcmp(format->valuestring, "html"))
-        return refuse(msg, cap, 400, "\"format\" must be \"text\" or \"html\"");
+        return serve_refuse(msg, cap, 400, "\"format\" must be \"text\" or \"html\"");
     return 0;
 }
 
@@ -788,7 +775,7 @@ static int translate_options(const server *s, const served_model *m, const cJSON
         return 400;
     const int rows = *beam > *alternatives + 1 ? *beam : *alternatives + 1;
     if (rows > 1 && rows > s->slots)
-        return refuse(msg, cap, 400, "a beam of %d takes %d rows of the batch: this server has "
+        return serve_refuse(msg, cap, 400, "a beam of %d takes %d rows of the batch: this server has "
                       "%d (--max-batch-tokens)", rows, rows, s->slots);
     return 0;
 }

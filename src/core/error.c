@@ -26,6 +26,7 @@ const char *qkv_status_name(qkv_status s)
     case QKV_ERR_IO: return "input/output error";
     case QKV_ERR_FORMAT: return "malformed input";
     case QKV_ERR_NUMERIC: return "non-finite value";
+    case QKV_ERR_DEVICE: return "device failure";
     }
     return "unknown status";
 }

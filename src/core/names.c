@@ -18,6 +18,7 @@ static const char *const lr_schedules[] = {"constant", "noam"};
 static const char *const spm_types[] = {"unigram", "bpe"};
 static const char *const reserved[] = {"<unk>", "<pad>", "<bos>", "<eos>"};
 static const char *const ct2_quantizations[] = {"float32", "int8"};
+static const char *const devices[] = {"cpu", "cuda"};
 
 #define TABLE(names, what) {names, (int)(sizeof names / sizeof *names), what}
 static const struct {
@@ -36,6 +37,7 @@ static const struct {
     [QKV_ENUM_SPM_TYPE] = TABLE(spm_types, "SentencePiece model type"),
     [QKV_ENUM_RESERVED] = TABLE(reserved, "reserved token"),
     [QKV_ENUM_CT2_QUANTIZATION] = TABLE(ct2_quantizations, "CTranslate2 quantization"),
+    [QKV_ENUM_DEVICE] = TABLE(devices, "device"),
 };
 /* the tables index by value: each enum's values are 0, 1, ... in the order above */
 _Static_assert(QKV_ACT_RELU == 0 && QKV_ACT_GELU == 1 && QKV_ACT_SILU == 2, "activations");
@@ -55,6 +57,7 @@ _Static_assert(QKV_UNK == 0 && QKV_PAD == 1 && QKV_BOS == 2 && QKV_EOS == 3 &&
                    QKV_N_RESERVED == sizeof reserved / sizeof *reserved,
                "reserved tokens");
 _Static_assert(QKV_CT2_FLOAT32 == 0 && QKV_CT2_INT8 == 1, "CTranslate2 quantizations");
+_Static_assert(QKV_DEVICE_CPU == 0 && QKV_DEVICE_CUDA == 1, "devices");
 
 const char *const *enum_names(qkv_enum e, int *n)
 {
@@ -111,3 +114,4 @@ NAMED(qkv_kv_cache, qkv_kv_cache, QKV_ENUM_KV_CACHE)
 NAMED(qkv_lr_schedule, qkv_lr_schedule, QKV_ENUM_LR_SCHEDULE)
 NAMED(qkv_spm_type, qkv_spm_type, QKV_ENUM_SPM_TYPE)
 NAMED(qkv_ct2_quantization, qkv_ct2_quantization, QKV_ENUM_CT2_QUANTIZATION)
+NAMED(qkv_device, qkv_device, QKV_ENUM_DEVICE)

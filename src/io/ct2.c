@@ -511,6 +511,12 @@ qkv_status qkv_export_ct2(const char *model_dir, const char *out_dir,
     if (quantization != QKV_CT2_FLOAT32 && quantization != QKV_CT2_INT8)
         return qkv_fail(err, QKV_ERR_ARG, "qkv_export_ct2: quantization %d is neither float32 "
                         "nor int8", (int)quantization);
+    /* CTranslate2's config.json would replace the model's own */
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = qkv_path_relation(out_dir, model_dir);
+    if (rel > 0)
+        return qkv_fail(err, QKV_ERR_ARG, "%s %s the model %s: export into another directory",
+                        out_dir, relation[rel], model_dir);
     qkv_transformer *t = NULL;
     qkv_tokenizer tok = {0};
     qkv_status st = qkv_transformer_load(&t, model_dir, err);

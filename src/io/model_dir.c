@@ -265,15 +265,26 @@ qkv_status model_checkpoint_load(const model_kind *k, const char *path, param_se
 /* The configurations of every kind fit here (checked when one is loaded). */
 enum { MODEL_CFG_MAX = 512 };
 
+/* The host's parameters as they are now (a model on a device: downloaded first if training
+ * changed them there; core_host_current reports a failed download). */
 static param_set params_of(const model_kind *k, const void *model)
 {
     const model_core *c = k->core(model);
-    return (param_set){c->tensors, c->n_tensors, c->params, c->n_params};
+    return (param_set){c->tensors, c->n_tensors, (float *)core_host_params(c), c->n_params};
+}
+
+/* The host's parameters, about to be written: on a device they go up before the next pass,
+ * and the typed copies are made again. */
+static param_set params_to_write(const model_kind *k, void *model)
+{
+    model_core *c = k->core(model);
+    return (param_set){c->tensors, c->n_tensors, core_params(c), c->n_params};
 }
 
 qkv_status model_save(const model_kind *k, const void *model, const char *dir, qkv_error *err)
 {
-    return model_dir_save(k, k->config(model), params_of(k, model), dir, err);
+    qkv_status st = core_host_current(k->core(model), err);
+    return st ? st : model_dir_save(k, k->config(model), params_of(k, model), dir, err);
 }
 
 qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_error *err)
@@ -287,7 +298,7 @@ qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_er
     qkv_status st = model_dir_config(k, cfg, dir, err);
     if (!st) st = model_dir_fits(dir, k->config_params(cfg), err);
     if (!st) st = k->create(&m, cfg, err);
-    if (!st) st = model_dir_params(params_of(k, m), dir, err);
+    if (!st) st = model_dir_params(params_to_write(k, m), dir, err);
     if (!st) snprintf(k->core(m)->source, sizeof k->core(m)->source, "%s", dir); /* messages */
     if (st && m) k->destroy(m), m = NULL;
     *model = m;
@@ -297,13 +308,15 @@ qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_er
 qkv_status model_save_checkpoint(const model_kind *k, const char *path, const void *model,
                                  const qkv_adam *opt, const void *pos, qkv_error *err)
 {
-    return model_checkpoint_save(k, path, params_of(k, model), opt, pos, err);
+    qkv_status st = core_host_current(k->core(model), err);
+    if (!st) st = core_adam_to_host(k->core(model), opt, err); /* the device's moments */
+    return st ? st : model_checkpoint_save(k, path, params_of(k, model), opt, pos, err);
 }
 
 qkv_status model_load_checkpoint(const model_kind *k, const char *path, void *model,
                                  qkv_adam *opt, void *pos, qkv_error *err)
 {
-    qkv_status st = model_checkpoint_load(k, path, params_of(k, model), opt, pos, err);
-    if (!st) precision_touch(&k->core(model)->prec); /* the typed copies are of the old ones */
+    qkv_status st = model_checkpoint_load(k, path, params_to_write(k, model), opt, pos, err);
+    if (!st) core_adam_forget(k->core(model)); /* the optimizer's moments are the file's now */
     return st;
 }

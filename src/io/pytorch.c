@@ -701,21 +701,11 @@ static qkv_status load_archive(qkv_tensor_file *out, const byte_source *src, qkv
 qkv_status qkv_tensor_file_parse_pytorch(qkv_tensor_file *out, const void *bytes, size_t len,
                                          const char *name, qkv_error *err)
 {
-    static const unsigned char none[1];
-    const byte_source src = {name ? name : "<memory>", bytes ? bytes : none, -1, len};
-    if (!out) return qkv_fail(err, QKV_ERR_ARG, "qkv_tensor_file_parse_pytorch: NULL output");
-    return load_archive(out, &src, err);
+    return tensor_file_read_memory(load_archive, "qkv_tensor_file_parse_pytorch", out, bytes, len,
+                                   name, err);
 }
 
 qkv_status qkv_tensor_file_load_pytorch(qkv_tensor_file *out, const char *path, qkv_error *err)
 {
-    if (!out || !path)
-        return qkv_fail(err, QKV_ERR_ARG, "qkv_tensor_file_load_pytorch: NULL argument");
-    memset(out, 0, sizeof *out);
-    byte_source src = {path, NULL, -1, 0};
-    qkv_status st = open_weights(path, &src.fd, &src.size, err);
-    if (st) return st;
-    st = load_archive(out, &src, err);
-    close(src.fd);
-    return st;
+    return tensor_file_read_path(load_archive, "qkv_tensor_file_load_pytorch", out, path, err);
 }

@@ -70,7 +70,9 @@ static void notify(const qkv_run_dir *rd, const char *fmt, ...)
 
 /* ---- names ----------------------------------------------------------------------------- */
 
-/* NAME.tmp.PID.K, as qkv_atomic_write names its temporary files: the PID, or 0. */
+/* NAME.tmp.PID.K, as qkv_atomic_write names its temporary files, or NAME.tmp.PID, as an
+ * older qkv's safetensors writer named a checkpoint's (checkpoint-sized, and a killed run left
+ * one as often as not): the PID, or 0. */
 static long temporary_pid(const char *name)
 {
     const char *t = NULL;
@@ -78,7 +80,8 @@ static long temporary_pid(const char *name)
     if (!t || t == name || t[5] < '0' || t[5] > '9') return 0;
     char *end;
     long pid = strtol(t + 5, &end, 10);
-    if (end == t + 5 || *end != '.' || pid <= 0) return 0;
+    if (end == t + 5 || (*end != '.' && *end) || pid <= 0) return 0;
+    if (!*end) return pid;
     const char *k = end + 1;
     if (!*k) return 0;
     while (*k >= '0' && *k <= '9') k++;
@@ -120,7 +123,8 @@ static int is_any_run_file(const char *name)
 }
 
 /* Whether name is a temporary file of one of the files: NAME.tmp.PID.K (the name every
- * writer of qkv gives its temporaries), or NAME.tmp-XXXXXX (an older qkv's figures). */
+ * writer of qkv gives its temporaries), NAME.tmp.PID (an older qkv's checkpoints) or
+ * NAME.tmp-XXXXXX (an older qkv's figures). */
 static int is_temporary_of(const char *const *files, const char *name)
 {
     for (const char *const *f = files; *f; f++) {

@@ -98,24 +98,6 @@ static void errno_text(int e, char *buf, size_t len)
     if (strerror_r(e, buf, len) != 0) snprintf(buf, len, "error %d", e);
 }
 
-/* A name from the file, fit to print: at most 120 bytes, control characters replaced, so a
- * hostile name cannot reach a terminal as escape sequences. */
-typedef struct {
-    char s[121];
-} shown_name;
-
-static shown_name shown(const char *name)
-{
-    shown_name r;
-    size_t i = 0;
-    for (; name[i] && i < sizeof r.s - 1; i++) {
-        unsigned char c = (unsigned char)name[i];
-        r.s[i] = c < 0x20 || c == 0x7F ? '?' : (char)c;
-    }
-    r.s[i] = '\0';
-    return r;
-}
-
 /* A malformed-file error naming the file and the tensor. */
 __attribute__((format(printf, 4, 5))) static qkv_status
 tensor_fail(qkv_error *err, const char *file, const char *tensor, const char *fmt, ...)
@@ -125,7 +107,7 @@ tensor_fail(qkv_error *err, const char *file, const char *tensor, const char *fm
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    return qkv_fail(err, QKV_ERR_FORMAT, "%.200s: tensor '%s': %s", file, shown(tensor).s, why);
+    return qkv_fail(err, QKV_ERR_FORMAT, "%.200s: tensor '%s': %s", file, printable(tensor).s, why);
 }
 
 /* Whether s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or code points past
@@ -178,52 +160,12 @@ static const char *find_duplicate(const char *const *names, size_t n, bool *nome
 }
 
 /* ---------------------------------------------------------------------------------------
- * Reading: where the bytes come from
- * ------------------------------------------------------------------------------------- */
-
-/* A file being read: an image in memory, or an open descriptor read with pread so the data
- * goes straight into the tensor buffer instead of through a second copy of the file. */
-typedef struct {
-    const char *name;
-    const unsigned char *mem; /* the image, or NULL to read fd */
-    int fd;
-    uint64_t size;
-} source;
-
-/* Copies n bytes at offset off (off + n <= size, checked by the caller). */
-static qkv_status source_read(const source *src, void *dst, uint64_t off, size_t n,
-                              qkv_error *err)
-{
-    if (src->mem) {
-        if (n) memcpy(dst, src->mem + off, n);
-        return QKV_OK;
-    }
-    unsigned char *p = dst;
-    while (n > 0) {
-        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
-        ssize_t got = pread(src->fd, p, chunk, (off_t)off);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            char why[128];
-            errno_text(errno, why, sizeof why);
-            return qkv_fail(err, QKV_ERR_IO, "%s: read failed: %s", src->name, why);
-        }
-        if (got == 0)
-            return qkv_fail(err, QKV_ERR_IO, "%s: file shrank while being read", src->name);
-        p += got;
-        off += (uint64_t)got;
-        n -= (size_t)got;
-    }
-    return QKV_OK;
-}
-
-/* ---------------------------------------------------------------------------------------
  * Reading: the header
  * ------------------------------------------------------------------------------------- */
 
 /* Reads the length prefix and the header text (NUL-terminated, owned by the caller) and
  * checks that the text is UTF-8 without NUL bytes. */
-static qkv_status read_header_text(const source *src, char **text, uint64_t *len,
+static qkv_status read_header_text(const byte_source *src, char **text, uint64_t *len,
                                    qkv_error *err)
 {
     unsigned char prefix[8];
@@ -231,7 +173,7 @@ static qkv_status read_header_text(const source *src, char **text, uint64_t *len
         return qkv_fail(err, QKV_ERR_FORMAT,
                         "%s: file is %llu bytes, too short for the 8-byte header length",
                         src->name, (unsigned long long)src->size);
-    qkv_status st = source_read(src, prefix, 0, 8, err);
+    qkv_status st = byte_source_read(src, prefix, 0, 8, err);
     if (st != QKV_OK) return st;
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | prefix[i];
@@ -244,7 +186,7 @@ static qkv_status read_header_text(const source *src, char **text, uint64_t *len
                         src->name, (unsigned long long)n, (unsigned long long)src->size);
     char *t = malloc((size_t)n + 1);
     if (!t) return qkv_fail(err, QKV_ERR_NOMEM, "%s: no memory for the header", src->name);
-    st = source_read(src, t, 8, (size_t)n, err);
+    st = byte_source_read(src, t, 8, (size_t)n, err);
     if (st != QKV_OK) {
         free(t);
         return st;
@@ -267,7 +209,7 @@ static qkv_status read_header_text(const source *src, char **text, uint64_t *len
 }
 
 /* The header as a JSON object; trailing whitespace (the padding) is allowed, nothing else. */
-static qkv_status parse_header_json(const source *src, const char *text, uint64_t len,
+static qkv_status parse_header_json(const byte_source *src, const char *text, uint64_t len,
                                     cJSON **root, qkv_error *err)
 {
     const char *end = NULL;
@@ -324,7 +266,7 @@ static qkv_status parse_dtype(const cJSON *e, const char *file, const char *name
     if (!dtype_from_name(j->valuestring, dt))
         return tensor_fail(err, file, name,
                            "unsupported dtype \"%.32s\" (qkv reads F32, F16, BF16, I32, I64, "
-                           "F64)", shown(j->valuestring).s);
+                           "F64)", printable(j->valuestring).s);
     return QKV_OK;
 }
 
@@ -417,7 +359,7 @@ static qkv_status check_overlaps(const qkv_tensor_file *f, span *spans, const ch
             return tensor_fail(err, file, f->tensors[s->index].name,
                                "bytes [%llu, %llu) overlap tensor '%s' [%llu, %llu)",
                                (unsigned long long)s->begin, (unsigned long long)s->end,
-                               shown(f->tensors[last->index].name).s,
+                               printable(f->tensors[last->index].name).s,
                                (unsigned long long)last->begin, (unsigned long long)last->end);
         if (!last || s->end > last->end) last = s;
     }
@@ -455,7 +397,7 @@ static qkv_status check_metadata(const cJSON *m, const char *file, qkv_error *er
         if (!cJSON_IsString(kv))
             return qkv_fail(err, QKV_ERR_FORMAT,
                             "%s: metadata value of '%s' is not a string", file,
-                            shown(kv->string).s);
+                            printable(kv->string).s);
     const char **keys = malloc((n + 1) * sizeof *keys);
     if (!keys) return qkv_fail(err, QKV_ERR_NOMEM, "%s: no memory for the metadata", file);
     n = 0;
@@ -466,38 +408,9 @@ static qkv_status check_metadata(const cJSON *m, const char *file, qkv_error *er
     if (nomem) st = qkv_fail(err, QKV_ERR_NOMEM, "%s: no memory for the metadata", file);
     else if (dup)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata key '%s' appears twice", file,
-                      shown(dup).s);
+                      printable(dup).s);
     free(keys);
     return st;
-}
-
-static qkv_status pack_metadata(qkv_tensor_file *f, const cJSON *m, const char *file,
-                                qkv_error *err)
-{
-    char *json = cJSON_PrintUnformatted(m);
-    if (!json) return qkv_fail(err, QKV_ERR_NOMEM, "%s: no memory for the metadata", file);
-    size_t json_len = strlen(json);
-    size_t total = json_len + 2;
-    for (const cJSON *kv = m->child; kv; kv = kv->next)
-        total += 1 + strlen(kv->string) + 1 + strlen(kv->valuestring) + 1;
-    char *p = malloc(total);
-    if (!p) {
-        cJSON_free(json);
-        return qkv_fail(err, QKV_ERR_NOMEM, "%s: no memory for the metadata", file);
-    }
-    f->metadata_json = p;
-    memcpy(p, json, json_len + 1);
-    cJSON_free(json);
-    p += json_len + 1;
-    for (const cJSON *kv = m->child; kv; kv = kv->next) {
-        *p++ = '+';
-        size_t kn = strlen(kv->string) + 1, vn = strlen(kv->valuestring) + 1;
-        memcpy(p, kv->string, kn);
-        memcpy(p + kn, kv->valuestring, vn);
-        p += kn + vn;
-    }
-    *p = '\0';
-    return QKV_OK;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -518,7 +431,7 @@ static qkv_status parse_entries(qkv_tensor_file *f, span **spans_out, const cJSO
     }
     if (meta) {
         qkv_status st = check_metadata(meta, file, err);
-        if (st == QKV_OK) st = pack_metadata(f, meta, file, err);
+        if (st == QKV_OK) st = tensor_file_set_metadata(f, meta, file, err);
         if (st != QKV_OK) return st;
     }
 
@@ -550,7 +463,7 @@ static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
  * require a tensor's offset to be a multiple of its dtype size (an F64 may follow an odd
  * number of F32s), so qkv accepts such files and realigns them here rather than rejecting
  * them; gaps between tensors are not copied. */
-static qkv_status copy_data(qkv_tensor_file *f, const span *spans, const source *src,
+static qkv_status copy_data(qkv_tensor_file *f, const span *spans, const byte_source *src,
                             uint64_t data_start, qkv_error *err)
 {
     size_t total = 0; /* a half-precision tensor takes twice its bytes as float32 */
@@ -571,7 +484,7 @@ static qkv_status copy_data(qkv_tensor_file *f, const span *spans, const source 
         /* halves: read into the upper half of the tensor's place, widened from the front
          * (float i, bytes [4i, 4i + 4), ends before half i + 1 at 2n + 2i + 2 begins) */
         unsigned char *to = (unsigned char *)t->data + (s->half ? n : 0);
-        qkv_status st = source_read(src, to, data_start + s->begin, n, err);
+        qkv_status st = byte_source_read(src, to, data_start + s->begin, n, err);
         if (st != QKV_OK) return st;
         if (s->half) stored_convert(t->data, to, (stored_type)s->half, n / 2);
         at += round_up(n * (s->half ? 2 : 1), BUFFER_ALIGN);
@@ -580,7 +493,7 @@ static qkv_status copy_data(qkv_tensor_file *f, const span *spans, const source 
 }
 
 /* Builds out from src; on failure out is left zeroed. */
-static qkv_status parse_source(qkv_tensor_file *out, const source *src, qkv_error *err)
+static qkv_status parse_source(qkv_tensor_file *out, const byte_source *src, qkv_error *err)
 {
     qkv_tensor_file f = {0};
     char *text = NULL;
@@ -613,7 +526,7 @@ qkv_status qkv_tensor_file_parse(qkv_tensor_file *out, const void *bytes, size_t
     memset(out, 0, sizeof *out);
     if (!bytes && len > 0) return qkv_fail(err, QKV_ERR_ARG, "%s: NULL bytes", name);
     static const unsigned char none[1];
-    source src = {.name = name, .mem = bytes ? bytes : none, .fd = -1, .size = len};
+    byte_source src = {.name = name, .mem = bytes ? bytes : none, .fd = -1, .size = len};
     return parse_source(out, &src, err);
 }
 
@@ -625,7 +538,7 @@ qkv_status qkv_tensor_file_load(qkv_tensor_file *out, const char *path, qkv_erro
     uint64_t size;
     qkv_status opened = open_regular(path, &fd, &size, err);
     if (opened) return opened;
-    source src = {.name = path, .mem = NULL, .fd = fd, .size = size};
+    byte_source src = {.name = path, .mem = NULL, .fd = fd, .size = size};
     qkv_status st = parse_source(out, &src, err);
     close(fd);
     return st;

@@ -43,6 +43,29 @@ qkv_status byte_source_read(const byte_source *src, void *dst, uint64_t off, siz
     return QKV_OK;
 }
 
+qkv_status tensor_file_read_memory(tensor_file_reader read, const char *who, qkv_tensor_file *out,
+                                   const void *bytes, size_t len, const char *name,
+                                   qkv_error *err)
+{
+    static const unsigned char none[1];
+    const byte_source src = {name ? name : "<memory>", bytes ? bytes : none, -1, len};
+    if (!out) return qkv_fail(err, QKV_ERR_ARG, "%s: NULL output", who);
+    return read(out, &src, err);
+}
+
+qkv_status tensor_file_read_path(tensor_file_reader read, const char *who, qkv_tensor_file *out,
+                                 const char *path, qkv_error *err)
+{
+    if (!out || !path) return qkv_fail(err, QKV_ERR_ARG, "%s: NULL argument", who);
+    memset(out, 0, sizeof *out);
+    byte_source src = {path, NULL, -1, 0};
+    qkv_status st = open_weights(path, &src.fd, &src.size, err);
+    if (st) return st;
+    st = read(out, &src, err);
+    close(src.fd);
+    return st;
+}
+
 /* ---- element types ------------------------------------------------------------------ */
 
 static const struct {

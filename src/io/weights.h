@@ -29,6 +29,18 @@ qkv_status open_weights(const char *path, int *fd, uint64_t *size, qkv_error *er
 qkv_status byte_source_read(const byte_source *src, void *dst, uint64_t off, size_t n,
                             qkv_error *err);
 
+/* A reader of a whole tensor file from its bytes (npz.c, pytorch.c). */
+typedef qkv_status (*tensor_file_reader)(qkv_tensor_file *out, const byte_source *src,
+                                         qkv_error *err);
+/* The public calls around a reader: over bytes in memory (name: the file's name in messages,
+ * NULL "<memory>"), or over the file at path, opened as open_weights opens it; who names the
+ * public call when an argument is NULL. */
+qkv_status tensor_file_read_memory(tensor_file_reader read, const char *who, qkv_tensor_file *out,
+                                   const void *bytes, size_t len, const char *name,
+                                   qkv_error *err);
+qkv_status tensor_file_read_path(tensor_file_reader read, const char *who, qkv_tensor_file *out,
+                                 const char *path, qkv_error *err);
+
 /* ---- zip archives (torch.save, numpy.savez, OPUS-MT's releases) ----------------------- */
 
 typedef struct {

@@ -227,8 +227,8 @@ static void self_attention_step(const backend *be, const stack_dims *d, decode_s
     } else { /* append this position's key and value, then attend to positions 0 .. pos */
         const size_t layer = (size_t)l * st->cap * st->T * C;
         kv_view kv = {kv_at(st, st->self_k, layer), kv_at(st, st->self_v, layer), st->kv,
-                      (size_t)st->T * C, r->ancestry ? KV_ANCESTRY : KV_ROWS, r->row,
-                      r->ancestry, r->ld, st->self_len};
+                      (size_t)st->T * C, r->ancestry ? KV_ANCESTRY : KV_ROWS, st->row_k,
+                      st->ancestry_k, st->ancestry_ld, st->self_len_k};
         int m = 1;
         for (int b = 0; b < B; b++) {
             const size_t at = layer + ((size_t)r->row[b] * st->T + r->pos[b]) * C;
@@ -251,7 +251,7 @@ static void cross_attention_step(const backend *be, const stack_dims *d, decode_
     int m = 1;
     for (int b = 0; b < B; b++) m = st->cross_len[b] > m ? st->cross_len[b] : m;
     const kv_view kv = {kv_at(st, st->cross_k, layer), kv_at(st, st->cross_v, layer), st->kv,
-                        (size_t)st->Ts * C, KV_ROWS, r->src, NULL, 0, st->cross_len};
+                        (size_t)st->Ts * C, KV_ROWS, st->src_k, NULL, 0, st->cross_len_k};
     op_linear_forward(be, st->q, in, &a->W_q, a->f.b_q, B, C, C);
     be->ops->cached_attention(st->ctx, st->P, st->q, &kv, B, H, C / H, m);
     op_linear_forward(be, st->s, st->ctx, &a->W_o, a->f.b_o, B, C, C);
@@ -274,17 +274,42 @@ static void block_step(const backend *be, const stack_dims *d, const block_w *w,
     sublayer_step_out(be, d, st, r->n, &w->ffn_norm);
 }
 
-void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-                decode_state *st, const decoder_rows *r, const int *tok, const int *src_valid)
+/* The step's int arrays up where the kernels read them: the tokens, cache rows, sources, the
+ * keys each row sees, and the ancestry packed at stride T (row b's positions 0 .. pos[b]). */
+static int stage_step(const backend *be, const stack_dims *d, decode_state *st,
+                      const decoder_rows *r, const int *tok, const int *src_valid)
 {
-    const int C = d->C, B = r->n;
-    /* the keys each row sees: its positions so far, and its source's length */
+    const int B = r->n;
+    const size_t ints = (size_t)B * sizeof(int);
     for (int b = 0; b < B; b++) {
         st->self_len[b] = r->pos[b] + 1;
         if (d->cross) st->cross_len[b] = src_valid[r->src[b]];
     }
+    if (be->ops->upload(st->tok_k, tok, ints) || be->ops->upload(st->row_k, r->row, ints) ||
+        be->ops->upload(st->self_len_k, st->self_len, ints) ||
+        (d->cross && (be->ops->upload(st->src_k, r->src, ints) ||
+                      be->ops->upload(st->cross_len_k, st->cross_len, ints))))
+        return -1;
+    if (!r->ancestry || d->linear_attention) return 0;
+    int ld = 1; /* the longest row's positions */
+    for (int b = 0; b < B; b++) ld = r->pos[b] + 1 > ld ? r->pos[b] + 1 : ld;
+    /* packed where the host can write, then up in one transfer */
+    int *packed = st->ancestry_host ? st->ancestry_host : st->ancestry_k;
+    for (int b = 0; b < B; b++)
+        memcpy(packed + (size_t)b * ld, r->ancestry + (size_t)b * r->ld,
+               (size_t)(r->pos[b] + 1) * sizeof(int));
+    st->ancestry_ld = ld;
+    if (packed == st->ancestry_k) return 0;
+    return be->ops->upload(st->ancestry_k, packed, (size_t)B * ld * sizeof(int));
+}
+
+int stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
+               decode_state *st, const decoder_rows *r, const int *tok, const int *src_valid)
+{
+    const int C = d->C, B = r->n;
+    if (stage_step(be, d, st, r, tok, src_valid)) return -1;
     /* the tokens are the model's own choices, or checked by the caller */
-    be->ops->embedding_forward(st->x, tok, w->embedding, B, d->vocab, C, NULL);
+    be->ops->embedding_forward(st->x, st->tok_k, w->embedding, B, d->vocab, C, NULL);
     for (int b = 0, b1; b < B; b = b1) { /* runs of rows at one position share a call */
         for (b1 = b + 1; b1 < B && r->pos[b1] == r->pos[b]; b1++) continue;
         be->ops->positional_forward(st->x + (size_t)b * C, st->x + (size_t)b * C,
@@ -292,6 +317,7 @@ void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const 
                                     d->embed_scale);
     }
     for (int l = 0; l < d->layers; l++) block_step(be, d, &w->blocks[l], st, r, l);
+    return 0;
 }
 
 /* ---- the output layer ----------------------------------------------------------------------- */
@@ -330,6 +356,9 @@ qkv_status head_loss(const backend *be, const head_loss_args *h, double *sum, in
                       : be->ops->cross_entropy_forward(loss, lse, sum, logits, targets, N, V,
                                                        QKV_PAD, label_smoothing, err);
     if (*count < 0) return err ? err->code : QKV_ERR_ARG;
-    if (!isfinite(*sum)) return qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", *sum);
+    if (!isfinite(*sum)) { /* a device that failed gives no loss: its failure, first */
+        qkv_status st = be->ops->finish(be, err);
+        return st ? st : qkv_fail(err, QKV_ERR_NUMERIC, "the loss is not finite (%g)", *sum);
+    }
     return QKV_OK;
 }

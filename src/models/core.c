@@ -95,7 +95,9 @@ qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *vie
     c->tensors = calloc((size_t)c->n_tensors + 1, sizeof *c->tensors);
     c->names = calloc((size_t)c->n_tensors + 1, sizeof *c->names);
     c->params = malloc(c->n_params * sizeof *c->params);
-    c->pos_table = malloc((size_t)max_len * C * sizeof *c->pos_table);
+    c->pos_floats = (size_t)max_len * C;
+    c->pos_table = malloc(c->pos_floats * sizeof *c->pos_table);
+    c->mem = &backend_cpu_fp32;
     if (!c->tensors || !c->names || !c->params || !c->pos_table)
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory allocating %zu parameters",
                         c->n_params);
@@ -109,8 +111,10 @@ qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *vie
 
 void core_free(model_core *c)
 {
-    free(c->tensors), free(c->names), free(c->params), free(c->grads), free(c->pos_table);
-    free(c->arena);
+    if (c->grads) c->mem->release(c->grads);
+    if (c->arena) c->mem->release(c->arena);
+    if (c->dev) core_device_free(c);
+    free(c->tensors), free(c->names), free(c->params), free(c->pos_table);
     precision_free(&c->prec);
     memset(c, 0, sizeof *c);
 }
@@ -143,40 +147,66 @@ void core_init_params(model_core *c, uint64_t seed, int C, int F, int tied)
     }
 }
 
-float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view)
-{
-    if (!c->grads) {
-        if (!(c->grads = calloc(c->n_params, sizeof *c->grads))) return NULL;
-        param_walker w = {c->grads, 0, NULL, NULL, 0};
-        walk(&w, cfg, view);
-    }
-    return c->grads;
-}
+/* ---- the parameters, their typed copies and where they live ---------------------------- */
 
-backend core_backend(model_core *c) { return precision_backend(&c->prec); }
+backend core_backend(model_core *c)
+{
+    if (!c->dev) return precision_backend(&c->prec);
+    const int bf16 = c->prec.precision == QKV_PRECISION_BF16;
+    backend be = {.ops = bf16 ? c->dev->dev->bf16 : c->dev->dev->fp32,
+                  .typed_current = bf16 && c->prec.bf16_current, .device = c->dev->ctx};
+    return be;
+}
 
 float *core_params(model_core *c)
 {
     precision_touch(&c->prec);
-    return c->params;
+    if (!c->dev) return c->params;
+    float *host = (float *)core_host_params(c);
+    c->dev->params = HOST_NEWER;
+    return host;
 }
 
 qkv_status core_set_precision(model_core *c, qkv_precision p, void (*retype)(void *model),
                               void *model, qkv_error *err)
 {
-    qkv_status st = precision_set(&c->prec, p, c->params, c->n_params, c->tensors,
-                                  c->n_tensors, err);
+    device_side *d = c->dev;
+    qkv_status st = QKV_OK;
+    if (!d || (p != QKV_PRECISION_BF16 && p != QKV_PRECISION_INT8 && p != QKV_PRECISION_FP32))
+        st = precision_set(&c->prec, p, c->params, c->n_params, c->tensors, c->n_tensors, err);
+    else if (p == QKV_PRECISION_INT8)
+        st = qkv_fail(err, QKV_ERR_ARG, "int8 precision runs on the CPU only: on %s use fp32 "
+                      "or bf16", d->dev->name);
+    else if (p == QKV_PRECISION_BF16 && !d->dev->bf16)
+        st = qkv_fail(err, QKV_ERR_ARG, "%s has no bf16 kernels: use fp32", d->dev->name);
+    else if (p == QKV_PRECISION_BF16 && !d->bf16 &&
+             !(d->bf16 = c->mem->alloc(c->n_params * sizeof *d->bf16)))
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of device memory on %s for the bf16 copy of "
+                      "%zu parameters", d->dev->name, c->n_params);
+    else {
+        if (p == QKV_PRECISION_FP32 && d->bf16) c->mem->release(d->bf16), d->bf16 = NULL;
+        c->prec.precision = p;
+        c->prec.bf16_current = 0; /* rounded by the next decoding pass (core_prepare) */
+    }
     if (!st) retype(model);
     return st;
 }
 
+weight core_weight(const model_core *c, const float *W)
+{
+    if (!c->dev) return precision_weight(&c->prec, c->params, W);
+    weight w = weight_f32(W);
+    if (c->prec.precision == QKV_PRECISION_BF16)
+        w.type = WEIGHT_BF16, w.bf16 = c->dev->bf16 + (W - c->params);
+    return w;
+}
+
 static void retype_mha(mha_w *a, const model_core *c)
 {
-    const model_precision *mp = &c->prec;
-    a->W_q = precision_weight(mp, c->params, a->f.W_q);
-    a->W_k = precision_weight(mp, c->params, a->f.W_k);
-    a->W_v = precision_weight(mp, c->params, a->f.W_v);
-    a->W_o = precision_weight(mp, c->params, a->f.W_o);
+    a->W_q = core_weight(c, a->f.W_q);
+    a->W_k = core_weight(c, a->f.W_k);
+    a->W_v = core_weight(c, a->f.W_v);
+    a->W_o = core_weight(c, a->f.W_o);
 }
 
 void stack_retype(stack_w *s, const stack_dims *d, const model_core *c)
@@ -185,8 +215,8 @@ void stack_retype(stack_w *s, const stack_dims *d, const model_core *c)
         block_w *b = &s->blocks[l];
         retype_mha(&b->self, c);
         if (d->cross) retype_mha(&b->cross, c);
-        b->ffn.W1 = precision_weight(&c->prec, c->params, b->ffn.f.W1);
-        b->ffn.W2 = precision_weight(&c->prec, c->params, b->ffn.f.W2);
+        b->ffn.W1 = core_weight(c, b->ffn.f.W1);
+        b->ffn.W2 = core_weight(c, b->ffn.f.W2);
     }
 }
 
@@ -255,6 +285,9 @@ size_t stack_layout(arena *a, const backend *be, stack_acts *s, const stack_dims
     const int C = d->C, F = d->F;
     const size_t N = (size_t)B * T;
     size_t scratch = 0, need;
+    attention_options heads = *o;
+    heads.head_dim = C / d->heads;
+    o = &heads;
     s->x = arena_take(a, N * C);
     for (int l = 0; l < d->layers; l++) {
         block_acts *b = &s->blocks[l];
@@ -295,14 +328,15 @@ qkv_status core_layout(model_core *c, void (*layout)(void *model, arena *a), voi
     arena counter = {NULL, 0};
     layout(model, &counter);
     if (counter.used > c->arena_cap) {
-        free(c->arena);
+        if (c->arena) c->mem->release(c->arena);
         c->arena = NULL, c->arena_cap = 0;
-        if (posix_memalign((void **)&c->arena, 64, counter.used * sizeof(float)))
-            return qkv_fail(err, QKV_ERR_NOMEM, "out of memory: activations for %s need %zu MiB",
-                            what, counter.used * 4 >> 20);
+        if (!(c->arena = c->mem->alloc(counter.used * sizeof(float))))
+            return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory: activations for %s need %zu "
+                            "MiB%s%s", c->dev ? "device " : "", what, counter.used * 4 >> 20,
+                            c->dev ? " on " : "", c->dev ? c->dev->dev->name : "");
         c->arena_cap = counter.used;
     }
     arena real = {c->arena, 0};
     layout(model, &real);
-    return precision_prepare(&c->prec, c->params, c->n_params, 0, err);
+    return core_prepare(c, 0, err);
 }

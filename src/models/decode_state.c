@@ -6,10 +6,13 @@
 
 #include "models/model.h"
 
-qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int T, int n_src,
-                             int Ts, int V, kv_dtype kv_type, qkv_error *err)
+/* The state's one buffer, in order: the caches, the staging of cross-attention keys, one
+ * step's vectors, and its int arrays (as floats: one int each). */
+enum { N_PARTS = 24 };
+
+static void plan(size_t sizes[N_PARTS], const stack_dims *d, int cap, int T, int n_src, int Ts,
+                 int V, kv_dtype kv_type)
 {
-    memset(st, 0, sizeof *st);
     const size_t C = d->C, L = d->layers, R = cap, S = n_src;
     /* the caches in floats: a bf16 cache packs two values into each */
     const size_t per = kv_type == KV_BF16 ? 2 : 1;
@@ -17,27 +20,58 @@ qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int
     const size_t cross = d->cross ? (L * S * Ts * C + per - 1) / per : 0;
     /* bf16: one layer's cross-attention keys (or values) in float32 before they are rounded */
     const size_t stage = d->cross && kv_type == KV_BF16 ? S * Ts * C : 0;
-    size_t sizes[] = {kv, kv, cross, cross, stage, R * C, R * C, R * C, R * C, R * C, R * C,
-                      R * C, R, R, R * d->F, R * d->F,
-                      R * d->heads * (size_t)(T > Ts ? T : Ts), R * V};
-    float *cache[5];
-    float **ptrs[] = {&cache[0], &cache[1], &cache[2], &cache[3], &cache[4], &st->x, &st->u,
-                      &st->q, &st->k, &st->v, &st->ctx, &st->s, &st->mean, &st->rstd,
-                      &st->ffn.h_pre, &st->ffn.h, &st->P, &st->logits};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += sizes[i];
-    st->buffer = malloc(total * sizeof(float));
+    const size_t parts[N_PARTS] = {kv, kv, cross, cross, stage, R * C, R * C, R * C, R * C,
+                                   R * C, R * C, R * C, R, R, R * d->F, R * d->F,
+                                   R * d->heads * (size_t)(T > Ts ? T : Ts), R * V,
+                                   R, R, R, R, R, R * T};
+    for (int i = 0; i < N_PARTS; i++) sizes[i] = parts[i];
+}
+
+size_t decode_state_floats(const stack_dims *d, int cap, int T, int n_src, int Ts, int V,
+                           kv_dtype kv)
+{
+    size_t sizes[N_PARTS], total = 0;
+    plan(sizes, d, cap, T, n_src, Ts, V, kv);
+    for (int i = 0; i < N_PARTS; i++) total += sizes[i];
+    return total;
+}
+
+qkv_status decode_state_init(decode_state *st, const backend *be, const stack_dims *d, int cap,
+                             int T, int n_src, int Ts, int V, kv_dtype kv_type, qkv_error *err)
+{
+    memset(st, 0, sizeof *st);
+    const size_t L = d->layers, R = cap;
+    size_t sizes[N_PARTS], total = 0;
+    plan(sizes, d, cap, T, n_src, Ts, V, kv_type);
+    for (int i = 0; i < N_PARTS; i++) total += sizes[i];
+    float *cache[5], *ints[6];
+    float **ptrs[N_PARTS] = {&cache[0], &cache[1], &cache[2], &cache[3], &cache[4], &st->x,
+                             &st->u, &st->q, &st->k, &st->v, &st->ctx, &st->s, &st->mean,
+                             &st->rstd, &st->ffn.h_pre, &st->ffn.h, &st->P, &st->logits,
+                             &ints[0], &ints[1], &ints[2], &ints[3], &ints[4], &ints[5]};
+    st->mem = be->ops;
+    st->buffer = st->mem->alloc(total * sizeof(float));
     st->self_len = malloc(R * sizeof *st->self_len);
     st->cross_len = malloc(R * sizeof *st->cross_len);
-    if (!st->buffer || !st->self_len || !st->cross_len) {
+    if (!st->mem->host_memory) {
+        st->logits_host = malloc((R * V > 0 ? R * V : 1) * sizeof *st->logits_host);
+        st->ancestry_host = malloc(R * T * sizeof *st->ancestry_host);
+    }
+    if (!st->buffer || !st->self_len || !st->cross_len ||
+        (!st->mem->host_memory && (!st->logits_host || !st->ancestry_host))) {
+        const int device = !st->buffer && !st->mem->host_memory;
         decode_state_free(st);
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the decoding cache (%zu MiB)",
-                        total * 4 >> 20);
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for the decoding cache (%zu MiB)%s%s",
+                        device ? "device " : "", total * 4 >> 20, device ? " on " : "",
+                        device ? be->ops->name : "");
     }
     float *at = st->buffer;
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *ptrs[i] = at, at += sizes[i];
+    for (int i = 0; i < N_PARTS; i++) *ptrs[i] = at, at += sizes[i];
     st->self_k = cache[0], st->self_v = cache[1], st->cross_k = cache[2], st->cross_v = cache[3];
-    st->kv_stage = stage ? cache[4] : NULL;
+    st->kv_stage = sizes[4] ? cache[4] : NULL;
+    st->tok_k = (int *)ints[0], st->row_k = (int *)ints[1], st->src_k = (int *)ints[2];
+    st->self_len_k = (int *)ints[3], st->cross_len_k = (int *)ints[4];
+    st->ancestry_k = (int *)ints[5];
     st->kv = kv_type;
     st->T = T, st->Ts = Ts, st->cap = cap, st->n_src = n_src;
     if (d->linear_attention) {
@@ -91,6 +125,8 @@ void decode_state_free(decode_state *st)
 {
     for (int i = 0; st->sums && i < st->n_sums; i++)
         qkv_linear_attention_state_free(&st->sums[i]);
-    free(st->sums), free(st->buffer), free(st->self_len), free(st->cross_len);
+    if (st->buffer) st->mem->release(st->buffer);
+    free(st->sums), free(st->self_len), free(st->cross_len);
+    free(st->logits_host), free(st->ancestry_host);
     memset(st, 0, sizeof *st);
 }

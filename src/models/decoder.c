@@ -23,7 +23,24 @@ struct decoder {
     decoder_info info;
     decode_state st;
     int *src_valid; /* (sources) each source slot's length */
+    unsigned generation; /* the model's when the state was made (model_core.generation) */
 };
+
+/* The state lives where the model's buffers lived when it was made. */
+static qkv_status check_generation(const decoder *d, qkv_error *err)
+{
+    if (d->generation == d->core->generation) return QKV_OK;
+    return qkv_fail(err, QKV_ERR_ARG, "the model moved to %s after this decoder was made: make "
+                    "the decoder again", core_device_name(d->core));
+}
+
+static qkv_status state_init(decoder *d, int T, int Ts, int V, qkv_error *err)
+{
+    const backend be = core_backend(d->core);
+    d->generation = d->core->generation;
+    return decode_state_init(&d->st, &be, d->dims, d->info.rows, T, d->info.sources, Ts, V,
+                             core_kv_cache(d->core), err);
+}
 
 static qkv_status decoder_alloc(decoder **out, int rows, int positions, int sources,
                                 int src_positions, int max_len, qkv_error *err)
@@ -62,8 +79,7 @@ qkv_status decoder_create_transformer(decoder **out, qkv_transformer *m, int row
     d->out = &m->w.out, d->out_b = m->w.out_b;
     d->info = decoder_transformer_info(m);
     d->info.positions = T, d->info.rows = rows, d->info.sources = sources;
-    st = decode_state_init(&d->st, d->dims, rows, T, sources, Ts, c->tgt_vocab,
-                           core_kv_cache(&m->core), err);
+    st = state_init(d, T, Ts, c->tgt_vocab, err);
     if (st) decoder_free(d), *out = NULL;
     return st;
 }
@@ -78,8 +94,7 @@ qkv_status decoder_create_lm(decoder **out, qkv_lm *m, int rows, int positions, 
     d->lm = m, d->core = &m->core, d->dims = &m->dims, d->w = &m->w.stack;
     d->out = &m->w.out, d->out_b = m->w.out_b;
     d->info = (decoder_info){c->vocab, T, c->max_len, rows, 0, 0, QKV_BOS, 0, 0};
-    st = decode_state_init(&d->st, d->dims, rows, T, 0, 0, c->vocab, core_kv_cache(&m->core),
-                           err);
+    st = state_init(d, T, 0, c->vocab, err);
     if (st) decoder_free(d), *out = NULL;
     return st;
 }
@@ -113,7 +128,8 @@ qkv_status decoder_encode(decoder *d, const int *src, const int *src_valid, int 
     if (!slot && n > d->st.n_src)
         return qkv_fail(err, QKV_ERR_ARG, "%d sources: the decoder holds %d", n, d->st.n_src);
     /* at bf16 or int8, the weights' copy made current before anything reads it */
-    qkv_status st = precision_prepare(&m->core.prec, m->core.params, m->core.n_params, 1, err);
+    qkv_status st = check_generation(d, err);
+    if (!st) st = core_prepare(&m->core, 1, err);
     if (!st) st = transformer_layout(m, n, Ts, 1, 0, err);
     if (!st) st = transformer_encode(m, src, src_valid, n, Ts, 0.0f, 0, err);
     if (st) return st;
@@ -133,7 +149,7 @@ qkv_status decoder_encode(decoder *d, const int *src, const int *src_valid, int 
         }
     }
     for (int i = 0; i < n; i++) d->src_valid[slot ? slot[i] : i] = src_valid[i];
-    return QKV_OK;
+    return core_finish(&m->core, err);
 }
 
 /* Whether r names rows, positions and sources the state holds and tok ids of the vocabulary. */
@@ -179,8 +195,9 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
                         qkv_error *err)
 {
     model_core *c = d->core;
-    qkv_status st = check_rows(d, r, tok, err);
-    if (!st) st = precision_prepare(&c->prec, c->params, c->n_params, 1, err);
+    qkv_status st = check_generation(d, err);
+    if (!st) st = check_rows(d, r, tok, err);
+    if (!st) st = core_prepare(c, 1, err);
     if (st) return st;
     /* position 0 begins a sequence: a linear-attention row's state starts empty (a cache
      * row's keys past the position are never read, a running sum would be) */
@@ -188,10 +205,18 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
         for (int l = 0; r->pos[b] == 0 && l < d->dims->layers; l++)
             qkv_linear_attention_state_reset(&d->st.sums[l * d->st.cap + r->row[b]]);
     const backend be = core_backend(c);
-    stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid);
+    if (stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid))
+        return transfer_failed(&be, err);
     head_step(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, d->st.logits, d->info.vocab);
     *logits = d->st.logits;
-    return finite_logits(c, d->st.logits, r->n, d->info.vocab, err);
+    if (d->st.logits_host) { /* the searches read and filter them on the host */
+        if (be.ops->download(d->st.logits_host, d->st.logits,
+                             (size_t)r->n * d->info.vocab * sizeof(float)))
+            return transfer_failed(&be, err);
+        *logits = d->st.logits_host;
+    }
+    if ((st = core_finish(c, err))) return st;
+    return finite_logits(c, *logits, r->n, d->info.vocab, err);
 }
 
 /* The language model's prompt in one batched forward pass, its keys and values (or
@@ -200,13 +225,21 @@ static qkv_status lm_prefill(decoder *d, int row, const int *ids, int n, float *
                              qkv_error *err)
 {
     qkv_lm *m = d->lm;
-    qkv_status st = precision_prepare(&m->core.prec, m->core.params, m->core.n_params, 1, err);
+    qkv_status st = check_generation(d, err);
+    if (!st) st = core_prepare(&m->core, 1, err);
     if (!st) st = lm_forward(m, ids, 1, n, 0.0f, 0, err);
     if (st) return st;
     const backend be = core_backend(&m->core);
     decode_state_fill(&be, &m->dims, &d->st, row, n, &m->acts.s);
+    /* the last logits where the host reads them: the caller's, or the state's host copy */
     const float *last = m->acts.logits + (size_t)(n - 1) * d->info.vocab;
-    if (logits) be.ops->copy(logits, last, d->info.vocab);
+    float *host = logits ? logits : d->st.logits_host;
+    if (host) {
+        if (be.ops->download(host, last, (size_t)d->info.vocab * sizeof *host))
+            return transfer_failed(&be, err);
+        last = host;
+    }
+    if ((st = core_finish(&m->core, err))) return st;
     return finite_logits(&m->core, last, 1, d->info.vocab, err);
 }
 
@@ -243,11 +276,13 @@ qkv_status decoder_attention_weights(qkv_transformer *m, const int *src, int Ts,
     if (st) return st;
     const backend be = core_backend(&m->core);
     const size_t enc = (size_t)H * Ts * Ts, sa = (size_t)H * Tt * Tt, ca = (size_t)H * Tt * Ts;
+    const size_t f = sizeof(float);
     for (int l = 0; l < c->enc_layers; l++)
-        be.ops->copy(encoder + l * enc, m->acts.enc.blocks[l].self_att.c.P, enc);
-    for (int l = 0; l < c->dec_layers; l++) {
-        be.ops->copy(self + l * sa, m->acts.dec.blocks[l].self_att.c.P, sa);
-        be.ops->copy(cross + l * ca, m->acts.dec.blocks[l].cross_att.c.P, ca);
-    }
-    return QKV_OK;
+        if (be.ops->download(encoder + l * enc, m->acts.enc.blocks[l].self_att.c.P, enc * f))
+            return transfer_failed(&be, err);
+    for (int l = 0; l < c->dec_layers; l++)
+        if (be.ops->download(self + l * sa, m->acts.dec.blocks[l].self_att.c.P, sa * f) ||
+            be.ops->download(cross + l * ca, m->acts.dec.blocks[l].cross_att.c.P, ca * f))
+            return transfer_failed(&be, err);
+    return core_finish(&m->core, err);
 }

@@ -201,13 +201,13 @@ size_t qkv_transformer_num_params(const qkv_transformer *m) { return m->core.n_p
 
 float *qkv_transformer_params(qkv_transformer *m) { return core_params(&m->core); }
 
-/* The weights typed for the precision just set. */
+/* Every linear layer's weight typed for the precision and device now set. */
 static void retype(void *model)
 {
     qkv_transformer *m = model;
     stack_retype(&m->w.encoder, &m->enc_dims, &m->core);
     stack_retype(&m->w.decoder, &m->dec_dims, &m->core);
-    m->w.out = precision_weight(&m->core.prec, m->core.params, m->w.out_W);
+    m->w.out = core_weight(&m->core, m->w.out_W);
 }
 
 qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
@@ -215,9 +215,26 @@ qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qk
     return core_set_precision(&m->core, p, retype, m, err);
 }
 
+qkv_status transformer_set_device(qkv_transformer *m, const device *dev, qkv_error *err)
+{
+    return core_set_device(&m->core, dev, 0, walk, &m->cfg, &m->w, retype, m, err);
+}
+
 qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
 {
     return m->core.prec.precision;
+}
+
+qkv_status qkv_transformer_set_device(qkv_transformer *m, qkv_device d, qkv_error *err)
+{
+    const device *dev;
+    qkv_status st = core_device_of(&dev, d, err);
+    return st ? st : transformer_set_device(m, dev, err);
+}
+
+qkv_device qkv_transformer_get_device(const qkv_transformer *m)
+{
+    return m->core.dev ? QKV_DEVICE_CUDA : QKV_DEVICE_CPU;
 }
 
 qkv_status qkv_transformer_set_kv_cache(qkv_transformer *m, qkv_kv_cache kv, qkv_error *err)
@@ -233,6 +250,11 @@ qkv_kv_cache qkv_transformer_kv_cache_type(const qkv_transformer *m)
 }
 
 float *qkv_transformer_grads(qkv_transformer *m)
+{
+    return transformer_grads(m) ? core_grads_host(&m->core) : NULL;
+}
+
+float *transformer_grads(qkv_transformer *m)
 {
     return core_grads(&m->core, walk, &m->cfg, &m->g);
 }
@@ -257,6 +279,8 @@ static void layout(void *request, arena *a)
     size_t enc = stack_layout(a, &be, &x->enc, &m->enc_dims, r->B, r->Ts, 0, &r->attention);
     size_t dec = stack_layout(a, &be, &x->dec, &m->dec_dims, r->B, r->Tt, r->Ts, &r->attention);
     x->d_enc_out = arena_take(a, Ns * C);
+    x->src = arena_take_ints(a, Ns), x->src_valid = arena_take_ints(a, (size_t)r->B);
+    x->tgt_in = arena_take_ints(a, Nt), x->tgt_out = arena_take_ints(a, Nt);
     head_layout(a, &be, &x->logits, &x->lse, &x->loss, &x->work, &x->scratch, Nt, Nmax, C, F, V,
                 enc > dec ? enc : dec);
 }
@@ -271,7 +295,7 @@ qkv_status transformer_layout(qkv_transformer *m, int B, int Ts, int Tt, int nee
     if (Ts > c->max_len || Tt > c->max_len)
         return qkv_fail(err, QKV_ERR_ARG, "sequence length %d exceeds the model's maximum "
                         "length %d", Ts > Tt ? Ts : Tt, c->max_len);
-    layout_request r = {m, B, Ts, Tt, {need_weights, m->core.flash_min_keys}};
+    layout_request r = {m, B, Ts, Tt, {need_weights, m->core.flash_min_keys, 0}};
     char what[64];
     snprintf(what, sizeof what, "batch %d x (%d, %d)", B, Ts, Tt);
     return core_layout(&m->core, layout, &r, what, err);
@@ -300,22 +324,29 @@ qkv_status transformer_encode(qkv_transformer *m, const int *src, const int *src
                               int Ts, float p, uint64_t seed, qkv_error *err)
 {
     const backend be = core_backend(&m->core);
-    const qkv_mask src_mask = {src_valid, 0, 0};
+    model_acts *x = &m->acts;
+    qkv_status st = stage_ids(&be, x->src, src, (size_t)B * Ts, m->cfg.src_vocab, 0, err);
+    if (st) return st;
+    if (be.ops->upload(x->src_valid, src_valid, (size_t)B * sizeof *src_valid))
+        return transfer_failed(&be, err);
+    const qkv_mask src_mask = {x->src_valid, 0, 0};
     const stack_pass k = encoder_pass(m, &src_mask, B, Ts, p, seed);
-    return stack_forward(&be, &k, &m->acts.enc, &m->w.encoder, m->core.pos_table, src, err);
+    return stack_forward(&be, &k, &x->enc, &m->w.encoder, m->core.pos_table, x->src, err);
 }
 
 static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t seed,
                           qkv_error *err)
 {
     const backend be = core_backend(&m->core);
-    const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
+    const qkv_mask src_mask = {m->acts.src_valid, 0, 0}, causal = {NULL, 0, 1};
     const int C = m->cfg.d_model, Nt = b->B * b->tgt_len;
     qkv_status st = transformer_encode(m, b->src, b->src_valid, b->B, b->src_len, p, seed, err);
+    if (!st) st = stage_ids(&be, m->acts.tgt_in, b->tgt_in, (size_t)Nt, m->cfg.tgt_vocab, 0, err);
     if (st) return st;
     const stack_pass k = decoder_pass(m, &causal, &src_mask, b->B, b->src_len, b->tgt_len, p,
                                       seed);
-    st = stack_forward(&be, &k, &m->acts.dec, &m->w.decoder, m->core.pos_table, b->tgt_in, err);
+    st = stack_forward(&be, &k, &m->acts.dec, &m->w.decoder, m->core.pos_table, m->acts.tgt_in,
+                       err);
     if (st) return st;
     head_forward(&be, m->acts.logits, m->acts.dec.out, &m->w.out, m->w.out_b, Nt, C,
                  m->cfg.tgt_vocab);
@@ -326,7 +357,7 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
 static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t seed)
 {
     const backend be = core_backend(&m->core);
-    const qkv_mask src_mask = {b->src_valid, 0, 0}, causal = {NULL, 0, 1};
+    const qkv_mask src_mask = {m->acts.src_valid, 0, 0}, causal = {NULL, 0, 1};
     model_acts *x = &m->acts;
     const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = m->cfg.d_model;
     float *dout = x->work.din; /* d(decoder output) */
@@ -336,10 +367,10 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
     if (m->grads_done) m->grads_done(m->grads_ctx); /* the output layer's (untied) are final */
     be.ops->zero(x->d_enc_out, (size_t)B * Ts * C);
     const stack_pass dec = decoder_pass(m, &causal, &src_mask, B, Ts, Tt, p, seed);
-    stack_backward(&be, &dec, &x->dec, &m->w.decoder, &m->g.decoder, b->tgt_in, dout,
+    stack_backward(&be, &dec, &x->dec, &m->w.decoder, &m->g.decoder, x->tgt_in, dout,
                    x->d_enc_out, &x->work);
     const stack_pass enc = encoder_pass(m, &src_mask, B, Ts, p, seed);
-    stack_backward(&be, &enc, &x->enc, &m->w.encoder, &m->g.encoder, b->src, x->d_enc_out, NULL,
+    stack_backward(&be, &enc, &x->enc, &m->w.encoder, &m->g.encoder, x->src, x->d_enc_out, NULL,
                    &x->work);
 }
 
@@ -385,18 +416,21 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     if (!st) st = check_batch(b, err);
     if (st) return st;
     if (o->backward && precision_check_training(&m->core.prec, err)) return QKV_ERR_ARG;
-    if (o->backward && !qkv_transformer_grads(m))
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    if (o->backward && !transformer_grads(m))
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for gradients",
+                        m->core.dev ? "device " : "");
     const float p = o->train ? m->cfg.dropout : 0.0f;
     m->first_example = o->first_example;
     st = forward(m, b, p, o->dropout_seed, err);
     m->first_example = 0; /* backward sets it again: nothing else is a shard */
-    if (st) return st;
     const backend be = core_backend(&m->core);
     model_acts *x = &m->acts;
-    const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, b->tgt_out,
-                              b->B * b->tgt_len, m->cfg.tgt_vocab, o->label_smoothing,
-                              o->backward, o->grad_scale, x->scratch};
+    const int Nt = b->B * b->tgt_len;
+    if (!st) st = stage_ids(&be, x->tgt_out, b->tgt_out, (size_t)Nt, m->cfg.tgt_vocab, 1, err);
+    if (st) return st;
+    const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, x->tgt_out, Nt,
+                              m->cfg.tgt_vocab, o->label_smoothing, o->backward, o->grad_scale,
+                              x->scratch};
     double sum;
     int count;
     if ((st = head_loss(&be, &h, &sum, &count, err))) return st;
@@ -409,7 +443,7 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
         backward(m, b, p, o->dropout_seed);
         m->first_example = 0, m->grads_done = NULL, m->grads_ctx = NULL;
     }
-    return QKV_OK;
+    return core_finish(&m->core, err);
 }
 
 /* Every attention keeps its weights P here, whatever the length: the attention maps
@@ -422,6 +456,8 @@ qkv_status qkv_transformer_logits(qkv_transformer *m, const qkv_batch *b, float 
     if (!st) st = forward(m, b, 0.0f, 0, err);
     if (st) return st;
     const backend be = core_backend(&m->core);
-    be.ops->copy(logits, m->acts.logits, (size_t)b->B * b->tgt_len * m->cfg.tgt_vocab);
-    return QKV_OK;
+    if (be.ops->download(logits, m->acts.logits,
+                         (size_t)b->B * b->tgt_len * m->cfg.tgt_vocab * sizeof *logits))
+        return transfer_failed(&be, err);
+    return core_finish(&m->core, err);
 }

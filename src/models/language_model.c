@@ -138,12 +138,12 @@ qkv_param_info qkv_lm_tensor(const qkv_lm *m, int i) { return m->core.tensors[i]
 size_t qkv_lm_num_params(const qkv_lm *m) { return m->core.n_params; }
 float *qkv_lm_params(qkv_lm *m) { return core_params(&m->core); }
 
-/* The weights typed for the precision just set. */
+/* Every linear layer's weight typed for the precision and device now set. */
 static void retype(void *model)
 {
     qkv_lm *m = model;
     stack_retype(&m->w.stack, &m->dims, &m->core);
-    m->w.out = precision_weight(&m->core.prec, m->core.params, m->w.out_W);
+    m->w.out = core_weight(&m->core, m->w.out_W);
 }
 
 qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
@@ -151,7 +151,25 @@ qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
     return core_set_precision(&m->core, p, retype, m, err);
 }
 
+qkv_status lm_set_device(qkv_lm *m, const device *dev, qkv_error *err)
+{
+    return core_set_device(&m->core, dev, m->dims.linear_attention, walk, &m->cfg, &m->w,
+                           retype, m, err);
+}
+
 qkv_precision qkv_lm_get_precision(const qkv_lm *m) { return m->core.prec.precision; }
+
+qkv_status qkv_lm_set_device(qkv_lm *m, qkv_device d, qkv_error *err)
+{
+    const device *dev;
+    qkv_status st = core_device_of(&dev, d, err);
+    return st ? st : lm_set_device(m, dev, err);
+}
+
+qkv_device qkv_lm_get_device(const qkv_lm *m)
+{
+    return m->core.dev ? QKV_DEVICE_CUDA : QKV_DEVICE_CPU;
+}
 
 qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err)
 {
@@ -162,7 +180,8 @@ qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m) { return m->core.kv_cache; }
 
 qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m) { return core_kv_cache_type(&m->core); }
 
-float *qkv_lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }
+float *qkv_lm_grads(qkv_lm *m) { return lm_grads(m) ? core_grads_host(&m->core) : NULL; }
+float *lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }
 
 /* ---- the activations --------------------------------------------------------------------- */
 
@@ -180,8 +199,9 @@ static void layout(void *request, arena *a)
     const size_t N = (size_t)r->B * r->T;
     lm_acts *x = &m->acts;
     x->B = r->B, x->T = r->T;
-    const attention_options o = {0, m->core.flash_min_keys};
+    const attention_options o = {0, m->core.flash_min_keys, 0};
     const size_t need = stack_layout(a, &be, &x->s, &m->dims, r->B, r->T, 0, &o);
+    x->ids = arena_take_ints(a, N), x->targets = arena_take_ints(a, N);
     head_layout(a, &be, &x->logits, &x->lse, &x->loss, &x->work, &x->scratch, N, N, C, F, V,
                 need);
 }
@@ -217,7 +237,9 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
     const backend be = core_backend(&m->core);
     const qkv_mask causal = {NULL, 0, 1};
     const stack_pass k = pass_of(m, &causal, B, T, p, seed);
-    if ((st = stack_forward(&be, &k, &m->acts.s, &m->w.stack, m->core.pos_table, ids, err)))
+    if ((st = stage_ids(&be, m->acts.ids, ids, (size_t)B * T, m->cfg.vocab, 0, err)) ||
+        (st = stack_forward(&be, &k, &m->acts.s, &m->w.stack, m->core.pos_table, m->acts.ids,
+                            err)))
         return st;
     head_forward(&be, m->acts.logits, m->acts.s.out, &m->w.out, m->w.out_b, B * T,
                  m->cfg.d_model, m->cfg.vocab);
@@ -225,7 +247,7 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
 }
 
 /* acts.logits holds dL/dlogits, and the output bias its gradient */
-static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t seed)
+static void backward(qkv_lm *m, int B, int T, float p, uint64_t seed)
 {
     const backend be = core_backend(&m->core);
     const qkv_mask causal = {NULL, 0, 1};
@@ -237,7 +259,7 @@ static void backward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t 
                        m->cfg.vocab);
     if (m->grads_done) m->grads_done(m->grads_ctx); /* the output layer's (untied) are final */
     const stack_pass k = pass_of(m, &causal, B, T, p, seed);
-    stack_backward(&be, &k, &x->s, &m->w.stack, &m->g.stack, ids, dout, NULL, &x->work);
+    stack_backward(&be, &k, &x->s, &m->w.stack, &m->g.stack, x->ids, dout, NULL, &x->work);
 }
 
 /* Events in backward's order: the output layer (0), the blocks from the top (the final norm
@@ -264,16 +286,18 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     const qkv_loss_options evaluation = {0};
     if (!o) o = &evaluation;
     if (o->backward && precision_check_training(&m->core.prec, err)) return QKV_ERR_ARG;
-    if (o->backward && !qkv_lm_grads(m))
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    if (o->backward && !lm_grads(m))
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for gradients",
+                        m->core.dev ? "device " : "");
     const float p = o->train ? m->cfg.dropout : 0.0f;
     m->first_example = o->first_example;
     qkv_status st = lm_forward(m, ids, B, T, p, o->dropout_seed, err);
     m->first_example = 0; /* backward sets it again: nothing else is a shard */
-    if (st) return st;
     const backend be = core_backend(&m->core);
     lm_acts *x = &m->acts;
-    const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, targets, B * T,
+    if (!st) st = stage_ids(&be, x->targets, targets, (size_t)B * T, m->cfg.vocab, 1, err);
+    if (st) return st;
+    const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, x->targets, B * T,
                               m->cfg.vocab, o->label_smoothing, o->backward, o->grad_scale,
                               x->scratch};
     double sum;
@@ -285,10 +309,10 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
         precision_touch(&m->core.prec); /* an optimizer step will follow */
         m->first_example = o->first_example;
         m->grads_done = o->grads_done, m->grads_ctx = o->grads_ctx;
-        backward(m, ids, B, T, p, o->dropout_seed);
+        backward(m, B, T, p, o->dropout_seed);
         m->first_example = 0, m->grads_done = NULL, m->grads_ctx = NULL;
     }
-    return QKV_OK;
+    return core_finish(&m->core, err);
 }
 
 qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
@@ -297,6 +321,7 @@ qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,
     qkv_status st = lm_forward(m, ids, B, T, 0.0f, 0, err);
     if (st) return st;
     const backend be = core_backend(&m->core);
-    be.ops->copy(logits, m->acts.logits, (size_t)B * T * m->cfg.vocab);
-    return QKV_OK;
+    if (be.ops->download(logits, m->acts.logits, (size_t)B * T * m->cfg.vocab * sizeof *logits))
+        return transfer_failed(&be, err);
+    return core_finish(&m->core, err);
 }

@@ -17,6 +17,7 @@ typedef struct {
     float *logits, *lse, *loss; /* (B*T, V), (B*T), (B*T) */
     stack_grad_work work;       /* (B*T, C) each */
     float *scratch;
+    int *ids, *targets;         /* (B*T) each, as the kernels read them */
 } lm_acts;
 
 /* The floats a configuration's parameter table holds, computed without building it. */
@@ -37,6 +38,11 @@ struct qkv_lm {
  * m->acts (the keys and values of every layer stay in acts.s.blocks[l].self_att). */
 qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t seed,
                       qkv_error *err);
+
+/* The gradients the kernels write (on a device, there), made on first use; NULL: no memory. */
+float *lm_grads(qkv_lm *m);
+/* Moves the model to dev (NULL: the host): core_set_device, then its weights retyped. */
+qkv_status lm_set_device(qkv_lm *m, const device *dev, qkv_error *err);
 
 /* Where language-model training stands: enough to resume bit for bit. */
 typedef struct {

@@ -147,14 +147,26 @@ typedef struct {
     int n_sums;
     float *x, *u, *q, *k, *v, *ctx, *s, *mean, *rstd, *P, *logits;
     qkv_ffn_cache ffn;
-    int *self_len, *cross_len; /* (cap) the keys each row of a step sees */
+    int *self_len, *cross_len; /* (cap) the keys each row of a step sees, on the host */
+    /* a step's int arrays where the kernels read them: tokens, cache rows, sources, the
+     * lengths above (cap each) and the ancestry (cap, T) */
+    int *tok_k, *row_k, *src_k, *self_len_k, *cross_len_k, *ancestry_k;
+    int ancestry_ld; /* the ancestry's stride there: the step's longest row */
+    int *ancestry_host; /* (cap, T) the ancestry packed before it goes up, or NULL */
+    float *logits_host; /* (cap, V) a step's logits on the host, where the kernels' memory is
+                         * not the host's (else NULL: logits is read directly) */
+    const backend_ops *mem; /* the table whose memory holds buffer */
     float *buffer;
 } decode_state;
 
 /* Room for cap rows of T positions of a stack, n_src sources of Ts positions (0 without
- * cross-attention) and logits over V tokens (0: none), the caches of type kv. */
-qkv_status decode_state_init(decode_state *st, const stack_dims *d, int cap, int T, int n_src,
-                             int Ts, int V, kv_dtype kv, qkv_error *err);
+ * cross-attention) and logits over V tokens (0: none), the caches of type kv, in the memory
+ * of be's table. */
+qkv_status decode_state_init(decode_state *st, const backend *be, const stack_dims *d, int cap,
+                             int T, int n_src, int Ts, int V, kv_dtype kv, qkv_error *err);
+/* The floats of the state's one buffer (decode_state_init's plan; the unit tests check it). */
+size_t decode_state_floats(const stack_dims *d, int cap, int T, int n_src, int Ts, int V,
+                           kv_dtype kv);
 /* Value i of one of st's caches. */
 static inline void *kv_at(const decode_state *st, void *cache, size_t i)
 {
@@ -173,9 +185,10 @@ void decode_state_free(decode_state *st);
 /* The rows' input tokens tok (r->n; models/decoder.h's decoder_rows) through the stack, each
  * at its own position, appending
  * its keys and values to its cache row (or advancing its linear-attention state); st->x
- * holds the last block's output (r->n, C). src_valid (n_src): the sources' lengths. */
-void stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
-                decode_state *st, const decoder_rows *r, const int *tok, const int *src_valid);
+ * holds the last block's output (r->n, C). src_valid (n_src): the sources' lengths. -1 when
+ * the step's ints did not reach the device (nothing ran), else 0. */
+int stack_step(const backend *be, const stack_dims *d, const stack_w *w, const float *pos_table,
+               decode_state *st, const decoder_rows *r, const int *tok, const int *src_valid);
 
 /* ---- the output layer ---------------------------------------------------------------------- */
 
@@ -203,7 +216,36 @@ typedef struct {
 qkv_status head_loss(const backend *be, const head_loss_args *h, double *sum, int *count,
                      qkv_error *err);
 
-/* ---- what both models own --------------------------------------------------------------- */
+/* ---- what both models own ---------------------------------------------------------------
+ * On a device (core_set_device) a model's buffers live in the device's memory: the
+ * parameters, the gradients, Adam's moments, the sinusoidal table, the activation arena and
+ * every decoding state, where the device's kernels read them. The host keeps its own copy of
+ * the parameters, the one the API hands out, saves and loads, and the two move:
+ *   up    the parameters before the next pass when the host's copy may have changed (a
+ *         load, a pointer handed out); a batch's ids, targets and lengths with each pass; a
+ *         decoding step's tokens, cache rows, lengths and ancestry with each step; Adam's
+ *         moments when the optimizer is not the one the device last updated;
+ *   down  what the API returns: logits, attention weights, a step's logits (the loss sums
+ *         come back from the loss entry itself); the parameters when the host asks for them
+ *         after training changed them; the gradients for a data-parallel sum or the API;
+ *         Adam's moments for a checkpoint.
+ * On the host (dev NULL) the same code runs with host_memory tables: an upload is a copy,
+ * and results are read where the kernels wrote them. */
+typedef enum { COPIES_SAME, HOST_NEWER, DEVICE_NEWER } copies;
+
+typedef struct {
+    const device *dev;
+    void *ctx;                  /* dev->open's */
+    float *host_params;         /* the host's copy of the parameters */
+    float *host_pos_table;      /* and of the sinusoidal table */
+    float *host_grads;          /* the gradients downloaded for the API, or NULL */
+    copies params;              /* which copy of the parameters is newer */
+    uint16_t *bf16;             /* bf16: the weights' copy the products read (n_params) */
+    float *adam_m, *adam_v;     /* Adam's moments of the optimizer adam_of after its step */
+    const qkv_adam *adam_of;    /* adam_step, or NULL: the host's moments come first */
+    int64_t adam_step;
+    int adam_host_current;      /* whether adam_of's own moments equal these */
+} device_side;
 
 typedef struct {
     size_t n_params;
@@ -212,12 +254,20 @@ typedef struct {
     char (*names)[64];
     int n_tensors;
     float *pos_table; /* (max_len, C) sinusoidal */
+    size_t pos_floats;
     float *arena;     /* activations */
     size_t arena_cap;
     int flash_min_keys;   /* softmax attention over this many keys or more runs flash */
     model_precision prec; /* the backend's state: how the linear layers multiply */
     qkv_kv_cache kv_cache; /* the decoding caches' type (AUTO: as the precision) */
     char source[512];      /* the directory it was loaded from, for messages ("": made here) */
+    /* Where params, grads, pos_table, the arena and decoding states live: the table whose
+     * memory entries allocate them (the host's: backend_cpu_fp32), and the device side
+     * (NULL on the host). generation counts moves, so that a decoding state made before
+     * one is refused rather than read. */
+    const backend_ops *mem;
+    device_side *dev;
+    unsigned generation;
 } model_core;
 
 /* The parameter walk: a model's table in a fixed order hands out consecutive slices of one
@@ -258,20 +308,78 @@ qkv_status core_build(model_core *c, param_walk walk, const void *cfg, void *vie
 void core_free(model_core *c);
 /* d2l's initialisation; tied: the embeddings are also output projections. */
 void core_init_params(model_core *c, uint64_t seed, int C, int F, int tied);
-/* The gradient buffer, allocated (zeroed) on first use and viewed into view. */
-float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view);
 /* The backend the model computes on now. */
 backend core_backend(model_core *c);
-/* The parameters for a caller that may write to them: decoding stops trusting the bf16
- * copy. */
+/* The host's parameters for a caller that may write to them: decoding stops trusting the
+ * bf16 copy, and on a device they go up before the next pass. */
 float *core_params(model_core *c);
+/* The host's parameters as they are now, to read (downloaded first when training on a
+ * device changed them); core_host_current reports a failed download (core_host_params then
+ * returns the host's copy as it was). */
+const float *core_host_params(const model_core *c);
+qkv_status core_host_current(const model_core *c, qkv_error *err);
 /* Sets the precision, then has the model type its weights for it (retype(model): its stacks'
- * stack_retype and its output layer's precision_weight). */
+ * stack_retype and its output layer's core_weight). */
 qkv_status core_set_precision(model_core *c, qkv_precision p, void (*retype)(void *model),
                               void *model, qkv_error *err);
-/* Every linear layer's weight of a stack typed for the precision now set (models/precision.h,
- * precision_weight): done once when the precision is set. */
+/* W, one of the parameters' weight matrices, typed for the precision now set
+ * (models/precision.h, precision_weight; on a device its bf16 copy there). */
+weight core_weight(const model_core *c, const float *W);
+/* Every linear layer's weight of a stack typed for the precision now set (core_weight): done
+ * once when the precision or the device is set. */
 void stack_retype(stack_w *s, const stack_dims *d, const model_core *c);
+/* Before a pass (decoding: a pass that reads the weights' typed copies): the parameters up
+ * when the host's are newer, the typed copies made current (precision_prepare). */
+qkv_status core_prepare(model_core *c, int decoding, qkv_error *err);
+/* After a pass: the device's first failure since the last call (backend_ops.finish). */
+qkv_status core_finish(const model_core *c, qkv_error *err);
+/* After an upload or download that returned -1: the device's report (QKV_ERR_DEVICE). */
+qkv_status transfer_failed(const backend *be, qkv_error *err);
+
+/* ---- devices -------------------------------------------------------------------------- */
+
+/* Moves the model's buffers to dev (NULL: the host), walking view (the parameter views) over
+ * the new buffers, and has the model retype its weights (core_set_precision). Fails,
+ * changing nothing, when dev is missing (no driver, no GPU), when the model needs what dev
+ * lacks (linear attention, int8, bf16 without a bf16 table) or on no memory there. The
+ * activations and the gradients are made again on first use; decoding states made before
+ * are refused (generation). */
+qkv_status core_set_device(model_core *c, const device *dev, int linear_attention,
+                           param_walk walk, const void *cfg, void *view,
+                           void (*retype)(void *model), void *model, qkv_error *err);
+/* Frees the device side and its buffers: the model is on the host's buffers again. */
+void core_device_free(model_core *c);
+/* The device's name, or "cpu". */
+const char *core_device_name(const model_core *c);
+/* The device behind d: NULL for the CPU; QKV_ERR_ARG for one this build lacks. */
+qkv_status core_device_of(const device **out, qkv_device d, qkv_error *err);
+
+/* ---- training on either side (training/step.c) -------------------------------------- */
+
+/* The gradients the kernels write, allocated and zeroed on first use, views walked (NULL:
+ * no memory). */
+float *core_grads(model_core *c, param_walk walk, const void *cfg, void *view);
+/* The gradients on the host (the API's, a data-parallel sum), and back up after a host
+ * change (a no-op on the host). */
+float *core_grads_host(model_core *c);
+qkv_status core_grads_put(model_core *c, qkv_error *err);
+void core_grads_zero(model_core *c);
+/* The gradients' global norm, and when it passes max_norm > 0 the gradients scaled to it
+ * (qkv_clip_grad_norm). */
+double core_clip_grads(model_core *c, double max_norm);
+/* One Adam step (h: its constants; opt->step already counts it) over the parameters and
+ * gradients, with opt's moments (on a device, its copies there). */
+qkv_status core_adam(model_core *c, qkv_adam *opt, const adam_hyper *h, qkv_error *err);
+/* opt's moments on the host as the device's are (before a checkpoint is written), and the
+ * device's forgotten after the host's changed (a checkpoint read, a broadcast). */
+qkv_status core_adam_to_host(const model_core *c, const qkv_adam *opt, qkv_error *err);
+void core_adam_forget(model_core *c);
+
+/* n ids into the kernels' memory at dst (an arena slice): on a device, first checked against
+ * [0, V) as the host's kernels check them as they read, with their messages (targets: the
+ * loss's, which skips QKV_PAD; else the embedding's). */
+qkv_status stage_ids(const backend *be, int *dst, const int *ids, size_t n, int V, int targets,
+                     qkv_error *err);
 qkv_status core_set_kv_cache(model_core *c, qkv_kv_cache kv, qkv_error *err);
 /* The type of the key-value caches that decoding states made now get: kv_cache, or with
  * QKV_KV_CACHE_AUTO bf16 at any precision but float32 (so float32 results stay those of a
@@ -287,6 +395,8 @@ typedef struct {
 } arena;
 
 float *arena_take(arena *a, size_t n);
+/* n ints: a batch's ids, targets or lengths as the kernels read them. */
+static inline int *arena_take_ints(arena *a, size_t n) { return (int *)arena_take(a, n); }
 /* A stack's activations over B x T positions (Tm memory positions), each attention on the
  * kernel the backend chooses for its key count and o; returns the scratch its attentions
  * need. */

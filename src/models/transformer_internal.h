@@ -18,6 +18,8 @@ typedef struct {
     float *d_enc_out;           /* (B*Ts, C): d(encoder output), gathered over cross-attention */
     stack_grad_work work;       /* (B*max(Ts, Tt), C) each */
     float *scratch;
+    /* the batch as the kernels read it: src (B*Ts), src_valid (B), tgt_in, tgt_out (B*Tt) */
+    int *src, *src_valid, *tgt_in, *tgt_out;
 } model_acts;
 
 struct qkv_transformer {
@@ -30,6 +32,11 @@ struct qkv_transformer {
     void (*grads_done)(void *ctx); /* and its hook, while it runs backward */
     void *grads_ctx;
 };
+
+/* The gradients the kernels write (on a device, there), made on first use; NULL: no memory. */
+float *transformer_grads(qkv_transformer *m);
+/* Moves the model to dev (NULL: the host): core_set_device, then its weights retyped. */
+qkv_status transformer_set_device(qkv_transformer *m, const device *dev, qkv_error *err);
 
 /* The floats a configuration's parameter table holds (qkv_transformer_num_params of the
  * model it builds), computed without building it. */

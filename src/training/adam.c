@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "ops/cpu/optimizer.h"
+#include "training/training.h"
 
 qkv_status qkv_adam_init(qkv_adam *opt, size_t n, float beta1, float beta2, float eps,
                          float weight_decay, qkv_error *err)
@@ -36,33 +38,26 @@ void qkv_adam_free(qkv_adam *opt)
 
 /* m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
  * p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)  [+ lr wd p]
- * One pass over the four arrays, vectorised: with -fno-math-errno (sqrtf need not set errno)
- * GCC turns the whole body into AVX code, 7x faster than the scalar loop on 13M parameters;
- * without it the sqrtf call keeps the loop scalar. Each element's arithmetic is the same
- * either way. */
+ * (ops/cpu/optimizer.c: the one loop, which the backend tables' adam_update also runs) */
 void qkv_adam_update(qkv_adam *opt, float *params, const float *grads, float lr)
 {
+    const adam_hyper h = adam_step_hyper(opt, lr);
+    adam_update_f32(params, grads, opt->m, opt->v, opt->n, &h);
+}
+
+adam_hyper adam_step_hyper(qkv_adam *opt, float lr)
+{
     opt->step++;
-    const float b1 = opt->beta1, b2 = opt->beta2, eps = opt->eps, wd = opt->weight_decay;
-    const float c1 = 1.0f / (1.0f - powf(b1, (float)opt->step));
-    const float c2 = 1.0f / (1.0f - powf(b2, (float)opt->step));
-    float *m = opt->m, *v = opt->v;
-    #pragma omp parallel for simd if (opt->n > 65536)
-    for (size_t i = 0; i < opt->n; i++) {
-        float g = grads[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * g;
-        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-        float update = (m[i] * c1) / (sqrtf(v[i] * c2) + eps);
-        params[i] -= lr * (update + wd * params[i]);
-    }
+    const float b1 = opt->beta1, b2 = opt->beta2;
+    const adam_hyper h = {b1, b2, opt->eps, opt->weight_decay, lr,
+                          1.0f / (1.0f - powf(b1, (float)opt->step)),
+                          1.0f / (1.0f - powf(b2, (float)opt->step))};
+    return h;
 }
 
 double qkv_clip_grad_norm(float *grads, size_t n, double max_norm)
 {
-    double ss = 0.0;
-    #pragma omp parallel for simd reduction(+ : ss) if (n > 65536)
-    for (size_t i = 0; i < n; i++) ss += (double)grads[i] * grads[i];
-    double norm = sqrt(ss);
+    double norm = sqrt(sum_squares_f32(grads, n));
     if (!isfinite(norm) || max_norm <= 0.0 || norm <= max_norm) return norm;
     float scale = (float)(max_norm / norm);
     #pragma omp parallel for simd if (n > 65536)

@@ -90,6 +90,13 @@ qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B,
         total += sum, counted += c, w += (size_t)b;
     }
     free(ids), free(tg);
+    if (st == QKV_ERR_NUMERIC && m->core.source[0]) {
+        /* no step changed a loaded model: its weights are past float's range, as the
+         * decoder's logits check says for generation */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err ? err->msg : "the loss is not finite");
+        st = qkv_fail(err, st, "%s: %s: its weights overflow float's range", m->core.source, why);
+    }
     if (st) return st;
     *loss = counted ? total / (double)counted : 0.0;
     if (count) *count = counted;
@@ -204,7 +211,7 @@ static qkv_status run_open(lm_run *r, qkv_lm *m, const int *train, size_t n_trai
         if (!st) {
             for (int i = 0; i < n; i++) t[i] = qkv_lm_tensor(m, i);
             qkv_lm_grad_events(m, event);
-            st = buckets_init(&r->gb, rd, qkv_lm_grads(m), t, event, n, err);
+            st = buckets_init(&r->gb, rd, &m->core, lm_grads(m), t, event, n, err);
         }
         free(t), free(event);
         if (st) return st;
@@ -249,9 +256,7 @@ static qkv_status run_step(lm_run *r, qkv_lm *m, const int *train, size_t n_trai
     const qkv_step_options so = {(float)*lr, o->clip, grad_scale, 0.0f,
                                  stream_of(r->pos.seed, STREAM_DROPOUT, (uint64_t)s + 1), 0, rd,
                                  0};
-    const size_t np = qkv_lm_num_params(m);
-    float *grads = qkv_lm_grads(m);
-    qkv_status st = step_begin(grads, np, &so, n, res, err);
+    qkv_status st = step_begin(&m->core, lm_grads(m), &so, n, res, err);
     if (st) return st;
     for (int k = 0; k < n; k++) {
         int first = 0, count = B;
@@ -260,7 +265,7 @@ static qkv_status run_step(lm_run *r, qkv_lm *m, const int *train, size_t n_trai
         st = step_pass_lm(m, r->ids + row * T, r->targets + row * T, count, T, &so, row,
                           k == n - 1 ? &r->gb : NULL, st, res, err);
     }
-    st = step_end(&r->opt, qkv_lm_params(m), grads, np, st, &so, &r->gb, res, err);
+    st = step_end(&m->core, &r->opt, st, &so, &r->gb, res, err);
     if (st == QKV_ERR_NUMERIC) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");

@@ -399,6 +399,7 @@ static qkv_status translation_prepare(qkv_run *r, qkv_run_info *info, qkv_error 
     if ((st = dataset_of(&r->ds, r->bufs, &r->corpus.source, &r->corpus.target, &r->tok, T,
                          err)) ||
         (r->held.source.count && (st = held_out(r, err))) ||
+        (st = qkv_transformer_set_device(r->model, (qkv_device)V(T_DEVICE).i, err)) ||
         (st = qkv_transformer_set_precision(r->model, (qkv_precision)V(T_PRECISION).i, err)))
         return st;
     if (info) {

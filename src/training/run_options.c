@@ -125,6 +125,9 @@ static const qkv_option TRANSLATION[T_COUNT + 1] = {
     [T_SEED] = {"seed", QKV_OPTION_U64, "initialisation, data order and dropout", SEED, "data",
                 0, NULL},
     [T_PRECISION] = ENUM("precision", PRECISION_HELP, QKV_ENUM_PRECISION, "train"),
+    [T_DEVICE] = ENUM("device", "where the model computes: cpu, or cuda (the first NVIDIA GPU; "
+                                "a qkv built with make CUDA=1, docs/gpu.md)", QKV_ENUM_DEVICE,
+                      NULL),
     [T_CHECKPOINT_EVERY] = INT("checkpoint-every", "also checkpoint every N steps", GE0, "train"),
     [T_SKIP_NONFINITE] = FLAG("skip-nonfinite", "skip steps with NaN/Inf instead of stopping",
                               "train"),
@@ -267,6 +270,7 @@ static void translation_defaults(run_value *v)
     v[T_EPOCHS].i = o.epochs, v[T_MINUTES].f = (float)o.minutes, v[T_MIN_FREQ].i = 2;
     v[T_PATIENCE].i = o.patience, v[T_KEEP_EPOCHS].i = o.keep_epochs, v[T_SEED].u = 0;
     v[T_PRECISION].i = QKV_PRECISION_FP32, v[T_CHECKPOINT_EVERY].i = o.checkpoint_every;
+    v[T_DEVICE].i = QKV_DEVICE_CPU;
 }
 
 /* The defaults of qkv train-lm. */

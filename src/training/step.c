@@ -11,32 +11,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/language_model_internal.h"
+#include "models/transformer_internal.h"
 #include "training/training.h"
 
 /* After the loss pass (status st, returned as it is unless it is a non-finite loss to skip):
  * clip, then Adam at o->lr. A non-finite loss or gradient never reaches the parameters: the
  * step fails (QKV_ERR_NUMERIC, the parameters untouched) or, with o->skip_nonfinite, is
  * skipped; a skipped step still counts (opt->step), so that later steps keep their dropout
- * streams and schedule. */
-static qkv_status update(qkv_adam *opt, float *params, float *grads, size_t n, qkv_status st,
-                         const qkv_step_options *o, qkv_step_result *r, qkv_error *err)
+ * streams and schedule. The model's gradients, parameters and (on a device, its copies of)
+ * Adam's moments are where its kernels run (models/model.h). */
+static qkv_status update(model_core *c, qkv_adam *opt, qkv_status st, const qkv_step_options *o,
+                         qkv_step_result *r, qkv_error *err)
 {
     r->grad_norm = NAN, r->skipped = 0;
     if (st == QKV_ERR_NUMERIC && o->skip_nonfinite) st = QKV_OK, r->skipped = 1;
     if (st) return st;
     if (!r->skipped) {
-        r->grad_norm = qkv_clip_grad_norm(grads, n, o->clip);
+        r->grad_norm = core_clip_grads(c, o->clip);
+        /* a device that failed gives no norm: its failure, not a numeric one */
+        if (!isfinite(r->grad_norm) && (st = core_finish(c, err))) return st;
         if (!isfinite(r->grad_norm)) {
             if (!o->skip_nonfinite)
                 return qkv_fail(err, QKV_ERR_NUMERIC, "the gradient norm is not finite");
             r->skipped = 1;
         }
     }
-    if (r->skipped)
+    if (r->skipped) {
         opt->step++;
-    else
-        qkv_adam_update(opt, params, grads, o->lr);
-    return QKV_OK;
+        return QKV_OK;
+    }
+    const adam_hyper h = adam_step_hyper(opt, o->lr);
+    if ((st = core_adam(c, opt, &h, err))) return st;
+    return core_finish(c, err);
 }
 
 /* The tallies of a data-parallel step: the sums over the ranks of the loss, the tokens and how
@@ -58,16 +65,18 @@ static qkv_status tallies(const qkv_reducer *rd, qkv_status st, qkv_step_result 
     return QKV_OK;
 }
 
-/* Data-parallel: the tallies and, when every pass succeeded, the sum of the gradients. Every
- * rank comes here whatever its own pass returned, since the others wait for it in the sums;
- * all of them then see the same outcome. */
-static qkv_status reduce(const qkv_reducer *rd, float *grads, size_t n, qkv_status st,
-                         qkv_step_result *r, qkv_error *err)
+/* Data-parallel: the tallies and, when every pass succeeded, the sum of the gradients (on the
+ * host: from a device down and back up). Every rank comes here whatever its own pass
+ * returned, since the others wait for it in the sums; all of them then see the same outcome. */
+static qkv_status reduce(const qkv_reducer *rd, model_core *c, qkv_status st, qkv_step_result *r,
+                         qkv_error *err)
 {
     if ((st = tallies(rd, st, r, err))) return st;
-    if (rd->sum_floats(rd->ctx, grads, n))
+    float *grads = core_grads_host(c);
+    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the gradients' sum");
+    if (rd->sum_floats(rd->ctx, grads, c->n_params))
         return qkv_fail(err, QKV_ERR_IO, "summing the gradients over %d ranks failed", rd->size);
-    return QKV_OK;
+    return core_grads_put(c, err);
 }
 
 /* ---- buckets (training.h) ---------------------------------------------------------------- */
@@ -99,12 +108,13 @@ static void bucket_add(grad_buckets *p, grad_bucket *open, const ranged *t)
     if (t->event > open->after) open->after = t->event;
 }
 
-qkv_status buckets_init(grad_buckets *p, const qkv_reducer *rd, float *grads,
-                        const qkv_param_info *tensors, const int *event, int n_tensors,
-                        qkv_error *err)
+qkv_status buckets_init(grad_buckets *p, const qkv_reducer *rd, const model_core *c,
+                        float *grads, const qkv_param_info *tensors, const int *event,
+                        int n_tensors, qkv_error *err)
 {
     memset(p, 0, sizeof *p);
-    if (!rd || rd->size <= 1 || !rd->start_sum || !rd->finish_sums) return QKV_OK;
+    /* on a device the gradients reach the host only after the pass: the flat sum */
+    if (!rd || rd->size <= 1 || !rd->start_sum || !rd->finish_sums || c->dev) return QKV_OK;
     ranged *t = malloc((size_t)n_tensors * sizeof *t);
     p->b = malloc((size_t)n_tensors * sizeof *p->b);
     if (!t || !p->b) {
@@ -168,15 +178,17 @@ static qkv_status reduce_buckets(grad_buckets *p, qkv_status st, qkv_step_result
 
 static int parallel(const qkv_step_options *o) { return o->reducer && o->reducer->size > 1; }
 
-qkv_status step_begin(float *grads, size_t n, const qkv_step_options *o, int micro_batches,
-                      qkv_step_result *r, qkv_error *err)
+qkv_status step_begin(model_core *c, float *grads, const qkv_step_options *o,
+                      int micro_batches, qkv_step_result *r, qkv_error *err)
 {
-    if (!grads) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for gradients");
+    if (!grads)
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for gradients",
+                        c->dev ? "device " : "");
     /* each rank's (or micro-batch's) own per-token mean would weigh their tokens unequally */
     if ((parallel(o) || micro_batches > 1) && !(o->grad_scale > 0.0f))
         return qkv_fail(err, QKV_ERR_ARG, "a step split over ranks or micro-batches needs "
                         "grad_scale > 0 (1 / the whole batch's tokens for the per-token mean)");
-    memset(grads, 0, n * sizeof *grads);
+    core_grads_zero(c);
     memset(r, 0, sizeof *r);
     return QKV_OK;
 }
@@ -217,37 +229,32 @@ qkv_status step_pass_lm(qkv_lm *m, const int *ids, const int *targets, int B, in
     return st;
 }
 
-qkv_status step_end(qkv_adam *opt, float *params, float *grads, size_t n, qkv_status st,
-                    const qkv_step_options *o, grad_buckets *buckets, qkv_step_result *r,
-                    qkv_error *err)
+qkv_status step_end(model_core *c, qkv_adam *opt, qkv_status st, const qkv_step_options *o,
+                    grad_buckets *buckets, qkv_step_result *r, qkv_error *err)
 {
     if (parallel(o))
         st = buckets && buckets->b ? reduce_buckets(buckets, st, r, err)
-                                   : reduce(o->reducer, grads, n, st, r, err);
-    return update(opt, params, grads, n, st, o, r, err);
+                                   : reduce(o->reducer, c, st, r, err);
+    return update(c, opt, st, o, r, err);
 }
 
 qkv_status qkv_transformer_train_step(qkv_transformer *m, qkv_adam *opt, const qkv_batch *b,
                                       const qkv_step_options *o, qkv_step_result *r,
                                       qkv_error *err)
 {
-    const size_t n = qkv_transformer_num_params(m);
-    float *grads = qkv_transformer_grads(m);
-    qkv_status st = step_begin(grads, n, o, 1, r, err);
+    qkv_status st = step_begin(&m->core, transformer_grads(m), o, 1, r, err);
     if (st) return st;
     st = step_pass_transformer(m, b, o, parallel(o) ? o->first_example : 0, NULL, st, r, err);
-    return step_end(opt, qkv_transformer_params(m), grads, n, st, o, NULL, r, err);
+    return step_end(&m->core, opt, st, o, NULL, r, err);
 }
 
 qkv_status qkv_lm_train_step(qkv_lm *m, qkv_adam *opt, const int *ids, const int *targets, int B,
                              int T, const qkv_step_options *o, qkv_step_result *r,
                              qkv_error *err)
 {
-    const size_t n = qkv_lm_num_params(m);
-    float *grads = qkv_lm_grads(m);
-    qkv_status st = step_begin(grads, n, o, 1, r, err);
+    qkv_status st = step_begin(&m->core, lm_grads(m), o, 1, r, err);
     if (st) return st;
     st = step_pass_lm(m, ids, targets, B, T, o, parallel(o) ? o->first_example : 0, NULL, st, r,
                       err);
-    return step_end(opt, qkv_lm_params(m), grads, n, st, o, NULL, r, err);
+    return step_end(&m->core, opt, st, o, NULL, r, err);
 }

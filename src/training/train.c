@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "models/transformer_internal.h"
 #include "training/parallel.h"
 #include "training/training.h"
 
@@ -204,7 +205,8 @@ static qkv_status plan_buckets(run *r, qkv_error *err)
     if (!st) {
         for (int i = 0; i < n; i++) t[i] = qkv_transformer_tensor(r->m, i);
         qkv_transformer_grad_events(r->m, event);
-        st = buckets_init(&r->gb, r->rd, qkv_transformer_grads(r->m), t, event, n, err);
+        st = buckets_init(&r->gb, r->rd, &r->m->core, transformer_grads(r->m), t, event, n,
+                          err);
     }
     free(t), free(event);
     return st;
@@ -309,9 +311,7 @@ static qkv_status step_passes(run *r, int bi, int n, const qkv_step_options *so,
     /* the per-token mean over the whole step's tokens, whichever pass (or shard) holds them */
     if (!r->o->d2l_loss_scale && (n > 1 || rd_parallel(r->rd)))
         o.grad_scale = 1.0f / (float)(tokens ? tokens : 1);
-    const size_t np = qkv_transformer_num_params(r->m);
-    float *grads = qkv_transformer_grads(r->m);
-    qkv_status st = step_begin(grads, np, &o, n, res, err);
+    qkv_status st = step_begin(&r->m->core, transformer_grads(r->m), &o, n, res, err);
     if (st) return st;
     for (int k = 0, before = 0; k < n; before += micro[k].B, k++) {
         int first = 0;
@@ -319,7 +319,7 @@ static qkv_status step_passes(run *r, int bi, int n, const qkv_step_options *so,
         st = step_pass_transformer(r->m, &b, &o, (uint64_t)(before + first),
                                    k == n - 1 ? &r->gb : NULL, st, res, err);
     }
-    return step_end(&r->opt, qkv_transformer_params(r->m), grads, np, st, &o, &r->gb, res, err);
+    return step_end(&r->m->core, &r->opt, st, &o, &r->gb, res, err);
 }
 
 /* One optimizer step over batches bi .. bi + n of the epoch, then where training stands and

@@ -8,6 +8,13 @@
 #include <stdio.h>
 
 #include "core/internal.h"
+#include "models/model.h"
+#include "ops/cpu/optimizer.h"
+
+/* ---- the optimizer (adam.c) ---------------------------------------------------------------- */
+
+/* The next Adam step's constants at learning rate lr: counts the step (opt->step + 1). */
+adam_hyper adam_step_hyper(qkv_adam *opt, float lr);
 
 /* ---- batches (batches.c) ------------------------------------------------------------------ */
 
@@ -80,8 +87,8 @@ qkv_status history_load(history *h, const char *path, int up_to, int64_t up_to_s
  * step_end sums them over the ranks (data-parallel: one allreduce per step), clips and updates.
  * A pass after a failed one (st) does nothing, but every rank still comes to step_end, where
  * the others wait for it in the sums. */
-qkv_status step_begin(float *grads, size_t n, const qkv_step_options *o, int micro_batches,
-                      qkv_step_result *r, qkv_error *err);
+qkv_status step_begin(model_core *c, float *grads, const qkv_step_options *o,
+                      int micro_batches, qkv_step_result *r, qkv_error *err);
 
 /* Buckets of the gradient buffer for a data-parallel step whose reducer overlaps (start_sum):
  * contiguous ranges, in the order the backward pass finishes them, each started once the pass
@@ -103,10 +110,11 @@ typedef struct {
 } grad_buckets;
 
 /* The plan of a model's tensors (n_tensors, qkv_*_tensor), their events (qkv_*_grad_events)
- * and the reducer's bucket size; no plan (b NULL) unless rd overlaps over several ranks. */
-qkv_status buckets_init(grad_buckets *p, const qkv_reducer *rd, float *grads,
-                        const qkv_param_info *tensors, const int *event, int n_tensors,
-                        qkv_error *err);
+ * and the reducer's bucket size; no plan (b NULL) unless rd overlaps over several ranks and
+ * the model's gradients (grads) are on the host. */
+qkv_status buckets_init(grad_buckets *p, const qkv_reducer *rd, const model_core *c,
+                        float *grads, const qkv_param_info *tensors, const int *event,
+                        int n_tensors, qkv_error *err);
 void buckets_free(grad_buckets *p);
 /* The hook of a pass's options (qkv_loss_options.grads_done with grads_ctx = the plan). */
 void bucket_hook(void *ctx);
@@ -121,9 +129,8 @@ qkv_status step_pass_lm(qkv_lm *m, const int *ids, const int *targets, int B, in
                         const qkv_step_options *o, uint64_t first_example, grad_buckets *hook,
                         qkv_status st, qkv_step_result *r, qkv_error *err);
 /* The sum over the ranks (the buckets, when a plan is given), the clip and the update. */
-qkv_status step_end(qkv_adam *opt, float *params, float *grads, size_t n, qkv_status st,
-                    const qkv_step_options *o, grad_buckets *buckets, qkv_step_result *r,
-                    qkv_error *err);
+qkv_status step_end(model_core *c, qkv_adam *opt, qkv_status st, const qkv_step_options *o,
+                    grad_buckets *buckets, qkv_step_result *r, qkv_error *err);
 
 /* ---- metrics.jsonl (train.c; train-lm's driver, lm_train.c, too) --------------------------- */
 

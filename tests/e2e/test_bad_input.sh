@@ -148,6 +148,13 @@ for f in config.json model.safetensors src_vocab.txt tgt_vocab.txt train.json; d
   expect_fail "info: $f a FIFO" "$f: $REG" "$QKV" info --model "$T/fifo-$f"
   expect_fail "average: $f a FIFO" "$f: $REG" \
     "$QKV" average --out "$T/avg-$f" "$T/fifo-$f" "$T/m"
+  check "... said once (not also as a vocabulary that differs)" \
+    bash -c "! grep -q 'only models with the same vocabularies' '$T/err'"
+done
+for f in src_vocab.txt tgt_vocab.txt; do
+  expect_fail "average: the second model's $f a FIFO" "$f: $REG" \
+    "$QKV" average --out "$T/avg2-$f" "$T/m" "$T/fifo-$f"
+  check "... said once" bash -c "! grep -q 'only models with the same vocabularies' '$T/err'"
 done
 copy_model "$T/spm" fifo-spm && rm "$T/fifo-spm/source.spm" && mkfifo "$T/fifo-spm/source.spm"
 expect_fail "translate: source.spm a FIFO" "source.spm: $REG" \
@@ -226,6 +233,8 @@ expect_fail "eval: the same" "$NONFINITE" "$QKV" eval --model "$T/big" --data "$
 overflow "$T/lm" lmbig
 expect_fail "generate: the same" "lmbig: the model's logits are not finite" \
   "$QKV" generate --model "$T/lmbig" --tokens 3
+expect_fail "eval-lm: its loss, naming the model" "lmbig: the loss is not finite .*overflow" \
+  "$QKV" eval-lm --model "$T/lmbig" --data "$T/text.txt" --all
 
 # ---- a directory where a file is expected
 DIR="is a directory"

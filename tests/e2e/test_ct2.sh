@@ -93,6 +93,15 @@ mkdir -p "$T/full" && touch "$T/full/x"
 expect_fail "an output directory that holds files" "is not empty" \
   "$QKV" export ct2 "$T/plain" --out "$T/full"
 check "... replaced with --overwrite" "$QKV" export ct2 "$T/plain" --out "$T/full" --overwrite
+# the output is never the model, nor inside it, nor above it (CTranslate2's config.json
+# replaced the model's, with --overwrite)
+cp -r "$T/plain" "$T/self"
+for out in self self/. self/sub .; do
+  expect_fail "export ct2 self --out $out is refused (with --overwrite)" \
+    "is the model|is inside the model|holds the model" \
+    bash -c "cd '$T' && exec '$QKV' export ct2 self --out '$out' --overwrite"
+done
+check "... and the model is whole" bash -c "cmp -s '$T/plain/config.json' '$T/self/config.json' && test ! -e '$T/self/model.bin' && test ! -e '$T/model.bin'"
 expect_fail "an unknown quantisation" "--quantization 'int4': expected float32 or int8" \
   "$QKV" export ct2 "$T/plain" --out "$T/x1" --quantization int4
 expect_fail "an unknown format" "unknown format 'onnx'" "$QKV" export onnx "$T/plain" --out "$T/x2"

@@ -169,11 +169,20 @@ cp -r "$T/m.orig" "$T/tmp" && rm "$T/tmp/model.safetensors"
 echo partial >"$T/tmp/checkpoint.safetensors.tmp.$dead.0"
 echo partial >"$T/tmp/config.json.tmp.$$.0" # the test's own shell: alive
 echo mine >"$T/tmp/notes.txt.tmp.$dead.0"   # not a name qkv writes
+echo partial >"$T/tmp/model.safetensors.tmp.$dead" # an older qkv's checkpoint writer's name
+echo partial >"$T/tmp/train.json.tmp.$$"           # ... of a live process
 "$QKV" train "${TRAIN[@]}" --out "$T/tmp" --resume 2>"$T/err"
 check "a dead run's temporary is removed (and said so)" \
   bash -c "test ! -e '$T/tmp/checkpoint.safetensors.tmp.$dead.0' && grep -q 'removed .*tmp.$dead.0' '$T/err'"
+check "... also one an older qkv named FILE.tmp.PID" \
+  bash -c "test ! -e '$T/tmp/model.safetensors.tmp.$dead' && grep -q 'removed .*model.safetensors.tmp.$dead,' '$T/err'"
+check "... but not a live process's FILE.tmp.PID" test -e "$T/tmp/train.json.tmp.$$"
 check "a live process's temporary stays" test -e "$T/tmp/config.json.tmp.$$.0"
 check "a file of another name that looks like one stays" test -e "$T/tmp/notes.txt.tmp.$dead.0"
+echo partial >"$T/tmp/checkpoint.safetensors.tmp.$dead"
+"$QKV" train "${TRAIN[@]}" --out "$T/tmp" --overwrite 2>"$T/err"
+check "--overwrite removes an older qkv's FILE.tmp.PID too" \
+  test ! -e "$T/tmp/checkpoint.safetensors.tmp.$dead"
 # the temporaries qkv's writers really leave when killed before their rename (a preloaded
 # rename that ends the process when it would put FILE in place) are the ones a claim removes,
 # on --resume and on --overwrite: the checkpoint's (its writer named them otherwise once, and

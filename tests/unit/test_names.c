@@ -25,6 +25,7 @@ static const struct {
     {QKV_ENUM_SPM_TYPE, {"unigram", "bpe"}},
     {QKV_ENUM_RESERVED, {"<unk>", "<pad>", "<bos>", "<eos>"}},
     {QKV_ENUM_CT2_QUANTIZATION, {"float32", "int8"}},
+    {QKV_ENUM_DEVICE, {"cpu", "cuda"}},
 };
 
 static void test_every_name_round_trips(void **state)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -314,6 +315,29 @@ static void test_nonfinite_logits_name_the_model(void **state)
         assert_null(r.text);
     }
     qkv_translator_free(t);
+    remove_tree(dir);
+}
+
+/* A CTranslate2 export into the model's own directory (or one inside it) is refused before
+ * anything is written: its config.json would replace the model's. */
+static void test_export_ct2_apart_from_the_model(void **state)
+{
+    (void)state;
+    char dir[64], out[128];
+    word_model_dir(dir, sizeof dir, 3);
+    const char *const spellings[] = {"%s", "%s/.", "%s/sub"};
+    for (size_t i = 0; i < sizeof spellings / sizeof *spellings; i++) {
+        snprintf(out, sizeof out, spellings[i], dir);
+        qkv_error err = {0};
+        assert_int_equal(qkv_export_ct2(dir, out, QKV_CT2_FLOAT32, &err), QKV_ERR_ARG);
+        if (!strstr(err.msg, "export into another directory")) fail_msg("%s", err.msg);
+    }
+    struct stat sb;
+    snprintf(out, sizeof out, "%s/sub", dir);
+    assert_int_not_equal(stat(out, &sb), 0);
+    snprintf(out, sizeof out, "%s/model.bin", dir);
+    assert_int_not_equal(stat(out, &sb), 0);
+    qkv_translator_free(open_ok(dir)); /* config.json is still the model's */
     remove_tree(dir);
 }
 
@@ -899,6 +923,7 @@ int main(void)
         cmocka_unit_test(test_greedy_is_the_models),
         cmocka_unit_test(test_beam_n_best),
         cmocka_unit_test(test_nonfinite_logits_name_the_model),
+        cmocka_unit_test(test_export_ct2_apart_from_the_model),
         cmocka_unit_test(test_fewer_hypotheses_than_asked),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_empty_input),
