@@ -28,7 +28,8 @@
 #define QKV_H
 
 /* The parts, by audience: the base (errors, threads, random numbers), the building blocks,
- * text, the models and decoding, training, files, the translator, and figures. Including one
+ * text, the models and decoding, training, files, the translator, training runs as the
+ * commands make them, and figures. Including one
  * part brings in what it needs. */
 #include "qkv/core.h"
 #include "qkv/layers.h"
@@ -37,6 +38,7 @@
 #include "qkv/training.h"
 #include "qkv/io.h"
 #include "qkv/translator.h"
+#include "qkv/run.h"
 #include "qkv/viz.h"
 
 #endif /* QKV_H */

@@ -142,6 +142,16 @@ QKV_API
 qkv_status qkv_read_regular_file(const char *path, size_t max_bytes, char **text, size_t *len,
                                  qkv_error *err);
 
+/* Lines 1..*count of a file (NULL or "-": standard input) as sacreBLEU reads references (a
+ * final \r dropped; *count < 0: every line, *count then receiving how many), or with tsv the
+ * text between each line's first and second tab: *lines gets *count strings pointing into
+ * *text (both the caller's to free; NULL on failure). QKV_ERR_FORMAT naming the file (and
+ * line) for a file with fewer lines, a line without a tab, a NUL byte; qkv_read_file's errors
+ * otherwise. */
+QKV_API
+qkv_status qkv_read_lines(const char *path, int tsv, int *count, char ***lines, char **text,
+                          qkv_error *err);
+
 /* How directory a lies to directory b, links and other spellings resolved (a need not exist
  * yet: its nearest existing parent is resolved): 0 apart, 1 the same, 2 a inside b, 3 a
  * holding b; -1 when b (or every parent of a) cannot be resolved. For refusing to write a

@@ -214,6 +214,13 @@ float *qkv_transformer_params(qkv_transformer *m);
 /* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
 QKV_API
 float *qkv_transformer_grads(qkv_transformer *m);
+/* When the backward pass finishes each tensor's gradient: event[i] (qkv_transformer_tensor i)
+ * is the call of qkv_loss_options.grads_done (0, 1, ...) after which it is final: the output
+ * layer's first, then the decoder's blocks from the top, its embedding, the encoder's blocks
+ * from the top, its embedding (a tied embedding with the last of its uses). Returns the
+ * number of calls a backward pass makes. */
+QKV_API
+int qkv_transformer_grad_events(const qkv_transformer *m, int *event);
 
 /* One batch of padded sentence pairs, row-major (B, T). */
 typedef struct {
@@ -238,6 +245,11 @@ typedef struct {
     uint64_t first_example; /* the batch is a shard of a larger one starting at this sequence
                                (data-parallel training; 0: whole): the dropout masks are the
                                larger batch's, whatever the split */
+    /* Called during the backward pass each time a group of gradients is final, in the order
+     * qkv_transformer_grad_events (qkv_lm_grad_events) numbers them: for summing them over the
+     * ranks of a data-parallel step while the pass goes on. NULL: not called. */
+    void (*grads_done)(void *ctx);
+    void *grads_ctx;
 } qkv_loss_options;
 
 /* The cross-entropy over one batch with teacher forcing, and with o->backward its gradients,
@@ -433,6 +445,9 @@ float *qkv_lm_params(qkv_lm *m);
 /* The gradient buffer (same layout), allocated on first use; NULL if out of memory. */
 QKV_API
 float *qkv_lm_grads(qkv_lm *m);
+/* As qkv_transformer_grad_events: the output layer, the blocks from the top, the embedding. */
+QKV_API
+int qkv_lm_grad_events(const qkv_lm *m, int *event);
 
 /* The next-token loss over a batch of B sequences of T tokens, and with o->backward its
  * gradients (qkv_loss_options), ACCUMULATED into qkv_lm_grads: ids (B, T) the inputs,

@@ -60,6 +60,15 @@ typedef struct {
     int (*sum_doubles)(void *ctx, double *buf, size_t n); /* in place: the sum over the ranks */
     int (*broadcast)(void *ctx, void *buf, size_t bytes); /* rank 0's bytes to every rank */
     void *ctx;
+    /* Overlap, optional (NULL: the gradients are summed with one sum_floats after the backward
+     * pass): start_sum starts summing buf[0 .. n) over the ranks, in place, and returns at once;
+     * finish_sums waits for every sum started. The training loops (qkv_train, qkv_lm_train) then
+     * sum the gradients in buckets of about bucket_bytes (0: 1 MB) as the backward pass
+     * finishes them (qkv_transformer_grad_events), the same buckets in the same order on every
+     * rank, so that the sums run while the pass goes on. */
+    int (*start_sum)(void *ctx, float *buf, size_t n);
+    int (*finish_sums)(void *ctx);
+    size_t bucket_bytes;
 } qkv_reducer;
 
 /* Rank `rank` of `size`'s shard of a batch of B sequences: [*first, *first + *count), the
@@ -217,6 +226,18 @@ typedef struct {
                              * rank passes the same data and options. A rank whose call fails
                              * returns its error while the others may wait for it in the next
                              * sum: the caller ends the job (MPI_Abort) */
+    /* Gradient accumulation: each optimizer step takes accum consecutive batches of the epoch
+     * (the last step of an epoch what is left), their gradients summed before the one update
+     * (data-parallel: one sum over the ranks per step), as one batch of all their pairs would
+     * give (up to float rounding; with fixed batches, exactly the batch accum times larger,
+     * dropout included). 0 or 1: one batch per step. */
+    int accum;
+    /* The schedule by steps (0: by epochs, as above). valid_every: validate every this many
+     * steps instead of at epoch ends (the history, best model and patience count these
+     * validations; patience stops the run at one, mid-epoch). save_every: every this many
+     * steps also checkpoint and keep the model in out_dir/step-NNNNNNN; keep_last: of those,
+     * only the last N (0: all). */
+    int valid_every, save_every, keep_last;
 } qkv_train_options;
 
 /* Defaults as d2l trains its Transformer: batch 64, lr 0.005, Adam with PyTorch's defaults
@@ -288,6 +309,9 @@ typedef struct {
     const qkv_reducer *reducer; /* data-parallel, as qkv_train_options: each step's B windows
                                  * are split among the ranks; rank 0 alone writes out_dir and
                                  * evaluates, and its clock rules a time budget */
+    int accum;             /* gradient accumulation: each step takes accum x batch windows in
+                              micro-batches of batch, as one step of batch x accum windows
+                              (0 or 1: one) */
 } qkv_lm_train_options;
 
 /* batch 32, context 128, lr 1e-3, Adam (0.9, 0.99, 1e-8), clip 1, warmup 100, log every

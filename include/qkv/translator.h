@@ -21,6 +21,24 @@ extern "C" {
 
 typedef struct qkv_translator qkv_translator;
 
+/* A model directory's decoding defaults: its generation.json (or its parent's, as for
+ * DIR/best), which qkv import writes from a release's settings (Marian's decoder.yml, Hugging
+ * Face's generation_config.json). A front end applies each to the option its user did not
+ * give, as `qkv translate` does. Each is kept only where it is in range, else left unset. */
+typedef struct {
+    int beam;             /* "beam" in [1, 256]; 0: unset */
+    int has_length_penalty;
+    double length_penalty; /* "length_penalty" in [0, 100] */
+    int beam_stop;        /* "beam_stop" (bound, count, hf) as a qkv_beam_stop; -1: unset */
+    int max_len;          /* "max_len" in [1, 65536]; 0: unset */
+} qkv_generation_defaults;
+
+/* Reads dir's generation.json into g (every field unset without one). Errors: the file's, as
+ * qkv_json_load gives them, or QKV_ERR_FORMAT naming it when it is not a JSON object. */
+QKV_API
+qkv_status qkv_generation_defaults_read(qkv_generation_defaults *g, const char *dir,
+                                        qkv_error *err);
+
 /* Opens a model directory: config.json and model.safetensors (qkv_transformer_load), the
  * tokenizer's files (qkv_tokenizer_load, from dir or its parent, so dir/best and
  * dir/epoch-NNN open too) and train.json's num_steps (optional, from dir or its parent).

@@ -102,35 +102,9 @@ def _float(name, value, low, high=None):
 def _generation_defaults(model_dir):
     """The decoding defaults of a model directory's generation.json (or its parent's, as for
     DIR/best), each kept only where `qkv translate` keeps it: beam in [1, 256],
-    length_penalty in [0, 100], beam_stop a rule, max_len in [1, 65536]."""
-    import json
-    path = _os.path.join(model_dir, "generation.json")
-    if not _os.path.exists(path):
-        path = _os.path.join(model_dir, "..", "generation.json")
-        if not _os.path.exists(path):
-            return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            g = json.load(f)
-    except (OSError, ValueError) as e:
-        raise FormatError(f"{path}: {e}") from None
-    if not isinstance(g, dict):
-        raise FormatError(f"{path}: not a JSON object")
-
-    def number(key, low, high):
-        v = g.get(key)
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
-
-    out = {}
-    if number("beam", 1, 256):
-        out["beam"] = int(g["beam"])
-    if number("length_penalty", 0, 100):
-        out["length_penalty"] = float(g["length_penalty"])
-    if g.get("beam_stop") in _STOPS:
-        out["beam_stop"] = g["beam_stop"]
-    if number("max_len", 1, 65536):
-        out["max_len"] = int(g["max_len"])
-    return out
+    length_penalty in [0, 100], beam_stop a rule, max_len in [1, 65536] (the library reads
+    it for both)."""
+    return _qkv.generation_defaults(model_dir)
 
 
 class Translator:

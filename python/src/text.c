@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Module functions over text: sacreBLEU's BLEU and chrF2 of translations, and the Marian
- * importer. */
+/* Module functions over text: sacreBLEU's BLEU and chrF2 of translations, the Marian
+ * importer, and a model directory's decoding defaults. */
 #include <string.h>
 
 #include "module.h"
@@ -101,7 +101,39 @@ static PyObject *import_marian(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* d[key] = v (a new reference, consumed); -1 with an exception set when either fails. */
+static int put(PyObject *d, const char *key, PyObject *v)
+{
+    const int rc = v ? PyDict_SetItemString(d, key, v) : -1;
+    Py_XDECREF(v);
+    return rc;
+}
+
+/* generation_defaults(dir): the decoding defaults of dir's generation.json that it sets
+ * (qkv_generation_defaults_read), as a dict of beam, length_penalty, beam_stop and max_len. */
+static PyObject *generation_defaults(PyObject *module, PyObject *args)
+{
+    const char *dir;
+    if (!PyArg_ParseTuple(args, "s", &dir)) return NULL;
+    qkv_generation_defaults g;
+    qkv_error err = {0};
+    qkv_status st = qkv_generation_defaults_read(&g, dir, &err);
+    if (st) return raise_qkv(state_of(module), st, &err);
+    PyObject *d = PyDict_New();
+    if (d && ((g.beam && put(d, "beam", PyLong_FromLong(g.beam))) ||
+              (g.has_length_penalty &&
+               put(d, "length_penalty", PyFloat_FromDouble(g.length_penalty))) ||
+              (g.beam_stop >= 0 &&
+               put(d, "beam_stop",
+                   PyUnicode_FromString(qkv_enum_name(QKV_ENUM_BEAM_STOP, g.beam_stop)))) ||
+              (g.max_len && put(d, "max_len", PyLong_FromLong(g.max_len)))))
+        Py_CLEAR(d);
+    return d;
+}
+
 PyMethodDef text_methods[] = {
+    {"generation_defaults", generation_defaults, METH_VARARGS,
+     "generation_defaults(dir): the decoding defaults of dir's generation.json, as a dict."},
     {"sacrebleu", sacrebleu, METH_VARARGS,
      "sacrebleu(hyps, refs, per_sentence): BLEU and chrF2 statistics of raw lines."},
     {"import_marian", import_marian, METH_VARARGS,

@@ -131,5 +131,9 @@ def test_the_extension_refuses_what_would_crash():
         _qkv.mha_forward(f, f, f, f, f, f, (4, 4, 2, 2, False), 1, 2, 2, None, False, 0.0, 0)
     with pytest.raises(TypeError, match="list of str"):
         _qkv.sacrebleu("abc", ["x"], False)
-    with pytest.raises(KeyError, match="missing"):
-        _qkv.train_transformer({}, None, None)
+    with pytest.raises(TypeError, match="unknown option 'dmodel'"):
+        _qkv.run("train", "/nonexistent/qkv", [("dmodel", 3)], False, False, None, None, "t", 0)
+    with pytest.raises(TypeError, match="pairs"):
+        _qkv.run("train", "/nonexistent/qkv", [3], False, False, None, None, "t", 0)
+    with pytest.raises(ValueError, match="no run of kind"):
+        _qkv.run_options("translate")

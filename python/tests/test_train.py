@@ -51,6 +51,23 @@ def test_subword_runs_equal_cli(data_dir, tmp_path):
         assert (a / "text.json").read_text() == (b / "text.json").read_text()
 
 
+def test_preset_and_accumulation_equal_cli(data_dir, tmp_path):
+    """A preset, overridden where given, and gradient accumulation: the command's run, byte
+    for byte; the preset's values come as a warning."""
+    a, b = tmp_path / "cli", tmp_path / "py"
+    run_qkv("train", "--data", data_dir / "pairs.tsv", "--out", a, "--preset", "d2l",
+            "--epochs", 2, "--min-freq", 1, "--batch", 8, "--accum", 4, "--threads", 1,
+            "--quiet")
+    with pytest.warns(RuntimeWarning, match="preset d2l: d_model=32"):
+        qkv.train(data_dir / "pairs.tsv", b, preset="d2l", epochs=2, min_freq=1, batch=8,
+                  accum=4, threads=1)
+    assert same_file(a / "model.safetensors", b / "model.safetensors")
+    ta, tb = (json.loads((d / "train.json").read_text()) for d in (a, b))
+    assert ta == tb and tb["preset"] == "d2l" and tb["accum"] == 4 and tb["loss"] == "d2l"
+    with pytest.raises(ValueError, match="no preset 'base'"):
+        qkv.train(data_dir / "pairs.tsv", tmp_path / "x", preset="base")
+
+
 def test_an_exception_stops_at_a_resumable_step(data_dir, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     qkv.train(data_dir / "pairs.tsv", full, **SMALL)

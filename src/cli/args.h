@@ -2,7 +2,8 @@
 /* A small command-line option parser: each subcommand lists its options in a table, once.
  * The table is what the command parses, what --help prints (and so the man page and the
  * shell completion, both made from --help), and, for the commands that record their runs
- * (qkv train, train-lm), what a run records and how a resumed run compares (resume.h). */
+ * (qkv train, train-lm), what a run records and how a resumed run compares (qkv/run.h; the training commands' rows
+ * come from the library's table, run_options.h). */
 #ifndef QKV_CLI_ARGS_H
 #define QKV_CLI_ARGS_H
 
@@ -41,7 +42,7 @@ typedef struct {
      * shown by --help. NULL for the others; a numeric row without a valid range makes every
      * parse of its table fail (tests/e2e/test_options.sh runs every --help). */
     const char *range;
-    /* What a run records of the option (resume.h): NULL, or "WHERE [KEY]" with WHERE
+    /* What a run records of the option (qkv/run.h): NULL, or "WHERE [KEY]" with WHERE
      *   model  config.json: defines the model; a resumed run must not change it
      *   data   train.json: defines the data or its order; must not change either
      *   train  train.json: how the run learns from here on; a resumed run may change it

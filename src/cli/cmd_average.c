@@ -10,7 +10,6 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/run_dir.h"
 
 static const char *const AUX[] = {"src_vocab.txt", "tgt_vocab.txt", "src_bpe.txt",
                                   "tgt_bpe.txt", "source.spm", "target.spm", "text.json",
@@ -162,10 +161,10 @@ int cmd_average(int argc, char **argv)
     }
     if (out_is_input(out, dirs, n)) goto done;
     rc = 1;
-    run_dir rd = {.lock_fd = -1};
+    qkv_run_dir *rd = NULL;
     qkv_transformer *avg = average(dirs, n);
     if (!avg) goto done;
-    if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
+    if (!(rd = cli_claim_model_dir(out, overwrite, argc, argv)))
         goto cleanup;
     /* the model last: a directory with model.safetensors is complete */
     for (size_t i = 0; i < sizeof AUX / sizeof *AUX; i++)
@@ -178,7 +177,7 @@ int cmd_average(int argc, char **argv)
     fprintf(stderr, "qkv average: %d model%s averaged into %s\n", n, n == 1 ? "" : "s", out);
     rc = 0;
 cleanup:
-    run_dir_release(&rd);
+    qkv_run_dir_release(rd);
     qkv_transformer_free(avg);
 done:
     free(dirs);

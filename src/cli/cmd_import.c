@@ -8,7 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/run_dir.h"
+#include "cli/common.h"
 #include "qkv.h"
 
 int cmd_import(int argc, char **argv)
@@ -61,14 +61,14 @@ int cmd_import(int argc, char **argv)
                 out, relation[rel], src);
         return 2;
     }
-    run_dir rd = {.lock_fd = -1};
-    if (run_dir_claim(&rd, out, &RUN_MODEL, overwrite ? RUN_OVERWRITE : RUN_NEW, argc, argv))
+    qkv_run_dir *rd = NULL;
+    if (!(rd = cli_claim_model_dir(out, overwrite, argc, argv)))
         return 1;
     qkv_error err = {0};
     qkv_status st = !strcmp(kind, "nllb")     ? qkv_import_nllb(src, out, &err)
                     : !strcmp(kind, "m2m100") ? qkv_import_m2m100(src, out, &err)
                                               : qkv_import_marian(src, out, &err);
-    run_dir_release(&rd);
+    qkv_run_dir_release(rd);
     if (st) return fprintf(stderr, "qkv: %s\n", err.msg), 1;
     fprintf(stderr, "qkv import: %s imported into %s\n", src, out);
     return 0;

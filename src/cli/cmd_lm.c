@@ -12,15 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cJSON.h>
-
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/figures.h"
 #include "cli/mpi_reducer.h"
-#include "cli/resume.h"
-#include "cli/run_dir.h"
+#include "cli/run_options.h"
 
 /* ---- model directories ----------------------------------------------------------------- */
 
@@ -120,105 +117,32 @@ static void show_progress(const qkv_lm_train_progress *p, void *ctx)
     }
 }
 
-/* What train-lm reads, and how it ends and reports, beside the model's configuration and the
- * trainer's options (which hold the rest: out_dir, steps, minutes, resume, ...). */
-typedef struct {
-    const char *data;   /* the text file */
-    int byte_level;     /* a vocabulary of the 256 bytes, not of the text's characters */
-    float val_fraction; /* the end of the text held out */
-    int steps, stop_after, quiet;
-    qkv_precision prec;
-    const opt_spec *opts; /* the option table: train.json records what it says */
-    const cJSON *history; /* resumed runs: what changed when (NULL for a new run) */
-    int writer;           /* this process writes the run directory (rank 0 under mpirun) */
-} lm_run;
-
-/* train.json: every option the table records there (a resumed run compares them, resume.h),
- * the split's sizes, and the history of a resumed run. */
-static int write_train_json(const char *dir, const lm_run *r, size_t n_train, size_t n_val)
+static void print_notice(const char *text, void *ctx)
 {
-    char path[4096], *text = NULL;
-    snprintf(path, sizeof path, "%s/train.json", dir);
-    cJSON *j = cJSON_CreateObject();
-    if (j && !resume_record_options(j, r->opts)) {
-        cJSON_AddNumberToObject(j, "train_tokens", (double)n_train);
-        cJSON_AddNumberToObject(j, "val_tokens", (double)n_val);
-        if (r->history) cJSON_AddItemToObject(j, "history", cJSON_Duplicate(r->history, 1));
-        text = cJSON_Print(j);
-    }
-    cJSON_Delete(j);
-    if (!text) return fprintf(stderr, "qkv: %s: out of memory\n", path), -1;
-    const int rc = run_dir_write(path, text);
-    free(text);
-    return rc;
-}
-
-/* The model to train: the one in o->out_dir when resuming there (its config.json and
- * vocabulary; the parameters come from the checkpoint; the options were compared with its
- * train.json before), or a new one made from cfg with a vocabulary of text, whose
- * config.json and vocab.txt are written there (model.safetensors only once it is trained).
- * -1 (message printed) on failure. */
-static int open_or_create(lm_dir *d, qkv_lm_config *cfg, const qkv_lm_train_options *o,
-                          const lm_run *r, const char *text, size_t len)
-{
-    const char *out = o->out_dir;
-    qkv_error err = {0};
-    char path[4096], *json = NULL;
-    memset(d, 0, sizeof *d);
-    if (o->resume) {
-        snprintf(path, sizeof path, "%s/config.json", out);
-        if (!(json = resume_config_text(out))) return -1;
-        if (qkv_lm_config_from_json(cfg, json, path, &err)) goto fail;
-        snprintf(path, sizeof path, "%s/vocab.txt", out);
-        if (qkv_vocab_load(&d->vocab, path, &err)) goto fail;
-        if (d->vocab.size != cfg->vocab) {
-            fprintf(stderr, "qkv: %s: the vocabulary has %d tokens but the model was built for "
-                    "%d\n", path, d->vocab.size, cfg->vocab);
-            free(json);
-            return -1;
-        }
-        free(json);
-        if (qkv_lm_create(&d->model, cfg, o->seed, &err)) goto fail;
-        return 0;
-    }
-    if (qkv_lm_vocab_build(&d->vocab, text, len, r->byte_level, &err)) {
-        fprintf(stderr, "qkv: %s: %s\n", r->data, err.msg);
-        return -1;
-    }
-    cfg->vocab = d->vocab.size;
-    snprintf(path, sizeof path, "%s/vocab.txt", out);
-    if (qkv_lm_create(&d->model, cfg, o->seed, &err)) goto fail;
-    if (!r->writer) return 0; /* every rank builds the same model; rank 0 records it */
-    if (qkv_vocab_save(&d->vocab, path, &err) || qkv_lm_config_to_json(cfg, &json, &err))
-        goto fail;
-    snprintf(path, sizeof path, "%s/config.json", out);
-    const int rc = run_dir_write(path, json);
-    free(json);
-    return rc;
-fail:
-    fprintf(stderr, "qkv: %s\n", err.msg);
-    free(json);
-    return -1;
+    (void)ctx;
+    fprintf(stderr, "qkv train-lm: %s\n", text);
 }
 
 /* How the training ended: stopped early at --stop-after-steps, or finished, then the loss on
- * the whole held-out text (val, n_val tokens). -1 (message printed) if that fails. */
-static int report_end(const lm_dir *d, const qkv_lm_train_options *o, const lm_run *r,
-                      const int *val, size_t n_val, double t0)
+ * the whole held-out text. -1 (message printed) if that fails. */
+static int report_end(qkv_run *r, const char *out, int quiet, const qkv_run_info *info,
+                      double t0)
 {
-    if (r->stop_after > 0 && (r->steps == 0 || r->stop_after < r->steps)) {
-        if (!r->quiet)
+#define VALUE(name) (int)qkv_run_get_int(r, qkv_run_option_find(QKV_RUN_LM, name, NULL))
+    const int steps = VALUE("steps"), stop_after = VALUE("stop-after-steps");
+#undef VALUE
+    if (stop_after > 0 && (steps == 0 || stop_after < steps)) {
+        if (!quiet)
             fprintf(stderr, "\nqkv train-lm: stopped after step %d; continue with --resume\n",
-                    r->stop_after);
+                    stop_after);
         return 0;
     }
-    if (!r->quiet)
-        fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", o->out_dir, qkv_now_s() - t0);
-    if (n_val >= 2) { /* the whole held-out text, once */
+    if (!quiet) fprintf(stderr, "\nqkv train-lm: wrote %s in %.1fs\n", out, qkv_now_s() - t0);
+    if (info->val_tokens >= 2) { /* the whole held-out text, once */
         qkv_error err = {0};
         double loss;
         int64_t count;
-        if (qkv_lm_evaluate(d->model, val, n_val, o->context, o->batch, &loss, &count, &err)) {
+        if (qkv_run_held_out_loss(r, &loss, &count, &err)) {
             fprintf(stderr, "qkv: %s\n", err.msg);
             return -1;
         }
@@ -228,212 +152,153 @@ static int report_end(const lm_dir *d, const qkv_lm_train_options *o, const lm_r
     return 0;
 }
 
-/* Trains as cfg, o and r say (a new model in o->out_dir, or the one there with --resume):
- * reads the text, makes or opens the model, holds out the text's end, trains, reports, draws
- * the curves. The exit status. */
-static int run(qkv_lm_config *cfg, qkv_lm_train_options *o, const lm_run *r)
+/* Prepares and trains the run claimed in out: the summary line, the progress, the held-out
+ * loss, the curves. The exit status. */
+static int run(qkv_run *r, const char *out, int quiet, int writer, int ranks)
 {
-    const char *data = r->data, *out = o->out_dir;
     qkv_error err = {0};
-    lm_dir d = {0};
-    size_t len = 0, n = 0;
-    int *ids = NULL, rc = 1;
-    const int resuming = o->resume;
-    char *text = cli_read_all(data, QKV_MAX_TEXT_BYTES, &len);
-    if (!text) goto done;
-    if (len == 0) {
-        fprintf(stderr, "qkv: %s is empty: there is nothing to learn from\n", data);
-        goto done;
-    }
-    if (open_or_create(&d, cfg, o, r, text, len)) goto done;
-    if (!(ids = encode_text(&d.vocab, text, len, &n, data))) goto done;
-    /* the last val_fraction of the tokens is held out */
-    const size_t n_val = (size_t)((double)n * r->val_fraction), n_train = n - n_val;
-    if (n_train < (size_t)o->context + 1) {
-        fprintf(stderr, "qkv: %s: %zu training tokens, but --context %d needs at least %d\n",
-                data, n_train, o->context, o->context + 1);
-        goto done;
-    }
-    if (r->writer && write_train_json(out, r, n_train, n_val)) goto done;
-    if (qkv_lm_set_precision(d.model, r->prec, &err)) goto fail;
-    const qkv_lm_config *mc = qkv_lm_get_config(d.model);
-    if (!r->quiet)
+    qkv_run_info info;
+    if (qkv_run_prepare(r, &info, &err)) goto fail;
+    if (!quiet)
         fprintf(stderr, "qkv train-lm: %zu tokens (%zu training, %zu held out), vocabulary %d, "
-                "%zu parameters, %s attention, %d threads%s\n", n, n_train, n_val, mc->vocab,
-                qkv_lm_num_params(d.model),
-                qkv_attention_kind_name(mc->attention), qkv_get_threads(),
-                resuming ? ", resuming" : "");
-    if (!r->quiet && o->reducer && o->reducer->size > 1)
+                "%zu parameters, %s attention, %d threads%s\n", info.tokens, info.train_tokens,
+                info.val_tokens, info.vocab, info.parameters,
+                qkv_attention_kind_name(info.attention), qkv_get_threads(),
+                info.resuming ? ", resuming" : "");
+    if (!quiet && ranks > 1)
         fprintf(stderr, "qkv train-lm: data-parallel over %d ranks (MPI), %d threads each; "
-                "each step's windows are split among them\n", o->reducer->size,
-                qkv_get_threads());
-    progress_ctx pc = {isatty(2), r->quiet, o->minutes};
-    o->progress = show_progress, o->progress_ctx = &pc;
+                "each step's windows are split among them\n", ranks, qkv_get_threads());
+    const float minutes = qkv_run_get_float(r, qkv_run_option_find(QKV_RUN_LM, "minutes", NULL));
+    progress_ctx pc = {isatty(2), quiet, minutes};
+    qkv_run_set_hooks(r, &(qkv_run_hooks){.lm_progress = show_progress, .notice = print_notice,
+                                          .ctx = &pc});
     const double t0 = qkv_now_s();
-    if (qkv_lm_train(d.model, ids, n_train, ids + n_train, n_val, o, &err)) goto fail;
-    if (r->writer && report_end(&d, o, r, ids + n_train, n_val, t0)) goto done;
-    if (r->writer && !fig_training_after_run(out) && !r->quiet) /* a failed figure is no failed run */
+    if (qkv_run_train(r, &err)) goto fail;
+    if (writer && report_end(r, out, quiet, &info, t0)) return 1;
+    if (writer && !fig_training_after_run(out) && !quiet) /* a failed figure is no failed run */
         fprintf(stderr, "qkv train-lm: training curves in %s/training.png\n", out);
-    rc = 0;
-    goto done;
+    return 0;
 fail:
-    fprintf(stderr, "qkv: %s\n", err.msg);
-done:
-    free(text), free(ids);
-    lm_dir_free(&d);
-    return rc;
+    cli_print_error("qkv", &err);
+    return 1;
 }
 
-/* Every option of qkv train-lm, as parsed (on --resume: as recorded, then parsed over that). */
+/* Every option of qkv train-lm, as parsed (on --resume: as recorded, then parsed over that):
+ * the run's (qkv/run.h) and the command's own. */
 typedef struct {
-    qkv_lm_config cfg;
-    qkv_lm_train_options o;
-    const char *data, *out;
-    opt_choice vocab, attention, act, precision;
-    int steps, threads, quiet, no_bias, stop_after, overwrite;
-    float minutes, val_fraction;
+    cli_run_options run;
+    const char *out;
+    int threads, quiet, overwrite, resume, bucket_kb;
+    opt_choice allreduce;
 } train_lm_cli;
 
-static const char *const VOCABS[] = {"char", "byte", NULL};
-enum { VOCAB_CHAR, VOCAB_BYTE };
 enum { MAX_LM_OPTIONS = 48 };
 
-/* The defaults, and the option table over c (every option once: name, value, help, range and
- * what a run records of it). Long: one row per option. */
-static void train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
+/* The option table over c (every option once, in the order --help lists them: the run's rows
+ * from the library, the command's own here). */
+static int train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
 {
-    *c = (train_lm_cli){.cfg = qkv_lm_default_config(), .o = qkv_lm_train_default_options(),
-                        .vocab = {0, VOCABS, VOCAB_CHAR},
-                        .attention = {QKV_ENUM_ATTENTION, NULL, QKV_ATTENTION_SOFTMAX},
-                        .act = {QKV_ENUM_ACTIVATION, NULL, QKV_ACT_RELU},
-                        .precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
-                        .val_fraction = 0.1f};
-    c->o.seed = 0;
+    c->bucket_kb = 1024, c->allreduce = (opt_choice){0, ALLREDUCE, 0};
     const opt_spec table[] = {
-        {"data", OPT_FILE, &c->data, "a text file; its last --val-fraction is held out", NULL,
-         "data"},
+        RUN_ROW("data"),
         {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
         {"out", OPT_DIR, &c->out, "model directory to write", NULL, NULL},
         {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
-        {"vocab", OPT_CHOICE, &c->vocab, "char: the text's UTF-8 characters; byte: the 256 bytes",
-         NULL, "data"},
-        {"attention", OPT_CHOICE, &c->attention, "softmax, or linear (a recurrent state)", NULL,
-         "model"},
-        {"d-model", OPT_INT, &c->cfg.d_model, "model width", ARG_D_MODEL, "model"},
-        {"heads", OPT_INT, &c->cfg.heads, "attention heads", ARG_D_MODEL, "model"},
-        {"ffn", OPT_INT, &c->cfg.ffn, "hidden size of the position-wise FFN", ARG_FFN,
-         "model"},
-        {"layers", OPT_INT, &c->cfg.layers, "blocks", ARG_LAYERS, "model"},
-        {"dropout", OPT_FLOAT, &c->cfg.dropout, "dropout rate", ARG_RATE, "model"},
-        {"context", OPT_INT, &c->o.context, "tokens per training window: the model's context",
-         "[2, 16384]", "data"},
-        {"pre-norm", OPT_FLAG, &c->cfg.pre_norm,
-         "x + Sublayer(LayerNorm(x)), and a final LayerNorm", NULL, "model"},
-        {"tie", OPT_FLAG, &c->cfg.tie, "output projection = token embedding", NULL, "model"},
-        {"act", OPT_CHOICE, &c->act, "FFN activation (silu: swish)", NULL, "model"},
-        {"learned-pos", OPT_FLAG, &c->cfg.learned_pos, "learned instead of sinusoidal positions",
-         NULL, "model"},
-        {"no-bias", OPT_FLAG, &c->no_bias, "no biases in the attention projections", NULL,
-         "model !bias"},
-        {"batch", OPT_INT, &c->o.batch, "windows per step", "[1, 65536]", "data"},
-        {"steps", OPT_INT, &c->steps, "optimizer steps (0: until --minutes)", ARG_GE0, "train"},
-        {"minutes", OPT_FLOAT, &c->minutes, "time budget: stop after this many minutes (0: none)",
-         ARG_GE0, "train"},
-        {"lr", OPT_FLOAT, &c->o.lr, "Adam learning rate", ARG_LR, "train"},
-        {"warmup", OPT_INT, &c->o.warmup, "steps of linear learning-rate warm-up", ARG_GE0,
-         "train"},
-        {"cosine", OPT_FLAG, &c->o.cosine, "decay the learning rate to lr/10 (cosine) at "
-                                           "--steps, or at the end of --minutes", NULL, "train"},
-        {"beta2", OPT_FLOAT, &c->o.beta2, "Adam's second-moment decay", ARG_RATE, "train"},
-        {"weight-decay", OPT_FLOAT, &c->o.weight_decay, "decoupled weight decay (AdamW)", ARG_WEIGHT_DECAY,
-         "train"},
-        {"clip", OPT_FLOAT, &c->o.clip, "clip the global gradient norm to this (0: off)", ARG_GE0,
-         "train"},
-        {"val-fraction", OPT_FLOAT, &c->val_fraction, "the end of the file held out", ARG_RATE,
-         "data"},
-        {"eval-every", OPT_INT, &c->o.eval_every, "held-out loss every N steps (0: at the end)",
-         ARG_GE0, "train"},
-        {"eval-tokens", OPT_INT, &c->o.eval_tokens,
-         "held-out tokens each evaluation reads (0: all)", ARG_GE0, "train"},
-        {"log-every", OPT_INT, &c->o.log_every, "metrics line and checkpoint every N steps",
-         ARG_GE1, "train"},
-        {"seed", OPT_U64, &c->o.seed, "initialisation, windows and dropout", ARG_SEED, "data"},
+        RUN_ROW("vocab"), RUN_ROW("attention"), RUN_ROW("d-model"), RUN_ROW("heads"),
+        RUN_ROW("ffn"), RUN_ROW("layers"), RUN_ROW("dropout"), RUN_ROW("context"),
+        RUN_ROW("pre-norm"), RUN_ROW("tie"), RUN_ROW("act"), RUN_ROW("learned-pos"),
+        RUN_ROW("no-bias"), RUN_ROW("batch"), RUN_ROW("accum"), RUN_ROW("steps"), RUN_ROW("minutes"),
+        RUN_ROW("lr"), RUN_ROW("warmup"), RUN_ROW("cosine"), RUN_ROW("beta2"),
+        RUN_ROW("weight-decay"), RUN_ROW("clip"), RUN_ROW("val-fraction"),
+        RUN_ROW("eval-every"), RUN_ROW("eval-tokens"), RUN_ROW("log-every"), RUN_ROW("seed"),
         {"threads", OPT_INT, &c->threads, "threads per rank (0: all cores; under mpirun, shared "
                                           "among the ranks of a machine)", ARG_THREADS, NULL},
         {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
-        {"precision", OPT_CHOICE, &c->precision, CLI_TRAIN_PRECISION_HELP, NULL, "train"},
-        {"resume", OPT_FLAG, &c->o.resume, "continue from DIR/checkpoint.safetensors, with the "
-                                           "options it recorded (those defining the model or "
-                                           "data cannot change)", NULL, NULL},
+        {"allreduce", OPT_CHOICE, &c->allreduce, "under mpirun, how the ranks sum the gradients: "
+                                                  "flat (one sum after the backward pass) or "
+                                                  "bucketed (each bucket as soon as the backward "
+                                                  "pass has it, overlapping the pass)", NULL, NULL},
+        {"bucket-kb", OPT_INT, &c->bucket_kb, "bucketed: KiB of gradients per sum",
+         "[4, 1048576]", NULL},
+        RUN_ROW("precision"),
+        {"resume", OPT_FLAG, &c->resume, "continue from DIR/checkpoint.safetensors, with the "
+                                         "options it recorded (those defining the model or "
+                                         "data cannot change)", NULL, NULL},
         {"overwrite", OPT_FLAG, &c->overwrite, "replace what DIR holds (a trained model, another "
                                                "run, files of a run's names)", NULL, NULL},
-        {"stop-after-steps", OPT_INT, &c->stop_after,
-         "checkpoint and stop at this step (0: never)", ARG_GE0, NULL},
+        RUN_ROW("stop-after-steps"),
         {"quiet", OPT_FLAG, &c->quiet, "no progress output", NULL, NULL},
         {"q", OPT_ALIAS, "quiet", NULL, NULL, NULL},
         {0},
     };
     _Static_assert(sizeof table <= MAX_LM_OPTIONS * sizeof *table, "MAX_LM_OPTIONS");
     memcpy(opts, table, sizeof table);
+    if (cli_run_table(&c->run, opts, "qkv train-lm")) return -1;
+    cli_run_pull(&c->run);
+    return 0;
+}
+
+/* Claims --out (resuming: then reads what the run recorded and parses the command line again
+ * over it), checks the options and hands them to the run. The exit status, or -1 to go on. */
+static int train_lm_setup(train_lm_cli *c, opt_spec *opts, int argc, char **argv)
+{
+    qkv_run *r = c->run.run;
+    qkv_error err = {0};
+    char holder[1024];
+    cli_command_line(holder, sizeof holder, argc, argv);
+    if (c->resume && c->overwrite) {
+        fprintf(stderr, "qkv train-lm: --resume continues the run in --out, --overwrite "
+                "replaces it: give one\n");
+        return 2;
+    }
+    if (c->out && c->resume) { /* a resumed run claims its directory first: it reads it */
+        if (qkv_run_claim(r, c->out, QKV_RUN_RESUME, holder, &err))
+            return cli_print_error("qkv", &err), 1;
+        cli_run_pull(&c->run);
+        if (args_parse(argc, argv, 2, opts, "")) return 2;
+    }
+#define VALUE(name) (int)qkv_run_get_int(r, qkv_run_option_find(QKV_RUN_LM, name, NULL))
+    if (cli_run_push(&c->run, "qkv train-lm")) return 2;
+    if (!c->out || !qkv_run_get_text(r, qkv_run_option_find(QKV_RUN_LM, "data", NULL))) {
+        fprintf(stderr, "qkv train-lm: needs --data FILE and --out DIR\n");
+        return 2;
+    }
+    if (cli_positions_fit("qkv train-lm", "context", VALUE("context"), VALUE("d-model")) ||
+        cli_train_precision((qkv_precision)VALUE("precision")))
+        return 2;
+#undef VALUE
+    if (qkv_run_check(r, &err)) return cli_print_error("qkv train-lm", &err), 2;
+    if (!c->resume && qkv_run_claim(r, c->out, c->overwrite ? QKV_RUN_OVERWRITE : QKV_RUN_NEW,
+                                    holder, &err))
+        return cli_print_error("qkv", &err), 1;
+    return -1;
 }
 
 static int train_lm_main(int argc, char **argv, cli_ranks *job)
 {
-    train_lm_cli c;
+    train_lm_cli c = {0};
     opt_spec opts[MAX_LM_OPTIONS];
-    resume_record rec = {0};
-    run_dir rd = {.lock_fd = -1};
-    train_lm_table(&c, opts);
-    int rc = args_parse(argc, argv, 2, opts,
-                        "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes FLOAT) "
-                        "[options]\n"
-                        "Trains a decoder-only language model on a text file.");
-    if (rc) return rc > 0 ? 0 : 2;
+    qkv_error err = {0};
+    if (qkv_run_create(&c.run.run, QKV_RUN_LM, &err)) return cli_print_error("qkv", &err), 1;
+    int rc = train_lm_table(&c, opts) ? 1
+             : args_parse(argc, argv, 2, opts,
+                          "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes "
+                          "FLOAT) [options]\n"
+                          "Trains a decoder-only language model on a text file.");
+    if (rc) {
+        qkv_run_free(c.run.run);
+        return rc > 0 ? 0 : 2;
+    }
     const int writer = cli_ranks_writer(job, &c.quiet);
-    c.o.reducer = &job->reducer;
-    if (c.o.resume && c.overwrite) {
-        fprintf(stderr, "qkv train-lm: --resume continues the run in --out, --overwrite "
-                "replaces it: give one\n");
-        goto usage;
+    qkv_run_set_reducer(c.run.run, &job->reducer);
+    qkv_run_set_hooks(c.run.run, &(qkv_run_hooks){.notice = print_notice});
+    rc = train_lm_setup(&c, opts, argc, argv);
+    if (rc < 0 && c.allreduce.value == 1 && cli_ranks_overlap(job, c.bucket_kb)) rc = 1;
+    if (rc < 0) {
+        cli_threads(cli_ranks_threads(job, c.threads));
+        rc = run(c.run.run, c.out, c.quiet, writer, job->reducer.size);
     }
-    if (c.out && c.o.resume) {
-        /* a resumed run claims its directory first: it reads it */
-        rc = run_dir_claim_writer(&rd, c.out, &RUN_LM, RUN_RESUME, writer, argc, argv) ||
-                     resume_start(&rec, c.out)
-                 ? 1 : resume_finish(&rec, opts, argc, argv, "qkv train-lm");
-        if (rc) goto end;
-    }
-    if (!c.data || !c.out) {
-        fprintf(stderr, "qkv train-lm: needs --data FILE and --out DIR\n");
-        goto usage;
-    }
-    if (c.steps == 0 && c.minutes == 0) {
-        fprintf(stderr, "qkv train-lm: give --steps N or --minutes FLOAT (or both)\n");
-        goto usage;
-    }
-    const qkv_precision prec = (qkv_precision)c.precision.value;
-    if (cli_positions_fit("qkv train-lm", "context", c.o.context, c.cfg.d_model) ||
-        cli_train_precision(prec))
-        goto usage;
-    c.cfg.attention = (qkv_attention_kind)c.attention.value;
-    c.cfg.act = (qkv_activation)c.act.value;
-    c.cfg.final_norm = c.cfg.pre_norm, c.cfg.bias = !c.no_bias, c.cfg.max_len = c.o.context;
-    c.o.steps = c.steps, c.o.minutes = c.minutes, c.o.stop_after_steps = c.stop_after;
-    c.o.out_dir = c.out;
-    cli_threads(cli_ranks_threads(job, c.threads));
-    const lm_run r = {c.data, c.vocab.value == VOCAB_BYTE, c.val_fraction, c.steps,
-                      c.stop_after, c.quiet, prec, opts, rec.history, writer};
-    rc = 1;
-    if (c.o.resume || !run_dir_claim_writer(&rd, c.out, &RUN_LM,
-                                            c.overwrite ? RUN_OVERWRITE : RUN_NEW, writer, argc,
-                                            argv))
-        rc = run(&c.cfg, &c.o, &r);
-    goto end;
-usage:
-    rc = 2;
-end:
-    run_dir_release(&rd);
-    resume_record_free(&rec);
+    qkv_run_free(c.run.run);
     return rc;
 }
 

@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <string.h>
 
-#include <cJSON.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -54,42 +53,22 @@ static decode_cli decode_defaults(void)
     {"precision", OPT_CHOICE, &(c).precision, CLI_PRECISION_HELP, NULL, NULL},                 \
     {"device", OPT_CHOICE, &(c).device, CLI_DEVICE_HELP, NULL, NULL}
 
-/* The model directory's decoding defaults (generation.json, written by qkv import from a
- * Marian release's decoder.yml or Hugging Face's generation_config.json) for each option
- * the command line does not give: "beam", "length_penalty", "beam_stop" (bound, count or
- * hf), "max_len". *alpha_set: whether it gave the length penalty. 0, or 1 after printing
- * why. */
+/* The model directory's decoding defaults (generation.json, qkv_generation_defaults_read) for
+ * each option the command line does not give. *alpha_set: whether it gave the length penalty.
+ * 0, or 1 after printing why. */
 static int generation_defaults(decode_cli *c, const opt_spec *opts, int argc, char **argv,
                                int *alpha_set)
 {
-    char path[4096];
+    qkv_generation_defaults g;
     qkv_error err = {0};
-    if (!qkv_model_dir_file(path, sizeof path, c->model, "generation.json")) return 0;
-    cJSON *g = NULL;
-    if (qkv_json_load(&g, path, QKV_MAX_CONFIG_BYTES, &err))
+    if (qkv_generation_defaults_read(&g, c->model, &err))
         return fprintf(stderr, "qkv: %s\n", err.msg), 1;
-    if (!cJSON_IsObject(g)) {
-        cJSON_Delete(g);
-        return fprintf(stderr, "qkv: %s: not a JSON object\n", path), 1;
-    }
-    const cJSON *beam = cJSON_GetObjectItemCaseSensitive(g, "beam");
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(g, "length_penalty");
-    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(g, "beam_stop");
-    const cJSON *max_len = cJSON_GetObjectItemCaseSensitive(g, "max_len");
-    static const char *const rules[] = {"bound", "count", "hf"};
-    if (cJSON_IsNumber(beam) && beam->valuedouble >= 1 && beam->valuedouble <= 256 &&
-        !args_given(argc, argv, 2, opts, "beam"))
-        c->o.beam = (int)beam->valuedouble;
-    if (cJSON_IsNumber(lp) && lp->valuedouble >= 0 && lp->valuedouble <= 100 &&
-        !args_given(argc, argv, 2, opts, "length-penalty"))
-        c->o.alpha = (float)lp->valuedouble, *alpha_set = 1;
-    for (int k = 0; k < 3 && cJSON_IsString(rule); k++)
-        if (!strcmp(rule->valuestring, rules[k]) && !args_given(argc, argv, 2, opts, "beam-stop"))
-            c->stop.value = k; /* QKV_BEAM_STOP_BOUND, _COUNT, _HF */
-    if (cJSON_IsNumber(max_len) && max_len->valuedouble >= 1 && max_len->valuedouble <= 65536 &&
-        !args_given(argc, argv, 2, opts, "max-len"))
-        c->o.max_len = (int)max_len->valuedouble;
-    cJSON_Delete(g);
+    if (g.beam && !args_given(argc, argv, 2, opts, "beam")) c->o.beam = g.beam;
+    if (g.has_length_penalty && !args_given(argc, argv, 2, opts, "length-penalty"))
+        c->o.alpha = (float)g.length_penalty, *alpha_set = 1;
+    if (g.beam_stop >= 0 && !args_given(argc, argv, 2, opts, "beam-stop"))
+        c->stop.value = g.beam_stop;
+    if (g.max_len && !args_given(argc, argv, 2, opts, "max-len")) c->o.max_len = g.max_len;
     return 0;
 }
 

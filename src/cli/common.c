@@ -32,49 +32,9 @@ char *cli_read_regular(const char *path, size_t max_bytes, size_t *len)
 
 int cli_read_lines(const char *path, int tsv, int *count, char ***lines, char **text)
 {
-    size_t len;
-    *lines = NULL;
-    if (!(*text = cli_read_all(path, QKV_MAX_TEXT_BYTES, &len))) return -1;
-    const char *nul = memchr(*text, '\0', len);
-    if (nul) { /* every reader of a line would stop there, unseen */
-        size_t line = 1;
-        for (const char *c = *text; c < nul; c++) line += *c == '\n';
-        fprintf(stderr, "qkv: %s:%zu: a NUL byte in the line: text holds none\n", path, line);
-        goto fail;
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) n += (*text)[i] == '\n';
-    n += len > 0 && (*text)[len - 1] != '\n'; /* a last line without its newline */
-    if (*count >= 0 && n < (size_t)*count) {
-        fprintf(stderr, "qkv: %s has %zu lines, %d needed\n", path, n, *count);
-        goto fail;
-    }
-    if (*count < 0) *count = (int)n;
-    if (!(*lines = malloc(((size_t)*count + 1) * sizeof **lines))) {
-        fprintf(stderr, "qkv: out of memory for the lines of %s\n", path);
-        goto fail;
-    }
-    char *at = *text;
-    for (int i = 0; i < *count; i++) {
-        char *end = strchr(at, '\n'), *next = end ? end + 1 : at + strlen(at);
-        if (end) *end = '\0';
-        if (end > at && end[-1] == '\r') end[-1] = '\0';
-        if (tsv) {
-            char *tab = strchr(at, '\t');
-            if (!tab) {
-                fprintf(stderr, "qkv: %s:%d: no tab (source<TAB>target)\n", path, i + 1);
-                goto fail;
-            }
-            at = tab + 1;
-            if ((tab = strchr(at, '\t'))) *tab = '\0';
-        }
-        (*lines)[i] = at;
-        at = next;
-    }
-    return 0;
-fail:
-    free(*lines), free(*text);
-    *lines = NULL, *text = NULL;
+    qkv_error err = {0};
+    if (!qkv_read_lines(path, tsv, count, lines, text, &err)) return 0;
+    fprintf(stderr, "qkv: %s\n", err.msg);
     return -1;
 }
 
@@ -229,4 +189,32 @@ int cli_positions_fit(const char *cmd, const char *len_option, int max_len, int 
     fprintf(stderr, "%s: --%s %d x --d-model %d needs a %.1f GiB positional table (over 1 GiB): "
             "lower --%s\n", cmd, len_option, max_len, d_model, bytes / gib, len_option);
     return -1;
+}
+
+void cli_command_line(char *out, size_t cap, int argc, char **argv)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int i = 0; i < argc && n + 1 < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? " " : "", argv[i]);
+}
+
+static void print_notice(const char *text, void *ctx)
+{
+    (void)ctx;
+    fprintf(stderr, "qkv: %s\n", text);
+}
+
+qkv_run_dir *cli_claim_model_dir(const char *dir, int overwrite, int argc, char **argv)
+{
+    char holder[1024];
+    cli_command_line(holder, sizeof holder, argc, argv);
+    qkv_run_dir *rd = NULL;
+    qkv_error err = {0};
+    if (qkv_run_dir_claim(&rd, dir, QKV_RUN_DIR_MODEL, overwrite ? QKV_RUN_OVERWRITE : QKV_RUN_NEW,
+                          holder, QKV_NAMING_COMMAND, print_notice, NULL, &err)) {
+        fprintf(stderr, "qkv: %s\n", err.msg);
+        return NULL;
+    }
+    return rd;
 }

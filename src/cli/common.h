@@ -34,6 +34,12 @@ qkv_status cli_translate_words(qkv_translations *out, qkv_translator *t,
                                const qkv_sentences *words, const qkv_translate_options *o,
                                const char *who, qkv_error *err);
 
+/* The command line as one line: the holder a run directory's lock names. */
+void cli_command_line(char *out, size_t cap, int argc, char **argv);
+/* Claims DIR for a model written whole (qkv average, an import; qkv_run_dir_claim), the
+ * command line naming the holder, with --overwrite or not. NULL after printing why. */
+qkv_run_dir *cli_claim_model_dir(const char *dir, int overwrite, int argc, char **argv);
+
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
 

@@ -10,13 +10,21 @@
 /* Time in the gradients' sums, split at a barrier: waiting for the slowest rank to finish its
  * backward pass, then MPI_Allreduce itself (the communication). */
 typedef struct {
-    double wait, seconds, bytes; /* in sum_floats, and the bytes of its last call */
+    double wait, seconds, bytes; /* in sum_floats, and the bytes of its last call; bucketed:
+                                  * seconds is the wait in finish_sums (what the backward pass
+                                  * did not hide), bytes a step's */
     long calls;
     double t0;             /* MPI_Wtime at cli_ranks_open */
+    double span;           /* bucketed: from a step's first start_sum to its finish_sums' end */
+    double t_first, bytes_step;
 } cli_sum_stats;
+
+/* The overlapped sums' thread (mpi_reducer.c). */
+typedef struct cli_overlap cli_overlap;
 
 typedef struct {
     qkv_reducer reducer; /* rank 0 of 1 without mpirun */
+    cli_overlap *overlap; /* --allreduce bucketed: the thread that drives the sums */
     int mpi;             /* MPI is initialised (the process was started by mpirun) */
     int report;          /* rank 0 prints the allreduce time at the end (not --quiet) */
     cli_sum_stats stats;
@@ -40,6 +48,16 @@ typedef int (*cli_ranks_main)(int argc, char **argv, cli_ranks *job);
 /* The whole of a training command: joins the job, runs main on this rank, ends the job with
  * main's exit status (cli_ranks_open, cli_ranks_close). */
 int cli_ranks_run(int argc, char **argv, cli_ranks_main main);
+/* The choices of --allreduce: flat (0), bucketed (1). */
+static const char *const ALLREDUCE[] = {"flat", "bucketed", NULL};
+
+/* --allreduce bucketed: the reducer gains start_sum and finish_sums, buckets of bucket_kb
+ * KiB, and a thread that starts each bucket's MPI_Iallreduce as the backward pass hands it
+ * over and drives them while the pass goes on (Open MPI advances a nonblocking collective only
+ * inside MPI calls); the training thread makes no MPI call until finish_sums has waited for
+ * them. Nothing to do on one rank. 0, or -1 after printing why. */
+int cli_ranks_overlap(cli_ranks *job, int bucket_kb);
+
 /* 1 on the rank that writes the run directory and speaks for the job (rank 0); the others
  * get *quiet = 1 and print only their errors. Rank 0 reports the allreduce time at the end
  * unless *quiet. */

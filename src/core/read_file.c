@@ -174,3 +174,52 @@ qkv_status qkv_read_regular_file(const char *path, size_t max_bytes, char **text
     if (!path) return qkv_fail(err, QKV_ERR_ARG, "qkv_read_regular_file: NULL path");
     return read_whole(path, 1, max_bytes, text, len, err);
 }
+
+qkv_status qkv_read_lines(const char *path, int tsv, int *count, char ***lines, char **text,
+                          qkv_error *err)
+{
+    size_t len;
+    *lines = NULL;
+    const char *name = path && strcmp(path, "-") ? path : "stdin";
+    qkv_status st = qkv_read_file(path && strcmp(path, "-") ? path : NULL, QKV_MAX_TEXT_BYTES,
+                                  text, &len, err);
+    if (st) return st;
+    const char *nul = memchr(*text, '\0', len);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) n += (*text)[i] == '\n';
+    n += len > 0 && (*text)[len - 1] != '\n'; /* a last line without its newline */
+    if (nul) { /* every reader of a line would stop there, unseen */
+        size_t line = 1;
+        for (const char *c = *text; c < nul; c++) line += *c == '\n';
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%zu: a NUL byte in the line: text holds none",
+                      name, line);
+    } else if (*count >= 0 && n < (size_t)*count) {
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s has %zu lines, %d needed", name, n, *count);
+    } else {
+        if (*count < 0) *count = (int)n;
+        if (!(*lines = malloc(((size_t)*count + 1) * sizeof **lines)))
+            st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the lines of %s", name);
+    }
+    char *at = *text;
+    for (int i = 0; !st && i < *count; i++) {
+        char *end = strchr(at, '\n'), *next = end ? end + 1 : at + strlen(at);
+        if (end) *end = '\0';
+        if (end > at && end[-1] == '\r') end[-1] = '\0';
+        if (tsv) {
+            char *tab = strchr(at, '\t');
+            if (!tab) {
+                st = qkv_fail(err, QKV_ERR_FORMAT, "%s:%d: no tab (source<TAB>target)", name,
+                              i + 1);
+                break;
+            }
+            at = tab + 1;
+            if ((tab = strchr(at, '\t'))) *tab = '\0';
+        }
+        (*lines)[i] = at;
+        at = next;
+    }
+    if (!st) return QKV_OK;
+    free(*lines), free(*text);
+    *lines = NULL, *text = NULL;
+    return st;
+}

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include <cJSON.h>
+
 #include "io/model_dir.h"
 #include "models/transformer_internal.h"
 
@@ -168,4 +170,34 @@ qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *o
                                qkv_train_position *pos, qkv_error *err)
 {
     return model_load_checkpoint(&transformer_kind, path, m, opt, pos, err);
+}
+
+qkv_status qkv_generation_defaults_read(qkv_generation_defaults *g, const char *dir,
+                                        qkv_error *err)
+{
+    *g = (qkv_generation_defaults){0, 0, 0.0, -1, 0};
+    char path[4096];
+    if (!qkv_model_dir_file(path, sizeof path, dir, "generation.json")) return QKV_OK;
+    cJSON *o = NULL;
+    qkv_status st = qkv_json_load(&o, path, QKV_MAX_CONFIG_BYTES, err);
+    if (st) return st;
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    const cJSON *beam = cJSON_GetObjectItemCaseSensitive(o, "beam");
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(o, "length_penalty");
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(o, "beam_stop");
+    const cJSON *max_len = cJSON_GetObjectItemCaseSensitive(o, "max_len");
+    if (cJSON_IsNumber(beam) && beam->valuedouble >= 1 && beam->valuedouble <= 256)
+        g->beam = (int)beam->valuedouble;
+    if (cJSON_IsNumber(lp) && lp->valuedouble >= 0 && lp->valuedouble <= 100)
+        g->has_length_penalty = 1, g->length_penalty = lp->valuedouble;
+    int v;
+    if (cJSON_IsString(rule) && !qkv_enum_parse(QKV_ENUM_BEAM_STOP, rule->valuestring, &v, NULL))
+        g->beam_stop = v;
+    if (cJSON_IsNumber(max_len) && max_len->valuedouble >= 1 && max_len->valuedouble <= 65536)
+        g->max_len = (int)max_len->valuedouble;
+    cJSON_Delete(o);
+    return QKV_OK;
 }

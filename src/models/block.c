@@ -193,10 +193,13 @@ void stack_backward(const backend *be, const stack_pass *k, const stack_acts *a,
                                     d->C);
     else
         be->ops->copy(work->dh, dout, (size_t)N * d->C);
-    for (int l = L - 1; l >= 0; l--)
+    for (int l = L - 1; l >= 0; l--) {
         block_backward(be, k, &a->blocks[l], &w->blocks[l], &g->blocks[l], l,
                        l ? a->blocks[l - 1].ff.out : a->x, d_mem, work);
+        if (k->grads_done) k->grads_done(k->grads_ctx); /* block l's gradients are final */
+    }
     embed_backward(be, k, g, work->dh, ids);
+    if (k->grads_done) k->grads_done(k->grads_ctx);
 }
 
 /* ---- one decoding step ----------------------------------------------------------------------

@@ -316,7 +316,7 @@ static stack_pass encoder_pass(qkv_transformer *m, const qkv_mask *src_mask, int
                                float p, uint64_t seed)
 {
     stack_pass k = {&m->enc_dims, B, Ts, 0, src_mask, NULL, NULL, p, seed, m->acts.scratch,
-                    m->first_example};
+                    m->first_example, m->grads_done, m->grads_ctx};
     return k;
 }
 
@@ -325,7 +325,7 @@ static stack_pass decoder_pass(qkv_transformer *m, const qkv_mask *causal,
                                uint64_t seed)
 {
     stack_pass k = {&m->dec_dims, B, Tt, Ts, causal, src_mask, m->acts.enc.out, p, seed,
-                    m->acts.scratch, m->first_example};
+                    m->acts.scratch, m->first_example, m->grads_done, m->grads_ctx};
     return k;
 }
 
@@ -373,6 +373,7 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
     be.ops->zero(dout, (size_t)B * Tt * C);
     op_linear_backward(&be, dout, m->g.out_W, NULL, x->logits, x->dec.out, m->w.out_W, B * Tt, C,
                        m->cfg.tgt_vocab);
+    if (m->grads_done) m->grads_done(m->grads_ctx); /* the output layer's (untied) are final */
     be.ops->zero(x->d_enc_out, (size_t)B * Ts * C);
     const stack_pass dec = decoder_pass(m, &causal, &src_mask, B, Ts, Tt, p, seed);
     stack_backward(&be, &dec, &x->dec, &m->w.decoder, &m->g.decoder, x->tgt_in, dout,
@@ -380,6 +381,27 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
     const stack_pass enc = encoder_pass(m, &src_mask, B, Ts, p, seed);
     stack_backward(&be, &enc, &x->enc, &m->w.encoder, &m->g.encoder, x->src, x->d_enc_out, NULL,
                    &x->work);
+}
+
+/* Events in backward's order: the output layer (0), the decoder's blocks from the top (its
+ * final norm with its top block), its embedding, the encoder's alike. */
+int qkv_transformer_grad_events(const qkv_transformer *m, int *event)
+{
+    const int Ld = m->cfg.dec_layers, Le = m->cfg.enc_layers;
+    const int dec_embed = 1 + Ld, enc_embed = 2 + Ld + Le;
+    for (int i = 0; i < m->core.n_tensors; i++) {
+        const char *name = m->core.names[i];
+        int l;
+        if (!strncmp(name, "output.", 7)) event[i] = 0;
+        else if (sscanf(name, "decoder.%d.", &l) == 1) event[i] = 1 + (Ld - 1 - l);
+        else if (!strncmp(name, "decoder.norm", 12)) event[i] = 1;
+        else if (!strcmp(name, "tgt_embedding") || !strcmp(name, "tgt_positions"))
+            event[i] = dec_embed;
+        else if (sscanf(name, "encoder.%d.", &l) == 1) event[i] = dec_embed + 1 + (Le - 1 - l);
+        else if (!strncmp(name, "encoder.norm", 12)) event[i] = dec_embed + 1;
+        else event[i] = enc_embed; /* src_embedding, src_positions, embedding (tied: all) */
+    }
+    return enc_embed + 1;
 }
 
 /* ---- entry points ---------------------------------------------------------------------- */
@@ -426,8 +448,9 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
         m->first_example = o->first_example;
+        m->grads_done = o->grads_done, m->grads_ctx = o->grads_ctx;
         backward(m, b, p, o->dropout_seed);
-        m->first_example = 0;
+        m->first_example = 0, m->grads_done = NULL, m->grads_ctx = NULL;
     }
     return core_finish(&m->core, err);
 }

@@ -233,7 +233,7 @@ static stack_pass pass_of(qkv_lm *m, const qkv_mask *causal, int B, int T, float
                           uint64_t seed)
 {
     stack_pass k = {&m->dims, B, T, 0, causal, NULL, NULL, p, seed, m->acts.scratch,
-                    m->first_example};
+                    m->first_example, m->grads_done, m->grads_ctx};
     return k;
 }
 
@@ -265,8 +265,25 @@ static void backward(qkv_lm *m, int B, int T, float p, uint64_t seed)
     be.ops->zero(dout, (size_t)N * C);
     op_linear_backward(&be, dout, m->g.out_W, NULL, x->logits, x->s.out, m->w.out_W, N, C,
                        m->cfg.vocab);
+    if (m->grads_done) m->grads_done(m->grads_ctx); /* the output layer's (untied) are final */
     const stack_pass k = pass_of(m, &causal, B, T, p, seed);
     stack_backward(&be, &k, &x->s, &m->w.stack, &m->g.stack, x->ids, dout, NULL, &x->work);
+}
+
+/* Events in backward's order: the output layer (0), the blocks from the top (the final norm
+ * with the top block), the embedding (tied: with it the output layer). */
+int qkv_lm_grad_events(const qkv_lm *m, int *event)
+{
+    const int L = m->cfg.layers;
+    for (int i = 0; i < m->core.n_tensors; i++) {
+        const char *name = m->core.names[i];
+        int l;
+        if (!strncmp(name, "output.", 7)) event[i] = 0;
+        else if (sscanf(name, "decoder.%d.", &l) == 1) event[i] = 1 + (L - 1 - l);
+        else if (!strncmp(name, "decoder.norm", 12)) event[i] = 1;
+        else event[i] = 1 + L; /* embedding, positions */
+    }
+    return 2 + L;
 }
 
 /* ---- entry points ---------------------------------------------------------------------- */
@@ -299,8 +316,9 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
         m->first_example = o->first_example;
+        m->grads_done = o->grads_done, m->grads_ctx = o->grads_ctx;
         backward(m, B, T, p, o->dropout_seed);
-        m->first_example = 0;
+        m->first_example = 0, m->grads_done = NULL, m->grads_ctx = NULL;
     }
     return core_finish(&m->core, err);
 }

@@ -33,6 +33,8 @@ struct qkv_lm {
     lm_w w, g; /* views of the parameters and of their gradients */
     lm_acts acts;
     uint64_t first_example; /* of the loss pass running (qkv_loss_options) */
+    void (*grads_done)(void *ctx); /* and its hook, while it runs backward */
+    void *grads_ctx;
 };
 
 /* The causal forward pass over ids (B, T) with dropout rate p (0: evaluation), filling

@@ -111,6 +111,8 @@ typedef struct {
     float *scratch;
     uint64_t first;            /* the batch's first sequence in the whole batch of a step run
                                 * on several ranks (0 on one): dropout counters start there */
+    void (*grads_done)(void *ctx); /* backward: after each block and the embedding (or NULL) */
+    void *grads_ctx;
 } stack_pass;
 
 /* Work space of a backward pass, (B*T, C) each. */

@@ -119,9 +119,13 @@ static qkv_status log_metrics(const char *dir, const qkv_lm_train_progress *p, q
     return metrics_close(fp, path, err);
 }
 
+/* Micro-batches per optimizer step. */
+static int accum_of(const qkv_lm_train_options *o) { return o->accum > 1 ? o->accum : 1; }
+
 static qkv_status check_options(const qkv_lm *m, size_t n_train, const qkv_lm_train_options *o,
                                 qkv_error *err)
 {
+    if (o->accum < 0) return qkv_fail(err, QKV_ERR_ARG, "accum must be >= 0, got %d", o->accum);
     if (!o->out_dir) return qkv_fail(err, QKV_ERR_ARG, "training needs an output directory");
     if (o->batch < 1 || o->context < 1 || o->context > m->cfg.max_len)
         return qkv_fail(err, QKV_ERR_ARG, "need batch >= 1 and a context of 1 to %d tokens (the "
@@ -153,6 +157,7 @@ typedef struct {
     double t0, elapsed0, budget;
     int64_t run_tokens;
     qkv_lm_train_progress prog;
+    grad_buckets gb; /* the gradients' buckets under an overlapping reducer */
 } lm_run;
 
 /* The run's start: checks, the output directory, gradients and Adam's moments, and, with
@@ -195,9 +200,22 @@ static qkv_status run_open(lm_run *r, qkv_lm *m, const int *train, size_t n_trai
     if (rd_parallel(rd) &&
         (st = rd_share_state(rd, qkv_lm_params(m), &r->opt, &r->pos, sizeof r->pos, err)))
         return st;
-    const size_t BT = (size_t)o->batch * o->context;
+    const size_t BT = (size_t)o->batch * accum_of(o) * o->context;
     if (!(r->ids = malloc(BT * sizeof *r->ids)) || !(r->targets = malloc(BT * sizeof *r->ids)))
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for batches");
+    if (rd && rd->start_sum) { /* the gradients' buckets, for an overlapping reducer */
+        const int n = qkv_lm_num_tensors(m);
+        qkv_param_info *t = malloc((size_t)n * sizeof *t);
+        int *event = malloc((size_t)n * sizeof *event);
+        st = t && event ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+        if (!st) {
+            for (int i = 0; i < n; i++) t[i] = qkv_lm_tensor(m, i);
+            qkv_lm_grad_events(m, event);
+            st = buckets_init(&r->gb, rd, &m->core, lm_grads(m), t, event, n, err);
+        }
+        free(t), free(event);
+        if (st) return st;
+    }
     r->t0 = qkv_now_s(), r->elapsed0 = r->pos.elapsed_s, r->budget = o->minutes * 60.0;
     r->prog.steps = o->steps, r->prog.val_loss = NAN;
     return QKV_OK;
@@ -207,6 +225,7 @@ static void run_close(lm_run *r)
 {
     free(r->ids), free(r->targets);
     qkv_adam_free(&r->opt);
+    buckets_free(&r->gb);
 }
 
 /* The training time so far, the same on every rank when a time budget decides. */
@@ -216,30 +235,37 @@ static qkv_status run_elapsed(lm_run *r, const qkv_reducer *rd, double *elapsed,
     return r->budget > 0.0 ? rd_share(rd, elapsed, sizeof *elapsed, err) : QKV_OK;
 }
 
-/* Step s + 1: its windows, then one optimizer step on this rank's shard of them (the mean
- * over the whole batch's tokens). */
+/* Step s + 1: its windows (accum x batch of them, as a batch that large would draw), then one
+ * optimizer step over them, micro-batch by micro-batch, each pass on this rank's shard (the
+ * mean over the whole step's tokens). */
 static qkv_status run_step(lm_run *r, qkv_lm *m, const int *train, size_t n_train,
                            const qkv_lm_train_options *o, double elapsed, double *lr,
                            qkv_step_result *res, qkv_error *err)
 {
     const qkv_reducer *rd = o->reducer;
-    const int B = o->batch, T = o->context;
+    const int B = o->batch, T = o->context, n = accum_of(o);
     const int64_t s = r->opt.step;
-    gather_windows(r->ids, r->targets, train, n_train, B, T, r->pos.seed, s);
+    gather_windows(r->ids, r->targets, train, n_train, B * n, T, r->pos.seed, s);
     /* the schedule at this step; with a time budget, at the time it starts */
     *lr = learning_rate(o, s + 1, elapsed, r->budget);
     float grad_scale = 0.0f; /* the per-token mean */
-    int first = 0, count = B;
-    if (rd_parallel(rd)) { /* over the whole batch's tokens, whichever shard holds them */
-        const int64_t tokens = rd_target_tokens(r->targets, (size_t)B * T);
+    if (rd_parallel(rd) || n > 1) { /* over the whole step's tokens, whichever pass holds them */
+        const int64_t tokens = rd_target_tokens(r->targets, (size_t)B * n * T);
         grad_scale = 1.0f / (float)(tokens ? tokens : 1);
-        qkv_shard_of(B, rd->rank, rd->size, &first, &count);
     }
     const qkv_step_options so = {(float)*lr, o->clip, grad_scale, 0.0f,
                                  stream_of(r->pos.seed, STREAM_DROPOUT, (uint64_t)s + 1), 0, rd,
-                                 (uint64_t)first};
-    qkv_status st = qkv_lm_train_step(m, &r->opt, r->ids + (size_t)first * T,
-                                      r->targets + (size_t)first * T, count, T, &so, res, err);
+                                 0};
+    qkv_status st = step_begin(&m->core, lm_grads(m), &so, n, res, err);
+    if (st) return st;
+    for (int k = 0; k < n; k++) {
+        int first = 0, count = B;
+        if (rd_parallel(rd)) qkv_shard_of(B, rd->rank, rd->size, &first, &count);
+        const size_t row = (size_t)k * B + (size_t)first;
+        st = step_pass_lm(m, r->ids + row * T, r->targets + row * T, count, T, &so, row,
+                          k == n - 1 ? &r->gb : NULL, st, res, err);
+    }
+    st = step_end(&m->core, &r->opt, st, &so, &r->gb, res, err);
     if (st == QKV_ERR_NUMERIC) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");
@@ -260,7 +286,7 @@ static qkv_status run_report(lm_run *r, qkv_lm *m, const int *val, size_t n_val,
                          ((o->eval_every > 0 && step % o->eval_every == 0) || last);
     qkv_lm_train_progress *prog = &r->prog;
     prog->step = step;
-    prog->epoch = (double)step * B * T / (double)n_train;
+    prog->epoch = (double)step * B * accum_of(o) * T / (double)n_train;
     prog->loss = r->pos.loss_sum / (double)(r->pos.loss_tokens ? r->pos.loss_tokens : 1);
     prog->val_loss = NAN;
     prog->tokens_per_s = (double)r->run_tokens / (qkv_now_s() - r->t0 + 1e-9);

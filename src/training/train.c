@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "models/transformer_internal.h"
 #include "training/parallel.h"
 #include "training/training.h"
 
@@ -40,6 +41,9 @@ static float learning_rate(const qkv_train_options *o, int d_model, int64_t step
     double s = (double)step, w = (double)o->warmup;
     return (float)(o->lr_factor / sqrt((double)d_model) * fmin(1.0 / sqrt(s), s * pow(w, -1.5)));
 }
+
+/* Batches per optimizer step. */
+static int accum_of(const qkv_train_options *o) { return o->accum > 1 ? o->accum : 1; }
 
 qkv_status metrics_open(FILE **fp, char *path, size_t path_size, const char *dir,
                         qkv_error *err)
@@ -127,8 +131,11 @@ static qkv_status check_options(const qkv_train_options *o, qkv_error *err)
     if (o->batch_tokens < 0 || o->patience < 0 || o->keep_epochs < 0 || !(o->minutes >= 0.0))
         return qkv_fail(err, QKV_ERR_ARG, "batch_tokens, patience, keep_epochs and minutes must "
                         "be >= 0");
-    if (!o->valid && (o->patience > 0 || o->valid_bleu))
-        return qkv_fail(err, QKV_ERR_ARG, "patience and BLEU need validation data");
+    if (!o->valid && (o->patience > 0 || o->valid_bleu || o->valid_every > 0))
+        return qkv_fail(err, QKV_ERR_ARG, "patience, BLEU and valid_every need validation data");
+    if (o->accum < 0 || o->valid_every < 0 || o->save_every < 0 || o->keep_last < 0)
+        return qkv_fail(err, QKV_ERR_ARG, "accum, valid_every, save_every and keep_last must be "
+                        ">= 0");
     if (!o->valid_tokenizer != !o->valid_references)
         return qkv_fail(err, QKV_ERR_ARG, "valid_tokenizer and valid_references go together");
     if (o->valid_references && o->valid && o->valid_references->count != o->valid->n)
@@ -167,6 +174,8 @@ typedef struct {
     qkv_train_position pos;
     epoch_plan plan;
     batch_buffers bb;
+    qkv_batch *micro;       /* a step's micro-batches (accum) */
+    grad_buckets gb;        /* the gradients' buckets under an overlapping reducer */
     history hist;
     int since_best;         /* validations since the best one */
     qkv_train_progress prog;
@@ -179,8 +188,28 @@ static void run_close(run *r)
 {
     plan_free(&r->plan);
     batch_buffers_free(&r->bb);
+    free(r->micro);
+    buckets_free(&r->gb);
     history_free(&r->hist);
     qkv_adam_free(&r->opt);
+}
+
+/* The gradients' buckets, when the reducer overlaps its sums with the backward pass. */
+static qkv_status plan_buckets(run *r, qkv_error *err)
+{
+    if (!r->rd || !r->rd->start_sum) return QKV_OK;
+    const int n = qkv_transformer_num_tensors(r->m);
+    qkv_param_info *t = malloc((size_t)n * sizeof *t);
+    int *event = malloc((size_t)n * sizeof *event);
+    qkv_status st = t && event ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+    if (!st) {
+        for (int i = 0; i < n; i++) t[i] = qkv_transformer_tensor(r->m, i);
+        qkv_transformer_grad_events(r->m, event);
+        st = buckets_init(&r->gb, r->rd, &r->m->core, transformer_grads(r->m), t, event, n,
+                          err);
+    }
+    free(t), free(event);
+    return st;
 }
 
 /* Checks, the run directory, the optimizer, and a resumed run's position and validations. */
@@ -216,7 +245,8 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
     if (o->resume && r->writer && !stat(r->ckpt, &sb)) {
         /* the data order and dropout follow the saved run's seed */
         st = qkv_checkpoint_load(r->ckpt, m, &r->opt, &r->pos, err);
-        if (!st && o->valid) st = history_load(&r->hist, r->hist_path, r->pos.epoch, err);
+        if (!st && o->valid)
+            st = history_load(&r->hist, r->hist_path, r->pos.epoch, r->opt.step, err);
     }
     history_best(&r->hist, o->valid_bleu, &r->since_best);
     if (!st && rd_parallel(r->rd))
@@ -226,47 +256,88 @@ static qkv_status run_open(run *r, qkv_transformer *m, const qkv_dataset *d,
     /* a batch by tokens holds at most batch_tokens pairs (each is at least one token long) */
     const int Bmax = by_tokens ? o->batch_tokens : o->batch;
     if (!st) st = plan_init(&r->plan, d, by_tokens, err);
-    if (!st) st = batch_buffers_init(&r->bb, Bmax < d->n ? Bmax : d->n, d->num_steps, err);
+    /* room for a step's micro-batches, one after the other */
+    if (!st) st = batch_buffers_init(&r->bb, accum_of(o) * (Bmax < d->n ? Bmax : d->n),
+                                     d->num_steps, err);
+    if (!st && !(r->micro = malloc((size_t)accum_of(o) * sizeof *r->micro)))
+        st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory for batches");
+    if (!st) st = plan_buckets(r, err);
     if (st) run_close(r);
     r->prog.epochs = o->epochs;
     return st;
 }
 
-/* Batch bi of the epoch: one step, then where training stands and the progress report.
- * timed counts the epoch's tokens since t0, for the tokens per second. */
-static qkv_status train_batch(run *r, int epoch, int bi, double t0, int64_t *timed,
-                              qkv_error *err)
+/* Micro-batch bi of the epoch gathered into the buffers after the rows before it. */
+static qkv_batch gather_micro(run *r, int bi, int rows_before, int *cells_before)
 {
-    const qkv_train_options *o = r->o;
     const qkv_dataset *d = r->d;
     const int *items = r->plan.items + r->plan.first[bi];
-    const int size = r->plan.first[bi + 1] - r->plan.first[bi], T = d->num_steps;
+    const int size = r->plan.first[bi + 1] - r->plan.first[bi];
     int Ts, Tt;
     /* the whole batch's lengths, on every rank: a shard is padded as the whole batch is */
-    batch_lengths(d, items, size, o->batch_tokens > 0, &Ts, &Tt);
-    qkv_batch batch = gather(d, items, size, Ts, Tt,
-                             qkv_transformer_get_config(r->m)->decoder_start, &r->bb);
+    batch_lengths(d, items, size, r->o->batch_tokens > 0, &Ts, &Tt);
+    const int cells = *cells_before;
+    batch_buffers at = {r->bb.src + cells, r->bb.src_valid + rows_before, r->bb.tgt_in + cells,
+                        r->bb.tgt_out + cells};
+    *cells_before += size * (Ts > Tt ? Ts : Tt);
+    return gather(d, items, size, Ts, Tt, qkv_transformer_get_config(r->m)->decoder_start, &at);
+}
+
+/* This rank's shard of a (micro-)batch. */
+static qkv_batch shard_of(const qkv_batch *b, const qkv_reducer *rd, int *first)
+{
+    int count;
+    qkv_shard_of(b->B, rd->rank, rd->size, first, &count);
+    return (qkv_batch){count, b->src_len, b->tgt_len, b->src + (size_t)*first * b->src_len,
+                       b->src_valid + *first, b->tgt_in + (size_t)*first * b->tgt_len,
+                       b->tgt_out + (size_t)*first * b->tgt_len};
+}
+
+/* The step's passes: micro-batches bi .. bi + n of the epoch, each (data-parallel: this rank's
+ * shard of each) numbered after the sequences of the ones before it, so that its dropout masks
+ * are those of one batch of them all. */
+static qkv_status step_passes(run *r, int bi, int n, const qkv_step_options *so,
+                              qkv_step_result *res, qkv_error *err)
+{
+    qkv_batch *micro = r->micro;
+    int rows = 0, cells = 0;
+    int64_t tokens = 0;
+    for (int k = 0; k < n; k++) {
+        micro[k] = gather_micro(r, bi + k, rows, &cells);
+        rows += micro[k].B;
+        tokens += rd_target_tokens(micro[k].tgt_out, (size_t)micro[k].B * micro[k].tgt_len);
+    }
+    qkv_step_options o = *so;
+    /* the per-token mean over the whole step's tokens, whichever pass (or shard) holds them */
+    if (!r->o->d2l_loss_scale && (n > 1 || rd_parallel(r->rd)))
+        o.grad_scale = 1.0f / (float)(tokens ? tokens : 1);
+    qkv_status st = step_begin(&r->m->core, transformer_grads(r->m), &o, n, res, err);
+    if (st) return st;
+    for (int k = 0, before = 0; k < n; before += micro[k].B, k++) {
+        int first = 0;
+        const qkv_batch b = rd_parallel(r->rd) ? shard_of(&micro[k], r->rd, &first) : micro[k];
+        st = step_pass_transformer(r->m, &b, &o, (uint64_t)(before + first),
+                                   k == n - 1 ? &r->gb : NULL, st, res, err);
+    }
+    return step_end(&r->m->core, &r->opt, st, &o, &r->gb, res, err);
+}
+
+/* One optimizer step over batches bi .. bi + n of the epoch, then where training stands and
+ * the progress report. timed counts the epoch's tokens since t0, for the tokens per second. */
+static qkv_status train_step(run *r, int epoch, int bi, int n, double t0, int64_t *timed,
+                             qkv_error *err)
+{
+    const qkv_train_options *o = r->o;
+    const int T = r->d->num_steps;
     const int64_t step = r->opt.step + 1;
     /* d2l differentiates sum_seq mean_t(loss): each token counts 1/num_steps */
-    float grad_scale = o->d2l_loss_scale ? 1.0f / (float)T : 0.0f;
-    int first = 0, count = size;
-    if (rd_parallel(r->rd)) {
-        /* the per-token mean over the whole batch: each shard's token losses over its tokens */
-        if (!o->d2l_loss_scale) {
-            const int64_t tokens = rd_target_tokens(batch.tgt_out, (size_t)size * Tt);
-            grad_scale = 1.0f / (float)(tokens ? tokens : 1);
-        }
-        qkv_shard_of(size, r->rd->rank, r->rd->size, &first, &count);
-        batch = (qkv_batch){count, Ts, Tt, batch.src + (size_t)first * Ts,
-                            batch.src_valid + first, batch.tgt_in + (size_t)first * Tt,
-                            batch.tgt_out + (size_t)first * Tt};
-    }
+    const float grad_scale = o->d2l_loss_scale ? 1.0f / (float)T : 0.0f;
     const qkv_step_options so = {
         learning_rate(o, qkv_transformer_get_config(r->m)->d_model, step), o->clip, grad_scale,
         o->label_smoothing, stream_of(r->pos.seed, STREAM_DROPOUT, (uint64_t)step),
-        o->skip_nonfinite, r->rd, (uint64_t)first};
+        o->skip_nonfinite, r->rd, 0};
     qkv_step_result res;
-    qkv_status st = qkv_transformer_train_step(r->m, &r->opt, &batch, &so, &res, err);
+    qkv_status st = step_passes(r, bi, n, &so, &res, err);
     if (st == QKV_ERR_NUMERIC) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err ? err->msg : "non-finite loss");
@@ -275,32 +346,34 @@ static qkv_status train_batch(run *r, int epoch, int bi, double t0, int64_t *tim
     }
     if (st) return st;
     qkv_train_progress *p = &r->prog;
-    r->pos.batch = bi + 1;
+    r->pos.batch = bi + n;
     if (!res.skipped)
         r->pos.epoch_loss += res.loss, r->pos.epoch_tokens += res.tokens, *timed += res.tokens;
-    p->epoch = epoch + 1, p->batch = bi + 1, p->step = r->opt.step;
+    p->epoch = epoch + 1, p->batch = bi + n, p->step = r->opt.step;
     p->loss = r->pos.epoch_loss / (double)(r->pos.epoch_tokens ? r->pos.epoch_tokens : 1);
     p->d2l_loss = p->loss / T;
     p->tokens_per_s = (double)*timed / (qkv_now_s() - t0 + 1e-9);
     p->grad_norm = res.grad_norm;
     p->lr = so.lr;
-    p->end_of_epoch = bi + 1 == r->plan.n_batches;
+    p->end_of_epoch = bi + n == r->plan.n_batches;
     p->validated = p->best = p->stopping = 0;
     p->val_loss = p->bleu = p->sacrebleu = p->chrf = NAN;
     return QKV_OK;
 }
 
-/* After the last batch of epoch (0-based): validate, remember, keep the best and see whether
- * patience is spent; keep the last keep_epochs models. */
-static qkv_status end_epoch(run *r, int epoch, qkv_error *err)
+/* A validation now (in epoch, 1-based): the loss and BLEU, the history, the best model kept,
+ * and whether patience is spent; rank 0 validates and tells the others. */
+static qkv_status validate_now(run *r, int epoch, qkv_error *err)
 {
     const qkv_train_options *o = r->o;
     qkv_train_progress *p = &r->prog;
     qkv_status st;
-    if (o->valid && r->writer) {
+    if (r->writer) {
         if ((st = validate(r->m, o, &p->val_loss, &p->bleu, &p->sacrebleu, &p->chrf, err)))
             return st;
-        if (history_add(&r->hist, epoch + 1, p->val_loss, p->bleu))
+        /* by steps, the history records each validation's step, which a resumed run reads */
+        if (history_add(&r->hist, epoch, o->valid_every > 0 ? r->opt.step : -1, p->val_loss,
+                        p->bleu))
             return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
         if ((st = history_save(&r->hist, r->hist_path, err))) return st;
         p->validated = 1;
@@ -308,31 +381,73 @@ static qkv_status end_epoch(run *r, int epoch, qkv_error *err)
         if (p->best && (st = qkv_transformer_save(r->m, r->best_dir, err))) return st;
         p->stopping = o->patience > 0 && r->since_best >= o->patience;
     }
-    if (o->valid && rd_parallel(r->rd)) { /* rank 0 validated; early stopping is its call */
+    if (rd_parallel(r->rd)) { /* rank 0 validated; early stopping is its call */
         struct { double val_loss, bleu; int validated, best, stopping; } v = {
             p->val_loss, p->bleu, p->validated, p->best, p->stopping};
         if ((st = rd_share(r->rd, &v, sizeof v, err))) return st;
         p->val_loss = v.val_loss, p->bleu = v.bleu;
         p->validated = v.validated, p->best = v.best, p->stopping = v.stopping;
     }
+    return QKV_OK;
+}
+
+/* Keeps the model at this point in dir (epoch-NNN, step-NNNNNNN) and removes the one that
+ * falls out of the kept ones (old_dir; "" when none does). */
+static qkv_status keep_model(run *r, const char *dir, const char *old_dir, qkv_error *err)
+{
+    qkv_status st = qkv_transformer_save(r->m, dir, err);
+    if (!st && old_dir[0]) remove_model_dir(old_dir);
+    return st;
+}
+
+/* After the last batch of epoch (0-based): validate (by epochs), keep the last keep_epochs
+ * models. */
+static qkv_status end_epoch(run *r, int epoch, qkv_error *err)
+{
+    const qkv_train_options *o = r->o;
+    qkv_status st;
+    if (o->valid && o->valid_every == 0 && (st = validate_now(r, epoch + 1, err))) return st;
     if (o->keep_epochs > 0 && r->writer) {
-        char dir[4200];
+        char dir[4200], old[4200] = "";
         epoch_dir(dir, sizeof dir, o->out_dir, epoch + 1);
-        if ((st = qkv_transformer_save(r->m, dir, err))) return st;
-        if (epoch + 1 - o->keep_epochs >= 1) {
-            epoch_dir(dir, sizeof dir, o->out_dir, epoch + 1 - o->keep_epochs);
-            remove_model_dir(dir);
-        }
+        if (epoch + 1 - o->keep_epochs >= 1)
+            epoch_dir(old, sizeof old, o->out_dir, epoch + 1 - o->keep_epochs);
+        if ((st = keep_model(r, dir, old, err))) return st;
     }
     return QKV_OK;
 }
 
-/* Checkpoint at the end of an epoch, when stopping, and every checkpoint_every steps. */
+/* After a step, by steps: a validation every valid_every steps, the model kept every
+ * save_every (and the last keep_last of them). */
+static qkv_status at_step(run *r, int epoch, qkv_error *err)
+{
+    const qkv_train_options *o = r->o;
+    const int64_t step = r->opt.step;
+    qkv_status st;
+    if (o->valid && o->valid_every > 0 && step % o->valid_every == 0 &&
+        (st = validate_now(r, epoch + 1, err)))
+        return st;
+    if (o->save_every > 0 && step % o->save_every == 0 && r->writer) {
+        char dir[4200], old[4200] = "";
+        snprintf(dir, sizeof dir, "%s/step-%07lld", o->out_dir, (long long)step);
+        const int64_t gone = step - (int64_t)o->keep_last * o->save_every;
+        if (o->keep_last > 0 && gone > 0)
+            snprintf(old, sizeof old, "%s/step-%07lld", o->out_dir, (long long)gone);
+        if ((st = keep_model(r, dir, old, err))) return st;
+    }
+    return QKV_OK;
+}
+
+/* Checkpoint at the end of an epoch, when stopping, every checkpoint_every steps, at every
+ * save_every step and after a validation by steps. */
 static qkv_status maybe_checkpoint(run *r, int stop, qkv_error *err)
 {
     const int every = r->o->checkpoint_every;
     if (!r->writer) return QKV_OK;
-    if (!r->prog.end_of_epoch && !stop && !(every > 0 && r->opt.step % every == 0))
+    const int64_t step = r->opt.step;
+    const int save = r->o->save_every > 0 && step % r->o->save_every == 0;
+    if (!r->prog.end_of_epoch && !stop && !(every > 0 && step % every == 0) && !save &&
+        !(r->prog.validated && r->o->valid_every > 0))
         return QKV_OK;
     qkv_train_position saved = r->pos;
     if (r->prog.end_of_epoch) saved.epoch_loss = 0.0, saved.epoch_tokens = 0;
@@ -361,20 +476,23 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
         r.prog.batches = r.plan.n_batches;
         const double t0 = qkv_now_s();
         int64_t timed = 0;
-        for (int bi = r.pos.batch; bi < r.plan.n_batches; bi++) {
-            if ((st = train_batch(&r, epoch, bi, t0, &timed, err))) break;
+        for (int bi = r.pos.batch; bi < r.plan.n_batches && !stopped_early;) {
+            const int n = r.plan.n_batches - bi < accum_of(o) ? r.plan.n_batches - bi
+                                                              : accum_of(o);
+            if ((st = train_step(&r, epoch, bi, n, t0, &timed, err))) break;
+            bi += n;
             int stop = o->stop_after_steps > 0 && r.opt.step >= o->stop_after_steps;
             if ((st = rd_ask_stop(o->should_stop, o->should_stop_ctx, r.rd, &stop, err))) break;
             if (r.prog.end_of_epoch) {
                 r.pos.epoch = epoch + 1, r.pos.batch = 0;
                 if ((st = end_epoch(&r, epoch, err))) break;
             }
-            if ((st = maybe_checkpoint(&r, stop, err))) break;
+            if ((st = at_step(&r, epoch, err)) || (st = maybe_checkpoint(&r, stop, err))) break;
             if (o->progress) o->progress(&r.prog, o->progress_ctx);
-            if (r.prog.end_of_epoch) {
-                if (r.writer && (st = log_metrics(o->out_dir, &r.prog, err))) break;
-                r.pos.epoch_loss = 0.0, r.pos.epoch_tokens = 0;
-            }
+            if (r.writer && (r.prog.end_of_epoch || r.prog.validated) &&
+                (st = log_metrics(o->out_dir, &r.prog, err)))
+                break;
+            if (r.prog.end_of_epoch) r.pos.epoch_loss = 0.0, r.pos.epoch_tokens = 0;
             if (stop) goto done; /* checkpointed; the model is saved only at the end */
             if (r.prog.stopping) stopped_early = 1;
         }

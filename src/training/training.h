@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "core/internal.h"
+#include "models/model.h"
 #include "ops/cpu/optimizer.h"
 
 /* ---- the optimizer (adam.c) ---------------------------------------------------------------- */
@@ -60,20 +61,76 @@ void batch_lengths(const qkv_dataset *d, const int *items, int B, int cut, int *
 qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_loss,
                     double *bleu, double *sacrebleu, double *chrf, qkv_error *err);
 
-/* The validations so far, one per epoch that ran one; best and patience follow from them. */
+/* The validations so far, one per epoch that ran one (or per valid_every steps: each records
+ * its step, else -1); best and patience follow from them. */
 typedef struct {
     int n, cap;
     int *epoch;
+    int64_t *step;
     double *val_loss, *bleu;
 } history;
 
 void history_free(history *h);
-int history_add(history *h, int epoch, double val_loss, double bleu); /* -1: out of memory */
+/* -1: out of memory */
+int history_add(history *h, int epoch, int64_t step, double val_loss, double bleu);
 /* The index of the best validation (-1 if none) and how many came after it. */
 int history_best(const history *h, int by_bleu, int *since);
 qkv_status history_save(const history *h, const char *path, qkv_error *err);
-/* Reads the validations of epochs <= up_to; a missing file is an empty history. */
-qkv_status history_load(history *h, const char *path, int up_to, qkv_error *err);
+/* Reads the validations of epochs <= up_to (those that record a step: of steps <= up_to_step);
+ * a missing file is an empty history. */
+qkv_status history_load(history *h, const char *path, int up_to, int64_t up_to_step,
+                        qkv_error *err);
+
+/* ---- a step in phases (step.c) -------------------------------------------------------------
+ * qkv_*_train_step is step_begin, one pass and step_end. Gradient accumulation takes several
+ * passes (micro-batches) between them: each adds its gradients, loss and tokens, and the one
+ * step_end sums them over the ranks (data-parallel: one allreduce per step), clips and updates.
+ * A pass after a failed one (st) does nothing, but every rank still comes to step_end, where
+ * the others wait for it in the sums. */
+qkv_status step_begin(model_core *c, float *grads, const qkv_step_options *o,
+                      int micro_batches, qkv_step_result *r, qkv_error *err);
+
+/* Buckets of the gradient buffer for a data-parallel step whose reducer overlaps (start_sum):
+ * contiguous ranges, in the order the backward pass finishes them, each started once the pass
+ * has passed the event (grads_done call) it waits for; the last pass of a step carries the
+ * hook (bucket_hook), and step_end starts what is left and waits for them all. The same plan
+ * on every rank, whatever happens on it: a rank whose pass failed before its backward starts
+ * every bucket at step_end, in the same order. */
+typedef struct {
+    size_t offset, count;
+    int after; /* the event after which its gradients are final */
+} grad_bucket;
+
+typedef struct {
+    grad_bucket *b;
+    int n, next, events;
+    float *grads;
+    const qkv_reducer *rd;
+    int failed; /* a start_sum failed */
+} grad_buckets;
+
+/* The plan of a model's tensors (n_tensors, qkv_*_tensor), their events (qkv_*_grad_events)
+ * and the reducer's bucket size; no plan (b NULL) unless rd overlaps over several ranks and
+ * the model's gradients (grads) are on the host. */
+qkv_status buckets_init(grad_buckets *p, const qkv_reducer *rd, const model_core *c,
+                        float *grads, const qkv_param_info *tensors, const int *event,
+                        int n_tensors, qkv_error *err);
+void buckets_free(grad_buckets *p);
+/* The hook of a pass's options (qkv_loss_options.grads_done with grads_ctx = the plan). */
+void bucket_hook(void *ctx);
+
+/* The passes: with hook (the step's last pass under an overlapping reducer), its buckets start
+ * during backward. */
+qkv_status step_pass_transformer(qkv_transformer *m, const qkv_batch *b,
+                                 const qkv_step_options *o, uint64_t first_example,
+                                 grad_buckets *hook, qkv_status st, qkv_step_result *r,
+                                 qkv_error *err);
+qkv_status step_pass_lm(qkv_lm *m, const int *ids, const int *targets, int B, int T,
+                        const qkv_step_options *o, uint64_t first_example, grad_buckets *hook,
+                        qkv_status st, qkv_step_result *r, qkv_error *err);
+/* The sum over the ranks (the buckets, when a plan is given), the clip and the update. */
+qkv_status step_end(model_core *c, qkv_adam *opt, qkv_status st, const qkv_step_options *o,
+                    grad_buckets *buckets, qkv_step_result *r, qkv_error *err);
 
 /* ---- metrics.jsonl (train.c; train-lm's driver, lm_train.c, too) --------------------------- */
 

@@ -128,24 +128,27 @@ qkv_status validate(qkv_transformer *m, const qkv_train_options *o, double *val_
 
 void history_free(history *h)
 {
-    free(h->epoch), free(h->val_loss), free(h->bleu);
+    free(h->epoch), free(h->step), free(h->val_loss), free(h->bleu);
     memset(h, 0, sizeof *h);
 }
 
-int history_add(history *h, int epoch, double val_loss, double bleu)
+int history_add(history *h, int epoch, int64_t step, double val_loss, double bleu)
 {
     if (h->n == h->cap) {
         int cap = h->cap ? 2 * h->cap : 64;
         int *e = realloc(h->epoch, (size_t)cap * sizeof *e);
         if (e) h->epoch = e;
+        int64_t *s = realloc(h->step, (size_t)cap * sizeof *s);
+        if (s) h->step = s;
         double *l = realloc(h->val_loss, (size_t)cap * sizeof *l);
         if (l) h->val_loss = l;
         double *b = realloc(h->bleu, (size_t)cap * sizeof *b);
         if (b) h->bleu = b;
-        if (!e || !l || !b) return -1;
+        if (!e || !s || !l || !b) return -1;
         h->cap = cap;
     }
-    h->epoch[h->n] = epoch, h->val_loss[h->n] = val_loss, h->bleu[h->n] = bleu;
+    h->epoch[h->n] = epoch, h->step[h->n] = step, h->val_loss[h->n] = val_loss;
+    h->bleu[h->n] = bleu;
     h->n++;
     return 0;
 }
@@ -170,13 +173,17 @@ int history_best(const history *h, int by_bleu, int *since)
 
 qkv_status history_save(const history *h, const char *path, qkv_error *err)
 {
-    size_t cap = 64 + (size_t)h->n * 96, len = 0;
+    size_t cap = 64 + (size_t)h->n * 128, len = 0;
     char *text = malloc(cap);
     if (!text) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     len += (size_t)snprintf(text + len, cap - len, "{\"validations\": [");
     for (int i = 0; i < h->n; i++) {
-        len += (size_t)snprintf(text + len, cap - len, "%s\n  {\"epoch\": %d, \"val_loss\": %.17g",
-                                i ? "," : "", h->epoch[i], h->val_loss[i]);
+        len += (size_t)snprintf(text + len, cap - len, "%s\n  {\"epoch\": %d", i ? "," : "",
+                                h->epoch[i]);
+        if (h->step[i] >= 0)
+            len += (size_t)snprintf(text + len, cap - len, ", \"step\": %lld",
+                                    (long long)h->step[i]);
+        len += (size_t)snprintf(text + len, cap - len, ", \"val_loss\": %.17g", h->val_loss[i]);
         if (!isnan(h->bleu[i]))
             len += (size_t)snprintf(text + len, cap - len, ", \"bleu\": %.17g", h->bleu[i]);
         len += (size_t)snprintf(text + len, cap - len, "}");
@@ -188,9 +195,11 @@ qkv_status history_save(const history *h, const char *path, qkv_error *err)
     return st;
 }
 
-/* Reads the validations of epochs <= up_to (later ones belong to a run that was cut short
- * before its checkpoint, and will be made again). A missing file is an empty history. */
-qkv_status history_load(history *h, const char *path, int up_to, qkv_error *err)
+/* Reads the validations of epochs <= up_to, or of steps <= up_to_step for those that record
+ * their step (later ones belong to a run that was cut short before its checkpoint, and will be
+ * made again). A missing file is an empty history. */
+qkv_status history_load(history *h, const char *path, int up_to, int64_t up_to_step,
+                        qkv_error *err)
 {
     struct stat sb;
     if (lstat(path, &sb) && errno == ENOENT) return QKV_OK;
@@ -211,13 +220,16 @@ qkv_status history_load(history *h, const char *path, int up_to, qkv_error *err)
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(v, "epoch");
         const cJSON *l = cJSON_GetObjectItemCaseSensitive(v, "val_loss");
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(v, "bleu");
-        if (!cJSON_IsNumber(e) || !cJSON_IsNumber(l) || (b && !cJSON_IsNumber(b))) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(v, "step");
+        if (!cJSON_IsNumber(e) || !cJSON_IsNumber(l) || (b && !cJSON_IsNumber(b)) ||
+            (s && !cJSON_IsNumber(s))) {
             st = qkv_fail(err, QKV_ERR_FORMAT, "%s: validation %d lacks a numeric epoch or "
-                          "val_loss", path, i);
+                          "val_loss (or has a step that is not a number)", path, i);
             break;
         }
-        if (e->valuedouble <= up_to &&
-            history_add(h, (int)e->valuedouble, l->valuedouble, b ? b->valuedouble : NAN))
+        const int64_t step = s ? (int64_t)s->valuedouble : -1;
+        if ((s ? step <= up_to_step : e->valuedouble <= up_to) &&
+            history_add(h, (int)e->valuedouble, step, l->valuedouble, b ? b->valuedouble : NAN))
             st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     }
     cJSON_Delete(o);

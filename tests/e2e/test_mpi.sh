@@ -7,6 +7,10 @@
 #                 every step's loss within 1e-5 relative, the final parameters within 1e-6
 #   resume        a checkpoint written by N ranks continues on M ranks (3 -> 1, 2 -> 3) on
 #                 the one-process trajectory
+#   accumulation  --accum N on ranks: the one-process run of a batch N times larger, with one
+#                 gradient allreduce per step
+#   bucketed      --allreduce bucketed (the sums overlapping the backward pass): the same
+#                 losses and parameters
 #   faults        a rank killed with SIGKILL ends the job within seconds with a message
 #                 naming it; the last checkpoint resumes
 #   options       ranks started with different options stop at once, saying so; without
@@ -92,6 +96,26 @@ same "train: 3 ranks then one process = one process" "$T/t1" "$T/r31"
 run_ok "train-lm: 2 ranks stop at step $STOP" "${MPI[@]}" -np 2 "$QKV" "${LM[@]}" --out "$T/r23" --stop-after-steps $STOP
 run_ok "train-lm: 3 ranks resume them" "${MPI[@]}" -np 3 "$QKV" "${LM[@]}" --out "$T/r23" --resume
 same "train-lm: 2 ranks then 3 = one process" "$T/l1" "$T/r23" 1 .b_k
+
+# ---- gradient accumulation: each rank sums its shards of the step's micro-batches, one
+# allreduce per step (4 micro-batches of 10 pairs: the batch of 40 above)
+run_ok "train --batch 10 --accum 4, 2 ranks" "${MPI[@]}" -np 2 "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" \
+  --batch 10 --accum 4 --out "$T/a2"
+same "train: 2 ranks x 4 micro-batches of 10 = one process, batch 40" "$T/t1" "$T/a2"
+check "train --accum 4: one allreduce per step ($STEPS steps)" \
+  grep -q "MB, $STEPS steps)" "$T/run.err"
+run_ok "train-lm --batch 14, one process" "$QKV" "${LM[@]}" --batch 14 --out "$T/l14"
+run_ok "train-lm --batch 7 --accum 2, 3 ranks" "${MPI[@]}" -np 3 "$QKV" "${LM[@]}" --accum 2 --out "$T/la3"
+same "train-lm: 3 ranks x 2 micro-batches of 7 = one process, batch 14" "$T/l14" "$T/la3" 1 .b_k
+
+# ---- the gradients summed in buckets while the backward pass goes on (--allreduce bucketed;
+# small buckets, so that several overlap)
+run_ok "train --allreduce bucketed, 3 ranks, 2 micro-batches" "${MPI[@]}" -np 3 "$QKV" "${TRAIN[@]}" \
+  --batch 20 --accum 2 --allreduce bucketed --bucket-kb 4 --out "$T/b3"
+same "train: 3 ranks, bucketed = one process" "$T/t1" "$T/b3"
+run_ok "train-lm --allreduce bucketed, 2 ranks" "${MPI[@]}" -np 2 "$QKV" "${LM[@]}" \
+  --allreduce bucketed --bucket-kb 4 --out "$T/lb2"
+same "train-lm: 2 ranks, bucketed = one process" "$T/l1" "$T/lb2" 1 .b_k
 
 # ---- a rank killed: the job ends within seconds, saying which; the checkpoint resumes
 KILL=(train-lm --data "$T/text.txt" --d-model 32 --heads 2 --ffn 64 --layers 2 --context 32

@@ -145,6 +145,40 @@ mkdir -p "$T/dir"
 expect_fail "train --data DIR" "directory" "$QKV" train --data "$T/dir" --out "$T/x"
 expect_fail "translate --input DIR" "is a directory" "$QKV" translate --model "$T/m" --input "$T/dir"
 
+# ---- presets (--preset) and the schedule by steps: a preset's values are said and recorded,
+# and every one of them is overridden by the option given
+"$QKV" train --data "$T/pairs.tsv" --preset transformer-base --d-model 8 --heads 2 --ffn 16 \
+  --layers 1 --tokenizer word --tie none --batch-tokens 0 --batch 2 --max-tokens 6 --epochs 1 \
+  --min-freq 1 --threads 1 --out "$T/pre" 2>"$T/err"
+check "--preset transformer-base trains ($(head -c 300 "$T/err"))" test -s "$T/pre/model.safetensors"
+check "... and says its values" grep -q "preset transformer-base: --d-model 512 --ffn 2048 .*--warmup 4000 .*--beta2 0.98 .*--label-smoothing 0.1\|preset transformer-base: .*--beta2 0.98" "$T/err"
+check "... train.json records it with the paper's recipe" python3 -c '
+import json, sys
+t = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2]))
+assert t["preset"] == "transformer-base" and t["schedule"] == "noam" and t["warmup"] == 4000
+assert t["beta2"] == 0.98 and t["adam_eps"] == 1e-09 and t["label_smoothing"] == 0.1, t
+assert c["d_model"] == 8 and c["enc_layers"] == 1 and abs(c["dropout"] - 0.1) < 1e-7, c
+' "$T/pre/train.json" "$T/pre/config.json"
+"$QKV" train --data "$T/pairs.tsv" --preset d2l --d-model 8 --heads 2 --ffn 16 --layers 1 --epochs 1 \
+  --min-freq 1 --threads 1 --quiet --out "$T/pre-d2l" 2>"$T/err"
+check "--preset d2l: d2l's loss scaling, overridden epochs ($(head -c 200 "$T/err"))" \
+  bash -c "grep -q '\"loss\":[[:space:]]*\"d2l\"' '$T/pre-d2l/train.json' && grep -q '\"epochs\":[[:space:]]*1,' '$T/pre-d2l/train.json'"
+expect_fail "--preset of no such name names the presets" "no preset 'transformer-huge'; the presets are transformer-base, transformer-big, d2l" \
+  "$QKV" train --data "$T/pairs.tsv" --preset transformer-huge --out "$T/x"
+"$QKV" train --data "$T/pairs.tsv" "${TINY[@]}" --epochs 2 --stop-after-steps 1 --out "$T/rp" 2>/dev/null
+expect_fail "--resume with a preset the run did not have is refused" "--preset d2l differs from this run's \\(none\\)" \
+  "$QKV" train --out "$T/rp" --resume --preset d2l
+expect_fail "--valid-every without validation" "--valid-every needs validation" \
+  "$QKV" train --data "$T/pairs.tsv" --valid-every 10 --out "$T/x"
+expect_fail "--keep-last without --save-every" "--keep-last keeps the models of --save-every" \
+  "$QKV" train --data "$T/pairs.tsv" --keep-last 2 --out "$T/x"
+expect_fail "--accum 0" "--accum must be in \[1, 1024\]" "$QKV" train --accum 0
+"$QKV" train --data "$T/pairs.tsv" "${TINY[@]}" --accum 2 --save-every 1 --keep-last 1 --epochs 2 \
+  --valid "$T/pairs.tsv" --valid-every 1 --out "$T/steps" 2>"$T/err"
+# 4 pairs, batches of 2, 2 batches a step: one step an epoch, 2 in all
+check "--accum, --valid-every, --save-every, --keep-last: recorded, the last step-NNNNNNN kept, a validation per step ($(head -c 200 "$T/err"))" \
+  bash -c "grep -q '\"accum\":[[:space:]]*2' '$T/steps/train.json' && test \"\$(ls '$T/steps' | grep -c '^step-')\" = 1 && test -s '$T/steps/step-0000002/model.safetensors' && test \"\$(grep -c '\"step\"' '$T/steps/validation.json')\" = 2"
+
 # ---- --config FILE.json: a run's train.json fed back gives the same run; the command line
 # wins; the file's values are checked like the command line's, naming the file and key
 strip_history() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d.pop("history",None); print(json.dumps(d,sort_keys=True))' "$1"; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# End-to-end tests of output directories (src/cli/run_dir.c) and explicit resumes
-# (src/cli/resume.c): a directory belongs to one run, nothing trained is written over without
+# End-to-end tests of output directories (src/io/run_dir.c) and explicit resumes
+# (src/training/run_record.c): a directory belongs to one run, nothing trained is written over without
 # --resume or --overwrite, a second run on a locked directory is refused naming the first, no
 # file is written through a link, stale temporaries are removed, an unfinished or mixed model
 # directory is refused by its readers, average never writes onto its inputs nor mixes

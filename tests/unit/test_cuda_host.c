@@ -241,7 +241,7 @@ static void test_training_matches_cpu(void **state)
     /* one backward pass: the gradients, every one */
     batch x;
     make_batch(&x, 19);
-    const qkv_loss_options lo = {1, 0.0f, 0.1f, 1, 77, 0};
+    const qkv_loss_options lo = {1, 0.0f, 0.1f, 1, 77, 0, NULL, NULL};
     const size_t n = qkv_transformer_num_params(cpu);
     qkv_error err = {0};
     memset(qkv_transformer_grads(cpu), 0, n * sizeof(float));

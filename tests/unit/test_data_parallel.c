@@ -191,7 +191,7 @@ static void test_a_reduced_step_is_the_whole_step(void **state)
     qkv_adam oa, ob;
     assert_int_equal(qkv_adam_init(&oa, n, 0.9f, 0.98f, 1e-9f, 0.0f, NULL), QKV_OK);
     assert_int_equal(qkv_adam_init(&ob, n, 0.9f, 0.98f, 1e-9f, 0.0f, NULL), QKV_OK);
-    const qkv_reducer two = {0, 2, mirror_floats, mirror_doubles, no_broadcast, NULL};
+    const qkv_reducer two = {0, 2, mirror_floats, mirror_doubles, no_broadcast, NULL, NULL, NULL, 0};
     for (int s = 0; s < 3; s++) {
         batch x;
         make_batch(&x, 40 + (uint64_t)s);
@@ -236,7 +236,7 @@ static void test_ranks_with_other_data_are_refused(void **state)
     qkv_lm *m = lm(0);
     int text[64];
     for (int i = 0; i < 64; i++) text[i] = QKV_N_RESERVED + i % (V - 4);
-    const qkv_reducer two = {1, 2, mirror_floats, mirror_doubles, other_rank0, NULL};
+    const qkv_reducer two = {1, 2, mirror_floats, mirror_doubles, other_rank0, NULL, NULL, NULL, 0};
     qkv_lm_train_options o = qkv_lm_train_default_options();
     o.out_dir = "/nonexistent/never-written", o.batch = 2, o.context = 8, o.steps = 1;
     o.reducer = &two;

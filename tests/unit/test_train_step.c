@@ -78,7 +78,7 @@ static void test_transformer_step_is_its_parts(void **state)
         /* the same by hand */
         float *g = qkv_transformer_grads(b);
         memset(g, 0, n * sizeof *g);
-        const qkv_loss_options lo = {1, o.grad_scale, o.label_smoothing, 1, o.dropout_seed, 0};
+        const qkv_loss_options lo = {1, o.grad_scale, o.label_smoothing, 1, o.dropout_seed, 0, NULL, NULL};
         double loss;
         int tokens;
         assert_int_equal(qkv_transformer_loss(b, &x.b, &lo, &loss, &tokens, NULL), QKV_OK);
@@ -112,7 +112,7 @@ static void test_lm_step_is_its_parts(void **state)
                          QKV_OK);
         float *g = qkv_lm_grads(b);
         memset(g, 0, n * sizeof *g);
-        const qkv_loss_options lo = {1, 0.0f, 0.0f, 1, o.dropout_seed, 0};
+        const qkv_loss_options lo = {1, 0.0f, 0.0f, 1, o.dropout_seed, 0, NULL, NULL};
         double loss;
         int tokens;
         assert_int_equal(qkv_lm_loss(b, x.tgt_in, x.tgt_out, B, T, &lo, &loss, &tokens, NULL),
