@@ -364,7 +364,7 @@ clean:
 	rm -rf build build-asan build-cuda
 
 -include $(LIB_OBJ:.o=.d) $(VIZ_OBJ:.o=.d) $(CLI_OBJ:.o=.d) \
-  $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d) \
+  $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d) $(TEST_COMMON_OBJ:.o=.d) \
   $(BUILD)/tests/cuda/shim.d $(BUILD)/tests/cuda/backend_cuda.d $(BUILD)/tests/cuda/test_backend_ops.d
 
 # libFuzzer harnesses of every reader: make fuzz (FUZZ_SECONDS each), make fuzz-regress
