@@ -299,17 +299,20 @@ bench-serve: test-deps
 	$(MAKE) all
 	$(PY) bench/serve_bench.py --qkv $(BUILD)/qkv
 
-# qkv translate against CTranslate2 on two fra-eng models it trains itself (cached in
-# build/bench-ct2; docs/benchmarks/ctranslate2.md). CT2_PY: a python3 with ctranslate2 and
-# safetensors (pip-installed into build/venv here when missing: bench tools, not qkv's
+# qkv translate against CTranslate2 on two fra-eng models it trains itself and on random-weight
+# MarianMT models of OPUS-MT's shapes it builds with transformers (cached in build/bench-ct2;
+# docs/benchmarks/ctranslate2.md). CT2_PY: a python3 with ctranslate2, safetensors,
+# transformers, torch and sentencepiece (build/venv, which make test-deps makes with them and
+# sees Debian's torch; pip-installed into it here when missing: bench tools, not qkv's
 # dependencies). REPS=N sets the repetitions; BENCH_CT2_ARGS passes options (--env, --models,
 # --tiny, ...).
 CT2_PY ?= $(VENV)/bin/python3
 bench-ct2: test-deps
 	$(MAKE) all
-	$(CT2_PY) -c 'import ctranslate2, safetensors' 2>/dev/null || \
-	  $(CT2_PY) -m pip install ctranslate2 safetensors
-	$(CT2_PY) bench/ct2_bench.py --qkv $(BUILD)/qkv $(BENCH_CT2_ARGS)
+	$(CT2_PY) -c 'import ctranslate2, safetensors, transformers, torch, sentencepiece' \
+	  2>/dev/null || $(CT2_PY) -m pip install ctranslate2 safetensors transformers==4.38.2 \
+	  sentencepiece
+	$(CT2_PY) bench/ct2_bench.py --qkv $(BUILD)/qkv --hf-python $(CT2_PY) $(BENCH_CT2_ARGS)
 
 # Translator.translate_batch beside `qkv translate` on the same sentences (bench/python_bench.py).
 bench-python: test-deps
@@ -361,7 +364,7 @@ clean:
 	rm -rf build build-asan build-cuda
 
 -include $(LIB_OBJ:.o=.d) $(VIZ_OBJ:.o=.d) $(CLI_OBJ:.o=.d) \
-  $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d) \
+  $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%.d) $(TEST_COMMON_OBJ:.o=.d) \
   $(BUILD)/tests/cuda/shim.d $(BUILD)/tests/cuda/backend_cuda.d $(BUILD)/tests/cuda/test_backend_ops.d
 
 # libFuzzer harnesses of every reader: make fuzz (FUZZ_SECONDS each), make fuzz-regress

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""qkv translate against CTranslate2 on models this benchmark trains itself (`make bench-ct2`).
+"""qkv translate against CTranslate2 on models this benchmark trains itself, and on random-weight
+MarianMT models of OPUS-MT's shapes (`make bench-ct2`).
 
     python3 bench/ct2_bench.py --qkv build/qkv [--reps 3] [--env both|asis|unset] [--tiny]
+        [--models d512,d256,marian-d512,marian-d1024]
 
 Run it with the python3 that has `ctranslate2` and `safetensors` (the Makefile target installs
 them with pip when they are missing); only the standard library is imported here, the
@@ -29,6 +31,25 @@ What it does, in order:
      eval --hyp`), the difference from qkv fp32's, and the share of sentences identical to qkv
      fp32's output;
   7. prints the tables and writes build/bench-ct2/results.json.
+
+The Marian rows (marian-d512: OPUS-MT's shape, d512 6+6, 8 heads, FFN 2048, one vocabulary of
+58,101 pieces tied to the output; marian-d1024: d1024 6+6, 16 heads, FFN 4096, the same
+vocabulary), each in its own steps:
+  1. the model: a Hugging Face MarianMT directory with random weights, built by
+     bench/marian_model.py under --hf-python (transformers, torch, sentencepiece: benchmark
+     tools only), cached in build/bench-ct2/models/NAME-KEY;
+  2. qkv's model: `qkv import marian`; CTranslate2's: its own converter for Hugging Face models
+     (ctranslate2.converters.TransformersConverter, what ct2-transformers-converter runs), in
+     float32 and int8 (--quantization int8);
+  3. the input: the first --marian-sentences (500) lines of Multi30k's German validation set;
+     both engines decode to at most --marian-max-len (64) tokens (a random model never ends a
+     sentence of its own, so every translation is that long), from the model's <pad>, never
+     producing <pad>;
+  4. timing as above (CTranslate2 through bench/ct2_marian.py: translate_batch alone; qkv: the
+     full run less a run on no input: start and load), every engine once per repetition, greedy and beam 4 at
+     batch 1 and 32; the ratio is CTranslate2's best time over qkv's best;
+  5. quality: the share of sentences whose greedy and beam-4 output at each precision is
+     identical to the same engine's float32 output.
 """
 import argparse
 import datetime
@@ -57,7 +78,35 @@ TINY = {  # --tiny: the whole pipeline in about a minute (numbers meaningless)
              "--num-steps", "10", "--batch", "64", "--epochs", "2", "--lr", "0.005", "--seed", "1"],
 }
 SETTINGS = [(1, 1), (1, 32), (4, 1), (4, 32)]  # (beam, batch)
+
+
+def parse_settings(text):
+    """--settings: BEAMxBATCH, comma-separated, each one of SETTINGS, in SETTINGS' order."""
+    want = set()
+    for item in text.split(","):
+        try:
+            beam, batch = (int(v) for v in item.strip().split("x"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: not BEAMxBATCH (e.g. 4x32)")
+        if (beam, batch) not in SETTINGS:
+            raise argparse.ArgumentTypeError(f"{item!r}: one of " + ", ".join(f"{a}x{b}" for a, b in SETTINGS))
+        want.add((beam, batch))
+    return [s for s in SETTINGS if s in want]
+
+
+def quality_beams(settings):
+    """The beams whose batch-32 outputs the quality rows compare."""
+    return [beam for beam in (1, 4) if (beam, 32) in settings]
 ENGINES = ["ct2 float32", "ct2 int8", "qkv fp32", "qkv bf16", "qkv int8"]
+# Random-weight MarianMT models of OPUS-MT's shapes (bench/marian_model.py options).
+MARIAN = {
+    "marian-d512": ["--d-model", "512", "--ffn", "2048", "--heads", "8", "--layers", "6"],
+    "marian-d1024": ["--d-model", "1024", "--ffn", "4096", "--heads", "16", "--layers", "6"],
+}
+MARIAN_TINY = {  # --tiny: the Marian pipeline in a minute (numbers meaningless)
+    "marian-tiny": ["--d-model", "64", "--ffn", "128", "--heads", "4", "--layers", "2",
+                    "--vocab", "3000", "--pieces", "600"],
+}
 
 
 def log(*a):
@@ -262,7 +311,7 @@ def bench_model(args, name, mdir, ct2, data, tok, one, precs, env_name, env):
     outdir = os.path.join(args.out, "outputs", env_name, name)
     os.makedirs(outdir, exist_ok=True)
     rows = []
-    for beam, batch in SETTINGS:
+    for beam, batch in args.settings:
         times = {e: [] for e in engines}
         ntoks = {}
         with CpuLock(args.lock):
@@ -296,7 +345,7 @@ def bench_model(args, name, mdir, ct2, data, tok, one, precs, env_name, env):
             ", ".join(f"{e} {v:.0f}" if v else f"{e} -" for e, v in tps.items()))
     # quality: outputs of the last repetition at batch 32
     quality = {}
-    for beam in (1, 4):
+    for beam in quality_beams(args.settings):
         ref = os.path.join(outdir, f"qkv-fp32-beam{beam}-batch32.txt")
         q = {}
         for e in engines:
@@ -328,7 +377,7 @@ def fmt_table(name, res, minfo):
     lines.append("")
     lines.append("| quality (batch 32) | " + " | ".join(e.replace("ct2", "CT2") for e in ENGINES) + " |")
     lines.append("| --- | " + " | ".join("---" for _ in ENGINES) + " |")
-    for beam in (1, 4):
+    for beam in (int(k[4:]) for k in res["quality"]):
         q = res["quality"][f"beam{beam}"]
         what = "greedy" if beam == 1 else "beam 4"
 
@@ -338,6 +387,158 @@ def fmt_table(name, res, minfo):
             cell(e, lambda x: f"{x['bleu']:.2f} ({x['bleu_minus_qkv_fp32']:+.2f})") for e in ENGINES) + " |")
         lines.append(f"| {what} same as qkv fp32 | " + " | ".join(
             cell(e, lambda x: f"{100 * x['same_as_qkv_fp32']:.1f}%") for e in ENGINES) + " |")
+    return "\n".join(lines)
+
+
+# ---- the Marian rows ---------------------------------------------------------------------------
+
+# CTranslate2's converter for Hugging Face models, run as ct2-transformers-converter runs it;
+# from_pretrained's `dtype` argument is passed as `torch_dtype` to a transformers that predates
+# the new name (4.38 here), which is all the shim changes.
+CONVERT = """
+import sys
+from ctranslate2.converters.transformers import TransformersConverter
+class Converter(TransformersConverter):
+    def load_model(self, model_class, path, **kw):
+        if "dtype" in kw:
+            kw["torch_dtype"] = kw.pop("dtype")
+        return super().load_model(model_class, path, **kw)
+Converter(sys.argv[1]).convert(sys.argv[2], quantization=sys.argv[3] if sys.argv[3] != "float32" else None,
+                               force=True)
+"""
+
+
+def build_marian(args, name, opts):
+    """The random-weight Hugging Face model, qkv's import and CTranslate2's conversions, cached."""
+    key = sha(json.dumps([opts, "seed 1"]).encode())[:12]
+    mdir = os.path.join(args.out, "models", f"{name}-{key}")
+    hf, qdir = os.path.join(mdir, "hf"), os.path.join(mdir, "qkv")
+    done = os.path.join(mdir, ".built")
+    if not os.path.exists(done):
+        log(f"ct2_bench: building {name} ({' '.join(opts)}) into {mdir}")
+        os.makedirs(mdir, exist_ok=True)
+        run([args.hf_python, os.path.join(ROOT, "bench", "marian_model.py"), hf, "--data",
+             os.path.dirname(os.path.dirname(args.marian_data))] + opts, stderr=subprocess.PIPE)
+        os.makedirs(qdir, exist_ok=True)
+        run([args.qkv, "import", "marian", hf, "--out", qdir, "--overwrite"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for q in ("float32", "int8"):
+            run([args.hf_python, "-c", CONVERT, hf, os.path.join(mdir, f"ct2-{q}"), q],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with open(done, "w") as f:
+            json.dump({"options": opts, "key": key}, f)
+    return mdir, hf, qdir, {q: os.path.join(mdir, f"ct2-{q}") for q in ("float32", "int8")}
+
+
+def marian_input(args):
+    """The first n lines of Multi30k's German validation set, and an empty input (qkv's start and
+    load alone)."""
+    out = os.path.join(args.out, "data-marian")
+    os.makedirs(out, exist_ok=True)
+    with open(args.marian_data, encoding="utf-8") as f:
+        lines = [l.rstrip("\n") for l, _ in zip(f, range(args.marian_sentences))]
+    paths = {"text": os.path.join(out, f"val{len(lines)}.de"), "one": os.path.join(out, "one.de"),
+             "empty": os.path.join(out, "empty.de")}
+    for k, rows in (("text", lines), ("one", lines[:1]), ("empty", [])):
+        with open(paths[k], "w", encoding="utf-8") as f:
+            f.write("".join(r + "\n" for r in rows))
+    return paths
+
+
+def time_ct2_marian(args, ct2_model, hf, text, env, beam, batch, compute_type, out_path):
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "ct2_marian.py"), ct2_model,
+           os.path.join(hf, "source.spm"), "--input", text, "--beam", str(beam), "--batch",
+           str(batch), "--threads", "2", "--max-len", str(args.marian_max_len), "--compute-type",
+           compute_type, "--detok", hf]
+    with open(out_path, "wb") as fout:
+        r = subprocess.run(cmd, stdout=fout, stderr=subprocess.PIPE, env=env, check=True)
+    stats = json.loads(r.stderr.decode().strip().splitlines()[-1])
+    return stats["seconds"], stats["output_tokens"]
+
+
+def time_qkv_marian(args, qdir, inp, env, beam, batch, precision, out_path):
+    """Wall seconds of the full run and of the same command on no input (start, load)."""
+    base = [args.qkv, "translate", "--model", qdir, "--threads", "2", "--max-len",
+            str(args.marian_max_len), "--max-len-a", "0", "--max-len-b", "0", "--beam", str(beam),
+            "--batch", str(batch), "--precision", precision]
+    t0 = time.perf_counter()
+    with open(out_path, "wb") as fout:
+        run(base + ["--input", inp["text"]], stdout=fout, stderr=subprocess.PIPE, env=env)
+    t1 = time.perf_counter()
+    run(base + ["--input", inp["empty"]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    return (t1 - t0, time.perf_counter() - t1)
+
+
+def bench_marian(args, name, hf, qdir, ct2, inp, precs, env_name, env):
+    engines = [e for e in ENGINES if e.startswith("ct2") or e.split()[1] in precs]
+    outdir = os.path.join(args.out, "outputs", env_name, name)
+    os.makedirs(outdir, exist_ok=True)
+    rows = []
+    for beam, batch in args.settings:
+        times, tokens = {e: [] for e in engines}, {}
+        with CpuLock(args.lock):
+            for r in range(args.reps):
+                for e in engines:
+                    out = os.path.join(outdir, f"{e.replace(' ', '-')}-beam{beam}-batch{batch}.txt")
+                    kind, prec = e.split()
+                    if kind == "ct2":
+                        s, n = time_ct2_marian(args, ct2[prec], hf, inp["text"], env, beam, batch,
+                                               prec, out)
+                        tokens[e] = n
+                    else:
+                        s = time_qkv_marian(args, qdir, inp, env, beam, batch, prec, out)
+                    times[e].append(s)
+        secs = {e: statistics.median(times[e]) if e.startswith("ct2") else
+                (statistics.median(t[0] for t in times[e]) - statistics.median(t[1] for t in times[e]))
+                for e in engines}
+        best_q = min((v for e, v in secs.items() if e.startswith("qkv") and v > 0), default=None)
+        best_c = min((v for e, v in secs.items() if e.startswith("ct2") and v > 0), default=None)
+        row = {"beam": beam, "batch": batch, "runs": times, "seconds": secs, "ct2_output_tokens": tokens,
+               "qkv_best_over_ct2_best": best_c / best_q if best_q and best_c else None}
+        rows.append(row)
+        log(f"ct2_bench: {env_name} {name} beam {beam} batch {batch}: " +
+            ", ".join(f"{e} {v:.2f} s" for e, v in secs.items()))
+    quality = {}
+    for beam in quality_beams(args.settings):
+        q = {}
+        for e in engines:
+            kind = e.split()[0]
+            ref = os.path.join(outdir, f"{kind}-{'float32' if kind == 'ct2' else 'fp32'}-beam{beam}-batch32.txt")
+            hyp = os.path.join(outdir, f"{e.replace(' ', '-')}-beam{beam}-batch32.txt")
+            q[e] = {"same_as_own_float32": agreement(hyp, ref)}
+        # the premise of comparing speeds: both engines translate alike in float32
+        q["qkv fp32"]["same_as_ct2_float32"] = agreement(
+            os.path.join(outdir, f"qkv-fp32-beam{beam}-batch32.txt"),
+            os.path.join(outdir, f"ct2-float32-beam{beam}-batch32.txt"))
+        quality[f"beam{beam}"] = q
+    return {"engines": engines, "settings": rows, "quality": quality}
+
+
+def fmt_marian(name, res, opts, args):
+    engines = res["engines"]
+    vocab = opts[opts.index("--vocab") + 1] if "--vocab" in opts else "58101"
+    lines = [f"{name}: random-weight MarianMT ({' '.join(opts)}, vocabulary {int(vocab):,} tied), "
+             f"{args.marian_sentences} Multi30k val sentences (German), up to {args.marian_max_len} "
+             f"tokens; seconds (lower is better)", ""]
+    head = ["setting"] + [e.replace("ct2", "CT2") for e in ENGINES] + ["qkv best / CT2 best (speed)"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("| " + " | ".join("---" for _ in head) + " |")
+    for row in res["settings"]:
+        label = f"{'greedy' if row['beam'] == 1 else 'beam 4'}, batch {row['batch']}"
+        cells = ["n/a" if e not in engines else f"{row['seconds'][e]:.2f}" for e in ENGINES]
+        ratio = row["qkv_best_over_ct2_best"]
+        lines.append("| " + " | ".join([label] + cells + [f"{ratio:.2f}x" if ratio else "-"]) + " |")
+    lines.append("")
+    lines.append("| same as its own float32 (batch 32) | " + " | ".join(e.replace("ct2", "CT2") for e in ENGINES) + " |")
+    lines.append("| --- | " + " | ".join("---" for _ in ENGINES) + " |")
+    for beam in (int(k[4:]) for k in res["quality"]):
+        q = res["quality"][f"beam{beam}"]
+        lines.append(f"| {'greedy' if beam == 1 else 'beam 4'} | " + " | ".join(
+            f"{100 * q[e]['same_as_own_float32']:.1f}%" if e in q else "n/a" for e in ENGINES) + " |")
+    lines.append("")
+    lines.append("qkv fp32 = CT2 float32 (batch 32): " + ", ".join(
+        f"{'greedy' if b == 1 else 'beam 4'} {100 * res['quality'][f'beam{b}']['qkv fp32']['same_as_ct2_float32']:.1f}%"
+        for b in (int(k[4:]) for k in res["quality"])))
     return "\n".join(lines)
 
 
@@ -377,20 +578,38 @@ def main():
     ap.add_argument("--reps", type=int, default=int(os.environ.get("REPS", "3")))
     ap.add_argument("--env", choices=["both", "asis", "unset"], default="both",
                     help="OPENBLAS_CORETYPE as exported, unset, or both passes (default)")
-    ap.add_argument("--models", default="d512,d256", help="comma-separated: d512, d256")
+    ap.add_argument("--models", default="d512,d256,marian-d512,marian-d1024",
+                    help="comma-separated: d512, d256 (fra-eng, trained here), marian-d512, "
+                         "marian-d1024 (random-weight MarianMT)")
+    ap.add_argument("--hf-python", default="/usr/bin/python3",
+                    help="a python3 with torch, transformers, sentencepiece and ctranslate2: "
+                         "builds and converts the Marian models")
+    ap.add_argument("--marian-data", default=os.path.join(ROOT, "..", "shared", "data", "multi30k", "val.de"))
+    ap.add_argument("--marian-sentences", type=int, default=500)
+    ap.add_argument("--marian-max-len", type=int, default=64, help="longest Marian translation, tokens")
     ap.add_argument("--epochs", type=int, default=0,
                     help="train every model for this many epochs instead of its own (0: d512 1, d256 3)")
     ap.add_argument("--max-len", type=int, default=16, help="longest translation, tokens")
     ap.add_argument("--train-precision", default="bf16", help="bf16 (falls back to fp32 if refused) or fp32")
     ap.add_argument("--lock", default="/tmp/qkv-cpu.lock", help="flock file around timed blocks ('' = none)")
-    ap.add_argument("--tiny", action="store_true", help="a d64 2+2 model on 2,000 pairs, 60 sentences: a quick check")
+    ap.add_argument("--tiny", action="store_true", help="a d64 2+2 model on 2,000 pairs, 60 sentences, "
+                    "and a d64 2+2 Marian model on 20: a quick check")
+    ap.add_argument("--settings", type=parse_settings, default=list(SETTINGS),
+                    help="BEAMxBATCH, comma-separated: the settings to time (default 1x1,1x32,4x1,4x32)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = ap.parse_args()
     if args.reps < 1:
         ap.error("--reps must be >= 1")
     args.qkv = os.path.abspath(args.qkv)
     args.out = os.path.abspath(args.out)
-    models = TINY if args.tiny else {k: MODELS[k] for k in args.models.split(",")}
+    names = args.models.split(",")
+    for k in names:
+        if k not in MODELS and k not in MARIAN:
+            ap.error(f"--models: unknown model {k} (d512, d256, marian-d512, marian-d1024)")
+    models = TINY if args.tiny else {k: MODELS[k] for k in names if k in MODELS}
+    marian = MARIAN_TINY if args.tiny else {k: MARIAN[k] for k in names if k in MARIAN}
+    if args.tiny:
+        args.marian_sentences, args.marian_max_len = 20, 16
     n_train, n_held = (2000, 60) if args.tiny else (18000, 300)
     if args.epochs > 0:  # a new cache key, so these are trained anew
         models = {k: [str(args.epochs) if i > 0 and o[i - 1] == "--epochs" else x
@@ -405,21 +624,22 @@ def main():
     if args.env in ("both", "unset") or exported is None:
         envs.append(("OPENBLAS_CORETYPE unset", unset_env))
     if args.dry_run:
-        print(json.dumps({"models": models, "train_pairs": n_train, "held_out": n_held, "reps": args.reps,
-                          "environments": [e for e, _ in envs], "settings": SETTINGS,
+        print(json.dumps({"models": models, "marian": marian, "train_pairs": n_train, "held_out": n_held, "reps": args.reps,
+                          "environments": [e for e, _ in envs], "settings": args.settings,
                           "qkv": args.qkv, "ct2_dir": args.ct2_dir, "out": args.out}))
         return
     for f in ("qkv2ct2.py", "qkv_tokenize.py", "ct2_translate.py"):
         if not os.path.exists(os.path.join(args.ct2_dir, f)):
             sys.exit(f"ct2_bench: {args.ct2_dir}/{f}: missing (--ct2-dir)")
     t_start = time.time()
-    data, data_hash = prepare_data(args.data, os.path.join(args.out, "data" + ("-tiny" if args.tiny else "")),
-                                   n_train, n_held)
-    data["held.words"] = word_references(args.ct2_dir, data["held.fr"],
-                                         os.path.join(os.path.dirname(data["held.en"]), "held.fr.words"))
-    one = os.path.join(os.path.dirname(data["held.en"]), "one.en")
-    with open(data["held.en"], encoding="utf-8") as f, open(one, "w", encoding="utf-8") as g:
-        g.write(f.readline())
+    if models:
+        data, data_hash = prepare_data(args.data, os.path.join(args.out, "data" + ("-tiny" if args.tiny else "")),
+                                       n_train, n_held)
+        data["held.words"] = word_references(args.ct2_dir, data["held.fr"],
+                                             os.path.join(os.path.dirname(data["held.en"]), "held.fr.words"))
+        one = os.path.join(os.path.dirname(data["held.en"]), "one.en")
+        with open(data["held.en"], encoding="utf-8") as f, open(one, "w", encoding="utf-8") as g:
+            g.write(f.readline())
 
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
@@ -429,7 +649,8 @@ def main():
               "commit": commit, "cpu": cpu_name(), "cores": os.cpu_count(), "threads": 2,
               "ctranslate2": ct2_version, "ct2_force_cpu_isa": "AVX512", "reps": args.reps,
               "max_len": args.max_len, "train_pairs": n_train, "held_out": n_held,
-              "openblas_coretype_exported": exported, "load_average": os.getloadavg(), "models": {}}
+              "openblas_coretype_exported": exported, "load_average": os.getloadavg(), "models": {},
+              "marian_sentences": args.marian_sentences, "marian_max_len": args.marian_max_len}
     tables = []
     for name, opts in models.items():
         prec = args.train_precision
@@ -451,17 +672,28 @@ def main():
             res = bench_model(args, name, mdir, ct2, data, tok, one, precs, env_name, env)
             report["models"][name]["results"][env_name] = res
             tables.append(f"### {name}, {env_name}\n\n" + fmt_table(name, res, minfo))
+    if marian:
+        inp = marian_input(args)
+    for name, opts in marian.items():
+        mdir, hf, qdir, ct2 = build_marian(args, name, opts)
+        precs = qkv_precisions(args.qkv, qdir, inp["one"])
+        report["models"][name] = {"dir": mdir, "options": opts, "parameters": count_parameters(qdir),
+                                  "qkv_precisions": precs, "results": {}}
+        for env_name, env in envs:
+            res = bench_marian(args, name, hf, qdir, ct2, inp, precs, env_name, env)
+            report["models"][name]["results"][env_name] = res
+            tables.append(f"### {name}, {env_name}\n\n" + fmt_marian(name, res, opts, args))
     report["wall_seconds"] = round(time.time() - t_start, 1)
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, "results-" + "+".join(models))
+    stem = os.path.join(args.out, "results-" + "+".join(list(models) + list(marian)))
     js = stem + ".json"
     with open(js, "w") as f:
         json.dump(report, f, indent=1)
     head = (f"qkv translate against CTranslate2 {ct2_version} (AVX-512), {report['date']}, qkv {commit}, "
           f"{report['cpu']} ({report['cores']} cores), 2 threads, OMP_WAIT_POLICY=passive, "
-          f"OPENBLAS_CORETYPE {'=' + exported if exported else 'not exported'}; {n_held} held-out "
-          f"fra-eng sentences (English -> French), up to {args.max_len} tokens, median of {args.reps}, "
-          f"tokens/s of translation (load excluded)\n")
+          f"OPENBLAS_CORETYPE {'=' + exported if exported else 'not exported'}; median of {args.reps}; "
+          f"fra-eng: {n_held} held-out sentences (English -> French), up to {args.max_len} tokens, "
+          f"tokens/s of translation (load excluded); Marian: seconds of translation (load excluded)\n")
     text = head + "\n" + "\n\n".join(tables) + "\n"
     with open(stem + ".md", "w") as f:
         f.write(text)

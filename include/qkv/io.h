@@ -81,6 +81,25 @@ QKV_API
 qkv_status qkv_export_ct2(const char *model_dir, const char *out_dir,
                           qkv_ct2_quantization quantization, qkv_error *err);
 
+/* Writes the model of directory dir (a translation or a language model) as the directory
+ * out_dir (created if need be; not dir itself) with its weight matrices stored at precision
+ * p, which must be QKV_PRECISION_INT8: the attention projections, the FFN layers, the
+ * embeddings and the output projection as int8 values (I8 tensors) with a float32 scale per
+ * row ("NAME.scale"), exactly as QKV_PRECISION_INT8 quantises them; the biases, LayerNorms
+ * and positions stay float32. The file is about a quarter of the float32 one, and
+ * config.json says "weights": "int8". dir's other files (vocabularies, tokenizer models,
+ * text.json, generation.json, train.json) are copied; checkpoints are not.
+ * Loading out_dir takes the int8 weights as they are (nothing is quantised again) and sets
+ * the model to QKV_PRECISION_INT8 where the CPU runs it (qkv_int8_supported), so it
+ * decodes exactly as dir's model does at QKV_PRECISION_INT8. Its float32 parameters are the
+ * weights dequantised, s * q: what QKV_PRECISION_FP32 and QKV_PRECISION_BF16 compute with,
+ * what training starts from and what qkv_transformer_save writes (a float32 file). Once the
+ * parameters change, int8 quantises them again. A dir holding an int8 file already is
+ * refused (QKV_ERR_ARG). */
+QKV_API
+qkv_status qkv_model_quantize(const char *dir, const char *out_dir, qkv_precision p,
+                              qkv_error *err);
+
 /* Where training stands: enough to resume bit for bit. */
 typedef struct {
     int epoch;           /* epochs completed */
@@ -104,7 +123,12 @@ qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *o
  * then the raw little-endian data. Every offset and shape is checked against the file.
  * ------------------------------------------------------------------------------------- */
 
-typedef enum { QKV_F32 = 0, QKV_I32 = 1, QKV_I64 = 2, QKV_F64 = 3 } qkv_dtype;
+/* I8: an int8 model file's weights (qkv_model_quantize). */
+typedef enum { QKV_F32 = 0, QKV_I32 = 1, QKV_I64 = 2, QKV_F64 = 3, QKV_I8 = 4 } qkv_dtype;
+
+/* Bytes per element of dt (0 outside the enum). */
+QKV_API
+size_t qkv_dtype_size(qkv_dtype dt);
 
 #define QKV_MAX_DIMS 8
 

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/cpu/best.h"
 #include "ops/cpu/cached_attention.h"
 #include "ops/cpu/bf16.h"
 #include "ops/cpu/int8.h"
@@ -78,6 +79,12 @@ typedef struct {
                         const float *b, int N, int in, int out);
     void (*linear_gemm)(const backend *be, float *y, const float *x, const weight *W,
                         const float *b, int N, int in, int out);
+    /* the output layer fused with the choice after it (ops/cpu/best.h): rq->k best of each
+     * of N rows of y = x W^T + b and, when rq->lse is set, their log normalisers (rq's arrays
+     * on the host); scratch (N, out) floats in the table's memory, for a table that writes y
+     * out first */
+    void (*linear_best)(const backend *be, const best_request *rq, const float *x,
+                        const weight *W, const float *b, int N, int in, int out, float *scratch);
     /* dx (N, in) += dy W;  dW (out, in) += dy^T x;  db (out) += column sums of dy (any may be
      * NULL) */
     void (*linear_backward)(const backend *be, float *dx, float *dW, float *db, const float *dy,
@@ -126,8 +133,9 @@ typedef struct {
     void (*residual_forward)(float *y, const float *x, const float *s, size_t n,
                              qkv_dropout drop);
     void (*residual_backward)(float *dx, float *ds, const float *dy, size_t n, qkv_dropout drop);
-    qkv_status (*embedding_forward)(float *y, const int *ids, const float *E, int N, int V, int C,
-                                    qkv_error *err);
+    /* y (N, C) = E[ids]: E's rows, dequantised where E is typed int8 (and current) */
+    qkv_status (*embedding_forward)(const backend *be, float *y, const int *ids, const weight *E,
+                                    int N, int V, int C, qkv_error *err);
     void (*embedding_backward)(float *dE, const float *dy, const int *ids, int N, int C);
     void (*positional_forward)(float *y, const float *x, const float *P, int B, int T, int C,
                                int pos0, float scale);

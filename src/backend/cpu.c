@@ -80,6 +80,28 @@ static void activation_forward(qkv_activation act, float *h, const float *h_pre,
         qkv_relu_forward(h, h_pre, n);
 }
 
+/* The int8 table's: SiLU by a polynomial exponential (ops/cpu/fused.h). */
+static void activation_forward_int8(qkv_activation act, float *h, const float *h_pre, size_t n)
+{
+    if (act == QKV_ACT_SILU) silu_forward_fast(h, h_pre, n);
+    else activation_forward(act, h, h_pre, n);
+}
+
+/* E's rows: dequantised from its int8 matrix where the lookups read one (precision.c), else
+ * the float32 table. */
+static qkv_status embedding_forward(const backend *be, float *y, const int *ids, const weight *E,
+                                    int N, int V, int C, qkv_error *err)
+{
+    if (!(E->type == WEIGHT_INT8 && be->typed_current))
+        return qkv_embedding_forward(y, ids, E->f32, N, V, C, err);
+    for (int i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return qkv_fail(err, QKV_ERR_ARG, "embedding: token id %d at position %d is outside "
+                            "the vocabulary [0, %d)", ids[i], i, V);
+    for (int i = 0; i < N; i++) int8_matrix_row(y + (size_t)i * C, E->int8, ids[i]);
+    return QKV_OK;
+}
+
 /* Vectors of this many floats or more are worth a second thread. */
 #define PARALLEL_MIN 65536
 
@@ -118,20 +140,20 @@ static qkv_status finished(const backend *be, qkv_error *err)
 
 /* A CPU table: its name and linear entries, which set the precision, and the CPU's own
  * kernels for everything else. */
-#define CPU_TABLE(table_name, rows, gemm, backward)                                             \
+#define CPU_TABLE(table_name, rows, gemm, best, backward, activation)                           \
     {                                                                                           \
         .name = table_name, .few_rows = SMALL_ROWS, .linear_rows = rows, .linear_gemm = gemm,   \
-        .linear_backward = backward, .choose_attention = choose_attention,                      \
+        .linear_best = best, .linear_backward = backward, .choose_attention = choose_attention, \
         .attention_forward = attention_forward, .attention_backward = attention_backward,       \
         .attention_saved_floats = attention_saved_floats,                                       \
         .attention_scratch_floats = attention_scratch_floats,                                   \
         .cached_attention = cached_attention, .kv_store = kv_cache_store,                       \
         .linear_attention_step = qkv_linear_attention_step,                                     \
-        .activation_forward = activation_forward, .activation_backward = activation_grad_inplace,\
+        .activation_forward = activation, .activation_backward = activation_grad_inplace,        \
         .layernorm_forward = qkv_layernorm_forward, .layernorm_backward = qkv_layernorm_backward,\
         .addnorm_forward = qkv_addnorm_forward, .addnorm_backward = qkv_addnorm_backward,       \
         .residual_forward = qkv_residual_forward, .residual_backward = qkv_residual_backward,   \
-        .embedding_forward = qkv_embedding_forward,                                             \
+        .embedding_forward = embedding_forward,                                             \
         .embedding_backward = qkv_embedding_backward,                                           \
         .positional_forward = qkv_positional_forward,                                           \
         .positional_backward = qkv_positional_backward,                                         \
@@ -147,17 +169,21 @@ static qkv_status finished(const backend *be, qkv_error *err)
 
 /* float32: OpenBLAS's sgemm, and matrix-vector kernels for a decoding step's few rows */
 const backend_ops backend_cpu_fp32 =
-    CPU_TABLE("cpu-fp32", cpu_linear_rows_f32, cpu_linear_gemm_f32, cpu_linear_backward_f32);
+    CPU_TABLE("cpu-fp32", cpu_linear_rows_f32, cpu_linear_gemm_f32, cpu_linear_best_written,
+              cpu_linear_backward_f32, activation_forward);
 
 /* bf16 products with float32 sums (ops/cpu/bf16.h); decoding reads a bf16 copy of the
  * weights. Parameters, gradients and everything but the products stay float32. */
 const backend_ops backend_cpu_bf16 =
-    CPU_TABLE("cpu-bf16", cpu_linear_rows_bf16, cpu_linear_gemm_bf16,
-              cpu_linear_backward_bf16);
+    CPU_TABLE("cpu-bf16", cpu_linear_rows_bf16, cpu_linear_gemm_bf16, cpu_linear_best_written,
+              cpu_linear_backward_bf16, activation_forward);
 
 /* int8 weights and activations with exact int32 sums (ops/cpu/int8.h), for inference: the
  * weights the model quantised (models/precision.c says which, and why) go through the int8
- * GEMM, any other product through float32's. Softmax, norms, residuals and attention itself
- * stay float32, as everywhere. No backward: the models refuse to train at int8. */
+ * GEMM, any other product through float32's; the output layer, when only its best tokens are
+ * wanted, a chunk of logits at a time (gemm_int8_best); SiLU by a polynomial exponential.
+ * Softmax, norms, residuals and attention itself stay float32, as everywhere. No backward:
+ * the models refuse to train at int8. */
 const backend_ops backend_cpu_int8 =
-    CPU_TABLE("cpu-int8", cpu_linear_int8, cpu_linear_int8, cpu_linear_backward_f32);
+    CPU_TABLE("cpu-int8", cpu_linear_int8, cpu_linear_int8, cpu_linear_best_int8,
+              cpu_linear_backward_f32, activation_forward_int8);

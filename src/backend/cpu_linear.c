@@ -2,6 +2,8 @@
 /* The linear entries of the CPU backends' tables (backend.h): float32 (ops/cpu/linear.c), bf16
  * products with float32 sums (ops/cpu/bf16.h) and int8 products with int32 sums
  * (ops/cpu/int8.h), each finding the weights' copy of its type where the model holds one. */
+#include <omp.h>
+
 #include "backend/cpu_linear.h"
 #include "ops/cpu/linear.h"
 
@@ -62,6 +64,36 @@ void cpu_linear_backward_bf16(const backend *be, float *dx, float *dW, float *db
     if (dx) gemm_bf16(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in, be->ws);
     if (dW) gemm_bf16(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, be->ws);
     if (db) linear_bias_backward(db, dy, N, out);
+}
+
+/* ---- the choice after the output layer -------------------------------------------------- */
+
+void cpu_linear_best_written(const backend *be, const best_request *rq, const float *x,
+                             const weight *W, const float *b, int N, int in, int out,
+                             float *scratch)
+{
+    op_linear_forward(be, scratch, x, W, b, N, in, out);
+    #pragma omp parallel for if (N > 1 && rq->lse)
+    for (int r = 0; r < N; r++) {
+        const float *y = scratch + (size_t)r * out;
+        row_best(y, out, rq->k, rq->banned, rq->ids + (size_t)r * rq->k,
+                 rq->vals + (size_t)r * rq->k);
+        if (rq->lse) rq->lse[r] = log_normaliser(y, out);
+    }
+    if (rq->nonfinite) *rq->nonfinite = !all_finite(scratch, (size_t)N * out);
+}
+
+void cpu_linear_best_int8(const backend *be, const best_request *rq, const float *x,
+                          const weight *W, const float *b, int N, int in, int out,
+                          float *scratch)
+{
+    if (W->type == WEIGHT_INT8 && be->typed_current && be->ws8 &&
+        !gemm_int8_reserve(be->ws8, N, in, NULL) &&
+        !gemm_int8_reserve_best(be->ws8, N, out, rq->k, omp_get_max_threads(), NULL)) {
+        gemm_int8_best(rq, x, W->int8, b, N, be->ws8);
+        return;
+    }
+    cpu_linear_best_written(be, rq, x, W, b, N, in, out, scratch);
 }
 
 /* ---- int8 weights and activations, int32 sums ------------------------------------------- */

@@ -23,6 +23,18 @@ void cpu_linear_backward_bf16(const backend *be, float *dx, float *dW, float *db
                               const float *dy, const float *x, const float *W, int N, int in,
                               int out);
 
+/* The choice after the output layer from its logits written out (the float32 and bf16
+ * tables: the table's own product into scratch, then each row's k best and log_normaliser, in
+ * double, as beam search always computed it). */
+void cpu_linear_best_written(const backend *be, const best_request *rq, const float *x,
+                             const weight *W, const float *b, int N, int in, int out,
+                             float *scratch);
+/* int8: gemm_int8_best for a weight typed int8 (the logits a chunk at a time), else as
+ * cpu_linear_best_written. */
+void cpu_linear_best_int8(const backend *be, const best_request *rq, const float *x,
+                          const weight *W, const float *b, int N, int in, int out,
+                          float *scratch);
+
 /* int8 weights and activations (ops/cpu/int8.h) for a weight typed int8; float32 for any
  * other W. Inference only: the backward is float32's, and the
  * models refuse to train at int8 before it could run. */

@@ -238,6 +238,32 @@ static void linear_backward_bf16(const backend *be, float *dx, float *dW, float 
     if (db) cuda_bias_backward(db, dy, N, out);
 }
 
+/* The output layer's choice (ops/cpu/best.h) on the host: the logits written into scratch,
+ * brought down and chosen there (rq's arrays are the host's). A failed copy stays with the
+ * runtime for finish to report; no host memory is recorded as a failure. */
+static void linear_best(const backend *be, const best_request *rq, const float *x,
+                        const weight *W, const float *b, int N, int in, int out, float *scratch)
+{
+    op_linear_forward(be, scratch, x, W, b, N, in, out);
+    const size_t n = (size_t)N * out;
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    if (!y || download(y, scratch, n * sizeof *y)) {
+        cuda_context *c = context_of(be);
+        if (!y && !c->failure[0])
+            snprintf(c->failure, sizeof c->failure, "out of memory for %zu logits on the host",
+                     n);
+        free(y);
+        return;
+    }
+    for (int r = 0; r < N; r++) {
+        row_best(y + (size_t)r * out, out, rq->k, rq->banned, rq->ids + (size_t)r * rq->k,
+                 rq->vals + (size_t)r * rq->k);
+        if (rq->lse) rq->lse[r] = log_normaliser(y + (size_t)r * out, out);
+    }
+    if (rq->nonfinite) *rq->nonfinite = !all_finite(y, n);
+    free(y);
+}
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 /* The CPU's rule (the weights kept where the caller wants them, flash from flash_min_keys
@@ -456,9 +482,11 @@ static void residual_backward(float *dx, float *ds, const float *dy, size_t n, q
 /* With err, ids outside the vocabulary are refused as the CPU's kernel refuses them (one
  * wait for the device); without (a decoding step: the model's own choices) they are not
  * looked at. The models check a batch's ids on the host before they go up. */
-static qkv_status embedding_forward(float *y, const int *ids, const float *E, int N, int V,
-                                    int C, qkv_error *err)
+static qkv_status embedding_forward(const backend *be, float *y, const int *ids,
+                                    const weight *W, int N, int V, int C, qkv_error *err)
 {
+    (void)be;
+    const float *E = W->f32;
     if (err) {
         int bad, id = 0;
         if (cuda_count_targets(ids, N, V, INT_MIN, &bad) < 0)
@@ -550,7 +578,8 @@ static size_t no_scratch(int N, int V)
 #define CUDA_TABLE(table_name, linear, backward)                                                \
     {                                                                                           \
         .name = table_name, .few_rows = 0, .linear_rows = linear, .linear_gemm = linear,        \
-        .linear_backward = backward, .choose_attention = choose_attention,                      \
+        .linear_best = linear_best, .linear_backward = backward,                                \
+        .choose_attention = choose_attention,                                                   \
         .attention_forward = attention_forward, .attention_backward = attention_backward,       \
         .attention_saved_floats = attention_saved_floats,                                       \
         .attention_scratch_floats = attention_saved_floats,                                     \

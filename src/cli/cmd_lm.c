@@ -52,13 +52,13 @@ fail:
     return -1;
 }
 
-/* The model directory of generate and eval-lm, with their --precision and --threads: 0, or
- * the exit code 1 (the directory does not load). */
+/* The model directory of generate and eval-lm, with their --precision (NULL: not given, the
+ * model's own) and --threads: 0, or the exit code 1 (the directory does not load). */
 static int lm_dir_open(lm_dir *d, const char *dir, const opt_choice *precision, int threads)
 {
-    const qkv_precision prec = (qkv_precision)precision->value;
+    const qkv_precision prec = precision ? (qkv_precision)precision->value : QKV_PRECISION_FP32;
     cli_threads(threads);
-    return lm_dir_load(d, dir, &prec, QKV_DEVICE_CPU) ? 1 : 0;
+    return lm_dir_load(d, dir, precision ? &prec : NULL, QKV_DEVICE_CPU) ? 1 : 0;
 }
 
 /* text -> ids with the model's vocabulary (a warning when characters are unknown). */
@@ -367,7 +367,10 @@ int cmd_generate(int argc, char **argv)
         return 2;
     }
     lm_dir d;
-    if ((rc = lm_dir_open(&d, model, &precision, threads))) return rc;
+    if ((rc = lm_dir_open(&d, model,
+                          args_given(argc, argv, 2, opts, "precision") ? &precision : NULL,
+                          threads)))
+        return rc;
     qkv_error err = {0};
     /* one of the enum's values: it cannot fail */
     qkv_lm_set_kv_cache(d.model, (qkv_kv_cache)kv_cache.value, &err);
@@ -428,7 +431,10 @@ int cmd_eval_lm(int argc, char **argv)
         return 2;
     }
     lm_dir d;
-    if ((rc = lm_dir_open(&d, model, &precision, threads))) return rc;
+    if ((rc = lm_dir_open(&d, model,
+                          args_given(argc, argv, 2, opts, "precision") ? &precision : NULL,
+                          threads)))
+        return rc;
     qkv_error err = {0};
     const int max_len = qkv_lm_get_config(d.model)->max_len;
     if (context == 0) context = max_len;

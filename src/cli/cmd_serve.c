@@ -34,7 +34,7 @@ static int open_model(server *s, served_model *m)
     struct stat sb;
     qkv_error err = {0};
     if (!stat(path, &sb)) {
-        if (lm_dir_load(&m->lm, m->dir, &s->precision, s->device)) {
+        if (lm_dir_load(&m->lm, m->dir, s->precision_given ? &s->precision : NULL, s->device)) {
             fprintf(stderr, "qkv serve: model %s (%s) could not be loaded\n", m->name, m->dir);
             return 1;
         }
@@ -53,7 +53,8 @@ static int open_model(server *s, served_model *m)
     }
     if (qkv_translator_open(&m->tr, m->dir, &err) ||
         qkv_transformer_set_device(qkv_translator_model(m->tr), s->device, &err) ||
-        qkv_transformer_set_precision(qkv_translator_model(m->tr), s->precision, &err) ||
+        (s->precision_given &&
+         qkv_transformer_set_precision(qkv_translator_model(m->tr), s->precision, &err)) ||
         qkv_batch_decoder_create(&m->bd, m->tr, s->slots, &err)) {
         fprintf(stderr, "qkv serve: model %s: %s\n", m->name, err.msg);
         return 1;
@@ -251,6 +252,7 @@ static int serve_options(server *s, int argc, char **argv, int *threads)
         return 2;
     }
     s->precision = (qkv_precision)precision.value, s->device = (qkv_device)device.value;
+    s->precision_given = args_given(argc, argv, 2, opts, "precision");
     if ((rc = model_specs(s, argc, argv))) return rc;
     if (strcmp(scheduler, "shared") && strcmp(scheduler, "per-model")) {
         fprintf(stderr, "qkv serve: --scheduler %s: shared or per-model\n", scheduler);

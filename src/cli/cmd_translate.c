@@ -74,7 +74,8 @@ static int generation_defaults(decode_cli *c, const opt_spec *opts, int argc, ch
 
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
- * read, on a CPU without bf16). The length penalty's default, when no option (nor the model's
+ * read, on a CPU without bf16), or without --precision at the model's own (fp32, or int8
+ * for an int8 model file: qkv quantize). The length penalty's default, when no option (nor the model's
  * generation.json) set it, follows the stopping rule: GNMT's alpha 0 (none) for qkv's rules,
  * transformers' length_penalty 1.0 for hf. Returns 0, or the exit status after printing
  * why. */
@@ -103,8 +104,9 @@ static int open_model(qkv_translator **t, decode_cli *c, const char *cmd, const 
     cli_threads(c->threads);
     qkv_error err = {0};
     *t = NULL;
-    if (qkv_translator_open(t, c->model, &err) ||
-        qkv_transformer_set_device(qkv_translator_model(*t), device, &err) ||
+    if (!qkv_translator_open(t, c->model, &err) && !args_given(argc, argv, 2, opts, "precision"))
+        o->precision = qkv_transformer_get_precision(qkv_translator_model(*t)); /* its own */
+    if (!*t || qkv_transformer_set_device(qkv_translator_model(*t), device, &err) ||
         qkv_transformer_set_precision(qkv_translator_model(*t), o->precision, &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
         qkv_translator_free(*t);

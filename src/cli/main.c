@@ -21,6 +21,7 @@ static const struct {
     {"eval", cmd_eval, "translate a corpus and report BLEU"},
     {"import", cmd_import, "import a pretrained model: qkv import marian HF_DIR --out DIR"},
     {"export", cmd_export, "write a model for another engine: qkv export ct2 DIR --out CT2_DIR"},
+    {"quantize", cmd_quantize, "store a model's weights as int8: qkv quantize DIR --out DIR8"},
     {"tokenize", cmd_tokenize, "SentencePiece pieces or ids of text, and back (a filter)"},
     {"average", cmd_average, "average the parameters of several models (checkpoint averaging)"},
     {"info", cmd_info, "parameter counts of a model or a configuration"},

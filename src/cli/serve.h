@@ -113,6 +113,7 @@ typedef struct {
     int per_address;        /* --max-per-address: connections one client address may hold */
     double max_delay_s;     /* --max-batch-delay: an idle decoder waits this long for company */
     qkv_precision precision; /* --precision: how the models' linear layers multiply */
+    int precision_given;     /* else each model's own (int8 for an int8 model file) */
     qkv_device device;       /* --device: where they compute */
     served_model *models;   /* (n_models) in the order given */
     int n_models;

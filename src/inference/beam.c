@@ -35,6 +35,7 @@
 
 #include "inference/beam.h"
 #include "inference/decode.h"
+#include "ops/cpu/best.h"
 
 typedef struct {
     double score, logprob; /* log P / lp, log P */
@@ -100,6 +101,10 @@ struct beam_sentence {
     float alpha;
     qkv_beam_stop stop;
     decoding_rules rules;       /* banned and forced tokens, forced_eos (inference/search.h) */
+    uint32_t banned;            /* the banned ones as best.h's mask */
+    int per_row;                /* the best extensions a row can give: n_cand, at most V */
+    int *row_ids;               /* (K, per_row) beam_sentence_advance's from the logits */
+    float *row_vals;
     int forced_eos;             /* rules.forced_eos as 0 or 1 */
     int src, t, live;           /* source slot, the next output position, live hypotheses */
     int *rows;                  /* (K) its cache rows */
@@ -115,15 +120,6 @@ struct beam_sentence {
     hypothesis *h;              /* (K) */
 };
 
-double log_normaliser(const float *z, int V)
-{
-    float mx = z[0];
-    for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-    double s = 0.0;
-    for (int v = 0; v < V; v++) s += exp((double)z[v] - mx);
-    return mx + log(s);
-}
-
 qkv_status beam_sentence_create(beam_sentence **out, const qkv_beam_options *o, int max_len,
                                 int V, const decoding_rules *rules, const int *rows, int src,
                                 qkv_error *err)
@@ -133,17 +129,20 @@ qkv_status beam_sentence_create(beam_sentence **out, const qkv_beam_options *o, 
     if (K < 1 || T < 1 || max_len < 1 || max_len > T || V < 1)
         return qkv_fail(err, QKV_ERR_ARG, "a beam of %d over %d tokens of at most %d: need beam "
                         ">= 1 and 1 <= max_len <= %d", K, max_len, T, T);
-    /* one block: the struct, then the doubles, the candidates, the hypotheses, the ints */
-    const size_t n_int = (size_t)K * 4 + (size_t)K * T * 5 + T;
+    /* one block: the struct, then the doubles, the candidates, the hypotheses, the ints, the
+     * floats */
+    const int per_row = 2 * K < V ? 2 * K : V;
+    const size_t n_int = (size_t)K * 4 + (size_t)K * T * 5 + T + (size_t)K * per_row;
     const size_t bytes = sizeof(beam_sentence) + (size_t)3 * K * sizeof(double) +
                          (size_t)2 * K * sizeof(candidate) + (size_t)K * sizeof(hypothesis) +
-                         n_int * sizeof(int);
+                         n_int * sizeof(int) + (size_t)K * per_row * sizeof(float);
     beam_sentence *b = calloc(1, bytes);
     if (!b) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for a beam of %d", K);
     b->K = K, b->N = o->n_best, b->T = T, b->Tb = max_len, b->V = V;
     b->n_cand = 2 * K < K * V ? 2 * K : K * V;
     b->alpha = o->alpha, b->stop = o->stop, b->rules = *rules;
     b->forced_eos = rules->forced_eos != 0;
+    b->banned = rules_banned_mask(rules, V), b->per_row = per_row;
     b->src = src;
     double *d = (double *)(b + 1);
     b->score = d, b->lse = d + K, b->next_score = d + 2 * K;
@@ -156,7 +155,9 @@ qkv_status beam_sentence_create(beam_sentence **out, const qkv_beam_options *o, 
     for (size_t k = 0; k < sizeof big / sizeof *big; k++) *big[k] = i, i += (size_t)K * T;
     b->fin.h = b->h;
     for (int k = 0; k < K; k++) b->h[k].tokens = i, i += T;
-    b->scratch = i;
+    b->scratch = i, i += T;
+    b->row_ids = i, i += (size_t)K * per_row;
+    b->row_vals = (float *)i;
     memcpy(b->rows, rows, (size_t)K * sizeof *rows);
     b->live = 1, b->tok[0] = rules->start, b->score[0] = 0.0; /* the start token */
     *out = b;
@@ -201,25 +202,27 @@ static void rank(candidate *cand, int *n, int want, candidate x)
     cand[at] = x;
 }
 
-/* The best extensions of the live hypotheses at output position t (logits (live, V)), into
- * b->cand in rank order; returns how many. The rules apply after normalising, as Hugging
- * Face's logits processors do in its beam search: a banned token is never a candidate, and a
- * forced one is the only candidate, with probability 1. */
-static int rank_extensions(beam_sentence *b, const float *logits)
+/* The best extensions of the live hypotheses at output position t, into b->cand in rank
+ * order; returns how many. Only each row's best tokens (ids, vals (live, k): its n_cand
+ * largest logits, ties to the lower id) can be among them: log P of an extension is the
+ * row's score plus its logit less the row's normaliser, so within a row it ranks as the
+ * logit does. The rules apply after normalising, as Hugging Face's logits processors do in
+ * its beam search: a banned token is never a candidate (nor in the lists), and a forced one
+ * is the only candidate, with probability 1. */
+static int rank_extensions(beam_sentence *b, const int *ids, const float *vals, int k_row)
 {
     const int V = b->V, nr = b->live, forced = rules_forced(&b->rules, b->t);
     const int want = b->n_cand < nr * V ? b->n_cand : nr * V;
     int n = 0;
     for (int k = 0; k < nr; k++) {
-        const float *z = logits + (size_t)k * V;
         if (forced >= 0) {
             rank(b->cand, &n, want, (candidate){b->score[k], k, forced});
             continue;
         }
-        for (int v = 0; v < V; v++)
-            if (!rules_banned(&b->rules, v, V))
-                rank(b->cand, &n, want,
-                     (candidate){b->score[k] + ((double)z[v] - b->lse[k]), k, v});
+        for (int i = 0; i < k_row && ids[(size_t)k * k_row + i] >= 0; i++)
+            rank(b->cand, &n, want,
+                 (candidate){b->score[k] + ((double)vals[(size_t)k * k_row + i] - b->lse[k]), k,
+                             ids[(size_t)k * k_row + i]});
     }
     return n;
 }
@@ -293,15 +296,33 @@ static void inherit(beam_sentence *b, int live)
     swap = b->anc, b->anc = b->anc2, b->anc2 = swap;
 }
 
-void beam_sentence_advance(beam_sentence *b, const float *logits, const double *lse)
+int beam_sentence_best(const beam_sentence *b, uint32_t *banned)
+{
+    *banned = b->banned;
+    return b->per_row;
+}
+
+void beam_sentence_advance_best(beam_sentence *b, const int *ids, const float *vals, int k,
+                                const double *lse)
 {
     if (!b->live) return;
-    for (int k = 0; k < b->live; k++)
-        b->lse[k] = lse ? lse[k] : log_normaliser(logits + (size_t)k * b->V, b->V);
-    const int n = rank_extensions(b, logits);
+    for (int r = 0; r < b->live; r++) b->lse[r] = lse[r];
+    const int n = rank_extensions(b, ids, vals, k);
     const int live = choose_next(b, n);
     if (live) inherit(b, live);
     b->live = live, b->t++;
+}
+
+void beam_sentence_advance(beam_sentence *b, const float *logits, const double *lse)
+{
+    if (!b->live) return;
+    for (int r = 0; r < b->live; r++) {
+        const float *z = logits + (size_t)r * b->V;
+        row_best(z, b->V, b->per_row, b->banned, b->row_ids + (size_t)r * b->per_row,
+                 b->row_vals + (size_t)r * b->per_row);
+        b->lse[r] = lse ? lse[r] : log_normaliser(z, b->V);
+    }
+    beam_sentence_advance_best(b, b->row_ids, b->row_vals, b->per_row, b->lse);
 }
 
 /* ---- a batch of sentences in lockstep ---------------------------------------------------- */
@@ -356,13 +377,13 @@ typedef struct {
     beam_sentence **s; /* (B) */
     step_rows rows;
     int *count;        /* (B) rows each listed in the step */
-    double *lse;       /* (B K) */
+    best_request best; /* each listed row's best tokens (B K, best.k) and normaliser (B K) */
 } lockstep;
 
 static void lockstep_free(lockstep *l)
 {
     for (int b = 0; l->s && b < l->B; b++) beam_sentence_free(l->s[b]);
-    free(l->s), free(l->count), free(l->lse);
+    free(l->s), free(l->count), free(l->best.lse), free(l->best.ids), free(l->best.vals);
     step_rows_free(&l->rows);
 }
 
@@ -374,9 +395,13 @@ static qkv_status lockstep_init(lockstep *l, int B, int V, const decoding_rules 
     l->B = B, l->V = V;
     l->s = calloc((size_t)B, sizeof *l->s);
     l->count = malloc((size_t)B * sizeof *l->count);
-    l->lse = malloc((size_t)B * K * sizeof *l->lse);
+    const int per_row = 2 * K < V ? 2 * K : V; /* beam_sentence_best's */
+    l->best = (best_request){per_row, rules_banned_mask(rules, V),
+                             malloc((size_t)B * K * per_row * sizeof(int)),
+                             malloc((size_t)B * K * per_row * sizeof(float)),
+                             malloc((size_t)B * K * sizeof(double)), NULL};
     int *rows = malloc((size_t)K * sizeof *rows);
-    qkv_status st = l->s && l->count && l->lse && rows
+    qkv_status st = l->s && l->count && l->best.ids && l->best.vals && l->best.lse && rows
                         ? step_rows_init(&l->rows, B * K, T, hist, err)
                         : qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d x %d hypotheses",
                                    B, K);
@@ -390,24 +415,46 @@ static qkv_status lockstep_init(lockstep *l, int B, int V, const decoding_rules 
     return st;
 }
 
-/* The search itself, over any step function (one that returns NULL ends it). */
-static void lockstep_run(lockstep *l, beam_step_fn step, void *ctx)
+/* One step of the listed rows at position t: l->best filled, or 0 when it failed (and says
+ * why). */
+typedef int (*lockstep_fn)(lockstep *l, void *ctx, int t);
+
+/* The search itself, over any step (one that returns 0 ends it). */
+static void lockstep_run(lockstep *l, lockstep_fn step, void *ctx)
 {
-    const int T = l->rows.ld, V = l->V;
+    const int T = l->rows.ld, k = l->best.k;
     for (int t = 0; t < T; t++) {
         l->rows.n = 0;
         for (int b = 0; b < l->B; b++) l->count[b] = beam_sentence_list(l->s[b], &l->rows);
-        const int rows = l->rows.n;
-        if (!rows) return;
-        const float *logits = step(ctx, rows, l->rows.src, l->rows.tok, l->rows.hist,
-                                   l->rows.ancestry, T, t);
-        if (!logits) return; /* the step failed: it says why */
-        #pragma omp parallel for if (rows > 1)
-        for (int r = 0; r < rows; r++) l->lse[r] = log_normaliser(logits + (size_t)r * V, V);
+        if (!l->rows.n || !step(l, ctx, t)) return;
         for (int b = 0, r0 = 0; b < l->B; r0 += l->count[b++])
             if (l->count[b])
-                beam_sentence_advance(l->s[b], logits + (size_t)r0 * V, l->lse + r0);
+                beam_sentence_advance_best(l->s[b], l->best.ids + (size_t)r0 * k,
+                                           l->best.vals + (size_t)r0 * k, k, l->best.lse + r0);
     }
+}
+
+/* A step function's logits, each row's best tokens and normaliser from them. */
+typedef struct {
+    beam_step_fn step;
+    void *ctx;
+} logits_step;
+
+static int step_logits(lockstep *l, void *ctx, int t)
+{
+    const logits_step *s = ctx;
+    const int rows = l->rows.n, V = l->V, k = l->best.k;
+    const float *logits = s->step(s->ctx, rows, l->rows.src, l->rows.tok, l->rows.hist,
+                                  l->rows.ancestry, l->rows.ld, t);
+    if (!logits) return 0; /* the step failed: it says why */
+    #pragma omp parallel for if (rows > 1)
+    for (int r = 0; r < rows; r++) {
+        const float *z = logits + (size_t)r * V;
+        row_best(z, V, k, l->best.banned, l->best.ids + (size_t)r * k,
+                 l->best.vals + (size_t)r * k);
+        l->best.lse[r] = log_normaliser(z, V);
+    }
+    return 1;
 }
 
 static void write_results(const lockstep *l, const qkv_beam_options *o,
@@ -437,30 +484,30 @@ qkv_status beam_search_steps(beam_step_fn step, void *ctx, int B, int V, int T_c
     if (stt || B < 1) return stt;
     lockstep l;
     if ((stt = lockstep_init(&l, B, V, rules, o, 1, err))) return stt;
-    lockstep_run(&l, step, ctx);
+    logits_step s = {step, ctx};
+    lockstep_run(&l, step_logits, &s);
     write_results(&l, o, results);
     lockstep_free(&l);
     return QKV_OK;
 }
 
-/* The decoder as a step function: the rows as listed, at position t, each reading its
- * sentence's source, its earlier positions where its ancestors wrote them. */
+/* The decoder as a step: the rows as listed, at position t, each reading its sentence's
+ * source, its earlier positions where its ancestors wrote them; only the rows' best tokens and
+ * normalisers come back (decoder_step_best: at int8 the logits are never written out). */
 typedef struct {
     decoder *d;
-    const step_rows *rows;
     qkv_status st;  /* the first failure of a step */
     qkv_error *err;
 } model_step;
 
-static const float *model_logits(void *ctx, int rows, const int *row_src, const int *tok,
-                                 const int *hist, const int *slot, int T, int t)
+static int model_best(lockstep *l, void *ctx, int t)
 {
     model_step *ms = ctx;
-    (void)hist, (void)t;
-    const decoder_rows dr = {rows, ms->rows->row, ms->rows->pos, row_src, slot, T};
-    float *logits = NULL;
-    if (!ms->st) ms->st = decoder_step(ms->d, &dr, tok, &logits, ms->err);
-    return ms->st ? NULL : logits;
+    (void)t;
+    const step_rows *r = &l->rows;
+    const decoder_rows dr = {r->n, r->row, r->pos, r->src, r->ancestry, r->ld};
+    if (!ms->st) ms->st = decoder_step_best(ms->d, &dr, r->tok, &l->best, ms->err);
+    return !ms->st;
 }
 
 qkv_status beam_decode(qkv_transformer *m, const int *src, const int *src_valid, int B,
@@ -470,15 +517,14 @@ qkv_status beam_decode(qkv_transformer *m, const int *src, const int *src_valid,
     const int K = o->beam, T = o->max_len;
     qkv_status stt = beam_check_options(o, B, qkv_transformer_get_config(m)->max_len, err);
     if (stt || B < 1) return stt;
-    model_step ms = {NULL, NULL, QKV_OK, err};
+    model_step ms = {NULL, QKV_OK, err};
     lockstep l;
     stt = decoder_create_transformer(&ms.d, m, B * K, T, B, src_len, err);
     if (!stt) stt = decoder_encode(ms.d, src, src_valid, B, src_len, NULL, err);
     const decoder_info info = ms.d ? decoder_get_info(ms.d) : (decoder_info){0};
     const decoding_rules own = decoding_rules_of(&info);
     if (!stt && !(stt = lockstep_init(&l, B, info.vocab, rules ? rules : &own, o, 0, err))) {
-        ms.rows = &l.rows;
-        lockstep_run(&l, model_logits, &ms);
+        lockstep_run(&l, model_best, &ms);
         if (!(stt = ms.st)) write_results(&l, o, results);
         lockstep_free(&l);
     }

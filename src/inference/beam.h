@@ -42,14 +42,17 @@ int beam_sentence_list(const beam_sentence *b, step_rows *r);
 /* The step's logits of the rows it listed last (live, V), and their log normalisers lse (NULL:
  * computed here): ranks their extensions, finishes and keeps hypotheses, moves on a position. */
 void beam_sentence_advance(beam_sentence *b, const float *logits, const double *lse);
+/* The same from each listed row's beam_sentence_best best tokens (ids and their logits,
+ * (live, k) each; ops/cpu/best.h) and log normaliser (live), all an extension can be. */
+void beam_sentence_advance_best(beam_sentence *b, const int *ids, const float *vals, int k,
+                                const double *lse);
+/* How many best tokens of each row a step needs (2 K, at most V), and which are banned. */
+int beam_sentence_best(const beam_sentence *b, uint32_t *banned);
 /* Finished hypotheses kept, best first (at most n_best); hypothesis k's tokens (without <eos>)
  * with their count, score log P / lp and log P. */
 int beam_sentence_found(const beam_sentence *b);
 const int *beam_sentence_hypothesis(const beam_sentence *b, int k, int *len, double *score,
                                     double *logprob);
-
-/* log sum exp z (V), in double: a row's log normaliser. */
-double log_normaliser(const float *z, int V);
 
 /* Logits (rows, V) of position t for rows whose input tokens are tok (rows), whose sources
  * are row_src (rows) and whose tokens so far are hist (rows, T: positions 0 .. t-1, <bos> not

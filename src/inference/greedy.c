@@ -12,25 +12,30 @@
 
 #include "inference/decode.h"
 
-/* The steps of B sentences encoded into d's source slots 0 .. B - 1; work (4 B) zeroed. */
+/* The steps of B sentences encoded into d's source slots 0 .. B - 1; work (6 B) zeroed. Each
+ * step asks the decoder for each row's best token only (decoder_step_best: the banned ones
+ * never, ties to the lower id, as argmax of the filtered logits), unless the rules force it. */
 static qkv_status greedy_steps(decoder *d, const decoding_rules *r, int B, int max_len,
                                const int *max_lens, int *out, int *out_len, int *work,
                                qkv_error *err)
 {
     const int V = decoder_get_info(d).vocab;
-    /* per sentence: its cache row (and source), position, input token, whether it has ended */
+    /* per sentence: its cache row (and source), position, input token, whether it has ended,
+     * its best token and that token's logit */
     int *row = work, *pos = work + B, *tok = work + 2 * B, *done = work + 3 * B, remaining = B;
+    int *best_id = work + 4 * B;
+    float *best_val = (float *)(work + 5 * B);
+    const best_request rq = {1, rules_banned_mask(r, V), best_id, best_val, NULL, NULL};
     for (int b = 0; b < B; b++) row[b] = b, tok[b] = r->start, out_len[b] = 0;
     for (int t = 0; t < max_len && remaining > 0; t++) {
         for (int b = 0; b < B; b++) pos[b] = t;
         const decoder_rows rows = {B, row, pos, row, NULL, 0};
-        float *logits;
-        qkv_status st = decoder_step(d, &rows, tok, &logits, err);
+        qkv_status st = decoder_step_best(d, &rows, tok, &rq, err);
         if (st) return st;
         for (int b = 0; b < B; b++) {
-            float *z = logits + (size_t)b * V;
-            rules_filter(r, z, V, out_len[b]);
-            const int best = argmax(z, V);
+            const int forced = rules_forced(r, out_len[b]);
+            /* no token above -inf at all: argmax's first */
+            const int best = forced >= 0 ? forced : best_id[b] >= 0 ? best_id[b] : 0;
             tok[b] = best;
             if (done[b]) continue;
             if (best == QKV_EOS) {
@@ -60,7 +65,7 @@ qkv_status greedy_decode(qkv_transformer *m, const int *src, const int *src_vali
     int *work = NULL;
     qkv_status st = decoder_create_transformer(&d, m, B, max_len, B, src_len, err);
     if (!st) st = decoder_encode(d, src, src_valid, B, src_len, NULL, err);
-    if (!st && !(work = calloc((size_t)B * 4, sizeof *work)))
+    if (!st && !(work = calloc((size_t)B * 6, sizeof *work)))
         st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory decoding %d sentences", B);
     if (!st) {
         const decoder_info info = decoder_get_info(d);

@@ -33,6 +33,15 @@ static inline int rules_banned(const decoding_rules *r, int v, int V)
            (r->text_only && v < QKV_N_RESERVED && v < V - 1);
 }
 
+/* The banned tokens as a mask of ids below 32 (ops/cpu/best.h): every one is a reserved id. */
+static inline uint32_t rules_banned_mask(const decoding_rules *r, int V)
+{
+    uint32_t m = 0;
+    for (int v = 0; v < QKV_N_RESERVED && v < V; v++)
+        if (rules_banned(r, v, V)) m |= 1u << v;
+    return m;
+}
+
 /* The token forced at output position t (tokens produced before it), or -1. */
 static inline int rules_forced(const decoding_rules *r, int t)
 {

@@ -44,17 +44,23 @@ static qkv_status check(const void *cfg, qkv_error *err) { return qkv_lm_config_
 static double config_params(const void *cfg) { return lm_config_params(cfg); }
 static qkv_status create(void **model, const void *cfg, qkv_error *err)
 {
-    return qkv_lm_create((qkv_lm **)model, cfg, 0, err);
+    return lm_create((qkv_lm **)model, cfg, 0, 0, err); /* every parameter is read */
 }
 static void destroy(void *model) { qkv_lm_free(model); }
 static model_core *core_of(const void *model) { return &((qkv_lm *)model)->core; }
 static const void *config_of(const void *model) { return &((const qkv_lm *)model)->cfg; }
 
-static const model_kind lm_kind = {
+static qkv_status set_precision(void *model, qkv_precision p, qkv_error *err)
+{
+    return qkv_lm_set_precision(model, p, err);
+}
+
+const model_kind lm_kind = {
     "qkv-lm", " (a language model)", "qkv-lm-checkpoint", "language-model",
     fields, sizeof fields / sizeof *fields, position, sizeof position / sizeof *position,
     defaults, check, NULL,
     sizeof(qkv_lm_config), config_params, create, destroy, core_of, config_of,
+    set_precision,
 };
 
 qkv_status qkv_lm_config_to_json(const qkv_lm_config *c, char **json, qkv_error *err)

@@ -443,7 +443,7 @@ static qkv_status hf_tensors(qkv_tensor_file *out, const qkv_tensor_file *npz, c
             break;
         default:
             memcpy(t->data, m->data,
-                   (size_t)m->numel * (m->dtype == QKV_F64 || m->dtype == QKV_I64 ? 8 : 4));
+                   (size_t)m->numel * qkv_dtype_size(m->dtype));
         }
     }
     free(how);

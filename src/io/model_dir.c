@@ -52,17 +52,45 @@ static qkv_status field_read(const cJSON *o, const config_field *f, void *cfg, c
     return QKV_OK;
 }
 
-qkv_status model_config_to_json(const model_kind *k, const void *cfg, char **json,
-                                qkv_error *err)
+/* The configuration's JSON; an int8 model file's says so ("weights": "int8", after the
+ * configuration: a qkv that does not know the key reads the configuration and then refuses
+ * the I8 tensors, naming the first). */
+static qkv_status config_json(const model_kind *k, const void *cfg, int int8, char **json,
+                              qkv_error *err)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     cJSON_AddStringToObject(o, "format", k->format);
     cJSON_AddNumberToObject(o, "version", FORMAT_VERSION);
     for (int i = 0; i < k->n_fields; i++) field_write(o, &k->fields[i], cfg);
+    if (int8) cJSON_AddStringToObject(o, "weights", qkv_precision_name(QKV_PRECISION_INT8));
     *json = cJSON_Print(o);
     cJSON_Delete(o);
     return *json ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
+}
+
+qkv_status model_config_to_json(const model_kind *k, const void *cfg, char **json,
+                                qkv_error *err)
+{
+    return config_json(k, cfg, 0, json, err);
+}
+
+/* config.json's "weights": absent or "fp32" (float32), or "int8" (an int8 model file). */
+static qkv_status config_weights(const char *json, const char *file, qkv_precision *weights,
+                                 qkv_error *err)
+{
+    *weights = QKV_PRECISION_FP32;
+    cJSON *o = cJSON_Parse(json);
+    int v = QKV_PRECISION_FP32;
+    qkv_status st = QKV_OK;
+    if (o && cJSON_GetObjectItemCaseSensitive(o, "weights"))
+        st = json_get_choice(o, "weights", QKV_ENUM_PRECISION, &v, file, err);
+    cJSON_Delete(o);
+    if (!st && v == QKV_PRECISION_BF16)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"weights\" is \"bf16\": a model file holds "
+                      "fp32 or int8 weights", file);
+    if (!st) *weights = (qkv_precision)v;
+    return st;
 }
 
 qkv_status model_config_from_json(const model_kind *k, void *cfg, const char *json,
@@ -107,7 +135,8 @@ qkv_status model_dir_save(const model_kind *k, const void *cfg, param_set p, con
     return st;
 }
 
-qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv_error *err)
+qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir,
+                            qkv_precision *weights, qkv_error *err)
 {
     char path[4096];
     char *json = NULL;
@@ -117,21 +146,25 @@ qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv
     if (!st && strlen(json) != len)
         st = qkv_fail(err, QKV_ERR_FORMAT, "%s: contains a NUL byte", path);
     if (!st) st = model_config_from_json(k, cfg, json, path, err);
+    if (!st) st = config_weights(json, path, weights, err);
     free(json);
     return st;
 }
 
-qkv_status model_dir_fits(const char *dir, double n_params, qkv_error *err)
+qkv_status model_dir_fits(const char *dir, double n_params, qkv_precision weights,
+                          qkv_error *err)
 {
     char model[4096];
     snprintf(model, sizeof model, "%s/model.safetensors", dir);
     struct stat sb;
-    if (stat(model, &sb) || !S_ISREG(sb.st_mode) || (double)sb.st_size >= 4 * n_params)
+    const double size = weights == QKV_PRECISION_INT8 ? 1 : 4; /* at least a byte each */
+    if (stat(model, &sb) || !S_ISREG(sb.st_mode) || (double)sb.st_size >= size * n_params)
         return QKV_OK;
     /* named after the model file first, as every other refusal of it is */
     return qkv_fail(err, QKV_ERR_FORMAT, "%s holds %lld bytes, but %s/config.json describes a "
-                    "model of %.0f parameters (%.0f bytes of float32)", model,
-                    (long long)sb.st_size, dir, n_params, 4 * n_params);
+                    "model of %.0f parameters (%.0f bytes of %s)", model,
+                    (long long)sb.st_size, dir, n_params, size * n_params,
+                    size == 1 ? "int8 at least" : "float32");
 }
 
 qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err)
@@ -287,6 +320,24 @@ qkv_status model_save(const model_kind *k, const void *model, const char *dir, q
     return st ? st : model_dir_save(k, k->config(model), params_of(k, model), dir, err);
 }
 
+/* An int8 model file's parameters into the model: its float32 view and its int8 matrices,
+ * then int8 where the CPU runs it. */
+static qkv_status load_int8(const model_kind *k, void *model, const char *dir, qkv_error *err)
+{
+    const param_set p = params_to_write(k, model);
+    model_core *c = k->core(model);
+    int n = 0;
+    for (int i = 0; i < p.n_tensors; i++) n += precision_int8_tensor(&p.tensors[i]);
+    int8_matrix *q = calloc((size_t)n + 1, sizeof *q);
+    if (!q) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for %d int8 matrices", n);
+    qkv_status st = param_dir_load_int8(dir, p.tensors, p.n_tensors, p.params, q, err);
+    if (!st) st = precision_adopt_int8(&c->prec, p.tensors, p.n_tensors, q, err);
+    for (int i = 0; i < n; i++) int8_matrix_free(&q[i]);
+    free(q);
+    if (!st && qkv_int8_supported()) st = k->set_precision(model, QKV_PRECISION_INT8, err);
+    return st;
+}
+
 qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_error *err)
 {
     _Alignas(16) unsigned char cfg[MODEL_CFG_MAX];
@@ -295,13 +346,28 @@ qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_er
         return qkv_fail(err, QKV_ERR_ARG, "a %s configuration of %zu bytes: room for %zu",
                         k->format, k->cfg_size, sizeof cfg);
     void *m = NULL;
-    qkv_status st = model_dir_config(k, cfg, dir, err);
-    if (!st) st = model_dir_fits(dir, k->config_params(cfg), err);
+    qkv_precision weights;
+    qkv_status st = model_dir_config(k, cfg, dir, &weights, err);
+    if (!st) st = model_dir_fits(dir, k->config_params(cfg), weights, err);
     if (!st) st = k->create(&m, cfg, err);
-    if (!st) st = model_dir_params(params_to_write(k, m), dir, err);
+    if (!st)
+        st = weights == QKV_PRECISION_INT8 ? load_int8(k, m, dir, err)
+                                           : model_dir_params(params_to_write(k, m), dir, err);
     if (!st) snprintf(k->core(m)->source, sizeof k->core(m)->source, "%s", dir); /* messages */
     if (st && m) k->destroy(m), m = NULL;
     *model = m;
+    return st;
+}
+
+qkv_status model_save_int8(const model_kind *k, const void *model, const char *dir,
+                           qkv_error *err)
+{
+    const param_set p = params_of(k, model);
+    char *json = NULL;
+    qkv_status st = config_json(k, k->config(model), 1, &json, err);
+    if (st) return st;
+    st = param_dir_save_int8(dir, json, p.tensors, p.n_tensors, p.params, k->format, err);
+    free(json);
     return st;
 }
 

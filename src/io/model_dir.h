@@ -3,6 +3,8 @@
  * (transformer_dir.c: the encoder-decoder, lm_dir.c: the language model). A directory is
  *   config.json        the configuration, as JSON ({"format": ..., "version": 1, ...})
  *   model.safetensors  every parameter under its table name, float32
+ * or, in an int8 model file (config.json's "weights": "int8"; qkv_model_quantize), the
+ * weight matrices that int8 quantises as int8 with their per-row scales (param_file.h)
  * and a checkpoint (one safetensors file) adds Adam's moments and step and where training
  * stands, so that it resumes exactly. A kind says what differs: its format name, the members
  * of its config.json and the metadata of its training position, as tables. */
@@ -71,7 +73,11 @@ struct model_kind {
     void (*destroy)(void *model);
     model_core *(*core)(const void *model);
     const void *(*config)(const void *model);
+    qkv_status (*set_precision)(void *model, qkv_precision p, qkv_error *err);
 };
+
+/* The two kinds (transformer_dir.c, lm_dir.c). */
+extern const model_kind transformer_kind, lm_kind;
 
 /* The configuration as JSON text (caller frees), and back: defaults, then every member of
  * the kind's table (each required), then the kind's check; errors name file and key. */
@@ -83,13 +89,18 @@ qkv_status model_config_from_json(const model_kind *k, void *cfg, const char *js
 /* dir/config.json and dir/model.safetensors, each written atomically; dir is created. */
 qkv_status model_dir_save(const model_kind *k, const void *cfg, param_set p, const char *dir,
                           qkv_error *err);
-/* dir/config.json as a checked configuration of kind k. */
-qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir, qkv_error *err);
+/* dir/config.json as a checked configuration of kind k, and how its model file stores the
+ * weights: *weights QKV_PRECISION_FP32 (float32, also when config.json does not say) or
+ * QKV_PRECISION_INT8. */
+qkv_status model_dir_config(const model_kind *k, void *cfg, const char *dir,
+                            qkv_precision *weights, qkv_error *err);
 /* Refuses, before the model is built, a dir/config.json describing n_params floats that a
- * dir/model.safetensors of its size cannot hold (a mistyped or hostile dimension would
+ * dir/model.safetensors of its size cannot hold (at 4 bytes a parameter, or 1 in an int8
+ * model file) (a mistyped or hostile dimension would
  * otherwise allocate gigabytes and only then meet a tensor of the wrong shape). A missing
  * or non-regular model file is left to model_dir_params to report. */
-qkv_status model_dir_fits(const char *dir, double n_params, qkv_error *err);
+qkv_status model_dir_fits(const char *dir, double n_params, qkv_precision weights,
+                          qkv_error *err);
 /* dir/model.safetensors into p.params: every tensor of the table, float32, its shape, finite;
  * no other tensor. */
 qkv_status model_dir_params(param_set p, const char *dir, qkv_error *err);
@@ -106,9 +117,15 @@ qkv_status model_checkpoint_load(const model_kind *k, const char *path, param_se
 
 /* dir/config.json and dir/model.safetensors of the model (model_dir_save). */
 qkv_status model_save(const model_kind *k, const void *model, const char *dir, qkv_error *err);
-/* A new model from dir: its checked configuration, the size check, the parameters. On failure
- * *model is NULL. */
+/* A new model from dir: its checked configuration, the size check, the parameters. An int8
+ * model file's model holds the dequantised weights as its float32 parameters and the file's
+ * int8 matrices as its int8 ones (precision_adopt_int8), and is set to int8 where the CPU
+ * runs it. On failure *model is NULL. */
 qkv_status model_load(const model_kind *k, void **model, const char *dir, qkv_error *err);
+/* dir/config.json (with "weights": "int8") and dir/model.safetensors of the model with its
+ * weight matrices quantised to int8 (param_dir_save_int8). */
+qkv_status model_save_int8(const model_kind *k, const void *model, const char *dir,
+                           qkv_error *err);
 qkv_status model_save_checkpoint(const model_kind *k, const char *path, const void *model,
                                  const qkv_adam *opt, const void *pos, qkv_error *err);
 /* model_checkpoint_load into the model's parameters; the typed copies stop being current. */

@@ -49,11 +49,13 @@ static const struct {
     {"I32", QKV_I32, 4},
     {"I64", QKV_I64, 8},
     {"F64", QKV_F64, 8},
+    {"I8", QKV_I8, 1},
 };
 #define N_DTYPES (int)(sizeof DTYPES / sizeof DTYPES[0])
 
 static bool dtype_valid(qkv_dtype dt) { return (unsigned)dt < (unsigned)N_DTYPES; }
 static size_t dtype_size(qkv_dtype dt) { return DTYPES[dt].size; }
+size_t qkv_dtype_size(qkv_dtype dt) { return dtype_valid(dt) ? dtype_size(dt) : 0; }
 static const char *dtype_name(qkv_dtype dt) { return DTYPES[dt].name; }
 
 static bool dtype_from_name(const char *name, qkv_dtype *dt)
@@ -266,7 +268,7 @@ static qkv_status parse_dtype(const cJSON *e, const char *file, const char *name
     if (!dtype_from_name(j->valuestring, dt))
         return tensor_fail(err, file, name,
                            "unsupported dtype \"%.32s\" (qkv reads F32, F16, BF16, I32, I64, "
-                           "F64)", printable(j->valuestring).s);
+                           "F64, I8)", printable(j->valuestring).s);
     return QKV_OK;
 }
 
@@ -642,7 +644,7 @@ static qkv_status check_save_duplicates(const char *path, const qkv_tensor_ref *
 }
 
 /* Where each tensor goes in the data section: the 8-byte dtypes first, then the 4-byte ones,
- * each group in the caller's order. The reference reader rejects gaps between tensors, so
+ * then the 1-byte ones, each group in the caller's order. The reference reader rejects gaps between tensors, so
  * this is how every tensor gets an offset aligned for its dtype with no padding. order[k] is
  * the tensor written k-th. */
 static void plan_layout(const qkv_tensor_ref *tensors, int count, uint64_t *begin,
@@ -650,7 +652,7 @@ static void plan_layout(const qkv_tensor_ref *tensors, int count, uint64_t *begi
 {
     uint64_t at = 0;
     int k = 0;
-    for (size_t size = 8; size >= 4; size /= 2) {
+    for (size_t size = 8; size >= 1; size /= 2) {
         for (int i = 0; i < count; i++) {
             if (dtype_size(tensors[i].dtype) != size) continue;
             int64_t numel;

@@ -115,17 +115,25 @@ static qkv_status read_position(const model_kind *k, const qkv_tensor_file *f, c
 static double config_params(const void *cfg) { return transformer_config_params(cfg); }
 static qkv_status create(void **model, const void *cfg, qkv_error *err)
 {
-    return qkv_transformer_create((qkv_transformer **)model, cfg, 0, err);
+    /* no initialisation: every parameter is read from the file (d2l's for 74M parameters
+     * took longer than reading them) */
+    return transformer_create((qkv_transformer **)model, cfg, 0, 0, err);
 }
 static void destroy(void *model) { qkv_transformer_free(model); }
 static model_core *core_of(const void *model) { return &((qkv_transformer *)model)->core; }
 static const void *config_of(const void *model) { return &((const qkv_transformer *)model)->cfg; }
 
-static const model_kind transformer_kind = {
+static qkv_status set_precision(void *model, qkv_precision p, qkv_error *err)
+{
+    return qkv_transformer_set_precision(model, p, err);
+}
+
+const model_kind transformer_kind = {
     "qkv-transformer", "", "qkv-transformer-checkpoint", NULL,
     fields, sizeof fields / sizeof *fields, position, sizeof position / sizeof *position,
     defaults, check, read_position,
     sizeof(qkv_transformer_config), config_params, create, destroy, core_of, config_of,
+    set_precision,
 };
 
 qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err)

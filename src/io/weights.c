@@ -84,8 +84,6 @@ size_t stored_size(stored_type t) { return STORED[t].size; }
 qkv_dtype stored_as(stored_type t) { return STORED[t].as; }
 const char *stored_name(stored_type t) { return STORED[t].name; }
 
-static size_t dtype_bytes(qkv_dtype d) { return d == QKV_F64 || d == QKV_I64 ? 8 : 4; }
-
 /* IEEE binary16 bits as binary32 bits, numpy's npy_halfbits_to_floatbits: every half is a
  * float exactly; a subnormal half is normalised, an infinity or NaN keeps its significand. */
 static uint32_t half_bits_to_float_bits(uint16_t h)
@@ -142,7 +140,7 @@ void stored_convert(void *dst, const void *src, stored_type t, size_t n)
 void stored_gather(void *dst, const unsigned char *src, stored_type t, int ndim,
                    const int64_t *shape, const int64_t *strides, int64_t offset)
 {
-    const size_t k = STORED[t].size, out = dtype_bytes(STORED[t].as);
+    const size_t k = STORED[t].size, out = qkv_dtype_size(STORED[t].as);
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) numel *= shape[d];
     if (numel <= 0) return;
@@ -198,7 +196,7 @@ qkv_status tensor_file_alloc_data(qkv_tensor_file *f, const char *file, qkv_erro
     size_t total = 0;
     for (int i = 0; i < f->count; i++) {
         const qkv_tensor *t = &f->tensors[i];
-        const size_t k = dtype_bytes(t->dtype);
+        const size_t k = qkv_dtype_size(t->dtype);
         if ((uint64_t)t->numel > (SIZE_MAX - total - BUFFER_ALIGN) / k)
             return qkv_fail(err, QKV_ERR_FORMAT,
                             "%s: tensor '%s': %lld elements are more "
@@ -213,7 +211,7 @@ qkv_status tensor_file_alloc_data(qkv_tensor_file *f, const char *file, qkv_erro
     for (int i = 0; i < f->count; i++) {
         qkv_tensor *t = &f->tensors[i];
         t->data = (unsigned char *)f->buffer + at;
-        at += ((size_t)t->numel * dtype_bytes(t->dtype) + BUFFER_ALIGN - 1) / BUFFER_ALIGN *
+        at += ((size_t)t->numel * qkv_dtype_size(t->dtype) + BUFFER_ALIGN - 1) / BUFFER_ALIGN *
               BUFFER_ALIGN;
     }
     return QKV_OK;

@@ -58,7 +58,7 @@ static qkv_status embed_forward(const backend *be, const stack_pass *k, float *x
                                 const float *pos_table, const int *ids, qkv_error *err)
 {
     const int C = k->d->C, B = k->B, T = k->T;
-    qkv_status st = be->ops->embedding_forward(x, ids, w->embedding, B * T, k->d->vocab, C, err);
+    qkv_status st = be->ops->embedding_forward(be, x, ids, &w->lookup, B * T, k->d->vocab, C, err);
     if (st) return st;
     be->ops->positional_forward(x, x, positions_of(w, pos_table), B, T, C, 0, k->d->embed_scale);
     be->ops->dropout_forward(x, x, (size_t)B * T * C, k->p,
@@ -309,7 +309,7 @@ int stack_step(const backend *be, const stack_dims *d, const stack_w *w, const f
     const int C = d->C, B = r->n;
     if (stage_step(be, d, st, r, tok, src_valid)) return -1;
     /* the tokens are the model's own choices, or checked by the caller */
-    be->ops->embedding_forward(st->x, st->tok_k, w->embedding, B, d->vocab, C, NULL);
+    be->ops->embedding_forward(be, st->x, st->tok_k, &w->lookup, B, d->vocab, C, NULL);
     for (int b = 0, b1; b < B; b = b1) { /* runs of rows at one position share a call */
         for (b1 = b + 1; b1 < B && r->pos[b1] == r->pos[b]; b1++) continue;
         be->ops->positional_forward(st->x + (size_t)b * C, st->x + (size_t)b * C,
@@ -328,16 +328,25 @@ void head_forward(const backend *be, float *logits, const float *y, const weight
     op_linear_forward(be, logits, y, W, b, N, C, V);
 }
 
+/* The last block's output after the final norm, when the stack has one. */
+static const float *head_in(const backend *be, const stack_dims *d, const stack_w *w,
+                            decode_state *st, int n)
+{
+    if (!w->norm.gamma) return st->x;
+    be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, &w->norm, n, d->C, d->ln_eps);
+    return st->u;
+}
+
 void head_step(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
                const float *b, decode_state *st, int n, float *logits, int V)
 {
-    const float *y = st->x;
-    if (w->norm.gamma) {
-        be->ops->layernorm_forward(st->u, st->mean, st->rstd, st->x, &w->norm, n, d->C,
-                                   d->ln_eps);
-        y = st->u;
-    }
-    head_forward(be, logits, y, W, b, n, d->C, V);
+    head_forward(be, logits, head_in(be, d, w, st, n), W, b, n, d->C, V);
+}
+
+void head_step_best(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
+                    const float *b, decode_state *st, int n, const best_request *rq, int V)
+{
+    be->ops->linear_best(be, rq, head_in(be, d, w, st, n), W, b, n, d->C, V, st->logits);
 }
 
 qkv_status head_loss(const backend *be, const head_loss_args *h, double *sum, int *count,

@@ -211,6 +211,7 @@ static void retype_mha(mha_w *a, const model_core *c)
 
 void stack_retype(stack_w *s, const stack_dims *d, const model_core *c)
 {
+    s->lookup = core_weight(c, s->embedding);
     for (int l = 0; l < d->layers; l++) {
         block_w *b = &s->blocks[l];
         retype_mha(&b->self, c);

@@ -219,6 +219,29 @@ qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float
     return finite_logits(c, *logits, r->n, d->info.vocab, err);
 }
 
+qkv_status decoder_step_best(decoder *d, const decoder_rows *r, const int *tok,
+                             const best_request *rq, qkv_error *err)
+{
+    model_core *c = d->core;
+    qkv_status st = check_generation(d, err);
+    if (!st) st = check_rows(d, r, tok, err);
+    if (!st) st = core_prepare(c, 1, err);
+    if (st) return st;
+    const backend be = core_backend(c);
+    if (stack_step(&be, d->dims, d->w, c->pos_table, &d->st, r, tok, d->src_valid))
+        return transfer_failed(&be, err);
+    /* finite_logits' rule; which logit it was, a fused choice does not keep */
+    int nonfinite = 0;
+    best_request q = *rq;
+    q.nonfinite = &nonfinite;
+    head_step_best(&be, d->dims, d->w, d->out, d->out_b, &d->st, r->n, &q, d->info.vocab);
+    if ((st = core_finish(c, err))) return st;
+    if (nonfinite)
+        return qkv_fail(err, QKV_ERR_NUMERIC, "%s: the model's logits are not finite: its "
+                        "weights overflow float's range", c->source[0] ? c->source : "the model");
+    return QKV_OK;
+}
+
 /* The language model's prompt in one batched forward pass, its keys and values (or
  * linear-attention state) into the row. */
 static qkv_status lm_prefill(decoder *d, int row, const int *ids, int n, float *logits,

@@ -11,7 +11,9 @@
  *                    forward pass; the encoder-decoder's start and a target prefix, one step
  *                    each), giving the logits that follow them
  *   decoder_step     one new token for each of a set of rows, each at its own position,
- *                    giving their logits
+ *                    giving their logits (decoder_step_best: only each row's best tokens and
+ *                    its log normaliser, the logits never written out where the backend
+ *                    fuses the output layer with the choice)
  *
  * The decoder owns the state (models/model.h, decode_state): the key-value cache of `rows`
  * cache rows of up to `positions` positions each and the encoder outputs of `sources`
@@ -19,6 +21,7 @@
 #ifndef QKV_DECODER_H
 #define QKV_DECODER_H
 
+#include "ops/cpu/best.h"
 #include "qkv.h"
 
 typedef struct decoder decoder;
@@ -75,6 +78,15 @@ qkv_status decoder_prefill(decoder *d, int row, int src, const int *ids, int n, 
  * state, or a token outside the vocabulary. */
 qkv_status decoder_step(decoder *d, const decoder_rows *r, const int *tok, float **logits,
                         qkv_error *err);
+
+/* decoder_step, but instead of the logits, what rq asks of each row (ops/cpu/best.h): its
+ * rq->k best tokens (ids and logits, best first, ties to the lower id, banned ids never) and,
+ * when rq->lse is set, its log normaliser. The same as choosing from decoder_step's logits,
+ * except that a backend that fuses this choice with the output layer (int8) computes the
+ * normaliser its own way, within the bound ops/cpu/best.h derives. Logits that are not finite
+ * fail as decoder_step's do (QKV_ERR_NUMERIC naming the model). */
+qkv_status decoder_step_best(decoder *d, const decoder_rows *r, const int *tok,
+                             const best_request *rq, qkv_error *err);
 
 /* The encoder-decoder's teacher-forced pass over one sentence pair in evaluation mode,
  * keeping every attention's weights: logits (Tt, V) for the decoder inputs tgt_in (Tt) and

@@ -135,12 +135,14 @@ static void walk(param_walker *w, const void *cfg, void *view)
                                        : param_take(w, "output.W", c->tgt_vocab, C);
     mw->out_b = param_take(w, "output.b", c->tgt_vocab, 0);
     mw->out = weight_f32(mw->out_W);
+    mw->encoder.lookup = weight_f32(mw->encoder.embedding);
+    mw->decoder.lookup = weight_f32(mw->decoder.embedding);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------ */
 
-qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
-                                  uint64_t seed, qkv_error *err)
+qkv_status transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
+                              uint64_t seed, int init, qkv_error *err)
 {
     *out = NULL;
     qkv_status st = qkv_transformer_config_check(cfg, err);
@@ -170,9 +172,16 @@ qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_c
         qkv_sinusoidal_table_halves(m->core.pos_table, cfg->max_len, cfg->d_model);
     else if (cfg->pos_layout == QKV_POS_FAIRSEQ)
         qkv_sinusoidal_table_fairseq(m->core.pos_table, cfg->max_len, cfg->d_model);
-    core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie != QKV_TIE_NONE);
+    if (init) core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie != QKV_TIE_NONE);
+    else memset(m->core.params, 0, m->core.n_params * sizeof *m->core.params);
     *out = m;
     return QKV_OK;
+}
+
+qkv_status qkv_transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
+                                  uint64_t seed, qkv_error *err)
+{
+    return transformer_create(out, cfg, seed, 1, err);
 }
 
 void qkv_transformer_free(qkv_transformer *m)

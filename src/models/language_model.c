@@ -77,6 +77,7 @@ static void walk(param_walker *w, const void *cfg, void *view)
     char prefix[48];
     stack_w *s = &mw->stack;
     s->embedding = param_take(w, "embedding", c->vocab, C);
+    s->lookup = weight_f32(s->embedding);
     s->positions = c->learned_pos ? param_take(w, "positions", c->max_len, C) : NULL;
     for (int l = 0; l < c->layers; l++) {
         block_w *b = &s->blocks[l];
@@ -96,7 +97,8 @@ static void walk(param_walker *w, const void *cfg, void *view)
     mw->out = weight_f32(mw->out_W);
 }
 
-qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, qkv_error *err)
+qkv_status lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, int init,
+                     qkv_error *err)
 {
     *out = NULL;
     qkv_status st = qkv_lm_config_check(cfg, err);
@@ -119,9 +121,15 @@ qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, 
         qkv_lm_free(m);
         return st;
     }
-    core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie);
+    if (init) core_init_params(&m->core, seed, cfg->d_model, cfg->ffn, cfg->tie);
+    else memset(m->core.params, 0, m->core.n_params * sizeof *m->core.params);
     *out = m;
     return QKV_OK;
+}
+
+qkv_status qkv_lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, qkv_error *err)
+{
+    return lm_create(out, cfg, seed, 1, err);
 }
 
 void qkv_lm_free(qkv_lm *m)

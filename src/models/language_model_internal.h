@@ -22,6 +22,9 @@ typedef struct {
 
 /* The floats a configuration's parameter table holds, computed without building it. */
 double lm_config_params(const qkv_lm_config *c);
+/* qkv_lm_create, initialised (init) or with the parameters zeroed (to be read from a file). */
+qkv_status lm_create(qkv_lm **out, const qkv_lm_config *cfg, uint64_t seed, int init,
+                     qkv_error *err);
 
 struct qkv_lm {
     qkv_lm_config cfg;

@@ -38,6 +38,7 @@ typedef struct {
 
 typedef struct {
     float *embedding; /* (V, C) */
+    weight lookup;    /* the embedding as its lookups read it: int8 at int8 (precision.c) */
     float *positions; /* (max_len, C) learned, or NULL: the sinusoidal table */
     block_w *blocks;
     qkv_layernorm_weights norm; /* after the last block (final_norm), else NULLs */
@@ -198,6 +199,10 @@ void head_forward(const backend *be, float *logits, const float *y, const weight
 /* After stack_step of n rows: the final norm (when the stack has one), then logits (n, V). */
 void head_step(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
                const float *b, decode_state *st, int n, float *logits, int V);
+/* The same, but instead of the logits each row's best tokens and log normaliser as rq asks
+ * (ops/cpu/best.h; st->logits is the table's scratch). */
+void head_step_best(const backend *be, const stack_dims *d, const stack_w *w, const weight *W,
+                    const float *b, decode_state *st, int n, const best_request *rq, int V);
 /* The loss over N rows of logits (V) against targets (QKV_PAD not counted). With backward
  * the logits become their gradient, scaled by grad_scale (<= 0: 1 / count), and db += its
  * column sums (the output bias's gradient). */

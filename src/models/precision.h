@@ -27,12 +27,26 @@ typedef struct {
     int n_tensors;
     int8_weight *int8;
     int n_int8, int8_current;
+    /* the table holds an int8 model file's matrices (precision_adopt_int8), kept whatever
+     * the precision until the parameters change */
+    int int8_file;
     gemm_int8_workspace ws8;
 } model_precision;
 
+/* Whether the tensor is one of the weight matrices that int8 quantises (and an int8 model
+ * file stores as int8): precision.c says which, and why. */
+int precision_int8_tensor(const qkv_param_info *t);
+
+/* An int8 model file's weight matrices as the int8 table: file (one per tensor that
+ * precision_int8_tensor picks among tensors (n_tensors, which outlive mp), in their order),
+ * moved into mp (file's entries are zeroed). From then on int8 reads these, as they are,
+ * until the parameters change (precision_touch); the precision itself is not set. */
+qkv_status precision_adopt_int8(model_precision *mp, const qkv_param_info *tensors,
+                                int n_tensors, int8_matrix *file, qkv_error *err);
+
 /* Sets p: at bf16, checks the CPU, allocates and fills the copy and the buffers; at int8,
- * checks the CPU and quantises the weights of the linear layers named in tensors (n_tensors
- * entries, which outlive mp). */
+ * checks the CPU and quantises the weight matrices named in tensors (n_tensors entries,
+ * which outlive mp), or takes an int8 model file's (precision_adopt_int8). */
 qkv_status precision_set(model_precision *mp, qkv_precision p, const float *params, size_t n,
                          const qkv_param_info *tensors, int n_tensors, qkv_error *err);
 

@@ -41,6 +41,10 @@ qkv_status transformer_set_device(qkv_transformer *m, const device *dev, qkv_err
 /* The floats a configuration's parameter table holds (qkv_transformer_num_params of the
  * model it builds), computed without building it. */
 double transformer_config_params(const qkv_transformer_config *c);
+/* qkv_transformer_create, with d2l's initialisation (init) or the parameters zeroed (a model
+ * about to read every one of them from a file). */
+qkv_status transformer_create(qkv_transformer **out, const qkv_transformer_config *cfg,
+                              uint64_t seed, int init, qkv_error *err);
 
 /* Lays the activations for a batch of B x (Ts, Tt) out in the arena (growing it if needed),
  * softmax attention over core.flash_min_keys keys or more on the flash kernel, unless

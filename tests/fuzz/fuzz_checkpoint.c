@@ -4,10 +4,13 @@
  *   - qkv_tensor_file_load, compared with qkv_tensor_file_parse of the same bytes (the file
  *     path reads with pread, the memory path with memcpy: both must agree);
  *   - qkv_transformer_load of a directory whose config.json is fuzz_small_config() and whose
- *     model.safetensors is the input (every tensor present, of the right shape, finite);
+ *     model.safetensors is the input (every tensor present, of the right shape, finite), and
+ *     again with config.json saying "weights": "int8" (an int8 model file: the I8 weights and
+ *     their scales checked as well);
  *   - qkv_checkpoint_load of the input into a model and Adam state of that configuration,
  *     which must change nothing unless the whole file is valid.
- * The seeds (tests/fuzz/corpus/checkpoint) are a model and a checkpoint of that model. */
+ * The seeds (tests/fuzz/corpus/checkpoint) are a model, its int8 model file and a checkpoint
+ * of that model. */
 #include <math.h>
 
 #include "fuzz_common.h"
@@ -18,7 +21,8 @@ static qkv_transformer *model;  /* the target of qkv_checkpoint_load */
 static qkv_adam adam;
 static float *params_before, *adam_before; /* model and adam.m/v, to see that a failed load
                                               leaves them alone */
-static const char *dir, *model_path;
+static const char *dir, *model_path, *config_path;
+static char *json_f32, *json_int8; /* config.json of a float32 and of an int8 model file */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
@@ -28,6 +32,8 @@ static void release(void)
     qkv_adam_free(&adam);
     free(params_before);
     free(adam_before);
+    free(json_f32);
+    free(json_int8);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -49,8 +55,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     adam_before = malloc(2 * n * sizeof *adam_before);
     if (!params_before || !adam_before) abort();
     atexit(release);
-    fuzz_write(fuzz_path(TAG, "config.json"), json, strlen(json));
-    free(json);
+    /* the int8 file's: the same with "weights" before the closing brace */
+    json_f32 = json;
+    const char *close = strrchr(json, '}');
+    if (!close || !(json_int8 = malloc(strlen(json) + 32))) abort();
+    snprintf(json_int8, strlen(json) + 32, "%.*s, \"weights\": \"int8\"}", (int)(close - json), json);
+    config_path = fuzz_path(TAG, "config.json");
     dir = fuzz_dir(TAG);
     model_path = fuzz_path(TAG, "model.safetensors");
     return 0;
@@ -69,7 +79,7 @@ static void check_load_matches_parse(const uint8_t *data, size_t size)
     FUZZ_CHECK(a.count == b.count);
     for (int i = 0; i < a.count; i++) {
         const qkv_tensor *x = &a.tensors[i], *y = &b.tensors[i];
-        size_t bytes = (size_t)x->numel * (x->dtype == QKV_I64 || x->dtype == QKV_F64 ? 8 : 4);
+        size_t bytes = (size_t)x->numel * qkv_dtype_size(x->dtype);
         FUZZ_CHECK(!strcmp(x->name, y->name) && x->dtype == y->dtype && x->numel == y->numel);
         FUZZ_CHECK(!memcmp(x->data, y->data, bytes));
     }
@@ -82,16 +92,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_write(model_path, data, size);
     check_load_matches_parse(data, size);
 
-    qkv_transformer *m = NULL;
     qkv_error err = {0};
-    qkv_status st = qkv_transformer_load(&m, dir, &err);
-    if (st == QKV_OK) {
-        FUZZ_CHECK(m && qkv_transformer_num_params(m) == qkv_transformer_num_params(model));
-        const float *p = qkv_transformer_params(m);
-        for (size_t i = 0; i < qkv_transformer_num_params(m); i++) FUZZ_CHECK(isfinite(p[i]));
-        qkv_transformer_free(m);
-    } else {
-        FUZZ_CHECK(!m && strstr(err.msg, model_path) == err.msg);
+    qkv_status st;
+    for (int int8 = 0; int8 < 2; int8++) {
+        const char *json = int8 ? json_int8 : json_f32;
+        fuzz_write(config_path, json, strlen(json));
+        qkv_transformer *m = NULL;
+        st = qkv_transformer_load(&m, dir, &err);
+        if (st == QKV_OK) {
+            FUZZ_CHECK(m && qkv_transformer_num_params(m) == qkv_transformer_num_params(model));
+            const float *p = qkv_transformer_params(m);
+            for (size_t i = 0; i < qkv_transformer_num_params(m); i++) FUZZ_CHECK(isfinite(p[i]));
+            qkv_transformer_free(m);
+        } else {
+            FUZZ_CHECK(!m && strstr(err.msg, model_path) == err.msg);
+        }
     }
 
     size_t n = qkv_transformer_num_params(model);

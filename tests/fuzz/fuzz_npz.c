@@ -9,7 +9,6 @@
 
 #define NAME "fuzz.npz"
 
-static size_t dtype_bytes(qkv_dtype dt) { return dt == QKV_I64 || dt == QKV_F64 ? 8 : 4; }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -43,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
         FUZZ_CHECK(numel == t->numel && (uintptr_t)t->data % 64 == 0);
         const unsigned char *p = t->data;
-        for (size_t b = 0; b < (size_t)t->numel * dtype_bytes(t->dtype); b++) sum += p[b];
+        for (size_t b = 0; b < (size_t)t->numel * qkv_dtype_size(t->dtype); b++) sum += p[b];
         FUZZ_CHECK(qkv_tensor_file_get(&f, t->name) == t);
     }
     const char *yml = qkv_tensor_file_meta(&f, "special:model.yml");

@@ -141,6 +141,22 @@ static void checkpoint_seeds(const char *dir)
     while ((ch = fgetc(in)) != EOF) fputc(ch, out);
     fclose(in);
     if (fclose(out)) exit(1);
+    /* the int8 model file of the same model (qkv_model_quantize): its I8 tensors and scales */
+    char f32_dir[512], int8_dir[512], int8_copy[512];
+    snprintf(f32_dir, sizeof f32_dir, "%s/checkpoint/f32.tmp", dir);
+    snprintf(int8_dir, sizeof int8_dir, "%s/checkpoint/int8.tmp", dir);
+    ok(qkv_transformer_save(m, f32_dir, &err), &err);
+    ok(qkv_model_quantize(f32_dir, int8_dir, QKV_PRECISION_INT8, &err), &err);
+    snprintf(path, sizeof path, "%s/model.safetensors", int8_dir);
+    snprintf(int8_copy, sizeof int8_copy, "%s/checkpoint/model-int8.safetensors", dir);
+    if (rename(path, int8_copy)) exit(1);
+    const char *tmp[][2] = {{f32_dir, "model.safetensors"}, {f32_dir, "config.json"},
+                            {int8_dir, "config.json"}};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmp[i][0], tmp[i][1]);
+        remove(path);
+    }
+    if (rmdir(f32_dir) || rmdir(int8_dir)) exit(1);
     qkv_adam_free(&opt);
     qkv_transformer_free(m);
 }

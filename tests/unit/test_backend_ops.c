@@ -25,9 +25,9 @@
  * its bound, and sum (got - want)^2 / sum want^2.
  *
  * The checks, in the file's order, each beside its reference: the table (no NULL entry, every
- * entry listed and called; memory), linear (rows, GEMM, backward), attention (choose_attention,
- * forward and backward of the materialised, flash and linear kernels, the first two against
- * each other), decoding (cached_attention, kv_store, linear_attention_step), activations,
+ * entry listed and called; memory), linear (rows, GEMM, the output layer's fused choice,
+ * backward), attention (choose_attention, forward and backward of the materialised, flash and
+ * linear kernels, the first two against each other), decoding (cached_attention, kv_store, linear_attention_step), activations,
  * LayerNorm, AddNorm, residual and dropout, embedding, positions, the loss (cross-entropy and
  * its fused gradient), zero/copy/add/scale, and the optimizer's entries (Adam's step, the sum
  * of squares) and round_bf16. Every run ends with the table's finish reporting no failure.
@@ -141,7 +141,8 @@ enum { N_TABLES = sizeof TABLES / sizeof *TABLES };
 /* ==== every entry of backend_ops, and which a run exercised ============================== */
 
 #define ENTRIES(X)                                                                            \
-    X(linear_rows) X(linear_gemm) X(linear_backward) X(choose_attention) X(attention_forward) \
+    X(linear_rows) X(linear_gemm) X(linear_best) X(linear_backward) X(choose_attention)      \
+    X(attention_forward)                                                                      \
     X(attention_backward) X(attention_saved_floats) X(attention_scratch_floats)               \
     X(cached_attention) X(kv_store) X(linear_attention_step) X(activation_forward)            \
     X(activation_backward) X(layernorm_forward) X(layernorm_backward) X(addnorm_forward)      \
@@ -699,6 +700,68 @@ static void test_linear(void **state)
             if (typed == WEIGHT_F32) continue;
             check_linear(t, &LINEAR_SHAPES[k], typed, 0);
             check_linear(t, &LINEAR_SHAPES[k], typed, 1);
+        }
+}
+
+/* ---- linear_best: each row's k best of y = x W^T + b and its log normaliser --------------- */
+
+/* On one shape and the table's typed weight: the k best of each row are row_best's of the
+ * logits the table's own linear entries write (op_linear_forward) (ids and values bit for bit), the normalisers
+ * within ops/cpu/best.h's bound of log_normaliser of them (exactly, where the table writes
+ * the logits out first), and nothing is reported as not finite; with one bias infinite, the
+ * logits are reported. Ties, banned ids, chunks and threads: tests/unit/test_best.c. */
+static void check_linear_best(table *t, const linear_shape *sh, weight_type type)
+{
+    const int N = sh->N, in = sh->in, out = sh->out, k = out < 4 ? out : 4;
+    begin(t, "linear_best, %s weight, N %d in %d out %d", weight_name(type), N, in, out);
+    const uint64_t seed = 7000003u * N + 1013u * in + out;
+    const float *x = urand(t, (size_t)N * in, seed, -1, 1);
+    const float *W = urand(t, (size_t)out * in, seed + 1, -1, 1);
+    float *b = urand(t, out, seed + 2, -1, 1);
+    int8_matrix q;
+    const weight w = typed_weight(t, type, W, W, out, in, &q);
+    const float *xd = fin(t, "x", x, (size_t)N * in);
+    float *y = hf(t, (size_t)N * out), *yd = fout(t, "y", (size_t)N * out);
+    op_linear_forward(&t->be, yd, xd, &w, fin(t, "b", b, out), N, in, out);
+    fetchf(t, y, yd, (size_t)N * out);
+    int *ids = hi(t, (size_t)N * k), *want_ids = hi(t, k), nonfinite = -1;
+    float *vals = hf(t, (size_t)N * k), *want_vals = hf(t, k);
+    double *lse = hd(t, N);
+    const best_request rq = {k, 0, ids, vals, lse, &nonfinite};
+    OP(t, linear_best)(&t->be, &rq, xd, &w, fin(t, "b", b, out), N, in, out,
+                       fout(t, "scratch", (size_t)N * out));
+    const int fused = linear_arith(t, &w) == QKV_PRECISION_INT8;
+    const double tol = fused ? 0x1p-24 * (log((double)out) + 2) + 3e-7 : 0.0;
+    for (int r = 0; r < N; r++) {
+        const float *yr = y + (size_t)r * out;
+        row_best(yr, out, k, 0, want_ids, want_vals);
+        if (memcmp(ids + (size_t)r * k, want_ids, k * sizeof *ids) ||
+            memcmp(vals + (size_t)r * k, want_vals, k * sizeof *vals))
+            fail_at(t, "row %d: its best are not those of the logits the table writes", r);
+        const double want = log_normaliser(yr, out);
+        if (!(fabs(lse[r] - want) <= tol))
+            fail_at(t, "row %d: log normaliser %.17g, of the logits %.17g (allowed %g)", r,
+                    lse[r], want, tol);
+    }
+    if (nonfinite != 0) fail_at(t, "finite logits reported as not finite (%d)", nonfinite);
+    b[out / 2] = INFINITY;
+    OP(t, linear_best)(&t->be, &rq, xd, &w, fin(t, "b (one inf)", b, out), N, in, out,
+                       fout(t, "scratch", (size_t)N * out));
+    if (nonfinite != 1) fail_at(t, "an infinite logit not reported (%d)", nonfinite);
+    done(t);
+    tidy(t);
+}
+
+static void test_linear_best(void **state)
+{
+    suite *s = *state;
+    EACH_TABLE(s, t)
+        for (size_t k = 0; k < sizeof LINEAR_SHAPES / sizeof *LINEAR_SHAPES; k++) {
+            check_linear_best(t, &LINEAR_SHAPES[k], WEIGHT_F32);
+            if (t->spec->linear == QKV_PRECISION_INT8)
+                check_linear_best(t, &LINEAR_SHAPES[k], WEIGHT_INT8);
+            if (t->spec->linear == QKV_PRECISION_BF16)
+                check_linear_best(t, &LINEAR_SHAPES[k], WEIGHT_BF16);
         }
 }
 
@@ -2031,8 +2094,8 @@ static void embedding_run(table *t, const embed_case *c, float *y, float *dE)
     const int *ids = iin(t, "ids", c->ids, c->N);
     float *yd = fout(t, "y", ny);
     qkv_error err = {0};
-    const qkv_status st = OP(t, embedding_forward)(yd, ids, fin(t, "E", c->E, ne), c->N, VOCAB,
-                                                  c->C, &err);
+    const weight E = weight_f32(fin(t, "E", c->E, ne));
+    const qkv_status st = OP(t, embedding_forward)(&t->be, yd, ids, &E, c->N, VOCAB, c->C, &err);
     if (st != QKV_OK) fail_at(t, "embedding_forward failed: %s", err.msg);
     fetchf(t, y, yd, ny);
     if (dE) {
@@ -2089,11 +2152,11 @@ static void test_embedding(void **state)
         static const int bad[2][4] = {{2, 5, 11, 1}, {-1, 0, 0, 0}}; /* V at 2; -1 at 0 */
         for (int k = 0; k < 2; k++) {
             begin(t, "embedding_forward with id %d at position %d", bad[k][k ? 0 : 2], k ? 0 : 2);
-            float *E = urand(t, VOCAB * 4, 64, -1, 1);
+            const weight E = weight_f32(fin(t, "E", urand(t, VOCAB * 4, 64, -1, 1), VOCAB * 4));
             qkv_error err = {0};
-            const qkv_status st =
-                OP(t, embedding_forward)(fout(t, "y", 16), iin(t, "ids", bad[k], 4),
-                                         fin(t, "E", E, VOCAB * 4), 4, VOCAB, 4, &err);
+            const qkv_status st = OP(t, embedding_forward)(&t->be, fout(t, "y", 16),
+                                                           iin(t, "ids", bad[k], 4), &E, 4, VOCAB,
+                                                           4, &err);
             done(t);
             char want[64];
             snprintf(want, sizeof want, "token id %d at position %d", bad[k][k ? 0 : 2], k ? 0 : 2);
@@ -2579,6 +2642,7 @@ int main(void)
         cmocka_unit_test(test_no_entry_missing),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_best),
         cmocka_unit_test(test_linear_backward),
         cmocka_unit_test(test_choose_attention),
         cmocka_unit_test(test_attention_forward),

@@ -154,7 +154,6 @@ static const char *const META[] = {
     "note", "quote \" backslash \\ newline \n tab \t unicode \xc3\xa9\xe2\x82\xac",
 };
 
-static size_t dsize(qkv_dtype dt) { return dt == QKV_I64 || dt == QKV_F64 ? 8 : 4; }
 
 static void test_round_trip(void **state)
 {
@@ -179,8 +178,8 @@ static void test_round_trip(void **state)
         }
         assert_int_equal(t->numel, numel);
         assert_non_null(t->data);
-        assert_int_equal((uintptr_t)t->data % dsize(t->dtype), 0);
-        if (numel) assert_memory_equal(t->data, r->data, (size_t)numel * dsize(r->dtype));
+        assert_int_equal((uintptr_t)t->data % qkv_dtype_size(t->dtype), 0);
+        if (numel) assert_memory_equal(t->data, r->data, (size_t)numel * qkv_dtype_size(r->dtype));
     }
     assert_int_equal(*(const float *)qkv_tensor_file_get(&f, "scalar")->data, 42.5f);
     assert_null(qkv_tensor_file_get(&f, "missing"));
@@ -223,7 +222,7 @@ static void test_file_layout(void **state)
         const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
         uint64_t begin = (uint64_t)off->child->valuedouble;
         uint64_t end = (uint64_t)off->child->next->valuedouble;
-        assert_int_equal(begin % dsize(REFS[i].dtype), 0);
+        assert_int_equal(begin % qkv_dtype_size(REFS[i].dtype), 0);
         assert_true(end <= data_len);
         covered += end - begin;
         if (end > begin) assert_memory_equal(b + 8 + n + begin, REFS[i].data, end - begin);

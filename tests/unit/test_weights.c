@@ -24,7 +24,6 @@ static const char *parity_dir(void)
     return d ? d : "build/parity";
 }
 
-static size_t dtype_size(qkv_dtype d) { return d == QKV_F64 || d == QKV_I64 ? 8 : 4; }
 
 /* got's tensors are want's, names, dtypes, shapes and bytes, and no others. */
 static void same_tensors(const char *what, const qkv_tensor_file *got, const qkv_tensor_file *want)
@@ -39,7 +38,7 @@ static void same_tensors(const char *what, const qkv_tensor_file *got, const qkv
                      what, w->name, g->dtype, g->ndim, (long long)g->numel, w->dtype, w->ndim,
                      (long long)w->numel);
         for (int d = 0; d < w->ndim; d++) assert_int_equal(g->shape[d], w->shape[d]);
-        if (memcmp(g->data, w->data, (size_t)w->numel * dtype_size(w->dtype)))
+        if (memcmp(g->data, w->data, (size_t)w->numel * qkv_dtype_size(w->dtype)))
             fail_msg("%s: '%s': the elements differ from the reference", what, w->name);
     }
 }

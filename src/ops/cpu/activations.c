@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "core/internal.h"
+#include "ops/cpu/exp16.h"
 #include "ops/cpu/fast_exp.h"
 
 #define PARALLEL_MIN 32768
@@ -50,6 +51,23 @@ void qkv_silu_forward(float *y, const float *x, size_t n)
 {
     #pragma omp parallel for simd if (n > PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) y[i] = x[i] * sigmoid(x[i]);
+}
+
+/* 16 values at i0 .. i0 + n - 1 (n <= 16) */
+__attribute__((target("avx512f"))) static void silu16(float *y, const float *x, size_t i0, int n)
+{
+    const __mmask16 m = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i0), one = _mm512_set1_ps(1.0f);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(v))); /* e^-|x| */
+    const __mmask16 pos = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GE_OQ);
+    const __m512 s = _mm512_div_ps(_mm512_mask_blend_ps(pos, e, one), _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(y + i0, m, _mm512_mul_ps(v, s));
+}
+
+void silu_forward_fast(float *y, const float *x, size_t n)
+{
+    #pragma omp parallel for if (n > PARALLEL_MIN)
+    for (size_t i = 0; i < n; i += 16) silu16(y, x, i, n - i < 16 ? (int)(n - i) : 16);
 }
 
 /* d/dx x s(x) = s(x) + x s(x) (1 - s(x)) */

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/cpu/best.h"
 #include "qkv.h"
 
 /* The channels of a tile: 4 blocks of 16 output channels (4 zmm of weights). */
@@ -46,20 +47,45 @@ typedef struct {
     int in, out, k4, out_pad;
 } int8_matrix;
 
+/* The AMX kernel's block of rows, and the fewest rows it takes (fewer run on VNNI alone). */
+#define AMX_ROWS 32
+#define AMX_MIN_ROWS 16
+
 /* The quantised activations of one call, owned by whoever calls (a model): grown as calls
  * need, never shrunk. */
 typedef struct {
-    uint8_t *xu;  /* (rows, 4 k4) xq + 128 */
+    uint8_t *xu;  /* (rows, 4 k4) xq + 128; rows a multiple of AMX_ROWS */
     float *scale; /* (rows) s_x */
     size_t bytes, rows;
+    int amx;      /* 1: the AMX kernel runs products of AMX_MIN_ROWS rows or more; -1: the CPU
+                   * or the system has no AMX; 0: not asked yet (gemm_int8_reserve asks) */
+    void *best;   /* gemm_int8_best's buffers */
+    size_t best_bytes;
 } gemm_int8_workspace;
 
 /* Whether this CPU runs the kernels (AVX512F, BW, VL and VNNI). */
 int gemm_int8_supported(void);
+/* Whether it also has AMX-INT8 and Linux grants this process the tile state. */
+int gemm_int8_amx_supported(void);
+
+/* One row of W quantised as the matrices are: *s = max_k |row[k]| / 127 (0 for a row of
+ * zeros), wq[k] = round(row[k] / s) (nearest, ties to even) in [-127, 127]: an int8 model file
+ * stores these (io/model_dir.c), and int8_matrix_pack of them is int8_matrix_quantise of W. */
+void int8_quantise_row(int8_t *wq, float *s, const float *row, int in);
+
+/* The float32 value a quantised weight stands for, s wq: the weight an int8 model file's
+ * float32 view holds and an embedding lookup at int8 reads. */
+static inline float int8_dequantise(int wq, float s) { return (float)wq * s; }
 
 /* Quantises and packs W (out, in). q is overwritten (free it first if it held a matrix). */
 qkv_status int8_matrix_quantise(int8_matrix *q, const float *W, int out, int in, qkv_error *err);
+/* Packs weights already quantised, wq (out, in) in [-127, 127] with their scales (out) (an
+ * int8 model file's): the matrix int8_matrix_quantise makes of the weights they came from. */
+qkv_status int8_matrix_pack(int8_matrix *q, const int8_t *wq, const float *scale, int out, int in,
+                            qkv_error *err);
 void int8_matrix_free(int8_matrix *q);
+/* y (in) = row o dequantised: s_w[o] wq[o, k] (an embedding lookup). */
+void int8_matrix_row(float *y, const int8_matrix *q, int o);
 
 /* The quantised weight wq[o, k] from the packed layout (tests, references). */
 static inline int int8_matrix_weight(const int8_matrix *q, int o, int k)
@@ -68,7 +94,7 @@ static inline int int8_matrix_weight(const int8_matrix *q, int o, int k)
     return q->w[block + (size_t)(k / 4) * 64 + (o % INT8_BLOCK) * 4 + k % 4];
 }
 
-/* Room for N rows of `in` values. */
+/* Room for N rows of `in` values (and whether the AMX kernel may run, asked once). */
 qkv_status gemm_int8_reserve(gemm_int8_workspace *ws, int N, int in, qkv_error *err);
 void gemm_int8_workspace_free(gemm_int8_workspace *ws);
 
@@ -77,8 +103,10 @@ void gemm_int8_workspace_free(gemm_int8_workspace *ws);
 void int8_quantise_rows(uint8_t *xu, float *s_x, const float *x, int N, int in, int k4);
 
 /* z (N, out) = sum_k xq[n, k] wq[o, k] exactly, from rows quantised by int8_quantise_rows:
- * the kernel's int32 result before the scales (tests check it bit for bit). */
-void gemm_int8_i32(int32_t *z, const uint8_t *xu, int N, const int8_matrix *W);
+ * the kernel's int32 result before the scales (tests check it bit for bit). amx: on the AMX
+ * kernel (where W->in is a multiple of 64; gemm_int8_amx_supported, and xu must then hold N
+ * rounded up to AMX_ROWS rows, the extra ones 128), else VNNI's. */
+void gemm_int8_i32(int32_t *z, const uint8_t *xu, int N, const int8_matrix *W, int amx);
 
 /* y (N, out) = s_x s_w sum_k xq wq + b for x (N, in = W->in); b may be NULL. The workspace
  * must have room for N rows (gemm_int8_reserve). Runs on the OpenMP threads (split by
@@ -86,5 +114,15 @@ void gemm_int8_i32(int32_t *z, const uint8_t *xu, int N, const int8_matrix *W);
  * the thread count. */
 void gemm_int8(float *y, const float *x, const int8_matrix *W, const float *b, int N,
                gemm_int8_workspace *ws);
+
+/* The output layer fused with the choice after it (ops/cpu/best.h): for each of N rows of x,
+ * rq->k best of y = x W^T + b (the values gemm_int8 would write, bit for bit) and, when
+ * rq->lse is set, the log normaliser, computed a chunk of channels at a time without the
+ * logits written out. The workspace must have room for N rows (gemm_int8_reserve) and for
+ * the chunks' buffers (gemm_int8_reserve_best with k and the thread count to come). */
+qkv_status gemm_int8_reserve_best(gemm_int8_workspace *ws, int N, int out, int k, int threads,
+                                  qkv_error *err);
+void gemm_int8_best(const best_request *rq, const float *x, const int8_matrix *W, const float *b,
+                    int N, gemm_int8_workspace *ws);
 
 #endif
