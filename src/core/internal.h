@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "core/random_stream.h"
 #include "qkv.h"
 
 /* Fill err (if not NULL) with code and a printf-style message; returns code. */
@@ -39,23 +40,6 @@ static inline void gemm(int transA, int transB, int M, int N, int K, float alpha
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                 transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
                 ldc);
-}
-
-/* The counter-based generator behind qkv_random_*: value(seed, i) = mix(mix(seed) ^ i), with
- * the SplitMix64 finaliser as the mixing function. Inline, so that in a loop over i the
- * compiler hoists mix(seed) and vectorises the rest (dropout draws one value per element). */
-static inline uint64_t splitmix64_mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static inline uint32_t random_u32(uint64_t seed, uint64_t i)
-{
-    /* Two rounds so that neighbouring seeds give unrelated streams. */
-    return (uint32_t)(splitmix64_mix(splitmix64_mix(seed + 0x9e3779b97f4a7c15ULL) ^
-                                     (i * 0x9e3779b97f4a7c15ULL)) >> 32);
 }
 
 /* The stream for one purpose of a run: value(seed, purpose, index) mixes all three, so the

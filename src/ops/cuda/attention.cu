@@ -33,6 +33,23 @@ __device__ __forceinline__ float dot(const float *x, const float *y, int d)
     return s;
 }
 
+/* One row's softmax by the block's threads together: p[0, len) holds the scores, each thread's
+ * partial maximum mx of those it wrote; p becomes softmax(p) over [0, len) and 0 over
+ * [len, m) (a row that sees no key is all 0). */
+__device__ void block_softmax(float *p, float mx, int len, int m, float *shared)
+{
+    mx = block_max(mx, shared);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < len; j += blockDim.x) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    sum = block_sum(sum, shared);
+    const float inv = len > 0 ? 1.0f / sum : 0.0f;
+    for (int j = threadIdx.x; j < m; j += blockDim.x) p[j] = j < len ? p[j] * inv : 0.0f;
+    __syncthreads();
+}
+
 /* ---- materialised ------------------------------------------------------------------------- */
 
 __global__ void attention_forward_kernel(float *O, float *P, cuda_attention a, dropout_rule r,
@@ -50,16 +67,7 @@ __global__ void attention_forward_kernel(float *O, float *P, cuda_attention a, d
         p[j] = dot(q, a.K + at(b, j, h, m, H, d), d) * scale;
         mx = fmaxf(mx, p[j]);
     }
-    mx = block_max(mx, shared);
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < len; j += blockDim.x) {
-        p[j] = expf(p[j] - mx);
-        sum += p[j];
-    }
-    sum = block_sum(sum, shared);
-    const float inv = len > 0 ? 1.0f / sum : 0.0f; /* a row that sees no key is all 0 */
-    for (int j = threadIdx.x; j < m; j += blockDim.x) p[j] = j < len ? p[j] * inv : 0.0f;
-    __syncthreads();
+    block_softmax(p, mx, len, m, shared);
     float *o = O + at(b, i, h, n, H, v);
     for (int c = threadIdx.x; c < v; c += blockDim.x) {
         float acc = 0.0f;
@@ -417,16 +425,7 @@ __global__ void cached_attention_kernel(float *O, float *S, const float *Q, kv_v
         s[j] = acc * scale;
         mx = fmaxf(mx, s[j]);
     }
-    mx = block_max(mx, shared);
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < len; j += blockDim.x) {
-        s[j] = expf(s[j] - mx);
-        sum += s[j];
-    }
-    sum = block_sum(sum, shared);
-    const float inv = len > 0 ? 1.0f / sum : 0.0f;
-    for (int j = threadIdx.x; j < m; j += blockDim.x) s[j] = j < len ? s[j] * inv : 0.0f;
-    __syncthreads();
+    block_softmax(s, mx, len, m, shared);
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float acc = 0.0f;
         for (int j = 0; j < len; j++)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* What the CUDA kernels share: launch shapes, dropout's keep decision (the CPU's, from
- * core/internal.h and ops/cpu/dropout_mask.h, bit for bit), and block-wide sums and maxima.
+ * core/random_stream.h and ops/cpu/dropout_mask.h, bit for bit), and block-wide sums and maxima.
  * Private to ops/cuda. */
 #ifndef QKV_OPS_CUDA_COMMON_CUH
 #define QKV_OPS_CUDA_COMMON_CUH
@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/random_stream.h"
 #include "ops/cuda/kernels.h"
 
 /* Threads of an elementwise launch, and its blocks for n values (a grid-stride loop covers
@@ -28,19 +29,6 @@ static inline unsigned blocks_for(size_t n)
 
 /* ---- dropout: keep element i of stream seed iff the top 24 bits of u(seed, i) reach
  * ceil(p 2^24); a kept value is scaled by 1 / (1 - p), a dropped one is +0 ------------------ */
-
-__device__ __forceinline__ uint64_t splitmix64_mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-__device__ __forceinline__ uint32_t random_u32(uint64_t seed, uint64_t i)
-{
-    return (uint32_t)(splitmix64_mix(splitmix64_mix(seed + 0x9e3779b97f4a7c15ULL) ^
-                                     (i * 0x9e3779b97f4a7c15ULL)) >> 32);
-}
 
 typedef struct {
     uint64_t seed, offset;
