@@ -132,6 +132,30 @@ int qkv_run_option_find(qkv_run_kind kind, const char *key, int *inverted);
 /* The name of choice v of an option (NULL past the last). */
 QKV_API
 const char *qkv_option_choice(const qkv_option *o, int v);
+/* A range text (qkv_option.range) as numbers: lo < x < hi, either end closed; -+infinity
+ * where it has none. */
+typedef struct {
+    double lo, hi;
+    int lo_closed, hi_closed;
+} qkv_range;
+/* Reads a range text: 0 and *r, or -1 when text is not one (NULL, a bad bound, an empty
+ * interval). */
+QKV_API
+int qkv_range_parse(const char *text, qkv_range *r);
+/* Whether x lies in r. */
+QKV_API
+int qkv_range_holds(const qkv_range *r, double x);
+/* What a run records of an option, read from its record text (qkv_option.record). */
+typedef struct {
+    int in_train; /* train.json; else config.json */
+    int fixed;    /* a resumed run must not change it */
+    int inverted; /* a flag recorded as its opposite */
+    char key[64]; /* its key there */
+} qkv_record;
+/* Reads the record text of the option named name (flag: whether it is a flag): 1 and *r when
+ * it records, 0 when record is NULL, -1 when it is not a valid record text. */
+QKV_API
+int qkv_record_parse(const char *record, const char *name, int flag, qkv_record *r);
 /* The presets of --preset (qkv_run_apply_preset), NULL-terminated, and one line on each. */
 QKV_API
 const char *const *qkv_run_preset_names(qkv_run_kind kind);

@@ -97,11 +97,17 @@ def test_ctrl_c_stops_at_a_resumable_step(data_dir, tmp_path):
             time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGINT)
 
+    # Python installs its Ctrl-C handler only where SIGINT was not ignored when it started, and
+    # a shell starts its background jobs with SIGINT ignored: install it, as a terminal has it
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     t = threading.Thread(target=interrupt)
     t.start()
-    with pytest.raises(KeyboardInterrupt):
-        qkv.train(data_dir / "pairs.tsv", out, epochs=2000, min_freq=1, batch=32, threads=1)
-    t.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            qkv.train(data_dir / "pairs.tsv", out, epochs=2000, min_freq=1, batch=32, threads=1)
+    finally:
+        t.join()
+        signal.signal(signal.SIGINT, before)
     assert (out / "checkpoint.safetensors").exists() and not (out / "model.safetensors").exists()
     qkv.train(out=out, resume=True, epochs=1)  # a lower epoch count: it ends at once
     assert (out / "model.safetensors").exists()

@@ -17,41 +17,6 @@ static const char *skip_space(const char *s)
     return s;
 }
 
-/* A finite number, or -1. */
-static int read_bound(const char **s, double *x)
-{
-    char *end = NULL;
-    *s = skip_space(*s);
-    errno = 0;
-    *x = strtod(*s, &end);
-    if (end == *s || errno || !isfinite(*x)) return -1;
-    *s = skip_space(end);
-    return 0;
-}
-
-int args_range_parse(const char *text, opt_range *r)
-{
-    if (!text) return -1;
-    const char *s = skip_space(text);
-    r->lo = -INFINITY, r->hi = INFINITY, r->lo_closed = r->hi_closed = 0;
-    if (*s == '[' || *s == '(') { /* an interval */
-        r->lo_closed = *s++ == '[';
-        if (read_bound(&s, &r->lo) || *s++ != ',' || read_bound(&s, &r->hi)) return -1;
-        if (*s != ']' && *s != ')') return -1;
-        r->hi_closed = *s++ == ']';
-        if (r->lo > r->hi || (r->lo == r->hi && !(r->lo_closed && r->hi_closed))) return -1;
-    } else if (*s == '>' || *s == '<') { /* a bound */
-        const int above = *s++ == '>', closed = *s == '=';
-        if (closed) s++;
-        double x;
-        if (read_bound(&s, &x)) return -1;
-        if (above) r->lo = x, r->lo_closed = closed;
-        else r->hi = x, r->hi_closed = closed;
-    } else
-        return -1;
-    return *skip_space(s) ? -1 : 0;
-}
-
 static int numeric(const opt_spec *o)
 {
     return o->type == OPT_INT || o->type == OPT_FLOAT || o->type == OPT_U64;
@@ -70,29 +35,9 @@ const opt_spec *args_target(const opt_spec *opts, const opt_spec *o)
     return NULL;
 }
 
-int args_record(const opt_spec *o, opt_record *r)
+int args_record(const opt_spec *o, qkv_record *r)
 {
-    memset(r, 0, sizeof *r);
-    if (!o->record) return 0;
-    static const char *const where[] = {"model", "data", "train"};
-    size_t n = strcspn(o->record, " ");
-    int k = 0;
-    while (k < 3 && (strlen(where[k]) != n || strncmp(o->record, where[k], n))) k++;
-    if (k == 3) return -1;
-    r->in_train = k > 0, r->fixed = k < 2;
-    const char *key = o->record + n;
-    if (*key) {
-        key++;
-        r->inverted = *key == '!';
-        key += r->inverted;
-        if (!*key || strlen(key) >= sizeof r->key || strchr(key, ' ')) return -1;
-        snprintf(r->key, sizeof r->key, "%s", key);
-    } else {
-        snprintf(r->key, sizeof r->key, "%s", o->name);
-        for (char *c = r->key; *c; c++)
-            if (*c == '-') *c = '_';
-    }
-    return r->inverted && o->type != OPT_FLAG ? -1 : 1;
+    return qkv_record_parse(o->record, o->name, o->type == OPT_FLAG, r);
 }
 
 const char *args_choice_name(const opt_choice *c, int v)
@@ -139,17 +84,16 @@ static void value_text(char *out, size_t cap, const opt_spec *o)
     }
 }
 
-static int inside(const opt_spec *o, const opt_range *r)
+static int inside(const opt_spec *o, const qkv_range *r)
 {
-    const double x = value_of(o);
-    return (r->lo_closed ? x >= r->lo : x > r->lo) && (r->hi_closed ? x <= r->hi : x < r->hi);
+    return qkv_range_holds(r, value_of(o));
 }
 
 int args_check(const opt_spec *o, const char *who, const char *where)
 {
-    opt_range r;
+    qkv_range r;
     if (!numeric(o)) return 0;
-    if (args_range_parse(o->range, &r)) {
+    if (qkv_range_parse(o->range, &r)) {
         fprintf(stderr, "%s: internal error: option --%s has no valid range ('%s')\n", who,
                 o->name, o->range ? o->range : "NULL");
         return -1;
@@ -167,10 +111,10 @@ int args_check(const opt_spec *o, const char *who, const char *where)
  * alias of nothing. -1 if any. */
 static int row_check(const opt_spec *opts, const opt_spec *o, const char *who)
 {
-    opt_range r;
-    opt_record rec;
+    qkv_range r;
+    qkv_record rec;
     const char *why = NULL;
-    if (numeric(o) && args_range_parse(o->range, &r)) why = "is numeric but has no valid range";
+    if (numeric(o) && qkv_range_parse(o->range, &r)) why = "is numeric but has no valid range";
     else if (!numeric(o) && o->range) why = "takes no number but has a range";
     else if (args_record(o, &rec) < 0) why = "has no valid record text";
     else if (o->type == OPT_ALIAS && (o->record || !args_target(opts, o)))
@@ -235,8 +179,8 @@ static void usage_line(const opt_spec *opts, const opt_spec *o)
     printf("%s", o->help);
     if (numeric(o)) {
         /* a default outside the range is "not given" (--enc-layers: --layers's) */
-        opt_range r;
-        if (!args_range_parse(o->range, &r) && inside(o, &r)) value_text(def, sizeof def, o);
+        qkv_range r;
+        if (!qkv_range_parse(o->range, &r) && inside(o, &r)) value_text(def, sizeof def, o);
         const char *range = skip_space(o->range);
         printf(" (%s %s%s; default %s)", arg, *range == '[' || *range == '(' ? "in " : "", range,
                def);
@@ -353,7 +297,7 @@ static const opt_spec *find(const opt_spec *opts, const char *name, size_t len, 
     }
     if (!in_file) return NULL;
     memcpy(key, name, len), key[len] = '\0';
-    opt_record r;
+    qkv_record r;
     for (const opt_spec *o = opts; o->name; o++)
         if (args_record(o, &r) > 0 && !strcmp(r.key, key)) return *inverted = r.inverted, o;
     return NULL;

@@ -73,25 +73,11 @@ typedef struct {
 #define ARG_WEIGHT_DECAY "[0, 1]"    /* QKV_MAX_WEIGHT_DECAY */
 #define ARG_ADAM_EPS "(0, 1]"        /* QKV_MAX_ADAM_EPS */
 
-/* A range in numbers: lo < x < hi, with either end closed; +-inf where there is none. */
-typedef struct {
-    double lo, hi;
-    int lo_closed, hi_closed;
-} opt_range;
+/* A range text (opt_spec.range) is read by qkv_range_parse, as the library reads its own. */
 
-/* Reads a range text (see opt_spec.range); 0 on success, -1 if it is not one. */
-int args_range_parse(const char *text, opt_range *r);
-
-/* What a run records of an option, read from opt_spec.record. */
-typedef struct {
-    int in_train;  /* train.json; else config.json */
-    int fixed;     /* a resumed run must not change it */
-    int inverted;  /* a flag recorded as its opposite */
-    char key[64];
-} opt_record;
-
-/* 1 and *r when o is recorded, 0 when not, -1 when its record text is not one. */
-int args_record(const opt_spec *o, opt_record *r);
+/* What a run records of o (qkv_record_parse of its record text): 1 and *r when o is recorded,
+ * 0 when not, -1 when its record text is not one. */
+int args_record(const opt_spec *o, qkv_record *r);
 
 /* The option a table row stands for: the row itself, or the row an alias names. */
 const opt_spec *args_target(const opt_spec *opts, const opt_spec *o);

@@ -2,25 +2,13 @@
 /* qkv export ct2 DIR --out CT2_DIR [--quantization int8] [--overwrite]: a qkv encoder-decoder
  * (trained or imported) as a CTranslate2 model directory. The work is qkv_export_ct2's
  * (src/io/ct2.c); this refuses to write over another model. */
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "qkv.h"
-
-/* Whether dir exists and holds anything. */
-static int not_empty(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int any = 0;
-    for (struct dirent *e; !any && (e = readdir(d));)
-        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return any;
-}
 
 int cmd_export(int argc, char **argv)
 {
@@ -56,17 +44,8 @@ int cmd_export(int argc, char **argv)
         fprintf(stderr, "qkv export ct2: needs DIR and --out CT2_DIR\n");
         return 2;
     }
-    static const char *const relation[] = {"", "is", "is inside", "holds"};
-    const int rel = qkv_path_relation(out, src);
-    if (rel > 0) {
-        fprintf(stderr, "qkv export ct2: --out %s %s the model %s: export into another "
-                "directory\n", out, relation[rel], src);
-        return 2;
-    }
-    if (!overwrite && not_empty(out)) {
-        fprintf(stderr, "qkv export ct2: %s is not empty (--overwrite replaces its files)\n", out);
-        return 1;
-    }
+    const int refused = cli_output_dir("export ct2", out, src, overwrite);
+    if (refused) return refused;
     qkv_error err = {0};
     const qkv_status st = qkv_export_ct2(src, out, q, &err);
     if (st) return fprintf(stderr, "qkv: %s\n", err.msg), 1;

@@ -152,57 +152,50 @@ static int report_end(qkv_run *r, const char *out, int quiet, const qkv_run_info
     return 0;
 }
 
-/* Prepares and trains the run claimed in out: the summary line, the progress, the held-out
+/* Prepares and trains the run claimed in --out: the summary line, the progress, the held-out
  * loss, the curves. The exit status. */
-static int run(qkv_run *r, const char *out, int quiet, int writer, int ranks)
+static int run(cli_train *t, int writer, int ranks)
 {
+    qkv_run *r = t->run.run;
     qkv_error err = {0};
     qkv_run_info info;
     if (qkv_run_prepare(r, &info, &err)) goto fail;
-    if (!quiet)
+    if (!t->quiet)
         fprintf(stderr, "qkv train-lm: %zu tokens (%zu training, %zu held out), vocabulary %d, "
                 "%zu parameters, %s attention, %d threads%s\n", info.tokens, info.train_tokens,
                 info.val_tokens, info.vocab, info.parameters,
                 qkv_attention_kind_name(info.attention), qkv_get_threads(),
                 info.resuming ? ", resuming" : "");
-    if (!quiet && ranks > 1)
+    if (!t->quiet && ranks > 1)
         fprintf(stderr, "qkv train-lm: data-parallel over %d ranks (MPI), %d threads each; "
                 "each step's windows are split among them\n", ranks, qkv_get_threads());
     const float minutes = qkv_run_get_float(r, qkv_run_option_find(QKV_RUN_LM, "minutes", NULL));
-    progress_ctx pc = {isatty(2), quiet, minutes};
+    progress_ctx pc = {isatty(2), t->quiet, minutes};
     qkv_run_set_hooks(r, &(qkv_run_hooks){.lm_progress = show_progress, .notice = print_notice,
                                           .ctx = &pc});
     const double t0 = qkv_now_s();
     if (qkv_run_train(r, &err)) goto fail;
-    if (writer && report_end(r, out, quiet, &info, t0)) return 1;
-    if (writer && !fig_training_after_run(out) && !quiet) /* a failed figure is no failed run */
-        fprintf(stderr, "qkv train-lm: training curves in %s/training.png\n", out);
+    if (writer && report_end(r, t->out, t->quiet, &info, t0)) return 1;
+    /* a failed figure is no failed run */
+    if (writer && !fig_training_after_run(t->out) && !t->quiet)
+        fprintf(stderr, "qkv train-lm: training curves in %s/training.png\n", t->out);
     return 0;
 fail:
     cli_print_error("qkv", &err);
     return 1;
 }
 
-/* Every option of qkv train-lm, as parsed (on --resume: as recorded, then parsed over that):
- * the run's (qkv/run.h) and the command's own. */
-typedef struct {
-    cli_run_options run;
-    const char *out;
-    int threads, quiet, overwrite, resume, bucket_kb;
-    opt_choice allreduce;
-} train_lm_cli;
-
 enum { MAX_LM_OPTIONS = 48 };
 
-/* The option table over c (every option once, in the order --help lists them: the run's rows
- * from the library, the command's own here). */
-static int train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
+/* The option table over t (every option once, in the order --help lists them: the run's rows
+ * from the library, the command's own here); opts has room for MAX_LM_OPTIONS. On --resume
+ * the values are as recorded, then parsed over that. */
+static void train_lm_table(cli_train *t, opt_spec *opts)
 {
-    c->bucket_kb = 1024, c->allreduce = (opt_choice){0, ALLREDUCE, 0};
     const opt_spec table[] = {
         RUN_ROW("data"),
         {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
-        {"out", OPT_DIR, &c->out, "model directory to write", NULL, NULL},
+        {"out", OPT_DIR, &t->out, "model directory to write", NULL, NULL},
         {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
         RUN_ROW("vocab"), RUN_ROW("attention"), RUN_ROW("d-model"), RUN_ROW("heads"),
         RUN_ROW("ffn"), RUN_ROW("layers"), RUN_ROW("dropout"), RUN_ROW("context"),
@@ -211,55 +204,31 @@ static int train_lm_table(train_lm_cli *c, opt_spec opts[MAX_LM_OPTIONS])
         RUN_ROW("lr"), RUN_ROW("warmup"), RUN_ROW("cosine"), RUN_ROW("beta2"),
         RUN_ROW("weight-decay"), RUN_ROW("clip"), RUN_ROW("val-fraction"),
         RUN_ROW("eval-every"), RUN_ROW("eval-tokens"), RUN_ROW("log-every"), RUN_ROW("seed"),
-        {"threads", OPT_INT, &c->threads, "threads per rank (0: all cores; under mpirun, shared "
-                                          "among the ranks of a machine)", ARG_THREADS, NULL},
+        {"threads", OPT_INT, &t->threads, CLI_TRAIN_THREADS_HELP, ARG_THREADS, NULL},
         {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
-        {"allreduce", OPT_CHOICE, &c->allreduce, "under mpirun, how the ranks sum the gradients: "
-                                                  "flat (one sum after the backward pass) or "
-                                                  "bucketed (each bucket as soon as the backward "
-                                                  "pass has it, overlapping the pass)", NULL, NULL},
-        {"bucket-kb", OPT_INT, &c->bucket_kb, "bucketed: KiB of gradients per sum",
-         "[4, 1048576]", NULL},
+        {"allreduce", OPT_CHOICE, &t->allreduce, CLI_TRAIN_ALLREDUCE_HELP, NULL, NULL},
+        {"bucket-kb", OPT_INT, &t->bucket_kb, CLI_TRAIN_BUCKET_KB_HELP, "[4, 1048576]", NULL},
         RUN_ROW("precision"),
-        {"resume", OPT_FLAG, &c->resume, "continue from DIR/checkpoint.safetensors, with the "
-                                         "options it recorded (those defining the model or "
-                                         "data cannot change)", NULL, NULL},
-        {"overwrite", OPT_FLAG, &c->overwrite, "replace what DIR holds (a trained model, another "
-                                               "run, files of a run's names)", NULL, NULL},
+        {"resume", OPT_FLAG, &t->resume, CLI_TRAIN_RESUME_HELP, NULL, NULL},
+        {"overwrite", OPT_FLAG, &t->overwrite, CLI_TRAIN_OVERWRITE_HELP, NULL, NULL},
         RUN_ROW("stop-after-steps"),
-        {"quiet", OPT_FLAG, &c->quiet, "no progress output", NULL, NULL},
+        {"quiet", OPT_FLAG, &t->quiet, "no progress output", NULL, NULL},
         {"q", OPT_ALIAS, "quiet", NULL, NULL, NULL},
         {0},
     };
     _Static_assert(sizeof table <= MAX_LM_OPTIONS * sizeof *table, "MAX_LM_OPTIONS");
     memcpy(opts, table, sizeof table);
-    if (cli_run_table(&c->run, opts, "qkv train-lm")) return -1;
-    cli_run_pull(&c->run);
-    return 0;
 }
 
-/* Claims --out (resuming: then reads what the run recorded and parses the command line again
- * over it), checks the options and hands them to the run. The exit status, or -1 to go on. */
-static int train_lm_setup(train_lm_cli *c, opt_spec *opts, int argc, char **argv)
+/* The options as parsed checked and handed to the run: the exit status, or -1 to go on. */
+static int train_lm_options(cli_train *t, opt_spec *opts, int argc, char **argv)
 {
-    qkv_run *r = c->run.run;
+    (void)opts, (void)argc, (void)argv;
+    qkv_run *r = t->run.run;
     qkv_error err = {0};
-    char holder[1024];
-    cli_command_line(holder, sizeof holder, argc, argv);
-    if (c->resume && c->overwrite) {
-        fprintf(stderr, "qkv train-lm: --resume continues the run in --out, --overwrite "
-                "replaces it: give one\n");
-        return 2;
-    }
-    if (c->out && c->resume) { /* a resumed run claims its directory first: it reads it */
-        if (qkv_run_claim(r, c->out, QKV_RUN_RESUME, holder, &err))
-            return cli_print_error("qkv", &err), 1;
-        cli_run_pull(&c->run);
-        if (args_parse(argc, argv, 2, opts, "")) return 2;
-    }
 #define VALUE(name) (int)qkv_run_get_int(r, qkv_run_option_find(QKV_RUN_LM, name, NULL))
-    if (cli_run_push(&c->run, "qkv train-lm")) return 2;
-    if (!c->out || !qkv_run_get_text(r, qkv_run_option_find(QKV_RUN_LM, "data", NULL))) {
+    if (cli_run_push(&t->run, "qkv train-lm")) return 2;
+    if (!t->out || !qkv_run_get_text(r, qkv_run_option_find(QKV_RUN_LM, "data", NULL))) {
         fprintf(stderr, "qkv train-lm: needs --data FILE and --out DIR\n");
         return 2;
     }
@@ -268,38 +237,20 @@ static int train_lm_setup(train_lm_cli *c, opt_spec *opts, int argc, char **argv
         return 2;
 #undef VALUE
     if (qkv_run_check(r, &err)) return cli_print_error("qkv train-lm", &err), 2;
-    if (!c->resume && qkv_run_claim(r, c->out, c->overwrite ? QKV_RUN_OVERWRITE : QKV_RUN_NEW,
-                                    holder, &err))
-        return cli_print_error("qkv", &err), 1;
     return -1;
 }
 
+static const cli_train_command TRAIN_LM = {
+    "qkv train-lm", QKV_RUN_LM,
+    "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes FLOAT) [options]\n"
+    "Trains a decoder-only language model on a text file.",
+    train_lm_table, train_lm_options, run, print_notice};
+
 static int train_lm_main(int argc, char **argv, cli_ranks *job)
 {
-    train_lm_cli c = {0};
+    cli_train c = {0};
     opt_spec opts[MAX_LM_OPTIONS];
-    qkv_error err = {0};
-    if (qkv_run_create(&c.run.run, QKV_RUN_LM, &err)) return cli_print_error("qkv", &err), 1;
-    int rc = train_lm_table(&c, opts) ? 1
-             : args_parse(argc, argv, 2, opts,
-                          "usage: qkv train-lm --data FILE --out DIR (--steps N | --minutes "
-                          "FLOAT) [options]\n"
-                          "Trains a decoder-only language model on a text file.");
-    if (rc) {
-        qkv_run_free(c.run.run);
-        return rc > 0 ? 0 : 2;
-    }
-    const int writer = cli_ranks_writer(job, &c.quiet);
-    qkv_run_set_reducer(c.run.run, &job->reducer);
-    qkv_run_set_hooks(c.run.run, &(qkv_run_hooks){.notice = print_notice});
-    rc = train_lm_setup(&c, opts, argc, argv);
-    if (rc < 0 && c.allreduce.value == 1 && cli_ranks_overlap(job, c.bucket_kb)) rc = 1;
-    if (rc < 0) {
-        cli_threads(cli_ranks_threads(job, c.threads));
-        rc = run(c.run.run, c.out, c.quiet, writer, job->reducer.size);
-    }
-    qkv_run_free(c.run.run);
-    return rc;
+    return cli_train_main(&TRAIN_LM, &c, opts, argc, argv, job);
 }
 
 /* Under mpirun every rank runs this; rank 0 writes the run directory (mpi_reducer.h). */

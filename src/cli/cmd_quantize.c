@@ -3,25 +3,13 @@
  * weight matrices stored as int8, a quarter of the float32 file, that loads at int8 without
  * quantising anything (qkv_model_quantize, src/io/quantize.c); this refuses to write over
  * another model. */
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "qkv.h"
-
-/* Whether dir exists and holds anything. */
-static int not_empty(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int any = 0;
-    for (struct dirent *e; !any && (e = readdir(d));)
-        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return any;
-}
 
 int cmd_quantize(int argc, char **argv)
 {
@@ -52,10 +40,8 @@ int cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qkv quantize: needs DIR and --out DIR8\n");
         return 2;
     }
-    if (!overwrite && not_empty(out)) {
-        fprintf(stderr, "qkv quantize: %s is not empty (--overwrite replaces its files)\n", out);
-        return 1;
-    }
+    const int refused = cli_output_dir("quantize", out, words[0], overwrite);
+    if (refused) return refused;
     qkv_error err = {0};
     const qkv_precision p = (qkv_precision)precision.value;
     if (qkv_model_quantize(words[0], out, p, &err)) return fprintf(stderr, "qkv: %s\n", err.msg), 1;

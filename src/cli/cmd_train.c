@@ -57,15 +57,23 @@ static void print_notice(const char *text, void *ctx)
     fprintf(stderr, "qkv train: %s\n", text);
 }
 
-/* Prepares and trains the run claimed in out: the summary line, the progress, how it ended,
+/* Every option of qkv train, as parsed (on --resume: as recorded, then parsed over that): the
+ * run's (qkv/run.h), those of every training command, and the command's own. */
+typedef struct {
+    cli_train t; /* first */
+    int every;
+} train_cli;
+
+/* Prepares and trains the run claimed in --out: the summary line, the progress, how it ended,
  * the curves. The exit status. */
-static int run(qkv_run *r, const char *out, int quiet, int every, int writer, int ranks)
+static int run(cli_train *t, int writer, int ranks)
 {
+    qkv_run *r = t->run.run;
     qkv_error err = {0};
     qkv_run_info info;
-    progress_ctx pc = {isatty(2), quiet, every, 0.0, {0}};
+    progress_ctx pc = {isatty(2), t->quiet, ((train_cli *)t)->every, 0.0, {0}};
     if (qkv_run_prepare(r, &info, &err)) goto fail;
-    if (!quiet)
+    if (!t->quiet)
         fprintf(stderr, "qkv train: %d pairs%s, vocabularies %d/%d%s, %zu parameters, %d "
                 "threads%s, %s%s\n", info.pairs, info.valid_pairs ? " (+ validation)" : "",
                 info.src_vocab, info.tgt_vocab,
@@ -73,7 +81,7 @@ static int run(qkv_run *r, const char *out, int quiet, int every, int writer, in
                 : info.tokenizer == QKV_TOKENIZER_SPM ? " (SentencePiece)" : "",
                 info.parameters, qkv_get_threads(), ranks > 1 ? " per rank" : "",
                 qkv_precision_name(info.precision), info.resuming ? ", resuming" : "");
-    if (!quiet && ranks > 1)
+    if (!t->quiet && ranks > 1)
         fprintf(stderr, "qkv train: data-parallel over %d ranks (MPI); each batch is split "
                 "among them\n", ranks);
     pc.t0 = qkv_now_s();
@@ -83,28 +91,20 @@ static int run(qkv_run *r, const char *out, int quiet, int every, int writer, in
     const qkv_train_progress *end = &pc.last;
     const int stop_after = (int)qkv_run_get_int(
         r, qkv_run_option_find(QKV_RUN_TRANSLATION, "stop-after-steps", NULL));
-    if (!quiet && stop_after > 0 && end->step >= stop_after && !end->stopping &&
+    if (!t->quiet && stop_after > 0 && end->step >= stop_after && !end->stopping &&
         !(end->end_of_epoch && end->epoch == end->epochs))
         fprintf(stderr, "qkv train: stopped after step %d; continue with --resume\n", stop_after);
-    else if (!quiet)
-        fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", out, qkv_now_s() - pc.t0,
+    else if (!t->quiet)
+        fprintf(stderr, "qkv train: wrote %s in %.1fs%s\n", t->out, qkv_now_s() - pc.t0,
                 info.valid_pairs ? " (the best model by validation in DIR/best)" : "");
-    if (writer && !fig_training_after_run(out) && !quiet) /* a failed figure is no failed run */
-        fprintf(stderr, "qkv train: training curves in %s/training.png\n", out);
+    /* a failed figure is no failed run */
+    if (writer && !fig_training_after_run(t->out) && !t->quiet)
+        fprintf(stderr, "qkv train: training curves in %s/training.png\n", t->out);
     return 0;
 fail:
     cli_print_error("qkv", &err);
     return 1;
 }
-
-/* Every option of qkv train, as parsed (on --resume: as recorded, then parsed over that): the
- * run's (qkv/run.h) and the command's own. */
-typedef struct {
-    cli_run_options run;
-    const char *out;
-    int threads, quiet, every, overwrite, resume, bucket_kb;
-    opt_choice allreduce;
-} train_cli;
 
 static const char USAGE[] =
     "usage: qkv train (--data FILE | --src FILE --tgt FILE) --out DIR [options]\n"
@@ -112,17 +112,18 @@ static const char USAGE[] =
 
 enum { MAX_TRAIN_OPTIONS = 80 };
 
-/* The option table over c (every option once, in the order --help lists them: the run's rows
- * from the library, the command's own here). */
-static int train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
+/* The option table over t (every option once, in the order --help lists them: the run's rows
+ * from the library, the command's own here); opts has room for MAX_TRAIN_OPTIONS. */
+static void train_table(cli_train *t, opt_spec *opts)
 {
-    c->every = 10, c->bucket_kb = 1024, c->allreduce = (opt_choice){0, ALLREDUCE, 0};
+    train_cli *c = (train_cli *)t;
+    c->every = 10;
     const opt_spec table[] = {
         RUN_ROW("data"),
         {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
         RUN_ROW("src"),
         RUN_ROW("tgt"),
-        {"out", OPT_DIR, &c->out, "model directory to write", NULL, NULL},
+        {"out", OPT_DIR, &t->out, "model directory to write", NULL, NULL},
         {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
         RUN_ROW("preset"), RUN_ROW("tokenizer"), RUN_ROW("vocab-size"), RUN_ROW("joint-bpe"), RUN_ROW("spm-type"),
         RUN_ROW("d-model"), RUN_ROW("heads"), RUN_ROW("ffn"), RUN_ROW("layers"),
@@ -138,43 +139,32 @@ static int train_table(train_cli *c, opt_spec opts[MAX_TRAIN_OPTIONS])
         RUN_ROW("valid-src"), RUN_ROW("valid-tgt"), RUN_ROW("no-bleu"), RUN_ROW("valid-every"),
         RUN_ROW("patience"), RUN_ROW("keep-epochs"), RUN_ROW("save-every"), RUN_ROW("keep-last"),
         RUN_ROW("seed"),
-        {"threads", OPT_INT, &c->threads, "threads per rank (0: all cores; under mpirun, shared "
-                                          "among the ranks of a machine)", ARG_THREADS, NULL},
+        {"threads", OPT_INT, &t->threads, CLI_TRAIN_THREADS_HELP, ARG_THREADS, NULL},
         {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
-        {"allreduce", OPT_CHOICE, &c->allreduce, "under mpirun, how the ranks sum the gradients: "
-                                                  "flat (one sum after the backward pass) or "
-                                                  "bucketed (each bucket as soon as the backward "
-                                                  "pass has it, overlapping the pass)", NULL, NULL},
-        {"bucket-kb", OPT_INT, &c->bucket_kb, "bucketed: KiB of gradients per sum",
-         "[4, 1048576]", NULL},
+        {"allreduce", OPT_CHOICE, &t->allreduce, CLI_TRAIN_ALLREDUCE_HELP, NULL, NULL},
+        {"bucket-kb", OPT_INT, &t->bucket_kb, CLI_TRAIN_BUCKET_KB_HELP, "[4, 1048576]", NULL},
         RUN_ROW("precision"), RUN_ROW("device"), RUN_ROW("checkpoint-every"),
         RUN_ROW("skip-nonfinite"),
-        {"resume", OPT_FLAG, &c->resume, "continue from DIR/checkpoint.safetensors, with the "
-                                         "options it recorded (those defining the model or "
-                                         "data cannot change)", NULL, NULL},
-        {"overwrite", OPT_FLAG, &c->overwrite, "replace what DIR holds (a trained model, another "
-                                               "run, files of a run's names)", NULL, NULL},
+        {"resume", OPT_FLAG, &t->resume, CLI_TRAIN_RESUME_HELP, NULL, NULL},
+        {"overwrite", OPT_FLAG, &t->overwrite, CLI_TRAIN_OVERWRITE_HELP, NULL, NULL},
         RUN_ROW("stop-after-steps"),
         {"log-every", OPT_INT, &c->every, "print a line every N epochs (without a terminal)",
          ARG_GE1, NULL},
-        {"quiet", OPT_FLAG, &c->quiet, "no progress output", NULL, NULL},
+        {"quiet", OPT_FLAG, &t->quiet, "no progress output", NULL, NULL},
         {"q", OPT_ALIAS, "quiet", NULL, NULL, NULL},
         {0},
     };
     _Static_assert(sizeof table <= MAX_TRAIN_OPTIONS * sizeof *table, "MAX_TRAIN_OPTIONS");
     memcpy(opts, table, sizeof table);
-    if (cli_run_table(&c->run, opts, "qkv train")) return -1;
-    cli_run_pull(&c->run);
-    return 0;
 }
 
 /* The combinations that cannot be meant and only the command line tells (an option given that
  * the run would ignore); the library checks the others (qkv_run_check). 0, or -1 after saying
  * why. */
-static int train_check(const train_cli *c, const opt_spec *opts, int argc, char **argv)
+static int train_check(const cli_train *t, const opt_spec *opts, int argc, char **argv)
 {
     const char *why = NULL;
-    qkv_run *r = c->run.run;
+    qkv_run *r = t->run.run;
 #define VALUE(name) qkv_run_get_int(r, qkv_run_option_find(QKV_RUN_TRANSLATION, name, NULL))
     const int subwords = strcmp(qkv_run_get_text(r, qkv_run_option_find(QKV_RUN_TRANSLATION,
                                                                          "tokenizer", NULL)),
@@ -187,7 +177,7 @@ static int train_check(const train_cli *c, const opt_spec *opts, int argc, char 
                                                                    NULL)) ||
                            qkv_run_get_text(r, qkv_run_option_find(QKV_RUN_TRANSLATION,
                                                                    "valid-src", NULL));
-    if (!c->out) why = "needs --out and either --data or --src with --tgt";
+    if (!t->out) why = "needs --out and either --data or --src with --tgt";
     else if (!validation && args_given(argc, argv, 2, opts, "patience"))
         why = "--patience and --no-bleu need validation (--valid, or --valid-src with "
               "--valid-tgt)";
@@ -208,32 +198,19 @@ static int train_check(const train_cli *c, const opt_spec *opts, int argc, char 
 #undef VALUE
 }
 
-/* Claims --out (resuming: then reads what the run recorded and parses the command line again
- * over it), checks the options and hands them to the run. The exit status, or -1 to go on. */
-static int train_setup(train_cli *c, opt_spec *opts, int argc, char **argv)
+/* The options as parsed (a resumed run's over its record; a preset's, the command line over
+ * it) checked and handed to the run: the exit status, or -1 to go on. */
+static int train_options(cli_train *t, opt_spec *opts, int argc, char **argv)
 {
-    qkv_run *r = c->run.run;
+    qkv_run *r = t->run.run;
     qkv_error err = {0};
-    char holder[1024];
-    cli_command_line(holder, sizeof holder, argc, argv);
-    if (c->resume && c->overwrite) {
-        fprintf(stderr, "qkv train: --resume continues the run in --out, --overwrite replaces "
-                "it: give one\n");
-        return 2;
-    }
-    if (c->out && c->resume) { /* a resumed run claims its directory first: it reads it */
-        if (qkv_run_claim(r, c->out, QKV_RUN_RESUME, holder, &err))
-            return cli_print_error("qkv", &err), 1;
-        cli_run_pull(&c->run);
-        if (args_parse(argc, argv, 2, opts, "")) return 2;
-    }
-    const char *preset = c->run.v[qkv_run_option_find(QKV_RUN_TRANSLATION, "preset", NULL)].s;
-    if (!c->resume && preset) { /* the preset first, then the command line over it */
+    const char *preset = t->run.v[qkv_run_option_find(QKV_RUN_TRANSLATION, "preset", NULL)].s;
+    if (!t->resume && preset) { /* the preset first, then the command line over it */
         if (qkv_run_apply_preset(r, preset, &err)) return cli_print_error("qkv train", &err), 2;
-        cli_run_pull(&c->run);
+        cli_run_pull(&t->run);
         if (args_parse(argc, argv, 2, opts, "")) return 2;
     }
-    if (cli_run_push(&c->run, "qkv train") || train_check(c, opts, argc, argv)) return 2;
+    if (cli_run_push(&t->run, "qkv train") || train_check(t, opts, argc, argv)) return 2;
     const int prec = (int)qkv_run_get_int(r, qkv_run_option_find(QKV_RUN_TRANSLATION,
                                                                   "precision", NULL));
     if (cli_train_precision((qkv_precision)prec)) return 2;
@@ -241,35 +218,17 @@ static int train_setup(train_cli *c, opt_spec *opts, int argc, char **argv)
     const int device = (int)qkv_run_get_int(r, qkv_run_option_find(QKV_RUN_TRANSLATION,
                                                                     "device", NULL));
     if (cli_device((qkv_device)device, "train")) return 1;
-    if (!c->resume && qkv_run_claim(r, c->out, c->overwrite ? QKV_RUN_OVERWRITE : QKV_RUN_NEW,
-                                    holder, &err))
-        return cli_print_error("qkv", &err), 1;
     return -1;
 }
+
+static const cli_train_command TRAIN = {"qkv train", QKV_RUN_TRANSLATION, USAGE, train_table,
+                                        train_options, run, print_notice};
 
 static int train_main(int argc, char **argv, cli_ranks *job)
 {
     train_cli c = {0};
     opt_spec opts[MAX_TRAIN_OPTIONS];
-    qkv_error err = {0};
-    if (qkv_run_create(&c.run.run, QKV_RUN_TRANSLATION, &err))
-        return cli_print_error("qkv", &err), 1;
-    int rc = train_table(&c, opts) ? 1 : args_parse(argc, argv, 2, opts, USAGE);
-    if (rc) {
-        qkv_run_free(c.run.run);
-        return rc > 0 ? 0 : 2;
-    }
-    const int writer = cli_ranks_writer(job, &c.quiet);
-    qkv_run_set_reducer(c.run.run, &job->reducer);
-    qkv_run_set_hooks(c.run.run, &(qkv_run_hooks){.notice = print_notice});
-    rc = train_setup(&c, opts, argc, argv);
-    if (rc < 0 && c.allreduce.value == 1 && cli_ranks_overlap(job, c.bucket_kb)) rc = 1;
-    if (rc < 0) {
-        cli_threads(cli_ranks_threads(job, c.threads));
-        rc = run(c.run.run, c.out, c.quiet, c.every, writer, job->reducer.size);
-    }
-    qkv_run_free(c.run.run);
-    return rc;
+    return cli_train_main(&TRAIN, &c.t, opts, argc, argv, job);
 }
 
 /* Under mpirun every rank runs this; rank 0 writes the run directory (mpi_reducer.h). */

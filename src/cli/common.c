@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "cli/common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -217,4 +218,22 @@ qkv_run_dir *cli_claim_model_dir(const char *dir, int overwrite, int argc, char 
         return NULL;
     }
     return rd;
+}
+
+int cli_output_dir(const char *cmd, const char *out, const char *src, int overwrite)
+{
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = qkv_path_relation(out, src);
+    if (rel > 0) {
+        fprintf(stderr, "qkv %s: --out %s %s the model %s: write into another directory\n", cmd,
+                out, relation[rel], src);
+        return 2;
+    }
+    DIR *d = overwrite ? NULL : opendir(out);
+    int any = 0;
+    for (struct dirent *e; d && !any && (e = readdir(d));)
+        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    if (any) fprintf(stderr, "qkv %s: %s is not empty (--overwrite replaces its files)\n", cmd, out);
+    return any;
 }

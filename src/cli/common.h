@@ -40,6 +40,10 @@ void cli_command_line(char *out, size_t cap, int argc, char **argv);
  * command line naming the holder, with --overwrite or not. NULL after printing why. */
 qkv_run_dir *cli_claim_model_dir(const char *dir, int overwrite, int argc, char **argv);
 
+/* Whether out may receive what cmd writes of the model in src: 0; or, printed, 2 when out is
+ * src, inside it or above it (the model's own files would be replaced), 1 when out holds
+ * files and overwrite is not set. */
+int cli_output_dir(const char *cmd, const char *out, const char *src, int overwrite);
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
 

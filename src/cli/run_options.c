@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/common.h"
+
 int cli_run_table(cli_run_options *c, opt_spec *opts, const char *cmd)
 {
     int n, seen[64] = {0};
@@ -80,6 +82,63 @@ int cli_run_push(cli_run_options *c, const char *cmd)
     }
     cli_run_pull(c); /* the strings now point at the run's copies */
     return 0;
+}
+
+/* Claims --out (resuming: then reads what the run recorded and parses the command line again
+ * over it), checks the options and hands them to the run. The exit status, or -1 to go on. */
+static int train_setup(const cli_train_command *cmd, cli_train *t, opt_spec *opts, int argc,
+                       char **argv)
+{
+    qkv_run *r = t->run.run;
+    qkv_error err = {0};
+    char holder[1024];
+    cli_command_line(holder, sizeof holder, argc, argv);
+    if (t->resume && t->overwrite) {
+        fprintf(stderr, "%s: --resume continues the run in --out, --overwrite replaces it: "
+                "give one\n", cmd->name);
+        return 2;
+    }
+    if (t->out && t->resume) { /* a resumed run claims its directory first: it reads it */
+        if (qkv_run_claim(r, t->out, QKV_RUN_RESUME, holder, &err))
+            return cli_print_error("qkv", &err), 1;
+        cli_run_pull(&t->run);
+        if (args_parse(argc, argv, 2, opts, "")) return 2;
+    }
+    const int rc = cmd->check(t, opts, argc, argv);
+    if (rc >= 0) return rc;
+    if (!t->resume && qkv_run_claim(r, t->out, t->overwrite ? QKV_RUN_OVERWRITE : QKV_RUN_NEW,
+                                    holder, &err))
+        return cli_print_error("qkv", &err), 1;
+    return -1;
+}
+
+int cli_train_main(const cli_train_command *cmd, cli_train *t, opt_spec *opts, int argc,
+                   char **argv, cli_ranks *job)
+{
+    qkv_error err = {0};
+    if (qkv_run_create(&t->run.run, cmd->kind, &err)) return cli_print_error("qkv", &err), 1;
+    t->bucket_kb = 1024, t->allreduce = (opt_choice){0, ALLREDUCE, 0};
+    cmd->table(t, opts);
+    int rc = 1;
+    if (!cli_run_table(&t->run, opts, cmd->name)) {
+        cli_run_pull(&t->run);
+        rc = args_parse(argc, argv, 2, opts, cmd->usage);
+    }
+    if (rc) {
+        qkv_run_free(t->run.run);
+        return rc > 0 ? 0 : 2;
+    }
+    const int writer = cli_ranks_writer(job, &t->quiet);
+    qkv_run_set_reducer(t->run.run, &job->reducer);
+    qkv_run_set_hooks(t->run.run, &(qkv_run_hooks){.notice = cmd->notice});
+    rc = train_setup(cmd, t, opts, argc, argv);
+    if (rc < 0 && t->allreduce.value == 1 && cli_ranks_overlap(job, t->bucket_kb)) rc = 1;
+    if (rc < 0) {
+        cli_threads(cli_ranks_threads(job, t->threads));
+        rc = cmd->run(t, writer, job->reducer.size);
+    }
+    qkv_run_free(t->run.run);
+    return rc;
 }
 
 void cli_print_error(const char *who, const qkv_error *err)

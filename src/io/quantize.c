@@ -75,10 +75,12 @@ qkv_status qkv_model_quantize(const char *dir, const char *out_dir, qkv_precisio
     if (p != QKV_PRECISION_INT8)
         return qkv_fail(err, QKV_ERR_ARG, "a model file is stored quantised at int8 only (got "
                         "%s)", qkv_precision_name(p) ? qkv_precision_name(p) : "?");
-    struct stat a, b;
-    if (!stat(dir, &a) && !stat(out_dir, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        return qkv_fail(err, QKV_ERR_ARG, "%s: the int8 model goes into a directory of its own, "
-                        "not the one it is read from", out_dir);
+    /* the model's own config.json and weights would be replaced, or copied into themselves */
+    static const char *const relation[] = {"", "is", "is inside", "holds"};
+    const int rel = qkv_path_relation(out_dir, dir);
+    if (rel > 0)
+        return qkv_fail(err, QKV_ERR_ARG, "%s %s the model %s: the int8 model goes into a "
+                        "directory of its own", out_dir, relation[rel], dir);
     const model_kind *k;
     void *m = NULL;
     qkv_status st = kind_of(&k, dir, err);

@@ -316,7 +316,7 @@ static stack_pass encoder_pass(qkv_transformer *m, const qkv_mask *src_mask, int
                                float p, uint64_t seed)
 {
     stack_pass k = {&m->enc_dims, B, Ts, 0, src_mask, NULL, NULL, p, seed, m->acts.scratch,
-                    m->first_example, m->grads_done, m->grads_ctx};
+                    m->pass.first_example, m->pass.grads_done, m->pass.grads_ctx};
     return k;
 }
 
@@ -325,7 +325,8 @@ static stack_pass decoder_pass(qkv_transformer *m, const qkv_mask *causal,
                                uint64_t seed)
 {
     stack_pass k = {&m->dec_dims, B, Tt, Ts, causal, src_mask, m->acts.enc.out, p, seed,
-                    m->acts.scratch, m->first_example, m->grads_done, m->grads_ctx};
+                    m->acts.scratch, m->pass.first_example, m->pass.grads_done,
+                    m->pass.grads_ctx};
     return k;
 }
 
@@ -373,7 +374,8 @@ static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t s
     be.ops->zero(dout, (size_t)B * Tt * C);
     op_linear_backward(&be, dout, m->g.out_W, NULL, x->logits, x->dec.out, m->w.out_W, B * Tt, C,
                        m->cfg.tgt_vocab);
-    if (m->grads_done) m->grads_done(m->grads_ctx); /* the output layer's (untied) are final */
+    /* the output layer's (untied) gradients are final */
+    if (m->pass.grads_done) m->pass.grads_done(m->pass.grads_ctx);
     be.ops->zero(x->d_enc_out, (size_t)B * Ts * C);
     const stack_pass dec = decoder_pass(m, &causal, &src_mask, B, Ts, Tt, p, seed);
     stack_backward(&be, &dec, &x->dec, &m->w.decoder, &m->g.decoder, x->tgt_in, dout,
@@ -429,9 +431,9 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
         return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for gradients",
                         m->core.dev ? "device " : "");
     const float p = o->train ? m->cfg.dropout : 0.0f;
-    m->first_example = o->first_example;
+    m->pass.first_example = o->first_example;
     st = forward(m, b, p, o->dropout_seed, err);
-    m->first_example = 0; /* backward sets it again: nothing else is a shard */
+    m->pass.first_example = 0; /* backward sets it again: nothing else is a shard */
     const backend be = core_backend(&m->core);
     model_acts *x = &m->acts;
     const int Nt = b->B * b->tgt_len;
@@ -447,10 +449,9 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     if (tokens) *tokens = count;
     if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
-        m->first_example = o->first_example;
-        m->grads_done = o->grads_done, m->grads_ctx = o->grads_ctx;
+        m->pass = (model_pass){o->first_example, o->grads_done, o->grads_ctx};
         backward(m, b, p, o->dropout_seed);
-        m->first_example = 0, m->grads_done = NULL, m->grads_ctx = NULL;
+        m->pass = (model_pass){0, NULL, NULL};
     }
     return core_finish(&m->core, err);
 }

@@ -233,7 +233,7 @@ static stack_pass pass_of(qkv_lm *m, const qkv_mask *causal, int B, int T, float
                           uint64_t seed)
 {
     stack_pass k = {&m->dims, B, T, 0, causal, NULL, NULL, p, seed, m->acts.scratch,
-                    m->first_example, m->grads_done, m->grads_ctx};
+                    m->pass.first_example, m->pass.grads_done, m->pass.grads_ctx};
     return k;
 }
 
@@ -265,7 +265,8 @@ static void backward(qkv_lm *m, int B, int T, float p, uint64_t seed)
     be.ops->zero(dout, (size_t)N * C);
     op_linear_backward(&be, dout, m->g.out_W, NULL, x->logits, x->s.out, m->w.out_W, N, C,
                        m->cfg.vocab);
-    if (m->grads_done) m->grads_done(m->grads_ctx); /* the output layer's (untied) are final */
+    /* the output layer's (untied) gradients are final */
+    if (m->pass.grads_done) m->pass.grads_done(m->pass.grads_ctx);
     const stack_pass k = pass_of(m, &causal, B, T, p, seed);
     stack_backward(&be, &k, &x->s, &m->w.stack, &m->g.stack, x->ids, dout, NULL, &x->work);
 }
@@ -298,9 +299,9 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
         return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for gradients",
                         m->core.dev ? "device " : "");
     const float p = o->train ? m->cfg.dropout : 0.0f;
-    m->first_example = o->first_example;
+    m->pass.first_example = o->first_example;
     qkv_status st = lm_forward(m, ids, B, T, p, o->dropout_seed, err);
-    m->first_example = 0; /* backward sets it again: nothing else is a shard */
+    m->pass.first_example = 0; /* backward sets it again: nothing else is a shard */
     const backend be = core_backend(&m->core);
     lm_acts *x = &m->acts;
     if (!st) st = stage_ids(&be, x->targets, targets, (size_t)B * T, m->cfg.vocab, 1, err);
@@ -315,10 +316,9 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     if (tokens) *tokens = count;
     if (o->backward) {
         precision_touch(&m->core.prec); /* an optimizer step will follow */
-        m->first_example = o->first_example;
-        m->grads_done = o->grads_done, m->grads_ctx = o->grads_ctx;
+        m->pass = (model_pass){o->first_example, o->grads_done, o->grads_ctx};
         backward(m, B, T, p, o->dropout_seed);
-        m->first_example = 0, m->grads_done = NULL, m->grads_ctx = NULL;
+        m->pass = (model_pass){0, NULL, NULL};
     }
     return core_finish(&m->core, err);
 }

@@ -32,9 +32,7 @@ struct qkv_lm {
     model_core core;
     lm_w w, g; /* views of the parameters and of their gradients */
     lm_acts acts;
-    uint64_t first_example; /* of the loss pass running (qkv_loss_options) */
-    void (*grads_done)(void *ctx); /* and its hook, while it runs backward */
-    void *grads_ctx;
+    model_pass pass; /* the loss pass running */
 };
 
 /* The causal forward pass over ids (B, T) with dropout rate p (0: evaluation), filling

@@ -97,6 +97,14 @@ typedef struct {
     float *mean, *rstd, *out; /* (B*T, C) after the final norm (a copy without one) */
 } stack_acts;
 
+/* The loss pass running, as its qkv_loss_options gave it: the first example of this rank's
+ * shard (dropout counters start there) and the hook told when gradients are final. */
+typedef struct {
+    uint64_t first_example;
+    void (*grads_done)(void *ctx);
+    void *grads_ctx;
+} model_pass;
+
 /* ---- one pass of a stack --------------------------------------------------------------------- */
 
 typedef struct {

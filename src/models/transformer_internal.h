@@ -28,9 +28,7 @@ struct qkv_transformer {
     model_core core;
     model_w w, g; /* views of the parameters and of their gradients */
     model_acts acts;
-    uint64_t first_example; /* of the loss pass running (qkv_loss_options) */
-    void (*grads_done)(void *ctx); /* and its hook, while it runs backward */
-    void *grads_ctx;
+    model_pass pass; /* the loss pass running */
 };
 
 /* The gradients the kernels write (on a device, there), made on first use; NULL: no memory. */

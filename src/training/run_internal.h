@@ -44,14 +44,6 @@ typedef union {
     char *s;
 } run_value;
 
-/* What a run records of an option (qkv_option.record). */
-typedef struct {
-    int in_train; /* train.json; else config.json */
-    int fixed;    /* a resumed run must not change it */
-    int inverted; /* a flag recorded as its opposite */
-    char key[64];
-} run_record_of;
-
 struct qkv_run {
     qkv_run_kind kind;
     const qkv_option *opts;
@@ -100,7 +92,7 @@ qkv_status run_check_range(const qkv_run *r, int opt, double v, const char *got,
 qkv_status run_choice_of(const qkv_run *r, int opt, const char *name, int *v, const char *where,
                          qkv_error *err);
 /* 1 and *rec when opt is recorded, 0 when not. */
-int run_record_parse(const qkv_option *o, run_record_of *rec);
+int run_record_parse(const qkv_option *o, qkv_record *rec);
 /* A notice to the front end (printf-style). */
 void run_notice(const qkv_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

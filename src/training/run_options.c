@@ -198,26 +198,9 @@ const char *qkv_option_choice(const qkv_option *o, int v)
     return NULL;
 }
 
-int run_record_parse(const qkv_option *o, run_record_of *rec)
+int run_record_parse(const qkv_option *o, qkv_record *rec)
 {
-    memset(rec, 0, sizeof *rec);
-    if (!o->record) return 0;
-    static const char *const where[] = {"model", "data", "train"};
-    const size_t n = strcspn(o->record, " ");
-    int k = 0;
-    while (k < 3 && (strlen(where[k]) != n || strncmp(o->record, where[k], n))) k++;
-    rec->in_train = k > 0, rec->fixed = k < 2;
-    const char *key = o->record + n;
-    if (*key) {
-        key++;
-        rec->inverted = *key == '!';
-        snprintf(rec->key, sizeof rec->key, "%s", key + rec->inverted);
-    } else {
-        snprintf(rec->key, sizeof rec->key, "%s", o->name);
-        for (char *c = rec->key; *c; c++)
-            if (*c == '-') *c = '_';
-    }
-    return 1;
+    return qkv_record_parse(o->record, o->name, o->type == QKV_OPTION_FLAG, rec) > 0;
 }
 
 /* Whether key is name with '_' or '-' between its words. */
@@ -237,7 +220,7 @@ int qkv_run_option_find(qkv_run_kind kind, const char *key, int *inverted)
     for (int i = 0; i < n; i++)
         if (same_name(key, t[i].name)) return i;
     for (int i = 0; i < n; i++) {
-        run_record_of rec;
+        qkv_record rec;
         if (run_record_parse(&t[i], &rec) && !strcmp(rec.key, key)) {
             if (inverted) *inverted = rec.inverted;
             return i;
@@ -366,6 +349,7 @@ static const char *skip_space(const char *s)
     return s;
 }
 
+/* A finite number, or -1. */
 static int read_bound(const char **s, double *x)
 {
     char *end = NULL;
@@ -377,32 +361,65 @@ static int read_bound(const char **s, double *x)
     return 0;
 }
 
-/* Whether x lies in the range text ("[0, 1)", "> 0", ...; the tables' are all valid). */
-static int in_range(const char *text, double x)
+int qkv_range_parse(const char *text, qkv_range *r)
 {
+    if (!text) return -1;
     const char *s = skip_space(text);
-    double lo = -INFINITY, hi = INFINITY;
-    int lo_closed = 0, hi_closed = 0;
-    if (*s == '[' || *s == '(') {
-        lo_closed = *s++ == '[';
-        if (read_bound(&s, &lo) || *s++ != ',' || read_bound(&s, &hi)) return 0;
-        hi_closed = *s == ']';
-    } else if (*s == '>' || *s == '<') {
+    r->lo = -INFINITY, r->hi = INFINITY, r->lo_closed = r->hi_closed = 0;
+    if (*s == '[' || *s == '(') { /* an interval */
+        r->lo_closed = *s++ == '[';
+        if (read_bound(&s, &r->lo) || *s++ != ',' || read_bound(&s, &r->hi)) return -1;
+        if (*s != ']' && *s != ')') return -1;
+        r->hi_closed = *s++ == ']';
+        if (r->lo > r->hi || (r->lo == r->hi && !(r->lo_closed && r->hi_closed))) return -1;
+    } else if (*s == '>' || *s == '<') { /* a bound */
         const int above = *s++ == '>', closed = *s == '=';
-        s += closed;
-        double b;
-        if (read_bound(&s, &b)) return 0;
-        if (above) lo = b, lo_closed = closed;
-        else hi = b, hi_closed = closed;
+        if (closed) s++;
+        double x;
+        if (read_bound(&s, &x)) return -1;
+        if (above) r->lo = x, r->lo_closed = closed;
+        else r->hi = x, r->hi_closed = closed;
+    } else
+        return -1;
+    return *skip_space(s) ? -1 : 0;
+}
+
+int qkv_range_holds(const qkv_range *r, double x)
+{
+    return (r->lo_closed ? x >= r->lo : x > r->lo) && (r->hi_closed ? x <= r->hi : x < r->hi);
+}
+
+int qkv_record_parse(const char *record, const char *name, int flag, qkv_record *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!record) return 0;
+    static const char *const where[] = {"model", "data", "train"};
+    size_t n = strcspn(record, " ");
+    int k = 0;
+    while (k < 3 && (strlen(where[k]) != n || strncmp(record, where[k], n))) k++;
+    if (k == 3) return -1;
+    r->in_train = k > 0, r->fixed = k < 2;
+    const char *key = record + n;
+    if (*key) {
+        key++;
+        r->inverted = *key == '!';
+        key += r->inverted;
+        if (!*key || strlen(key) >= sizeof r->key || strchr(key, ' ')) return -1;
+        snprintf(r->key, sizeof r->key, "%s", key);
+    } else {
+        snprintf(r->key, sizeof r->key, "%s", name);
+        for (char *c = r->key; *c; c++)
+            if (*c == '-') *c = '_';
     }
-    return (lo_closed ? x >= lo : x > lo) && (hi_closed ? x <= hi : x < hi);
+    return r->inverted && !flag ? -1 : 1;
 }
 
 qkv_status run_check_range(const qkv_run *r, int opt, double v, const char *got,
                            const char *where, qkv_error *err)
 {
     const char *range = r->opts[opt].range;
-    if (!range || in_range(range, v)) return QKV_OK;
+    qkv_range in;
+    if (!range || (!qkv_range_parse(range, &in) && qkv_range_holds(&in, v))) return QKV_OK;
     char name[80];
     const char *s = skip_space(range);
     return qkv_fail(err, QKV_ERR_ARG, "%s must be %s%s (got %s)%s%s", run_spelled(r, opt, name,

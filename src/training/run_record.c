@@ -39,7 +39,7 @@ static int type_fits(const qkv_option *o, const cJSON *x)
 
 /* The recorded item of option i, and the file it was read from; NULL when i is not recorded or
  * its key is absent. */
-static const cJSON *recorded(const qkv_run *r, int i, run_record_of *rec, const char **file)
+static const cJSON *recorded(const qkv_run *r, int i, qkv_record *rec, const char **file)
 {
     if (!run_record_parse(&r->opts[i], rec)) return NULL;
     *file = rec->in_train ? r->train_path : r->config_path;
@@ -47,7 +47,7 @@ static const cJSON *recorded(const qkv_run *r, int i, run_record_of *rec, const 
 }
 
 /* Sets option i from its recorded item x, checked as when set (naming file). */
-static qkv_status preset_one(qkv_run *r, int i, const cJSON *x, const run_record_of *rec,
+static qkv_status preset_one(qkv_run *r, int i, const cJSON *x, const qkv_record *rec,
                              const char *file, qkv_error *err)
 {
     const qkv_option *o = &r->opts[i];
@@ -133,7 +133,7 @@ qkv_status run_record_read(qkv_run *r, qkv_error *err)
     if (st) return st;
     legacy_names(r->train);
     for (int i = 0; i < r->n_opts && !st; i++) {
-        run_record_of rec;
+        qkv_record rec;
         const char *file = NULL;
         const cJSON *x = recorded(r, i, &rec, &file);
         if (x) st = preset_one(r, i, x, &rec, file, err);
@@ -190,7 +190,7 @@ static int compare(qkv_run *r, int fixed, cJSON *changes, char *msg, size_t cap)
 {
     int differ = 0;
     for (int i = 0; i < r->n_opts; i++) {
-        run_record_of rec;
+        qkv_record rec;
         const char *file = NULL;
         const qkv_option *o = &r->opts[i];
         const cJSON *x = recorded(r, i, &rec, &file);
@@ -268,7 +268,7 @@ qkv_status run_record_write(const qkv_run *r, qkv_error *err)
     char *text = NULL;
     int ok = j != NULL;
     for (int i = 0; i < r->n_opts && ok; i++) {
-        run_record_of rec;
+        qkv_record rec;
         const qkv_option *o = &r->opts[i];
         if (!run_record_parse(o, &rec) || !rec.in_train || !applies(r, i)) continue;
         if ((o->type == QKV_OPTION_FILE || o->type == QKV_OPTION_TEXT) && !r->v[i].s) continue;

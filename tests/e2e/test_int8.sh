@@ -63,6 +63,14 @@ expect_fail "a DIR8 that is not empty is refused" "not empty" "$QKV" quantize "$
 expect_fail "an int8 model file is not quantised again" "int8 model file already" \
   "$QKV" quantize "$T/m8" --out "$T/m88"
 check "--overwrite writes it again" "$QKV" quantize "$T/m" --out "$T/m8" --overwrite
+# the output is never the model, inside it or above it (its own files would be replaced)
+cp -r "$T/m" "$T/self"
+for out in self self/. self/sub .; do
+  expect_fail "quantize self --out $out is refused (with --overwrite)" \
+    "is the model|is inside the model|holds the model" \
+    bash -c "cd '$T' && exec '$QKV' quantize self --out '$out' --overwrite"
+done
+check "... and the model is whole" bash -c "cmp -s '$T/m/model.safetensors' '$T/self/model.safetensors' && test ! -e '$T/self/sub' && test ! -e '$T/model.safetensors'"
 expect_fail "only int8" "fp32" "$QKV" quantize "$T/m" --out "$T/mx" --precision fp32
 check "qkv --help lists quantize" bash -c "'$QKV' --help 2>&1 | grep -q quantize"
 "$QKV" translate --model "$T/m8" --input "$T/in.txt" --precision fp32 >"$T/deq.txt" 2>/dev/null

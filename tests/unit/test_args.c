@@ -12,23 +12,23 @@
 static void test_range_texts(void **state)
 {
     (void)state;
-    opt_range r;
-    assert_int_equal(args_range_parse("[0, 1)", &r), 0);
+    qkv_range r;
+    assert_int_equal(qkv_range_parse("[0, 1)", &r), 0);
     assert_true(r.lo == 0.0 && r.hi == 1.0 && r.lo_closed && !r.hi_closed);
-    assert_int_equal(args_range_parse(" (0,1] ", &r), 0);
+    assert_int_equal(qkv_range_parse(" (0,1] ", &r), 0);
     assert_true(r.lo == 0.0 && r.hi == 1.0 && !r.lo_closed && r.hi_closed);
-    assert_int_equal(args_range_parse("> 0", &r), 0);
+    assert_int_equal(qkv_range_parse("> 0", &r), 0);
     assert_true(r.lo == 0.0 && !r.lo_closed && isinf(r.hi));
-    assert_int_equal(args_range_parse(">= 1e-3", &r), 0);
+    assert_int_equal(qkv_range_parse(">= 1e-3", &r), 0);
     assert_true(r.lo == 1e-3 && r.lo_closed);
-    assert_int_equal(args_range_parse("<= 10", &r), 0);
+    assert_int_equal(qkv_range_parse("<= 10", &r), 0);
     assert_true(r.hi == 10.0 && r.hi_closed && isinf(r.lo));
-    assert_int_equal(args_range_parse("[2, 2]", &r), 0);
+    assert_int_equal(qkv_range_parse("[2, 2]", &r), 0);
     const char *bad[] = {NULL, "", "0, 1", "[0, 1", "[0 1]", "[1, 0]", "(2, 2]", "> ", ">= x",
                          "[0, 1) x", "= 3", "[nan, 1]", "[0, inf)"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        if (args_range_parse(bad[i], &r) != -1) print_error("'%s' was read as a range\n", bad[i]);
-        assert_int_equal(args_range_parse(bad[i], &r), -1);
+        if (qkv_range_parse(bad[i], &r) != -1) print_error("'%s' was read as a range\n", bad[i]);
+        assert_int_equal(qkv_range_parse(bad[i], &r), -1);
     }
 }
 
@@ -128,8 +128,8 @@ static void test_ranges_are_the_library_limits(void **state)
         {ARG_ADAM_EPS, QKV_MAX_ADAM_EPS, 0},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
-        opt_range r;
-        assert_int_equal(args_range_parse(pairs[i].range, &r), 0);
+        qkv_range r;
+        assert_int_equal(qkv_range_parse(pairs[i].range, &r), 0);
         if (r.hi != pairs[i].limit || !r.hi_closed || r.lo != pairs[i].lo)
             fail_msg("range %s is not [%g, %g]", pairs[i].range, pairs[i].lo, pairs[i].limit);
     }
@@ -224,7 +224,7 @@ static void test_aliases_choices_records(void **state)
     assert_int_equal(args_parse(4, long_m, 2, opts, ""), -1);
     assert_int_equal(args_parse(4, short_model, 2, opts, ""), -1);
     assert_int_equal(args_parse(4, bad_choice, 2, opts, ""), -1);
-    opt_record r;
+    qkv_record r;
     assert_int_equal(args_record(&opts[4], &r), 1);
     assert_true(r.in_train && r.fixed && r.inverted && !strcmp(r.key, "valid_bleu"));
     assert_int_equal(args_record(&opts[6], &r), 1);
