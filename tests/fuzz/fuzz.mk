@@ -92,8 +92,9 @@ $(FUZZ_BUILD)/tests/fuzz/%.o: tests/fuzz/%.c Makefile tests/fuzz/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -c $< -o $@
 
+# linked by the C++ driver: the SentencePiece shim's UBSan checks (vptr) need its C++ runtime
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libqkv.a
-	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< $(FUZZ_BUILD)/libqkv.a $(FUZZ_LDLIBS)
+	$(FUZZ_CXX) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< $(FUZZ_BUILD)/libqkv.a $(FUZZ_LDLIBS)
 
 $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(FUZZ_BUILD)/fuzz_%
 	@mkdir -p $(FUZZ_BUILD)/corpus/$* $(FUZZ_BUILD)/artifacts/$*
