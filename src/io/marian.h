@@ -34,4 +34,10 @@ qkv_status marian_import_parts(const marian_parts *p, const char *out_dir, qkv_e
 int marian_is_release(const char *source);
 qkv_status marian_import_release(const char *source, const char *out_dir, qkv_error *err);
 
+/* Marian's YAML reader on text (len bytes), for the fuzzer: read as a vocabulary .yml (its
+ * size in *vocab_size) and as decoder.yml (its decoding defaults); QKV_OK when it reads as a
+ * vocabulary, else the refusal naming file. */
+qkv_status marian_yml_read(const char *text, size_t len, const char *file, int *vocab_size,
+                           qkv_error *err);
+
 #endif

@@ -163,7 +163,10 @@ static qkv_status yml_parse(yml_doc *d, const char *text, size_t len, const char
 {
     memset(d, 0, sizeof *d);
     if (!(d->file = strdup(file))) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
-    if (memchr(text, '\0', len)) return qkv_fail(err, QKV_ERR_FORMAT, "%s: holds a NUL byte", file);
+    if (memchr(text, '\0', len)) {
+        yml_free(d);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: holds a NUL byte", file);
+    }
     qkv_status st = QKV_OK;
     int line = 0, nested = 0;
     for (const char *p = text, *end = text + len; !st && p < end; line++) {
@@ -628,6 +631,20 @@ static char *generation_json(const yml_doc *d)
         n += snprintf(text + n, (size_t)(256 - n), ",\n  \"length_penalty\": %.6g", alpha);
     snprintf(text + n, (size_t)(256 - n), "\n}\n");
     return text;
+}
+
+qkv_status marian_yml_read(const char *text, size_t len, const char *file, int *vocab_size,
+                           qkv_error *err)
+{
+    yml_doc d;
+    qkv_status st = yml_parse(&d, text, len, file, err);
+    if (st) return st;
+    free(generation_json(&d));
+    cJSON *vocab = NULL;
+    st = vocab_json(&vocab, &d, vocab_size, err);
+    cJSON_Delete(vocab);
+    yml_free(&d);
+    return st;
 }
 
 static qkv_status read_yml(yml_doc *d, release *r, const char *name, qkv_error *err)

@@ -7,7 +7,7 @@
 #                       seeds (tests/fuzz/corpus/<target>) in $(FUZZ_BUILD)/corpus/<target>,
 #                       which keeps what the fuzzer finds between runs
 #   make fuzz-<target>  one of them (safetensors config checkpoint vocab corpus args bpe
-#                       lm_config lm_model lm_vocab lm_text pytorch npz)
+#                       lm_config lm_model lm_vocab lm_text pytorch npz json yml)
 #   make fuzz-cli       the command-line fuzzer (cli_fuzz.py): random option vectors and values
 #                       against every command of $(BUILD)/qkv for FUZZ_SECONDS, each run under a
 #                       memory and a time limit; part of make fuzz
@@ -24,7 +24,7 @@ FUZZ_CXX     ?= clang++
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := safetensors config checkpoint vocab corpus args bpe lm_config lm_model lm_vocab \
-                lm_text pytorch npz json
+                lm_text pytorch npz json yml
 
 LIB_SRC ?= $(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c)))
 
@@ -53,6 +53,7 @@ FUZZ_MAXLEN_lm_text     := 4096
 FUZZ_MAXLEN_pytorch     := 8192
 FUZZ_MAXLEN_npz         := 4096
 FUZZ_MAXLEN_json        := 4096
+FUZZ_MAXLEN_yml         := 4096
 # args_parse reports on stderr and prints --help on stdout; libFuzzer keeps its own output and
 # crash reports.
 FUZZ_FLAGS_args         := -close_fd_mask=3
