@@ -75,6 +75,7 @@ chmod +x "$out"
 EOF
 chmod +x "$T/bin/pkg-config" "$T/bin/cc"
 ln -s cc "$T/bin/clang"
+ln -s cc "$T/bin/clang++"
 
 # A fresh copy of the tree (what git tracks or would track; the whole directory when SRC is not a
 # git checkout), with scripts/install-deps.sh, tests/run.sh and tests/python.sh replaced by
@@ -107,7 +108,7 @@ run_make() {
   (cd "$T/$name" && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS -u MAKEOVERRIDES \
      PATH="$T/bin:$PATH" QKV_SETUP_MARK="$T/$name.installed" QKV_SETUP_LOG="$T/$name.log" \
      QKV_SETUP_REAL="$REAL_SOURCES" QKV_SETUP_REAL_CC="$REAL_CC" \
-     make "$@" CC="$T/bin/cc" FUZZ_CC="$T/bin/clang" PY=true) >"$T/$name.out" 2>&1
+     make "$@" CC="$T/bin/cc" FUZZ_CC="$T/bin/clang" FUZZ_CXX="$T/bin/clang++" PY=true) >"$T/$name.out" 2>&1
   rc=$?
 }
 
