@@ -31,15 +31,17 @@ typedef struct {
 #define CONFIG_OPTIONAL(T, key, type, member, names) {key, type, offsetof(T, member), names, 1}
 /* The members both kinds have, each group in the order both write it (config.json's order
  * is that of saved models): the widths, and the rules of every block. */
-#define CONFIG_WIDTH_FIELDS(T)                                                                   \
-    CONFIG_FIELD(T, "d_model", FIELD_INT, d_model), CONFIG_FIELD(T, "heads", FIELD_INT, heads), \
-        CONFIG_FIELD(T, "ffn", FIELD_INT, ffn)
-#define CONFIG_BLOCK_FIELDS(T)                                                                   \
-    CONFIG_FIELD(T, "max_len", FIELD_INT, max_len),                                              \
-        CONFIG_FIELD(T, "dropout", FIELD_FLOAT, dropout),                                        \
-        CONFIG_FIELD(T, "bias", FIELD_FLAG, bias), CONFIG_FIELD(T, "pre_norm", FIELD_FLAG, pre_norm), \
-        CONFIG_FIELD(T, "final_norm", FIELD_FLAG, final_norm),                                   \
-        CONFIG_CHOICE(T, "act", act, QKV_ENUM_ACTIVATION)
+#define CONFIG_WIDTH_FIELDS(T)                                                                 \
+    CONFIG_FIELD(T, "d_model", FIELD_INT, d_model),                                            \
+    CONFIG_FIELD(T, "heads", FIELD_INT, heads),                                                \
+    CONFIG_FIELD(T, "ffn", FIELD_INT, ffn)
+#define CONFIG_BLOCK_FIELDS(T)                                                                 \
+    CONFIG_FIELD(T, "max_len", FIELD_INT, max_len),                                            \
+    CONFIG_FIELD(T, "dropout", FIELD_FLOAT, dropout),                                          \
+    CONFIG_FIELD(T, "bias", FIELD_FLAG, bias),                                                 \
+    CONFIG_FIELD(T, "pre_norm", FIELD_FLAG, pre_norm),                                         \
+    CONFIG_FIELD(T, "final_norm", FIELD_FLAG, final_norm),                                     \
+    CONFIG_CHOICE(T, "act", act, QKV_ENUM_ACTIVATION)
 
 /* One metadata entry of a checkpoint's training position (after "format" and "step"): where
  * it lives in the position struct, and its C type. */
