@@ -129,7 +129,7 @@ static PyObject *translator_translate(translator_object *self, PyObject *args, P
     int tokens_in, tokens_out;
     const char *stop = NULL, *source_lang = NULL, *target_lang = NULL;
     qkv_translate_options o = qkv_translate_default_options();
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Opp|$iifziifiizz", kwlist, &sources, &tokens_in,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Opp|$iifzifiizz", kwlist, &sources, &tokens_in,
                                      &tokens_out, &o.beam, &o.n_best, &o.alpha, &stop,
                                      &o.max_len, &o.max_len_a, &o.max_len_b, &o.batch,
                                      &source_lang, &target_lang))
