@@ -147,8 +147,10 @@ void gemm_int8(float *y, const float *x, const int8_matrix *W, const float *b, i
  * Where W has its second digit (W->fine), the int8 logits choose a shortlist, each row's
  * int8_shortlist(k) best, and those are scored again (int8_matrix_dot_fine + b): the k best
  * of the shortlist by those values are the row's, with those values, and the normaliser
- * has the shortlist's terms exp(y) replaced by the rescored ones. */
-static inline int int8_shortlist(int k) { return 2 * k + 8; }
+ * has the shortlist's terms exp(y) replaced by the rescored ones. (k + 4: beam search of
+ * width K asks for 2K, of which the last rarely matter; a longer list slows every chunk's
+ * choice: 2k + 8 took a sixth more time a beam step, for the same agreement.) */
+static inline int int8_shortlist(int k) { return k + 4; }
 qkv_status gemm_int8_reserve_best(gemm_int8_workspace *ws, int N, int out, int k, int threads,
                                   qkv_error *err);
 void gemm_int8_best(const best_request *rq, const float *x, const int8_matrix *W, const float *b,
