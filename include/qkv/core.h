@@ -81,7 +81,7 @@ typedef enum {
     QKV_ENUM_TIE,         /* qkv_tie: none, output, all */
     QKV_ENUM_POS_LAYOUT,  /* qkv_pos_layout: interleaved, sin_cos, fairseq */
     QKV_ENUM_ATTENTION,   /* qkv_attention_kind: softmax, linear */
-    QKV_ENUM_BEAM_STOP,   /* qkv_beam_stop: bound, count, hf */
+    QKV_ENUM_BEAM_STOP,   /* qkv_beam_stop: bound, count, hf, hf-early, hf-never */
     QKV_ENUM_PRECISION,   /* qkv_precision: fp32, bf16, int8 */
     QKV_ENUM_KV_CACHE,    /* qkv_kv_cache: auto, fp32, bf16 */
     QKV_ENUM_LR_SCHEDULE, /* qkv_lr_schedule: constant, noam */

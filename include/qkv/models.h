@@ -274,11 +274,11 @@ qkv_status qkv_transformer_greedy(qkv_transformer *m, const int *src, const int 
 /* Beam search (Wu et al. 2016, GNMT, section 7). Per sentence, K hypotheses live in the
  * decoder's cache; a step keeps the K best one-token extensions by log P(y | x), and an
  * <eos> ranked among the first K finishes one, scored log P(Y | x) / lp(Y) with the length
- * penalty lp(Y) = ((5 + |Y|) / 6)^alpha (|Y|^alpha under QKV_BEAM_STOP_HF), |Y| counting its
- * <eos>. When a sentence ends is the stopping rule (qkv_beam_stop); every sentence ends after
- * max_len tokens, where live hypotheses finish without <eos> (as greedy decoding's do).
- * beam = 1 with alpha = 0 is qkv_transformer_greedy exactly; a sentence's result does not
- * depend on the others. */
+ * penalty lp(Y) = ((5 + |Y|) / 6)^alpha (|Y|^alpha under the QKV_BEAM_STOP_HF* rules), |Y|
+ * counting its <eos>. When a sentence ends is the stopping rule (qkv_beam_stop); every
+ * sentence ends after max_len tokens, where live hypotheses finish without <eos> (as greedy
+ * decoding's do). beam = 1 with alpha = 0 is qkv_transformer_greedy exactly; a sentence's
+ * result does not depend on the others. */
 typedef enum {
     /* when no live hypothesis can still enter the n best: exact, given the beam (a live
      * log P only falls, and lp(|Y|) <= lp(max_len)); the default */
@@ -290,10 +290,16 @@ typedef enum {
      * length_penalty=alpha: lp = |Y|^alpha, done once K have finished and the K-th best is
      * at least the step's best candidate divided by the current length's lp */
     QKV_BEAM_STOP_HF,
+    /* the same scorer with early_stopping=True: done as soon as K have finished */
+    QKV_BEAM_STOP_HF_EARLY,
+    /* the same scorer with early_stopping="never": done once K have finished and the K-th
+     * best is at least the step's best candidate divided by lp(the longest length a
+     * hypothesis may reach) */
+    QKV_BEAM_STOP_HF_NEVER,
 } qkv_beam_stop;
 
-/* "bound", "count" or "hf" ("unknown" outside the enum), and back (QKV_ERR_ARG naming the
- * choices otherwise). */
+/* "bound", "count", "hf", "hf-early" or "hf-never" ("unknown" outside the enum), and back
+ * (QKV_ERR_ARG naming the choices otherwise). */
 QKV_API
 const char *qkv_beam_stop_name(qkv_beam_stop s);
 QKV_API
@@ -304,7 +310,7 @@ typedef struct {
     int n_best;  /* hypotheses returned per sentence, 1 .. K */
     int max_len; /* tokens per hypothesis, <eos> not counted, 1 .. the model's max_len */
     float alpha; /* length penalty exponent >= 0 (0: none; GNMT uses 0.6 to 0.7; transformers'
-                  * length_penalty, 1.0 by default there, under QKV_BEAM_STOP_HF) */
+                  * length_penalty, 1.0 by default there, under the QKV_BEAM_STOP_HF* rules) */
     qkv_beam_stop stop;   /* when a sentence is done (0: QKV_BEAM_STOP_BOUND) */
     const int *max_lens;  /* (B) each sentence's own limit, 1 .. max_len; NULL: max_len */
 } qkv_beam_options;

@@ -29,7 +29,7 @@ typedef struct {
     int beam;             /* "beam" in [1, 256]; 0: unset */
     int has_length_penalty;
     double length_penalty; /* "length_penalty" in [0, 100] */
-    int beam_stop;        /* "beam_stop" (bound, count, hf) as a qkv_beam_stop; -1: unset */
+    int beam_stop;        /* "beam_stop" (bound, count, hf, ...) as a qkv_beam_stop; -1: unset */
     int max_len;          /* "max_len" in [1, 65536]; 0: unset */
 } qkv_generation_defaults;
 

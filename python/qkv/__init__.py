@@ -66,8 +66,6 @@ def __getattr__(name):
         return importlib.import_module(".ops", __name__)
     raise AttributeError(f"module 'qkv' has no attribute {name!r}")
 
-_STOPS = {"bound": 0, "count": 1, "hf": 2}
-
 
 def cpu_features():
     """Which reduced precisions this CPU runs: {'bf16': bool, 'int8': bool}."""
@@ -168,16 +166,18 @@ class Translator:
         num_hypotheses: hypotheses per sentence, best first
         (1 <= num_hypotheses <= beam_size; fewer come back where beam search finds fewer).
         length_penalty: alpha of beam search's score log P / lp (default 0 under the "bound"
-        and "count" rules, 1 under "hf", as `qkv translate`). beam_stop: "bound", "count" or
-        "hf" (qkv translate --beam-stop). max_decoding_length: a hard cap in tokens (0: the
-        model's max_len); max_len_a, max_len_b: each sentence's own limit, a * n + b tokens
-        for a source of n (0, 0: none). max_batch_size: sentences decoded together (results
-        do not depend on it). return_scores: fill .scores (log P / lp of beam search; NaN
-        from greedy decoding). source_lang, target_lang: a multilingual model's languages,
-        as `qkv translate --source-lang/--target-lang` takes them (NLLB's "deu_Latn",
-        M2M100's "de", an OPUS-MT multi-target model's "fra" for >>fra<<). A language given
-        holds for the translator's later calls too (None keeps the current one: the model's
-        default until one is given).
+        and "count" rules, 1 under the "hf" ones, as `qkv translate`). beam_stop: "bound",
+        "count", or transformers' BeamSearchScorer with early_stopping False ("hf"), True
+        ("hf-early": done once beam_size hypotheses have finished) or "never" ("hf-never")
+        (qkv translate --beam-stop; ValueError naming the rules otherwise).
+        max_decoding_length: a hard cap in tokens (0: the model's max_len); max_len_a,
+        max_len_b: each sentence's own limit, a * n + b tokens for a source of n (0, 0: none).
+        max_batch_size: sentences decoded together (results do not depend on it).
+        return_scores: fill .scores (log P / lp of beam search; NaN from greedy decoding).
+        source_lang, target_lang: a multilingual model's languages, as `qkv translate
+        --source-lang/--target-lang` takes them (NLLB's "deu_Latn", M2M100's "de", an OPUS-MT
+        multi-target model's "fra" for >>fra<<). A language given holds for the translator's
+        later calls too (None keeps the current one: the model's default until one is given).
         """
         if isinstance(source, (str, bytes)):
             raise TypeError("source must be a list of sentences, not a single str")
@@ -193,10 +193,11 @@ class Translator:
         g = self.generation_defaults
         beam_size = g.get("beam", 1) if beam_size is None else beam_size
         beam_stop = g.get("beam_stop", "bound") if beam_stop is None else beam_stop
-        if not isinstance(beam_stop, str) or beam_stop not in _STOPS:
-            raise ValueError(f"beam_stop must be one of {', '.join(_STOPS)}, got {beam_stop!r}")
-        if length_penalty is None:
-            length_penalty = g.get("length_penalty", 1.0 if beam_stop == "hf" else 0.0)
+        if not isinstance(beam_stop, str):
+            raise ValueError(f"beam_stop must be a rule's name, got {beam_stop!r}")
+        if length_penalty is None:  # transformers' default under its rules
+            hf = beam_stop in ("hf", "hf-early", "hf-never")
+            length_penalty = g.get("length_penalty", 1.0 if hf else 0.0)
         if max_decoding_length is None:
             max_decoding_length = g.get("max_len", 0)
         beam = _int("beam_size", beam_size, 1, 256)
@@ -205,7 +206,7 @@ class Translator:
             source, as_tokens, as_tokens, source_lang=source_lang, target_lang=target_lang,
             beam=beam, n_best=n_best,
             alpha=_float("length_penalty", length_penalty, 0.0, 100.0),
-            stop=_STOPS[beam_stop], max_len=_int("max_decoding_length", max_decoding_length, 0),
+            stop=beam_stop, max_len=_int("max_decoding_length", max_decoding_length, 0),
             max_len_a=_float("max_len_a", max_len_a, 0.0, 1e6),
             max_len_b=_int("max_len_b", max_len_b, 0), batch=_int("max_batch_size",
                                                                   max_batch_size, 1))

@@ -47,7 +47,8 @@ class Translator:
                         length_penalty: float | None = None,
                         max_decoding_length: int | None = None, return_scores: bool = False,
                         max_batch_size: int = 32,
-                        beam_stop: Literal["bound", "count", "hf"] | None = None,
+                        beam_stop: Literal["bound", "count", "hf", "hf-early", "hf-never"]
+                        | None = None,
                         max_len_a: float = 1.5, max_len_b: int = 10, target_lang: str | None = None,
                         source_lang: str | None = None) -> list[TranslationResult]: ...
     def translate_iterable(self, source: Iterable[str] | Iterable[Sequence[str]],

@@ -117,7 +117,8 @@ static PyObject *results_of(const qkv_translations *r, const qkv_tokenizer *tok,
 
 /* translate(sources, tokens_in, tokens_out, beam, n_best, alpha, stop, max_len, max_len_a,
  * max_len_b, batch, source_lang, target_lang): sources a list of str (tokens_in 0) or of lists
- * of source tokens; the languages of a multilingual model (None: as they are). */
+ * of source tokens; stop the stopping rule's name (the library's table); the languages of a
+ * multilingual model (None: as they are). */
 static PyObject *translator_translate(translator_object *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"sources", "tokens_in", "tokens_out", "beam", "n_best", "alpha",
@@ -125,15 +126,17 @@ static PyObject *translator_translate(translator_object *self, PyObject *args, P
                              "source_lang", "target_lang", NULL};
     module_state *st = state_of_type(TYPE_OF(self));
     PyObject *sources;
-    int tokens_in, tokens_out, stop = 0;
-    const char *source_lang = NULL, *target_lang = NULL;
+    int tokens_in, tokens_out;
+    const char *stop = NULL, *source_lang = NULL, *target_lang = NULL;
     qkv_translate_options o = qkv_translate_default_options();
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Opp|$iifiifiizz", kwlist, &sources, &tokens_in,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Opp|$iifzifiizz", kwlist, &sources, &tokens_in,
                                      &tokens_out, &o.beam, &o.n_best, &o.alpha, &stop,
                                      &o.max_len, &o.max_len_a, &o.max_len_b, &o.batch,
                                      &source_lang, &target_lang))
         return NULL;
-    o.stop = (qkv_beam_stop)stop;
+    qkv_error err = {0};
+    if (stop && qkv_beam_stop_parse(&o.stop, stop, &err))
+        return PyErr_Format(PyExc_ValueError, "beam_stop: %s", err.msg);
     char **strings = NULL;
     Py_ssize_t n = 0;
     qkv_sentences tokens = {0};
@@ -145,7 +148,6 @@ static PyObject *translator_translate(translator_object *self, PyObject *args, P
         return PyErr_Format(PyExc_ValueError, "too many sources (%zd)", n);
     }
     qkv_translations r = {0};
-    qkv_error err = {0};
     qkv_status s;
     const int threads = call_threads((PyObject *)self, self->threads);
     Py_BEGIN_ALLOW_THREADS

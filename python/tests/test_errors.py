@@ -59,8 +59,11 @@ def test_wrong_arguments(word_model):
         t.translate_batch(["red"], beam_size=2, num_hypotheses=3)
     with pytest.raises(TypeError, match="beam_size"):
         t.translate_batch(["red"], beam_size=2.5)
-    with pytest.raises(ValueError, match="beam_stop"):
+    with pytest.raises(ValueError, match="beam_stop: unknown beam stopping rule 'never' "
+                       r"\(bound, count, hf, hf-early or hf-never\)"):
         t.translate_batch(["red"], beam_stop="never")
+    with pytest.raises(ValueError, match="beam_stop"):
+        t.translate_batch(["red"], beam_stop=2)
     with pytest.raises(ValueError, match="length_penalty"):
         t.translate_batch(["red"], length_penalty=-1)
     with pytest.raises(ValueError, match="max_batch_size"):

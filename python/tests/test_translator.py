@@ -38,7 +38,8 @@ def test_greedy_equals_cli(which, request, tmp_path):
 
 
 @pytest.mark.parametrize("which", ["word_model", "marian_model"])
-@pytest.mark.parametrize("stop,alpha", [("bound", 0.6), ("hf", 1.0)])
+@pytest.mark.parametrize("stop,alpha", [("bound", 0.6), ("hf", 1.0), ("hf-early", 1.0),
+                                        ("hf-never", 0.6)])
 def test_beam_nbest_with_scores_equals_cli(which, stop, alpha, request, tmp_path):
     model = request.getfixturevalue(which)
     sentences = SENTENCES[:3] if which == "word_model" else ["Hello world.", "Good morning"]
@@ -220,3 +221,15 @@ def test_import_marian(tmp_path):
     qkv.import_marian(hf, out, overwrite=True)
     with pytest.raises(qkv.Error, match="config.json"):
         qkv.import_marian(tmp_path / "nowhere", tmp_path / "x")
+
+
+@pytest.mark.parametrize("stop", ["hf", "hf-early", "hf-never"])
+def test_hf_rules_default_length_penalty(word_model, stop):
+    """Under transformers' rules length_penalty defaults to transformers' 1.0 (qkv translate's)."""
+    t = qkv.Translator(word_model)
+    got = t.translate_batch(SENTENCES, beam_size=3, beam_stop=stop, return_scores=True)
+    one = t.translate_batch(SENTENCES, beam_size=3, beam_stop=stop, length_penalty=1.0,
+                            return_scores=True)
+    zero = t.translate_batch(SENTENCES, beam_size=3, beam_stop=stop, length_penalty=0.0,
+                             return_scores=True)
+    assert [r.scores for r in got] == [r.scores for r in one] != [r.scores for r in zero]

@@ -137,10 +137,8 @@ int cmd_average(int argc, char **argv)
     int n = 0, rc = 2, overwrite = 0;
     if (!dirs) return 1;
     const opt_spec opts[] = {
-        {"out", OPT_DIR, &out, "the model directory to write", NULL, NULL},
-        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
-        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a model, or other files)",
-         NULL, NULL},
+        CLI_OUT_ROWS(&out, "the model directory to write"),
+        CLI_OVERWRITE_ROW(&overwrite, "replace what DIR holds (a model, or other files)"),
         {0},
     };
     const int parsed = args_parse_words(

@@ -16,12 +16,10 @@ int cmd_export(int argc, char **argv)
     int overwrite = 0, n = 0;
     opt_choice quant = {QKV_ENUM_CT2_QUANTIZATION, NULL, QKV_CT2_FLOAT32};
     const opt_spec opts[] = {
-        {"out", OPT_DIR, &out, "the CTranslate2 model directory to write", NULL, NULL},
-        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        CLI_OUT_ROWS(&out, "the CTranslate2 model directory to write"),
         {"quantization", OPT_CHOICE, &quant, "int8: the matrices as CTranslate2's converters "
                                              "quantise them", NULL, NULL},
-        {"overwrite", OPT_FLAG, &overwrite, "replace the files of a CT2_DIR that is not empty",
-         NULL, NULL},
+        CLI_OVERWRITE_ROW(&overwrite, "replace the files of a CT2_DIR that is not empty"),
         {0},
     };
     const int rc = args_parse_words(

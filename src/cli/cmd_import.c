@@ -16,10 +16,8 @@ int cmd_import(int argc, char **argv)
     const char *out = NULL, *words[2] = {NULL, NULL};
     int overwrite = 0, n = 0;
     const opt_spec opts[] = {
-        {"out", OPT_DIR, &out, "the qkv model directory to write", NULL, NULL},
-        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
-        {"overwrite", OPT_FLAG, &overwrite, "replace what DIR holds (a model, or other files)",
-         NULL, NULL},
+        CLI_OUT_ROWS(&out, "the qkv model directory to write"),
+        CLI_OVERWRITE_ROW(&overwrite, "replace what DIR holds (a model, or other files)"),
         {0},
     };
     const int rc = args_parse_words(

@@ -52,13 +52,30 @@ fail:
     return -1;
 }
 
-/* The model directory of generate and eval-lm, with their --precision (NULL: not given, the
- * model's own) and --threads: 0, or the exit code 1 (the directory does not load). */
-static int lm_dir_open(lm_dir *d, const char *dir, const opt_choice *precision, int threads)
+/* The options generate and eval-lm share, and their rows: --model (first in --help), and
+ * --threads and --precision (last). */
+typedef struct {
+    const char *model;
+    int threads;
+    opt_choice precision;
+} lm_cli;
+
+#define LM_MODEL_ROWS(c)                                                                       \
+    {"model", OPT_DIR, &(c).model, "model directory (qkv train-lm)", NULL, NULL},              \
+    {"m", OPT_ALIAS, "model", NULL, NULL, NULL}
+#define LM_RUN_ROWS(c)                                                                         \
+    {"threads", OPT_INT, &(c).threads, "threads (0: all cores)", ARG_THREADS, NULL},           \
+    {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},                                             \
+    {"precision", OPT_CHOICE, &(c).precision, CLI_PRECISION_HELP, NULL, NULL}
+
+/* c's model directory with its --threads, at its --precision where given (else the model's
+ * own): 0, or the exit code 1 (the directory does not load). */
+static int lm_dir_open(lm_dir *d, const lm_cli *c, int argc, char **argv, const opt_spec *opts)
 {
-    const qkv_precision prec = precision ? (qkv_precision)precision->value : QKV_PRECISION_FP32;
-    cli_threads(threads);
-    return lm_dir_load(d, dir, precision ? &prec : NULL, QKV_DEVICE_CPU) ? 1 : 0;
+    const qkv_precision prec = (qkv_precision)c->precision.value;
+    const int given = args_given(argc, argv, 2, opts, "precision");
+    cli_threads(c->threads);
+    return lm_dir_load(d, c->model, given ? &prec : NULL, QKV_DEVICE_CPU) ? 1 : 0;
 }
 
 /* text -> ids with the model's vocabulary (a warning when characters are unknown). */
@@ -278,15 +295,14 @@ static int print_token(int id, void *ctx)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "\n";
-    int tokens = 200, top_k = 0, threads = 0;
+    lm_cli c = {NULL, 0, {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32}};
+    const char *prompt = "\n";
+    int tokens = 200, top_k = 0;
     float temperature = 1.0f, top_p = 1.0f;
     uint64_t seed = 0;
-    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32},
-               kv_cache = {QKV_ENUM_KV_CACHE, NULL, QKV_KV_CACHE_AUTO};
+    opt_choice kv_cache = {QKV_ENUM_KV_CACHE, NULL, QKV_KV_CACHE_AUTO};
     const opt_spec opts[] = {
-        {"model", OPT_DIR, &model, "model directory (qkv train-lm)", NULL, NULL},
-        {"m", OPT_ALIAS, "model", NULL, NULL, NULL},
+        LM_MODEL_ROWS(c),
         {"prompt", OPT_STRING, &prompt, "text to continue", NULL, NULL},
         {"p", OPT_ALIAS, "prompt", NULL, NULL, NULL},
         {"tokens", OPT_INT, &tokens, "tokens to generate", "[0, 1000000]", NULL},
@@ -296,9 +312,7 @@ int cmd_generate(int argc, char **argv)
         {"top-p", OPT_FLOAT, &top_p,
          "sample from the smallest set with this much probability", "(0, 1]", NULL},
         {"seed", OPT_U64, &seed, "the same seed gives the same text", ARG_SEED, NULL},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS, NULL},
-        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
-        {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
+        LM_RUN_ROWS(c),
         {"kv-cache", OPT_CHOICE, &kv_cache, CLI_KV_CACHE_HELP, NULL, NULL},
         {0},
     };
@@ -307,7 +321,7 @@ int cmd_generate(int argc, char **argv)
                         "[--temperature FLOAT] [--top-k N] [--top-p FLOAT] [--seed N]\n"
                         "Prints the prompt, then each new token as it is drawn.");
     if (rc) return rc > 0 ? 0 : 2;
-    if (!model) {
+    if (!c.model) {
         fprintf(stderr, "qkv generate: needs --model DIR\n");
         return 2;
     }
@@ -318,10 +332,7 @@ int cmd_generate(int argc, char **argv)
         return 2;
     }
     lm_dir d;
-    if ((rc = lm_dir_open(&d, model,
-                          args_given(argc, argv, 2, opts, "precision") ? &precision : NULL,
-                          threads)))
-        return rc;
+    if ((rc = lm_dir_open(&d, &c, argc, argv, opts))) return rc;
     qkv_error err = {0};
     /* one of the enum's values: it cannot fail */
     qkv_lm_set_kv_cache(d.model, (qkv_kv_cache)kv_cache.value, &err);
@@ -354,12 +365,11 @@ done:
 
 int cmd_eval_lm(int argc, char **argv)
 {
-    const char *model = NULL, *data = NULL;
-    int all = 0, batch = 16, context = 0, threads = 0;
-    opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32};
+    lm_cli c = {NULL, 0, {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_FP32}};
+    const char *data = NULL;
+    int all = 0, batch = 16, context = 0;
     const opt_spec opts[] = {
-        {"model", OPT_DIR, &model, "model directory (qkv train-lm)", NULL, NULL},
-        {"m", OPT_ALIAS, "model", NULL, NULL, NULL},
+        LM_MODEL_ROWS(c),
         {"data", OPT_FILE, &data, "a text file", NULL, NULL},
         {"d", OPT_ALIAS, "data", NULL, NULL, NULL},
         {"all", OPT_FLAG, &all, "the whole file (default: its held-out end, as in training)", NULL,
@@ -367,9 +377,7 @@ int cmd_eval_lm(int argc, char **argv)
         {"context", OPT_INT, &context, "tokens per window (0: the model's context)", "[0, 16384]",
          NULL},
         {"batch", OPT_INT, &batch, "windows per forward pass", "[1, 65536]", NULL},
-        {"threads", OPT_INT, &threads, "threads (0: all cores)", ARG_THREADS, NULL},
-        {"t", OPT_ALIAS, "threads", NULL, NULL, NULL},
-        {"precision", OPT_CHOICE, &precision, CLI_PRECISION_HELP, NULL, NULL},
+        LM_RUN_ROWS(c),
         {0},
     };
     int rc = args_parse(argc, argv, 2, opts,
@@ -377,15 +385,12 @@ int cmd_eval_lm(int argc, char **argv)
                         "Per-token loss (nats) and perplexity, each token predicted once from "
                         "the ones before it in its window.");
     if (rc) return rc > 0 ? 0 : 2;
-    if (!model || !data) {
+    if (!c.model || !data) {
         fprintf(stderr, "qkv eval-lm: needs --model DIR and --data FILE\n");
         return 2;
     }
     lm_dir d;
-    if ((rc = lm_dir_open(&d, model,
-                          args_given(argc, argv, 2, opts, "precision") ? &precision : NULL,
-                          threads)))
-        return rc;
+    if ((rc = lm_dir_open(&d, &c, argc, argv, opts))) return rc;
     qkv_error err = {0};
     const int max_len = qkv_lm_get_config(d.model)->max_len;
     if (context == 0) context = max_len;

@@ -17,13 +17,11 @@ int cmd_quantize(int argc, char **argv)
     int overwrite = 0, n = 0;
     opt_choice precision = {QKV_ENUM_PRECISION, NULL, QKV_PRECISION_INT8};
     const opt_spec opts[] = {
-        {"out", OPT_DIR, &out, "the model directory to write", NULL, NULL},
-        {"o", OPT_ALIAS, "out", NULL, NULL, NULL},
+        CLI_OUT_ROWS(&out, "the model directory to write"),
         {"precision", OPT_CHOICE, &precision, "how the weight matrices are stored: int8 (int8 "
                                               "values with a float32 scale per row; the only "
                                               "one)", NULL, NULL},
-        {"overwrite", OPT_FLAG, &overwrite, "replace the files of a DIR8 that is not empty", NULL,
-         NULL},
+        CLI_OVERWRITE_ROW(&overwrite, "replace the files of a DIR8 that is not empty"),
         {0},
     };
     const int rc = args_parse_words(

@@ -41,10 +41,11 @@ static decode_cli decode_defaults(void)
     {"max-len-b", OPT_INT, &(c).o.max_len_b, "b of --max-len-a", "[0, 65536]", NULL},          \
     {"beam", OPT_INT, &(c).o.beam, "beam width K (1: greedy decoding)", "[1, 256]", NULL},     \
     {"beam-stop", OPT_CHOICE, &(c).stop, "when beam search ends a sentence: bound (when no "   \
-     "live hypothesis can beat the n best), count (when K have finished) or hf (as "           \
-     "transformers' BeamSearchScorer, with lp = |Y|^alpha)", NULL, NULL},                      \
+     "live hypothesis can beat the n best), count (when K have finished), or as "              \
+     "transformers' BeamSearchScorer with lp = |Y|^alpha: hf (early_stopping=False), "         \
+     "hf-early (True: when K have finished) or hf-never (\"never\")", NULL, NULL},             \
     {"length-penalty", OPT_FLOAT, &(c).o.alpha, "beam search scores log P / lp with lp = ((5 " \
-     "+ |Y|) / 6)^alpha, or |Y|^alpha under --beam-stop hf (where the default is 1, as "       \
+     "+ |Y|) / 6)^alpha, or |Y|^alpha under the hf rules (where the default is 1, as "         \
      "transformers')", "[0, 100]", NULL},                                                      \
     {"alpha", OPT_ALIAS, "length-penalty", NULL, NULL, NULL},                                  \
     {"batch", OPT_INT, &(c).o.batch, "sentences translated together", "[1, 65536]", NULL},     \
@@ -75,10 +76,10 @@ static int generation_defaults(decode_cli *c, const opt_spec *opts, int argc, ch
 /* What translate and eval do before reading their input: check the decoding options, set
  * the threads, open the model at the asked precision (refused here, before any input is
  * read, on a CPU without bf16), or without --precision at the model's own (fp32, or int8
- * for an int8 model file: qkv quantize). The length penalty's default, when no option (nor the model's
- * generation.json) set it, follows the stopping rule: GNMT's alpha 0 (none) for qkv's rules,
- * transformers' length_penalty 1.0 for hf. Returns 0, or the exit status after printing
- * why. */
+ * for an int8 model file: qkv quantize). The length penalty's default, when no option (nor
+ * the model's generation.json) set it, follows the stopping rule: GNMT's alpha 0 (none) for
+ * qkv's rules, transformers' length_penalty 1.0 for the hf ones. Returns 0, or the exit
+ * status after printing why. */
 static int open_model(qkv_translator **t, decode_cli *c, const char *cmd, const opt_spec *opts,
                       int argc, char **argv)
 {
@@ -86,7 +87,9 @@ static int open_model(qkv_translator **t, decode_cli *c, const char *cmd, const 
     int alpha_set = args_given(argc, argv, 2, opts, "length-penalty");
     if (generation_defaults(c, opts, argc, argv, &alpha_set)) return 1;
     o->stop = (qkv_beam_stop)c->stop.value;
-    if (!alpha_set) o->alpha = o->stop == QKV_BEAM_STOP_HF ? 1.0f : 0.0f;
+    const int hf = o->stop == QKV_BEAM_STOP_HF || o->stop == QKV_BEAM_STOP_HF_EARLY ||
+                   o->stop == QKV_BEAM_STOP_HF_NEVER;
+    if (!alpha_set) o->alpha = hf ? 1.0f : 0.0f;
     if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
         !isfinite(o->alpha)) {
         fprintf(stderr, "qkv %s: needs --beam >= 1, 1 <= --n-best <= --beam and a finite "

@@ -44,6 +44,11 @@ qkv_run_dir *cli_claim_model_dir(const char *dir, int overwrite, int argc, char 
  * src, inside it or above it (the model's own files would be replaced), 1 when out holds
  * files and overwrite is not set. */
 int cli_output_dir(const char *cmd, const char *out, const char *src, int overwrite);
+/* The option rows of the commands that write a model directory made from others (import,
+ * export, quantize, average): --out DIR (-o) and --overwrite, each command's help with them. */
+#define CLI_OUT_ROWS(out, help)                                                               \
+    {"out", OPT_DIR, out, help, NULL, NULL}, {"o", OPT_ALIAS, "out", NULL, NULL, NULL}
+#define CLI_OVERWRITE_ROW(overwrite, help) {"overwrite", OPT_FLAG, overwrite, help, NULL, NULL}
 /* Sets the thread count from --threads (0: keep the runtime's default). */
 void cli_threads(int n);
 

@@ -11,7 +11,7 @@ static const char *const activations[] = {"relu", "gelu", "silu"};
 static const char *const ties[] = {"none", "output", "all"};
 static const char *const pos_layouts[] = {"interleaved", "sin_cos", "fairseq"};
 static const char *const attentions[] = {"softmax", "linear"};
-static const char *const beam_stops[] = {"bound", "count", "hf"};
+static const char *const beam_stops[] = {"bound", "count", "hf", "hf-early", "hf-never"};
 static const char *const precisions[] = {"fp32", "bf16", "int8"};
 static const char *const kv_caches[] = {"auto", "fp32", "bf16"};
 static const char *const lr_schedules[] = {"constant", "noam"};
@@ -45,7 +45,8 @@ _Static_assert(QKV_TIE_NONE == 0 && QKV_TIE_OUTPUT == 1 && QKV_TIE_ALL == 2, "ti
 _Static_assert(QKV_POS_INTERLEAVED == 0 && QKV_POS_HALVES == 1 && QKV_POS_FAIRSEQ == 2,
                "positional layouts");
 _Static_assert(QKV_ATTENTION_SOFTMAX == 0 && QKV_ATTENTION_LINEAR == 1, "attention kinds");
-_Static_assert(QKV_BEAM_STOP_BOUND == 0 && QKV_BEAM_STOP_COUNT == 1 && QKV_BEAM_STOP_HF == 2,
+_Static_assert(QKV_BEAM_STOP_BOUND == 0 && QKV_BEAM_STOP_COUNT == 1 && QKV_BEAM_STOP_HF == 2 &&
+                   QKV_BEAM_STOP_HF_EARLY == 3 && QKV_BEAM_STOP_HF_NEVER == 4,
                "beam stopping rules");
 _Static_assert(QKV_PRECISION_FP32 == 0 && QKV_PRECISION_BF16 == 1 && QKV_PRECISION_INT8 == 2,
                "precisions");

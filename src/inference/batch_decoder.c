@@ -75,9 +75,7 @@ qkv_status qkv_batch_decoder_add_with(qkv_batch_decoder *bd, const char *const *
         return qkv_fail(err, QKV_ERR_ARG, "a batch decoder takes n >= 1 sources (got %d)", n);
     qkv_status st = translate_check_options(o, 0, err);
     if (st) return st;
-    /* greedy decoding where qkv_translate decodes greedily (decode_all's condition) */
-    const int greedy = o->beam == 1 && o->n_best == 1 &&
-                       (o->alpha == 0.0f || o->stop != QKV_BEAM_STOP_BOUND);
+    const int greedy = translate_greedy(o); /* where qkv_translate decodes greedily */
     const int rows = greedy ? n : n * o->beam, free_rows = slots_in(bd->s, SLOT_FREE);
     if (rows > free_rows)
         return qkv_fail(err, QKV_ERR_ARG, "%d sources need %d rows but there are %d free slots", n,

@@ -26,6 +26,10 @@
  *          alpha > 0: longer hypotheses divide by more); at max_len the live hypotheses of
  *          sentences not done finish as they are. Ties rank the later finished first, and a
  *          finished hypothesis that only ties the K-th is not kept, as there.
+ *   hf-early: the same scorer with early_stopping=True: done as soon as K have finished.
+ *   hf-never: with early_stopping="never": as hf, but the step's best candidate is divided
+ *          by lp(T), T the longest length a hypothesis may reach (when alpha > 0; lp is 1
+ *          otherwise), so that a live one that could still overtake the K-th goes on.
  * Every sentence also ends at its max_len tokens, where the live hypotheses finish as they
  * are (as greedy decoding's do). With K = 1 this is greedy decoding: the best extension is
  * the argmax, and an <eos> there ends the sentence. */
@@ -63,12 +67,19 @@ static int before(const candidate *a, const candidate *b)
     return a->token < b->token;
 }
 
+/* Whether the rule is one of transformers' BeamSearchScorer's (its lp, ties and max_len). */
+static int hf_rule(qkv_beam_stop stop)
+{
+    return stop == QKV_BEAM_STOP_HF || stop == QKV_BEAM_STOP_HF_EARLY ||
+           stop == QKV_BEAM_STOP_HF_NEVER;
+}
+
 /* lp(len): GNMT's ((5 + len) / 6)^alpha, or Hugging Face's len^alpha. */
 static double length_penalty(int len, float alpha, qkv_beam_stop stop)
 {
     if (alpha == 0.0f) return 1.0;
-    return stop == QKV_BEAM_STOP_HF ? pow((double)len, (double)alpha)
-                                    : pow((5.0 + len) / 6.0, (double)alpha);
+    return hf_rule(stop) ? pow((double)len, (double)alpha)
+                         : pow((5.0 + len) / 6.0, (double)alpha);
 }
 
 /* Inserts a finished hypothesis of `steps` decoder steps (its len tokens, plus <eos> if it
@@ -78,7 +89,7 @@ static void finish(finished_list *f, int K, const int *tokens, int len, int step
                    double logprob, float alpha, qkv_beam_stop stop)
 {
     f->found++;
-    const int hf = stop == QKV_BEAM_STOP_HF;
+    const int hf = hf_rule(stop);
     double score = logprob / length_penalty(steps, alpha, stop);
     if (hf && f->n == K && score <= f->h[K - 1].score) return;
     int at = f->n;
@@ -241,7 +252,7 @@ static void finish_cut(beam_sentence *b, const candidate *x)
  * others are queued as next hypotheses. Returns how many live on (0 when it is done). */
 static int choose_next(beam_sentence *b, int n)
 {
-    const int K = b->K, N = b->N, t = b->t, hf = b->stop == QKV_BEAM_STOP_HF;
+    const int K = b->K, N = b->N, t = b->t, hf = hf_rule(b->stop);
     const int last = t == b->Tb - 1;
     finished_list *f = &b->fin;
     int live = 0;
@@ -260,11 +271,14 @@ static int choose_next(beam_sentence *b, int n)
         }
     }
     if (hf) {
-        /* transformers' is_done: K finished, and the K-th is at least the step's best
-         * candidate over the current length's lp; else at max_len the live ones finish */
+        /* transformers' is_done: K finished, and (early_stopping=False) the K-th is at least
+         * the step's best candidate over the current length's lp, or ("never") over the
+         * longest length's; else at max_len the live ones finish */
+        const int reach = b->stop == QKV_BEAM_STOP_HF_NEVER ? b->Tb + b->forced_eos : t + 1;
         const int done = f->n >= K &&
-                         f->h[K - 1].score >= b->cand[0].score / length_penalty(t + 1, b->alpha,
-                                                                                 b->stop);
+                         (b->stop == QKV_BEAM_STOP_HF_EARLY ||
+                          f->h[K - 1].score >= b->cand[0].score /
+                                                   length_penalty(reach, b->alpha, b->stop));
         if (last && !done)
             for (int i = 0, kept = 0; i < n && kept < K; i++)
                 if (b->cand[i].token != QKV_EOS) finish_cut(b, &b->cand[i]), kept++;
@@ -356,7 +370,7 @@ qkv_status beam_check_options(const qkv_beam_options *o, int B, int T_cap, qkv_e
     if (!(o->alpha >= 0.0f) || !isfinite(o->alpha))
         return qkv_fail(err, QKV_ERR_ARG, "length penalty alpha %g must be finite and >= 0",
                         (double)o->alpha);
-    if ((unsigned)o->stop > QKV_BEAM_STOP_HF)
+    if ((unsigned)o->stop > QKV_BEAM_STOP_HF_NEVER)
         return qkv_fail(err, QKV_ERR_ARG, "unknown beam stopping rule %d", (int)o->stop);
     if (T <= 0 || T > T_cap)
         return qkv_fail(err, QKV_ERR_ARG, "max_len %d outside [1, %d] (the model's maximum "

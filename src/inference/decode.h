@@ -26,6 +26,10 @@ qkv_status beam_decode(qkv_transformer *m, const int *src, const int *src_valid,
 qkv_status translate_check_options(const qkv_translate_options *o, int batched,
                                    qkv_error *err);
 
+/* Whether qkv_translate decodes with o greedily: beam search with K = 1 is greedy decoding
+ * unless its rule may carry on past an <eos> for a longer hypothesis. */
+int translate_greedy(const qkv_translate_options *o);
+
 /* A translation's length limit for a source of n tokens: floor(o->max_len_a * n +
  * o->max_len_b), at least 1, at most cap (a = b = 0: cap), as qkv_translate allows. */
 int translate_length_limit(const qkv_translate_options *o, int n, int cap);

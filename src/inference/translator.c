@@ -110,7 +110,7 @@ qkv_status translate_check_options(const qkv_translate_options *o, int batched,
                                   qkv_error *err)
 {
     if (o->beam < 1 || o->n_best < 1 || o->n_best > o->beam || !(o->alpha >= 0.0f) ||
-        !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF)
+        !isfinite(o->alpha) || (unsigned)o->stop > QKV_BEAM_STOP_HF_NEVER)
         return qkv_fail(err, QKV_ERR_ARG, "translation needs beam >= 1, 1 <= n_best <= beam, "
                         "finite alpha >= 0 and a known stopping rule (got %d, %d, %g, %d)",
                         o->beam, o->n_best, (double)o->alpha, (int)o->stop);
@@ -226,15 +226,21 @@ void source_rows(int *ids, int *valid, int *Ts, const qkv_tokenizer *tok,
     }
 }
 
+int translate_greedy(const qkv_translate_options *o)
+{
+    /* K = 1 is greedy decoding, except that the rules that bound what a live hypothesis can
+     * still reach by the longest length's lp may carry on past an <eos> for a longer one */
+    return o->beam == 1 && o->n_best == 1 &&
+           (o->alpha == 0.0f ||
+            (o->stop != QKV_BEAM_STOP_BOUND && o->stop != QKV_BEAM_STOP_HF_NEVER));
+}
+
 /* Every source decoded, batch by batch, into r's ids, lengths and scores. */
 static qkv_status decode_all(qkv_translations *r, qkv_translator *t, const qkv_sentences *src,
                              const int *limits, const qkv_translate_options *o, qkv_error *err)
 {
     const int limit = qkv_transformer_get_config(t->model)->max_len, N = r->n_best;
-    /* K = 1 is greedy decoding, except that the exact rule with a length penalty may carry
-     * on past an <eos> for a longer hypothesis that could score higher */
-    const int greedy = o->beam == 1 && o->n_best == 1 &&
-                       (o->alpha == 0.0f || o->stop != QKV_BEAM_STOP_BOUND), L = r->max_len;
+    const int greedy = translate_greedy(o), L = r->max_len;
     const int Bmax = o->batch < src->count ? o->batch : src->count;
     int longest = 1;
     for (int i = 0; i < src->count; i++) {

@@ -249,12 +249,22 @@ qkv_status hf_generation(char **out, const char *dir, qkv_error *err)
     st = hf_int(g, "num_beams", 1, &beams, file, err);
     if (!st) st = hf_int(g, "max_length", 0, &max_length, file, err);
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(g, "length_penalty");
+    /* transformers' early_stopping (GenerationConfig: true, false or "never"; false when
+     * absent) is the stopping rule of its BeamSearchScorer */
+    const cJSON *early = cJSON_GetObjectItemCaseSensitive(g, "early_stopping");
+    qkv_beam_stop rule = QKV_BEAM_STOP_HF;
+    if (cJSON_IsTrue(early)) rule = QKV_BEAM_STOP_HF_EARLY;
+    else if (cJSON_IsString(early) && !strcmp(early->valuestring, "never"))
+        rule = QKV_BEAM_STOP_HF_NEVER;
+    else if (early && !cJSON_IsFalse(early) && !cJSON_IsNull(early) && !st)
+        st = qkv_fail(err, QKV_ERR_FORMAT, "%s: \"early_stopping\" must be true, false or "
+                      "\"never\"", file);
     char *text = st ? NULL : malloc(256);
     if (!st && !text) st = qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     if (!st) {
         int n = snprintf(text, 256, "{\n  \"from\": \"%s\",\n  \"beam\": %d,\n"
-                         "  \"beam_stop\": \"hf\"", g ? strrchr(file, '/') + 1 : "config.json",
-                         beams > 0 && beams <= 256 ? beams : 1);
+                         "  \"beam_stop\": \"%s\"", g ? strrchr(file, '/') + 1 : "config.json",
+                         beams > 0 && beams <= 256 ? beams : 1, qkv_beam_stop_name(rule));
         if (cJSON_IsNumber(lp) && lp->valuedouble >= 0 && lp->valuedouble <= 100)
             n += snprintf(text + n, (size_t)(256 - n), ",\n  \"length_penalty\": %g",
                           lp->valuedouble);

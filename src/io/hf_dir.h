@@ -52,7 +52,8 @@ const char *hf_weights_unused(const hf_weights *w);
 
 /* generation_config.json (or, without it, config.json's own keys) as the text of qkv's
  * generation.json (malloc'd): num_beams, length_penalty, max_length less the start token,
- * under transformers' stopping rule. */
+ * and early_stopping as transformers' stopping rule (false: hf, true: hf-early, "never":
+ * hf-never; QKV_ERR_FORMAT naming the file for anything else). */
 qkv_status hf_generation(char **text, const char *dir, qkv_error *err);
 
 /* ---- a BART-family model's tensors (Marian, M2M100, NLLB) into qkv's parameters ---------- */

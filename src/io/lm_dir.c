@@ -6,20 +6,13 @@
 #include "io/model_dir.h"
 #include "models/language_model_internal.h"
 
-#define FIELD(key, type, member) {key, type, offsetof(qkv_lm_config, member), 0, 0}
-#define CHOICE(key, member, names) {key, FIELD_CHOICE, offsetof(qkv_lm_config, member), names, 0}
+#define FIELD(key, type, member) CONFIG_FIELD(qkv_lm_config, key, type, member)
+#define CHOICE(key, member, names) CONFIG_CHOICE(qkv_lm_config, key, member, names)
 static const config_field fields[] = {
     FIELD("vocab", FIELD_INT, vocab),
-    FIELD("d_model", FIELD_INT, d_model),
-    FIELD("heads", FIELD_INT, heads),
-    FIELD("ffn", FIELD_INT, ffn),
+    CONFIG_WIDTH_FIELDS(qkv_lm_config),
     FIELD("layers", FIELD_INT, layers),
-    FIELD("max_len", FIELD_INT, max_len),
-    FIELD("dropout", FIELD_FLOAT, dropout),
-    FIELD("bias", FIELD_FLAG, bias),
-    FIELD("pre_norm", FIELD_FLAG, pre_norm),
-    FIELD("final_norm", FIELD_FLAG, final_norm),
-    CHOICE("act", act, QKV_ENUM_ACTIVATION),
+    CONFIG_BLOCK_FIELDS(qkv_lm_config),
     FIELD("tie", FIELD_FLAG, tie),
     FIELD("learned_pos", FIELD_FLAG, learned_pos),
     CHOICE("attention", attention, QKV_ENUM_ATTENTION),
@@ -63,38 +56,6 @@ const model_kind lm_kind = {
     set_precision,
 };
 
-qkv_status qkv_lm_config_to_json(const qkv_lm_config *c, char **json, qkv_error *err)
-{
-    return model_config_to_json(&lm_kind, c, json, err);
-}
-
-qkv_status qkv_lm_config_from_json(qkv_lm_config *c, const char *json, const char *file,
-                                   qkv_error *err)
-{
-    return model_config_from_json(&lm_kind, c, json, file, err);
-}
-
-qkv_status qkv_lm_save(const qkv_lm *m, const char *dir, qkv_error *err)
-{
-    return model_save(&lm_kind, m, dir, err);
-}
-
-qkv_status qkv_lm_load(qkv_lm **out, const char *dir, qkv_error *err)
-{
-    void *m;
-    qkv_status st = model_load(&lm_kind, &m, dir, err);
-    *out = m;
-    return st;
-}
-
-qkv_status lm_checkpoint_save(const char *path, const qkv_lm *m, const qkv_adam *opt,
-                              const lm_train_position *pos, qkv_error *err)
-{
-    return model_save_checkpoint(&lm_kind, path, m, opt, pos, err);
-}
-
-qkv_status lm_checkpoint_load(const char *path, qkv_lm *m, qkv_adam *opt,
-                              lm_train_position *pos, qkv_error *err)
-{
-    return model_load_checkpoint(&lm_kind, path, m, opt, pos, err);
-}
+MODEL_DIR_CALLS(lm_kind, qkv_lm, qkv_lm_config, lm_train_position, qkv_lm_config_to_json,
+                qkv_lm_config_from_json, qkv_lm_save, qkv_lm_load, lm_checkpoint_save,
+                lm_checkpoint_load)

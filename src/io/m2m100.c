@@ -390,12 +390,12 @@ static qkv_status import(const char *dir, const char *out, int nllb, qkv_error *
     if (!st) st = read_model(&m, &w, &h, err);
     if (!st) st = hf_weights_finite(m, w.file, err);
     hf_weights_free(&w);
+    char *generation = NULL; /* read before anything is written: it can be refused */
+    if (!st) st = hf_generation(&generation, dir, err);
     if (!st) st = write_vocab(&h, out, err);
     if (!st) st = write_file(out, "source.spm", bytes, len, err);
     if (!st) st = write_file(out, "target.spm", bytes, len, err);
     if (!st) st = write_text_json(&h, out, err);
-    char *generation = NULL;
-    if (!st) st = hf_generation(&generation, dir, err);
     if (!st) st = write_file(out, "generation.json", generation, strlen(generation), err);
     free(generation);
     qkv_tokenizer check = {0}; /* what was written, read back as translating reads it */

@@ -25,6 +25,24 @@ typedef struct {
                      models were saved: those older directories read as they always did) */
 } config_field;
 
+/* A row of a kind's table: member of the configuration struct T, written as key. */
+#define CONFIG_FIELD(T, key, type, member) {key, type, offsetof(T, member), 0, 0}
+#define CONFIG_CHOICE(T, key, member, names) {key, FIELD_CHOICE, offsetof(T, member), names, 0}
+#define CONFIG_OPTIONAL(T, key, type, member, names) {key, type, offsetof(T, member), names, 1}
+/* The members both kinds have, each group in the order both write it (config.json's order
+ * is that of saved models): the widths, and the rules of every block. */
+#define CONFIG_WIDTH_FIELDS(T)                                                                 \
+    CONFIG_FIELD(T, "d_model", FIELD_INT, d_model),                                            \
+    CONFIG_FIELD(T, "heads", FIELD_INT, heads),                                                \
+    CONFIG_FIELD(T, "ffn", FIELD_INT, ffn)
+#define CONFIG_BLOCK_FIELDS(T)                                                                 \
+    CONFIG_FIELD(T, "max_len", FIELD_INT, max_len),                                            \
+    CONFIG_FIELD(T, "dropout", FIELD_FLOAT, dropout),                                          \
+    CONFIG_FIELD(T, "bias", FIELD_FLAG, bias),                                                 \
+    CONFIG_FIELD(T, "pre_norm", FIELD_FLAG, pre_norm),                                         \
+    CONFIG_FIELD(T, "final_norm", FIELD_FLAG, final_norm),                                     \
+    CONFIG_CHOICE(T, "act", act, QKV_ENUM_ACTIVATION)
+
 /* One metadata entry of a checkpoint's training position (after "format" and "step"): where
  * it lives in the position struct, and its C type. */
 typedef enum { META_INT, META_I64, META_U64, META_F64 } meta_type;
@@ -131,5 +149,41 @@ qkv_status model_save_checkpoint(const model_kind *k, const char *path, const vo
 /* model_checkpoint_load into the model's parameters; the typed copies stop being current. */
 qkv_status model_load_checkpoint(const model_kind *k, const char *path, void *model,
                                  qkv_adam *opt, void *pos, qkv_error *err);
+
+/* The typed calls of a kind over the generic ones above, defined once here and stamped out
+ * in transformer_dir.c and lm_dir.c under each kind's names (the public API's, and the
+ * language model's internal checkpoint calls): a macro, because C gives one body two typed
+ * signatures no other way, and the two kinds' calls must stay the same calls. */
+#define MODEL_DIR_CALLS(kind, T, config_t, position_t, to_json, from_json, save, load,         \
+                        checkpoint_save, checkpoint_load)                                        \
+    qkv_status to_json(const config_t *c, char **json, qkv_error *err)                           \
+    {                                                                                            \
+        return model_config_to_json(&kind, c, json, err);                                        \
+    }                                                                                            \
+    qkv_status from_json(config_t *c, const char *json, const char *file, qkv_error *err)        \
+    {                                                                                            \
+        return model_config_from_json(&kind, c, json, file, err);                                \
+    }                                                                                            \
+    qkv_status save(const T *m, const char *dir, qkv_error *err)                                 \
+    {                                                                                            \
+        return model_save(&kind, m, dir, err);                                                   \
+    }                                                                                            \
+    qkv_status load(T **out, const char *dir, qkv_error *err)                                    \
+    {                                                                                            \
+        void *m;                                                                                 \
+        qkv_status st = model_load(&kind, &m, dir, err);                                         \
+        *out = m;                                                                                \
+        return st;                                                                               \
+    }                                                                                            \
+    qkv_status checkpoint_save(const char *path, const T *m, const qkv_adam *opt,                \
+                               const position_t *pos, qkv_error *err)                            \
+    {                                                                                            \
+        return model_save_checkpoint(&kind, path, m, opt, pos, err);                             \
+    }                                                                                            \
+    qkv_status checkpoint_load(const char *path, T *m, qkv_adam *opt, position_t *pos,           \
+                               qkv_error *err)                                                   \
+    {                                                                                            \
+        return model_load_checkpoint(&kind, path, m, opt, pos, err);                             \
+    }
 
 #endif

@@ -267,14 +267,4 @@ static qkv_status load_archive(qkv_tensor_file *out, const byte_source *src, qkv
     return st;
 }
 
-qkv_status qkv_tensor_file_parse_npz(qkv_tensor_file *out, const void *bytes, size_t len,
-                                     const char *name, qkv_error *err)
-{
-    return tensor_file_read_memory(load_archive, "qkv_tensor_file_parse_npz", out, bytes, len,
-                                   name, err);
-}
-
-qkv_status qkv_tensor_file_load_npz(qkv_tensor_file *out, const char *path, qkv_error *err)
-{
-    return tensor_file_read_path(load_archive, "qkv_tensor_file_load_npz", out, path, err);
-}
+TENSOR_FILE_CALLS(npz, load_archive)

@@ -12,25 +12,17 @@
 #include "io/model_dir.h"
 #include "models/transformer_internal.h"
 
-#define FIELD(key, type, member) {key, type, offsetof(qkv_transformer_config, member), 0, 0}
-#define CHOICE(key, member, names) \
-    {key, FIELD_CHOICE, offsetof(qkv_transformer_config, member), names, 0}
+#define FIELD(key, type, member) CONFIG_FIELD(qkv_transformer_config, key, type, member)
+#define CHOICE(key, member, names) CONFIG_CHOICE(qkv_transformer_config, key, member, names)
 #define OPTIONAL(key, type, member, names) \
-    {key, type, offsetof(qkv_transformer_config, member), names, 1}
+    CONFIG_OPTIONAL(qkv_transformer_config, key, type, member, names)
 static const config_field fields[] = {
     FIELD("src_vocab", FIELD_INT, src_vocab),
     FIELD("tgt_vocab", FIELD_INT, tgt_vocab),
-    FIELD("d_model", FIELD_INT, d_model),
-    FIELD("heads", FIELD_INT, heads),
-    FIELD("ffn", FIELD_INT, ffn),
+    CONFIG_WIDTH_FIELDS(qkv_transformer_config),
     FIELD("enc_layers", FIELD_INT, enc_layers),
     FIELD("dec_layers", FIELD_INT, dec_layers),
-    FIELD("max_len", FIELD_INT, max_len),
-    FIELD("dropout", FIELD_FLOAT, dropout),
-    FIELD("bias", FIELD_FLAG, bias),
-    FIELD("pre_norm", FIELD_FLAG, pre_norm),
-    FIELD("final_norm", FIELD_FLAG, final_norm),
-    CHOICE("act", act, QKV_ENUM_ACTIVATION),
+    CONFIG_BLOCK_FIELDS(qkv_transformer_config),
     CHOICE("tie", tie, QKV_ENUM_TIE),
     FIELD("learned_pos", FIELD_FLAG, learned_pos),
     FIELD("ln_eps", FIELD_FLOAT, ln_eps),
@@ -136,41 +128,9 @@ const model_kind transformer_kind = {
     set_precision,
 };
 
-qkv_status qkv_config_to_json(const qkv_transformer_config *c, char **json, qkv_error *err)
-{
-    return model_config_to_json(&transformer_kind, c, json, err);
-}
-
-qkv_status qkv_config_from_json(qkv_transformer_config *c, const char *json, const char *file,
-                                qkv_error *err)
-{
-    return model_config_from_json(&transformer_kind, c, json, file, err);
-}
-
-qkv_status qkv_transformer_save(const qkv_transformer *m, const char *dir, qkv_error *err)
-{
-    return model_save(&transformer_kind, m, dir, err);
-}
-
-qkv_status qkv_transformer_load(qkv_transformer **out, const char *dir, qkv_error *err)
-{
-    void *m;
-    qkv_status st = model_load(&transformer_kind, &m, dir, err);
-    *out = m;
-    return st;
-}
-
-qkv_status qkv_checkpoint_save(const char *path, const qkv_transformer *m, const qkv_adam *opt,
-                               const qkv_train_position *pos, qkv_error *err)
-{
-    return model_save_checkpoint(&transformer_kind, path, m, opt, pos, err);
-}
-
-qkv_status qkv_checkpoint_load(const char *path, qkv_transformer *m, qkv_adam *opt,
-                               qkv_train_position *pos, qkv_error *err)
-{
-    return model_load_checkpoint(&transformer_kind, path, m, opt, pos, err);
-}
+MODEL_DIR_CALLS(transformer_kind, qkv_transformer, qkv_transformer_config, qkv_train_position,
+                qkv_config_to_json, qkv_config_from_json, qkv_transformer_save,
+                qkv_transformer_load, qkv_checkpoint_save, qkv_checkpoint_load)
 
 qkv_status qkv_generation_defaults_read(qkv_generation_defaults *g, const char *dir,
                                         qkv_error *err)

@@ -40,6 +40,21 @@ qkv_status tensor_file_read_memory(tensor_file_reader read, const char *who, qkv
                                    qkv_error *err);
 qkv_status tensor_file_read_path(tensor_file_reader read, const char *who, qkv_tensor_file *out,
                                  const char *path, qkv_error *err);
+/* Defines a format's two public calls, qkv_tensor_file_parse_<format> and
+ * qkv_tensor_file_load_<format> (include/qkv/io.h), over its reader: one definition for every
+ * format, since they differ only in the reader and the names. */
+#define TENSOR_FILE_CALLS(format, read)                                                         \
+    qkv_status qkv_tensor_file_parse_##format(qkv_tensor_file *out, const void *bytes,         \
+                                              size_t len, const char *name, qkv_error *err)    \
+    {                                                                                          \
+        return tensor_file_read_memory(read, "qkv_tensor_file_parse_" #format, out, bytes, len, \
+                                       name, err);                                             \
+    }                                                                                          \
+    qkv_status qkv_tensor_file_load_##format(qkv_tensor_file *out, const char *path,           \
+                                             qkv_error *err)                                   \
+    {                                                                                          \
+        return tensor_file_read_path(read, "qkv_tensor_file_load_" #format, out, path, err);   \
+    }
 
 /* ---- zip archives (torch.save, numpy.savez, OPUS-MT's releases) ----------------------- */
 

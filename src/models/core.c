@@ -341,3 +341,37 @@ qkv_status core_layout(model_core *c, void (*layout)(void *model, arena *a), voi
     layout(model, &real);
     return core_prepare(c, 0, err);
 }
+
+/* ---- the loss entry points ------------------------------------------------------------ */
+
+qkv_status core_loss_begin(model_core *c, model_pass *pass, const qkv_loss_options *o,
+                           param_walk walk, const void *cfg, void *grads, qkv_error *err)
+{
+    if (o->backward && precision_check_training(&c->prec, err)) return QKV_ERR_ARG;
+    if (o->backward && !core_grads(c, walk, cfg, grads))
+        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for gradients",
+                        c->dev ? "device " : "");
+    pass->first_example = o->first_example;
+    return QKV_OK;
+}
+
+qkv_status core_loss_end(model_core *c, model_pass *pass, const qkv_loss_options *o,
+                         const head_loss_args *h, void (*backward)(void *model, float p,
+                                                                   uint64_t seed),
+                         void *model, float p, double *loss_sum, int *tokens, qkv_error *err)
+{
+    const backend be = core_backend(c);
+    double sum;
+    int count;
+    qkv_status st = head_loss(&be, h, &sum, &count, err);
+    if (st) return st;
+    if (loss_sum) *loss_sum = sum;
+    if (tokens) *tokens = count;
+    if (o->backward) {
+        precision_touch(&c->prec); /* an optimizer step will follow */
+        *pass = (model_pass){o->first_example, o->grads_done, o->grads_ctx};
+        backward(model, p, o->dropout_seed);
+        *pass = (model_pass){0, NULL, NULL};
+    }
+    return core_finish(c, err);
+}

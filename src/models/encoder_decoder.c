@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/model_calls.h"
 #include "models/transformer_internal.h"
 
 qkv_transformer_config qkv_transformer_default_config(void)
@@ -194,22 +195,6 @@ void qkv_transformer_free(qkv_transformer *m)
     free(m);
 }
 
-const qkv_transformer_config *qkv_transformer_get_config(const qkv_transformer *m)
-{
-    return &m->cfg;
-}
-
-int qkv_transformer_num_tensors(const qkv_transformer *m) { return m->core.n_tensors; }
-
-qkv_param_info qkv_transformer_tensor(const qkv_transformer *m, int i)
-{
-    return m->core.tensors[i];
-}
-
-size_t qkv_transformer_num_params(const qkv_transformer *m) { return m->core.n_params; }
-
-float *qkv_transformer_params(qkv_transformer *m) { return core_params(&m->core); }
-
 /* Every linear layer's weight typed for the precision and device now set. */
 static void retype(void *model)
 {
@@ -219,54 +204,7 @@ static void retype(void *model)
     m->w.out = core_weight(&m->core, m->w.out_W);
 }
 
-qkv_status qkv_transformer_set_precision(qkv_transformer *m, qkv_precision p, qkv_error *err)
-{
-    return core_set_precision(&m->core, p, retype, m, err);
-}
-
-qkv_status transformer_set_device(qkv_transformer *m, const device *dev, qkv_error *err)
-{
-    return core_set_device(&m->core, dev, 0, walk, &m->cfg, &m->w, retype, m, err);
-}
-
-qkv_precision qkv_transformer_get_precision(const qkv_transformer *m)
-{
-    return m->core.prec.precision;
-}
-
-qkv_status qkv_transformer_set_device(qkv_transformer *m, qkv_device d, qkv_error *err)
-{
-    const device *dev;
-    qkv_status st = core_device_of(&dev, d, err);
-    return st ? st : transformer_set_device(m, dev, err);
-}
-
-qkv_device qkv_transformer_get_device(const qkv_transformer *m)
-{
-    return m->core.dev ? QKV_DEVICE_CUDA : QKV_DEVICE_CPU;
-}
-
-qkv_status qkv_transformer_set_kv_cache(qkv_transformer *m, qkv_kv_cache kv, qkv_error *err)
-{
-    return core_set_kv_cache(&m->core, kv, err);
-}
-
-qkv_kv_cache qkv_transformer_get_kv_cache(const qkv_transformer *m) { return m->core.kv_cache; }
-
-qkv_kv_cache qkv_transformer_kv_cache_type(const qkv_transformer *m)
-{
-    return core_kv_cache_type(&m->core);
-}
-
-float *qkv_transformer_grads(qkv_transformer *m)
-{
-    return transformer_grads(m) ? core_grads_host(&m->core) : NULL;
-}
-
-float *transformer_grads(qkv_transformer *m)
-{
-    return core_grads(&m->core, walk, &m->cfg, &m->g);
-}
+MODEL_CORE_CALLS(qkv_transformer, transformer, walk, retype, 0)
 
 /* ---- the activations --------------------------------------------------------------------- */
 
@@ -363,13 +301,15 @@ static qkv_status forward(qkv_transformer *m, const qkv_batch *b, float p, uint6
     return QKV_OK;
 }
 
-/* acts.logits holds dL/dlogits, and the output bias its gradient */
-static void backward(qkv_transformer *m, const qkv_batch *b, float p, uint64_t seed)
+/* acts.logits holds dL/dlogits, and the output bias its gradient; acts has the forward's
+ * shape (core_loss_end) */
+static void backward(void *model, float p, uint64_t seed)
 {
+    qkv_transformer *m = model;
     const backend be = core_backend(&m->core);
     const qkv_mask src_mask = {m->acts.src_valid, 0, 0}, causal = {NULL, 0, 1};
     model_acts *x = &m->acts;
-    const int B = b->B, Ts = b->src_len, Tt = b->tgt_len, C = m->cfg.d_model;
+    const int B = x->B, Ts = x->Ts, Tt = x->Tt, C = m->cfg.d_model;
     float *dout = x->work.din; /* d(decoder output) */
     be.ops->zero(dout, (size_t)B * Tt * C);
     op_linear_backward(&be, dout, m->g.out_W, NULL, x->logits, x->dec.out, m->w.out_W, B * Tt, C,
@@ -425,13 +365,9 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     if (!o) o = &evaluation;
     qkv_status st = transformer_layout(m, b->B, b->src_len, b->tgt_len, 0, err);
     if (!st) st = check_batch(b, err);
+    if (!st) st = core_loss_begin(&m->core, &m->pass, o, walk, &m->cfg, &m->g, err);
     if (st) return st;
-    if (o->backward && precision_check_training(&m->core.prec, err)) return QKV_ERR_ARG;
-    if (o->backward && !transformer_grads(m))
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for gradients",
-                        m->core.dev ? "device " : "");
     const float p = o->train ? m->cfg.dropout : 0.0f;
-    m->pass.first_example = o->first_example;
     st = forward(m, b, p, o->dropout_seed, err);
     m->pass.first_example = 0; /* backward sets it again: nothing else is a shard */
     const backend be = core_backend(&m->core);
@@ -442,18 +378,7 @@ qkv_status qkv_transformer_loss(qkv_transformer *m, const qkv_batch *b,
     const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, x->tgt_out, Nt,
                               m->cfg.tgt_vocab, o->label_smoothing, o->backward, o->grad_scale,
                               x->scratch};
-    double sum;
-    int count;
-    if ((st = head_loss(&be, &h, &sum, &count, err))) return st;
-    if (loss_sum) *loss_sum = sum;
-    if (tokens) *tokens = count;
-    if (o->backward) {
-        precision_touch(&m->core.prec); /* an optimizer step will follow */
-        m->pass = (model_pass){o->first_example, o->grads_done, o->grads_ctx};
-        backward(m, b, p, o->dropout_seed);
-        m->pass = (model_pass){0, NULL, NULL};
-    }
-    return core_finish(&m->core, err);
+    return core_loss_end(&m->core, &m->pass, o, &h, backward, m, p, loss_sum, tokens, err);
 }
 
 /* Every attention keeps its weights P here, whatever the length: the attention maps

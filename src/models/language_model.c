@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "models/language_model_internal.h"
+#include "models/model_calls.h"
 
 qkv_lm_config qkv_lm_default_config(void)
 {
@@ -140,12 +141,6 @@ void qkv_lm_free(qkv_lm *m)
     free(m);
 }
 
-const qkv_lm_config *qkv_lm_get_config(const qkv_lm *m) { return &m->cfg; }
-int qkv_lm_num_tensors(const qkv_lm *m) { return m->core.n_tensors; }
-qkv_param_info qkv_lm_tensor(const qkv_lm *m, int i) { return m->core.tensors[i]; }
-size_t qkv_lm_num_params(const qkv_lm *m) { return m->core.n_params; }
-float *qkv_lm_params(qkv_lm *m) { return core_params(&m->core); }
-
 /* Every linear layer's weight typed for the precision and device now set. */
 static void retype(void *model)
 {
@@ -154,42 +149,7 @@ static void retype(void *model)
     m->w.out = core_weight(&m->core, m->w.out_W);
 }
 
-qkv_status qkv_lm_set_precision(qkv_lm *m, qkv_precision p, qkv_error *err)
-{
-    return core_set_precision(&m->core, p, retype, m, err);
-}
-
-qkv_status lm_set_device(qkv_lm *m, const device *dev, qkv_error *err)
-{
-    return core_set_device(&m->core, dev, m->dims.linear_attention, walk, &m->cfg, &m->w,
-                           retype, m, err);
-}
-
-qkv_precision qkv_lm_get_precision(const qkv_lm *m) { return m->core.prec.precision; }
-
-qkv_status qkv_lm_set_device(qkv_lm *m, qkv_device d, qkv_error *err)
-{
-    const device *dev;
-    qkv_status st = core_device_of(&dev, d, err);
-    return st ? st : lm_set_device(m, dev, err);
-}
-
-qkv_device qkv_lm_get_device(const qkv_lm *m)
-{
-    return m->core.dev ? QKV_DEVICE_CUDA : QKV_DEVICE_CPU;
-}
-
-qkv_status qkv_lm_set_kv_cache(qkv_lm *m, qkv_kv_cache kv, qkv_error *err)
-{
-    return core_set_kv_cache(&m->core, kv, err);
-}
-
-qkv_kv_cache qkv_lm_get_kv_cache(const qkv_lm *m) { return m->core.kv_cache; }
-
-qkv_kv_cache qkv_lm_kv_cache_type(const qkv_lm *m) { return core_kv_cache_type(&m->core); }
-
-float *qkv_lm_grads(qkv_lm *m) { return lm_grads(m) ? core_grads_host(&m->core) : NULL; }
-float *lm_grads(qkv_lm *m) { return core_grads(&m->core, walk, &m->cfg, &m->g); }
+MODEL_CORE_CALLS(qkv_lm, lm, walk, retype, m->dims.linear_attention)
 
 /* ---- the activations --------------------------------------------------------------------- */
 
@@ -254,13 +214,15 @@ qkv_status lm_forward(qkv_lm *m, const int *ids, int B, int T, float p, uint64_t
     return QKV_OK;
 }
 
-/* acts.logits holds dL/dlogits, and the output bias its gradient */
-static void backward(qkv_lm *m, int B, int T, float p, uint64_t seed)
+/* acts.logits holds dL/dlogits, and the output bias its gradient; acts has the forward's
+ * shape (core_loss_end) */
+static void backward(void *model, float p, uint64_t seed)
 {
+    qkv_lm *m = model;
     const backend be = core_backend(&m->core);
     const qkv_mask causal = {NULL, 0, 1};
     lm_acts *x = &m->acts;
-    const int N = B * T, C = m->cfg.d_model;
+    const int B = x->B, T = x->T, N = B * T, C = m->cfg.d_model;
     float *dout = x->work.din; /* d(the stack's output) */
     be.ops->zero(dout, (size_t)N * C);
     op_linear_backward(&be, dout, m->g.out_W, NULL, x->logits, x->s.out, m->w.out_W, N, C,
@@ -294,13 +256,10 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
 {
     const qkv_loss_options evaluation = {0};
     if (!o) o = &evaluation;
-    if (o->backward && precision_check_training(&m->core.prec, err)) return QKV_ERR_ARG;
-    if (o->backward && !lm_grads(m))
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of %smemory for gradients",
-                        m->core.dev ? "device " : "");
+    qkv_status st = core_loss_begin(&m->core, &m->pass, o, walk, &m->cfg, &m->g, err);
+    if (st) return st;
     const float p = o->train ? m->cfg.dropout : 0.0f;
-    m->pass.first_example = o->first_example;
-    qkv_status st = lm_forward(m, ids, B, T, p, o->dropout_seed, err);
+    st = lm_forward(m, ids, B, T, p, o->dropout_seed, err);
     m->pass.first_example = 0; /* backward sets it again: nothing else is a shard */
     const backend be = core_backend(&m->core);
     lm_acts *x = &m->acts;
@@ -309,18 +268,7 @@ qkv_status qkv_lm_loss(qkv_lm *m, const int *ids, const int *targets, int B, int
     const head_loss_args h = {x->loss, x->lse, x->logits, m->g.out_b, x->targets, B * T,
                               m->cfg.vocab, o->label_smoothing, o->backward, o->grad_scale,
                               x->scratch};
-    double sum;
-    int count;
-    if ((st = head_loss(&be, &h, &sum, &count, err))) return st;
-    if (loss_sum) *loss_sum = sum;
-    if (tokens) *tokens = count;
-    if (o->backward) {
-        precision_touch(&m->core.prec); /* an optimizer step will follow */
-        m->pass = (model_pass){o->first_example, o->grads_done, o->grads_ctx};
-        backward(m, B, T, p, o->dropout_seed);
-        m->pass = (model_pass){0, NULL, NULL};
-    }
-    return core_finish(&m->core, err);
+    return core_loss_end(&m->core, &m->pass, o, &h, backward, m, p, loss_sum, tokens, err);
 }
 
 qkv_status qkv_lm_logits(qkv_lm *m, const int *ids, int B, int T, float *logits,

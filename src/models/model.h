@@ -388,6 +388,20 @@ qkv_status core_adam(model_core *c, qkv_adam *opt, const adam_hyper *h, qkv_erro
 qkv_status core_adam_to_host(const model_core *c, const qkv_adam *opt, qkv_error *err);
 void core_adam_forget(model_core *c);
 
+/* What the two models' loss entry points (qkv_transformer_loss, qkv_lm_loss) share around
+ * their own forward and backward passes. core_loss_begin, before the forward: refuses a
+ * backward pass at a precision that does not train, makes the gradients (core_grads over
+ * walk, cfg, grads) and sets the forward's first example (pass). core_loss_end, after it with
+ * the logits in place: the head's loss (h) into *loss_sum and *tokens (either may be NULL),
+ * then for a backward pass backward(model, p, o->dropout_seed) under the options' hooks
+ * (pass, for its duration), and core_finish. */
+qkv_status core_loss_begin(model_core *c, model_pass *pass, const qkv_loss_options *o,
+                           param_walk walk, const void *cfg, void *grads, qkv_error *err);
+qkv_status core_loss_end(model_core *c, model_pass *pass, const qkv_loss_options *o,
+                         const head_loss_args *h, void (*backward)(void *model, float p,
+                                                                   uint64_t seed),
+                         void *model, float p, double *loss_sum, int *tokens, qkv_error *err);
+
 /* n ids into the kernels' memory at dst (an arena slice): on a device, first checked against
  * [0, V) as the host's kernels check them as they read, with their messages (targets: the
  * loss's, which skips QKV_PAD; else the embedding's). */

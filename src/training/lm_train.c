@@ -103,20 +103,15 @@ qkv_status qkv_lm_evaluate(qkv_lm *m, const int *tokens, size_t n, int T, int B,
     return QKV_OK;
 }
 
-/* Appends one line to dir/metrics.jsonl. A failure is an error like any other write's: the
- * log is the run's record, and losing it silently would leave a run that looks complete. */
-static qkv_status log_metrics(const char *dir, const qkv_lm_train_progress *p, qkv_error *err)
+/* One line of dir/metrics.jsonl (metrics_append). */
+static void metrics_line(FILE *fp, const void *progress)
 {
-    char path[4096];
-    FILE *fp;
-    qkv_status st = metrics_open(&fp, path, sizeof path, dir, err);
-    if (st) return st;
+    const qkv_lm_train_progress *p = progress;
     fprintf(fp, "{\"epoch\": %.6f, \"step\": %lld, \"loss\": %.6f", p->epoch,
             (long long)p->step, p->loss);
     if (!isnan(p->val_loss)) fprintf(fp, ", \"val_loss\": %.6f", p->val_loss);
     fprintf(fp, ", \"lr\": %.6g, \"grad_norm\": %.4f, \"tokens_per_s\": %.1f, \"elapsed_s\": "
             "%.2f}\n", p->lr, p->grad_norm, p->tokens_per_s, p->elapsed_s);
-    return metrics_close(fp, path, err);
 }
 
 /* Micro-batches per optimizer step. */
@@ -299,7 +294,7 @@ static qkv_status run_report(lm_run *r, qkv_lm *m, const int *val, size_t n_val,
         if ((st = qkv_lm_evaluate(m, val, nv, T, B, &prog->val_loss, NULL, err))) return st;
     }
     if (prog->report && writer) {
-        if ((st = log_metrics(o->out_dir, prog, err))) return st;
+        if ((st = metrics_append(o->out_dir, metrics_line, prog, err))) return st;
         r->pos.loss_sum = 0.0, r->pos.loss_tokens = 0;
         if ((st = lm_checkpoint_save(r->ckpt, m, &r->opt, &r->pos, err))) return st;
     }

@@ -45,39 +45,32 @@ static float learning_rate(const qkv_train_options *o, int d_model, int64_t step
 /* Batches per optimizer step. */
 static int accum_of(const qkv_train_options *o) { return o->accum > 1 ? o->accum : 1; }
 
-qkv_status metrics_open(FILE **fp, char *path, size_t path_size, const char *dir,
-                        qkv_error *err)
+qkv_status metrics_append(const char *dir, void (*line)(FILE *fp, const void *progress),
+                          const void *progress, qkv_error *err)
 {
-    snprintf(path, path_size, "%s/metrics.jsonl", dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     /* appended in place, so never through a link: a metrics.jsonl that is one is not ours */
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
-    if (!*fp) {
+    FILE *fp = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!fp) {
         int e = errno;
         if (fd >= 0) close(fd);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path,
                         e == ELOOP ? "it is a symbolic link (qkv never writes through one)"
                                    : strerror(e));
     }
-    return QKV_OK;
-}
-
-qkv_status metrics_close(FILE *fp, const char *path, qkv_error *err)
-{
+    line(fp, progress);
     int bad = ferror(fp), e = errno;
     if (fclose(fp) != 0 && !bad) bad = 1, e = errno;
     if (bad) return qkv_fail(err, QKV_ERR_IO, "%s: cannot append: %s", path, strerror(e));
     return QKV_OK;
 }
 
-/* Appends one line to dir/metrics.jsonl. A failure is an error like any other write's: the
- * log is the run's record, and losing it silently would leave a run that looks complete. */
-static qkv_status log_metrics(const char *dir, const qkv_train_progress *p, qkv_error *err)
+/* One line of dir/metrics.jsonl (metrics_append). */
+static void metrics_line(FILE *fp, const void *progress)
 {
-    char path[4096];
-    FILE *fp;
-    qkv_status st = metrics_open(&fp, path, sizeof path, dir, err);
-    if (st) return st;
+    const qkv_train_progress *p = progress;
     fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"loss\": %.6f, \"d2l_loss\": %.6f, "
             "\"tokens_per_s\": %.1f, \"lr\": %.6g", p->epoch, (long long)p->step, p->loss,
             p->d2l_loss, p->tokens_per_s, p->lr);
@@ -88,7 +81,6 @@ static qkv_status log_metrics(const char *dir, const qkv_train_progress *p, qkv_
             fprintf(fp, ", \"sacrebleu\": %.4f, \"chrf\": %.4f", p->sacrebleu, p->chrf);
     }
     fprintf(fp, "}\n");
-    return metrics_close(fp, path, err);
 }
 
 static qkv_status check_dataset(const qkv_transformer *m, const qkv_dataset *d,
@@ -490,7 +482,7 @@ qkv_status qkv_train(qkv_transformer *m, const qkv_dataset *d, const qkv_train_o
             if ((st = at_step(&r, epoch, err)) || (st = maybe_checkpoint(&r, stop, err))) break;
             if (o->progress) o->progress(&r.prog, o->progress_ctx);
             if (r.writer && (r.prog.end_of_epoch || r.prog.validated) &&
-                (st = log_metrics(o->out_dir, &r.prog, err)))
+                (st = metrics_append(o->out_dir, metrics_line, &r.prog, err)))
                 break;
             if (r.prog.end_of_epoch) r.pos.epoch_loss = 0.0, r.pos.epoch_tokens = 0;
             if (stop) goto done; /* checkpointed; the model is saved only at the end */

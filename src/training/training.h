@@ -134,11 +134,11 @@ qkv_status step_end(model_core *c, qkv_adam *opt, qkv_status st, const qkv_step_
 
 /* ---- metrics.jsonl (train.c; train-lm's driver, lm_train.c, too) --------------------------- */
 
-/* dir/metrics.jsonl (its name into path, of path_size bytes) opened to append to, never
- * through a symbolic link. Each driver writes its own line, then metrics_close: a failed write
- * or close is an error like any other write's, naming path. */
-qkv_status metrics_open(FILE **fp, char *path, size_t path_size, const char *dir,
-                        qkv_error *err);
-qkv_status metrics_close(FILE *fp, const char *path, qkv_error *err);
+/* Appends one line to dir/metrics.jsonl, never through a symbolic link: line(fp, progress),
+ * each driver's own. A failed open, write or close is an error like any other write's, naming
+ * the file: the log is the run's record, and losing it silently would leave a run that looks
+ * complete. */
+qkv_status metrics_append(const char *dir, void (*line)(FILE *fp, const void *progress),
+                          const void *progress, qkv_error *err);
 
 #endif

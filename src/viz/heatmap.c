@@ -334,11 +334,9 @@ qkv_status qkv_heatmap_draw(qkv_canvas *out, qkv_heatmap_geometry *geom, qkv_viz
                             const qkv_heatmap_spec *s, qkv_error *err)
 {
     draw_start(out, geom, sizeof *geom);
-    qkv_status st = check_spec(s, err);
-    if (st)
-        return st;
     layout L = {0};
-    if ((st = lay_out(&L, v, s, err)) ||
+    qkv_status st;
+    if ((st = check_spec(s, err)) || (st = lay_out(&L, v, s, err)) ||
         (st = qkv_canvas_init(out, L.W, L.H, qkv_rgb_hex(0xFFFFFF), err)))
         goto done;
 

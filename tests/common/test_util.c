@@ -161,3 +161,44 @@ float *tu_copy(const float *x, size_t n)
     memcpy(y, x, n * sizeof *y);
     return y;
 }
+
+/* ---- training tests' fixtures ---- */
+
+void tu_copy_task(tu_copy_data *x, int n, int V, uint64_t seed)
+{
+    enum { T = TU_COPY_T };
+    assert_in_range(n, 1, TU_COPY_MAX);
+    for (int e = 0; e < n; e++) {
+        int len = 1 + (int)(qkv_random_u32(seed, (uint64_t)e * 97) % 8);
+        for (int t = 0; t < T; t++) x->src[e * T + t] = x->tgt[e * T + t] = QKV_PAD;
+        for (int t = 0; t < len; t++)
+            x->src[e * T + t] = x->tgt[e * T + t] =
+                QKV_N_RESERVED + (int)(qkv_random_u32(seed, (uint64_t)e * 97 + 1 + t) % (V - 4));
+        x->src[e * T + len] = x->tgt[e * T + len] = QKV_EOS;
+        x->src_valid[e] = x->tgt_valid[e] = len + 1;
+    }
+    x->d = (qkv_dataset){n, T, x->src, x->src_valid, x->tgt, x->tgt_valid};
+}
+
+qkv_transformer *tu_small_transformer(int V, float dropout, uint64_t seed)
+{
+    qkv_transformer_config cfg = qkv_transformer_default_config();
+    cfg.src_vocab = cfg.tgt_vocab = V, cfg.d_model = 16, cfg.heads = 2, cfg.ffn = 32;
+    cfg.enc_layers = cfg.dec_layers = 1, cfg.max_len = 16, cfg.dropout = dropout;
+    qkv_transformer *m;
+    assert_int_equal(qkv_transformer_create(&m, &cfg, seed, NULL), QKV_OK);
+    return m;
+}
+
+void tu_temp_dir(char *dir, size_t cap, const char *prefix)
+{
+    snprintf(dir, cap, "/tmp/%s_XXXXXX", prefix);
+    assert_non_null(mkdtemp(dir));
+}
+
+void tu_remove_tree(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}

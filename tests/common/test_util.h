@@ -57,6 +57,25 @@ int tu_ref_int(const qkv_tensor_file *f, const char *key);
 /* A float metadata value of f (fails the test if missing). */
 float tu_ref_float(const qkv_tensor_file *f, const char *key);
 
+/* ---- training tests' fixtures ---- */
+
+/* A copy task: up to TU_COPY_MAX pairs of TU_COPY_T positions, and the dataset over them. */
+enum { TU_COPY_T = 10, TU_COPY_MAX = 160 };
+typedef struct {
+    int src[TU_COPY_MAX * TU_COPY_T], src_valid[TU_COPY_MAX];
+    int tgt[TU_COPY_MAX * TU_COPY_T], tgt_valid[TU_COPY_MAX];
+    qkv_dataset d;
+} tu_copy_data;
+/* n pairs from seed: sources of 1..8 tokens drawn from the V - 4 that are not reserved, each
+ * target its source, then <eos>, padded. */
+void tu_copy_task(tu_copy_data *x, int n, int V, uint64_t seed);
+/* An encoder-decoder of one block each side, d_model 16, 2 heads, ffn 32, max_len 16, over
+ * vocabularies of V tokens, initialised from seed. */
+qkv_transformer *tu_small_transformer(int V, float dropout, uint64_t seed);
+/* A new directory /tmp/PREFIX_XXXXXX, its name into dir (cap bytes); and rm -rf of one. */
+void tu_temp_dir(char *dir, size_t cap, const char *prefix);
+void tu_remove_tree(const char *dir);
+
 /* calloc that fails the test instead of returning NULL. */
 float *tu_zeros(size_t n);
 /* malloc + uniform(-1, 1) fill from seed. */

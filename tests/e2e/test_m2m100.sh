@@ -5,9 +5,10 @@
 # tests/parity/make_m2m100_reference.py (tokenizers built by transformers at test time; the
 # numbers against transformers are tests/unit/test_m2m100.c's) translate, as text, exactly
 # as transformers' generate(forced_bos_token_id=...) decoded by NllbTokenizer or
-# M2M100Tokenizer does: greedy, and beam 4 under transformers' stopping rule. Refusals: an
-# unknown language, no target language, another architecture, the other importer's
-# tokenizer.
+# M2M100Tokenizer does: greedy, and beam 4 under transformers' stopping rule (early_stopping
+# False, and True and "never" for several beams, also as generation_config.json chooses them).
+# Refusals: an unknown language, no target language, another architecture, the other
+# importer's tokenizer, an early_stopping transformers does not have.
 # Usage: test_m2m100.sh QKV_BINARY
 set -u
 QKV=$(realpath "$1")
@@ -33,6 +34,48 @@ for n in nllb_tied nllb_untied_gelu m2m100_unscaled; do
       --beam-stop hf --length-penalty 1 <'$P/m2m100_$n.src' 2>/dev/null |
       cmp -s - '$P/m2m100_$n.beam4.txt'"
 done
+# transformers' other stopping rules: --beam-stop hf-early (early_stopping=True) and hf-never
+# ("never") give generate()'s text for each beam of the reference, and generation_config.json's
+# early_stopping chooses the rule at import
+meta() { "${QKV_PY:-/usr/bin/python3}" -c "
+from safetensors import safe_open
+print(safe_open('$P/m2m100_$1.safetensors', 'np').metadata()['$2'])"; }
+read -r SRC TGT < <(langs nllb_tied)
+for rule in $(meta nllb_tied rules | tr , ' '); do
+  k=${rule#*_}; stop=hf-${rule%_*}; es=True; [ "$stop" = hf-never ] && es='"never"'
+  check "nllb_tied: --beam $k --beam-stop $stop gives generate(num_beams=$k, early_stopping=$es)'s text" \
+    bash -c "'$QKV' translate --model '$T/nllb_tied' --source-lang $SRC --target-lang $TGT ${LIM[*]} \
+      --beam $k --beam-stop $stop <'$P/m2m100_nllb_tied.src' 2>/dev/null | cmp -s - '$P/m2m100_nllb_tied.$rule.txt'"
+done
+# at beam 2, early_stopping=True and False translate some sentences of nllb_tied differently
+# (the reference counts them), so these checks tell the rules apart
+"$QKV" translate --model "$T/nllb_tied" --source-lang $SRC --target-lang $TGT ${LIM[*]} --beam 2 \
+  --beam-stop hf <"$P/m2m100_nllb_tied.src" >"$T/hf2.txt" 2>/dev/null
+check "... where --beam-stop hf translates $(meta nllb_tied early_2_differ) of 24 otherwise at beam 2" \
+  bash -c "! cmp -s '$T/hf2.txt' '$P/m2m100_nllb_tied.early_2.txt'"
+early_variant() { # NAME EARLY_STOPPING (a JSON value) BEAMS
+  rm -rf "$T/$1"; cp -r "$P/m2m100_nllb_tied" "$T/$1"
+  /usr/bin/python3 - "$T/$1/generation_config.json" "$2" "$3" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+g.update(num_beams=int(sys.argv[3]), length_penalty=1.0, early_stopping=json.loads(sys.argv[2]))
+json.dump(g, open(sys.argv[1], "w"))
+PY
+}
+for v in true '"never"'; do
+  n=early k=2; [ "$v" = true ] || n=never k=4
+  early_variant "gc_$n" "$v" $k
+  "$QKV" import nllb "$T/gc_$n" --out "$T/gc_${n}_q" 2>"$T/err" || bad "import gc_$n: $(cat "$T/err")"
+  check "generation_config.json's \"early_stopping\": $v (num_beams $k) is --beam-stop hf-$n by default" bash -c "
+    grep -q '\"beam_stop\": \"hf-$n\"' '$T/gc_${n}_q/generation.json' &&
+    '$QKV' translate --model '$T/gc_${n}_q' --source-lang $SRC --target-lang $TGT ${LIM[*]} \
+      <'$P/m2m100_nllb_tied.src' 2>/dev/null | cmp -s - '$P/m2m100_nllb_tied.${n}_$k.txt'"
+done
+early_variant gc_bad '"sometimes"' 4
+expect_fail "\"early_stopping\": \"sometimes\" is refused naming the file" \
+  'generation_config.json: "early_stopping" must be true, false or "never"' \
+  "$QKV" import nllb "$T/gc_bad" --out "$T/gc_bad_q"
+check "... and nothing is written" test ! -e "$T/gc_bad_q"
 check "the tokenizer's default languages (tokenizer_config.json's src_lang, tgt_lang) need no options" \
   bash -c "'$QKV' translate --model '$T/nllb_tied' ${LIM[*]} <'$P/m2m100_nllb_tied.src' 2>/dev/null |
     cmp -s - '$P/m2m100_nllb_tied.greedy.txt'"

@@ -37,29 +37,12 @@ run_ok() {
   local name=$1; shift
   if "$@" >"$T/run.out" 2>"$T/run.err"; then ok "$name"; else bad "$name (exit $?): $(tail -c 400 "$T/run.err")"; fi
 }
-# same NAME A B [FROM] [SKIP]: losses within 1e-5 relative, parameters within 1e-6
-same() {
-  local name=$1; shift
-  if out=$("$PY" "$HERE/mpi_compare.py" "$1" "$2" 1e-5 1e-6 "${@:3}" 2>&1); then ok "$name: $out"; else bad "$name: $out"; fi
-}
 
 STEPS=50; STOP=20
 [ -n "${QKV_E2E_QUICK:-}" ] && STEPS=20 && STOP=10
 
-# ---- the data: 40 short sentence pairs and 300 lines of text, made here
-"$PY" - "$T" <<'PYEOF'
-import random, sys
-random.seed(1)
-en = "the a cat dog sat ran on under big red mat hat sun moon".split()
-fr = "le un chat chien assis couru sur sous grand rouge tapis chapeau soleil lune".split()
-with open(sys.argv[1] + "/pairs.tsv", "w") as f:
-    for _ in range(40):
-        idx = [random.randrange(len(en)) for _ in range(random.randint(2, 6))]
-        f.write(" ".join(en[j] for j in idx) + " .\t" + " ".join(fr[j] for j in reversed(idx)) + " .\n")
-with open(sys.argv[1] + "/text.txt", "w") as f:
-    for _ in range(300):
-        f.write(" ".join(random.choice(en) for _ in range(8)) + ".\n")
-PYEOF
+# ---- the data: 40 short sentence pairs and 300 lines of text (lib.sh)
+mpi_data "$T"
 
 # One step per epoch (--batch = all 40 pairs, reshuffled every epoch, so the shards change),
 # 50 epochs: metrics.jsonl has every step's loss. Dropout 0.1 as by default. lr 1e-3: at
@@ -75,8 +58,8 @@ LM=(train-lm --data "$T/text.txt" --d-model 16 --heads 2 --ffn 32 --layers 1 --c
 run_ok "train, one process" "$QKV" "${TRAIN[@]}" --out "$T/t1"
 run_ok "train, 2 ranks" "${MPI[@]}" -np 2 "$QKV" "${TRAIN[@]}" --out "$T/t2"
 run_ok "train, 3 ranks" "${MPI[@]}" -np 3 "$QKV" "${TRAIN[@]}" --out "$T/t3"
-same "train: 2 ranks = one process" "$T/t1" "$T/t2"
-same "train: 3 ranks = one process" "$T/t1" "$T/t3"
+same_runs "train: 2 ranks = one process" "$T/t1" "$T/t2"
+same_runs "train: 3 ranks = one process" "$T/t1" "$T/t3"
 check "train: rank 0 alone wrote the run directory (the same files as one process)" \
   test "$(cd "$T/t1" && ls)" = "$(cd "$T/t2" && ls)"
 run_ok "train-lm, one process" "$QKV" "${LM[@]}" --out "$T/l1"
@@ -86,36 +69,36 @@ run_ok "train-lm, 3 ranks" "${MPI[@]}" -np 3 "$QKV" "${LM[@]}" --out "$T/l3"
 # shared by all keys, q.(k + b) - q.k being the same for every key. Adam divides that noise
 # by its own size and moves b_k by ~lr per step in a direction rounding decides, so it is left
 # out (it changes no output); every other tensor is held to 1e-6.
-same "train-lm: 2 ranks = one process" "$T/l1" "$T/l2" 1 .b_k
-same "train-lm: 3 ranks = one process" "$T/l1" "$T/l3" 1 .b_k
+same_runs "train-lm: 2 ranks = one process" "$T/l1" "$T/l2" 1 .b_k
+same_runs "train-lm: 3 ranks = one process" "$T/l1" "$T/l3" 1 .b_k
 
 # ---- resume on another number of ranks: stop at step 20, continue to 50 (quick: 10, 20)
 run_ok "train: 3 ranks stop at step $STOP" "${MPI[@]}" -np 3 "$QKV" "${TRAIN[@]}" --out "$T/r31" --stop-after-steps $STOP
 run_ok "train: one process resumes them" "$QKV" "${TRAIN[@]}" --out "$T/r31" --resume
-same "train: 3 ranks then one process = one process" "$T/t1" "$T/r31"
+same_runs "train: 3 ranks then one process = one process" "$T/t1" "$T/r31"
 run_ok "train-lm: 2 ranks stop at step $STOP" "${MPI[@]}" -np 2 "$QKV" "${LM[@]}" --out "$T/r23" --stop-after-steps $STOP
 run_ok "train-lm: 3 ranks resume them" "${MPI[@]}" -np 3 "$QKV" "${LM[@]}" --out "$T/r23" --resume
-same "train-lm: 2 ranks then 3 = one process" "$T/l1" "$T/r23" 1 .b_k
+same_runs "train-lm: 2 ranks then 3 = one process" "$T/l1" "$T/r23" 1 .b_k
 
 # ---- gradient accumulation: each rank sums its shards of the step's micro-batches, one
 # allreduce per step (4 micro-batches of 10 pairs: the batch of 40 above)
 run_ok "train --batch 10 --accum 4, 2 ranks" "${MPI[@]}" -np 2 "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" \
   --batch 10 --accum 4 --out "$T/a2"
-same "train: 2 ranks x 4 micro-batches of 10 = one process, batch 40" "$T/t1" "$T/a2"
+same_runs "train: 2 ranks x 4 micro-batches of 10 = one process, batch 40" "$T/t1" "$T/a2"
 check "train --accum 4: one allreduce per step ($STEPS steps)" \
   grep -q "MB, $STEPS steps)" "$T/run.err"
 run_ok "train-lm --batch 14, one process" "$QKV" "${LM[@]}" --batch 14 --out "$T/l14"
 run_ok "train-lm --batch 7 --accum 2, 3 ranks" "${MPI[@]}" -np 3 "$QKV" "${LM[@]}" --accum 2 --out "$T/la3"
-same "train-lm: 3 ranks x 2 micro-batches of 7 = one process, batch 14" "$T/l14" "$T/la3" 1 .b_k
+same_runs "train-lm: 3 ranks x 2 micro-batches of 7 = one process, batch 14" "$T/l14" "$T/la3" 1 .b_k
 
 # ---- the gradients summed in buckets while the backward pass goes on (--allreduce bucketed;
 # small buckets, so that several overlap)
 run_ok "train --allreduce bucketed, 3 ranks, 2 micro-batches" "${MPI[@]}" -np 3 "$QKV" "${TRAIN[@]}" \
   --batch 20 --accum 2 --allreduce bucketed --bucket-kb 4 --out "$T/b3"
-same "train: 3 ranks, bucketed = one process" "$T/t1" "$T/b3"
+same_runs "train: 3 ranks, bucketed = one process" "$T/t1" "$T/b3"
 run_ok "train-lm --allreduce bucketed, 2 ranks" "${MPI[@]}" -np 2 "$QKV" "${LM[@]}" \
   --allreduce bucketed --bucket-kb 4 --out "$T/lb2"
-same "train-lm: 2 ranks, bucketed = one process" "$T/l1" "$T/lb2" 1 .b_k
+same_runs "train-lm: 2 ranks, bucketed = one process" "$T/l1" "$T/lb2" 1 .b_k
 
 # ---- a rank killed: the job ends within seconds, saying which; the checkpoint resumes
 KILL=(train-lm --data "$T/text.txt" --d-model 32 --heads 2 --ffn 64 --layers 2 --context 32

@@ -51,24 +51,8 @@ run_ok() {
   if "$@" >"$T/run.out" 2>"$T/run.err"; then ok "$name"
   else bad "$name (exit $?): $(tail -c 400 "$T/run.err")"; fi
 }
-same() {
-  local name=$1; shift
-  if out=$("$PY" "$HERE/mpi_compare.py" "$1" "$2" 1e-5 1e-6 "${@:3}" 2>&1); then ok "$name: $out"; else bad "$name: $out"; fi
-}
 
-"$PY" - "$T" <<'PYEOF'
-import random, sys
-random.seed(1)
-en = "the a cat dog sat ran on under big red mat hat sun moon".split()
-fr = "le un chat chien assis couru sur sous grand rouge tapis chapeau soleil lune".split()
-with open(sys.argv[1] + "/pairs.tsv", "w") as f:
-    for _ in range(40):
-        idx = [random.randrange(len(en)) for _ in range(random.randint(2, 6))]
-        f.write(" ".join(en[j] for j in idx) + " .\t" + " ".join(fr[j] for j in reversed(idx)) + " .\n")
-with open(sys.argv[1] + "/text.txt", "w") as f:
-    for _ in range(300):
-        f.write(" ".join(random.choice(en) for _ in range(8)) + ".\n")
-PYEOF
+mpi_data "$T"
 # test_mpi.sh's runs: one step per epoch over all 40 pairs, 30 steps; 7 windows a step
 STEPS=30
 TRAIN=(train --data "$T/pairs.tsv" --d-model 16 --heads 2 --ffn 32 --layers 1 --batch 40
@@ -81,21 +65,21 @@ run_ok "train, one process" "$QKV" "${TRAIN[@]}" --out "$T/t1"
 before=$(netns_tx_bytes)
 run_ok "train, 2 machines over TCP" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" --out "$T/t2"
 sent=$(( $(netns_tx_bytes) - before ))
-same "train: 2 machines = one process" "$T/t1" "$T/t2"
+same_runs "train: 2 machines = one process" "$T/t1" "$T/t2"
 params=$(grep -o '[0-9]* parameters' "$T/run.err" | head -1 | cut -d' ' -f1)
 check "the gradients crossed the link: $sent bytes out of n0 for $STEPS steps of ${params:-?} parameters" \
   test "$sent" -ge $(( ${params:-1} * 4 * STEPS / 2 ))
 run_ok "train-lm, one process" "$QKV" "${LM[@]}" --out "$T/l1"
 run_ok "train-lm, 2 machines over TCP" across "$QKV" "${LM[@]}" --out "$T/l2"
 # the key bias b_k has no gradient but rounding (test_mpi.sh says why it is left out)
-same "train-lm: 2 machines = one process" "$T/l1" "$T/l2" 1 .b_k
+same_runs "train-lm: 2 machines = one process" "$T/l1" "$T/l2" 1 .b_k
 
 # ---- shaped: 1 Gbit/s each way (tbf), 1 ms each way where netem exists
 if shaped=$(netns_shape 1gbit 1ms 2>"$T/tc.err"); then
   case "$shaped" in *ms*) ;; *) echo "note: no netem in this kernel: the link is limited to 1 Gbit/s, no latency added" ;; esac
   check "tc shapes the link ($shaped)" bash -c "ip netns exec n0 tc qdisc show dev v0 | grep -q tbf"
   run_ok "train, 2 machines, $shaped" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" --out "$T/t3"
-  same "train over the shaped link = one process" "$T/t1" "$T/t3"
+  same_runs "train over the shaped link = one process" "$T/t1" "$T/t3"
   echo "   (step time, flat sum: $(grep -o 'gradient allreduce.*' "$T/run.err"))"
 else
   echo "skip: the shaped link: tc cannot limit it here (no tbf qdisc?): $(head -c 300 "$T/tc.err")"
@@ -105,11 +89,11 @@ fi
 # ---- bucketed: the sums overlapped with the backward pass, small buckets (several per step)
 run_ok "train, 2 machines, $shaped, --allreduce bucketed" across "$QKV" "${TRAIN[@]:0:${#TRAIN[@]}-1}" \
   --allreduce bucketed --bucket-kb 4 --out "$T/t4"
-same "bucketed over the link ($shaped) = one process" "$T/t1" "$T/t4"
+same_runs "bucketed over the link ($shaped) = one process" "$T/t1" "$T/t4"
 echo "   (step time, bucketed: $(grep -o 'gradient allreduce.*' "$T/run.err"))"
 run_ok "train-lm, 2 machines, $shaped, --allreduce bucketed" across "$QKV" "${LM[@]}" \
   --allreduce bucketed --bucket-kb 4 --out "$T/l4"
-same "train-lm bucketed = one process" "$T/l1" "$T/l4" 1 .b_k
+same_runs "train-lm bucketed = one process" "$T/l1" "$T/l4" 1 .b_k
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

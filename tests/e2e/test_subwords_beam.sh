@@ -23,7 +23,8 @@ expect_fail "--tie all needs a joint encoding" "joint-bpe" "$QKV" train --data "
   --out "$T/x" --tokenizer bpe --vocab-size 100 --tie all --epochs 1 --quiet
 expect_fail "--beam 0" "beam" "$QKV" translate --model "$T/x" --beam 0
 expect_fail "--n-best above --beam" "n-best" "$QKV" translate --model "$T/x" --beam 2 --n-best 3
-expect_fail "unknown --beam-stop" "beam-stop 'first'" "$QKV" translate --model "$T/x" --beam-stop first
+expect_fail "unknown --beam-stop" "beam-stop 'first': expected bound, count, hf, hf-early or hf-never" \
+  "$QKV" translate --model "$T/x" --beam-stop first
 expect_fail "negative --length-penalty" "length-penalty" "$QKV" translate --model "$T/x" --length-penalty -1
 expect_fail "average needs models" "model directory" "$QKV" average --out "$T/avg"
 
@@ -64,11 +65,11 @@ check "n-best scores fall within each sentence" awk -F' \\|\\|\\| ' '
   $1 == prev && $3 > last + 1e-9 { bad = 1 } { prev = $1; last = $3 } END { exit bad }' "$T/nbest"
 check "the first of the n best is the beam's translation" \
   bash -c "diff <(awk -F' \\\\|\\\\|\\\\| ' '!seen[\$1]++ { print \$2 }' '$T/nbest') <('$QKV' translate --model '$T/m' --beam 4 <'$T/in.txt')"
-for rule in bound count hf; do
+for rule in bound count hf hf-early hf-never; do
   "$QKV" translate --model "$T/m" --beam 3 --n-best 2 --beam-stop $rule <"$T/in.txt" >"$T/rule_$rule"
 done
-check "--beam-stop bound, count and hf each give 2 hypotheses a sentence" \
-  test "$(cat "$T"/rule_* | grep -c ' ||| ')" -eq 24
+check "--beam-stop bound, count, hf, hf-early and hf-never each give 2 hypotheses a sentence" \
+  test "$(cat "$T"/rule_* | grep -c ' ||| ')" -eq 40
 check "the exact rule's best scores at least the count rule's, sentence by sentence" \
   awk -F' \\|\\|\\| ' 'FNR == 1 { f++ } !seen[f, $1]++ { best[f, $1] = $3 }
     END { for (i = 0; i < 4; i++) if (best[1, i] < best[2, i] - 1e-9) exit 1 }' "$T/rule_bound" "$T/rule_count"

@@ -5,9 +5,9 @@ A scripted step gives every (sentence, prefix, token) a logit from a 64-bit hash
 bits in C and here, so the search rules can be compared token for token without a model:
   - bound and count (qkv's own rules, include/qkv/models.h): a plain reference search below,
     written from the rules' statement;
-  - hf: Hugging Face transformers' own BeamSearchScorer (4.38) driven as its beam_search
-    loop drives it (log-softmax, + beam scores, top 2K, process, reorder, finalize) with
-    early_stopping=False and length_penalty=alpha.
+  - hf, hf-early, hf-never: Hugging Face transformers' own BeamSearchScorer (4.38) driven as
+    its beam_search loop drives it (log-softmax, + beam scores, top 2K, process, reorder,
+    finalize) with early_stopping False, True and "never", and length_penalty=alpha.
 Everything is float64, as in qkv's search, with the log-softmax computed in the same order
 as beam.c's (max, then a sequential sum of exp), so scores agree to the last bit.
 Writes OUTDIR/beam_cases.safetensors (the number of cases) and beam_<i>.safetensors.
@@ -19,7 +19,8 @@ import torch
 
 UNK, PAD, BOS, EOS = 0, 1, 2, 3
 M64 = (1 << 64) - 1
-MODES = {"bound": 0, "count": 1, "hf": 2}
+MODES = {"bound": 0, "count": 1, "hf": 2, "hf-early": 3, "hf-never": 4}
+EARLY = {"hf": False, "hf-early": True, "hf-never": "never"}
 
 
 def mix(z):
@@ -116,16 +117,17 @@ def qkv_search(seed, sentence, V, K, N, T, alpha, count, forced_eos):
     return [(s, lp, toks) for s, lp, toks in fin[:N]]
 
 
-def hf_search(seed, B, V, K, N, T, alpha, forced_eos):
-    """transformers' BeamSearchScorer over the scripted logits, as GenerationMixin.beam_search
-    uses it (decoder_prompt_len 1: the start token), max_length T + 1; with forced_eos,
-    max_length T + 2 and transformers' ForcedEOSTokenLogitsProcessor at the last position."""
+def hf_search(seed, B, V, K, N, T, alpha, forced_eos, early):
+    """transformers' BeamSearchScorer (early_stopping=early) over the scripted logits, as
+    GenerationMixin.beam_search uses it (decoder_prompt_len 1: the start token), max_length
+    T + 1; with forced_eos, max_length T + 2 and transformers' ForcedEOSTokenLogitsProcessor at
+    the last position."""
     from transformers.generation.logits_process import ForcedEOSTokenLogitsProcessor
     max_length = T + 1 + forced_eos
     force = ForcedEOSTokenLogitsProcessor(max_length, EOS)
     from transformers.generation.beam_search import BeamSearchScorer
     scorer = BeamSearchScorer(batch_size=B, num_beams=K, device=torch.device("cpu"),
-                              length_penalty=alpha, do_early_stopping=False,
+                              length_penalty=alpha, do_early_stopping=early,
                               num_beam_hyps_to_keep=N, max_length=max_length)
     input_ids = torch.full((B * K, 1), BOS, dtype=torch.long)
     beam_scores = torch.zeros((B, K), dtype=torch.float64)
@@ -166,7 +168,7 @@ def hf_search(seed, B, V, K, N, T, alpha, forced_eos):
 
 
 CASES = []
-for mode in ("bound", "count", "hf"):
+for mode in ("bound", "count", "hf", "hf-early", "hf-never"):
     for K, N in ((2, 1), (3, 2), (4, 4), (5, 2)):
         for alpha in (0.0, 0.5, 1.0, 2.0):
             CASES.append((mode, K, N, alpha, 0))
@@ -179,9 +181,10 @@ def write_all(save):
     for i, (mode, K, N, alpha, forced_eos) in enumerate(CASES):
         seed = 1000 + i
         # per-sentence limits for qkv's rules (transformers has one max_length)
-        max_lens = [T] * B if mode == "hf" else [T - (b * 5) % 9 for b in range(B)]
-        if mode == "hf":
-            per = hf_search(seed, B, V, K, N, T, alpha, forced_eos)
+        hf = mode in EARLY
+        max_lens = [T] * B if hf else [T - (b * 5) % 9 for b in range(B)]
+        if hf:
+            per = hf_search(seed, B, V, K, N, T, alpha, forced_eos, EARLY[mode])
         else:
             per = [qkv_search(seed, b, V, K, N, max_lens[b], alpha, mode == "count", forced_eos)
                    for b in range(B)]

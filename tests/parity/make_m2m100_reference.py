@@ -23,9 +23,15 @@ OUTDIR/m2m100_<name>.safetensors holds, in Hugging Face's ids:
                                      num_beams=1, max_new_tokens=MAX_NEW) without the start
                                      token, the language token and the final </s>
     beam0 (N, L), beam0_len (N)      generate(num_beams=BEAM, early_stopping=False), likewise
-with metadata max_new, beam, src_lang, tgt_lang (the codes) and forced (the language token's
-id). The texts are OUTDIR/m2m100_<name>.src, the translations OUTDIR/m2m100_<name>.greedy.txt
-and .beam4.txt (tokenizer.batch_decode(skip_special_tokens=True)).
+    <rule>_<K> (N, L), <rule>_<K>_len (N)
+                                     generate(num_beams=K, early_stopping=True ("early") or
+                                     "never" ("never")) for each (rule, K) of RULES, likewise
+with metadata max_new, beam, src_lang, tgt_lang (the codes), forced (the language token's
+id), rules (the "<rule>_<K>" names, comma-separated) and, for each, <rule>_<K>_differ: how
+many sentences generate(num_beams=K, early_stopping=False) translates otherwise (the rules
+are seen to differ). The texts are OUTDIR/m2m100_<name>.src, the translations
+OUTDIR/m2m100_<name>.greedy.txt, .beam4.txt and .<rule>_<K>.txt
+(tokenizer.batch_decode(skip_special_tokens=True)).
 """
 import json
 import os
@@ -37,6 +43,8 @@ import torch
 MAX_NEW = 24
 TRAIN_STEPS, TRAIN_LR = 200, 1e-2
 BEAM = 4
+# transformers' other stopping rules (early_stopping True, "never"), each with these beams
+RULES = [("early", True, K) for K in (2, 3, 4, 6)] + [("never", "never", 4)]
 FALLBACK = [("Ein Mann fährt Fahrrad.", "A man rides a bike."),
             ("Zwei Hunde spielen im Schnee.", "Two dogs play in the snow."),
             ("Eine Frau liest ein Buch im Park.", "A woman reads a book in the park."),
@@ -158,6 +166,15 @@ def build(name, spec, out, pairs, tmp):
                                 max_new_tokens=MAX_NEW)
         beam = model.generate(**enc, forced_bos_token_id=forced, num_beams=BEAM, do_sample=False,
                               max_new_tokens=MAX_NEW, early_stopping=False, length_penalty=1.0)
+        others = {}
+        for rule, early, k in RULES:
+            kw = dict(forced_bos_token_id=forced, num_beams=k, do_sample=False,
+                      max_new_tokens=MAX_NEW, length_penalty=1.0)
+            plain = model.generate(**enc, early_stopping=False, **kw)
+            seqs = model.generate(**enc, early_stopping=early, **kw)
+            differ = sum(a != b for a, b in zip(tok.batch_decode(plain, skip_special_tokens=True),
+                                                tok.batch_decode(seqs, skip_special_tokens=True)))
+            others[f"{rule}_{k}"] = (seqs, differ)
 
     def outputs(seqs):
         rows, lens = [], []
@@ -180,11 +197,17 @@ def build(name, spec, out, pairs, tmp):
     tensors["beam0"], tensors["beam0_len"] = outputs(beam)
     with open(os.path.join(out, f"m2m100_{name}.src"), "w", encoding="utf-8") as f:
         f.write("\n".join(texts) + "\n")
-    for what, seqs in (("greedy", greedy), (f"beam{BEAM}", beam)):
+    meta = {"max_new": MAX_NEW, "beam": BEAM, "src_lang": src, "tgt_lang": tgt,
+            "forced": forced, "n": len(texts), "rules": ",".join(others)}
+    texts_out = [("greedy", greedy), (f"beam{BEAM}", beam)]
+    for key, (seqs, differ) in others.items():
+        assert (seqs[:, 1] == forced).all()
+        tensors[key], tensors[key + "_len"] = outputs(seqs)
+        meta[key + "_differ"] = differ
+        texts_out.append((key, seqs))
+    for what, seqs in texts_out:
         with open(os.path.join(out, f"m2m100_{name}.{what}.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(tok.batch_decode(seqs, skip_special_tokens=True)) + "\n")
-    meta = {"max_new": MAX_NEW, "beam": BEAM, "src_lang": src, "tgt_lang": tgt,
-            "forced": forced, "n": len(texts)}
     return tensors, meta
 
 

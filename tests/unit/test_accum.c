@@ -15,50 +15,11 @@
 
 #include "test_util.h"
 
-enum { V = 12, T = 10, NTRAIN = 96, NVALID = 16 };
+enum { V = 12, T = TU_COPY_T, NTRAIN = 96, NVALID = 16 };
 
-/* A copy task: sources of 1..8 random tokens, targets the same, + <eos>. */
-typedef struct {
-    int src[NTRAIN * T], src_valid[NTRAIN], tgt[NTRAIN * T], tgt_valid[NTRAIN];
-    qkv_dataset d;
-} data;
+typedef tu_copy_data data; /* tu_copy_task */
 
-static void make_data(data *x, int n, uint64_t seed)
-{
-    for (int e = 0; e < n; e++) {
-        int len = 1 + (int)(qkv_random_u32(seed, (uint64_t)e * 97) % 8);
-        for (int t = 0; t < T; t++) x->src[e * T + t] = x->tgt[e * T + t] = QKV_PAD;
-        for (int t = 0; t < len; t++)
-            x->src[e * T + t] = x->tgt[e * T + t] =
-                QKV_N_RESERVED + (int)(qkv_random_u32(seed, (uint64_t)e * 97 + 1 + t) % (V - 4));
-        x->src[e * T + len] = x->tgt[e * T + len] = QKV_EOS;
-        x->src_valid[e] = x->tgt_valid[e] = len + 1;
-    }
-    x->d = (qkv_dataset){n, T, x->src, x->src_valid, x->tgt, x->tgt_valid};
-}
-
-static qkv_transformer *small_model(void)
-{
-    qkv_transformer_config cfg = qkv_transformer_default_config();
-    cfg.src_vocab = cfg.tgt_vocab = V, cfg.d_model = 16, cfg.heads = 2, cfg.ffn = 32;
-    cfg.enc_layers = cfg.dec_layers = 1, cfg.max_len = 16, cfg.dropout = 0.2f;
-    qkv_transformer *m;
-    assert_int_equal(qkv_transformer_create(&m, &cfg, 5, NULL), QKV_OK);
-    return m;
-}
-
-static void temp_dir(char *dir, size_t cap)
-{
-    snprintf(dir, cap, "/tmp/qkv_accum_XXXXXX");
-    assert_non_null(mkdtemp(dir));
-}
-
-static void remove_tree(const char *dir)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
+static qkv_transformer *small_model(void) { return tu_small_transformer(V, 0.2f, 5); }
 
 /* max |a - b| / max |a| */
 static double rel_diff(const float *a, const float *b, size_t n)
@@ -74,7 +35,7 @@ static float *trained_for(const data *x, int batch, int accum, int d2l, int step
 {
     qkv_transformer *m = small_model();
     char dir[64];
-    temp_dir(dir, sizeof dir);
+    tu_temp_dir(dir, sizeof dir, "qkv_accum");
     qkv_train_options o = qkv_train_default_options();
     /* Adam with epsilon 1 is near SGD: m / (sqrt(v) + 1) is linear in small gradients, where
      * with 1e-8 a gradient near zero moves its weight by about lr whatever its size, so that
@@ -89,7 +50,7 @@ static float *trained_for(const data *x, int batch, int accum, int d2l, int step
     float *p = malloc(*n * sizeof *p);
     memcpy(p, qkv_transformer_params(m), *n * sizeof *p);
     qkv_transformer_free(m);
-    remove_tree(dir);
+    tu_remove_tree(dir);
     return p;
 }
 
@@ -122,7 +83,7 @@ static void test_accumulation_is_a_larger_batch(void **state)
 {
     (void)state;
     static data x;
-    make_data(&x, NTRAIN, 11);
+    tu_copy_task(&x, NTRAIN, V, 11);
     compare(&x, 8, 4, 0);
     compare(&x, 8, 4, 1);
     compare(&x, 4, 3, 0);
@@ -134,7 +95,7 @@ static void test_accumulation_ends_the_epoch_as_the_larger_batch(void **state)
 {
     (void)state;
     static data x;
-    make_data(&x, 90, 12);
+    tu_copy_task(&x, 90, V, 12);
     compare(&x, 8, 4, 0);
 }
 
@@ -153,7 +114,7 @@ static float *lm_trained(const int *text, size_t n_text, int batch, int accum, i
 {
     qkv_lm *m = small_lm();
     char dir[64];
-    temp_dir(dir, sizeof dir);
+    tu_temp_dir(dir, sizeof dir, "qkv_accum");
     qkv_lm_train_options o = qkv_lm_train_default_options();
     o.out_dir = dir, o.batch = batch, o.accum = accum, o.context = 8, o.steps = steps;
     o.clip = 0.0f, o.warmup = 0, o.eval_every = 0, o.lr = 1.0f, o.adam_eps = 1.0f;
@@ -163,7 +124,7 @@ static float *lm_trained(const int *text, size_t n_text, int batch, int accum, i
     float *p = malloc(*n * sizeof *p);
     memcpy(p, qkv_lm_params(m), *n * sizeof *p);
     qkv_lm_free(m);
-    remove_tree(dir);
+    tu_remove_tree(dir);
     return p;
 }
 
@@ -255,8 +216,8 @@ static void test_schedule_by_steps(void **state)
 {
     (void)state;
     static data x, valid;
-    make_data(&x, NTRAIN, 21);
-    make_data(&valid, NVALID, 22);
+    tu_copy_task(&x, NTRAIN, V, 21);
+    tu_copy_task(&valid, NVALID, V, 22);
     for (int e = 0; e < NVALID; e++) /* reversed targets: as the model learns to copy, the
                                       * validation loss rises, and patience stops the run */
         for (int i = 0, j = valid.tgt_valid[e] - 2; i < j; i++, j--) {
@@ -264,7 +225,7 @@ static void test_schedule_by_steps(void **state)
             valid.tgt[e * T + i] = valid.tgt[e * T + j], valid.tgt[e * T + j] = t;
         }
     char full[64];
-    temp_dir(full, sizeof full);
+    tu_temp_dir(full, sizeof full, "qkv_accum");
     int64_t last = 0;
     run_by_steps(&x, &valid, full, 0, 0, &last);
     /* 3 steps an epoch (96 pairs, 2 x 16 a step): 24 steps at most; patience stops earlier,
@@ -293,23 +254,23 @@ static void test_schedule_by_steps(void **state)
     const int stops[] = {5, 8, 7};
     for (int i = 0; i < 3; i++) {
         char cut[64];
-        temp_dir(cut, sizeof cut);
+        tu_temp_dir(cut, sizeof cut, "qkv_accum");
         run_by_steps(&x, &valid, cut, stops[i], 0, NULL);
         assert_false(exists(cut, "model.safetensors"));
         run_by_steps(&x, &valid, cut, 0, 1, NULL);
         assert_true(same_bytes(full, cut, "model.safetensors"));
         assert_true(same_bytes(full, cut, "best/model.safetensors"));
         assert_true(same_file(full, cut, "validation.json"));
-        remove_tree(cut);
+        tu_remove_tree(cut);
     }
-    remove_tree(full);
+    tu_remove_tree(full);
 }
 
 static void test_rejects_bad_options(void **state)
 {
     (void)state;
     static data x;
-    make_data(&x, NTRAIN, 31);
+    tu_copy_task(&x, NTRAIN, V, 31);
     qkv_transformer *m = small_model();
     qkv_train_options o = qkv_train_default_options();
     o.out_dir = "/nonexistent/qkv", o.valid_every = 5; /* no validation data */

@@ -5,8 +5,9 @@
  * exact best and the exact n best, with and without a length penalty; a sentence's result is
  * the same alone and in a batch; bad options are refused. Over scripted logits (a hash of the
  * prefix, tests/parity/make_beam_reference.py): every stopping rule gives the reference's
- * hypotheses token for token (transformers' own BeamSearchScorer for hf), and the exact rule
- * finds better hypotheses where the count rule stops early. */
+ * hypotheses token for token (transformers' own BeamSearchScorer for the hf rules), the exact
+ * rule finds better hypotheses where the count rule stops early, and transformers' rules
+ * rank as their stops do (hf-never, hf, hf-early). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,7 +351,8 @@ static void test_rejects_bad_options(void **state)
 #define BAD(K, N, L, A) {K, N, L, A, QKV_BEAM_STOP_BOUND, NULL}
     qkv_beam_options bad[] = {BAD(0, 1, 5, 0.0f), BAD(2, 3, 5, 0.0f), BAD(2, 0, 5, 0.0f),
                               BAD(2, 1, 5, -0.5f), BAD(2, 1, 0, 0.0f), BAD(2, 1, 33, 0.0f),
-                              {2, 1, 5, 0.0f, (qkv_beam_stop)7, NULL}};
+                              {2, 1, 5, 0.0f, (qkv_beam_stop)7, NULL},
+                              {2, 1, 5, 0.0f, (qkv_beam_stop)(QKV_BEAM_STOP_HF_NEVER + 1), NULL}};
 #undef BAD
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
         assert_int_equal(qkv_transformer_beam(m, SRC, VALID, 1, SL, &bad[k],
@@ -420,7 +422,7 @@ static void test_scripted_rules_match_reference(void **state)
     tu_reference_load(&cases, "beam_cases");
     const int n = tu_ref_int(&cases, "n");
     qkv_tensor_file_free(&cases);
-    int compared[3] = {0};
+    int compared[5] = {0};
     for (int c = 0; c < n; c++) {
         char name[32];
         snprintf(name, sizeof name, "beam_%d", c);
@@ -450,8 +452,9 @@ static void test_scripted_rules_match_reference(void **state)
         free(ids), free(len), free(score);
         qkv_tensor_file_free(&f);
     }
-    print_message("sentences compared: bound %d, count %d, hf %d\n", compared[0], compared[1],
-                  compared[2]);
+    print_message("sentences compared: bound %d, count %d, hf %d, hf-early %d, hf-never %d\n",
+                  compared[0], compared[1], compared[2], compared[3], compared[4]);
+    for (int mode = 0; mode < 5; mode++) assert_true(compared[mode] > 0);
 }
 
 /* The exact rule never ends worse than the count rule (it runs the same search, longer), and
@@ -483,6 +486,42 @@ static void test_bound_beats_count(void **state)
     assert_true(better > 0); /* 7 of 576 when written */
 }
 
+/* transformers' three rules run the same search and differ only in when a sentence stops:
+ * hf-early once K have finished, hf (early_stopping=False) at that point or later, hf-never
+ * at hf's point or later (lp of the longest length is the largest). A longer search only adds
+ * finished hypotheses, so each best is at least the one before it; on these logits the later
+ * stops often find a better one. */
+static void test_hf_rules_ordered(void **state)
+{
+    (void)state;
+    enum { B = 16, V = 14, T = 12 };
+    static const qkv_beam_stop rules[3] = {QKV_BEAM_STOP_HF_EARLY, QKV_BEAM_STOP_HF,
+                                           QKV_BEAM_STOP_HF_NEVER};
+    int better[2] = {0}, total = 0;
+    for (int seed = 0; seed < 12; seed++)
+        for (int K = 2; K <= 4; K++) {
+            const float alpha = (float)(seed % 3) * 0.5f + 0.5f;
+            int ids[3][B * T], len[3][B];
+            double score[3][B];
+            for (int r = 0; r < 3; r++) {
+                const qkv_beam_options o = {K, 1, T, alpha, rules[r], NULL};
+                scripted_search(9000 + (uint64_t)seed, B, V, seed % 2, &o, ids[r], len[r],
+                                score[r]);
+            }
+            for (int b = 0; b < B; b++, total++)
+                for (int r = 0; r < 2; r++) {
+                    if (score[r + 1][b] < score[r][b])
+                        fail_msg("seed %d K %d sentence %d: %s %.6f below %s %.6f", seed, K, b,
+                                 qkv_beam_stop_name(rules[r + 1]), score[r + 1][b],
+                                 qkv_beam_stop_name(rules[r]), score[r][b]);
+                    better[r] += score[r + 1][b] > score[r][b];
+                }
+        }
+    print_message("hf beat hf-early in %d of %d searches, hf-never beat hf in %d\n", better[0],
+                  total, better[1]);
+    assert_true(better[0] > 0 && better[1] > 0);
+}
+
 int main(void)
 {
     qkv_set_threads(2);
@@ -496,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_rejects_bad_options),
         cmocka_unit_test(test_scripted_rules_match_reference),
         cmocka_unit_test(test_bound_beats_count),
+        cmocka_unit_test(test_hf_rules_ordered),
     };
     return cmocka_run_group_tests_name("beam", tests, NULL, NULL);
 }

@@ -8,7 +8,11 @@
  *   greedy   generate(forced_bos_token_id=the target language)'s tokens, token for token,
  *            with the language token forced as the first output (decoding_rules' prefix)
  *   beam     generate(num_beams=4, early_stopping=False)'s, the same, under
- *            QKV_BEAM_STOP_HF
+ *            QKV_BEAM_STOP_HF; and generate(num_beams=K, early_stopping=True)'s for K = 2,
+ *            3, 4, 6 under QKV_BEAM_STOP_HF_EARLY and early_stopping="never"'s under
+ *            QKV_BEAM_STOP_HF_NEVER (the reference counts the sentences where each differs
+ *            from early_stopping=False: on nllb_tied some must, for the comparison to tell
+ *            the rules apart)
  * with Hugging Face's ids mapped to qkv's (fairseq's <s> <pad> </s> <unk> are qkv's <bos>
  * <pad> <eos> <unk>; every other id is kept, which the vocabulary files must show). The command
  * line (--source-lang, --target-lang, the text) is tests/e2e/test_m2m100.sh. */
@@ -99,7 +103,9 @@ static void batch_as_translate(const char *dir, const char *src_lang, const char
     qkv_translator_free(tr);
 }
 
-static void check(const char *name, int nllb)
+/* differ: whether early_stopping True and False must translate some sentence differently
+ * there (on nllb_tied they do at beam 2), so that the comparison can tell the rules apart. */
+static void check(const char *name, int nllb, int differ_some)
 {
     char hf[1024], ref[256], out[] = "/tmp/qkv_m2m100_XXXXXX", path[1200];
     snprintf(hf, sizeof hf, "%s/m2m100_%s", parity_dir(), name);
@@ -162,6 +168,27 @@ static void check(const char *name, int nllb)
          max_new, N);
     printf("%s: %d sentences: logits within %.1e (%d positions), greedy and beam %d identical "
            "with %s forced\n", name, N, worst, rows, o.beam, code);
+    /* transformers' other stopping rules, "early_K" and "never_K" */
+    char names[256], key[64];
+    snprintf(names, sizeof names, "%s", qkv_tensor_file_meta(&f, "rules"));
+    int differ = 0;
+    for (char *save = NULL, *rule = strtok_r(names, ",", &save); rule;
+         rule = strtok_r(NULL, ",", &save)) {
+        const int K = atoi(strchr(rule, '_') + 1);
+        const qkv_beam_options ro = {K, 1, T, 1.0f, rule[0] == 'e' ? QKV_BEAM_STOP_HF_EARLY
+                                                                    : QKV_BEAM_STOP_HF_NEVER,
+                                     NULL};
+        if (beam_decode(m, s, valid, N, Ts, &ro, &rules, &r, &err)) fail_msg("%s", err.msg);
+        snprintf(key, sizeof key, "%s_len", rule);
+        same(name, rule, ids, len, T, tu_ref_i32(&f, rule, &n), tu_ref_i32(&f, key, &n), max_new,
+             N);
+        snprintf(key, sizeof key, "%s_differ", rule);
+        const int d = tu_ref_int(&f, key);
+        printf("%s: %s (%s, beam %d) identical; %d of %d sentences differ from "
+               "early_stopping=False\n", name, rule, qkv_beam_stop_name(ro.stop), K, d, N);
+        if (rule[0] == 'e') differ += d;
+    }
+    if (differ_some) assert_true(differ > 0);
     free(ids), free(len), free(got), free(s), free(t);
     qkv_transformer_free(m);
     batch_as_translate(out, qkv_tensor_file_meta(&f, "src_lang"), code);
@@ -176,9 +203,9 @@ static void check(const char *name, int nllb)
     rmdir(out);
 }
 
-static void test_nllb_tied(void **state) { (void)state, check("nllb_tied", 1); }
-static void test_nllb_untied_gelu(void **state) { (void)state, check("nllb_untied_gelu", 1); }
-static void test_m2m100_unscaled(void **state) { (void)state, check("m2m100_unscaled", 0); }
+static void test_nllb_tied(void **state) { (void)state, check("nllb_tied", 1, 1); }
+static void test_nllb_untied_gelu(void **state) { (void)state, check("nllb_untied_gelu", 1, 0); }
+static void test_m2m100_unscaled(void **state) { (void)state, check("m2m100_unscaled", 0, 0); }
 
 /* fairseq's table: row i is position i + 2, [sin | cos] at exp(-j ln(10000) / (h - 1)) */
 static void test_fairseq_table(void **state)

@@ -12,13 +12,13 @@
  * them: a model directory written before depends on these exact words. */
 static const struct {
     qkv_enum e;
-    const char *names[5];
+    const char *names[6]; /* NULL-terminated */
 } WANT[] = {
     {QKV_ENUM_ACTIVATION, {"relu", "gelu", "silu"}},
     {QKV_ENUM_TIE, {"none", "output", "all"}},
     {QKV_ENUM_POS_LAYOUT, {"interleaved", "sin_cos", "fairseq"}},
     {QKV_ENUM_ATTENTION, {"softmax", "linear"}},
-    {QKV_ENUM_BEAM_STOP, {"bound", "count", "hf"}},
+    {QKV_ENUM_BEAM_STOP, {"bound", "count", "hf", "hf-early", "hf-never"}},
     {QKV_ENUM_PRECISION, {"fp32", "bf16", "int8"}},
     {QKV_ENUM_KV_CACHE, {"auto", "fp32", "bf16"}},
     {QKV_ENUM_LR_SCHEDULE, {"constant", "noam"}},
@@ -64,6 +64,9 @@ static void test_typed_calls(void **state)
     assert_string_equal(qkv_pos_layout_name(QKV_POS_HALVES), "sin_cos");
     assert_string_equal(qkv_attention_kind_name(QKV_ATTENTION_LINEAR), "linear");
     assert_string_equal(qkv_beam_stop_name(QKV_BEAM_STOP_HF), "hf");
+    assert_string_equal(qkv_beam_stop_name(QKV_BEAM_STOP_HF_EARLY), "hf-early");
+    assert_string_equal(qkv_beam_stop_name(QKV_BEAM_STOP_HF_NEVER), "hf-never");
+    assert_string_equal(qkv_beam_stop_name((qkv_beam_stop)5), "unknown");
     assert_string_equal(qkv_precision_name(QKV_PRECISION_INT8), "int8");
     assert_string_equal(qkv_precision_name((qkv_precision)9), "unknown");
     assert_string_equal(qkv_kv_cache_name(QKV_KV_CACHE_BF16), "bf16");
@@ -87,6 +90,8 @@ static void test_typed_calls(void **state)
     assert_int_equal(k, QKV_ATTENTION_LINEAR);
     assert_int_equal(qkv_beam_stop_parse(&s, "count", &err), QKV_OK);
     assert_int_equal(s, QKV_BEAM_STOP_COUNT);
+    assert_int_equal(qkv_beam_stop_parse(&s, "hf-early", &err), QKV_OK);
+    assert_int_equal(s, QKV_BEAM_STOP_HF_EARLY);
     assert_int_equal(qkv_lr_schedule_parse(&l, "noam", &err), QKV_OK);
     assert_int_equal(l, QKV_LR_NOAM);
     assert_int_equal(qkv_spm_type_parse(&m, "bpe", &err), QKV_OK);

@@ -13,51 +13,11 @@
 
 #include "test_util.h"
 
-enum { V = 12, T = 10, NTRAIN = 160, NVALID = 24 };
+enum { V = 12, T = TU_COPY_T, NTRAIN = 160, NVALID = 24 };
 
-/* A copy task: sources of 1..8 random tokens, targets the same, + <eos>. */
-typedef struct {
-    int src[NTRAIN * T], src_valid[NTRAIN], tgt[NTRAIN * T], tgt_valid[NTRAIN];
-    qkv_dataset d;
-} data;
+typedef tu_copy_data data; /* tu_copy_task */
 
-static void make_data(data *x, int n, uint64_t seed)
-{
-    for (int e = 0; e < n; e++) {
-        int len = 1 + (int)(qkv_random_u32(seed, (uint64_t)e * 97) % 8);
-        for (int t = 0; t < T; t++) x->src[e * T + t] = x->tgt[e * T + t] = QKV_PAD;
-        for (int t = 0; t < len; t++)
-            x->src[e * T + t] = QKV_N_RESERVED +
-                                (int)(qkv_random_u32(seed, (uint64_t)e * 97 + 1 + t) % (V - 4));
-        for (int t = 0; t < len; t++) x->tgt[e * T + t] = x->src[e * T + t];
-        x->src[e * T + len] = x->tgt[e * T + len] = QKV_EOS;
-        x->src_valid[e] = x->tgt_valid[e] = len + 1;
-    }
-    x->d = (qkv_dataset){n, T, x->src, x->src_valid, x->tgt, x->tgt_valid};
-}
-
-static qkv_transformer *small_model(uint64_t seed)
-{
-    qkv_transformer_config cfg = qkv_transformer_default_config();
-    cfg.src_vocab = cfg.tgt_vocab = V, cfg.d_model = 16, cfg.heads = 2, cfg.ffn = 32;
-    cfg.enc_layers = cfg.dec_layers = 1, cfg.max_len = 16, cfg.dropout = 0.1f;
-    qkv_transformer *m;
-    assert_int_equal(qkv_transformer_create(&m, &cfg, seed, NULL), QKV_OK);
-    return m;
-}
-
-static void temp_dir(char *dir, size_t cap)
-{
-    snprintf(dir, cap, "/tmp/qkv_train_XXXXXX");
-    assert_non_null(mkdtemp(dir));
-}
-
-static void remove_tree(const char *dir)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
+static qkv_transformer *small_model(uint64_t seed) { return tu_small_transformer(V, 0.1f, seed); }
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -110,10 +70,10 @@ static void test_noam_schedule(void **state)
 {
     (void)state;
     data x;
-    make_data(&x, NTRAIN, 1);
+    tu_copy_task(&x, NTRAIN, V, 1);
     qkv_transformer *m = small_model(2);
     char dir[64];
-    temp_dir(dir, sizeof dir);
+    tu_temp_dir(dir, sizeof dir, "qkv_train");
     record r = {0};
     qkv_train_options o = qkv_train_default_options();
     o.out_dir = dir, o.batch = 16, o.epochs = 3, o.schedule = QKV_LR_NOAM, o.warmup = 12;
@@ -131,7 +91,7 @@ static void test_noam_schedule(void **state)
     assert_int_equal(qkv_train(m, &x.d, &o, &err), QKV_ERR_ARG);
     assert_non_null(strstr(err.msg, "warmup"));
     qkv_transformer_free(m);
-    remove_tree(dir);
+    tu_remove_tree(dir);
 }
 
 /* ---- batches by length ------------------------------------------------------------------ */
@@ -140,7 +100,7 @@ static void test_token_batches(void **state)
 {
     (void)state;
     data x;
-    make_data(&x, NTRAIN, 3);
+    tu_copy_task(&x, NTRAIN, V, 3);
     const int budget = 64;
     int items[NTRAIN], first[NTRAIN + 1], items2[NTRAIN], first2[NTRAIN + 1];
     int n = qkv_train_batches(items, first, &x.d, budget, 7, 0);
@@ -184,11 +144,11 @@ static void test_validation_values(void **state)
 {
     (void)state;
     data x, y;
-    make_data(&x, NTRAIN, 4);
-    make_data(&y, NVALID, 4); /* the first training pairs: BLEU rises as they are learnt */
+    tu_copy_task(&x, NTRAIN, V, 4);
+    tu_copy_task(&y, NVALID, V, 4); /* the first training pairs: BLEU rises as they are learnt */
     qkv_transformer *m = small_model(6);
     char dir[64];
-    temp_dir(dir, sizeof dir);
+    tu_temp_dir(dir, sizeof dir, "qkv_train");
     record r = {0};
     qkv_train_options o = qkv_train_default_options();
     o.out_dir = dir, o.batch_tokens = 96, o.epochs = 30, o.lr = 0.005f;
@@ -226,7 +186,7 @@ static void test_validation_values(void **state)
     assert_non_null(strstr(log, "\"bleu\": "));
     free(log);
     qkv_transformer_free(m);
-    remove_tree(dir);
+    tu_remove_tree(dir);
 }
 
 /* best/ holds the model of the best epoch; a learning rate far too high makes validation
@@ -235,11 +195,11 @@ static void test_best_and_early_stopping(void **state)
 {
     (void)state;
     data x, y;
-    make_data(&x, NTRAIN, 7);
-    make_data(&y, NVALID, 8);
+    tu_copy_task(&x, NTRAIN, V, 7);
+    tu_copy_task(&y, NVALID, V, 8);
     qkv_transformer *m = small_model(9);
     char dir[64], a[128], b[128];
-    temp_dir(dir, sizeof dir);
+    tu_temp_dir(dir, sizeof dir, "qkv_train");
     record r = {0};
     qkv_train_options o = qkv_train_default_options();
     o.out_dir = dir, o.batch = 32, o.epochs = 4, o.lr = 0.01f, o.keep_epochs = 4;
@@ -255,11 +215,11 @@ static void test_best_and_early_stopping(void **state)
     snprintf(b, sizeof b, "%s/epoch-%03d/model.safetensors", dir, best + 1);
     assert_true(same_file(a, b));
     qkv_transformer_free(m);
-    remove_tree(dir);
+    tu_remove_tree(dir);
 
     /* a rate that wrecks the model: no better epoch after the first, patience 2 */
     m = small_model(9);
-    temp_dir(dir, sizeof dir);
+    tu_temp_dir(dir, sizeof dir, "qkv_train");
     memset(&r, 0, sizeof r);
     o.out_dir = dir, o.epochs = 20, o.lr = 3.0f, o.patience = 2, o.keep_epochs = 0;
     assert_int_equal(qkv_train(m, &x.d, &o, NULL), QKV_OK);
@@ -277,7 +237,7 @@ static void test_best_and_early_stopping(void **state)
     assert_int_equal(qkv_train(m, &x.d, &o, NULL), QKV_OK);
     assert_int_equal(again.n, 0);
     qkv_transformer_free(m);
-    remove_tree(dir);
+    tu_remove_tree(dir);
 }
 
 /* Stopping mid-epoch and resuming gives the same model, best model and history bit for bit,
@@ -287,11 +247,11 @@ static void test_exact_resume(void **state)
 {
     (void)state;
     data x, y;
-    make_data(&x, NTRAIN, 10);
-    make_data(&y, NVALID, 11);
+    tu_copy_task(&x, NTRAIN, V, 10);
+    tu_copy_task(&y, NVALID, V, 11);
     char full[64], cut[64], pa[160], pb[160];
-    temp_dir(full, sizeof full);
-    temp_dir(cut, sizeof cut);
+    tu_temp_dir(full, sizeof full, "qkv_train");
+    tu_temp_dir(cut, sizeof cut, "qkv_train");
     qkv_train_options o = qkv_train_default_options();
     o.batch_tokens = 80, o.epochs = 3, o.schedule = QKV_LR_NOAM, o.warmup = 10;
     o.valid = &y.d, o.valid_bleu = 1, o.patience = 5, o.seed = 3;
@@ -328,8 +288,8 @@ static void test_exact_resume(void **state)
         snprintf(pb, sizeof pb, "%s/%s", cut, files[i]);
         if (!same_file(pa, pb)) fail_msg("%s differs after stop + resume", files[i]);
     }
-    remove_tree(full);
-    remove_tree(cut);
+    tu_remove_tree(full);
+    tu_remove_tree(cut);
 }
 
 /* should_stop, asked after every step, stops where it says as stop_after_steps stops there:
@@ -348,10 +308,10 @@ static void test_should_stop(void **state)
 {
     (void)state;
     data x;
-    make_data(&x, NTRAIN, 15);
+    tu_copy_task(&x, NTRAIN, V, 15);
     char a[64], b[64], pa[160], pb[160];
-    temp_dir(a, sizeof a);
-    temp_dir(b, sizeof b);
+    tu_temp_dir(a, sizeof a, "qkv_train");
+    tu_temp_dir(b, sizeof b, "qkv_train");
     qkv_train_options o = qkv_train_default_options();
     o.batch = 16, o.epochs = 2, o.seed = 5;
     qkv_transformer *m = small_model(16);
@@ -378,15 +338,15 @@ static void test_should_stop(void **state)
     qkv_transformer_free(m);
     snprintf(pa, sizeof pa, "%s/model.safetensors", a);
     assert_true(same_file(pa, pb));
-    remove_tree(a);
-    remove_tree(b);
+    tu_remove_tree(a);
+    tu_remove_tree(b);
 }
 
 static void test_rejects_bad_options(void **state)
 {
     (void)state;
     data x;
-    make_data(&x, NTRAIN, 13);
+    tu_copy_task(&x, NTRAIN, V, 13);
     qkv_transformer *m = small_model(14);
     qkv_error err = {0};
     qkv_train_options o = qkv_train_default_options();
@@ -396,7 +356,7 @@ static void test_rejects_bad_options(void **state)
     o.patience = 0, o.batch_tokens = -1;
     assert_int_equal(qkv_train(m, &x.d, &o, &err), QKV_ERR_ARG);
     data y;
-    make_data(&y, NVALID, 15);
+    tu_copy_task(&y, NVALID, V, 15);
     y.src[3] = V; /* outside the vocabulary */
     o.batch_tokens = 0, o.valid = &y.d;
     assert_int_equal(qkv_train(m, &x.d, &o, &err), QKV_ERR_ARG);

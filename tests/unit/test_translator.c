@@ -655,7 +655,7 @@ static void test_bad_options_and_sources(void **state)
     bad[0].beam = 0, bad[1].n_best = 0, bad[2].beam = 2, bad[2].n_best = 3;
     bad[3].alpha = -0.5f, bad[4].alpha = NAN, bad[5].batch = 0, bad[6].max_len = -1;
     bad[8].max_len_a = -1.0f, bad[9].max_len_a = NAN, bad[10].max_len_b = -1;
-    bad[11].stop = (qkv_beam_stop)3;
+    bad[11].stop = (qkv_beam_stop)(QKV_BEAM_STOP_HF_NEVER + 1);
     bad[7].precision = (qkv_precision)7; /* last, for the message below */
     qkv_translations r;
     qkv_error err = {0};
