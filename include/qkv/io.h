@@ -85,10 +85,8 @@ qkv_status qkv_export_ct2(const char *model_dir, const char *out_dir,
  * out_dir (created if need be; not dir itself) with its weight matrices stored at precision
  * p, which must be QKV_PRECISION_INT8: the attention projections, the FFN layers, the
  * embeddings and the output projection as int8 values (I8 tensors) with a float32 scale per
- * row ("NAME.scale"), exactly as QKV_PRECISION_INT8 quantises them, and for the embeddings
- * and the output projection their second digits ("NAME.fine", I8: the shortlist of each
- * choice is scored again with them); the biases, LayerNorms and positions stay float32. The
- * file is about a quarter of the float32 one (a third with a large vocabulary), and
+ * row ("NAME.scale"), exactly as QKV_PRECISION_INT8 quantises them; the biases, LayerNorms
+ * and positions stay float32. The file is about a quarter of the float32 one, and
  * config.json says "weights": "int8". dir's other files (vocabularies, tokenizer models,
  * text.json, generation.json, train.json) are copied; checkpoints are not.
  * Loading out_dir takes the int8 weights as they are (nothing is quantised again) and sets

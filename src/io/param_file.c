@@ -45,8 +45,8 @@ static qkv_status find_tensor(const qkv_tensor **out, const qkv_tensor_file *f, 
     return QKV_OK;
 }
 
-/* Every tensor of f is one of the table's, or named like an int8 weight's scales or second
- * digits (int8), or starts with allowed_prefix. */
+/* Every tensor of f is one of the table's, or named like an int8 weight's scales (int8), or
+ * starts with allowed_prefix. */
 static qkv_status check_known(const qkv_param_info *tensors, int n, const qkv_tensor_file *f,
                               const char *path, const char *allowed_prefix, int int8,
                               qkv_error *err)
@@ -58,9 +58,7 @@ static qkv_status check_known(const qkv_param_info *tensors, int n, const qkv_te
             const size_t len = strlen(tensors[i].name);
             known = !strcmp(name, tensors[i].name) ||
                     (int8 && precision_int8_tensor(&tensors[i]) &&
-                     !strncmp(name, tensors[i].name, len) &&
-                     (!strcmp(name + len, INT8_SCALE) ||
-                      (precision_int8_fine(&tensors[i]) && !strcmp(name + len, INT8_FINE_SUFFIX))));
+                     !strncmp(name, tensors[i].name, len) && !strcmp(name + len, INT8_SCALE));
         }
         if (!known)
             return qkv_fail(err, QKV_ERR_FORMAT, "%s: unexpected tensor \"%s\" (not part of "
@@ -133,20 +131,7 @@ static qkv_status copy_int8(const qkv_param_info *t, float *base, int8_matrix *q
     }
     float *dst = base + t->offset;
     for (size_t k = 0; k < t->numel; k++) dst[k] = int8_dequantise(wq[k], scale[k / in]);
-    st = int8_matrix_pack(q, wq, scale, out, in, err);
-    if (st || !precision_int8_fine(t)) return st;
-    char fine_name[80];
-    snprintf(fine_name, sizeof fine_name, "%s%s", t->name, INT8_FINE_SUFFIX);
-    if (!qkv_tensor_file_get(f, fine_name)) return QKV_OK;
-    const qkv_tensor *fw;
-    st = find_tensor(&fw, f, fine_name, QKV_I8, out, in, path, err);
-    const int8_t *fine = st ? NULL : fw->data;
-    for (size_t k = 0; !st && k < t->numel; k++)
-        if (fine[k] == -128)
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor \"%s\" element %zu is -128: second "
-                          "digits are in [-127, 127]", path, fine_name, k);
-    if (!st) st = int8_matrix_set_fine(q, fine, err);
-    return st;
+    return int8_matrix_pack(q, wq, scale, out, in, err);
 }
 
 qkv_status param_copy_int8(const qkv_param_info *tensors, int n, float *base, int8_matrix *q,
@@ -196,10 +181,8 @@ static qkv_tensor_ref *int8_refs(const qkv_param_info *tensors, int n, const flo
     size_t n_scales = 0, n_weights = 0;
     int refs_n = n;
     for (int i = 0; i < n; i++)
-        if (precision_int8_tensor(&tensors[i])) {
+        if (precision_int8_tensor(&tensors[i]))
             n_scales += (size_t)tensors[i].shape[0], n_weights += tensors[i].numel, refs_n++;
-            if (precision_int8_fine(&tensors[i])) n_weights += tensors[i].numel, refs_n++;
-        }
     qkv_tensor_ref *refs = param_refs(tensors, n, params, refs_n - n);
     /* the scales first, so that every float is aligned */
     float *scales = *buffer = malloc(n_scales * sizeof *scales + n_weights + 1);
@@ -214,11 +197,6 @@ static qkv_tensor_ref *int8_refs(const qkv_param_info *tensors, int n, const flo
         refs[i].dtype = QKV_I8, refs[i].data = wq;
         refs[j++] = (qkv_tensor_ref){t->name, QKV_F32, 1, {out}, scales};
         wq += t->numel, scales += out;
-        if (!precision_int8_fine(t)) continue;
-        for (int o = 0; o < out; o++)
-            int8_fine_row(wq + (size_t)o * in, params + t->offset + (size_t)o * in, in);
-        refs[j++] = (qkv_tensor_ref){t->name, QKV_I8, 2, {out, in}, wq};
-        wq += t->numel;
     }
     *count = refs_n;
     return refs;
@@ -235,15 +213,14 @@ qkv_status param_dir_save_int8(const char *dir, const char *json, const qkv_para
     void *buffer = NULL;
     qkv_tensor_ref *refs = int8_refs(tensors, n, params, &count, &buffer);
     if (!refs) return qkv_fail(err, QKV_ERR_NOMEM, "out of memory quantising the weights");
-    /* the scales' and second digits' names, NAME.scale and NAME.fine, beside the table's */
+    /* the scales' names, NAME.scale, beside the table's names */
     char (*names)[80] = calloc((size_t)(count - n) + 1, sizeof *names);
     if (!names) {
         free(refs), free(buffer);
         return qkv_fail(err, QKV_ERR_NOMEM, "out of memory");
     }
     for (int j = n; j < count; j++) {
-        snprintf(names[j - n], sizeof names[0], "%s%s", refs[j].name,
-                 refs[j].dtype == QKV_I8 ? INT8_FINE_SUFFIX : INT8_SCALE);
+        snprintf(names[j - n], sizeof names[0], "%s%s", refs[j].name, INT8_SCALE);
         refs[j].name = names[j - n];
     }
     /* the weights first, config.json last: a directory whose config.json says int8 always

@@ -10,8 +10,6 @@
 
 /* The suffix of an int8 weight's scales in an int8 model file: NAME.scale beside NAME. */
 #define INT8_SCALE ".scale"
-/* ... and NAME.fine, the second digit of those that keep one (precision_int8_fine). */
-#define INT8_FINE_SUFFIX ".fine"
 
 /* The table's tensors (from base: the parameters, or staged copies) as references, with room
  * for extra more after them; NULL when out of memory. The caller frees. */
@@ -26,17 +24,13 @@ qkv_status param_copy(const qkv_param_info *tensors, int n, float *base,
 /* An int8 model file's tensors (param_dir_save_int8) into base and q: the weight matrices
  * that int8 quantises (precision_int8_tensor), each as NAME (I8, the table's shape, values in
  * [-127, 127]) with NAME.scale (F32, one per row: finite, >= 0, 0 only for a row of zeros),
- * packed into q (one per such tensor, in the table's order) and dequantised into base
- * (s wq); for those that keep a second digit (precision_int8_fine), NAME.fine (I8, the
- * table's shape, values in [-127, 127]) when present (a file written before there were
- * second digits has none: its choices are the int8 logits'); every other tensor as
- * param_copy reads it; no unknown tensor. */
+ * packed into q (one per such tensor, in the table's order) and dequantised into base; every
+ * other tensor as param_copy reads it; no unknown tensor. */
 qkv_status param_copy_int8(const qkv_param_info *tensors, int n, float *base, int8_matrix *q,
                            const qkv_tensor_file *f, const char *path, qkv_error *err);
 
 /* dir/model.safetensors with the weight matrices that int8 quantises stored as int8 with
- * their per-row scales (int8_quantise_row of params) and, where precision_int8_fine, their
- * second digits (int8_fine_row), the rest float32, then dir/config.json
+ * their per-row scales (int8_quantise_row of params), the rest float32, then dir/config.json
  * (json and a newline), each written atomically; dir is created if need be. */
 qkv_status param_dir_save_int8(const char *dir, const char *json, const qkv_param_info *tensors,
                                int n, const float *params, const char *format, qkv_error *err);

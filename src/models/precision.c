@@ -36,16 +36,6 @@ int precision_int8_tensor(const qkv_param_info *t)
            !strcmp(name, "output.W") || ends_with(name, "embedding");
 }
 
-/* Whether an int8 weight also keeps its second digit (ops/cpu/int8.h, INT8_FINE): the
- * embeddings and the output projection. Their rows are read one at a time (a lookup, or a
- * shortlist of logits scored again), so the digit costs their bytes, never a product's
- * time; and it is where int8 decides: a translation's tokens are chosen among logits closer
- * together than int8's error. */
-int precision_int8_fine(const qkv_param_info *t)
-{
-    return precision_int8_tensor(t) && (!strcmp(t->name, "output.W") || ends_with(t->name, "embedding"));
-}
-
 static void int8_free(model_precision *mp)
 {
     for (int i = 0; i < mp->n_int8; i++) int8_matrix_free(&mp->int8[i].q);
@@ -80,7 +70,6 @@ static qkv_status int8_refresh(model_precision *mp, const float *params, qkv_err
         int8_matrix_free(q);
         qkv_status st = int8_matrix_quantise(q, params + t->offset, (int)t->shape[0],
                                              (int)t->shape[1], err);
-        if (!st && precision_int8_fine(t)) st = int8_matrix_refine(q, params + t->offset, err);
         if (st) return st;
     }
     mp->int8_current = 1;

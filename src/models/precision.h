@@ -36,9 +36,6 @@ typedef struct {
 /* Whether the tensor is one of the weight matrices that int8 quantises (and an int8 model
  * file stores as int8): precision.c says which, and why. */
 int precision_int8_tensor(const qkv_param_info *t);
-/* Whether it also keeps its second digit (int8_matrix.fine; an int8 model file stores it as
- * NAME.fine): precision.c says which, and why. */
-int precision_int8_fine(const qkv_param_info *t);
 
 /* An int8 model file's weight matrices as the int8 table: file (one per tensor that
  * precision_int8_tensor picks among tensors (n_tensors, which outlive mp), in their order),

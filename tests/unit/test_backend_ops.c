@@ -625,18 +625,8 @@ static void linear_reference(double *y, double *bound, const float *x, const flo
  * precision: float32, with a bf16 copy, or quantised per channel to int8 (the packed matrix
  * copied into t's memory, q its descriptor). The typed copy is made from `from`: another
  * matrix than W tests that a stale copy is never read. */
-static weight typed_weight_fine(table *t, weight_type type, const float *W, const float *from,
-                                int out, int in, int8_matrix *q, int fine);
-
 static weight typed_weight(table *t, weight_type type, const float *W, const float *from,
                            int out, int in, int8_matrix *q)
-{
-    return typed_weight_fine(t, type, W, from, out, in, q, 0);
-}
-
-/* ... and, with fine, an int8 matrix with its second digit (an output projection's). */
-static weight typed_weight_fine(table *t, weight_type type, const float *W, const float *from,
-                                int out, int in, int8_matrix *q, int fine)
 {
     const size_t n = (size_t)out * in;
     weight w = weight_f32(fin(t, "W", W, n));
@@ -647,11 +637,8 @@ static weight typed_weight_fine(table *t, weight_type type, const float *W, cons
     } else if (type == WEIGHT_INT8) {
         int8_matrix h;
         qkv_error err = {0};
-        if (int8_matrix_quantise(&h, from, out, in, &err) != QKV_OK ||
-            (fine && int8_matrix_refine(&h, from, &err) != QKV_OK))
-            fail_at(t, "%s", err.msg);
+        if (int8_matrix_quantise(&h, from, out, in, &err) != QKV_OK) fail_at(t, "%s", err.msg);
         *q = h;
-        if (fine) q->fine = dev(t, "W second digit", IN, h.fine, n * sizeof *h.fine);
         q->w = dev(t, "W (int8)", IN, h.w, (size_t)h.out_pad / INT8_BLOCK * h.k4 * 64);
         q->scale = dev(t, "W scales", IN, h.scale, (size_t)h.out_pad * sizeof *h.scale);
         q->comp = dev(t, "W sums", IN, h.comp, (size_t)h.out_pad * sizeof *h.comp);
@@ -723,8 +710,6 @@ static void test_linear(void **state)
  * within ops/cpu/best.h's bound of log_normaliser of them (exactly, where the table writes
  * the logits out first), and nothing is reported as not finite; with one bias infinite, the
  * logits are reported. Ties, banned ids, chunks and threads: tests/unit/test_best.c. */
-static void check_linear_best_fine(table *t, const linear_shape *sh);
-
 static void check_linear_best(table *t, const linear_shape *sh, weight_type type)
 {
     const int N = sh->N, in = sh->in, out = sh->out, k = out < 4 ? out : 4;
@@ -767,84 +752,14 @@ static void check_linear_best(table *t, const linear_shape *sh, weight_type type
     tidy(t);
 }
 
-static int cmp_double_desc(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x < y) - (x > y);
-}
-
-/* An int8 weight with its second digit (ops/cpu/int8.h, INT8_FINE): the table's k best of
- * each row are the k best of the exact logits y = x W^T + b (double) up to the rescored
- * values' bound, sum_k |x_k| s_w / 508 (and float32's roundings: in U of the products'
- * magnitudes); each value is within that bound of its exact logit; the normaliser within
- * the largest int8 bound of any logit (int8.h's) of the exact one. Without the rescoring
- * the values are int8's, and their errors are ~254 times that bound. */
-static void check_linear_best_fine(table *t, const linear_shape *sh)
-{
-    const int N = sh->N, in = sh->in, out = sh->out, k = out < 4 ? out : 4;
-    begin(t, "linear_best, int8 weight with its second digit, N %d in %d out %d", N, in, out);
-    const uint64_t seed = 7100003u * N + 1019u * in + out;
-    const float *x = urand(t, (size_t)N * in, seed, -1, 1);
-    const float *W = urand(t, (size_t)out * in, seed + 1, -1, 1);
-    const float *b = urand(t, out, seed + 2, -1, 1);
-    int8_matrix q;
-    const weight w = typed_weight_fine(t, WEIGHT_INT8, W, W, out, in, &q, 1);
-    double *y = hd(t, (size_t)N * out), *bound8 = hd(t, (size_t)N * out);
-    linear_reference(y, bound8, x, W, b, N, in, out, QKV_PRECISION_INT8);
-    int *ids = hi(t, (size_t)N * k), nonfinite = -1;
-    float *vals = hf(t, (size_t)N * k);
-    double *lse = hd(t, N), *sorted = hd(t, out);
-    const best_request rq = {k, 0, ids, vals, lse, &nonfinite};
-    OP(t, linear_best)(&t->be, &rq, fin(t, "x", x, (size_t)N * in), &w, fin(t, "b", b, out), N,
-                       in, out, fout(t, "scratch", (size_t)N * out));
-    for (int r = 0; r < N; r++) {
-        const float *xr = x + (size_t)r * in;
-        const double *yr = y + (size_t)r * out;
-        double sx = 0.0, worst8 = 0.0, mx = -INFINITY, sum = 0.0;
-        for (int j = 0; j < in; j++) sx += fabs(xr[j]);
-        for (int o = 0; o < out; o++) {
-            sorted[o] = yr[o], mx = fmax(mx, yr[o]);
-            worst8 = fmax(worst8, bound8[(size_t)r * out + o]);
-        }
-        for (int o = 0; o < out; o++) sum += exp(yr[o] - mx);
-        qsort(sorted, (size_t)out, sizeof *sorted, cmp_double_desc);
-        for (int i = 0; i < k; i++) {
-            const int id = ids[(size_t)r * k + i];
-            if (id < 0 || id >= out) fail_at(t, "row %d: best %d is id %d", r, i, id);
-            double mag = fabs(b[id]), sw = 0.0;
-            for (int j = 0; j < in; j++)
-                mag += fabs((double)xr[j] * W[(size_t)id * in + j]), sw = fmax(sw, fabs(W[(size_t)id * in + j]));
-            const double tol = SLACK * ((1 + 0x1p-12) * sx * sw / 127 / (2 * INT8_FINE) + in * U * mag);
-            const double v = vals[(size_t)r * k + i];
-            if (!(fabs(v - yr[id]) <= tol))
-                fail_at(t, "row %d: best %d (id %d) is %.9g, its logit %.9g (allowed %g): not "
-                        "scored again with the second digit", r, i, id, v, yr[id], tol);
-            if (!(fabs(yr[id] - sorted[i]) <= 2 * tol))
-                fail_at(t, "row %d: best %d (id %d, logit %.9g) is not the %d-th best logit "
-                        "%.9g (allowed %g)", r, i, id, yr[id], i + 1, sorted[i], 2 * tol);
-            if (i && vals[(size_t)r * k + i] > vals[(size_t)r * k + i - 1])
-                fail_at(t, "row %d: best %d above best %d", r, i, i - 1);
-        }
-        const double want = mx + log(sum);
-        if (!(fabs(lse[r] - want) <= worst8 + 1e-6))
-            fail_at(t, "row %d: log normaliser %.17g, of the logits %.17g (allowed %g)", r,
-                    lse[r], want, worst8 + 1e-6);
-    }
-    if (nonfinite != 0) fail_at(t, "finite logits reported as not finite (%d)", nonfinite);
-    done(t);
-    tidy(t);
-}
-
 static void test_linear_best(void **state)
 {
     suite *s = *state;
     EACH_TABLE(s, t)
         for (size_t k = 0; k < sizeof LINEAR_SHAPES / sizeof *LINEAR_SHAPES; k++) {
             check_linear_best(t, &LINEAR_SHAPES[k], WEIGHT_F32);
-            if (t->spec->linear == QKV_PRECISION_INT8) {
+            if (t->spec->linear == QKV_PRECISION_INT8)
                 check_linear_best(t, &LINEAR_SHAPES[k], WEIGHT_INT8);
-                check_linear_best_fine(t, &LINEAR_SHAPES[k]);
-            }
             if (t->spec->linear == QKV_PRECISION_BF16)
                 check_linear_best(t, &LINEAR_SHAPES[k], WEIGHT_BF16);
         }

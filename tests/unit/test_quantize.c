@@ -141,12 +141,11 @@ static void check_transformer(qkv_tie tie, int pre_norm)
     assert_int_equal(qkv_transformer_save(m, dir, NULL), QKV_OK);
     qkv_error err = {0};
     assert_int_equal(qkv_model_quantize(dir, dir8, QKV_PRECISION_INT8, &err), QKV_OK);
-    /* a quarter, and the embeddings' and output projection's second digits (another byte a
-     * weight: a large share of a model this small), the scales, biases, norms */
+    /* a quarter, and a little: the scales, biases, norms */
     const long f32 = file_size(dir, "model.safetensors"), i8 = file_size(dir8, "model.safetensors");
     print_message("  tie %d: %ld bytes float32, %ld int8 (%.3f)\n", (int)tie, f32, i8,
                   (double)i8 / (double)f32);
-    assert_true(i8 < f32 * 0.45);
+    assert_true(i8 < f32 * 0.3);
     assert_int_equal(qkv_transformer_load(&m8, dir8, &err), QKV_OK);
     assert_int_equal(qkv_transformer_get_precision(m8),
                      qkv_int8_supported() ? QKV_PRECISION_INT8 : QKV_PRECISION_FP32);
@@ -217,7 +216,7 @@ static void check_lm(int tie)
     assert_int_equal(qkv_lm_save(m, dir, NULL), QKV_OK);
     qkv_error err = {0};
     assert_int_equal(qkv_model_quantize(dir, dir8, QKV_PRECISION_INT8, &err), QKV_OK);
-    assert_true(file_size(dir8, "model.safetensors") < file_size(dir, "model.safetensors") * 0.45);
+    assert_true(file_size(dir8, "model.safetensors") < file_size(dir, "model.safetensors") * 0.3);
     assert_int_equal(qkv_lm_load(&m8, dir8, &err), QKV_OK);
     if (qkv_int8_supported()) {
         assert_int_equal(qkv_lm_get_precision(m8), QKV_PRECISION_INT8);
@@ -345,12 +344,6 @@ static void test_bad_files(void **state)
                                          "needs [200]"},
         {"decoder.0.self_attention.W_o", AS_F32, "\"decoder.0.self_attention.W_o\" must be I8"},
         {"decoder.0.norm1.gamma.scale", EXTRA, "unexpected tensor \"decoder.0.norm1.gamma.scale\""},
-        /* the second digit of the embedding (the tied output projection) */
-        {"embedding.fine", WEIGHT_128, "\"embedding.fine\" element 70 is -128"},
-        {"embedding.fine", SCALE_SHAPE, "\"embedding.fine\" has shape [199, 64], the "
-                                        "configuration needs [200, 64]"},
-        {"embedding.fine", AS_F32, "\"embedding.fine\" must be I8"},
-        {"decoder.0.ffn.W1.fine", EXTRA, "unexpected tensor \"decoder.0.ffn.W1.fine\""},
     };
     char cmd[256];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -365,13 +358,6 @@ static void test_bad_files(void **state)
         assert_non_null(strstr(err.msg, cases[i].expect));
         assert_non_null(strstr(err.msg, "model.safetensors"));
     }
-    /* without its second digit (a file from before there were any) it loads, and its choices
-     * are the int8 logits' */
-    snprintf(cmd, sizeof cmd, "cp %s/* %s/", dir8, bad);
-    assert_int_equal(system(cmd), 0);
-    rewrite(bad, &(bad_case){"embedding.fine", DROP, ""});
-    assert_int_equal(qkv_transformer_load(&x, bad, NULL), QKV_OK);
-    qkv_transformer_free(x), x = NULL;
     /* config.json: a weights type qkv does not write, or none where the file is int8 */
     snprintf(cmd, sizeof cmd, "cp %s/* %s/", dir8, bad);
     assert_int_equal(system(cmd), 0);

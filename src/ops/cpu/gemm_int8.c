@@ -82,20 +82,6 @@ void int8_quantise_row(int8_t *wq, float *s, const float *row, int in)
     for (int k = 0; k < in; k++) wq[k] = quantise_value(row[k], inv);
 }
 
-/* The second digit of w = row[k] quantised to wq with 1 / s = inv: round(254 (w inv - wq)). */
-static inline int fine_digit(float w, float inv, int wq)
-{
-    long d = lrintf((w * inv - (float)wq) * (float)INT8_FINE);
-    return d > 127 ? 127 : d < -127 ? -127 : (int)d;
-}
-
-void int8_fine_row(int8_t *f, const float *row, int in)
-{
-    float inv;
-    row_scale(row, in, &inv);
-    for (int k = 0; k < in; k++) f[k] = (int8_t)fine_digit(row[k], inv, quantise_value(row[k], inv));
-}
-
 /* q laid out for (out, in) with zero weights, scales and compensations. */
 static qkv_status matrix_alloc(int8_matrix *q, int out, int in, qkv_error *err)
 {
@@ -165,59 +151,13 @@ void int8_matrix_row(float *y, const int8_matrix *q, int o)
 {
     const int8_t *src = channel_at(q, o);
     const float s = q->scale[o];
-    if (q->fine) { /* both digits: (254 wq + f) s / 254, as int8_matrix_dot_fine reads them */
-        const int16_t *v = q->fine + (size_t)o * q->in;
-        const float step = s / (float)INT8_FINE;
-        for (int k = 0; k < q->in; k++) y[k] = (float)v[k] * step;
-        return;
-    }
     for (int k = 0; k < q->in; k++) y[k] = int8_dequantise(src[(size_t)(k / 4) * 64 + k % 4], s);
 }
 
 void int8_matrix_free(int8_matrix *q)
 {
-    free(q->w), free(q->scale), free(q->comp), free(q->fine);
+    free(q->w), free(q->scale), free(q->comp);
     memset(q, 0, sizeof *q);
-}
-
-static qkv_status fine_alloc(int8_matrix *q, qkv_error *err)
-{
-    free(q->fine);
-    if (!(q->fine = malloc(((size_t)q->out * q->in + 1) * sizeof *q->fine)))
-        return qkv_fail(err, QKV_ERR_NOMEM, "out of memory for the second digit of a (%d, %d) "
-                        "int8 weight matrix", q->out, q->in);
-    return QKV_OK;
-}
-
-qkv_status int8_matrix_refine(int8_matrix *q, const float *W, qkv_error *err)
-{
-    qkv_status st = fine_alloc(q, err);
-    if (st) return st;
-    #pragma omp parallel for schedule(static) if ((long)q->out * q->in >= PARALLEL_MIN)
-    for (int o = 0; o < q->out; o++) {
-        const float *row = W + (size_t)o * q->in;
-        int16_t *dst = q->fine + (size_t)o * q->in;
-        float inv;
-        row_scale(row, q->in, &inv);
-        for (int k = 0; k < q->in; k++) {
-            const int wq = quantise_value(row[k], inv);
-            dst[k] = (int16_t)(INT8_FINE * wq + fine_digit(row[k], inv, wq));
-        }
-    }
-    return QKV_OK;
-}
-
-qkv_status int8_matrix_set_fine(int8_matrix *q, const int8_t *f, qkv_error *err)
-{
-    qkv_status st = fine_alloc(q, err);
-    if (st) return st;
-    #pragma omp parallel for schedule(static) if ((long)q->out * q->in >= PARALLEL_MIN)
-    for (int o = 0; o < q->out; o++)
-        for (int k = 0; k < q->in; k++) {
-            const size_t at = (size_t)o * q->in + k;
-            q->fine[at] = (int16_t)(INT8_FINE * int8_matrix_weight(q, o, k) + f[at]);
-        }
-    return QKV_OK;
 }
 
 /* ---- AMX: whether the tiles may be used ------------------------------------------------- */
@@ -295,19 +235,6 @@ AVX512_VNNI static void quantise_row(uint8_t *xu, float *s_x, const float *x, in
                              bias);
         _mm512_mask_cvtepi32_storeu_epi8(xu + k, lanes, q);
     }
-}
-
-/* 16 k at a time, in 16 partial sums (a fixed order) */
-AVX512_VNNI float int8_matrix_dot_fine(const int8_matrix *q, int o, const float *x)
-{
-    const int16_t *v = q->fine + (size_t)o * q->in;
-    __m512 acc = _mm512_setzero_ps();
-    for (int k = 0; k < q->in; k += 16) {
-        const __mmask16 lanes = lanes16(q->in - k);
-        const __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(lanes, v + k)));
-        acc = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(lanes, x + k), acc);
-    }
-    return _mm512_reduce_add_ps(acc) * (q->scale[o] / (float)INT8_FINE);
 }
 
 void int8_quantise_rows(uint8_t *xu, float *s_x, const float *x, int N, int in, int k4)
@@ -513,37 +440,33 @@ void gemm_int8(float *y, const float *x, const int8_matrix *W, const float *b, i
 /* ---- the output layer fused with the choice (ops/cpu/best.h) ------------------------------ */
 
 /* Where the fused output keeps its buffers in ws->best: per thread a chunk's logits (N,
- * BEST_CHUNK), per row and chunk its kk best and its part of the normaliser, and per row the
- * merged shortlist (kk: k, or int8_shortlist(k) where the second digit scores it again). */
+ * BEST_CHUNK), and per row and chunk its k best and its part of the normaliser. */
 typedef struct {
     float *y;
-    int *ids, *short_ids;
-    float *vals, *short_vals;
+    int *ids;
+    float *vals;
     lse_part *parts;
 } best_buffers;
 
-static size_t best_layout(best_buffers *b, void *base, int N, int out, int kk, int threads)
+static size_t best_layout(best_buffers *b, void *base, int N, int out, int k, int threads)
 {
     const size_t chunks = (size_t)(out + BEST_CHUNK - 1) / BEST_CHUNK;
     const size_t y = (size_t)threads * N * BEST_CHUNK * sizeof(float);
-    const size_t lists = (size_t)N * chunks * kk, parts = (size_t)N * chunks * sizeof(lse_part);
-    const size_t shortlist = (size_t)N * kk;
+    const size_t lists = (size_t)N * chunks * k, parts = (size_t)N * chunks * sizeof(lse_part);
     char *at = base;
     if (b) {
         b->parts = (lse_part *)at;
         b->y = (float *)(at + parts);
         b->vals = (float *)(at + parts + y);
-        b->short_vals = b->vals + lists;
-        b->ids = (int *)(b->short_vals + shortlist);
-        b->short_ids = b->ids + lists;
+        b->ids = (int *)(at + parts + y + lists * sizeof(float));
     }
-    return parts + y + (lists + shortlist) * (sizeof(float) + sizeof(int));
+    return parts + y + lists * (sizeof(float) + sizeof(int));
 }
 
 qkv_status gemm_int8_reserve_best(gemm_int8_workspace *ws, int N, int out, int k, int threads,
                                   qkv_error *err)
 {
-    const size_t bytes = best_layout(NULL, NULL, N, out, int8_shortlist(k), threads);
+    const size_t bytes = best_layout(NULL, NULL, N, out, k, threads);
     if (ws->best && ws->best_bytes >= bytes) return QKV_OK;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes))
@@ -554,43 +477,14 @@ qkv_status gemm_int8_reserve_best(gemm_int8_workspace *ws, int N, int out, int k
     return QKV_OK;
 }
 
-/* Row x's shortlist (kk ids, vals: its int8 logits, best first) scored again with W's second
- * digit: its k best by the new values, ranked as row_best ranks (equal values: the lower id
- * first), and the normaliser lse (when not NULL) with the shortlist's terms exp(y) replaced:
- *   lse' = lse + log(1 - sum_S exp(y8 - lse) + sum_S exp(y - lse)).
- * Returns 1 when a new value is not finite. */
-static int rescore(const float *x, const int8_matrix *W, const float *b, const int *short_ids,
-                   const float *short_vals, int kk, int k, int *ids, float *vals, double *lse)
-{
-    for (int i = 0; i < k; i++) ids[i] = -1, vals[i] = -INFINITY;
-    double old = 0.0, now = 0.0;
-    int bad = 0;
-    for (int j = 0; j < kk && short_ids[j] >= 0; j++) {
-        const int id = short_ids[j];
-        const float v = int8_matrix_dot_fine(W, id, x) + (b ? b[id] : 0.0f);
-        bad |= !isfinite(v);
-        if (lse) old += exp((double)short_vals[j] - *lse), now += exp((double)v - *lse);
-        if (!(v > vals[k - 1] || (v == vals[k - 1] && (ids[k - 1] < 0 || id < ids[k - 1]))))
-            continue;
-        int at = k - 1;
-        for (; at > 0 && (vals[at - 1] < v || (vals[at - 1] == v && ids[at - 1] > id)); at--)
-            vals[at] = vals[at - 1], ids[at] = ids[at - 1];
-        vals[at] = v, ids[at] = id;
-    }
-    /* the rest of the row's mass, 1 - old, is >= 0 but for the roundings of two sums */
-    if (lse && isfinite(*lse)) *lse += log(fmax(1.0 - old, 0.0) + now);
-    return bad;
-}
-
 void gemm_int8_best(const best_request *rq, const float *x, const int8_matrix *W, const float *b,
                     int N, gemm_int8_workspace *ws)
 {
     if (N <= 0 || W->out <= 0) return;
     const int out = W->out, k = rq->k, chunks = (out + BEST_CHUNK - 1) / BEST_CHUNK;
-    const int kk = W->fine ? int8_shortlist(k) : k;
     const int amx = quantise(ws, x, W, N), threads = omp_get_max_threads();
     best_buffers buf;
-    best_layout(&buf, ws->best, N, out, kk, threads);
+    best_layout(&buf, ws->best, N, out, k, threads);
     const long work = (long)N * W->k4 * 4 * W->out_pad;
     int bad = 0;
     #pragma omp parallel if (work >= PARALLEL_MIN && chunks > 1)
@@ -607,28 +501,18 @@ void gemm_int8_best(const best_request *rq, const float *x, const int8_matrix *W
             }
             for (int r = 0; r < N; r++) {
                 const size_t at = (size_t)r * chunks + ch;
-                bad |= chunk_best(y + (size_t)r * BEST_CHUNK, n, first, kk, rq->banned,
-                                  buf.ids + at * kk, buf.vals + at * kk,
+                bad |= chunk_best(y + (size_t)r * BEST_CHUNK, n, first, k, rq->banned,
+                                  buf.ids + at * k, buf.vals + at * k,
                                   rq->lse ? buf.parts + at : NULL);
             }
         }
         if (amx) amx_release();
     }
-    #pragma omp parallel for reduction(|: bad) if (N > 1 && work >= PARALLEL_MIN)
+    if (rq->nonfinite) *rq->nonfinite = bad;
+    #pragma omp parallel for if (N > 1 && work >= PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const size_t at = (size_t)r * chunks;
-        double *lse = rq->lse ? rq->lse + r : NULL;
-        if (!W->fine) {
-            best_merge(buf.ids + at * k, buf.vals + at * k, buf.parts + at, chunks, k,
-                       rq->ids + (size_t)r * k, rq->vals + (size_t)r * k, lse);
-            continue;
-        }
-        int *sid = buf.short_ids + (size_t)r * kk;
-        float *sval = buf.short_vals + (size_t)r * kk;
-        best_merge(buf.ids + at * kk, buf.vals + at * kk, buf.parts + at, chunks, kk, sid, sval,
-                   lse);
-        bad |= rescore(x + (size_t)r * W->in, W, b, sid, sval, kk, k, rq->ids + (size_t)r * k,
-                       rq->vals + (size_t)r * k, lse);
+        best_merge(buf.ids + at * k, buf.vals + at * k, buf.parts + at, chunks, k,
+                   rq->ids + (size_t)r * k, rq->vals + (size_t)r * k, rq->lse ? rq->lse + r : NULL);
     }
-    if (rq->nonfinite) *rq->nonfinite = bad;
 }

@@ -44,21 +44,8 @@ typedef struct {
     int8_t *w;     /* (out_pad / 16) blocks of k4 x 64 bytes */
     float *scale;  /* (out_pad) s_w */
     int32_t *comp; /* (out_pad) 128 sum_k wq[o, k] */
-    int16_t *fine; /* (out, in) row-major 254 wq + f with the second digit f, or NULL (an
-                    * output projection's: below): a row read alone is contiguous */
     int in, out, k4, out_pad;
 } int8_matrix;
-
-/* The second digit of an output projection. Where the fused output layer (gemm_int8_best)
- * chooses among logits closer together than int8's error, it scores a shortlist again with
- * the weights to 1/254 of a step and the activations in float32:
- *   W[o, k] ~ s_w[o] (wq[o, k] + f[o, k] / 254),  f = round(254 (W / s_w - wq)) in [-127, 127]
- * (|W / s_w - wq| <= 1/2), so |W - s_w (wq + f / 254)| <= s_w / 508 and a rescored logit errs
- * by at most sum_k |x_k| s_w / 508 (plus float32's roundings): the s_x and most of the s_w
- * terms of the bound above are gone. One byte more per weight of that matrix in a file
- * (f), two in memory (254 wq + f row by row: a shortlist's rows are scattered over the
- * matrix, and the packed layout spreads one row over in / 4 cache lines). */
-#define INT8_FINE 254
 
 /* The AMX kernel's block of rows, and the fewest rows it takes (fewer run on VNNI alone). */
 #define AMX_ROWS 32
@@ -86,9 +73,6 @@ int gemm_int8_amx_supported(void);
  * stores these (io/model_dir.c), and int8_matrix_pack of them is int8_matrix_quantise of W. */
 void int8_quantise_row(int8_t *wq, float *s, const float *row, int in);
 
-/* The second digit of one row as int8_quantise_row quantises it (see INT8_FINE). */
-void int8_fine_row(int8_t *f, const float *row, int in);
-
 /* The float32 value a quantised weight stands for, s wq: the weight an int8 model file's
  * float32 view holds and an embedding lookup at int8 reads. */
 static inline float int8_dequantise(int wq, float s) { return (float)wq * s; }
@@ -100,15 +84,7 @@ qkv_status int8_matrix_quantise(int8_matrix *q, const float *W, int out, int in,
 qkv_status int8_matrix_pack(int8_matrix *q, const int8_t *wq, const float *scale, int out, int in,
                             qkv_error *err);
 void int8_matrix_free(int8_matrix *q);
-/* q's second digits: from W (out, in), the matrix q was quantised from (int8_fine_row of each
- * row), or from f (out, in) (an int8 model file's). */
-qkv_status int8_matrix_refine(int8_matrix *q, const float *W, qkv_error *err);
-qkv_status int8_matrix_set_fine(int8_matrix *q, const int8_t *f, qkv_error *err);
-/* Row o of W with its second digit times x (in): sum_k (254 wq + f)[o, k] x[k] s_w[o] / 254,
- * in a fixed order (q->fine must be set). AVX-512 (callers check the CPU). */
-float int8_matrix_dot_fine(const int8_matrix *q, int o, const float *x);
-/* y (in) = row o dequantised: s_w[o] wq[o, k], or with the second digit where q has it,
- * s_w[o] / 254 (254 wq + f)[o, k] (an embedding lookup). */
+/* y (in) = row o dequantised: s_w[o] wq[o, k] (an embedding lookup). */
 void int8_matrix_row(float *y, const int8_matrix *q, int o);
 
 /* The quantised weight wq[o, k] from the packed layout (tests, references). */
@@ -143,14 +119,7 @@ void gemm_int8(float *y, const float *x, const int8_matrix *W, const float *b, i
  * rq->k best of y = x W^T + b (the values gemm_int8 would write, bit for bit) and, when
  * rq->lse is set, the log normaliser, computed a chunk of channels at a time without the
  * logits written out. The workspace must have room for N rows (gemm_int8_reserve) and for
- * the chunks' buffers (gemm_int8_reserve_best with k and the thread count to come).
- * Where W has its second digit (W->fine), the int8 logits choose a shortlist, each row's
- * int8_shortlist(k) best, and those are scored again (int8_matrix_dot_fine + b): the k best
- * of the shortlist by those values are the row's, with those values, and the normaliser
- * has the shortlist's terms exp(y) replaced by the rescored ones. (k + 4: beam search of
- * width K asks for 2K, of which the last rarely matter; a longer list slows every chunk's
- * choice: 2k + 8 took a sixth more time a beam step, for the same agreement.) */
-static inline int int8_shortlist(int k) { return k + 4; }
+ * the chunks' buffers (gemm_int8_reserve_best with k and the thread count to come). */
 qkv_status gemm_int8_reserve_best(gemm_int8_workspace *ws, int N, int out, int k, int threads,
                                   qkv_error *err);
 void gemm_int8_best(const best_request *rq, const float *x, const int8_matrix *W, const float *b,
